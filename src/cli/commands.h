@@ -1,0 +1,15 @@
+// Sub-command registration. Each cmd_*.cpp adds one sub-command to the app;
+// its callback throws hearth::Error on bad input (main turns that into a
+// one-line message and exit status 2).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace hearth::cli {
+
+void add_inspect_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_template_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace hearth::cli

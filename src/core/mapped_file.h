@@ -1,0 +1,36 @@
+// Read-only memory-mapped file. Owns the mapping; movable, not copyable.
+// Thread-safe for concurrent reads of data().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hearth {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  // Maps the whole file read-only. Throws Error(kIo / kNotFound) naming the path.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void reset();
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Reads a whole (small) file into a string. Throws Error naming the path.
+std::string read_text_file(const std::string& path);
+
+}  // namespace hearth
