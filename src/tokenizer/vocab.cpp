@@ -1,0 +1,59 @@
+#include "tokenizer/vocab.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace hearth::tokenizer {
+
+TokenId Vocab::find(std::string_view text) const {
+  const auto it = token_to_id.find(std::string(text));
+  return it == token_to_id.end() ? kNoToken : it->second;
+}
+
+int32_t Vocab::merge_rank(std::string_view left, std::string_view right) const {
+  std::string key;
+  key.reserve(left.size() + right.size() + 1);
+  key.append(left);
+  key += '\0';
+  key.append(right);
+  const auto it = merge_ranks.find(key);
+  return it == merge_ranks.end() ? -1 : it->second;
+}
+
+void Vocab::finalize() {
+  token_to_id.clear();
+  token_to_id.reserve(tokens.size());
+  max_token_len = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto& t = tokens[i];
+    if (t.text.empty()) t.text = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp does
+    const auto [it, inserted] = token_to_id.emplace(t.text, static_cast<TokenId>(i));
+    if (!inserted) {
+      fail(ErrorKind::kInvalidInput, "tokenizer",
+           source + ": duplicate token '" + t.text + "' (ids " + std::to_string(it->second) + " and " +
+               std::to_string(i) + ")");
+    }
+    max_token_len = std::max(max_token_len, t.text.size());
+  }
+  for (TokenId* id : {&bos, &eos, &unk, &sep, &pad, &cls, &mask, &eot}) {
+    if (*id != kNoToken && !valid(*id)) *id = kNoToken;  // llama.cpp ignores out-of-range ids
+  }
+  special_tokens.clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].attr & (kAttrControl | kAttrUserDefined | kAttrUnknown)) {
+      special_tokens.push_back(static_cast<TokenId>(i));
+    }
+  }
+  std::stable_sort(special_tokens.begin(), special_tokens.end(), [&](TokenId a, TokenId b) {
+    return tokens[a].text.size() > tokens[b].text.size();
+  });
+  if (add_bos && bos == kNoToken) {
+    fail(ErrorKind::kInvalidInput, "tokenizer", source + ": add_bos_token is true but there is no BOS token");
+  }
+  if (add_eos && eos == kNoToken) {
+    fail(ErrorKind::kInvalidInput, "tokenizer", source + ": add_eos_token is true but there is no EOS token");
+  }
+}
+
+}  // namespace hearth::tokenizer
