@@ -191,7 +191,8 @@ class Parser {
     if (n_kv > (left() - n_tensors * kMinTensorInfoBytes) / kMinKvBytes) {
       error(ErrorKind::kInvalidInput,
             "metadata count " + std::to_string(n_kv) + " cannot fit in the " +
-                std::to_string(left()) + " bytes left",
+                std::to_string(left()) + " bytes left" +
+                (n_tensors ? " alongside " + std::to_string(n_tensors) + " tensor infos" : ""),
             kvs_at);
     }
     out_.metadata_.reserve(n_kv);
