@@ -1,0 +1,37 @@
+// Built-in filters, tests, and Python methods of str/list/dict, as the
+// evaluator calls them. Failures throw RenderError (no location; the evaluator
+// adds it).
+#pragma once
+
+#include <string>
+
+#include "template/value.h"
+
+namespace hearth::tmpl {
+
+// `value | name(args)`. Unknown name: RenderError "unknown filter 'name'" (unsupported).
+Value call_filter(const std::string& name, const Value& value, const Args& args);
+
+// `value is name(args)`. Unknown name: RenderError "unknown test 'name'" (unsupported).
+bool call_test(const std::string& name, const Value& value, const Args& args);
+
+// jinja2 environment.getattr (`obj.name`): Python attribute (bound method) first, then item.
+Value get_attr(const Value& obj, const std::string& name);
+
+// jinja2 environment.getitem (`obj[key]`): item first, then attribute for string keys.
+Value get_item(const Value& obj, const Value& key);
+
+// Python slicing obj[start:stop:step] of a list or str (null parts = Value undefined).
+Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+
+// Calls Python method `name` of `self` (str, list or dict). Unknown: nullptr result via has_method.
+bool has_method(const Value& self, const std::string& name);
+Value call_method(const Value& self, const std::string& name, const Args& args);
+
+// Items of `v` as a Python for-loop sees them (dict -> keys, str -> characters).
+std::vector<Value> iterate(const Value& v);
+
+// jinja2 object_type_repr: "dict object", "None", ...
+std::string object_type_repr(const Value& v);
+
+}  // namespace hearth::tmpl

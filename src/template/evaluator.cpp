@@ -1,0 +1,560 @@
+// Tree-walking renderer. Scoping follows jinja2: a for loop and a macro call
+// open a scope (assignments inside do not leak out), `if` does not; the root
+// scope holds top-level assignments and sits above the caller's context.
+#include "template/evaluator.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "template/builtins.h"
+#include "template/lexer.h"
+#include "template/parser.h"
+
+namespace hearth::tmpl {
+namespace {
+
+using ast::Expr;
+using ast::ExprKind;
+using ast::Stmt;
+using ast::StmtKind;
+
+struct Scope {
+  Scope* parent = nullptr;
+  std::vector<std::pair<std::string, Value>> vars;
+  Value* find(const std::string& name) {
+    for (Scope* s = this; s; s = s->parent) {
+      for (auto& [k, v] : s->vars) {
+        if (k == name) return &v;
+      }
+    }
+    return nullptr;
+  }
+  void set(const std::string& name, Value v) {
+    for (auto& [k, val] : vars) {
+      if (k == name) {
+        val = std::move(v);
+        return;
+      }
+    }
+    vars.emplace_back(name, std::move(v));
+  }
+};
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+[[noreturn]] void limit_error(const std::string& msg) {
+  RenderError e{msg};
+  e.limit = true;
+  throw e;
+}
+
+Value arith(const std::string& op, const Value& a, const Value& b);
+
+class Renderer {
+ public:
+  Renderer(const Value& context, const Limits& limits) : ctx_(context), lim_(limits) {}
+
+  void render(const ast::Body& body, std::string& out) {
+    out_ = &out;
+    scope_ = &root_;
+    exec_body(body);
+  }
+
+ private:
+  // ------------------------------------------------------------------ statements
+  Flow exec_body(const ast::Body& body) {
+    for (const auto& s : body) {
+      Flow f = exec(*s);
+      if (f != Flow::kNormal) return f;
+    }
+    return Flow::kNormal;
+  }
+
+  void write(const std::string& s) {
+    out_->append(s);
+    if (out_->size() > lim_.max_output_bytes) {
+      limit_error("output exceeds the limit of " + std::to_string(lim_.max_output_bytes) + " bytes");
+    }
+  }
+
+  Flow exec(const Stmt& s) {
+    try {
+      return exec_inner(s);
+    } catch (RenderError& e) {
+      if (!e.located) {
+        e.message = located(s.line, s.col, e.message);
+        e.located = true;
+      }
+      throw;
+    }
+  }
+
+  std::string capture(const ast::Body& body) {
+    std::string buf;
+    std::string* saved = out_;
+    out_ = &buf;
+    try {
+      exec_body(body);
+    } catch (...) {
+      out_ = saved;
+      throw;
+    }
+    out_ = saved;
+    return buf;
+  }
+
+  Flow exec_inner(const Stmt& s) {
+    switch (s.kind) {
+      case StmtKind::kText: write(s.text); return Flow::kNormal;
+      case StmtKind::kOutput: write(to_str(eval(*s.expr))); return Flow::kNormal;
+      case StmtKind::kIf:
+        for (size_t i = 0; i < s.conds.size(); ++i) {
+          if (truthy(eval(*s.conds[i]))) return exec_body(s.bodies[i]);
+        }
+        return exec_body(s.else_body);
+      case StmtKind::kFor: return exec_for(s);
+      case StmtKind::kSet: {
+        Value v = eval(*s.expr);
+        if (!s.attr.empty()) {
+          Value* ns = scope_->find(s.targets[0]);
+          if (!ns || !ns->is_namespace()) throw_render("cannot assign attribute on non-namespace object");
+          ns->dict().set(s.attr, std::move(v));
+        } else {
+          assign(s.targets, v);
+        }
+        return Flow::kNormal;
+      }
+      case StmtKind::kSetBlock: {
+        Value v(capture(s.body));
+        if (s.expr) v = eval_over_block(*s.expr, std::move(v));
+        scope_->set(s.targets[0], std::move(v));
+        return Flow::kNormal;
+      }
+      case StmtKind::kFilter:
+        write(to_str(eval_over_block(*s.expr, Value(capture(s.body)))));
+        return Flow::kNormal;
+      case StmtKind::kMacro: scope_->set(s.text, make_macro(s)); return Flow::kNormal;
+      case StmtKind::kBreak: return Flow::kBreak;
+      case StmtKind::kContinue: return Flow::kContinue;
+      case StmtKind::kScope: return exec_body(s.body);
+    }
+    return Flow::kNormal;
+  }
+
+  Value eval_over_block(const Expr& chain, Value text) {
+    Scope block{scope_, {}};
+    block.vars.emplace_back(ast::kBlockVar, std::move(text));
+    Scope* saved = scope_;
+    scope_ = &block;
+    try {
+      Value v = eval(chain);
+      scope_ = saved;
+      return v;
+    } catch (...) {
+      scope_ = saved;
+      throw;
+    }
+  }
+
+  void assign(const std::vector<std::string>& targets, const Value& v) {
+    if (targets.size() == 1) {
+      scope_->set(targets[0], v);
+      return;
+    }
+    std::vector<Value> items = iterate(v);
+    if (items.size() != targets.size()) {
+      throw_render(items.size() > targets.size()
+                       ? "too many values to unpack (expected " + std::to_string(targets.size()) + ")"
+                       : "not enough values to unpack (expected " + std::to_string(targets.size()) +
+                             ", got " + std::to_string(items.size()) + ")");
+    }
+    for (size_t i = 0; i < targets.size(); ++i) scope_->set(targets[i], items[i]);
+  }
+
+  Flow exec_for(const Stmt& s) {
+    Value seq = eval(*s.expr);
+    if (seq.is_none() || seq.is_number() || seq.is_func() || seq.is_namespace()) {
+      throw_render("'" + type_name(seq) + "' object is not iterable");
+    }
+    std::vector<Value> items = iterate(seq);
+    Scope loop_scope{scope_, {}};
+    Scope* saved = scope_;
+    scope_ = &loop_scope;
+    struct Restore {
+      Scope** slot;
+      Scope* value;
+      ~Restore() { *slot = value; }
+    } restore{&scope_, saved};
+    if (s.cond) {
+      std::vector<Value> kept;
+      for (auto& it : items) {
+        assign(s.targets, it);
+        if (truthy(eval(*s.cond))) kept.push_back(std::move(it));
+      }
+      items = std::move(kept);
+    }
+    const auto n = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (++iterations_ > lim_.max_loop_iterations) {
+        limit_error("loop iterations exceed the limit of " + std::to_string(lim_.max_loop_iterations));
+      }
+      const auto idx = static_cast<size_t>(i);
+      assign(s.targets, items[idx]);
+      Value loop = Value::make_dict();
+      Dict& d = loop.dict();
+      d.set("index", Value(i + 1));
+      d.set("index0", Value(i));
+      d.set("revindex", Value(n - i));
+      d.set("revindex0", Value(n - i - 1));
+      d.set("first", Value(i == 0));
+      d.set("last", Value(i == n - 1));
+      d.set("length", Value(n));
+      d.set("depth", Value(1));
+      d.set("depth0", Value(0));
+      d.set("previtem", i > 0 ? items[idx - 1] : Value::undefined("there is no previous item"));
+      d.set("nextitem", i + 1 < n ? items[idx + 1] : Value::undefined("there is no next item"));
+      d.set("cycle", Value::func("loop.cycle", [i](Args& a) -> Value {
+              if (a.pos.empty()) throw_render("no items for cycling given");
+              return a.pos[static_cast<size_t>(i) % a.pos.size()];
+            }));
+      loop_scope.set("loop", loop);
+      Flow f = exec_body(s.body);
+      if (f == Flow::kBreak) break;
+    }
+    if (n == 0) {
+      scope_ = saved;
+      return exec_body(s.else_body);
+    }
+    return Flow::kNormal;
+  }
+
+  Value make_macro(const Stmt& s) {
+    const Stmt* m = &s;
+    return Value::func(s.text, [this, m](Args& a) { return call_macro(*m, a); });
+  }
+
+  Value call_macro(const Stmt& m, Args& a) {
+    if (depth_ >= lim_.max_call_depth) {
+      limit_error("macro call depth exceeds the limit of " + std::to_string(lim_.max_call_depth));
+    }
+    if (a.pos.size() > m.params.size()) {
+      throw_render("macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) +
+                   " argument(s)");
+    }
+    Scope frame{&root_, {}};
+    Scope* saved_scope = scope_;
+    scope_ = &frame;
+    ++depth_;
+    struct Restore {
+      Renderer* r;
+      Scope* scope;
+      ~Restore() {
+        r->scope_ = scope;
+        --r->depth_;
+      }
+    } restore{this, saved_scope};
+    for (const auto& [k, v] : a.kw) {
+      bool known = false;
+      for (const auto& p : m.params) known = known || p.first == k;
+      if (!known) throw_render("macro '" + m.text + "' takes no keyword argument '" + k + "'");
+    }
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto& [pname, pdef] = m.params[i];
+      const Value* given = a.get(i, pname);
+      if (i < a.pos.size()) given = &a.pos[i];
+      if (given) {
+        frame.set(pname, *given);
+      } else if (pdef) {
+        frame.set(pname, eval(*pdef));
+      } else {
+        frame.set(pname, Value::undefined("parameter '" + pname + "' was not provided"));
+      }
+    }
+    return Value(capture(m.body));
+  }
+
+  // ------------------------------------------------------------------ expressions
+  Value eval(const Expr& e) {
+    try {
+      return eval_inner(e);
+    } catch (RenderError& err) {
+      if (!err.located) {
+        err.message = located(e.line, e.col, err.message);
+        err.located = true;
+      }
+      throw;
+    }
+  }
+
+  Value lookup(const std::string& name) {
+    if (Value* v = scope_->find(name)) return *v;
+    if (ctx_.is_dict()) {
+      if (const Value* v = ctx_.dict().find(name)) return *v;
+    }
+    if (name == "range") return builtin_range();
+    if (name == "namespace") {
+      return Value::func("namespace", [](Args& a) {
+        Value ns = Value::namespace_();
+        for (const auto& p : a.pos) {
+          if (!p.is_dict()) throw_render("namespace() positional argument must be a dict");
+          for (const auto& [k, v] : p.dict().items) ns.dict().set(k, v);
+        }
+        for (const auto& [k, v] : a.kw) ns.dict().set(k, v);
+        return ns;
+      });
+    }
+    if (name == "dict") {
+      return Value::func("dict", [](Args& a) {
+        Value d = Value::make_dict();
+        for (const auto& p : a.pos) {
+          if (!p.is_dict()) throw_render("dict() positional argument must be a dict");
+          for (const auto& [k, v] : p.dict().items) d.dict().set(k, v);
+        }
+        for (const auto& [k, v] : a.kw) d.dict().set(k, v);
+        return d;
+      });
+    }
+    return Value::undefined("'" + name + "' is undefined");
+  }
+
+  Value builtin_range() {
+    return Value::func("range", [this](Args& a) {
+      int64_t start = 0, stop = 0, step = 1;
+      for (const auto& v : a.pos) {
+        if (!v.is_int() && !v.is_bool()) throw_render("'" + type_name(v) + "' object cannot be interpreted as an integer");
+      }
+      if (a.pos.size() == 1) {
+        stop = a.pos[0].as_int();
+      } else if (a.pos.size() >= 2) {
+        start = a.pos[0].as_int();
+        stop = a.pos[1].as_int();
+        if (a.pos.size() >= 3) step = a.pos[2].as_int();
+      } else {
+        throw_render("range expected at least 1 argument, got 0");
+      }
+      if (step == 0) throw_render("range() arg 3 must not be zero");
+      std::vector<Value> out;
+      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        if (static_cast<int64_t>(out.size()) >= lim_.max_loop_iterations) {
+          limit_error("range() exceeds the limit of " + std::to_string(lim_.max_loop_iterations) + " items");
+        }
+        out.emplace_back(i);
+      }
+      return Value::make_list(std::move(out));
+    });
+  }
+
+  Args eval_args(const Expr& e, size_t first) {
+    Args a;
+    for (size_t i = first; i < e.args.size(); ++i) a.pos.push_back(eval(*e.args[i]));
+    for (const auto& [k, v] : e.kwargs) a.kw.emplace_back(k, eval(*v));
+    return a;
+  }
+
+  Value eval_inner(const Expr& e) {
+    switch (e.kind) {
+      case ExprKind::kLiteral: return e.literal;
+      case ExprKind::kName: return lookup(e.name);
+      case ExprKind::kList:
+      case ExprKind::kTuple: {
+        std::vector<Value> items;
+        for (const auto& x : e.args) items.push_back(eval(*x));
+        return Value::make_list(std::move(items));
+      }
+      case ExprKind::kDict: {
+        Value d = Value::make_dict();
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          Value k = eval(*e.args[i]);
+          if (!k.is_string()) throw_render("dict keys must be strings in templates (got " + type_name(k) + ")");
+          d.dict().set(k.str(), eval(*e.args[i + 1]));
+        }
+        return d;
+      }
+      case ExprKind::kGetAttr: return get_attr(eval(*e.args[0]), e.name);
+      case ExprKind::kGetItem: return get_item(eval(*e.args[0]), eval(*e.args[1]));
+      case ExprKind::kSlice: {
+        Value obj = eval(*e.args[0]);
+        Value parts[3];
+        for (int i = 0; i < 3; ++i) {
+          if (e.args[static_cast<size_t>(i) + 1]) parts[i] = eval(*e.args[static_cast<size_t>(i) + 1]);
+        }
+        return get_slice(obj, parts[0], parts[1], parts[2]);
+      }
+      case ExprKind::kCall: {
+        Value f = eval(*e.args[0]);
+        Args a = eval_args(e, 1);
+        if (f.is_func()) return f.func()(a);
+        f.check_defined();
+        throw_render("'" + type_name(f) + "' object is not callable");
+      }
+      case ExprKind::kFilter: {
+        Value v = eval(*e.args[0]);
+        Args a = eval_args(e, 1);
+        return call_filter(e.name, v, a);
+      }
+      case ExprKind::kTest: {
+        Value v = eval(*e.args[0]);
+        Args a = eval_args(e, 1);
+        bool r = call_test(e.name, v, a);
+        return Value(e.negated ? !r : r);
+      }
+      case ExprKind::kUnary: {
+        Value v = eval(*e.args[0]);
+        if (e.name == "not") return Value(!truthy(v));
+        v.check_defined();
+        if (!v.is_number()) throw_render("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
+        if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
+        return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
+      }
+      case ExprKind::kBinary: {
+        if (e.name == "and") {
+          Value l = eval(*e.args[0]);
+          return truthy(l) ? eval(*e.args[1]) : l;
+        }
+        if (e.name == "or") {
+          Value l = eval(*e.args[0]);
+          return truthy(l) ? l : eval(*e.args[1]);
+        }
+        Value l = eval(*e.args[0]);
+        Value r = eval(*e.args[1]);
+        if (e.name == "~") {
+          std::string s = to_str(l);
+          s += to_str(r);
+          return Value(std::move(s));
+        }
+        return arith(e.name, l, r);
+      }
+      case ExprKind::kCompare: {
+        Value l = eval(*e.args[0]);
+        for (size_t i = 0; i < e.ops.size(); ++i) {
+          Value r = eval(*e.args[i + 1]);
+          const std::string& op = e.ops[i];
+          bool ok;
+          if (op == "==") ok = equals(l, r);
+          else if (op == "!=") ok = !equals(l, r);
+          else if (op == "in") ok = contains(r, l);
+          else if (op == "notin") ok = !contains(r, l);
+          else {
+            int c = compare(l, r);
+            ok = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
+          }
+          if (!ok) return Value(false);
+          l = std::move(r);
+        }
+        return Value(true);
+      }
+      case ExprKind::kCond:
+        if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
+        if (e.args[2]) return eval(*e.args[2]);
+        return Value::undefined("the inline if-expression evaluated to false and no else section was defined");
+    }
+    return Value();
+  }
+
+  const Value& ctx_;
+  const Limits& lim_;
+  Scope root_;
+  Scope* scope_ = nullptr;
+  std::string* out_ = nullptr;
+  int64_t iterations_ = 0;
+  int depth_ = 0;
+};
+
+int64_t floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+Value arith(const std::string& op, const Value& a, const Value& b) {
+  a.check_defined();
+  b.check_defined();
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) {
+      if (a.is_safe() || b.is_safe()) {
+        return make_safe((a.is_safe() ? a.str() : html_escape(a.str())) + (b.is_safe() ? b.str() : html_escape(b.str())));
+      }
+      return Value(a.str() + b.str());
+    }
+    if (a.is_list() && b.is_list()) {
+      std::vector<Value> items = a.list().items;
+      items.insert(items.end(), b.list().items.begin(), b.list().items.end());
+      return Value::make_list(std::move(items));
+    }
+    if (a.is_string() || a.is_list()) {
+      throw_render("can only concatenate " + type_name(a) + " (not \"" + type_name(b) + "\") to " + type_name(a));
+    }
+  }
+  if (op == "*") {
+    const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
+    const Value* n = seq == &a ? &b : &a;
+    if (seq && (n->is_int() || n->is_bool())) {
+      int64_t count = n->as_int();
+      if (count > 0 && (seq->is_string() ? seq->str().size() : seq->list().items.size()) * static_cast<uint64_t>(count) > (64u << 20)) {
+        limit_error("sequence repetition result too large");
+      }
+      if (seq->is_string()) {
+        std::string out;
+        for (int64_t i = 0; i < count; ++i) out += seq->str();
+        return Value(std::move(out));
+      }
+      std::vector<Value> out;
+      for (int64_t i = 0; i < count; ++i) out.insert(out.end(), seq->list().items.begin(), seq->list().items.end());
+      return Value::make_list(std::move(out));
+    }
+  }
+  if (!a.is_number() || !b.is_number()) {
+    throw_render("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+  }
+  bool ints = !a.is_float() && !b.is_float();
+  if (op == "/") {
+    if (b.as_float() == 0) throw_render("division by zero");
+    return Value(a.as_float() / b.as_float());
+  }
+  if (ints) {
+    int64_t x = a.as_int(), y = b.as_int();
+    if (op == "+") return Value(x + y);
+    if (op == "-") return Value(x - y);
+    if (op == "*") return Value(x * y);
+    if (op == "//" || op == "%") {
+      if (y == 0) throw_render(op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+      return op == "//" ? Value(floordiv(x, y)) : Value(x - floordiv(x, y) * y);
+    }
+    if (op == "**") {
+      if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      int64_t r = 1;
+      for (int64_t i = 0; i < y && i < 64; ++i) r *= x;
+      return Value(r);
+    }
+  }
+  double x = a.as_float(), y = b.as_float();
+  if (op == "+") return Value(x + y);
+  if (op == "-") return Value(x - y);
+  if (op == "*") return Value(x * y);
+  if (op == "**") return Value(std::pow(x, y));
+  if (y == 0) throw_render("float division by zero");
+  double q = std::floor(x / y);
+  if (op == "//") return Value(q);
+  double m = std::fmod(x, y);
+  if (m != 0 && ((m < 0) != (y < 0))) m += y;
+  return Value(m);
+}
+
+}  // namespace
+
+Template::Template(std::string_view source)
+    : body_(std::make_shared<const ast::Body>(parse_template(source))) {}
+
+std::string Template::render(const Value& context, const Limits& limits) const {
+  std::string out;
+  Renderer r(context, limits);
+  try {
+    r.render(*body_, out);
+  } catch (const RenderError& e) {
+    std::string msg = e.located ? e.message : "[template] " + e.message;
+    throw Error(e.limit ? ErrorKind::kResource : e.unsupported ? ErrorKind::kUnsupported : ErrorKind::kInvalidInput, msg);
+  }
+  return out;
+}
+
+}  // namespace hearth::tmpl

@@ -1,0 +1,436 @@
+// Jinja filters with jinja2 3.1 semantics; `tojson` is the Hugging Face
+// chat-template one: json.dumps(x, ensure_ascii=False, indent=None,
+// separators=None, sort_keys=False) (argument order as in transformers).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "template/builtins.h"
+
+namespace hearth::tmpl {
+namespace {
+
+const Value* arg(const Args& a, size_t idx, const char* name) { return a.get(idx, name); }
+
+bool arg_bool(const Args& a, size_t idx, const char* name, bool def) {
+  const Value* v = arg(a, idx, name);
+  return v ? truthy(*v) : def;
+}
+
+// soft_str: str() but Markup stays Markup.
+Value soft_str(const Value& v) { return v.is_string() ? v : Value(to_str(v)); }
+
+Value generator(std::vector<Value> items) { return Value::make_list(std::move(items), true); }
+
+int64_t py_len(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return 0;
+    case Kind::kString: return static_cast<int64_t>(utf8_length(v.str()));
+    case Kind::kList:
+      if (!v.list().generator) return static_cast<int64_t>(v.list().items.size());
+      break;
+    case Kind::kDict: return static_cast<int64_t>(v.dict().items.size());
+    default: break;
+  }
+  throw_render("object of type '" + type_name(v) + "' has no len()");
+}
+
+// make_attrgetter: dotted path, integer parts index, each step via getitem.
+Value attr_path(Value item, const Value& attribute, const Value* default_value) {
+  std::vector<Value> parts;
+  if (attribute.is_string()) {
+    const std::string& s = attribute.str();
+    size_t b = 0;
+    while (true) {
+      size_t d = s.find('.', b);
+      std::string p = s.substr(b, d == std::string::npos ? std::string::npos : d - b);
+      bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+      parts.push_back(digits ? Value(static_cast<int64_t>(std::stoll(p))) : Value(p));
+      if (d == std::string::npos) break;
+      b = d + 1;
+    }
+  } else {
+    parts.push_back(attribute);
+  }
+  for (const auto& p : parts) {
+    item = get_item(item, p);
+    if (default_value && !default_value->is_none() && item.is_undefined()) item = *default_value;
+  }
+  return item;
+}
+
+Value lowered(const Value& v, bool case_sensitive) {
+  if (case_sensitive || !v.is_string()) return v;
+  std::string s = v.str();
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+  }
+  return Value(s);
+}
+
+Value filter_select(const Value& seq, const Args& a, bool attr_mode, bool keep_on) {
+  size_t off = attr_mode ? 1 : 0;
+  if (attr_mode && a.pos.empty()) throw_render("Missing parameter for attribute name");
+  Args test_args;
+  std::string test_name;
+  if (a.pos.size() > off) {
+    if (!a.pos[off].is_string()) throw_render("test name must be a string");
+    test_name = a.pos[off].str();
+    test_args.pos.assign(a.pos.begin() + static_cast<ptrdiff_t>(off) + 1, a.pos.end());
+    test_args.kw = a.kw;
+  }
+  std::vector<Value> out;
+  for (const auto& item : iterate(seq)) {
+    Value x = attr_mode ? attr_path(item, a.pos[0], nullptr) : item;
+    bool r = test_name.empty() ? truthy(x) : call_test(test_name, x, test_args);
+    if (r == keep_on) out.push_back(item);
+  }
+  return generator(std::move(out));
+}
+
+Value filter_map(const Value& seq, const Args& a) {
+  std::vector<Value> out;
+  if (a.pos.empty()) {
+    const Value* attribute = nullptr;
+    const Value* def = nullptr;
+    for (const auto& [k, v] : a.kw) {
+      if (k == "attribute") attribute = &v;
+      else if (k == "default") def = &v;
+      else throw_render("Unexpected keyword argument '" + k + "'");
+    }
+    if (!attribute) throw_render("map requires a filter argument");
+    for (const auto& item : iterate(seq)) out.push_back(attr_path(item, *attribute, def));
+    return generator(std::move(out));
+  }
+  if (!a.pos[0].is_string()) throw_render("map filter name must be a string");
+  Args rest;
+  rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+  rest.kw = a.kw;
+  for (const auto& item : iterate(seq)) out.push_back(call_filter(a.pos[0].str(), item, rest));
+  return generator(std::move(out));
+}
+
+std::vector<Value> sorted_items(std::vector<Value> items, bool reverse, bool cs, const Value* attribute) {
+  auto key = [&](const Value& v) { return lowered(attribute ? attr_path(v, *attribute, nullptr) : v, cs); };
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    return reverse ? compare(key(y), key(x)) < 0 : compare(key(x), key(y)) < 0;
+  });
+  return items;
+}
+
+Value filter_tojson(const Value& v, const Args& a) {
+  JsonOptions o;
+  o.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false);
+  const Value* indent = arg(a, 1, "indent");
+  if (indent && !indent->is_none()) {
+    o.has_indent = true;
+    if (indent->is_string()) {
+      o.indent = indent->str();
+    } else if (indent->is_int()) {
+      o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ');
+    } else {
+      throw_render("tojson indent must be an int or a string");
+    }
+    o.item_sep = ",";
+  }
+  const Value* seps = arg(a, 2, "separators");
+  if (seps && !seps->is_none()) {
+    if (!seps->is_list() || seps->list().items.size() != 2 || !seps->list().items[0].is_string() ||
+        !seps->list().items[1].is_string()) {
+      throw_render("tojson separators must be a (item, key) pair of strings");
+    }
+    o.item_sep = seps->list().items[0].str();
+    o.key_sep = seps->list().items[1].str();
+  }
+  o.sort_keys = arg_bool(a, 3, "sort_keys", false);
+  return Value(to_json(v, o));
+}
+
+Value filter_indent(const Value& v, const Args& a) {
+  const Value* w = arg(a, 0, "width");
+  std::string ind = !w ? "    " : w->is_string() ? w->str() : std::string(static_cast<size_t>(std::max<int64_t>(0, w->as_int())), ' ');
+  bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
+  std::string s = to_str(v) + "\n";
+  std::vector<std::string> lines;  // str.splitlines on \n, \r\n, \r
+  size_t b = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\n' || s[i] == '\r') {
+      lines.push_back(s.substr(b, i - b));
+      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+      b = i + 1;
+    }
+  }
+  if (b < s.size()) lines.push_back(s.substr(b));
+  std::string rv;
+  if (blank) {
+    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
+  } else {
+    rv = lines.empty() ? "" : lines[0];
+    for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+  }
+  if (first) rv = ind + rv;
+  return Value(rv, v.is_safe());
+}
+
+Value filter_title(const std::string& s, bool title) {
+  std::string out;
+  bool start = true;
+  for (char c : s) {
+    bool sep = title && (c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '(' || c == '{' ||
+                         c == '[' || c == '<' || c == '\v' || c == '\f');
+    if (start && !sep) {
+      out += (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c;
+      start = false;
+    } else {
+      out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+    }
+    if (sep) start = true;
+  }
+  return Value(out);
+}
+
+Value to_int(const Value& v, const Args& a) {
+  const Value* def = arg(a, 0, "default");
+  Value fallback = def ? *def : Value(0);
+  if (v.is_int() || v.is_bool()) return Value(v.as_int());
+  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(static_cast<int64_t>(v.as_float())) : fallback;
+  if (!v.is_string()) return fallback;
+  std::string s;
+  for (char c : v.str()) {
+    if (c != '_') s += c;
+  }
+  size_t b = s.find_first_not_of(" \t\n\r\f\v"), e = s.find_last_not_of(" \t\n\r\f\v");
+  if (b == std::string::npos) return fallback;
+  s = s.substr(b, e - b + 1);
+  const Value* base = arg(a, 1, "base");
+  char* end = nullptr;
+  long long iv = std::strtoll(s.c_str(), &end, base ? static_cast<int>(base->as_int()) : 10);
+  if (end && *end == '\0' && s.find('.') == std::string::npos) return Value(static_cast<int64_t>(iv));
+  double d = std::strtod(s.c_str(), &end);
+  if (end && *end == '\0' && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+  return fallback;
+}
+
+Value to_float(const Value& v, const Args& a) {
+  const Value* def = arg(a, 0, "default");
+  if (v.is_number()) return Value(v.as_float());
+  if (v.is_string()) {
+    std::string s = v.str();
+    size_t b = s.find_first_not_of(" \t\n\r\f\v"), e = s.find_last_not_of(" \t\n\r\f\v");
+    if (b != std::string::npos) {
+      s = s.substr(b, e - b + 1);
+      char* end = nullptr;
+      double d = std::strtod(s.c_str(), &end);
+      if (end && *end == '\0') return Value(d);
+    }
+  }
+  return def ? *def : Value(0.0);
+}
+
+Value filter_round(const Value& v, const Args& a) {
+  const Value* p = arg(a, 0, "precision");
+  const Value* m = arg(a, 1, "method");
+  std::string method = m && m->is_string() ? m->str() : "common";
+  int64_t prec = p ? p->as_int() : 0;
+  if (!v.is_number()) throw_render("type " + type_name(v) + " doesn't define __round__ method");
+  double x = v.as_float(), scale = std::pow(10.0, static_cast<double>(prec));
+  if (method == "ceil") return Value(std::ceil(x * scale) / scale);
+  if (method == "floor") return Value(std::floor(x * scale) / scale);
+  if (method != "common") throw_render("method must be 'common', 'ceil' or 'floor'");
+  if (prec == 0) return Value(std::nearbyint(x));
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::clamp<int64_t>(prec, 0, 300)), x);
+  return Value(std::strtod(buf, nullptr));
+}
+
+Value min_max(const Value& v, const Args& a, bool want_max) {
+  bool cs = arg_bool(a, 0, "case_sensitive", false);
+  const Value* attribute = arg(a, 1, "attribute");
+  std::vector<Value> items = iterate(v);
+  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+  auto key = [&](const Value& x) { return lowered(attribute ? attr_path(x, *attribute, nullptr) : x, cs); };
+  size_t best = 0;
+  for (size_t i = 1; i < items.size(); ++i) {
+    int c = compare(key(items[i]), key(items[best]));
+    if (want_max ? c > 0 : c < 0) best = i;
+  }
+  return items[best];
+}
+
+[[noreturn]] void unsupported_filter(const std::string& name) {
+  RenderError e{"unknown filter '" + name + "'"};
+  e.unsupported = true;
+  throw e;
+}
+
+}  // namespace
+
+Value call_filter(const std::string& name, const Value& v, const Args& a) {
+  if (name == "tojson") return filter_tojson(v, a);
+  if (name == "length" || name == "count") return Value(py_len(v));
+  if (name == "default" || name == "d") {
+    const Value* def = arg(a, 0, "default_value");
+    bool boolean = arg_bool(a, 1, "boolean", false);
+    if (v.is_undefined() || (boolean && !truthy(v))) return def ? *def : Value("");
+    return v;
+  }
+  if (name == "trim") {
+    Value s = soft_str(v);
+    Value r = call_method(s, "strip", Args{{arg(a, 0, "chars") ? *arg(a, 0, "chars") : Value::none()}, {}});
+    return Value(r.str(), s.is_safe());
+  }
+  if (name == "string") return soft_str(v);
+  if (name == "upper" || name == "lower") {
+    Value s = soft_str(v);
+    return Value(call_method(s, name, Args{}).str(), s.is_safe());
+  }
+  if (name == "safe") return v.is_safe() ? v : make_safe(to_str(v));
+  if (name == "escape" || name == "e" || name == "forceescape") {
+    if (v.is_safe() && name != "forceescape") return v;
+    return make_safe(html_escape(to_str(v)));
+  }
+  if (name == "items") {
+    if (v.is_undefined()) return generator({});
+    if (!v.is_dict()) throw_render("Can only get item pairs from a mapping.");
+    return generator(call_method(v, "items", Args{}).list().items);
+  }
+  if (name == "dictsort") {
+    if (!v.is_dict()) throw_render("You can only sort by either \"key\" or \"value\"");
+    bool cs = arg_bool(a, 0, "case_sensitive", false);
+    const Value* by = arg(a, 1, "by");
+    bool by_value = by && by->is_string() && by->str() == "value";
+    bool rev = arg_bool(a, 2, "reverse", false);
+    Value idx(by_value ? 1 : 0);
+    return Value::make_list(sorted_items(call_method(v, "items", Args{}).list().items, rev, cs, &idx));
+  }
+  if (name == "join") {
+    const Value* d = arg(a, 0, "d");
+    const Value* attribute = arg(a, 1, "attribute");
+    std::string sep = d ? to_str(*d) : "", out;
+    bool first = true;
+    for (const auto& item : iterate(v)) {
+      if (!first) out += sep;
+      first = false;
+      out += to_str(attribute ? attr_path(item, *attribute, nullptr) : item);
+    }
+    return Value(out);
+  }
+  if (name == "list") return Value::make_list(iterate(v));
+  if (name == "first" || name == "last") {
+    std::vector<Value> items = iterate(v);
+    if (items.empty()) return Value::undefined("No " + name + " item, sequence was empty.");
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "map") return filter_map(v, a);
+  if (name == "select" || name == "reject") return filter_select(v, a, false, name == "select");
+  if (name == "selectattr" || name == "rejectattr") return filter_select(v, a, true, name == "selectattr");
+  if (name == "indent") return filter_indent(v, a);
+  if (name == "int") return to_int(v, a);
+  if (name == "float") return to_float(v, a);
+  if (name == "abs") {
+    if (!v.is_number()) throw_render("bad operand type for abs(): '" + type_name(v) + "'");
+    return v.is_float() ? Value(std::fabs(v.as_float())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+  }
+  if (name == "round") return filter_round(v, a);
+  if (name == "title" || name == "capitalize") return filter_title(to_str(v), name == "title");
+  if (name == "replace") {
+    Value s = soft_str(v);
+    Args r;
+    for (size_t i = 0; i < 3; ++i) {
+      static const char* const kNames[] = {"old", "new", "count"};
+      if (const Value* x = arg(a, i, kNames[i])) r.pos.push_back(x->is_string() || i == 2 ? *x : Value(to_str(*x)));
+    }
+    return call_method(s, "replace", r);
+  }
+  if (name == "unique") {
+    bool cs = arg_bool(a, 0, "case_sensitive", false);
+    const Value* attribute = arg(a, 1, "attribute");
+    std::vector<Value> out, seen;
+    for (const auto& item : iterate(v)) {
+      Value key = lowered(attribute ? attr_path(item, *attribute, nullptr) : item, cs);
+      bool dup = false;
+      for (const auto& s : seen) dup = dup || equals(s, key);
+      if (!dup) {
+        seen.push_back(key);
+        out.push_back(item);
+      }
+    }
+    return generator(std::move(out));
+  }
+  if (name == "sort") {
+    return Value::make_list(sorted_items(iterate(v), arg_bool(a, 0, "reverse", false), arg_bool(a, 1, "case_sensitive", false),
+                                    arg(a, 2, "attribute")));
+  }
+  if (name == "reverse") {
+    if (v.is_string()) {
+      std::vector<char32_t> cps = utf8_decode(v.str());
+      std::reverse(cps.begin(), cps.end());
+      return Value(utf8_encode(cps, 0, cps.size()));
+    }
+    std::vector<Value> items = iterate(v);
+    std::reverse(items.begin(), items.end());
+    return generator(std::move(items));
+  }
+  if (name == "min" || name == "max") return min_max(v, a, name == "max");
+  if (name == "sum") {
+    const Value* attribute = arg(a, 0, "attribute");
+    const Value* start = arg(a, 1, "start");
+    Value total = start ? *start : Value(0);
+    for (const auto& item : iterate(v)) {
+      Value x = attribute ? attr_path(item, *attribute, nullptr) : item;
+      if (!x.is_number() || !total.is_number()) throw_render("unsupported operand type(s) for +");
+      total = (x.is_float() || total.is_float()) ? Value(total.as_float() + x.as_float()) : Value(total.as_int() + x.as_int());
+    }
+    return total;
+  }
+  if (name == "wordcount") {
+    int64_t n = 0;
+    bool in_word = false;
+    for (char32_t c : utf8_decode(to_str(v))) {
+      bool w = c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
+      if (w && !in_word) ++n;
+      in_word = w;
+    }
+    return Value(n);
+  }
+  if (name == "batch") {
+    const Value* cnt = arg(a, 0, "linecount");
+    if (!cnt || !cnt->is_int() || cnt->as_int() <= 0) throw_render("batch linecount must be a positive integer");
+    const Value* fill = arg(a, 1, "fill_with");
+    auto n = static_cast<size_t>(cnt->as_int());
+    std::vector<Value> out, cur;
+    for (const auto& item : iterate(v)) {
+      cur.push_back(item);
+      if (cur.size() == n) {
+        out.push_back(Value::make_list(std::move(cur)));
+        cur.clear();
+      }
+    }
+    if (!cur.empty()) {
+      if (fill && !fill->is_none()) {
+        while (cur.size() < n) cur.push_back(*fill);
+      }
+      out.push_back(Value::make_list(std::move(cur)));
+    }
+    return generator(std::move(out));
+  }
+  if (name == "center") {
+    const Value* w = arg(a, 0, "width");
+    std::string s = to_str(v);
+    auto width = static_cast<size_t>(w ? std::max<int64_t>(0, w->as_int()) : 80);
+    size_t len = utf8_length(s);
+    if (len >= width) return Value(s);
+    size_t total = width - len, left = total / 2 + (total & width & 1);
+    return Value(std::string(left, ' ') + s + std::string(total - left, ' '));
+  }
+  if (name == "attr") {
+    const Value* n = arg(a, 0, "name");
+    if (!n || !n->is_string()) throw_render("attr filter needs an attribute name");
+    if (v.is_dict() && !has_method(v, n->str())) return Value::undefined("'dict object' has no attribute '" + n->str() + "'");
+    return get_attr(v, n->str());
+  }
+  unsupported_filter(name);
+}
+
+}  // namespace hearth::tmpl
