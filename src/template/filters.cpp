@@ -81,6 +81,7 @@ Value filter_select(const Value& seq, const Args& a, bool attr_mode, bool keep_o
     test_args.kw = a.kw;
   }
   std::vector<Value> out;
+  if (!truthy(seq)) return generator({});  // jinja2: `if value:` guards the loop
   for (const auto& item : iterate(seq)) {
     Value x = attr_mode ? attr_path(item, a.pos[0], nullptr) : item;
     bool r = test_name.empty() ? truthy(x) : call_test(test_name, x, test_args);
@@ -91,6 +92,7 @@ Value filter_select(const Value& seq, const Args& a, bool attr_mode, bool keep_o
 
 Value filter_map(const Value& seq, const Args& a) {
   std::vector<Value> out;
+  if (!truthy(seq)) return generator({});  // jinja2: `if value:` guards the loop
   if (a.pos.empty()) {
     const Value* attribute = nullptr;
     const Value* def = nullptr;

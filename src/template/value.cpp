@@ -372,7 +372,7 @@ int compare(const Value& a, const Value& b) {
 bool contains(const Value& c, const Value& item) {
   switch (c.kind()) {
     case Kind::kUndefined:
-      c.check_defined();
+      if (c.is_security_undefined()) c.check_defined();
       return false;
     case Kind::kString:
       if (!item.is_string()) {
