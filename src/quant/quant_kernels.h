@@ -38,6 +38,7 @@ void quant_q5_0(const float* x, uint8_t* dst, int64_t nb);
 void quant_q5_1(const float* x, uint8_t* dst, int64_t nb);
 void quant_q8_0(const float* x, uint8_t* dst, int64_t nb);
 void quant_q8_1(const float* x, uint8_t* dst, int64_t nb);
+void quant_iq4_nl(const float* x, uint8_t* dst, int64_t nb);
 void quant_mxfp4(const float* x, uint8_t* dst, int64_t nb);
 
 // 256-element K-quant super-blocks (quant_kquants.cpp).

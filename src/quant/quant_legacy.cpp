@@ -5,6 +5,10 @@
 //  - Q4_1 / Q5_1: d = (max - min) / 15 (/ 31), m = min; q = trunc((x - min) / d + 0.5).
 //  - Q8_0 / Q8_1: d = amax / 127; q = round(x / d) (half away from zero);
 //    Q8_1 also stores s = d * sum(q).
+//  - IQ4_NL: as ggml_quantize_chunk without imatrix (quantize_iq4_nl, 7 tries):
+//    weights x^2, start from d = max / 127, then the best of 15 candidate
+//    inverse scales by weighted least squares; each value takes the nearest
+//    codebook entry (binary search, as ggml's best_index_int8).
 //  - MXFP4: shared power-of-two scale 2^(floor(log2(amax)) - 2); each value takes
 //    the nearest E2M1 code (first one on ties).
 // "x / d" is x * (1/d) computed in float, exactly as ggml does.
@@ -172,6 +176,74 @@ void quant_q8_1(const float* x, uint8_t* dst, int64_t nb) {
       sum += b.qs[j];
     }
     store_f16(b.s, static_cast<float>(sum) * d);
+  }
+}
+
+namespace {
+
+// Index of the codebook entry nearest to v (codebook sorted ascending; on a tie the upper one).
+int nearest_code(const int8_t* values, int n, float v) {
+  if (v <= static_cast<float>(values[0])) return 0;
+  if (v >= static_cast<float>(values[n - 1])) return n - 1;
+  int lo = 0, hi = n - 1;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v < static_cast<float>(values[mid])) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return v - static_cast<float>(values[hi - 1]) < static_cast<float>(values[hi]) - v ? hi - 1 : hi;
+}
+
+constexpr int kIQ4NLTries = 7;  // what ggml_quantize_chunk uses (quantize_row_iq4_nl_ref uses none)
+
+}  // namespace
+
+void quant_iq4_nl(const float* x, uint8_t* dst, int64_t nb) {
+  auto* blocks = reinterpret_cast<BlockIQ4_NL*>(dst);
+  const int8_t* values = kValuesIQ4NL;
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    BlockIQ4_NL& b = blocks[i];
+    float weight[kQK];
+    for (int j = 0; j < kQK; ++j) weight[j] = x[j] * x[j];
+    float amax, max;
+    abs_max(x, kQK, &amax, &max);
+    float scale = 0.0f;
+    if (amax >= 1e-15f) {
+      float d = -max / static_cast<float>(values[0]);
+      float id = 1 / d;
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < kQK; ++j) {
+        const float q = static_cast<float>(values[nearest_code(values, 16, id * x[j])]);
+        sumqx += weight[j] * q * x[j];
+        sumq2 += weight[j] * q * q;
+      }
+      d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+      float best = d * sumqx;
+      for (int itry = -kIQ4NLTries; itry <= kIQ4NLTries; ++itry) {
+        id = static_cast<float>(itry + values[0]) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < kQK; ++j) {
+          const float q = static_cast<float>(values[nearest_code(values, 16, id * x[j])]);
+          sumqx += weight[j] * q * x[j];
+          sumq2 += weight[j] * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+          d = sumqx / sumq2;
+          best = d * sumqx;
+        }
+      }
+      scale = d;
+    }
+    store_f16(b.d, scale);
+    const float id = scale != 0.0f ? 1 / scale : 0.0f;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = nearest_code(values, 16, id * x[j]);
+      const int hi = nearest_code(values, 16, id * x[j + kQK / 2]);
+      b.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
   }
 }
 

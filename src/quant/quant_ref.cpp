@@ -27,6 +27,7 @@ constexpr Entry kKernels[] = {
     {GgmlType::Q3_K, quant::quant_q3_k, false},    {GgmlType::Q4_K, quant::quant_q4_k, false},
     {GgmlType::Q5_K, quant::quant_q5_k, false},    {GgmlType::Q6_K, quant::quant_q6_k, false},
     {GgmlType::Q8_K, quant::quant_q8_k, false},    {GgmlType::MXFP4, quant::quant_mxfp4, false},
+    {GgmlType::IQ4_NL, quant::quant_iq4_nl, false},
 };
 
 const Entry* find_kernel(GgmlType type) {

@@ -9,8 +9,11 @@
 #include <random>
 #include <vector>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "core/half.h"
-#include "quant_fixture.h"
 
 using hearth::bf16_to_f32;
 using hearth::f16_to_f32;
@@ -20,6 +23,22 @@ using hearth::f32_to_bf16;
 using hearth::f32_to_f16;
 
 namespace {
+
+std::vector<uint8_t> read_fixture(const std::string& name) {
+  const std::string path = std::string(HEARTH_SOURCE_DIR) + "/tests/data/quant/" + name;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "missing fixture " << path << " (run scripts/gen_quant_fixtures.py)";
+    return {};
+  }
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+uint32_t u32_at(const std::vector<uint8_t>& d, size_t off) {
+  uint32_t v;
+  std::memcpy(&v, d.data() + off, 4);
+  return v;
+}
 
 // Value of an f16 from its definition, in double arithmetic.
 double f16_value(uint16_t h) {
@@ -101,15 +120,15 @@ TEST(Half, EveryBf16RoundTrips) {
 }
 
 TEST(Half, MatchesGgmlRoundingOnEdgeCases) {
-  const auto d = quant_test::read_file(quant_test::fixture_path("half.bin"));
+  const auto d = read_fixture("half.bin");
   ASSERT_GE(d.size(), 8u);
   ASSERT_EQ(std::memcmp(d.data(), "HQH1", 4), 0);
-  const uint32_t n = quant_test::u32_at(d, 4);
+  const uint32_t n = u32_at(d, 4);
   ASSERT_EQ(d.size(), 8 + 8ull * n);
   ASSERT_GT(n, 1000u);
   int f16_ok = 0, bf16_ok = 0, nan_inputs = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t bits = quant_test::u32_at(d, 8 + 4ull * i);
+    const uint32_t bits = u32_at(d, 8 + 4ull * i);
     uint16_t want16, wantb;
     std::memcpy(&want16, d.data() + 8 + 4ull * n + 2ull * i, 2);
     std::memcpy(&wantb, d.data() + 8 + 6ull * n + 2ull * i, 2);

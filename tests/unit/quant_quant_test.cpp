@@ -25,7 +25,7 @@ namespace {
 const GgmlType kGoldenTypes[] = {
     GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
     GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-    GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::MXFP4,
+    GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::MXFP4, GgmlType::IQ4_NL,
 };
 
 std::vector<uint8_t> quantize(GgmlType type, const std::vector<float>& x) {
@@ -78,6 +78,7 @@ TEST(Quant, RoundTripErrorIsBounded) {
       {GgmlType::Q8_1, 0.013},  {GgmlType::Q8_K, 0.035}, {GgmlType::Q6_K, 0.04},  {GgmlType::Q5_0, 0.1},
       {GgmlType::Q5_1, 0.07},   {GgmlType::Q5_K, 0.065}, {GgmlType::Q4_0, 0.2},   {GgmlType::Q4_1, 0.14},
       {GgmlType::Q4_K, 0.14},   {GgmlType::MXFP4, 0.2},  {GgmlType::Q3_K, 0.3},   {GgmlType::Q2_K, 0.5},
+      {GgmlType::IQ4_NL, 0.18},
   };
   std::mt19937 rng(1234);
   const size_t n = 256 * 16;
@@ -132,7 +133,7 @@ TEST(Quant, ZeroRowStaysZero) {
 TEST(Quant, UnsupportedTypeThrowsNamingIt) {
   std::vector<float> x(256, 1.0f);
   std::vector<uint8_t> out(1024);
-  for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ4_NL, GgmlType::I8}) {
+  for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ4_XS, GgmlType::I8}) {
     EXPECT_FALSE(hearth::can_quantize(type));
     try {
       hearth::quantize_row_ref(type, x.data(), out.data(), 256);
