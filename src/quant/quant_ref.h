@@ -1,8 +1,8 @@
 // Reference (scalar, portable) quantization of f32 rows into ggml block types,
-// reproducing ggml's deterministic reference quantizers (`quantize_row_*_ref`
-// in ggml-quants.c, what ggml_quantize_chunk runs without an importance
-// matrix) operation for operation, so the bytes written are identical to
-// ggml's. Used to build test models and as the oracle for faster quantizers.
+// reproducing what ggml_quantize_chunk writes without an importance matrix
+// (the `quantize_row_*_ref` code of ggml-quants.c; for IQ4_NL its 7-try
+// search) operation for operation, so the bytes are identical to ggml's.
+// Used to build test models and as the oracle for faster quantizers.
 #pragma once
 
 #include <cstdint>
