@@ -11,8 +11,9 @@ fixtures are reproducible (hearth gets the same through `--now`). Templates are 
 with messages, tools (None when absent), documents=None, add_generation_prompt and every
 other key of the conversation file, as transformers' render does.
 
-Also renders the default model's embedded template (SmolLM2 GGUF) with the model's bos/eos
-tokens into expected/_default_model.json for the end-to-end test.
+Also renders, for the end-to-end tests, the default model's embedded template (SmolLM2 GGUF)
+with the model's bos/eos tokens (expected/_default_model.json) and the chat_template of
+shared/data/tokenizers/qwen3/tokenizer_config.json (expected/_qwen3_tokenizer_config.json).
 
 Usage: scripts/gen_template_fixtures.py [--model PATH.gguf]
 """
@@ -154,6 +155,14 @@ def main():
         doc = {"template": tpath.name, "now": FIXED_NOW_ISO, "results": results}
         (out_dir / (tpath.stem + ".json")).write_text(
             json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+    cfg_path = SHARED / "data" / "tokenizers" / "qwen3" / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    results = {name: render(env, cfg["chat_template"], conv) for name, conv in convs.items()}
+    doc = {"tokenizer_config": "tokenizers/qwen3/tokenizer_config.json", "now": FIXED_NOW_ISO,
+           "results": results}
+    (out_dir / "_qwen3_tokenizer_config.json").write_text(
+        json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
     model = args.model or default_model_path()
     meta = read_gguf_metadata(model)
