@@ -29,11 +29,21 @@ std::string quote(const std::string& s) {
       break;
     }
     switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char buf[8];
@@ -52,9 +62,15 @@ std::string quote(const std::string& s) {
 std::string format_value(const Value& v) {
   char buf[64];
   switch (v.type) {
-    case ValueType::UINT8: case ValueType::UINT16: case ValueType::UINT32: case ValueType::UINT64:
+    case ValueType::UINT8:
+    case ValueType::UINT16:
+    case ValueType::UINT32:
+    case ValueType::UINT64:
       return std::to_string(v.u64);
-    case ValueType::INT8: case ValueType::INT16: case ValueType::INT32: case ValueType::INT64:
+    case ValueType::INT8:
+    case ValueType::INT16:
+    case ValueType::INT32:
+    case ValueType::INT64:
       return std::to_string(v.i64);
     case ValueType::FLOAT32:
       std::snprintf(buf, sizeof buf, "%.7g", v.f64);
@@ -62,8 +78,10 @@ std::string format_value(const Value& v) {
     case ValueType::FLOAT64:
       std::snprintf(buf, sizeof buf, "%.15g", v.f64);
       return buf;
-    case ValueType::BOOL: return v.u64 ? "true" : "false";
-    case ValueType::STRING: return quote(v.str);
+    case ValueType::BOOL:
+      return v.u64 ? "true" : "false";
+    case ValueType::STRING:
+      return quote(v.str);
     case ValueType::ARRAY: {
       std::string s = "[" + std::string(gguf::value_type_name(v.elem_type)) + " x " +
                       std::to_string(v.arr.size());
@@ -133,7 +151,8 @@ void print_tokenizer(const gguf::File& f) {
   }
   for (const char* which : {"bos", "eos", "unk", "pad"}) {
     const Value* id = f.find(std::string("tokenizer.ggml.") + which + "_token_id");
-    if (id != nullptr && (id->is_integer())) s += std::string(", ") + which + " " + format_value(*id);
+    if (id != nullptr && (id->is_integer()))
+      s += std::string(", ") + which + " " + format_value(*id);
   }
   if (const Value* merges = f.find("tokenizer.ggml.merges");
       merges && merges->type == ValueType::ARRAY) {
@@ -146,11 +165,11 @@ void inspect(const std::string& path, bool show_tensors, bool show_metadata) {
   gguf::File f = gguf::File::open(path);
 
   print_field("file:", path);
-  print_field("format:", "GGUF v" + std::to_string(f.version()) + ", " +
-                             std::to_string(f.file_size()) + " bytes (" +
-                             human_bytes(f.file_size()) + "), alignment " +
-                             std::to_string(f.alignment()) + ", data at offset " +
-                             std::to_string(f.data_offset()));
+  std::string format = "GGUF v" + std::to_string(f.version()) + ", " +
+                       std::to_string(f.file_size()) + " bytes (" + human_bytes(f.file_size()) +
+                       "), alignment " + std::to_string(f.alignment());
+  if (!f.tensors().empty()) format += ", data at offset " + std::to_string(f.data_offset());
+  print_field("format:", format);
   const Value* arch_v = f.find("general.architecture");
   std::string arch = arch_v && arch_v->type == ValueType::STRING ? arch_v->str : "";
   print_field("architecture:", arch.empty() ? "(none)" : arch);

@@ -22,23 +22,36 @@
 namespace hearth::gguf {
 namespace {
 
-constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
-constexpr int kMaxArrayDepth = 8;           // arrays of arrays of ... at most this deep
+constexpr uint32_t kMaxDims = 4;   // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 8;  // arrays of arrays of ... at most this deep
 constexpr uint64_t kMaxArrayElements = uint64_t{1} << 25;  // over all metadata arrays
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;        // key length, value type, 1-byte value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                // key length, value type, 1-byte value
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;    // name length, n_dims, type, offset
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr size_t kMaxShownChars = 80;  // of a key or tensor name quoted in a message
 
 // Smallest encoding of one value of type t (an array: its type and count).
 uint64_t min_value_bytes(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-    case ValueType::UINT16: case ValueType::INT16: return 2;
-    case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-    case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-    case ValueType::STRING: return 8;
-    case ValueType::ARRAY: return 12;
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::UINT16:
+    case ValueType::INT16:
+      return 2;
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::FLOAT32:
+      return 4;
+    case ValueType::UINT64:
+    case ValueType::INT64:
+    case ValueType::FLOAT64:
+      return 8;
+    case ValueType::STRING:
+      return 8;
+    case ValueType::ARRAY:
+      return 12;
   }
   return 1;
 }
@@ -117,8 +130,8 @@ class Parser {
   void need(uint64_t n, std::string_view what, std::string_view suffix = {}) const {
     if (n > left()) {
       error(ErrorKind::kInvalidInput,
-            std::string(what) + std::string(suffix) + " truncated: needs " + std::to_string(n) + " bytes, " +
-                std::to_string(left()) + " left",
+            std::string(what) + std::string(suffix) + " truncated: needs " + std::to_string(n) +
+                " bytes, " + std::to_string(left()) + " left",
             pos_);
     }
   }
@@ -209,25 +222,50 @@ class Parser {
     Value v;
     v.type = type;
     switch (type) {
-      case ValueType::UINT8: v.u64 = read<uint8_t>("value (u8)"); break;
-      case ValueType::INT8: v.i64 = read<int8_t>("value (i8)"); break;
-      case ValueType::UINT16: v.u64 = read<uint16_t>("value (u16)"); break;
-      case ValueType::INT16: v.i64 = read<int16_t>("value (i16)"); break;
-      case ValueType::UINT32: v.u64 = read<uint32_t>("value (u32)"); break;
-      case ValueType::INT32: v.i64 = read<int32_t>("value (i32)"); break;
-      case ValueType::UINT64: v.u64 = read<uint64_t>("value (u64)"); break;
-      case ValueType::INT64: v.i64 = read<int64_t>("value (i64)"); break;
-      case ValueType::FLOAT32: v.f64 = read<float>("value (f32)"); break;
-      case ValueType::FLOAT64: v.f64 = read<double>("value (f64)"); break;
+      case ValueType::UINT8:
+        v.u64 = read<uint8_t>("value (u8)");
+        break;
+      case ValueType::INT8:
+        v.i64 = read<int8_t>("value (i8)");
+        break;
+      case ValueType::UINT16:
+        v.u64 = read<uint16_t>("value (u16)");
+        break;
+      case ValueType::INT16:
+        v.i64 = read<int16_t>("value (i16)");
+        break;
+      case ValueType::UINT32:
+        v.u64 = read<uint32_t>("value (u32)");
+        break;
+      case ValueType::INT32:
+        v.i64 = read<int32_t>("value (i32)");
+        break;
+      case ValueType::UINT64:
+        v.u64 = read<uint64_t>("value (u64)");
+        break;
+      case ValueType::INT64:
+        v.i64 = read<int64_t>("value (i64)");
+        break;
+      case ValueType::FLOAT32:
+        v.f64 = read<float>("value (f32)");
+        break;
+      case ValueType::FLOAT64:
+        v.f64 = read<double>("value (f64)");
+        break;
       case ValueType::BOOL: {
         uint64_t at = pos_;
         auto b = read<uint8_t>("value (bool)");
-        if (b > 1) error(ErrorKind::kInvalidInput, "bool value " + std::to_string(b) + " is not 0 or 1", at);
+        if (b > 1)
+          error(ErrorKind::kInvalidInput, "bool value " + std::to_string(b) + " is not 0 or 1", at);
         v.u64 = b;
         break;
       }
-      case ValueType::STRING: v.str = read_string("string"); break;
-      case ValueType::ARRAY: read_array(v, depth + 1); break;
+      case ValueType::STRING:
+        v.str = read_string("string");
+        break;
+      case ValueType::ARRAY:
+        read_array(v, depth + 1);
+        break;
     }
     return v;
   }
@@ -331,7 +369,8 @@ class Parser {
       for (uint32_t d = 0; d < n_dims; ++d) {
         at = pos_;
         auto dim = read<uint64_t>("dimension " + std::to_string(d));
-        if (dim == 0) error(ErrorKind::kInvalidInput, "dimension " + std::to_string(d) + " is zero", at);
+        if (dim == 0)
+          error(ErrorKind::kInvalidInput, "dimension " + std::to_string(d) + " is zero", at);
         t.shape.push_back(dim);
         if (__builtin_mul_overflow(n_elements, dim, &n_elements) ||
             n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -343,7 +382,8 @@ class Parser {
       at = pos_;
       auto type_id = read<uint32_t>("type");
       auto traits = ggml_type_traits(type_id);
-      if (!traits) error(ErrorKind::kUnsupported, "unknown tensor type " + std::to_string(type_id), at);
+      if (!traits)
+        error(ErrorKind::kUnsupported, "unknown tensor type " + std::to_string(type_id), at);
       t.type = traits->type;
       uint64_t row = t.shape.empty() ? 1 : t.shape[0];
       auto row_bytes = ggml_row_bytes(t.type, row);
@@ -354,7 +394,8 @@ class Parser {
               at);
       }
       if (__builtin_mul_overflow(*row_bytes, n_elements / row, &t.n_bytes)) {
-        error(ErrorKind::kInvalidInput, "byte size of shape " + shape_string(t.shape) + " overflows", at);
+        error(ErrorKind::kInvalidInput,
+              "byte size of shape " + shape_string(t.shape) + " overflows", at);
       }
 
       at = pos_;

@@ -9,27 +9,39 @@ namespace hearth::gguf {
 
 std::string_view value_type_name(ValueType type) {
   switch (type) {
-    case ValueType::UINT8: return "u8";
-    case ValueType::INT8: return "i8";
-    case ValueType::UINT16: return "u16";
-    case ValueType::INT16: return "i16";
-    case ValueType::UINT32: return "u32";
-    case ValueType::INT32: return "i32";
-    case ValueType::FLOAT32: return "f32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::UINT64: return "u64";
-    case ValueType::INT64: return "i64";
-    case ValueType::FLOAT64: return "f64";
+    case ValueType::UINT8:
+      return "u8";
+    case ValueType::INT8:
+      return "i8";
+    case ValueType::UINT16:
+      return "u16";
+    case ValueType::INT16:
+      return "i16";
+    case ValueType::UINT32:
+      return "u32";
+    case ValueType::INT32:
+      return "i32";
+    case ValueType::FLOAT32:
+      return "f32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::UINT64:
+      return "u64";
+    case ValueType::INT64:
+      return "i64";
+    case ValueType::FLOAT64:
+      return "f64";
   }
   return "unknown";
 }
 
 namespace {
 
-[[noreturn]] void type_mismatch(std::string_view what, std::string_view expected,
-                                const Value& v) {
+[[noreturn]] void type_mismatch(std::string_view what, std::string_view expected, const Value& v) {
   std::string got(value_type_name(v.type));
   if (v.type == ValueType::ARRAY) got += " of " + std::string(value_type_name(v.elem_type));
   fail(ErrorKind::kInvalidInput, "gguf",

@@ -58,18 +58,42 @@ class Bytes {
   }
   void put_value(const Value& v) {
     switch (v.type) {
-      case ValueType::UINT8: put<uint8_t>(static_cast<uint8_t>(v.u64)); break;
-      case ValueType::INT8: put<int8_t>(static_cast<int8_t>(v.i64)); break;
-      case ValueType::UINT16: put<uint16_t>(static_cast<uint16_t>(v.u64)); break;
-      case ValueType::INT16: put<int16_t>(static_cast<int16_t>(v.i64)); break;
-      case ValueType::UINT32: put<uint32_t>(static_cast<uint32_t>(v.u64)); break;
-      case ValueType::INT32: put<int32_t>(static_cast<int32_t>(v.i64)); break;
-      case ValueType::UINT64: put<uint64_t>(v.u64); break;
-      case ValueType::INT64: put<int64_t>(v.i64); break;
-      case ValueType::FLOAT32: put<float>(static_cast<float>(v.f64)); break;
-      case ValueType::FLOAT64: put<double>(v.f64); break;
-      case ValueType::BOOL: put<uint8_t>(v.u64 != 0 ? 1 : 0); break;
-      case ValueType::STRING: put_string(v.str); break;
+      case ValueType::UINT8:
+        put<uint8_t>(static_cast<uint8_t>(v.u64));
+        break;
+      case ValueType::INT8:
+        put<int8_t>(static_cast<int8_t>(v.i64));
+        break;
+      case ValueType::UINT16:
+        put<uint16_t>(static_cast<uint16_t>(v.u64));
+        break;
+      case ValueType::INT16:
+        put<int16_t>(static_cast<int16_t>(v.i64));
+        break;
+      case ValueType::UINT32:
+        put<uint32_t>(static_cast<uint32_t>(v.u64));
+        break;
+      case ValueType::INT32:
+        put<int32_t>(static_cast<int32_t>(v.i64));
+        break;
+      case ValueType::UINT64:
+        put<uint64_t>(v.u64);
+        break;
+      case ValueType::INT64:
+        put<int64_t>(v.i64);
+        break;
+      case ValueType::FLOAT32:
+        put<float>(static_cast<float>(v.f64));
+        break;
+      case ValueType::FLOAT64:
+        put<double>(v.f64);
+        break;
+      case ValueType::BOOL:
+        put<uint8_t>(v.u64 != 0 ? 1 : 0);
+        break;
+      case ValueType::STRING:
+        put_string(v.str);
+        break;
       case ValueType::ARRAY:
         put<uint32_t>(static_cast<uint32_t>(v.elem_type));
         put<uint64_t>(v.arr.size());
@@ -88,10 +112,18 @@ Value make_uint(ValueType type, uint64_t v) {
   Value out;
   out.type = type;
   switch (type) {
-    case ValueType::UINT8: out.u64 = static_cast<uint8_t>(v); break;
-    case ValueType::UINT16: out.u64 = static_cast<uint16_t>(v); break;
-    case ValueType::UINT32: out.u64 = static_cast<uint32_t>(v); break;
-    default: out.u64 = v; break;
+    case ValueType::UINT8:
+      out.u64 = static_cast<uint8_t>(v);
+      break;
+    case ValueType::UINT16:
+      out.u64 = static_cast<uint16_t>(v);
+      break;
+    case ValueType::UINT32:
+      out.u64 = static_cast<uint32_t>(v);
+      break;
+    default:
+      out.u64 = v;
+      break;
   }
   return out;
 }
@@ -101,10 +133,18 @@ Value make_int(ValueType type, int64_t v) {
   Value out;
   out.type = type;
   switch (type) {
-    case ValueType::INT8: out.i64 = static_cast<int8_t>(v); break;
-    case ValueType::INT16: out.i64 = static_cast<int16_t>(v); break;
-    case ValueType::INT32: out.i64 = static_cast<int32_t>(v); break;
-    default: out.i64 = v; break;
+    case ValueType::INT8:
+      out.i64 = static_cast<int8_t>(v);
+      break;
+    case ValueType::INT16:
+      out.i64 = static_cast<int16_t>(v);
+      break;
+    case ValueType::INT32:
+      out.i64 = static_cast<int32_t>(v);
+      break;
+    default:
+      out.i64 = v;
+      break;
   }
   return out;
 }
@@ -260,8 +300,8 @@ void Writer::add_tensor(std::string_view name, GgmlType type, std::vector<uint64
   }
   uint64_t expected = *row_bytes * (n_elements / shape[0]);
   if (bytes.size() != expected) {
-    writer_error("tensor '" + n + "': got " + std::to_string(bytes.size()) + " bytes, shape needs " +
-                 std::to_string(expected));
+    writer_error("tensor '" + n + "': got " + std::to_string(bytes.size()) +
+                 " bytes, shape needs " + std::to_string(expected));
   }
   tensors_.push_back(
       PendingTensor{std::move(n), type, std::move(shape), {bytes.begin(), bytes.end()}});
@@ -305,7 +345,8 @@ void Writer::write_file(const std::string& path) const {
   std::vector<uint8_t> bytes = to_bytes();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) fail(ErrorKind::kIo, "gguf-writer", path + ": cannot open for writing");
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) fail(ErrorKind::kIo, "gguf-writer", path + ": write failed");
 }

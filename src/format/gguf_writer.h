@@ -16,9 +16,9 @@
 namespace hearth::gguf {
 
 // Builders of metadata values, for Writer::set_value and nested arrays.
-Value make_uint(ValueType type, uint64_t v);   // UINT8/16/32/64 (truncated to the width)
-Value make_int(ValueType type, int64_t v);     // INT8/16/32/64 (truncated to the width)
-Value make_float(ValueType type, double v);    // FLOAT32/FLOAT64
+Value make_uint(ValueType type, uint64_t v);  // UINT8/16/32/64 (truncated to the width)
+Value make_int(ValueType type, int64_t v);    // INT8/16/32/64 (truncated to the width)
+Value make_float(ValueType type, double v);   // FLOAT32/FLOAT64
 Value make_bool(bool v);
 Value make_string(std::string v);
 Value make_array(ValueType elem_type, std::vector<Value> items);  // items must all be elem_type

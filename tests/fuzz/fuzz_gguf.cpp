@@ -20,8 +20,14 @@ uint64_t touch(const Value& v) {
     for (const Value& e : v.arr) h += touch(e);
   }
   // The converting accessors must throw Error, never anything else.
-  try { h += static_cast<uint64_t>(v.as_int("fuzz")); } catch (const hearth::Error&) {}
-  try { h += static_cast<uint64_t>(v.as_float("fuzz")); } catch (const hearth::Error&) {}
+  try {
+    h += static_cast<uint64_t>(v.as_int("fuzz"));
+  } catch (const hearth::Error&) {
+  }
+  try {
+    h += static_cast<uint64_t>(v.as_float("fuzz"));
+  } catch (const hearth::Error&) {
+  }
   return h;
 }
 
@@ -39,8 +45,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       sink = sink + h;
       if (f.find_tensor(t.name) == nullptr) __builtin_trap();
     }
-    try { (void)f.find_string("general.architecture"); } catch (const hearth::Error&) {}
-    try { (void)f.find_int("general.alignment"); } catch (const hearth::Error&) {}
+    try {
+      (void)f.find_string("general.architecture");
+    } catch (const hearth::Error&) {
+    }
+    try {
+      (void)f.find_int("general.alignment");
+    } catch (const hearth::Error&) {
+    }
   } catch (const hearth::Error&) {
   }
   return 0;

@@ -29,7 +29,10 @@ TEST(GgufBroken, BadMagic) {
   b.u32(3);
   expect_gguf_error(b.b, ErrorKind::kInvalidInput, {"header: bad magic 'GGML'", off(0)});
   GgufBytes bin;
-  bin.raw("\x7f" "ELF", 4);
+  bin.raw(
+      "\x7f"
+      "ELF",
+      4);
   expect_gguf_error(bin.b, ErrorKind::kInvalidInput, {"bad magic '\\x7fELF'"});
 }
 
@@ -61,9 +64,9 @@ TEST(GgufBroken, HugeCounts) {
   GgufBytes t;
   t.header(3, uint64_t{1} << 62, 0);
   t.zeros(100);
-  expect_gguf_error(t.b, ErrorKind::kInvalidInput,
-                    {"header: tensor count 4611686018427387904 cannot fit in the 100 bytes left",
-                     off(8)});
+  expect_gguf_error(
+      t.b, ErrorKind::kInvalidInput,
+      {"header: tensor count 4611686018427387904 cannot fit in the 100 bytes left", off(8)});
   GgufBytes k;
   k.header(3, 0, ~uint64_t{0});
   k.zeros(100);
@@ -138,7 +141,8 @@ TEST(GgufBroken, BadBool) {
   b.header(3, 0, 1);
   uint64_t at = b.key("x.flag", ValueType::BOOL);
   b.u8(7);
-  expect_gguf_error(b.b, ErrorKind::kInvalidInput, {"'x.flag': bool value 7 is not 0 or 1", off(at)});
+  expect_gguf_error(b.b, ErrorKind::kInvalidInput,
+                    {"'x.flag': bool value 7 is not 0 or 1", off(at)});
 }
 
 TEST(GgufBroken, ArrayCountHuge) {
@@ -174,9 +178,9 @@ TEST(GgufBroken, StringInsideArrayPastEnd) {
   uint64_t at = b.size();
   b.u64(1000);
   b.raw("xyz", 3);
-  expect_gguf_error(b.b, ErrorKind::kInvalidInput,
-                    {"metadata key #0 'tokenizer.ggml.tokens'[2]: string length 1000 runs past end",
-                     off(at)});
+  expect_gguf_error(
+      b.b, ErrorKind::kInvalidInput,
+      {"metadata key #0 'tokenizer.ggml.tokens'[2]: string length 1000 runs past end", off(at)});
 }
 
 namespace {
@@ -210,9 +214,9 @@ TEST(GgufBroken, NestedArraysTooDeep) {
   EXPECT_EQ(v->u64, 42u);
   // Depth 9: the 9th array header starts after the header, key and 8 (type, count) pairs.
   uint64_t at = 24 + 8 + 8 + 4 + 8 * 12;
-  expect_gguf_error(nested_arrays(9), ErrorKind::kInvalidInput,
-                    {"'x.nested'[0][0][0][0][0][0][0][0]: arrays nested deeper than 8 levels",
-                     off(at)});
+  expect_gguf_error(
+      nested_arrays(9), ErrorKind::kInvalidInput,
+      {"'x.nested'[0][0][0][0][0][0][0][0]: arrays nested deeper than 8 levels", off(at)});
   // Very deep nesting is refused just as quickly (no recursion past the cap).
   expect_gguf_error(nested_arrays(100000), ErrorKind::kInvalidInput, {"nested deeper than 8"});
 }
@@ -245,8 +249,9 @@ TEST(GgufBroken, TensorDims) {
     uint64_t at = b.size();
     b.u32(5);
     b.zeros(64);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
-                      {"tensor #0 'blk.0.attn_q.weight': n_dims 5 exceeds the maximum of 4", off(at)});
+    expect_gguf_error(
+        b.b, ErrorKind::kInvalidInput,
+        {"tensor #0 'blk.0.attn_q.weight': n_dims 5 exceeds the maximum of 4", off(at)});
   }
   {
     GgufBytes b;
@@ -257,7 +262,8 @@ TEST(GgufBroken, TensorDims) {
     uint64_t at = b.size();
     b.u64(0);
     b.zeros(64);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput, {"tensor #0 'w': dimension 1 is zero", off(at)});
+    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
+                      {"tensor #0 'w': dimension 1 is zero", off(at)});
   }
   {
     GgufBytes b;
@@ -280,7 +286,8 @@ TEST(GgufBroken, TensorDims) {
     b.header(3, 1, 0);
     uint64_t at = b.tensor("w", {uint64_t{1} << 31, uint64_t{1} << 31}, 28, 0) - 4;
     b.zeros(64);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput, {"tensor #0 'w': byte size of shape", off(at)});
+    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
+                      {"tensor #0 'w': byte size of shape", off(at)});
   }
 }
 
@@ -297,9 +304,9 @@ TEST(GgufBroken, TensorTypes) {
   b.header(3, 1, 0);
   uint64_t at = b.tensor("w", {33, 2}, static_cast<uint32_t>(hearth::GgmlType::Q4_0), 0) - 4;
   b.zeros(256);
-  expect_gguf_error(b.b, ErrorKind::kInvalidInput,
-                    {"tensor #0 'w': row length 33 is not a multiple of the q4_0 block size 32",
-                     off(at)});
+  expect_gguf_error(
+      b.b, ErrorKind::kInvalidInput,
+      {"tensor #0 'w': row length 33 is not a multiple of the q4_0 block size 32", off(at)});
 }
 
 TEST(GgufBroken, TensorOffsets) {
@@ -309,8 +316,9 @@ TEST(GgufBroken, TensorOffsets) {
     uint64_t at = b.tensor("w", {8}, 0, 4);
     b.pad_to(32);
     b.zeros(64);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
-                      {"tensor #0 'w': data offset 4 is not a multiple of the alignment 32", off(at)});
+    expect_gguf_error(
+        b.b, ErrorKind::kInvalidInput,
+        {"tensor #0 'w': data offset 4 is not a multiple of the alignment 32", off(at)});
   }
   {
     GgufBytes b;  // 16 x f32 = 64 bytes at data offset 64, but the file has 96 data bytes
@@ -320,10 +328,10 @@ TEST(GgufBroken, TensorOffsets) {
     b.pad_to(32);
     uint64_t data = b.size();
     b.zeros(96);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
-                      {"tensor #1 'blk.0.attn_q.weight': data (offset " + std::to_string(data + 64) +
-                       ", 64 bytes) extends past end of file (file size " +
-                       std::to_string(b.size()) + ")"});
+    expect_gguf_error(
+        b.b, ErrorKind::kInvalidInput,
+        {"tensor #1 'blk.0.attn_q.weight': data (offset " + std::to_string(data + 64) +
+         ", 64 bytes) extends past end of file (file size " + std::to_string(b.size()) + ")"});
   }
   {
     GgufBytes b;  // an offset so large that data_offset + offset wraps around
@@ -331,7 +339,8 @@ TEST(GgufBroken, TensorOffsets) {
     b.tensor("w", {8}, 0, ~uint64_t{31});
     b.pad_to(32);
     b.zeros(64);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput, {"tensor #0 'w': data (offset", "extends past end"});
+    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
+                      {"tensor #0 'w': data (offset", "extends past end"});
   }
   {
     GgufBytes b;  // b's 64 bytes at 32 overlap a's 64 bytes at 0
@@ -341,10 +350,10 @@ TEST(GgufBroken, TensorOffsets) {
     b.pad_to(32);
     uint64_t data = b.size();
     b.zeros(128);
-    expect_gguf_error(b.b, ErrorKind::kInvalidInput,
-                      {"tensor #1 'b': data (offset " + std::to_string(data + 32) +
-                       ", 64 bytes) overlaps tensor #0 'a' (offset " + std::to_string(data) +
-                       ", 64 bytes)"});
+    expect_gguf_error(
+        b.b, ErrorKind::kInvalidInput,
+        {"tensor #1 'b': data (offset " + std::to_string(data + 32) +
+         ", 64 bytes) overlaps tensor #0 'a' (offset " + std::to_string(data) + ", 64 bytes)"});
   }
 }
 
@@ -390,7 +399,9 @@ std::vector<uint8_t> small_valid_file() {
   w.set_bool("tokenizer.ggml.add_bos_token", true);
   w.set_array("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b", "<s>"});
   w.set_array("tokenizer.ggml.scores", std::vector<float>{0.0f, -1.0f, -2.0f});
-  w.set_value("x.nested", make_array(ValueType::ARRAY, {make_array(ValueType::INT32, {make_int(ValueType::INT32, 5)})}));
+  w.set_value("x.nested",
+              make_array(ValueType::ARRAY,
+                         {make_array(ValueType::INT32, {make_int(ValueType::INT32, 5)})}));
   std::vector<float> v(8, 1.5f);
   w.add_tensor_f32("a", {8}, v);
   w.add_tensor("b", hearth::GgmlType::Q8_0, {32, 2}, std::vector<uint8_t>(68, 7));
@@ -413,7 +424,8 @@ TEST(GgufBroken, TruncatedAtEveryByte) {
       ADD_FAILURE() << "prefix of " << n << " bytes parsed";
     } catch (const hearth::Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
-      EXPECT_NE(std::string(e.what()).find("file size " + std::to_string(n) + ")"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("file size " + std::to_string(n) + ")"),
+                std::string::npos)
           << e.what();
     }
   }
@@ -431,16 +443,23 @@ TEST(GgufBroken, RandomMutationsNeverCrash) {
     for (int k = 0; k < n_mut; ++k) {
       size_t at = rng() % m.size();
       switch (rng() % 4) {
-        case 0: m[at] = static_cast<uint8_t>(rng()); break;
-        case 1: m[at] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
+        case 0:
+          m[at] = static_cast<uint8_t>(rng());
+          break;
+        case 1:
+          m[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+          break;
         case 2: {
-          static const uint64_t kExtreme[] = {0, 1, 0xff, 0xffffffffull, ~uint64_t{0},
-                                              uint64_t{1} << 63, 0x7fffffffffffffffull};
+          static const uint64_t kExtreme[] = {
+              0, 1, 0xff, 0xffffffffull, ~uint64_t{0}, uint64_t{1} << 63, 0x7fffffffffffffffull};
           uint64_t v = kExtreme[rng() % 7];
-          for (size_t i = 0; i < 8 && at + i < m.size(); ++i) m[at + i] = static_cast<uint8_t>(v >> (8 * i));
+          for (size_t i = 0; i < 8 && at + i < m.size(); ++i)
+            m[at + i] = static_cast<uint8_t>(v >> (8 * i));
           break;
         }
-        default: m.resize(at); break;
+        default:
+          m.resize(at);
+          break;
       }
       if (m.empty()) break;
     }

@@ -86,7 +86,8 @@ inline void expect_gguf_error(const std::vector<uint8_t>& b, ErrorKind kind,
     std::string msg = e.what();
     EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << msg;
     EXPECT_EQ(msg.rfind("[gguf] t.gguf: ", 0), 0u) << msg;
-    for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    for (const auto& p : pieces)
+      EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
   }
 }
 

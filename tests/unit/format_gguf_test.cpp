@@ -143,7 +143,8 @@ TEST_P(GgufRoundTrip, MetadataTensorsAndBytes) {
     EXPECT_EQ(t.n_bytes, want[i].n_bytes);
     EXPECT_EQ(t.offset % alignment, 0u);
     EXPECT_EQ(t.data, bytes.data() + f.data_offset() + t.offset);
-    EXPECT_EQ(std::vector<uint8_t>(t.data, t.data + t.n_bytes), pattern(want[i].n_bytes, want[i].seed))
+    EXPECT_EQ(std::vector<uint8_t>(t.data, t.data + t.n_bytes),
+              pattern(want[i].n_bytes, want[i].seed))
         << t.name;
     EXPECT_EQ(f.find_tensor(want[i].name), &t);
   }
@@ -152,9 +153,8 @@ TEST_P(GgufRoundTrip, MetadataTensorsAndBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(VersionsAndAlignments, GgufRoundTrip,
-                         testing::Values(std::pair{3u, 32u}, std::pair{2u, 32u},
-                                         std::pair{3u, 64u}, std::pair{2u, 1u},
-                                         std::pair{3u, 4096u}));
+                         testing::Values(std::pair{3u, 32u}, std::pair{2u, 32u}, std::pair{3u, 64u},
+                                         std::pair{2u, 1u}, std::pair{3u, 4096u}));
 
 TEST(GgufRoundTrip, EmptyFileAndFileOnDisk) {
   Writer w(3);
@@ -195,9 +195,7 @@ TEST(GgufWriter, RejectsBadInput) {
   EXPECT_EQ(w.metadata().size(), 1u);
 }
 
-TEST(GgufLookup, NullBufferIsAnError) {
-  EXPECT_THROW(File::parse(nullptr, 0, "x"), Error);
-}
+TEST(GgufLookup, NullBufferIsAnError) { EXPECT_THROW(File::parse(nullptr, 0, "x"), Error); }
 
 TEST(GgufLookup, Errors) {
   Writer w(3);
@@ -221,7 +219,7 @@ TEST(GgufLookup, Errors) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
     EXPECT_STREQ(e.what(), "[gguf] m.gguf: key 's': expected an integer, got string");
   }
-  EXPECT_THROW(f.get_int("big"), Error);          // does not fit int64
+  EXPECT_THROW(f.get_int("big"), Error);  // does not fit int64
   EXPECT_EQ(f.get_float("big"), 18446744073709551615.0);
   EXPECT_THROW(f.get_bool("n"), Error);
   EXPECT_EQ(f.get_int("flag"), 1);
