@@ -83,6 +83,59 @@ def render(env, source, conv):
         return {"error": str(e), "error_type": type(e).__name__}
 
 
+# Small templates for the interpreter unit test (tests/unit/template_interpreter_test.cpp):
+# (name, template, variables). Rendered by jinja2 into expected/_snippets.json.
+SNIPPET_VARS = {"s": "  Hello World  ", "n": 7, "f": 2.5, "xs": [3, 1, 2], "d": {"b": 1, "a": [1, 2], "c": None},
+                "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "x": 1}],
+                "ko": "안녕 🙂", "t": True, "none": None, "empty": []}
+SNIPPETS = [
+    ("literals", "{{ 1 }} {{ -2 }} {{ 1.0 }} {{ 1e20 }} {{ 0.1 + 0.2 }} {{ 'a' 'b' }} {{ [1, 'x', none, true] }} {{ {'k': [1.5]} }} {{ (1, 2) }}"),
+    ("arith", "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 6 / 3 }} {{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2.5 * 2 }} {{ 'ab' * 3 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }}"),
+    ("concat", "{{ 'a' ~ 1 ~ none ~ true ~ 2.0 }} {{ 'x' + 'y' }} {{ [1] + [2] }} {{ n ~ undefined_var ~ '|' }}"),
+    ("compare", "{{ 1 < 2 < 3 }} {{ 1 == 1.0 }} {{ 'a' < 'b' }} {{ true == 1 }} {{ none == none }} {{ [1,2] == [1,2] }} {{ 'a' != 'a' }} {{ 3 >= 3 }} {{ 'b' in 'abc' }} {{ 2 not in xs }} {{ 'a' in d }}"),
+    ("logic", "{{ none or 'x' }} {{ 0 and 1 }} {{ not none }} {{ '' or [] or 0 }} {{ 'y' if t else 'n' }} {{ 'y' if none else 'n' }} [{{ 'y' if none }}] {{ not 1 == 2 }}"),
+    ("attr_item", "{{ d.b }} {{ d['a'][1] }} {{ msgs[-1].content }} {{ msgs[0]['role'] }} {{ d.a.0 }} [{{ d.zz }}] [{{ msgs[5] }}] {{ d.c }} {{ d.get('zz', 'dflt') }} {{ d.get('b') }} {{ d.get('q') }}"),
+    ("slicing", "{{ xs[::-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ ko[::-1] }} {{ ko[1:3] }} {{ 'abcdef'[1:5:2] }} {{ xs[5:] }} {{ ko[0] }} {{ ko | length }}"),
+    ("str_methods", "[{{ s.strip() }}] [{{ s.lstrip() }}] [{{ s.rstrip() }}] [{{ 'xxhixx'.strip('x') }}] {{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ s.startswith('  He') }} {{ 'file.py'.endswith(('.py', '.js')) }} {{ s.upper() }} {{ s.lower() }} {{ 'hello world'.title() }} {{ 'aXb'.replace('X', '-') }} {{ 'abcabc'.find('c') }} {{ 'abcabc'.count('b') }} {{ '-'.join(['a', 'b']) }}"),
+    ("dict_methods", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %} {{ d.keys() | list }} {{ d.values() | list }} {% for k in d %}{{ k }}{% endfor %}"),
+    ("filters_basic", "{{ xs | length }} {{ s | trim }} {{ 'x' | upper }} {{ 'hELLo wOrld' | title }} {{ 'hELLo' | capitalize }} {{ 'aaa' | replace('a', 'b', 2) }} {{ xs | join(', ') }} {{ undefined_var | default('dv') }} {{ none | default('dv') }} {{ '' | default('dv', true) }} {{ xs | first }} {{ xs | last }} {{ 'ab' | list }} {{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }} {{ 3.5 | round }} {{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int }} {{ '2.5' | float }} {{ 3 | string }} {{ xs | sort }} {{ xs | sort(reverse=true) }} {{ [1, 2, 1] | unique | list }} {{ xs | reverse | list }} {{ xs | min }} {{ xs | max }} {{ xs | sum }} {{ 'a b  c' | wordcount }} {{ d | length }} {{ d | dictsort }} {{ d | items | list }}"),
+    ("filters_seq", "{{ msgs | map(attribute='role') | join(',') }} {{ msgs | selectattr('role', 'equalto', 'user') | list | length }} {{ msgs | rejectattr('x', 'defined') | map(attribute='content') | list }} {{ xs | select('odd') | list }} {{ xs | reject('even') | list }} {{ ['a', 'B'] | map('upper') | list }} {{ msgs | selectattr('x') | list | length }} {{ xs | batch(2) | list }} {{ msgs | map(attribute='zz', default='-') | list }}"),
+    ("tojson", "{{ d | tojson }} {{ d | tojson(indent=2) }} {{ ko | tojson }} {{ {'q': 'a\"b\\c\n\t<&>'} | tojson }} {{ [1.0, 2, none, true] | tojson }} {{ {} | tojson(indent=4) }} {{ [] | tojson }} {{ msgs | tojson(separators=(',', ':')) }} {{ d | tojson(sort_keys=true) }} {{ ko | tojson(ensure_ascii=true) }}"),
+    ("indent", "{{ 'a\nb\n\nc' | indent }}|{{ 'a\nb' | indent(2, true) }}|{{ 'a\n\nb' | indent(2, blank=true) }}|{{ 'x' | indent(first=true) }}"),
+    ("escape_safe", r"{{ '<a>' | e }} {{ '<a>' | safe }} {{ '<' | safe + '>' }} {{ '&' + ('<' | safe) }} {{ ('\'' | escape) ~ '<' }} {{ ('\"' | e) + 'x' }}"),
+    ("tests", "{{ n is defined }} {{ zz is undefined }} {{ none is none }} {{ s is string }} {{ n is number }} {{ t is number }} {{ n is integer }} {{ f is float }} {{ d is mapping }} {{ xs is iterable }} {{ xs is sequence }} {{ s is sequence }} {{ zz is iterable }} {{ t is boolean }} {{ t is true }} {{ none is false }} {{ n is odd }} {{ n is even }} {{ 9 is divisibleby 3 }} {{ n is eq 7 }} {{ n is ne 7 }} {{ n is lt 8 }} {{ n is gt 8 }} {{ n is ge 7 }} {{ n is le 6 }} {{ 1 is in xs }} {{ n is not string }} {{ 'x' is equalto 'x' }}"),
+    ("for_loop", "{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.cycle('a', 'b') }}{% if not loop.first %}p{{ loop.previtem }}{% endif %}{% if not loop.last %}n{{ loop.nextitem }}{% endif %};{% endfor %}"),
+    ("for_else_filter", "{% for x in empty %}{{ x }}{% else %}none{% endfor %} {% for x in xs if x > 1 %}{{ x }}/{{ loop.length }} {% endfor %} {% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %} {% for c in 'ab' %}{{ c }}{% endfor %}"),
+    ("loopcontrols", "{% for x in [1, 2, 3, 4, 5] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+    ("scoping", "{% set v = 1 %}{% for x in xs %}{% set v = v + x %}{% endfor %}{{ v }} {% set ns = namespace(v=1, w='a') %}{% for x in xs %}{% set ns.v = ns.v + x %}{% endfor %}{{ ns.v }}{{ ns.w }} {% if true %}{% set y = 5 %}{% endif %}{{ y }}"),
+    ("set_forms", "{% set a, b = 1, 2 %}{{ a }}{{ b }} {% set blk %}  in {{ n }} {% endset %}[{{ blk }}] {% set blk2 | trim | upper %}  x  {% endset %}[{{ blk2 }}]"),
+    ("macros", "{% macro m(a, b='B', c=none) %}<{{ a }}{{ b }}{{ c }}>{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(1, c=3) }}{{ m(a='k') }}{% macro rec(k) %}{% if k > 0 %}{{ k }}{{ rec(k - 1) }}{% endif %}{% endmacro %} {{ rec(3) }} {{ m }}"),
+    ("filter_block", "{% filter upper %}abc {{ n }}{% endfilter %} {% filter trim %}   x   {% endfilter %}|"),
+    ("whitespace", "a\n  {% if t %}\n    b\n  {% endif %}\n  c {{- ' d ' -}} e\n{# comment #}\nf {%- if t %} g {% endif -%} h\n  {%+ if t %}i{% endif %}\n{{ 'j' }}\n"),
+    ("raw", "{% raw %}{{ not evaluated }}{% endraw %} {%- raw -%}  x  {%- endraw %}"),
+    ("render_values", r'''{{ none }} {{ true }} {{ false }} {{ [none, true, 'it\'s', "q", 'a\nb'] }} {{ {'a': none} }} {{ 10 / 4 }} {{ 1e-5 }} {{ 123456789012345678.0 }} {{ 1/3 }} {{ 1e16 }} {{ 1e15 }} {{ 0.0001 }}'''),
+    ("unicode", "{{ ko | upper }} {{ ko | length }} {{ ko.split(' ') }} {{ ko | tojson }} {{ ko[-1] }} {{ '\u00e9\x41' }}"),
+    ("range_dict", "{% for i in range(3) %}{{ i }}{% endfor %} {{ range(1, 10, 3) | list }} {{ dict(a=1, b=2) }} {{ namespace(a=1).a }}"),
+    ("generation", "{% generation %}gen {{ n }}{% endgeneration %}"),
+    ("strftime", "{{ strftime_now('%Y-%m-%d %H:%M %B %b %A %d') }}"),
+    ("err_raise", "{{ raise_exception('bad role: ' ~ msgs[0].role) }}"),
+    ("err_undefined_attr", "{{ zz.foo }}"),
+    ("err_none_iter", "{% for x in none %}{% endfor %}"),
+    ("err_append", "{% set l = [] %}{{ l.append(1) }}"),
+    ("err_str_items", "{{ s.items() }}"),
+    ("err_add_types", "{{ 1 + 'a' }}"),
+    ("err_div_zero", "{{ 1 / 0 }}"),
+    ("err_items_filter", "{{ xs | items | list }}"),
+]
+
+
+def render_snippets(env):
+    results = {}
+    for name, source in SNIPPETS:
+        results[name] = {"template": source, **render(env, source, dict(SNIPPET_VARS))}
+    return {"now": FIXED_NOW_ISO, "variables": SNIPPET_VARS, "results": results}
+
+
 def read_gguf_metadata(path):
     """Minimal GGUF v2/v3 metadata reader (only what the fixtures need)."""
     with open(path, "rb") as f:
@@ -155,6 +208,9 @@ def main():
         doc = {"template": tpath.name, "now": FIXED_NOW_ISO, "results": results}
         (out_dir / (tpath.stem + ".json")).write_text(
             json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+    (out_dir / "_snippets.json").write_text(
+        json.dumps(render_snippets(env), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
     cfg_path = SHARED / "data" / "tokenizers" / "qwen3" / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))

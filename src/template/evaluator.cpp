@@ -230,7 +230,7 @@ class Renderer {
 
   Value make_macro(const Stmt& s) {
     const Stmt* m = &s;
-    return Value::func(s.text, [this, m](Args& a) { return call_macro(*m, a); });
+    return Value::func("<Macro '" + s.text + "'>", [this, m](Args& a) { return call_macro(*m, a); });
   }
 
   Value call_macro(const Stmt& m, Args& a) {
@@ -359,7 +359,7 @@ class Renderer {
       case ExprKind::kTuple: {
         std::vector<Value> items;
         for (const auto& x : e.args) items.push_back(eval(*x));
-        return Value::make_list(std::move(items));
+        return e.kind == ExprKind::kTuple ? Value::make_tuple(std::move(items)) : Value::make_list(std::move(items));
       }
       case ExprKind::kDict: {
         Value d = Value::make_dict();

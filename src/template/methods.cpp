@@ -14,7 +14,7 @@ const std::set<std::string>& str_methods() {
       "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower",
       "title", "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "isdigit",
       "isalpha", "isalnum", "isspace", "isupper", "islower", "splitlines", "removeprefix", "removesuffix",
-      "zfill", "swapcase", "casefold", "center", "ljust", "rjust", "partition", "rpartition"};
+      "casefold", "partition", "rpartition"};
   return m;
 }
 const std::set<std::string> kListSafe = {"index", "count", "copy"};
@@ -251,9 +251,9 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
     std::string sep = arg_str(a, 0, "sep", name);
     size_t f = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (f == std::string::npos) {
-      return name == "partition" ? Value::make_list({Value(s), Value(""), Value("")}) : Value::make_list({Value(""), Value(""), Value(s)});
+      return name == "partition" ? Value::make_tuple({Value(s), Value(""), Value("")}) : Value::make_tuple({Value(""), Value(""), Value(s)});
     }
-    return Value::make_list({Value(s.substr(0, f)), Value(sep), Value(s.substr(f + sep.size()))});
+    return Value::make_tuple({Value(s.substr(0, f)), Value(sep), Value(s.substr(f + sep.size()))});
   }
   throw_render("str method '" + name + "' is not supported");
 }
@@ -294,7 +294,7 @@ Value dict_method(const Value& self, const std::string& name, const Args& a) {
   for (const auto& [k, v] : d.items) {
     if (name == "keys") out.emplace_back(k);
     else if (name == "values") out.push_back(v);
-    else out.push_back(Value::make_list({Value(k), v}));
+    else out.push_back(Value::make_tuple({Value(k), v}));
   }
   return Value::make_list(std::move(out));
 }

@@ -626,7 +626,10 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    ExprPtr c = node(ExprKind::kCall, cur());
+    ExprPtr c = std::make_unique<Expr>();
+    c->kind = ExprKind::kCall;
+    c->line = callee->line;  // errors point at the start of the call
+    c->col = callee->col;
     c->args.push_back(std::move(callee));
     parse_call_args(c.get());
     return c;

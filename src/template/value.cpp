@@ -61,6 +61,12 @@ Value Value::make_list(std::vector<Value> items, bool generator) {
   return v;
 }
 
+Value Value::make_tuple(std::vector<Value> items) {
+  Value v = make_list(std::move(items));
+  v.l_->tuple = true;
+  return v;
+}
+
 Value Value::make_dict() {
   Value v;
   v.kind_ = Kind::kDict;
@@ -237,12 +243,14 @@ std::string repr(const Value& v) {
     case Kind::kString: return v.is_safe() ? "Markup(" + repr_string(v.str()) + ")" : repr_string(v.str());
     case Kind::kList: {
       if (v.list().generator) return "<generator object>";
-      std::string out = "[";
+      const bool tuple = v.list().tuple;
+      std::string out = tuple ? "(" : "[";
       for (size_t i = 0; i < v.list().items.size(); ++i) {
         if (i) out += ", ";
         out += repr(v.list().items[i]);
       }
-      return out + "]";
+      if (tuple && v.list().items.size() == 1) out += ",";
+      return out + (tuple ? ")" : "]");
     }
     case Kind::kDict: {
       std::string out = "{";
@@ -271,7 +279,7 @@ std::string to_str(const Value& v) {
     case Kind::kString: return v.str();
     case Kind::kList:
     case Kind::kDict: return repr(v);
-    case Kind::kFunc: return "<function " + v.func_name() + ">";
+    case Kind::kFunc: return v.func_name().rfind('<', 0) == 0 ? v.func_name() : "<function " + v.func_name() + ">";
     case Kind::kNamespace: {
       Value tmp = Value::make_dict();
       tmp.dict().items = v.dict().items;
@@ -289,7 +297,7 @@ std::string type_name(const Value& v) {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return v.is_safe() ? "Markup" : "str";
-    case Kind::kList: return v.list().generator ? "generator" : "list";
+    case Kind::kList: return v.list().generator ? "generator" : v.list().tuple ? "tuple" : "list";
     case Kind::kDict: return "dict";
     case Kind::kFunc: return "function";
     case Kind::kNamespace: return "Namespace";

@@ -43,6 +43,7 @@ using Func = std::function<Value(Args&)>;
 struct List {
   std::vector<Value> items;
   bool generator = false;  // result of map/select/...: Python generator (not JSON serializable)
+  bool tuple = false;      // a Python tuple: repr "(a, b)"
 };
 
 // Insertion-ordered string-keyed dict (Python dict semantics for str keys).
@@ -67,6 +68,7 @@ class Value {
   // Undefined whose use raises `message` (e.g. "'x' is undefined"); security: a SecurityError.
   static Value undefined(std::string message, bool security = false);
   static Value make_list(std::vector<Value> items = {}, bool generator = false);
+  static Value make_tuple(std::vector<Value> items);
   static Value make_dict();
   static Value namespace_();
   static Value func(std::string name, Func f);
