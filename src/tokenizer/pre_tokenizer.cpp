@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace hearth::tokenizer {
 
@@ -137,21 +138,8 @@ namespace {
 void split_invalid_utf8(std::string_view text, std::vector<std::string_view>& out) {
   size_t run = 0, i = 0;
   while (i < text.size()) {
-    const auto c = static_cast<uint8_t>(text[i]);
-    size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    bool ok = n > 0 && i + n <= text.size();
-    uint32_t cp = n == 1 ? c : n ? (c & (0x7F >> n)) : 0;
-    for (size_t k = 1; ok && k < n; ++k) {
-      const auto cc = static_cast<uint8_t>(text[i + k]);
-      ok = (cc & 0xC0) == 0x80;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // reject overlong forms, surrogates and values past U+10FFFF (PCRE2 would)
-    if (ok && ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-               (cp >= 0xD800 && cp < 0xE000) || cp > 0x10FFFF)) {
-      ok = false;
-    }
-    if (ok) {
+    const size_t n = unicode::valid_utf8_len(text, i);
+    if (n) {
       i += n;
       continue;
     }

@@ -246,10 +246,13 @@ std::string Tokenizer::token_to_piece(TokenId id, bool special) const {
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, const DecodeOptions& options) const {
   std::string out;
+  // The space add_space_prefix put in front of the text sits on the first token after an
+  // optional leading BOS.
+  const size_t first_text = (!ids.empty() && ids[0] == vocab_->bos && vocab_->bos != kNoToken) ? 1 : 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     check_id(ids[i]);
     std::string p = piece(ids[i], !options.skip_special);
-    if (i == 0 && options.strip_space_prefix && vocab_->add_space_prefix && !p.empty() && p[0] == ' ') {
+    if (i == first_text && options.strip_space_prefix && vocab_->add_space_prefix && !p.empty() && p[0] == ' ') {
       p.erase(0, 1);
     }
     out += p;
@@ -266,7 +269,9 @@ std::string StreamDecoder::push(TokenId id) {
   if (first_ && options_.strip_space_prefix && tokenizer_->vocab().add_space_prefix && !p.empty() && p[0] == ' ') {
     p.erase(0, 1);
   }
-  first_ = false;
+  // A leading BOS does not count as the first token (see Tokenizer::decode).
+  first_ = first_ && (id == tokenizer_->vocab().bos && !seen_any_);
+  seen_any_ = true;
   pending_ += p;
   const size_t tail = unicode::incomplete_utf8_tail(pending_);
   std::string ready = pending_.substr(0, pending_.size() - tail);
@@ -278,6 +283,7 @@ std::string StreamDecoder::flush() {
   std::string rest;
   rest.swap(pending_);
   first_ = true;
+  seen_any_ = false;
   return rest;
 }
 

@@ -25,7 +25,9 @@ struct EncodeOptions {
 
 struct DecodeOptions {
   bool skip_special = false;        // control/unknown tokens (HF: special added tokens) render as ""
-  bool strip_space_prefix = true;   // SPM: drop the space add_space_prefix put before the first token
+  // SPM: drop the space add_space_prefix put before the text (on the first token after an
+  // optional leading BOS)
+  bool strip_space_prefix = true;
 };
 
 class Tokenizer {
@@ -72,7 +74,8 @@ class StreamDecoder {
   const Tokenizer* tokenizer_;
   DecodeOptions options_;
   std::string pending_;
-  bool first_ = true;
+  bool first_ = true;      // the next piece may carry the add_space_prefix space
+  bool seen_any_ = false;  // a token was pushed since construction / flush
 };
 
 }  // namespace hearth::tokenizer

@@ -204,13 +204,44 @@ std::vector<uint32_t> nfc(const std::vector<uint32_t>& cpts) {
   return out;
 }
 
+size_t valid_utf8_len(std::string_view s, size_t i) {
+  const auto c = static_cast<uint8_t>(s[i]);
+  const size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  uint32_t cp = n == 1 ? c : (c & (0x7F >> n));
+  for (size_t k = 1; k < n; ++k) {
+    const auto cc = static_cast<uint8_t>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+      (cp >= 0xD800 && cp < 0xE000) || cp > 0x10FFFF) {
+    return 0;
+  }
+  return n;
+}
+
 std::string nfc(std::string_view text) {
   bool ascii = true;
   for (char ch : text) {
     if (static_cast<uint8_t>(ch) >= 0x80) { ascii = false; break; }
   }
   if (ascii) return std::string(text);
-  return encode_utf8(nfc(decode_utf8(text)));
+  // Normalize each valid run; invalid bytes pass through untouched.
+  std::string out;
+  size_t run = 0, i = 0;
+  while (i < text.size()) {
+    const size_t n = valid_utf8_len(text, i);
+    if (n) {
+      i += n;
+      continue;
+    }
+    out += encode_utf8(nfc(decode_utf8(text.substr(run, i - run))));
+    out += text[i++];
+    run = i;
+  }
+  out += encode_utf8(nfc(decode_utf8(text.substr(run))));
+  return out;
 }
 
 }  // namespace hearth::tokenizer::unicode

@@ -29,6 +29,8 @@ std::vector<uint32_t> decode_utf8(std::string_view text);
 // Appends the UTF-8 encoding of `cpt` to `out`.
 void append_utf8(std::string& out, uint32_t cpt);
 std::string encode_utf8(const std::vector<uint32_t>& cpts);
+// Length of the valid UTF-8 sequence at s[i] (no overlongs, surrogates, > U+10FFFF); 0 if invalid.
+size_t valid_utf8_len(std::string_view s, size_t i);
 // Number of bytes at the end of `text` that form an incomplete (but so far valid) sequence.
 size_t incomplete_utf8_tail(std::string_view text);
 
@@ -39,6 +41,7 @@ uint32_t combining_class(uint32_t cpt);
 // Canonical decomposition with canonical ordering (NFD) and composition (NFC).
 std::vector<uint32_t> nfd(const std::vector<uint32_t>& cpts);
 std::vector<uint32_t> nfc(const std::vector<uint32_t>& cpts);
-std::string nfc(std::string_view text);  // returns text unchanged when already ASCII
+// NFC of each valid UTF-8 run of `text`; invalid bytes are kept as they are.
+std::string nfc(std::string_view text);
 
 }  // namespace hearth::tokenizer::unicode

@@ -29,7 +29,12 @@ void Vocab::finalize() {
     auto& t = tokens[i];
     if (t.text.empty()) t.text = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp does
     const auto [it, inserted] = token_to_id.emplace(t.text, static_cast<TokenId>(i));
-    if (!inserted) {
+    if (!inserted && decode_style == DecodeStyle::kHf) {
+      // HF: an added token may repeat a model vocabulary entry. Look-ups by text are model
+      // look-ups (BPE), so the model's own (normal) entry is kept; added tokens are found
+      // through special_tokens.
+      if (!(tokens[it->second].attr & kAttrNormal)) it->second = static_cast<TokenId>(i);
+    } else if (!inserted) {
       fail(ErrorKind::kInvalidInput, "tokenizer",
            source + ": duplicate token '" + t.text + "' (ids " + std::to_string(it->second) + " and " +
                std::to_string(i) + ")");
