@@ -354,7 +354,7 @@ Value get_attr(const Value& obj, const std::string& name) {
 
 Value get_item(const Value& obj, const Value& key) {
   obj.check_defined();
-  key.check_defined();
+  if (key.is_security_undefined()) key.check_defined();
   if (obj.is_dict() && key.is_string()) {
     if (const Value* v = obj.dict().find(key.str())) return *v;
   }
