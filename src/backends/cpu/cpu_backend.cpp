@@ -1,0 +1,168 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels_ref.h"
+#include "backends/cpu/quant_dot.h"
+#include "core/error.h"
+#include "quant/dequant_ref.h"
+
+namespace hearth::cpu {
+namespace {
+
+class HostBuffer final : public ops::Buffer {
+ public:
+  explicit HostBuffer(int64_t n) : data_(static_cast<size_t>(n)) {}
+  float* data() override { return data_.data(); }
+  int64_t size() const override { return static_cast<int64_t>(data_.size()); }
+
+ private:
+  std::vector<float> data_;
+};
+
+float dot(const float* a, const float* b, int64_t n) {
+  // Four partial sums let the compiler vectorise without -ffast-math.
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
+    : pool_(n_threads > 0 ? n_threads : physical_core_count()), reference_kernels_(reference_kernels) {}
+
+std::string CpuBackend::name() const {
+  return "cpu (" + std::to_string(pool_.n_threads()) + " threads; " + cpu_features_string(cpu_features()) + ")";
+}
+
+bool CpuBackend::supports_weight(GgmlType type) const { return can_dequantize(type); }
+
+ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
+  if (!supports_weight(w.type)) {
+    fail(ErrorKind::kUnsupported, "cpu",
+         "tensor '" + w.name + "' has type " + std::string(ggml_type_name(w.type)) +
+             ", which the CPU back-end cannot multiply");
+  }
+  return w;
+}
+
+std::unique_ptr<ops::Buffer> CpuBackend::alloc(int64_t n_floats) { return std::make_unique<HostBuffer>(n_floats); }
+
+void CpuBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) {
+  std::memcpy(dst, src.data() + offset, sizeof(float) * n);
+}
+
+void CpuBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
+  for (int64_t i = 0; i < n_ids; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.n_rows) {
+      fail(ErrorKind::kInvalidInput, "cpu", "token id " + std::to_string(ids[i]) + " out of range for '" +
+                                                table.name + "' (" + std::to_string(table.n_rows) + " rows)");
+    }
+  }
+  ref::get_rows(table, ids, n_ids, out);
+}
+
+void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const DotKernel* k = find_dot_kernel(w.type, reference_kernels_);
+  const auto act_row = k != nullptr ? ggml_row_bytes(k->act_type, static_cast<uint64_t>(w.n_cols)) : std::nullopt;
+  if (act_row) {
+    // Quantize the activations once, then each weight row meets every token's row
+    // while it is in cache.
+    const auto row_bytes = static_cast<int64_t>(*act_row);
+    act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
+    uint8_t* xq = act_scratch_.data();
+    pool_.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w.n_cols, xq + t * row_bytes, w.n_cols);
+    });
+    const auto* wdata = static_cast<const uint8_t*>(w.data);
+    pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
+      for (int64_t r = begin; r < end; ++r) {
+        const uint8_t* wrow = wdata + static_cast<uint64_t>(r) * w.row_bytes;
+        for (int64_t t = 0; t < n_tokens; ++t) y[t * w.n_rows + r] = k->vec_dot(w.n_cols, wrow, xq + t * row_bytes);
+      }
+    });
+    return;
+  }
+  // Types without a quantized dot product (f32, f16, bf16, Q2_K, Q3_K, ...): dequantize
+  // each weight row once and reuse it for every token.
+  pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> row(static_cast<size_t>(w.n_cols));
+    for (int64_t r = begin; r < end; ++r) {
+      ref::dequantize_row(w, r, row.data());
+      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.n_rows + r] = dot(row.data(), x + t * w.n_cols, w.n_cols);
+    }
+  });
+}
+
+void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
+  ref::add_bias(x, bias, n_tokens);
+}
+
+void CpuBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                          float* y) {
+  ref::rms_norm(x, weight, n_rows, n, eps, y);
+}
+
+void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                      const ops::RopeParams& p) {
+  ref::rope(x, n_tokens, n_heads, head_dim, positions, p);
+}
+
+void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0,
+                          float* k_cache, float* v_cache) {
+  ref::store_kv(k, v, n_tokens, n_kv_dim, pos0, k_cache, v_cache);
+}
+
+void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
+                           int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                           float* out) {
+  // One (token, head) pair per work item; each runs the reference math on its slice.
+  const int64_t group = n_head / n_head_kv;
+  const int64_t kv_stride = n_head_kv * head_dim;
+  pool_.parallel_for(n_tokens * n_head, 1, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> scores(static_cast<size_t>(pos0 + n_tokens));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / n_head, h = item % n_head, kvh = h / group;
+      const int64_t n_keys = pos0 + t + 1;
+      const float* qh = q + (t * n_head + h) * head_dim;
+      float max_s = -INFINITY;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        scores[j] = dot(qh, k_cache + j * kv_stride + kvh * head_dim, head_dim) * scale;
+        max_s = std::max(max_s, scores[j]);
+      }
+      float denom = 0.0f;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        scores[j] = std::exp(scores[j] - max_s);
+        denom += scores[j];
+      }
+      const float inv = 1.0f / denom;
+      float* o = out + (t * n_head + h) * head_dim;
+      std::fill(o, o + head_dim, 0.0f);
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float p = scores[j] * inv;
+        const float* vj = v_cache + j * kv_stride + kvh * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
+      }
+    }
+  });
+}
+
+void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) { ref::swiglu(gate, up, n, out); }
+
+void CpuBackend::add(float* x, const float* y, int64_t n) { ref::add(x, y, n); }
+
+void CpuBackend::copy(const float* src, int64_t n, float* dst) { std::memmove(dst, src, sizeof(float) * n); }
+
+}  // namespace hearth::cpu

@@ -1,0 +1,49 @@
+// The CPU back-end: operations split over a thread pool. Matrix products
+// dequantize each weight row once and reuse it for every token of the batch;
+// the SIMD quantized dot products come in cpu/ kernels chosen at run time.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/backend.h"
+
+namespace hearth::cpu {
+
+class CpuBackend final : public ops::Backend {
+ public:
+  // n_threads <= 0: one per physical core. reference_kernels picks the plain
+  // (non-SIMD) quantized dot products, for tests.
+  explicit CpuBackend(int n_threads, bool reference_kernels = false);
+
+  std::string name() const override;
+  bool supports_weight(GgmlType type) const override;
+  ops::WeightView prepare_weight(const ops::WeightView& w) override;
+  std::unique_ptr<ops::Buffer> alloc(int64_t n_floats) override;
+  void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
+
+  void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
+  void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
+  void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) override;
+  void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                float* y) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const ops::RopeParams& p) override;
+  void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0, float* k_cache,
+                float* v_cache) override;
+  void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void copy(const float* src, int64_t n, float* dst) override;
+
+  int n_threads() const { return pool_.n_threads(); }
+
+ private:
+  ThreadPool pool_;
+  bool reference_kernels_;
+  std::vector<uint8_t> act_scratch_;  // activations quantized for the dot products
+};
+
+}  // namespace hearth::cpu

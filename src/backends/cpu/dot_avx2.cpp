@@ -1,0 +1,192 @@
+// AVX2 + FMA quantized dot products. Compiled for every x86-64 build through
+// per-function target attributes and used only when CPUID and the OS report
+// AVX2 and FMA (find_dot_kernel), so one binary runs on older CPUs too.
+// Algorithm: unpack weight nibbles/6-bit values to bytes, multiply with the int8
+// activations by maddubs (unsigned x signed -> int16 pairs), widen with madd
+// (which also applies the per-sub-block scale for K-quants), and scale each
+// block's integer sum in float. Results equal dot_ref.cpp up to float rounding.
+#include "backends/cpu/quant_dot.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <array>
+
+#include "quant/blocks.h"
+
+#define HEARTH_AVX2 __attribute__((target("avx2,fma")))
+
+namespace hearth::cpu::avx2 {
+namespace {
+
+using namespace hearth::quant;
+
+HEARTH_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+HEARTH_AVX2 inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high nibbles.
+HEARTH_AVX2 inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+// Sum of unsigned u8 x signed i8 products as 8 int32 lanes.
+HEARTH_AVX2 inline __m256i dot_u8_i8(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+// Sum of signed i8 x signed i8 products as 8 int32 lanes (sign moved onto the second operand).
+HEARTH_AVX2 inline __m256i dot_i8_i8(__m256i a, __m256i b) {
+  return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+HEARTH_AVX2 inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+HEARTH_AVX2 float dot_q4_0_q8_0(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ4_0*>(wv);
+  const auto* x = static_cast<const BlockQ8_0*>(xv);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), _mm256_set1_epi8(8));
+    const __m256i p = dot_i8_i8(q, load32(x[b].qs));
+    const __m256 d = _mm256_set1_ps(load_f16(w[b].d) * load_f16(x[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+HEARTH_AVX2 float dot_q4_1_q8_1(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ4_1*>(wv);
+  const auto* x = static_cast<const BlockQ8_1*>(xv);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i p = dot_u8_i8(unpack_nibbles(w[b].qs), load32(x[b].qs));
+    const __m256 d = _mm256_set1_ps(load_f16(w[b].d) * load_f16(x[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    mins += load_f16(w[b].m) * load_f16(x[b].s);
+  }
+  return hsum(acc) + mins;
+}
+
+HEARTH_AVX2 float dot_q8_0_q8_0(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ8_0*>(wv);
+  const auto* x = static_cast<const BlockQ8_0*>(xv);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i p = dot_i8_i8(load32(w[b].qs), load32(x[b].qs));
+    const __m256 d = _mm256_set1_ps(load_f16(w[b].d) * load_f16(x[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+HEARTH_AVX2 float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ4_K*>(wv);
+  const auto* x = static_cast<const BlockQ8_K*>(xv);
+  float sum = 0.0f;
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    __m256i acc = _mm256_setzero_si256();
+    int summ = 0;
+    for (int j = 0; j < 8; j += 2) {  // one 32-byte load feeds two sub-blocks
+      uint8_t sc0 = 0, m0 = 0, sc1 = 0, m1 = 0;
+      k4_scale_min(j, w[b].scales, &sc0, &m0);
+      k4_scale_min(j + 1, w[b].scales, &sc1, &m1);
+      const __m256i q = load32(w[b].qs + 16 * j);
+      const __m256i lo = _mm256_and_si256(q, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const __m256i p0 = _mm256_maddubs_epi16(lo, load32(x[b].qs + 32 * j));
+      const __m256i p1 = _mm256_maddubs_epi16(hi, load32(x[b].qs + 32 * (j + 1)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc0)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc1)));
+      const auto bsum = [&](int k) {
+        return static_cast<int16_t>(x[b].bsums[2 * k] | (x[b].bsums[2 * k + 1] << 8));
+      };
+      summ += m0 * (bsum(2 * j) + bsum(2 * j + 1)) + m1 * (bsum(2 * j + 2) + bsum(2 * j + 3));
+    }
+    const float dx = load_f32(x[b].d);
+    sum += load_f16(w[b].d) * dx * static_cast<float>(hsum_i32(acc)) -
+           load_f16(w[b].dmin) * dx * static_cast<float>(summ);
+  }
+  return sum;
+}
+
+HEARTH_AVX2 float dot_q6_k_q8_k(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ6_K*>(wv);
+  const auto* x = static_cast<const BlockQ8_K*>(xv);
+  float sum = 0.0f;
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    __m256i acc = _mm256_setzero_si256();
+    int corr = 0;  // sum of scale * 32 * bsum: the -32 offset of every value
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load32(w[b].ql + 64 * h), ql1 = load32(w[b].ql + 64 * h + 32);
+      const __m256i qh = load32(w[b].qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
+      };
+      for (int g = 0; g < 4; ++g) {
+        const int e0 = 128 * h + 32 * g;  // first element of this group of 32
+        const int s0 = w[b].scales[e0 / 16], s1 = w[b].scales[e0 / 16 + 1];
+        const __m256i p = _mm256_maddubs_epi16(q[g], load32(x[b].qs + e0));
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)),
+                                                _mm_set1_epi16(static_cast<int16_t>(s0)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales));
+        const auto bsum = [&](int k) {
+          return static_cast<int16_t>(x[b].bsums[2 * k] | (x[b].bsums[2 * k + 1] << 8));
+        };
+        corr += 32 * (s0 * bsum(e0 / 16) + s1 * bsum(e0 / 16 + 1));
+      }
+    }
+    sum += load_f16(w[b].d) * load_f32(x[b].d) * static_cast<float>(hsum_i32(acc) - corr);
+  }
+  return sum;
+}
+
+constexpr std::array kKernels = {
+    DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, ref::quantize_q8_0, dot_q4_0_q8_0, "avx2"},
+    DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, ref::quantize_q8_1, dot_q4_1_q8_1, "avx2"},
+    DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, ref::quantize_q8_0, dot_q8_0_q8_0, "avx2"},
+    DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q4_k_q8_k, "avx2"},
+    DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q6_k_q8_k, "avx2"},
+};
+
+}  // namespace
+
+const DotKernel* find(GgmlType type) {
+  for (const auto& k : kKernels) {
+    if (k.weight_type == type) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace hearth::cpu::avx2
+
+#else
+
+namespace hearth::cpu::avx2 {
+const DotKernel* find(GgmlType) { return nullptr; }
+}  // namespace hearth::cpu::avx2
+
+#endif

@@ -1,0 +1,126 @@
+// Reference kernels: the straightforward math, in float (double for the
+// softmax/normalisation sums where it costs nothing in clarity).
+#include "backends/cpu/kernels_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "quant/dequant_ref.h"
+
+namespace hearth::cpu::ref {
+
+void dequantize_row(const ops::WeightView& w, int64_t row, float* out) {
+  const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(row) * w.row_bytes;
+  dequantize_row_ref(w.type, src, out, w.n_cols);
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
+  for (int64_t i = 0; i < n_ids; ++i) dequantize_row(table, ids[i], out + i * table.n_cols);
+}
+
+void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.n_cols));
+  for (int64_t r = 0; r < w.n_rows; ++r) {
+    dequantize_row(w, r, row.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * w.n_cols;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < w.n_cols; ++i) sum += row[i] * xt[i];
+      y[t * w.n_rows + r] = sum;
+    }
+  }
+}
+
+void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
+  std::vector<float> b(static_cast<size_t>(bias.n_cols));
+  dequantize_row(bias, 0, b.data());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < bias.n_cols; ++i) x[t * bias.n_cols + i] += b[i];
+  }
+}
+
+void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps, float* y) {
+  std::vector<float> w(static_cast<size_t>(n));
+  dequantize_row(weight, 0, w.data());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] = xr[i] * scale * w[i];
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const ops::RopeParams& p) {
+  const int64_t half = p.n_rot / 2;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float pos = static_cast<float>(positions[t]) * p.freq_scale;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float theta = pos * std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_rot));
+        const float c = std::cos(theta), s = std::sin(theta);
+        const int64_t a = p.neox ? i : 2 * i;
+        const int64_t b = p.neox ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0, float* k_cache,
+              float* v_cache) {
+  std::memcpy(k_cache + pos0 * n_kv_dim, k, sizeof(float) * n_tokens * n_kv_dim);
+  std::memcpy(v_cache + pos0 * n_kv_dim, v, sizeof(float) * n_tokens * n_kv_dim);
+}
+
+void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  const int64_t group = n_head / n_head_kv;
+  const int64_t kv_stride = n_head_kv * head_dim;
+  std::vector<float> scores(static_cast<size_t>(pos0 + n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t n_keys = pos0 + t + 1;
+    for (int64_t h = 0; h < n_head; ++h) {
+      const float* qh = q + (t * n_head + h) * head_dim;
+      const int64_t kvh = h / group;
+      float max_s = -INFINITY;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* kj = k_cache + j * kv_stride + kvh * head_dim;
+        float s = 0.0f;
+        for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * kj[d];
+        scores[j] = s * scale;
+        max_s = std::max(max_s, scores[j]);
+      }
+      double denom = 0.0;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        scores[j] = std::exp(scores[j] - max_s);
+        denom += scores[j];
+      }
+      float* o = out + (t * n_head + h) * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float p = static_cast<float>(scores[j] / denom);
+        const float* vj = v_cache + j * kv_stride + kvh * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
+      }
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
+}
+
+void add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace hearth::cpu::ref

@@ -1,0 +1,29 @@
+// Plain reference implementations of every back-end operation: single-threaded,
+// no SIMD, written for clarity. They are the oracle the fast CPU kernels (and
+// later the CUDA kernels) are tested against. Shapes as in ops/backend.h.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace hearth::cpu::ref {
+
+void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out);
+void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
+void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens);
+void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps, float* y);
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const ops::RopeParams& p);
+void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0, float* k_cache,
+              float* v_cache);
+void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out);
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void add(float* x, const float* y, int64_t n);
+
+// Single row helpers shared by the fast kernels.
+void dequantize_row(const ops::WeightView& w, int64_t row, float* out);  // out: [w.n_cols]
+float silu(float x);
+
+}  // namespace hearth::cpu::ref

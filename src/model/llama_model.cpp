@@ -1,0 +1,156 @@
+#include "model/llama_model.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace hearth::model {
+namespace {
+
+std::string shape_str(const std::vector<uint64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+KvCache::KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx) : n_ctx_(n_ctx) {
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    k_.push_back(backend.alloc(n_ctx * hp.n_embd_kv()));
+    v_.push_back(backend.alloc(n_ctx * hp.n_embd_kv()));
+  }
+}
+
+uint64_t KvCache::bytes_needed(const Hparams& hp, int64_t n_ctx) {
+  return static_cast<uint64_t>(hp.n_layer) * 2u * static_cast<uint64_t>(n_ctx) *
+         static_cast<uint64_t>(hp.n_embd_kv()) * sizeof(float);
+}
+
+ops::WeightView LlamaModel::bind(const std::string& name, std::vector<uint64_t> expect, bool optional_ok,
+                                 bool* found) {
+  const gguf::TensorInfo* t = file_.find_tensor(name);
+  if (found != nullptr) *found = t != nullptr;
+  if (t == nullptr) {
+    if (optional_ok) return {};
+    fail(ErrorKind::kInvalidInput, "model", file_.name() + ": tensor '" + name + "' is missing");
+  }
+  std::vector<uint64_t> shape = t->shape;
+  while (shape.size() > expect.size() && shape.back() == 1) shape.pop_back();
+  if (shape != expect) {
+    fail(ErrorKind::kInvalidInput, "model", file_.name() + ": tensor '" + name + "' has shape " +
+                                                shape_str(t->shape) + ", expected " + shape_str(expect));
+  }
+  ops::WeightView w;
+  w.name = name;
+  w.type = t->type;
+  w.data = t->data;
+  w.n_cols = static_cast<int64_t>(expect[0]);
+  w.n_rows = expect.size() > 1 ? static_cast<int64_t>(expect[1]) : 1;
+  w.row_bytes = t->n_bytes / static_cast<uint64_t>(w.n_rows);
+  return backend_.prepare_weight(w);
+}
+
+LlamaModel::LlamaModel(const gguf::File& file, ops::Backend& backend)
+    : file_(file), backend_(backend), hp_(read_hparams(file)) {
+  if (hp_.arch.moe) {
+    fail(ErrorKind::kUnsupported, "model",
+         file.name() + ": architecture '" + std::string(hp_.arch.name) + "' (routed experts) is not supported yet");
+  }
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr || embd->shape.size() < 2) {
+    fail(ErrorKind::kInvalidInput, "model", file.name() + ": tensor 'token_embd.weight' is missing or not 2-D");
+  }
+  hp_.n_vocab = static_cast<int64_t>(embd->shape[1]);
+  const auto E = static_cast<uint64_t>(hp_.n_embd), V = static_cast<uint64_t>(hp_.n_vocab);
+  const auto Q = static_cast<uint64_t>(hp_.n_embd_q()), KV = static_cast<uint64_t>(hp_.n_embd_kv());
+  const auto D = static_cast<uint64_t>(hp_.head_dim);
+  tok_embd_ = bind("token_embd.weight", {E, V});
+  output_norm_ = bind("output_norm.weight", {E});
+  bool has_output = false;
+  output_ = bind("output.weight", {E, V}, true, &has_output);
+  if (!has_output) output_ = tok_embd_;  // tied embeddings
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = bind(p + "attn_norm.weight", {E});
+    w.wq = bind(p + "attn_q.weight", {E, Q});
+    w.wk = bind(p + "attn_k.weight", {E, KV});
+    w.wv = bind(p + "attn_v.weight", {E, KV});
+    w.wo = bind(p + "attn_output.weight", {Q, E});
+    bool found = false;
+    if (auto b = bind(p + "attn_q.bias", {Q}, true, &found); found) w.bq = b;
+    if (auto b = bind(p + "attn_k.bias", {KV}, true, &found); found) w.bk = b;
+    if (auto b = bind(p + "attn_v.bias", {KV}, true, &found); found) w.bv = b;
+    if (hp_.arch.qk_norm) {
+      w.q_norm = bind(p + "attn_q_norm.weight", {D});
+      w.k_norm = bind(p + "attn_k_norm.weight", {D});
+    }
+    w.ffn_norm = bind(p + "ffn_norm.weight", {E});
+    const gguf::TensorInfo* gate = file.find_tensor(p + "ffn_gate.weight");
+    if (hp_.n_ff == 0 && gate != nullptr && gate->shape.size() >= 2) hp_.n_ff = static_cast<int64_t>(gate->shape[1]);
+    const auto F = static_cast<uint64_t>(hp_.n_ff);
+    w.ffn_gate = bind(p + "ffn_gate.weight", {E, F});
+    w.ffn_up = bind(p + "ffn_up.weight", {E, F});
+    w.ffn_down = bind(p + "ffn_down.weight", {F, E});
+    layers_.push_back(std::move(w));
+  }
+}
+
+std::vector<float> LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return {};
+  const int64_t pos0 = cache.n_past_;
+  if (pos0 + n > cache.n_ctx()) {
+    fail(ErrorKind::kResource, "model", "context is full: " + std::to_string(pos0) + " + " + std::to_string(n) +
+                                            " tokens exceed the context size " + std::to_string(cache.n_ctx()));
+  }
+  const int64_t E = hp_.n_embd, Q = hp_.n_embd_q(), KV = hp_.n_embd_kv(), F = hp_.n_ff;
+  ops::Backend& be = backend_;
+  auto x = be.alloc(n * E), cur = be.alloc(n * E), q = be.alloc(n * Q), k = be.alloc(n * KV),
+       v = be.alloc(n * KV), attn = be.alloc(n * Q), gate = be.alloc(n * F), up = be.alloc(n * F);
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(pos0 + i);
+  const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, hp_.arch.rope_neox};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+
+  be.get_rows(tok_embd_, tokens.data(), n, x->data());
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const LayerWeights& w = layers_[l];
+    be.rms_norm(x->data(), w.attn_norm, n, E, hp_.rms_eps, cur->data());
+    be.matmul(w.wq, cur->data(), n, q->data());
+    be.matmul(w.wk, cur->data(), n, k->data());
+    be.matmul(w.wv, cur->data(), n, v->data());
+    if (w.bq) be.add_bias(q->data(), *w.bq, n);
+    if (w.bk) be.add_bias(k->data(), *w.bk, n);
+    if (w.bv) be.add_bias(v->data(), *w.bv, n);
+    if (w.q_norm) be.rms_norm(q->data(), *w.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q->data());
+    if (w.k_norm) be.rms_norm(k->data(), *w.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k->data());
+    be.rope(q->data(), n, hp_.n_head, hp_.head_dim, positions.data(), rope);
+    be.rope(k->data(), n, hp_.n_head_kv, hp_.head_dim, positions.data(), rope);
+    be.store_kv(k->data(), v->data(), n, KV, pos0, cache.k_[l]->data(), cache.v_[l]->data());
+    be.attention(q->data(), cache.k_[l]->data(), cache.v_[l]->data(), n, pos0, hp_.n_head, hp_.n_head_kv,
+                 hp_.head_dim, scale, attn->data());
+    be.matmul(w.wo, attn->data(), n, cur->data());
+    be.add(x->data(), cur->data(), n * E);
+    be.rms_norm(x->data(), w.ffn_norm, n, E, hp_.rms_eps, cur->data());
+    be.matmul(w.ffn_gate, cur->data(), n, gate->data());
+    be.matmul(w.ffn_up, cur->data(), n, up->data());
+    be.swiglu(gate->data(), up->data(), n * F, gate->data());
+    be.matmul(w.ffn_down, gate->data(), n, cur->data());
+    be.add(x->data(), cur->data(), n * E);
+  }
+  cache.n_past_ += n;
+
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  be.rms_norm(x->data() + first * E, output_norm_, rows, E, hp_.rms_eps, cur->data());
+  auto logits = be.alloc(rows * hp_.n_vocab);
+  be.matmul(output_, cur->data(), rows, logits->data());
+  std::vector<float> out(static_cast<size_t>(rows * hp_.n_vocab));
+  be.copy_to_host(*logits, 0, rows * hp_.n_vocab, out.data());
+  return out;
+}
+
+}  // namespace hearth::model

@@ -1,0 +1,66 @@
+// The Llama-family transformer (llama, qwen2, qwen3; qwen3moe routing to come):
+// RMSNorm, RoPE, grouped-query attention with a KV cache, SwiGLU, tied or separate
+// output. Weights are bound by a tensor-name table; the math runs through an
+// ops::Backend, so this file knows nothing of CPU or CUDA details.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "ops/backend.h"
+
+namespace hearth::model {
+
+struct LayerWeights {
+  ops::WeightView attn_norm, wq, wk, wv, wo;
+  std::optional<ops::WeightView> bq, bk, bv;          // qwen2 biases
+  std::optional<ops::WeightView> q_norm, k_norm;      // qwen3 per-head norms
+  ops::WeightView ffn_norm, ffn_gate, ffn_up, ffn_down;
+};
+
+// Per-sequence state: the KV cache and how many positions it holds.
+class KvCache {
+ public:
+  KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx);
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_past() const { return n_past_; }
+  void clear() { n_past_ = 0; }
+  // Bytes of cache memory for n_ctx positions of this model.
+  static uint64_t bytes_needed(const Hparams& hp, int64_t n_ctx);
+
+ private:
+  friend class LlamaModel;
+  int64_t n_ctx_;
+  int64_t n_past_ = 0;
+  std::vector<std::unique_ptr<ops::Buffer>> k_, v_;  // per layer: [n_ctx, n_embd_kv]
+};
+
+class LlamaModel {
+ public:
+  // Binds the weights of `file` (which must outlive the model) for `backend`.
+  // Throws Error naming the file and tensor when one is missing or malformed.
+  LlamaModel(const gguf::File& file, ops::Backend& backend);
+
+  const Hparams& hparams() const { return hp_; }
+  ops::Backend& backend() { return backend_; }
+
+  // Runs n tokens at positions cache.n_past() .. and appends them to the cache.
+  // Returns the logits of the last token ([n_vocab]), or of every token
+  // ([n, n_vocab]) when all_logits. Throws Error when the context is full.
+  std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false);
+
+ private:
+  ops::WeightView bind(const std::string& name, std::vector<uint64_t> expect_shape, bool optional_ok = false,
+                       bool* found = nullptr);
+
+  const gguf::File& file_;
+  ops::Backend& backend_;
+  Hparams hp_;
+  ops::WeightView tok_embd_, output_norm_, output_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace hearth::model

@@ -1,0 +1,87 @@
+// The operation interface model code is written against. A back-end (CPU now,
+// CUDA later) implements every operation; model code never sees how. Buffers
+// are owned by the back-end that made them (host memory for the CPU, device
+// memory for CUDA); model code only passes them to operations and reads results
+// back through copy_to_host. Shapes are given row-major, innermost last.
+// A Backend is used by one thread at a time (it may use a thread pool inside).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/ggml_types.h"
+
+namespace hearth::ops {
+
+// A weight tensor as stored in the model file: n_rows rows of n_cols elements of
+// `type`, rows contiguous (ggml ne0 = n_cols, ne1 = n_rows). Borrowed, not owned.
+struct WeightView {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t n_cols = 0;
+  int64_t n_rows = 0;
+  uint64_t row_bytes = 0;
+};
+
+// A block of float32 activations owned by a back-end.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual float* data() = 0;  // back-end memory: pass to operations only
+  virtual int64_t size() const = 0;  // in floats
+};
+
+struct RopeParams {
+  int64_t n_rot = 0;        // rotated dimensions per head (<= head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;  // linear scaling: position * freq_scale
+  bool neox = false;        // NeoX layout rotates (i, i + n_rot/2); normal rotates (2i, 2i+1)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Whether matmul/get_rows accept weights of this type.
+  virtual bool supports_weight(GgmlType type) const = 0;
+  // Prepares a weight for use (CPU: nothing; CUDA: upload). Throws Error(kUnsupported).
+  virtual WeightView prepare_weight(const WeightView& w) = 0;
+
+  virtual std::unique_ptr<Buffer> alloc(int64_t n_floats) = 0;
+  virtual void copy_to_host(Buffer& src, int64_t offset, int64_t n, float* dst) = 0;
+
+  // out: [n_ids, table.n_cols] = rows ids[] of table (dequantized).
+  virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out) = 0;
+  // y: [n_tokens, w.n_rows] = x: [n_tokens, w.n_cols] times w transposed.
+  virtual void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // x: [n_tokens, n] += bias: [n] (an F32 weight with one row).
+  virtual void add_bias(float* x, const WeightView& bias, int64_t n_tokens) = 0;
+  // y: [n_rows, n] = x / sqrt(mean(x^2) + eps) * weight (F32, [n]); y may alias x.
+  virtual void rms_norm(const float* x, const WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                        float* y) = 0;
+  // In place rotary embedding. x: [n_tokens, n_heads, head_dim]; positions: [n_tokens].
+  virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                    const int32_t* positions, const RopeParams& p) = 0;
+  // Writes k, v: [n_tokens, n_kv_dim] into cache rows [pos0, pos0 + n_tokens) of
+  // k_cache, v_cache: [n_ctx, n_kv_dim].
+  virtual void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0,
+                        float* k_cache, float* v_cache) = 0;
+  // Causal grouped-query attention of n_tokens new queries (positions pos0 ..) against
+  // cache rows [0, pos0 + t]. q, out: [n_tokens, n_head, head_dim];
+  // caches: [n_ctx, n_head_kv, head_dim]; query head h reads kv head h / (n_head / n_head_kv).
+  virtual void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
+                         int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                         float* out) = 0;
+  // out = silu(gate) * up, elementwise over n values.
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x += y, elementwise over n values.
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Copies n floats between back-end buffers.
+  virtual void copy(const float* src, int64_t n, float* dst) = 0;
+};
+
+}  // namespace hearth::ops
