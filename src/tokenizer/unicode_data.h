@@ -1,4 +1,4 @@
-// Raw Unicode tables (generated into unicode_data.cpp by scripts/gen_tokenizer_fixtures.py
+// Raw Unicode tables (generated into unicode_data_classes.cpp and unicode_data_nfc.cpp by scripts/gen_tokenizer_fixtures.py
 // unicode-tables). Use the functions in unicode.h rather than these arrays.
 #pragma once
 
