@@ -1,6 +1,8 @@
 // Python semantics for template values: see value.h.
 #include "template/value.h"
 
+#include "core/utf8.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -120,23 +122,7 @@ std::string html_escape(const std::string& s) {
 }
 
 // ---------------------------------------------------------------- UTF-8
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void utf8_append(std::string& out, char32_t cp) { append_utf8(out, static_cast<uint32_t>(cp)); }
 
 std::vector<char32_t> utf8_decode(std::string_view s) {
   std::vector<char32_t> out;

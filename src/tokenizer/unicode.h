@@ -3,6 +3,8 @@
 // All functions are pure and thread-safe.
 #pragma once
 
+#include "core/utf8.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,8 +28,8 @@ enum Flag : uint32_t {
 int utf8_len(uint8_t c);
 // Decodes text into code points; invalid or truncated sequences decode as U+FFFD per byte.
 std::vector<uint32_t> decode_utf8(std::string_view text);
-// Appends the UTF-8 encoding of `cpt` to `out`.
-void append_utf8(std::string& out, uint32_t cpt);
+// Appends the UTF-8 encoding of a code point (shared with the template engine).
+using hearth::append_utf8;
 std::string encode_utf8(const std::vector<uint32_t>& cpts);
 // Length of the valid UTF-8 sequence at s[i] (no overlongs, surrogates, > U+10FFFF); 0 if invalid.
 size_t valid_utf8_len(std::string_view s, size_t i);
