@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.h"
@@ -13,10 +14,25 @@
 
 namespace {
 
-// Tolerance on the first-step logits, over llama.cpp's 50 largest: llama.cpp
-// multiplies Q4_1 weights by activations quantized to 8 bits (Q8_1), we compute
-// in f32 from dequantized weights, so small differences are expected.
-constexpr float kLogitTolerance = 0.25f;
+// Tolerance on the first-step logits, over llama.cpp's 50 largest. Measured: 0 (bit
+// for bit equal) on all 10 prompts, because the CPU back-end reproduces ggml's
+// arithmetic: the same 8-bit activation quantization and integer dot products, RoPE
+// angles by repeated multiplication, squares summed as ggml sums them, ggml's exp
+// approximation in softmax and SiLU, and its summation orders in attention
+// (backends/cpu/ggml_order.h). This model amplifies any deviation: one ulp in an
+// attention output flips an 8-bit rounding and moves logits by 0.2-1.0 a few layers
+// on (that is what a pow()-based RoPE did). So 0.05, the figure the issue suggests,
+// passes only an implementation that does the same arithmetic; it leaves room for a
+// libm whose cosf/sinf differ in a last bit only where that does not cascade.
+constexpr float kLogitTolerance = 0.05f;
+
+// Greedy steps checked per prompt (teacher-forced on llama.cpp's tokens). The fixtures
+// hold 64; a sanitizer build checks the first 8, the release build all of them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+constexpr size_t kMaxSteps = 8;
+#else
+constexpr size_t kMaxSteps = 64;
+#endif
 
 std::string default_model() {
   const char* p = std::getenv("HEARTH_DEFAULT_MODEL");
@@ -25,7 +41,7 @@ std::string default_model() {
 
 nlohmann::json load_reference() {
   std::ifstream in(HEARTH_SOURCE_DIR "/tests/data/llama_ref/smollm2-135m-q4_1.json");
-  EXPECT_TRUE(in.good()) << "reference fixture missing";
+  if (!in.good()) throw std::runtime_error("reference fixture tests/data/llama_ref/smollm2-135m-q4_1.json missing");
   return nlohmann::json::parse(in);
 }
 
@@ -35,9 +51,11 @@ int argmax(const std::vector<float>& v) {
 
 }  // namespace
 
-// DISABLED while the remaining differences on longer prompts are tracked down (see the
-// engine issue): 3 / 10 continuations identical, worst top-50 logit diff 0.7.
-TEST(LlamaModel, DISABLED_MatchesLlamaCppOnDefaultModel) {
+// Every prompt: first-step logits against llama.cpp's within kLogitTolerance; then the
+// greedy continuation teacher-forced on llama.cpp's tokens: at each step our argmax must
+// be llama.cpp's token or, where not, a near-tie (its logit within kLogitTolerance of
+// ours). At most one prompt in eight may have such a step.
+TEST(LlamaModel, MatchesLlamaCppOnDefaultModel) {
   const std::string path = default_model();
   ASSERT_FALSE(path.empty()) << "HEARTH_DEFAULT_MODEL is not set (scripts/test.sh sets it)";
   auto file = hearth::gguf::File::open(path);
@@ -45,8 +63,9 @@ TEST(LlamaModel, DISABLED_MatchesLlamaCppOnDefaultModel) {
   hearth::model::LlamaModel model(file, backend);
   const auto ref = load_reference();
   ASSERT_EQ(model.hparams().n_vocab, ref["n_vocab"].get<int64_t>());
+  ASSERT_GE(ref["cases"].size(), 8u);
 
-  int n_identical = 0, n_near_tie = 0, n_cases = 0;
+  int n_identical = 0, n_parted = 0, n_cases = 0;
   float worst = 0.0f;
   for (const auto& c : ref["cases"]) {
     ++n_cases;
@@ -59,23 +78,22 @@ TEST(LlamaModel, DISABLED_MatchesLlamaCppOnDefaultModel) {
       worst = std::max(worst, std::fabs(logits[id] - want));
       EXPECT_NEAR(logits[id], want, kLogitTolerance) << "prompt " << n_cases << " token " << id;
     }
-    // Greedy continuation, token for token; a divergence must be a near-tie.
     const auto want_ids = c["greedy_ids"].get<std::vector<int32_t>>();
-    bool diverged = false;
-    for (size_t i = 0; i < want_ids.size(); ++i) {
+    ASSERT_FALSE(want_ids.empty());
+    bool parted = false;
+    for (size_t i = 0; i < std::min(want_ids.size(), kMaxSteps); ++i) {
       const int got = argmax(logits);
       if (got != want_ids[i]) {
-        const float gap = std::fabs(logits[got] - logits[want_ids[i]]);
-        EXPECT_LE(gap, kLogitTolerance) << "prompt " << n_cases << " step " << i << ": got " << got << ", llama.cpp "
-                                        << want_ids[i] << ", not a near-tie";
-        diverged = true;
-        break;
+        const float gap = logits[got] - logits[want_ids[i]];
+        EXPECT_LE(gap, kLogitTolerance) << "prompt " << n_cases << " step " << i << ": got " << got
+                                        << ", llama.cpp " << want_ids[i] << ", not a near-tie";
+        parted = true;
       }
       if (i + 1 < want_ids.size()) logits = model.forward(cache, {want_ids[i]});
     }
-    diverged ? ++n_near_tie : ++n_identical;
+    parted ? ++n_parted : ++n_identical;
   }
   std::cout << "greedy continuations identical: " << n_identical << " / " << n_cases
-            << ", parted at a near-tie: " << n_near_tie << "; worst top-50 logit diff " << worst << "\n";
-  EXPECT_LE(n_near_tie * 8, n_cases) << "more than one prompt in eight parted from llama.cpp";
+            << ", parted at a near-tie: " << n_parted << "; worst top-50 logit diff " << worst << "\n";
+  EXPECT_LE(n_parted * 8, n_cases) << "more than one prompt in eight parted from llama.cpp";
 }

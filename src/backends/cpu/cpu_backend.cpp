@@ -6,10 +6,18 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
 #include "quant/dequant_ref.h"
+
+// Functions compiled for AVX2+FMA (used only when the CPU has them); elsewhere plain.
+#if defined(__x86_64__)
+#define HEARTH_SIMD __attribute__((target("avx2,fma")))
+#else
+#define HEARTH_SIMD
+#endif
 
 namespace hearth::cpu {
 namespace {
@@ -38,10 +46,45 @@ float dot(const float* a, const float* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+struct AttendArgs {
+  const float *q, *k_cache, *v_cache;
+  int64_t pos0, n_head, n_head_kv, head_dim;
+  float scale;
+  float* out;
+  bool single_query;
+};
+using AttendFn = void (*)(const AttendArgs&, int64_t, int64_t);
+using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
+
+// Work items [begin, end) of attention: item = token * n_head + head.
+template <int kDummy>
+inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end) {
+  const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
+  const int64_t max_keys = a.pos0 + end / a.n_head + 1;
+  std::vector<float> scores(static_cast<size_t>(max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim));
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t t = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
+    ggml_order::attend_one(a.q + item * a.head_dim, a.k_cache + kv_off, a.v_cache + kv_off, kv_stride,
+                           a.pos0 + t + 1, a.head_dim, a.scale, a.single_query, scores.data(), acc.data(),
+                           a.out + item * a.head_dim);
+  }
+}
+void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) { attend_rows<0>(a, begin, end); }
+HEARTH_SIMD void attend_rows_avx2(const AttendArgs& a, int64_t begin, int64_t end) { attend_rows<1>(a, begin, end); }
+
+void swiglu_plain(const float* g, const float* u, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
+}
+HEARTH_SIMD void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
-    : pool_(n_threads > 0 ? n_threads : physical_core_count()), reference_kernels_(reference_kernels) {}
+    : pool_(n_threads > 0 ? n_threads : physical_core_count()),
+      reference_kernels_(reference_kernels),
+      simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma) {}
 
 std::string CpuBackend::name() const {
   return "cpu (" + std::to_string(pool_.n_threads()) + " threads; " + cpu_features_string(cpu_features()) + ")";
@@ -128,38 +171,18 @@ void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int6
 void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
                            int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                            float* out) {
-  // One (token, head) pair per work item; each runs the reference math on its slice.
-  const int64_t group = n_head / n_head_kv;
-  const int64_t kv_stride = n_head_kv * head_dim;
+  // One (token, head) pair per work item, each the reference math (ggml_order.h) compiled
+  // for AVX2+FMA where the CPU has them: same roundings, vectorised.
+  const AttendFn attend = simd_ok_ ? attend_rows_avx2 : attend_rows_plain;
   pool_.parallel_for(n_tokens * n_head, 1, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> scores(static_cast<size_t>(pos0 + n_tokens));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / n_head, h = item % n_head, kvh = h / group;
-      const int64_t n_keys = pos0 + t + 1;
-      const float* qh = q + (t * n_head + h) * head_dim;
-      float max_s = -INFINITY;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        scores[j] = dot(qh, k_cache + j * kv_stride + kvh * head_dim, head_dim) * scale;
-        max_s = std::max(max_s, scores[j]);
-      }
-      float denom = 0.0f;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        scores[j] = std::exp(scores[j] - max_s);
-        denom += scores[j];
-      }
-      const float inv = 1.0f / denom;
-      float* o = out + (t * n_head + h) * head_dim;
-      std::fill(o, o + head_dim, 0.0f);
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float p = scores[j] * inv;
-        const float* vj = v_cache + j * kv_stride + kvh * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
-      }
-    }
+    attend(AttendArgs{q, k_cache, v_cache, pos0, n_head, n_head_kv, head_dim, scale, out, n_tokens == 1}, begin, end);
   });
 }
 
-void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) { ref::swiglu(gate, up, n, out); }
+void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  const SwigluFn f = simd_ok_ ? swiglu_avx2 : swiglu_plain;
+  pool_.parallel_for(n, 1024, [&](int64_t begin, int64_t end, int) { f(gate + begin, up + begin, end - begin, out + begin); });
+}
 
 void CpuBackend::add(float* x, const float* y, int64_t n) { ref::add(x, y, n); }
 

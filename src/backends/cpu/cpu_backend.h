@@ -43,6 +43,7 @@ class CpuBackend final : public ops::Backend {
  private:
   ThreadPool pool_;
   bool reference_kernels_;
+  bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
   std::vector<uint8_t> act_scratch_;  // activations quantized for the dot products
 };
 

@@ -1,5 +1,6 @@
-// Reference kernels: the straightforward math, in float (double for the
-// softmax/normalisation sums where it costs nothing in clarity).
+// Reference kernels: the straightforward math, in float, with the summation orders
+// and the exp approximation of llama.cpp's CPU back-end where they change results
+// (ggml_order.h explains why that matters on small quantized models).
 #include "backends/cpu/kernels_ref.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/ggml_order.h"
 #include "quant/dequant_ref.h"
 
 namespace hearth::cpu::ref {
@@ -16,7 +18,7 @@ void dequantize_row(const ops::WeightView& w, int64_t row, float* out) {
   dequantize_row_ref(w.type, src, out, w.n_cols);
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu(float x) { return x / (1.0f + ggml_order::exp_approx(-x)); }
 
 void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
   for (int64_t i = 0; i < n_ids; ++i) dequantize_row(table, ids[i], out + i * table.n_cols);
@@ -49,29 +51,48 @@ void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    // Squares rounded to float, summed in double: ggml's order, so that the scale
+    // (and the 8-bit activations quantized from y) match llama.cpp bit for bit.
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
     for (int64_t i = 0; i < n; ++i) y[r * n + i] = xr[i] * scale * w[i];
   }
 }
 
+void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin) {
+  // theta_i = pos * base^(-2i/n_rot), computed as llama.cpp (ggml) does: by repeated
+  // multiplication in float. pow() per i gives angles a few ulp apart, and on small
+  // models with outlier activations those ulps flip 8-bit activation roundings later on.
+  const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  float theta = pos;
+  for (int64_t i = 0; i < p.n_rot / 2; ++i) {
+    const float t = p.freq_scale * theta;
+    cos_sin[2 * i] = std::cos(t);
+    cos_sin[2 * i + 1] = std::sin(t);
+    theta *= step;
+  }
+}
+
+void rope_rotate(float* v, const float* cos_sin, const ops::RopeParams& p) {
+  const int64_t half = p.n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    const int64_t a = p.neox ? i : 2 * i;
+    const int64_t b = p.neox ? i + half : 2 * i + 1;
+    const float x0 = v[a], x1 = v[b];
+    // The fused multiply-adds are the ones ggml's compiled rotation performs; with
+    // them the rotated values equal llama.cpp's bit for bit.
+    v[a] = std::fma(x0, c, -(x1 * s));
+    v[b] = std::fma(x0, s, x1 * c);
+  }
+}
+
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const ops::RopeParams& p) {
-  const int64_t half = p.n_rot / 2;
+  std::vector<float> cos_sin(static_cast<size_t>(p.n_rot));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float pos = static_cast<float>(positions[t]) * p.freq_scale;
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float theta = pos * std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_rot));
-        const float c = std::cos(theta), s = std::sin(theta);
-        const int64_t a = p.neox ? i : 2 * i;
-        const int64_t b = p.neox ? i + half : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
-      }
-    }
+    rope_angles(static_cast<float>(positions[t]), p, cos_sin.data());
+    for (int64_t h = 0; h < n_heads; ++h) rope_rotate(x + (t * n_heads + h) * head_dim, cos_sin.data(), p);
   }
 }
 
@@ -85,38 +106,20 @@ void attention(const float* q, const float* k_cache, const float* v_cache, int64
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
   const int64_t group = n_head / n_head_kv;
   const int64_t kv_stride = n_head_kv * head_dim;
-  std::vector<float> scores(static_cast<size_t>(pos0 + n_tokens));
+  std::vector<float> scores(static_cast<size_t>(pos0 + n_tokens + 64));
+  std::vector<float> acc(static_cast<size_t>(64 * head_dim));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t n_keys = pos0 + t + 1;
     for (int64_t h = 0; h < n_head; ++h) {
-      const float* qh = q + (t * n_head + h) * head_dim;
-      const int64_t kvh = h / group;
-      float max_s = -INFINITY;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float* kj = k_cache + j * kv_stride + kvh * head_dim;
-        float s = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * kj[d];
-        scores[j] = s * scale;
-        max_s = std::max(max_s, scores[j]);
-      }
-      double denom = 0.0;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        scores[j] = std::exp(scores[j] - max_s);
-        denom += scores[j];
-      }
-      float* o = out + (t * n_head + h) * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float p = static_cast<float>(scores[j] / denom);
-        const float* vj = v_cache + j * kv_stride + kvh * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
-      }
+      const int64_t kv_off = (h / group) * head_dim;
+      ggml_order::attend_one(q + (t * n_head + h) * head_dim, k_cache + kv_off, v_cache + kv_off, kv_stride,
+                             pos0 + t + 1, head_dim, scale, n_tokens == 1, scores.data(), acc.data(),
+                             out + (t * n_head + h) * head_dim);
     }
   }
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(gate[i], up[i]);
 }
 
 void add(float* x, const float* y, int64_t n) {

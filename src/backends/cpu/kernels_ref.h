@@ -25,5 +25,9 @@ void add(float* x, const float* y, int64_t n);
 // Single row helpers shared by the fast kernels.
 void dequantize_row(const ops::WeightView& w, int64_t row, float* out);  // out: [w.n_cols]
 float silu(float x);
+// RoPE angles of one position: cos_sin[2i], cos_sin[2i + 1] for i < p.n_rot / 2.
+void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin);
+// Rotates one head v: [head_dim] in place with angles from rope_angles.
+void rope_rotate(float* v, const float* cos_sin, const ops::RopeParams& p);
 
 }  // namespace hearth::cpu::ref
