@@ -1,7 +1,9 @@
 // `hearth info`: what this build and machine offer (version, CPU features, CUDA devices).
 #include <cstdio>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cuda_info.h"
+#include "core/thread_pool.h"
 #include "cli/commands.h"
 
 namespace hearth::cli {
@@ -10,6 +12,8 @@ void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Show build options and the devices Hearth can use");
   cmd->callback([]() {
     std::printf("hearth %s\n", HEARTH_VERSION);
+    std::printf("cpu: %d physical cores; %s\n", physical_core_count(),
+                cpu::cpu_features_string(cpu::cpu_features()).c_str());
     std::printf("cuda: %s\n", backends::cuda_compiled() ? "compiled" : "not compiled");
     std::string err;
     auto devices = backends::cuda_devices(&err);
