@@ -1,0 +1,350 @@
+// CPU back-end parity: every CpuBackend operation against the plain reference
+// (kernels_ref / dot_ref), and every quantized dot product against a float dot of the
+// dequantized operands, on random data, odd sizes and several threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/ggml_order.h"
+#include "backends/cpu/kernels_ref.h"
+#include "backends/cpu/quant_dot.h"
+#include "core/error.h"
+#include "quant/dequant_ref.h"
+#include "quant/quant_ref.h"
+
+namespace {
+
+using hearth::GgmlType;
+using hearth::ops::WeightView;
+namespace cpu = hearth::cpu;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+size_t row_bytes(GgmlType type, int64_t n) { return static_cast<size_t>(*hearth::ggml_row_bytes(type, n)); }
+
+// A weight matrix quantized to `type`, with its storage.
+struct QuantWeight {
+  std::vector<uint8_t> data;
+  WeightView view;
+};
+
+QuantWeight make_weight(GgmlType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+  QuantWeight w;
+  const auto f = random_floats(static_cast<size_t>(n_rows * n_cols), seed);
+  const size_t rb = row_bytes(type, n_cols);
+  w.data.resize(rb * static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    hearth::quantize_row_ref(type, f.data() + r * n_cols, w.data.data() + r * rb, n_cols);
+  }
+  w.view = WeightView{"w", type, w.data.data(), n_cols, n_rows, rb};
+  return w;
+}
+
+WeightView f32_view(const std::vector<float>& v, int64_t n_cols, int64_t n_rows = 1) {
+  return WeightView{"f32", GgmlType::F32, v.data(), n_cols, n_rows, static_cast<uint64_t>(n_cols) * 4};
+}
+
+struct DotCase {
+  GgmlType type;
+  int64_t block;
+};
+
+const DotCase kDotCases[] = {
+    {GgmlType::Q4_0, 32}, {GgmlType::Q4_1, 32}, {GgmlType::Q5_0, 32}, {GgmlType::Q5_1, 32},
+    {GgmlType::Q8_0, 32}, {GgmlType::Q4_K, 256}, {GgmlType::Q5_K, 256}, {GgmlType::Q6_K, 256},
+};
+
+// Allowed |kernel - float dot| relative to sum |w_i x_i|. The legacy "_1" types pair
+// with Q8_1 activations whose block sum d * sum(q) is stored in f16 (as ggml stores it),
+// an error of up to 2^-11 of that term; every other kernel sums exact integer block
+// products and only rounds the float scaling and accumulation.
+double dot_tolerance(GgmlType type) {
+  return (type == GgmlType::Q4_1 || type == GgmlType::Q5_1) ? 1e-3 : 2e-5;
+}
+
+// Float dot of the dequantized weight row and the dequantized activation row, plus
+// the magnitude sum |w_i x_i| the tolerance scales with.
+std::pair<double, double> float_dot(const cpu::DotKernel& k, const uint8_t* w, const uint8_t* xq, int64_t n) {
+  std::vector<float> wf(static_cast<size_t>(n)), xf(static_cast<size_t>(n));
+  hearth::dequantize_row_ref(k.weight_type, w, wf.data(), n);
+  hearth::dequantize_row_ref(k.act_type, xq, xf.data(), n);
+  double dot = 0.0, mag = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    dot += static_cast<double>(wf[i]) * xf[i];
+    mag += std::fabs(static_cast<double>(wf[i]) * xf[i]);
+  }
+  return {dot, mag};
+}
+
+void check_kernel_against_float(const cpu::DotKernel& k, int64_t block) {
+  for (const int64_t n_blocks : {1, 3, 7, 11}) {
+    const int64_t n = n_blocks * block;
+    const auto w = make_weight(k.weight_type, 1, n, static_cast<uint32_t>(n));
+    const auto x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1), 3.0f);
+    std::vector<uint8_t> xq(row_bytes(k.act_type, n));
+    k.quantize_act(x.data(), xq.data(), n);
+    const auto [want, mag] = float_dot(k, w.data.data(), xq.data(), n);
+    const float got = k.vec_dot(n, w.data.data(), xq.data());
+    EXPECT_NEAR(got, want, dot_tolerance(k.weight_type) * mag + 1e-6)
+        << k.isa << " " << hearth::ggml_type_name(k.weight_type) << " n=" << n;
+  }
+}
+
+TEST(QuantDot, ReferenceKernelsMatchFloatDotOfDequantized) {
+  for (const auto& c : kDotCases) {
+    const cpu::DotKernel* k = cpu::find_dot_kernel(c.type, /*reference_only=*/true);
+    ASSERT_NE(k, nullptr) << hearth::ggml_type_name(c.type);
+    EXPECT_STREQ(k->isa, "ref");
+    check_kernel_against_float(*k, c.block);
+  }
+}
+
+TEST(QuantDot, ActivationQuantizersRoundTrip) {
+  // Each activation block quantizer loses at most half a step (d / 2) per element.
+  for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K}) {
+    const cpu::DotKernel* k = cpu::find_dot_kernel(t == GgmlType::Q8_K ? GgmlType::Q4_K
+                                                   : t == GgmlType::Q8_1 ? GgmlType::Q4_1
+                                                                          : GgmlType::Q4_0,
+                                                   true);
+    ASSERT_EQ(k->act_type, t);
+    const int64_t n = 512;
+    const auto x = random_floats(n, 7, 2.0f);
+    std::vector<uint8_t> q(row_bytes(t, n));
+    std::vector<float> back(n);
+    k->quantize_act(x.data(), q.data(), n);
+    hearth::dequantize_row_ref(t, q.data(), back.data(), n);
+    const int64_t blk = t == GgmlType::Q8_K ? 256 : 32;
+    for (int64_t b = 0; b < n / blk; ++b) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < blk; ++i) amax = std::max(amax, std::fabs(x[b * blk + i]));
+      for (int64_t i = 0; i < blk; ++i) {
+        // f16 scale (Q8_0/Q8_1) adds up to 2^-11 relative.
+        EXPECT_NEAR(back[b * blk + i], x[b * blk + i], amax / 127.0f * 0.5f + amax * 1e-3f)
+            << hearth::ggml_type_name(t) << " element " << b * blk + i;
+      }
+    }
+  }
+}
+
+TEST(QuantDot, Avx2KernelsMatchReference) {
+  const auto& f = cpu::cpu_features();
+  if (!(f.avx2 && f.fma)) GTEST_SKIP() << "this CPU lacks AVX2+FMA; the AVX2 kernels cannot run here";
+  int n_found = 0;
+  for (const auto& c : kDotCases) {
+    const cpu::DotKernel* fast = cpu::avx2::find(c.type);
+    if (fast == nullptr) continue;  // no AVX2 kernel for this type yet: the ref one is used
+    ++n_found;
+    const cpu::DotKernel* ref = cpu::find_dot_kernel(c.type, true);
+    ASSERT_EQ(fast->act_type, ref->act_type);
+    check_kernel_against_float(*fast, c.block);
+    for (const int64_t n_blocks : {1, 2, 5, 13}) {
+      const int64_t n = n_blocks * c.block;
+      const auto w = make_weight(c.type, 1, n, static_cast<uint32_t>(3 * n));
+      const auto x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(5 * n));
+      std::vector<uint8_t> xq(row_bytes(ref->act_type, n)), xq_fast(xq.size());
+      ref->quantize_act(x.data(), xq.data(), n);
+      fast->quantize_act(x.data(), xq_fast.data(), n);
+      EXPECT_EQ(xq, xq_fast) << "activation quantizers differ for " << hearth::ggml_type_name(c.type);
+      const float want = ref->vec_dot(n, w.data.data(), xq.data());
+      const float got = fast->vec_dot(n, w.data.data(), xq.data());
+      const auto [unused, mag] = float_dot(*ref, w.data.data(), xq.data(), n);
+      // Integer block sums are exact in both; only the float accumulation order differs.
+      EXPECT_NEAR(got, want, 1e-5 * mag + 1e-6) << hearth::ggml_type_name(c.type) << " n=" << n;
+    }
+  }
+  EXPECT_GE(n_found, 5) << "AVX2 kernels expected for Q4_0, Q4_1, Q8_0, Q4_K, Q6_K";
+}
+
+// y = W x through CpuBackend (threads, best kernel) against a single-threaded loop over
+// the same kernel, and against ref::matmul (float, no activation quantization).
+TEST(CpuBackendOps, MatmulMatchesReferenceOnAllTypes) {
+  cpu::CpuBackend fast(3);
+  cpu::CpuBackend plain(1, /*reference_kernels=*/true);
+  for (const auto& c : kDotCases) {
+    const int64_t n_cols = 3 * c.block, n_rows = 37, n_tokens = 5;
+    const auto w = make_weight(c.type, n_rows, n_cols, 11);
+    const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 12);
+    std::vector<float> y_fast(n_tokens * n_rows), y_plain(y_fast.size()), y_ref(y_fast.size());
+    fast.matmul(w.view, x.data(), n_tokens, y_fast.data());
+    plain.matmul(w.view, x.data(), n_tokens, y_plain.data());
+    cpu::ref::matmul(w.view, x.data(), n_tokens, y_ref.data());
+    const cpu::DotKernel* k = cpu::find_dot_kernel(c.type, true);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::vector<uint8_t> xq(row_bytes(k->act_type, n_cols));
+      k->quantize_act(x.data() + t * n_cols, xq.data(), n_cols);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t* wr = w.data.data() + r * w.view.row_bytes;
+        const auto [want, mag] = float_dot(*k, wr, xq.data(), n_cols);
+        const float y_p = y_plain[t * n_rows + r], y_f = y_fast[t * n_rows + r];
+        EXPECT_FLOAT_EQ(y_p, k->vec_dot(n_cols, wr, xq.data())) << "reference backend, row " << r;
+        EXPECT_NEAR(y_f, want, dot_tolerance(c.type) * mag + 1e-5) << hearth::ggml_type_name(c.type);
+        // Against the all-float product: the 8-bit activations cost up to half a step
+        // (amax / 254) per element, so allow 2% of the magnitude.
+        EXPECT_NEAR(y_f, y_ref[t * n_rows + r], 0.02 * mag + 1e-3) << hearth::ggml_type_name(c.type);
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOps, MatmulFloatWeights) {
+  cpu::CpuBackend fast(3);
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+    const int64_t n_cols = 77, n_rows = 45, n_tokens = 3;
+    const auto w = make_weight(type, n_rows, n_cols, 21);
+    const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 22);
+    std::vector<float> y(n_tokens * n_rows), y_ref(y.size());
+    fast.matmul(w.view, x.data(), n_tokens, y.data());
+    cpu::ref::matmul(w.view, x.data(), n_tokens, y_ref.data());
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-4f) << hearth::ggml_type_name(type);
+  }
+}
+
+TEST(CpuBackendOps, ElementwiseOpsEqualReference) {
+  cpu::CpuBackend be(3);
+  const int64_t n_tokens = 7, n = 93;
+  const auto x = random_floats(n_tokens * n, 31);
+  const auto wv = random_floats(n, 32);
+  // rms_norm, add_bias: the same reference math, so bit-equal.
+  std::vector<float> y(x.size()), y_ref(x.size());
+  be.rms_norm(x.data(), f32_view(wv, n), n_tokens, n, 1e-5f, y.data());
+  cpu::ref::rms_norm(x.data(), f32_view(wv, n), n_tokens, n, 1e-5f, y_ref.data());
+  EXPECT_EQ(y, y_ref);
+  for (int64_t t = 0; t < n_tokens; ++t) {  // and against the formula, in double
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(x[t * n + i]) * x[t * n + i];
+    const double s = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[t * n + i], x[t * n + i] * s * wv[i], 1e-5);
+  }
+  auto b1 = x, b2 = x;
+  be.add_bias(b1.data(), f32_view(wv, n), n_tokens);
+  cpu::ref::add_bias(b2.data(), f32_view(wv, n), n_tokens);
+  EXPECT_EQ(b1, b2);
+  // swiglu: the AVX2 build of the same scalar math must not change a rounding.
+  const int64_t m = 5000;  // several thread chunks and an odd tail
+  const auto g = random_floats(m, 33, 4.0f), u = random_floats(m, 34);
+  std::vector<float> s1(m), s2(m);
+  be.swiglu(g.data(), u.data(), m, s1.data());
+  cpu::ref::swiglu(g.data(), u.data(), m, s2.data());
+  EXPECT_EQ(s1, s2);
+  for (int64_t i = 0; i < m; ++i) {
+    const double want = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+    EXPECT_NEAR(s1[i], want, 1e-6 * std::fabs(want) + 1e-30);
+  }
+  auto a1 = x;
+  be.add(a1.data(), y.data(), n_tokens * n);
+  for (size_t i = 0; i < a1.size(); ++i) EXPECT_EQ(a1[i], x[i] + y[i]);
+  std::vector<float> c(x.size());
+  be.copy(x.data(), n_tokens * n, c.data());
+  EXPECT_EQ(c, x);
+}
+
+TEST(CpuBackendOps, GetRowsAndStoreKv) {
+  cpu::CpuBackend be(2);
+  const auto w = make_weight(GgmlType::Q8_0, 50, 64, 41);
+  const std::vector<int32_t> ids = {3, 49, 0, 3};
+  std::vector<float> out(ids.size() * 64), want(64);
+  be.get_rows(w.view, ids.data(), 4, out.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    cpu::ref::dequantize_row(w.view, ids[i], want.data());
+    EXPECT_EQ(std::vector<float>(out.begin() + i * 64, out.begin() + (i + 1) * 64), want);
+  }
+  const std::vector<int32_t> bad = {50};
+  EXPECT_THROW(be.get_rows(w.view, bad.data(), 1, out.data()), hearth::Error);
+  const auto k = random_floats(3 * 12, 42), v = random_floats(3 * 12, 43);
+  std::vector<float> kc(10 * 12, -1.0f), vc(10 * 12, -1.0f);
+  be.store_kv(k.data(), v.data(), 3, 12, 4, kc.data(), vc.data());
+  for (int64_t i = 0; i < 10 * 12; ++i) {
+    const bool inside = i >= 4 * 12 && i < 7 * 12;
+    EXPECT_EQ(kc[i], inside ? k[i - 48] : -1.0f);
+    EXPECT_EQ(vc[i], inside ? v[i - 48] : -1.0f);
+  }
+}
+
+TEST(CpuBackendOps, RopeMatchesFormula) {
+  cpu::CpuBackend be(2);
+  for (const bool neox : {false, true}) {
+    const int64_t n_tokens = 5, n_heads = 3, head_dim = 24;
+    const hearth::ops::RopeParams p{16, 10000.0f, 0.5f, neox};  // partial rotation, linear scaling
+    const std::vector<int32_t> pos = {0, 1, 7, 100, 2047};
+    const auto x = random_floats(n_tokens * n_heads * head_dim, 51);
+    auto y = x, y_ref = x;
+    be.rope(y.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+    cpu::ref::rope(y_ref.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+    EXPECT_EQ(y, y_ref);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float* a = x.data() + (t * n_heads + h) * head_dim;
+        const float* b = y.data() + (t * n_heads + h) * head_dim;
+        for (int64_t i = 0; i < p.n_rot / 2; ++i) {
+          const double theta = pos[t] * 0.5 * std::pow(10000.0, -2.0 * i / p.n_rot);
+          const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + p.n_rot / 2 : 2 * i + 1;
+          // Angles built by repeated float multiplication drift by a few ulp of theta.
+          const double tol = 1e-6 * (1.0 + std::fabs(theta)) * (std::fabs(a[i0]) + std::fabs(a[i1]));
+          EXPECT_NEAR(b[i0], a[i0] * std::cos(theta) - a[i1] * std::sin(theta), tol);
+          EXPECT_NEAR(b[i1], a[i0] * std::sin(theta) + a[i1] * std::cos(theta), tol);
+        }
+        for (int64_t i = p.n_rot; i < head_dim; ++i) EXPECT_EQ(b[i], a[i]);  // not rotated
+      }
+    }
+  }
+}
+
+// Attention: the threaded AVX2 build equals the reference bit for bit (same scalar
+// math); both agree with a plain double-precision softmax attention to 1e-5.
+TEST(CpuBackendOps, AttentionMatchesReferenceAndFormula) {
+  cpu::CpuBackend be(3);
+  const int64_t n_head = 6, n_head_kv = 2, head_dim = 32, n_ctx = 90;
+  const int64_t kv = n_head_kv * head_dim;
+  const auto kc = random_floats(n_ctx * kv, 61), vc = random_floats(n_ctx * kv, 62);
+  for (const auto& [n_tokens, pos0] : {std::pair<int64_t, int64_t>{1, 0}, {1, 70}, {9, 0}, {17, 40}}) {
+    const auto q = random_floats(n_tokens * n_head * head_dim, 63, 0.5f);
+    std::vector<float> out(q.size()), out_ref(q.size());
+    be.attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.17f, out.data());
+    cpu::ref::attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.17f,
+                        out_ref.data());
+    EXPECT_EQ(out, out_ref) << "n_tokens " << n_tokens << " pos0 " << pos0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t h = 0; h < n_head; ++h) {
+        const float* qh = q.data() + (t * n_head + h) * head_dim;
+        const int64_t kvh = h / (n_head / n_head_kv), n_keys = pos0 + t + 1;
+        std::vector<double> s(n_keys);
+        double mx = -1e300, den = 0;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < head_dim; ++i) d += double(qh[i]) * kc[j * kv + kvh * head_dim + i];
+          s[j] = d * 0.17;
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& e : s) den += (e = std::exp(e - mx));
+        for (int64_t i = 0; i < head_dim; ++i) {
+          double o = 0;
+          for (int64_t j = 0; j < n_keys; ++j) o += s[j] / den * vc[j * kv + kvh * head_dim + i];
+          EXPECT_NEAR(out[(t * n_head + h) * head_dim + i], o, 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(GgmlOrder, ExpApproximationIsWithinTwoUlp) {
+  for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+    const double want = std::exp(double(x));
+    EXPECT_NEAR(cpu::ggml_order::exp_approx(x), want, want * 2.5e-7) << x;
+  }
+  EXPECT_EQ(cpu::ggml_order::exp_approx(0.0f), 1.0f);
+  EXPECT_EQ(cpu::ggml_order::exp_approx(-INFINITY), 0.0f);
+  EXPECT_EQ(cpu::ggml_order::exp_approx(-1000.0f), 0.0f);
+  EXPECT_TRUE(std::isinf(cpu::ggml_order::exp_approx(1000.0f)));
+}
+
+}  // namespace
