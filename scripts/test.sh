@@ -3,7 +3,7 @@
 #   1. unit tests (GoogleTest, via ctest) on the release build
 #   2. end-to-end tests (pytest) that run the real hearth binary on real files
 #   3. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
-#   4. a short libFuzzer run on the GGUF reader over the kept corpus
+#   4. short libFuzzer runs (GGUF reader, chat templates, tokenizers) over the kept corpora
 # HEARTH_TEST_QUICK=1 skips 3 and 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,11 +28,22 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -L unit
 
-  hearth_build fuzz fuzz_gguf
-  hearth_log "fuzzing the GGUF reader (${HEARTH_FUZZ_SECONDS:-30}s)"
+  hearth_build fuzz fuzz_gguf fuzz_template fuzz_tokenizer
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
-  ./build-fuzz/tests/fuzz/fuzz_gguf -max_total_time="${HEARTH_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
-    -artifact_prefix="$scratch/" "$scratch" tests/fuzz/corpus/gguf 2>&1 | tail -n 3
+  # Each fuzzer: new inputs and crash files go to a scratch folder, the kept corpus is read only.
+  # UBSan halts on the first report so that undefined behaviour fails the run like a crash.
+  for part in gguf template tokenizer; do
+    hearth_log "fuzzing $part (${HEARTH_FUZZ_SECONDS:-20}s)"
+    mkdir -p "$scratch/$part"
+    if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build-fuzz/tests/fuzz/fuzz_$part \
+        -max_total_time="${HEARTH_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -timeout=10 \
+        -artifact_prefix="$scratch/$part/" "$scratch/$part" "tests/fuzz/corpus/$part" >"$scratch/$part.log" 2>&1; then
+      tail -n 40 "$scratch/$part.log" >&2
+      hearth_log "fuzz_$part found a bug; its input is in the log above"
+      exit 1
+    fi
+    tail -n 2 "$scratch/$part.log"
+  done
 fi
 hearth_log "all tests passed"

@@ -3,7 +3,9 @@
 // scope holds top-level assignments and sits above the caller's context.
 #include "template/evaluator.h"
 
+#include <algorithm>
 #include <cmath>
+#include <new>
 
 #include "core/error.h"
 #include "template/builtins.h"
@@ -42,6 +44,8 @@ struct Scope {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+constexpr int kMaxValueDepth = 256;  // nesting of lists / dicts / namespaces
+
 [[noreturn]] void limit_error(const std::string& msg) {
   RenderError e{msg};
   e.limit = true;
@@ -68,6 +72,25 @@ class Renderer {
       if (f != Flow::kNormal) return f;
     }
     return Flow::kNormal;
+  }
+
+  // A value that could never be output within the limit, or nests deeper than a render
+  // can walk (repr, tojson and destruction recurse), ends the render.
+  // The budget is the output limit, but at least 16 MiB (a small output limit should not
+  // stop a template from building a moderately large list it only partly prints).
+  void check_size(const Value& v) const {
+    const size_t budget = std::max(lim_.max_output_bytes, size_t{16} << 20);
+    if (v.is_string()) {
+      if (v.str().size() > budget) {
+        limit_error("string of " + std::to_string(v.str().size()) + " bytes exceeds the value size limit of " +
+                    std::to_string(budget) + " bytes");
+      }
+      return;
+    }
+    if (!v.is_list() && !v.is_dict() && !v.is_namespace()) return;
+    const ValueSize z = measure(v, budget, kMaxValueDepth);
+    if (z.depth > kMaxValueDepth) limit_error("value nesting exceeds the limit of " + std::to_string(kMaxValueDepth));
+    if (z.bytes > budget) limit_error("value exceeds the value size limit of " + std::to_string(budget) + " bytes");
   }
 
   void write(const std::string& s) {
@@ -118,6 +141,7 @@ class Renderer {
         if (!s.attr.empty()) {
           Value* ns = scope_->find(s.targets[0]);
           if (!ns || !ns->is_namespace()) throw_render("cannot assign attribute on non-namespace object");
+          check_size(v);  // namespaces outlive loop iterations: growth across them stops here
           ns->dict().set(s.attr, std::move(v));
         } else {
           assign(s.targets, v);
@@ -334,11 +358,12 @@ class Renderer {
       }
       if (step == 0) throw_render("range() arg 3 must not be zero");
       std::vector<Value> out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (static_cast<int64_t>(out.size()) >= lim_.max_loop_iterations) {
           limit_error("range() exceeds the limit of " + std::to_string(lim_.max_loop_iterations) + " items");
         }
         out.emplace_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;  // past INT64_MAX / MIN: past stop too
       }
       return Value::make_list(std::move(out));
     });
@@ -383,14 +408,20 @@ class Renderer {
       case ExprKind::kCall: {
         Value f = eval(*e.args[0]);
         Args a = eval_args(e, 1);
-        if (f.is_func()) return f.func()(a);
+        if (f.is_func()) {
+          Value v = f.func()(a);
+          check_size(v);
+          return v;
+        }
         f.check_defined();
         throw_render("'" + type_name(f) + "' object is not callable");
       }
       case ExprKind::kFilter: {
         Value v = eval(*e.args[0]);
         Args a = eval_args(e, 1);
-        return call_filter(e.name, v, a);
+        Value r = call_filter(e.name, v, a);
+        check_size(r);
+        return r;
       }
       case ExprKind::kTest: {
         Value v = eval(*e.args[0]);
@@ -404,7 +435,7 @@ class Renderer {
         v.check_defined();
         if (!v.is_number()) throw_render("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
         if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
-        return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
+        return v.is_float() ? Value(-v.as_float()) : Value(int_neg_abs(v.as_int(), false));
       }
       case ExprKind::kBinary: {
         if (e.name == "and") {
@@ -420,9 +451,13 @@ class Renderer {
         if (e.name == "~") {
           std::string s = to_str(l);
           s += to_str(r);
-          return Value(std::move(s));
+          Value v(std::move(s));
+          check_size(v);
+          return v;
         }
-        return arith(e.name, l, r);
+        Value v = arith(e.name, l, r);
+        check_size(v);
+        return v;
       }
       case ExprKind::kCompare: {
         Value l = eval(*e.args[0]);
@@ -490,8 +525,11 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
     const Value* n = seq == &a ? &b : &a;
     if (seq && (n->is_int() || n->is_bool())) {
       int64_t count = n->as_int();
-      if (count > 0 && (seq->is_string() ? seq->str().size() : seq->list().items.size()) * static_cast<uint64_t>(count) > (64u << 20)) {
-        limit_error("sequence repetition result too large");
+      // Bytes for a string; for a list, the size of what it prints as (its items are copied).
+      const uint64_t unit = seq->is_string() ? seq->str().size() : measure(*seq, kMaxValueBytes, kMaxValueDepth).bytes;
+      if (count > 0 && unit > 0 && static_cast<uint64_t>(count) > kMaxValueBytes / unit) {
+        limit_error("sequence repetition result too large (" + std::to_string(unit) + " x " + std::to_string(count) +
+                    ", limit " + std::to_string(kMaxValueBytes) + " bytes)");
       }
       if (seq->is_string()) {
         std::string out;
@@ -513,18 +551,17 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   }
   if (ints) {
     int64_t x = a.as_int(), y = b.as_int();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
+    if (op == "+") return Value(int_add(x, y));
+    if (op == "-") return Value(int_sub(x, y));
+    if (op == "*") return Value(int_mul(x, y));
     if (op == "//" || op == "%") {
       if (y == 0) throw_render(op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+      if (y == -1) return op == "//" ? Value(int_neg_abs(x, false)) : Value(0);  // INT64_MIN / -1 overflows
       return op == "//" ? Value(floordiv(x, y)) : Value(x - floordiv(x, y) * y);
     }
     if (op == "**") {
       if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
-      int64_t r = 1;
-      for (int64_t i = 0; i < y && i < 64; ++i) r *= x;
-      return Value(r);
+      return Value(int_pow(x, y));
     }
   }
   double x = a.as_float(), y = b.as_float();
@@ -553,6 +590,9 @@ std::string Template::render(const Value& context, const Limits& limits) const {
   } catch (const RenderError& e) {
     std::string msg = e.located ? e.message : "[template] " + e.message;
     throw Error(e.limit ? ErrorKind::kResource : e.unsupported ? ErrorKind::kUnsupported : ErrorKind::kInvalidInput, msg);
+  } catch (const std::bad_alloc&) {
+    // Sizes are checked before building big values; this is the backstop.
+    throw Error(ErrorKind::kResource, "[template] out of memory while rendering");
   }
   return out;
 }

@@ -46,7 +46,8 @@ Value attr_path(Value item, const Value& attribute, const Value* default_value) 
       size_t d = s.find('.', b);
       std::string p = s.substr(b, d == std::string::npos ? std::string::npos : d - b);
       bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
-      parts.push_back(digits ? Value(static_cast<int64_t>(std::stoll(p))) : Value(p));
+      // An index too large for int64 cannot match any item; keep it as a (missing) key.
+      parts.push_back(digits && p.size() <= 18 ? Value(static_cast<int64_t>(std::stoll(p))) : Value(p));
       if (d == std::string::npos) break;
       b = d + 1;
     }
@@ -130,7 +131,7 @@ Value filter_tojson(const Value& v, const Args& a) {
     if (indent->is_string()) {
       o.indent = indent->str();
     } else if (indent->is_int()) {
-      o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ');
+      o.indent = std::string(checked_width(indent->as_int(), "tojson indent"), ' ');
     } else {
       throw_render("tojson indent must be an int or a string");
     }
@@ -151,7 +152,7 @@ Value filter_tojson(const Value& v, const Args& a) {
 
 Value filter_indent(const Value& v, const Args& a) {
   const Value* w = arg(a, 0, "width");
-  std::string ind = !w ? "    " : w->is_string() ? w->str() : std::string(static_cast<size_t>(std::max<int64_t>(0, w->as_int())), ' ');
+  std::string ind = !w ? "    " : w->is_string() ? w->str() : std::string(checked_width(w->as_int(), "indent width"), ' ');
   bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
   std::string s = to_str(v) + "\n";
   std::vector<std::string> lines;  // str.splitlines on \n, \r\n, \r
@@ -164,6 +165,10 @@ Value filter_indent(const Value& v, const Args& a) {
     }
   }
   if (b < s.size()) lines.push_back(s.substr(b));
+  if (!ind.empty() && lines.size() > kMaxValueBytes / ind.size()) {
+    throw_limit("indent result too large (" + std::to_string(lines.size()) + " lines x " + std::to_string(ind.size()) +
+                " bytes of indentation)");
+  }
   std::string rv;
   if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
@@ -192,11 +197,20 @@ Value filter_title(const std::string& s, bool title) {
   return Value(out);
 }
 
+// int(d) for a float; Python's int is unbounded, ours is int64: outside it, an error.
+Value float_to_int(double d, const Value& fallback) {
+  if (!std::isfinite(d)) return fallback;
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+    throw_unsupported("int(" + float_repr(d) + ") does not fit in 64 bits");
+  }
+  return Value(static_cast<int64_t>(d));
+}
+
 Value to_int(const Value& v, const Args& a) {
   const Value* def = arg(a, 0, "default");
   Value fallback = def ? *def : Value(0);
   if (v.is_int() || v.is_bool()) return Value(v.as_int());
-  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(static_cast<int64_t>(v.as_float())) : fallback;
+  if (v.is_float()) return float_to_int(v.as_float(), fallback);
   if (!v.is_string()) return fallback;
   std::string s;
   for (char c : v.str()) {
@@ -210,7 +224,7 @@ Value to_int(const Value& v, const Args& a) {
   long long iv = std::strtoll(s.c_str(), &end, base ? static_cast<int>(base->as_int()) : 10);
   if (end && *end == '\0' && s.find('.') == std::string::npos) return Value(static_cast<int64_t>(iv));
   double d = std::strtod(s.c_str(), &end);
-  if (end && *end == '\0' && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+  if (end && *end == '\0') return float_to_int(d, fallback);
   return fallback;
 }
 
@@ -332,7 +346,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "float") return to_float(v, a);
   if (name == "abs") {
     if (!v.is_number()) throw_render("bad operand type for abs(): '" + type_name(v) + "'");
-    return v.is_float() ? Value(std::fabs(v.as_float())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+    return v.is_float() ? Value(std::fabs(v.as_float())) : Value(int_neg_abs(v.as_int(), true));
   }
   if (name == "round") return filter_round(v, a);
   if (name == "title" || name == "capitalize") return filter_title(to_str(v), name == "title");
@@ -420,7 +434,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "center") {
     const Value* w = arg(a, 0, "width");
     std::string s = to_str(v);
-    auto width = static_cast<size_t>(w ? std::max<int64_t>(0, w->as_int()) : 80);
+    const size_t width = w ? checked_width(w->as_int(), "center width") : 80;
     size_t len = utf8_length(s);
     if (len >= width) return Value(s);
     size_t total = width - len, left = total / 2 + (total & width & 1);

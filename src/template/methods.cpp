@@ -171,6 +171,7 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
           ++done;
         }
         if (i < cps.size()) utf8_append(out, cps[i]);
+        if (out.size() > kMaxValueBytes) throw_limit("replace() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
       }
       return Value(out);
     }
@@ -178,6 +179,7 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
       size_t f = s.find(from, pos);
       if (f == std::string::npos) break;
       out += s.substr(pos, f - pos) + to;
+      if (out.size() > kMaxValueBytes) throw_limit("replace() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
       pos = f + from.size();
       ++done;
     }

@@ -560,7 +560,11 @@ class Parser {
         if (cur().type == Tok::kInt) {
           ExprPtr g = node(ExprKind::kGetItem, at);
           ExprPtr idx = node(ExprKind::kLiteral, cur());
-          idx->literal = Value(static_cast<int64_t>(std::stoll(cur().value)));
+          try {
+            idx->literal = Value(static_cast<int64_t>(std::stoll(cur().value)));
+          } catch (const std::exception&) {
+            fail_at(cur(), "integer literal out of range: " + cur().value, ErrorKind::kUnsupported);
+          }
           next();
           g->args.push_back(std::move(e));
           g->args.push_back(std::move(idx));

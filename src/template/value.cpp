@@ -12,6 +12,70 @@ namespace hearth::tmpl {
 
 void throw_render(std::string message) { throw RenderError{std::move(message)}; }
 
+void throw_limit(std::string message) {
+  RenderError e{std::move(message)};
+  e.limit = true;
+  throw e;
+}
+
+void throw_unsupported(std::string message) {
+  RenderError e{std::move(message)};
+  e.unsupported = true;
+  throw e;
+}
+
+size_t checked_width(int64_t width, const char* what) {
+  if (width <= 0) return 0;
+  if (static_cast<uint64_t>(width) > kMaxValueBytes) {
+    throw_limit(std::string(what) + " " + std::to_string(width) + " exceeds the limit of " +
+                std::to_string(kMaxValueBytes));
+  }
+  return static_cast<size_t>(width);
+}
+
+[[noreturn]] static void int_overflow(int64_t a, const char* op, int64_t b) {
+  throw_unsupported("integer overflow: " + std::to_string(a) + " " + op + " " + std::to_string(b) +
+                    " does not fit in 64 bits");
+}
+
+int64_t int_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) int_overflow(a, "+", b);
+  return r;
+}
+
+int64_t int_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) int_overflow(a, "-", b);
+  return r;
+}
+
+int64_t int_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) int_overflow(a, "*", b);
+  return r;
+}
+
+int64_t int_neg_abs(int64_t a, bool abs) {
+  if (a == INT64_MIN) {
+    throw_unsupported("integer overflow: " + std::string(abs ? "abs(" : "-(") + std::to_string(a) +
+                      ") does not fit in 64 bits");
+  }
+  return abs ? (a < 0 ? -a : a) : -a;
+}
+
+int64_t int_pow(int64_t base, int64_t exp) {
+  int64_t r = 1;
+  // |base| >= 2 overflows within 63 steps, so the loop is short; 0, 1, -1 are cut short.
+  if (base == 0) return exp == 0 ? 1 : 0;
+  if (base == 1) return 1;
+  if (base == -1) return exp % 2 == 0 ? 1 : -1;
+  for (int64_t i = 0; i < exp; ++i) {
+    if (__builtin_mul_overflow(r, base, &r)) int_overflow(base, "**", exp);
+  }
+  return r;
+}
+
 const Value* Args::get(size_t idx, std::string_view name) const {
   for (const auto& [k, v] : kw) {
     if (k == name) return &v;
@@ -267,6 +331,15 @@ std::string to_str(const Value& v) {
     case Kind::kDict: return repr(v);
     case Kind::kFunc: return v.func_name().rfind('<', 0) == 0 ? v.func_name() : "<function " + v.func_name() + ">";
     case Kind::kNamespace: {
+      // A namespace can hold itself (ns.x = ns): like Python's reprlib guard, the inner
+      // occurrence prints as {...}.
+      thread_local std::vector<const Dict*> active;
+      const Dict* d = &v.dict();
+      if (std::find(active.begin(), active.end(), d) != active.end()) return "<Namespace {...}>";
+      active.push_back(d);
+      struct Pop {
+        ~Pop() { active.pop_back(); }
+      } pop;
       Value tmp = Value::make_dict();
       tmp.dict().items = v.dict().items;
       return "<Namespace " + repr(tmp) + ">";
@@ -419,8 +492,12 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
 
 static void json_dump(std::string& out, const Value& v, const JsonOptions& o, int depth) {
   if (depth > 512) throw_render("maximum recursion depth exceeded while encoding a JSON object");
+  if (out.size() > kMaxValueBytes) throw_limit("tojson result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
   auto newline = [&](int level) {
     if (!o.has_indent) return;
+    if (!o.indent.empty() && static_cast<size_t>(level) > (kMaxValueBytes - std::min(out.size(), kMaxValueBytes)) / o.indent.size()) {
+      throw_limit("tojson result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
+    }
     out += '\n';
     for (int i = 0; i < level; ++i) out += o.indent;
   };
@@ -483,6 +560,60 @@ std::string to_json(const Value& v, const JsonOptions& opts) {
   std::string out;
   json_dump(out, v, opts, 0);
   return out;
+}
+
+// ---------------------------------------------------------------- measure
+namespace {
+
+struct Measurer {
+  size_t max_bytes;
+  int max_depth;
+  ValueSize r;
+  std::vector<const Dict*> path;  // namespaces being walked (a namespace may hold itself)
+
+  bool over() const { return r.bytes > max_bytes || r.depth > max_depth; }
+
+  void walk(const Value& v, int depth) {
+    if (over()) return;
+    if (depth > r.depth) r.depth = depth;
+    if (depth > max_depth) return;
+    switch (v.kind()) {
+      case Kind::kString: r.bytes += v.str().size(); break;
+      case Kind::kList:
+        for (const Value& x : v.list().items) {
+          r.bytes += 16;  // an item costs more to hold than to print
+          walk(x, depth + 1);
+          if (over()) return;
+        }
+        break;
+      case Kind::kNamespace:
+      case Kind::kDict: {
+        const Dict* d = &v.dict();
+        if (v.is_namespace()) {
+          for (const Dict* p : path) {
+            if (p == d) return;
+          }
+          path.push_back(d);
+        }
+        for (const auto& [k, x] : d->items) {
+          r.bytes += 16 + k.size();
+          walk(x, depth + 1);
+          if (over()) break;
+        }
+        if (v.is_namespace()) path.pop_back();
+        break;
+      }
+      default: r.bytes += 1; break;
+    }
+  }
+};
+
+}  // namespace
+
+ValueSize measure(const Value& v, size_t max_bytes, int max_depth) {
+  Measurer m{max_bytes, max_depth, {}, {}};
+  m.walk(v, 0);
+  return m.r;
 }
 
 }  // namespace hearth::tmpl

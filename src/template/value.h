@@ -27,6 +27,22 @@ struct RenderError {
 };
 // Throws RenderError(message).
 [[noreturn]] void throw_render(std::string message);
+// Throws RenderError(message) marked as a resource limit (Error kResource).
+[[noreturn]] void throw_limit(std::string message);
+// Throws RenderError(message) marked unsupported (Error kUnsupported).
+[[noreturn]] void throw_unsupported(std::string message);
+
+// Largest string or list one operation may build (a padding width, a repetition, ...),
+// checked before allocating; the render's own limits (evaluator.h) apply on top.
+inline constexpr size_t kMaxValueBytes = 64u << 20;
+// A width/count argument as a size: negative -> 0; above kMaxValueBytes -> throw_limit.
+size_t checked_width(int64_t width, const char* what);
+// Python ints are unbounded, ours are int64: these throw_unsupported on overflow.
+int64_t int_add(int64_t a, int64_t b);
+int64_t int_sub(int64_t a, int64_t b);
+int64_t int_mul(int64_t a, int64_t b);
+int64_t int_neg_abs(int64_t a, bool abs);  // -a, or |a| when abs
+int64_t int_pow(int64_t base, int64_t exp);  // exp >= 0
 
 enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunc, kNamespace };
 
@@ -135,6 +151,15 @@ struct JsonOptions {
   bool sort_keys = false;
 };
 std::string to_json(const Value& v, const JsonOptions& opts);
+
+// How big a value is, roughly (string bytes, plus 16 per list/dict item and the keys:
+// an item costs more to hold than to print), and how deep it nests; cycles through namespaces are cut. The walk stops early
+// once `max_bytes` or `max_depth` is passed (the result is then just above the limit).
+struct ValueSize {
+  size_t bytes = 0;
+  int depth = 0;
+};
+ValueSize measure(const Value& v, size_t max_bytes, int max_depth);
 
 // --- UTF-8 helpers (Python str indexes code points) ---------------------------
 std::vector<char32_t> utf8_decode(std::string_view s);
