@@ -57,6 +57,13 @@ Value arith(const std::string& op, const Value& a, const Value& b);
 class Renderer {
  public:
   Renderer(const Value& context, const Limits& limits) : ctx_(context), lim_(limits) {}
+  // A namespace may hold itself (ns.x = ns), a reference cycle: emptying every namespace of
+  // the render frees it.
+  ~Renderer() {
+    for (Value& ns : namespaces_) ns.dict().items.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   void render(const ast::Body& body, std::string& out) {
     out_ = &out;
@@ -317,8 +324,9 @@ class Renderer {
     }
     if (name == "range") return builtin_range();
     if (name == "namespace") {
-      return Value::func("namespace", [](Args& a) {
+      return Value::func("namespace", [this](Args& a) {
         Value ns = Value::namespace_();
+        namespaces_.push_back(ns);
         for (const auto& p : a.pos) {
           if (!p.is_dict()) throw_render("namespace() positional argument must be a dict");
           for (const auto& [k, v] : p.dict().items) ns.dict().set(k, v);
@@ -493,6 +501,7 @@ class Renderer {
   std::string* out_ = nullptr;
   int64_t iterations_ = 0;
   int depth_ = 0;
+  std::vector<Value> namespaces_;  // every namespace() made by this render
 };
 
 int64_t floordiv(int64_t a, int64_t b) {

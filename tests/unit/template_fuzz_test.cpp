@@ -1,7 +1,7 @@
 // Regression tests for inputs the template fuzzer (tests/fuzz/fuzz_template.cpp) and the
 // review around it found: each used to crash, hang, overflow a signed integer or make a
 // huge allocation, and now ends the render with a precise hearth::Error (or renders as
-// Python jinja2 does). The same inputs are kept in tests/fuzz/corpus/template/crash-*.
+// Python jinja2 does). The same inputs are kept in tests/fuzz/corpus/template/regress-*.
 #include <gtest/gtest.h>
 
 #include <chrono>
