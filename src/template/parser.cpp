@@ -2,6 +2,7 @@
 // condexpr > or > and > not > compare > + - > ~ > * / // % > ** > unary/postfix/filters.
 #include "template/parser.h"
 
+#include <cstdlib>
 #include <set>
 
 #include "core/error.h"
@@ -511,7 +512,8 @@ class Parser {
       case Tok::kFloat: {
         next();
         ExprPtr e = node(ExprKind::kLiteral, t);
-        e->literal = Value(std::stod(t.value));
+        // strtod, not stod: out of range is inf / 0.0 as in Python, not std::out_of_range.
+        e->literal = Value(std::strtod(t.value.c_str(), nullptr));
         return e;
       }
       case Tok::kOp:

@@ -93,6 +93,13 @@ TEST(TemplateFuzz, IntegerOverflowIsAnErrorNotUndefinedBehaviour) {
   EXPECT_EQ(o.text, "[9223372036854775800, 9223372036854775805]");
 }
 
+TEST(TemplateFuzz, FloatLiteralOutOfRangeIsInfOrZeroAsInPython) {
+  // std::stod threw std::out_of_range, which is not a hearth::Error (found by the fuzzer).
+  Outcome o = run("{{ 1e30064 }} {{ -1e400 }} {{ 1e-400 }}");
+  ASSERT_TRUE(o.ok) << o.text;
+  EXPECT_EQ(o.text, "inf -inf 0.0");
+}
+
 TEST(TemplateFuzz, AttributePathWithHugeIndexIsAMissingKey) {
   // std::stoll threw std::out_of_range, which is not a hearth::Error.
   Outcome o = run("{{ [[1]] | map(attribute='99999999999999999999') | list }}");
