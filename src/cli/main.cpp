@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Hearth: a local LLM inference server"};
   app.set_version_flag("--version", std::string("hearth ") + HEARTH_VERSION);
   app.require_subcommand(1);
+  hearth::cli::add_run_command(app);
   hearth::cli::add_inspect_command(app);
   hearth::cli::add_tokenize_command(app);
   hearth::cli::add_template_command(app);

