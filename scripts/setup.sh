@@ -11,12 +11,7 @@ model=$(hearth_default_model)
 mkdir -p models
 ln -sf "$model" models/default.gguf
 
-hearth_log "main job: the default model and a sample prompt"
+hearth_log "the default model"
 ./build/hearth inspect models/default.gguf
-prompt='{"messages": [{"role": "user", "content": "What is the capital of France?"}], "add_generation_prompt": true}'
-printf '%s' "$prompt" > build/sample-conversation.json
-./build/hearth template -m models/default.gguf --input build/sample-conversation.json > build/sample-prompt.txt
-hearth_log "chat-templated prompt:"
-cat build/sample-prompt.txt
-hearth_log "its token ids:"
-./build/hearth tokenize -m models/default.gguf --file build/sample-prompt.txt
+hearth_log "main job: hearth run on the default model with a sample prompt"
+./build/hearth run -m models/default.gguf -p "What is the capital of France?" -n 64
