@@ -138,7 +138,7 @@ TEST(QuantDot, ActivationQuantizersRoundTrip) {
 
 TEST(QuantDot, Avx2KernelsMatchReference) {
   const auto& f = cpu::cpu_features();
-  if (!(f.avx2 && f.fma)) GTEST_SKIP() << "this CPU lacks AVX2+FMA; the AVX2 kernels cannot run here";
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "this CPU lacks AVX2+FMA+F16C; the AVX2 kernels cannot run here";
   int n_found = 0;
   for (const auto& c : kDotCases) {
     const cpu::DotKernel* fast = cpu::avx2::find(c.type);
@@ -163,6 +163,47 @@ TEST(QuantDot, Avx2KernelsMatchReference) {
     }
   }
   EXPECT_GE(n_found, 5) << "AVX2 kernels expected for Q4_0, Q4_1, Q8_0, Q4_K, Q6_K";
+}
+
+// The tiled matrix kernels (AVX2 and AVX-512 VNNI builds) against the one-pair SIMD
+// vec_dot: bit-identical for every (row, token), on every tile shape and edge.
+TEST(QuantDot, TiledMatmulEqualsVecDotBitForBit) {
+  int n_run = 0;
+  for (const auto isa : {cpu::MatmulIsa::kAvx2, cpu::MatmulIsa::kVnni}) {
+    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+      const cpu::MatmulFn mm = cpu::find_matmul_kernel(type, isa);
+      if (mm == nullptr) continue;  // this CPU lacks the instruction set
+      ++n_run;
+      const cpu::DotKernel* k = cpu::find_dot_kernel(type);
+      ASSERT_STRNE(k->isa, "ref");
+      for (const int64_t n_rows : {1, 3, 4, 9}) {
+        for (const int64_t n_tok : {1, 2, 5, 8}) {
+          const int64_t n = 7 * 32;
+          const auto w = make_weight(type, n_rows, n, static_cast<uint32_t>(n_rows * 31 + n_tok));
+          const auto x = random_floats(static_cast<size_t>(n_tok * n), static_cast<uint32_t>(n_tok), 4.0f);
+          const size_t xrb = row_bytes(k->act_type, n);
+          std::vector<uint8_t> xq(xrb * static_cast<size_t>(n_tok));
+          for (int64_t t = 0; t < n_tok; ++t) k->quantize_act(x.data() + t * n, xq.data() + t * xrb, n);
+          const int64_t ys = n_rows + 2;  // a row stride wider than the tile
+          std::vector<float> y(static_cast<size_t>(n_tok * ys), -1.0f);
+          mm(n, w.data.data(), w.view.row_bytes, n_rows, xq.data(), xrb, n_tok, y.data(), ys);
+          for (int64_t t = 0; t < n_tok; ++t) {
+            for (int64_t r = 0; r < ys; ++r) {
+              const float got = y[t * ys + r];
+              if (r >= n_rows) {
+                EXPECT_EQ(got, -1.0f) << "wrote outside the rows";
+                continue;
+              }
+              const float want = k->vec_dot(n, w.data.data() + r * w.view.row_bytes, xq.data() + t * xrb);
+              EXPECT_EQ(got, want) << hearth::ggml_type_name(type) << " isa " << static_cast<int>(isa) << " row "
+                                   << r << " token " << t << " of " << n_rows << "x" << n_tok;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (n_run == 0) GTEST_SKIP() << "no tiled kernel runs on this CPU";
 }
 
 // y = W x through CpuBackend (threads, best kernel) against a single-threaded loop over

@@ -130,6 +130,15 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
       for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w.n_cols, xq + t * row_bytes, w.n_cols);
     });
     const auto* wdata = static_cast<const uint8_t*>(w.data);
+    if (const MatmulFn mm = reference_kernels_ ? nullptr : find_matmul_kernel(w.type)) {
+      // Tiles of 4 weight rows x 4 tokens: each weight block is unpacked once per 4 tokens
+      // and each activation block loaded once per 4 rows; the same sums as vec_dot.
+      pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
+        mm(w.n_cols, wdata + static_cast<uint64_t>(begin) * w.row_bytes, w.row_bytes, end - begin, xq,
+           static_cast<uint64_t>(row_bytes), n_tokens, y + begin, w.n_rows);
+      });
+      return;
+    }
     pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
       for (int64_t r = begin; r < end; ++r) {
         const uint8_t* wrow = wdata + static_cast<uint64_t>(r) * w.row_bytes;

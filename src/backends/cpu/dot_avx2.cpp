@@ -14,12 +14,15 @@
 
 #include "quant/blocks.h"
 
-#define HEARTH_AVX2 __attribute__((target("avx2,fma")))
+#define HEARTH_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace hearth::cpu::avx2 {
 namespace {
 
 using namespace hearth::quant;
+
+// f16 -> f32 in one instruction (F16C); the same value as the portable load_f16.
+HEARTH_AVX2 inline float f16(const Half& h) { return _cvtsh_ss(load_f16_bits(h)); }
 
 HEARTH_AVX2 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -63,7 +66,7 @@ HEARTH_AVX2 float dot_q4_0_q8_0(int64_t n, const void* wv, const void* xv) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), _mm256_set1_epi8(8));
     const __m256i p = dot_i8_i8(q, load32(x[b].qs));
-    const __m256 d = _mm256_set1_ps(load_f16(w[b].d) * load_f16(x[b].d));
+    const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(x[b].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   return hsum(acc);
@@ -76,9 +79,9 @@ HEARTH_AVX2 float dot_q4_1_q8_1(int64_t n, const void* wv, const void* xv) {
   float mins = 0.0f;
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i p = dot_u8_i8(unpack_nibbles(w[b].qs), load32(x[b].qs));
-    const __m256 d = _mm256_set1_ps(load_f16(w[b].d) * load_f16(x[b].d));
+    const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(x[b].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    mins += load_f16(w[b].m) * load_f16(x[b].s);
+    mins += f16(w[b].m) * f16(x[b].s);
   }
   return hsum(acc) + mins;
 }
@@ -89,7 +92,7 @@ HEARTH_AVX2 float dot_q8_0_q8_0(int64_t n, const void* wv, const void* xv) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i p = dot_i8_i8(load32(w[b].qs), load32(x[b].qs));
-    const __m256 d = _mm256_set1_ps(load_f16(w[b].d) * load_f16(x[b].d));
+    const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(x[b].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   return hsum(acc);
@@ -120,8 +123,8 @@ HEARTH_AVX2 float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
       summ += m0 * (bsum(2 * j) + bsum(2 * j + 1)) + m1 * (bsum(2 * j + 2) + bsum(2 * j + 3));
     }
     const float dx = load_f32(x[b].d);
-    sum += load_f16(w[b].d) * dx * static_cast<float>(hsum_i32(acc)) -
-           load_f16(w[b].dmin) * dx * static_cast<float>(summ);
+    sum += f16(w[b].d) * dx * static_cast<float>(hsum_i32(acc)) -
+           f16(w[b].dmin) * dx * static_cast<float>(summ);
   }
   return sum;
 }
@@ -159,7 +162,7 @@ HEARTH_AVX2 float dot_q6_k_q8_k(int64_t n, const void* wv, const void* xv) {
         corr += 32 * (s0 * bsum(e0 / 16) + s1 * bsum(e0 / 16 + 1));
       }
     }
-    sum += load_f16(w[b].d) * load_f32(x[b].d) * static_cast<float>(hsum_i32(acc) - corr);
+    sum += f16(w[b].d) * load_f32(x[b].d) * static_cast<float>(hsum_i32(acc) - corr);
   }
   return sum;
 }

@@ -261,7 +261,7 @@ constexpr std::array kRefKernels = {
 }  // namespace
 
 const DotKernel* find_dot_kernel(GgmlType type, bool reference_only) {
-  if (!reference_only && cpu_features().avx2 && cpu_features().fma) {
+  if (!reference_only && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {
     if (const DotKernel* k = avx2::find(type)) return k;
   }
   for (const auto& k : kRefKernels) {

@@ -29,6 +29,16 @@ struct DotKernel {
 // plain kernel.
 const DotKernel* find_dot_kernel(GgmlType type, bool reference_only = false);
 
+// Tiled matrix product on the quantized blocks: y[t * y_stride + r] = vec_dot(n, weight
+// row r, activation row t) for r < n_w, t < n_x, with rows w_stride / x_stride bytes
+// apart; each output equals the one-pair SIMD vec_dot bit for bit (dot_tile.inc).
+using MatmulFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
+                          uint64_t x_stride, int64_t n_x, float* y, int64_t y_stride);
+enum class MatmulIsa { kBest, kAvx2, kVnni };
+// The tiled kernel for weights of `type` on this CPU (kBest: AVX-512 VNNI, else AVX2),
+// or nullptr (no such kernel, or the CPU lacks the instruction set asked for).
+MatmulFn find_matmul_kernel(GgmlType type, MatmulIsa isa = MatmulIsa::kBest);
+
 namespace ref {
 void quantize_q8_0(const float* x, void* dst, int64_t n);
 void quantize_q8_1(const float* x, void* dst, int64_t n);
