@@ -83,6 +83,11 @@ Hparams read_hparams(const gguf::File& f) {
   if (hp.arch.moe) {
     hp.n_expert = positive(f, p + "expert_count");
     hp.n_expert_used = positive(f, p + "expert_used_count");
+    if (hp.n_expert_used > hp.n_expert) {
+      bad(f, p + "expert_used_count", "is larger than expert_count " + std::to_string(hp.n_expert));
+    }
+    hp.n_ff_exp = positive(f, p + "expert_feed_forward_length");
+    hp.expert_weights_norm = f.find_bool(p + "expert_weights_norm").value_or(true);
   }
   return hp;
 }

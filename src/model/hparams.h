@@ -36,6 +36,8 @@ struct Hparams {
   float rope_freq_scale = 1.0f;
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;          // rows of each expert's gate/up matrices
+  bool expert_weights_norm = true;  // renormalise the chosen experts' router probabilities
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }

@@ -54,10 +54,6 @@ ops::WeightView LlamaModel::bind(const std::string& name, std::vector<uint64_t> 
 
 LlamaModel::LlamaModel(const gguf::File& file, ops::Backend& backend)
     : file_(file), backend_(backend), hp_(read_hparams(file)) {
-  if (hp_.arch.moe) {
-    fail(ErrorKind::kUnsupported, "model",
-         file.name() + ": architecture '" + std::string(hp_.arch.name) + "' (routed experts) is not supported yet");
-  }
   const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
   if (embd == nullptr || embd->shape.size() < 2) {
     fail(ErrorKind::kInvalidInput, "model", file.name() + ": tensor 'token_embd.weight' is missing or not 2-D");
@@ -88,6 +84,11 @@ LlamaModel::LlamaModel(const gguf::File& file, ops::Backend& backend)
       w.k_norm = bind(p + "attn_k_norm.weight", {D});
     }
     w.ffn_norm = bind(p + "ffn_norm.weight", {E});
+    if (hp_.arch.moe) {
+      w.moe = bind_moe(file, backend_, p, moe_params());
+      layers_.push_back(std::move(w));
+      continue;
+    }
     const gguf::TensorInfo* gate = file.find_tensor(p + "ffn_gate.weight");
     if (hp_.n_ff == 0 && gate != nullptr && gate->shape.size() >= 2) hp_.n_ff = static_cast<int64_t>(gate->shape[1]);
     const auto F = static_cast<uint64_t>(hp_.n_ff);
@@ -96,6 +97,10 @@ LlamaModel::LlamaModel(const gguf::File& file, ops::Backend& backend)
     w.ffn_down = bind(p + "ffn_down.weight", {F, E});
     layers_.push_back(std::move(w));
   }
+}
+
+MoeParams LlamaModel::moe_params() const {
+  return MoeParams{hp_.n_expert, hp_.n_expert_used, hp_.n_embd, hp_.n_ff_exp, hp_.expert_weights_norm};
 }
 
 std::vector<float> LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits) {
@@ -110,6 +115,7 @@ std::vector<float> LlamaModel::forward(KvCache& cache, const std::vector<int32_t
   ops::Backend& be = backend_;
   auto x = be.alloc(n * E), cur = be.alloc(n * E), q = be.alloc(n * Q), k = be.alloc(n * KV),
        v = be.alloc(n * KV), attn = be.alloc(n * Q), gate = be.alloc(n * F), up = be.alloc(n * F);
+  auto moe_out = hp_.arch.moe ? be.alloc(n * E) : nullptr;
   std::vector<int32_t> positions(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(pos0 + i);
   const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, hp_.arch.rope_neox};
@@ -135,6 +141,11 @@ std::vector<float> LlamaModel::forward(KvCache& cache, const std::vector<int32_t
     be.matmul(w.wo, attn->data(), n, cur->data());
     be.add(x->data(), cur->data(), n * E);
     be.rms_norm(x->data(), w.ffn_norm, n, E, hp_.rms_eps, cur->data());
+    if (w.moe) {
+      moe_ffn(be, *w.moe, moe_params(), cur->data(), n, moe_out->data());
+      be.add(x->data(), moe_out->data(), n * E);
+      continue;
+    }
     be.matmul(w.ffn_gate, cur->data(), n, gate->data());
     be.matmul(w.ffn_up, cur->data(), n, up->data());
     be.swiglu(gate->data(), up->data(), n * F, gate->data());

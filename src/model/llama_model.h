@@ -1,4 +1,4 @@
-// The Llama-family transformer (llama, qwen2, qwen3; qwen3moe routing to come):
+// The Llama-family transformer (llama, qwen2, qwen3, qwen3moe with routed experts):
 // RMSNorm, RoPE, grouped-query attention with a KV cache, SwiGLU, tied or separate
 // output. Weights are bound by a tensor-name table; the math runs through an
 // ops::Backend, so this file knows nothing of CPU or CUDA details.
@@ -10,6 +10,7 @@
 
 #include "format/gguf.h"
 #include "model/hparams.h"
+#include "model/moe_ffn.h"
 #include "ops/backend.h"
 
 namespace hearth::model {
@@ -18,7 +19,8 @@ struct LayerWeights {
   ops::WeightView attn_norm, wq, wk, wv, wo;
   std::optional<ops::WeightView> bq, bk, bv;          // qwen2 biases
   std::optional<ops::WeightView> q_norm, k_norm;      // qwen3 per-head norms
-  ops::WeightView ffn_norm, ffn_gate, ffn_up, ffn_down;
+  ops::WeightView ffn_norm, ffn_gate, ffn_up, ffn_down;  // dense FFN
+  std::optional<MoeWeights> moe;                         // routed experts (qwen3moe) instead
 };
 
 // Per-sequence state: the KV cache and how many positions it holds.
@@ -53,6 +55,7 @@ class LlamaModel {
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false);
 
  private:
+  MoeParams moe_params() const;
   ops::WeightView bind(const std::string& name, std::vector<uint64_t> expect_shape, bool optional_ok = false,
                        bool* found = nullptr);
 

@@ -82,6 +82,14 @@ class Backend {
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // Copies n floats between back-end buffers.
   virtual void copy(const float* src, int64_t n, float* dst) = 0;
+  // Sets n floats of dst to value.
+  virtual void fill(float* dst, float value, int64_t n) = 0;
+  // dst: [n_ids, n] = rows ids[i] of src: [*, n]. ids is host memory.
+  virtual void gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) = 0;
+  // dst row ids[i] += weights[i] * src row i, for i < n_ids; rows of n floats. ids and
+  // weights are host memory; ids may repeat only across calls, not within one.
+  virtual void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights,
+                                int64_t n_ids, float* dst) = 0;
 };
 
 }  // namespace hearth::ops

@@ -41,6 +41,9 @@ struct Spec {
   bool tied = false;   // no output.weight: the output reuses token_embd
   GgmlType t_q = GgmlType::F32, t_k = GgmlType::F32, t_v = GgmlType::F32, t_o = GgmlType::F32;
   GgmlType t_gate = GgmlType::F32, t_up = GgmlType::F32, t_down = GgmlType::F32;
+  // Routed experts (qwen3moe) when n_expert > 0: ffn_{gate,up,down}_exps of n_ff_exp rows
+  // replace the dense FFN; the router is F32.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   uint64_t seed = 1;
   // Malformations for the error tests.
   std::string omit_tensor;                              // not written
@@ -109,6 +112,11 @@ inline hearth::gguf::Writer build_writer(const Spec& s) {
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + "rope.freq_base", s.freq_base);
   if (s.n_rot > 0) w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.n_rot));
+  if (s.n_expert > 0) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+  }
 
   // gain scales a weight so that a product with a unit-RMS input has about unit RMS
   // (times gain): uniform(-b, b) has RMS b / sqrt(3).
@@ -132,6 +140,16 @@ inline hearth::gguf::Writer build_writer(const Spec& s) {
     const float b = gain * std::sqrt(3.0f / static_cast<float>(n_cols));
     add(name, type, n_cols, n_rows, -b, b);
   };
+  // A 3-D expert tensor [n_cols, n_rows, n_expert]: expert e's matrix follows expert e-1's.
+  auto experts = [&](const std::string& name, GgmlType type, int64_t n_cols, int64_t n_rows, float gain) {
+    const float b = gain * std::sqrt(3.0f / static_cast<float>(n_cols));
+    std::vector<float> v(static_cast<size_t>(n_cols * n_rows * s.n_expert));
+    for (float& x : v) x = rng.uniform(-b, b);
+    if (name == s.omit_tensor) return;
+    w.add_tensor(name, type,
+                 {static_cast<uint64_t>(n_cols), static_cast<uint64_t>(n_rows), static_cast<uint64_t>(s.n_expert)},
+                 encode(type, v, n_cols));
+  };
   const int64_t E = s.n_embd, Q = s.n_q(), KV = s.n_kv(), F = s.n_ff, D = s.head_dim;
   add("token_embd.weight", s.t_embd, E, s.n_vocab, -1.0f, 1.0f);
   add("output_norm.weight", GgmlType::F32, E, 1, 0.7f, 1.3f);
@@ -154,6 +172,14 @@ inline hearth::gguf::Writer build_writer(const Spec& s) {
     }
     matrix(p + "attn_output.weight", s.t_o, Q, E, 1.0f);
     add(p + "ffn_norm.weight", GgmlType::F32, E, 1, 0.7f, 1.3f);
+    if (s.n_expert > 0) {
+      // Router with spread-out logits so the top-k choice is far from ties.
+      matrix(p + "ffn_gate_inp.weight", GgmlType::F32, E, s.n_expert, 4.0f);
+      experts(p + "ffn_gate_exps.weight", s.t_gate, E, s.n_ff_exp, 1.5f);
+      experts(p + "ffn_up_exps.weight", s.t_up, E, s.n_ff_exp, 1.0f);
+      experts(p + "ffn_down_exps.weight", s.t_down, s.n_ff_exp, E, 1.0f);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", s.t_gate, E, F, 1.5f);
     matrix(p + "ffn_up.weight", s.t_up, E, F, 1.0f);
     matrix(p + "ffn_down.weight", s.t_down, F, E, 1.0f);
@@ -202,6 +228,14 @@ class FloatForward {
         L.k_norm = load(f, p + "attn_k_norm.weight");
       }
       L.ffn_norm = load(f, p + "ffn_norm.weight");
+      if (s.n_expert > 0) {
+        L.router = load(f, p + "ffn_gate_inp.weight");
+        L.gate_exps = load_experts(f, p + "ffn_gate_exps.weight");
+        L.up_exps = load_experts(f, p + "ffn_up_exps.weight");
+        L.down_exps = load_experts(f, p + "ffn_down_exps.weight");
+        layers_.push_back(std::move(L));
+        continue;
+      }
       L.gate = load(f, p + "ffn_gate.weight");
       L.up = load(f, p + "ffn_up.weight");
       L.down = load(f, p + "ffn_down.weight");
@@ -250,10 +284,11 @@ class FloatForward {
         }
         x[t] = add(x[t], matvec(L.wo, attn));
         const Vec h = mul(rms_norm(x[t]), L.ffn_norm);
-        const Vec g = matvec(L.gate, h), u = matvec(L.up, h);
-        Vec a(g.size());
-        for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-        x[t] = add(x[t], matvec(L.down, a));
+        if (s_.n_expert > 0) {
+          x[t] = add(x[t], routed_ffn(L, h));
+          continue;
+        }
+        x[t] = add(x[t], swiglu_ffn(L.gate, L.up, L.down, h));
       }
     }
     std::vector<std::vector<double>> out(static_cast<size_t>(n));
@@ -269,7 +304,54 @@ class FloatForward {
   };
   struct Layer {
     Mat attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, gate, up, down;
+    Mat router;
+    std::vector<Mat> gate_exps, up_exps, down_exps;
   };
+
+  static Vec swiglu_ffn(const Mat& gate, const Mat& up, const Mat& down, const Vec& h) {
+    const Vec g = matvec(gate, h), u = matvec(up, h);
+    Vec a(g.size());
+    for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    return matvec(down, a);
+  }
+  // Softmax router, the n_expert_used most probable experts, their probabilities
+  // renormalised to sum to 1 (qwen3moe), and the weighted sum of those experts' FFNs.
+  Vec routed_ffn(const Layer& L, const Vec& h) const {
+    Vec logits = matvec(L.router, h);
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (double& e : logits) sum += (e = std::exp(e - mx));
+    std::vector<int64_t> order(logits.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    double chosen = 0;
+    for (int64_t k = 0; k < s_.n_expert_used; ++k) chosen += logits[order[k]] / sum;
+    Vec out(h.size(), 0.0);
+    for (int64_t k = 0; k < s_.n_expert_used; ++k) {
+      const int64_t e = order[k];
+      const double weight = logits[e] / sum / chosen;
+      const Vec y = swiglu_ffn(L.gate_exps[e], L.up_exps[e], L.down_exps[e], h);
+      for (size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
+    }
+    return out;
+  }
+  static std::vector<Mat> load_experts(const hearth::gguf::File& f, const std::string& name) {
+    const hearth::gguf::TensorInfo* t = f.find_tensor(name);
+    if (t == nullptr || t->shape.size() != 3) throw std::runtime_error("tiny: no 3-D tensor " + name);
+    const auto cols = static_cast<int64_t>(t->shape[0]), rows = static_cast<int64_t>(t->shape[1]);
+    std::vector<float> tmp(static_cast<size_t>(cols * rows * static_cast<int64_t>(t->shape[2])));
+    hearth::dequantize_row_ref(t->type, t->data, tmp.data(), static_cast<int64_t>(tmp.size()));
+    std::vector<Mat> out;
+    for (uint64_t e = 0; e < t->shape[2]; ++e) {
+      Mat m;
+      m.rows = rows;
+      m.cols = cols;
+      m.v.assign(tmp.begin() + static_cast<int64_t>(e) * rows * cols,
+                 tmp.begin() + static_cast<int64_t>(e + 1) * rows * cols);
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
 
   static Mat load(const hearth::gguf::File& f, const std::string& name) {
     const hearth::gguf::TensorInfo* t = f.find_tensor(name);

@@ -180,6 +180,32 @@ std::vector<Spec> specs() {
     s.seed = 33;
     out.push_back(s);
   }
+  {
+    Spec s;  // routed experts: 8 experts, 2 per token, renormalised weights
+    s.name = "qwen3moe_f32";
+    s.arch = "qwen3moe";
+    s.neox = true;
+    s.qk_norm = true;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 128;
+    s.seed = 41;
+    out.push_back(s);
+  }
+  {
+    Spec s;  // routed experts in K-quants: Q4_K gate/up, Q6_K down
+    s.name = "qwen3moe_q4_k";
+    s.arch = "qwen3moe";
+    s.neox = true;
+    s.qk_norm = true;
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 256;
+    s.t_q = s.t_k = s.t_v = s.t_o = s.t_gate = s.t_up = GgmlType::Q4_K;
+    s.t_down = GgmlType::Q6_K;
+    s.seed = 42;
+    out.push_back(s);
+  }
   return out;
 }
 

@@ -37,6 +37,11 @@ class CpuBackend final : public ops::Backend {
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(float* x, const float* y, int64_t n) override;
   void copy(const float* src, int64_t n, float* dst) override;
+  // Row movement for routed experts (cpu_backend_rows.cpp).
+  void fill(float* dst, float value, int64_t n) override;
+  void gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) override;
+  void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
+                        float* dst) override;
 
   int n_threads() const { return pool_.n_threads(); }
 

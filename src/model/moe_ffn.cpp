@@ -1,0 +1,128 @@
+#include "model/moe_ffn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "core/error.h"
+
+namespace hearth::model {
+namespace {
+
+std::string dims(const std::vector<uint64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+const gguf::TensorInfo& need(const gguf::File& f, const std::string& name, std::vector<uint64_t> shape) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) fail(ErrorKind::kInvalidInput, "model", f.name() + ": tensor '" + name + "' is missing");
+  if (t->shape != shape) {
+    fail(ErrorKind::kInvalidInput, "model",
+         f.name() + ": tensor '" + name + "' has shape " + dims(t->shape) + ", expected " + dims(shape));
+  }
+  return *t;
+}
+
+// One view per expert of a [cols, rows, n_expert] tensor: expert e's rows are contiguous.
+std::vector<ops::WeightView> slice_experts(ops::Backend& be, const gguf::TensorInfo& t, const std::string& name) {
+  std::vector<ops::WeightView> out;
+  const uint64_t n_expert = t.shape[2];
+  const uint64_t per_expert = t.n_bytes / n_expert;
+  for (uint64_t e = 0; e < n_expert; ++e) {
+    ops::WeightView w;
+    w.name = name + "[" + std::to_string(e) + "]";
+    w.type = t.type;
+    w.data = t.data + e * per_expert;
+    w.n_cols = static_cast<int64_t>(t.shape[0]);
+    w.n_rows = static_cast<int64_t>(t.shape[1]);
+    w.row_bytes = per_expert / t.shape[1];
+    out.push_back(be.prepare_weight(w));
+  }
+  return out;
+}
+
+}  // namespace
+
+MoeWeights bind_moe(const gguf::File& f, ops::Backend& be, const std::string& p, const MoeParams& mp) {
+  const auto E = static_cast<uint64_t>(mp.n_embd), F = static_cast<uint64_t>(mp.n_ff),
+             X = static_cast<uint64_t>(mp.n_expert);
+  MoeWeights w;
+  const auto& router = need(f, p + "ffn_gate_inp.weight", {E, X});
+  w.router.name = router.name;
+  w.router.type = router.type;
+  w.router.data = router.data;
+  w.router.n_cols = static_cast<int64_t>(E);
+  w.router.n_rows = static_cast<int64_t>(X);
+  w.router.row_bytes = router.n_bytes / X;
+  w.router = be.prepare_weight(w.router);
+  w.gate = slice_experts(be, need(f, p + "ffn_gate_exps.weight", {E, F, X}), p + "ffn_gate_exps.weight");
+  w.up = slice_experts(be, need(f, p + "ffn_up_exps.weight", {E, F, X}), p + "ffn_up_exps.weight");
+  w.down = slice_experts(be, need(f, p + "ffn_down_exps.weight", {F, E, X}), p + "ffn_down_exps.weight");
+  return w;
+}
+
+void route_top_k(const float* logits, int64_t n, const MoeParams& p, std::vector<int32_t>& ids,
+                 std::vector<float>& weights) {
+  ids.assign(static_cast<size_t>(n * p.n_used), 0);
+  weights.assign(static_cast<size_t>(n * p.n_used), 0.0f);
+  std::vector<float> prob(static_cast<size_t>(p.n_expert));
+  std::vector<int32_t> order(static_cast<size_t>(p.n_expert));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = logits + t * p.n_expert;
+    const float max_l = *std::max_element(l, l + p.n_expert);
+    double sum = 0.0;
+    for (int64_t e = 0; e < p.n_expert; ++e) {
+      prob[e] = std::exp(l[e] - max_l);
+      sum += prob[e];
+    }
+    for (auto& v : prob) v = static_cast<float>(v / sum);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + p.n_used, order.end(),
+                      [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); });
+    float chosen = 0.0f;
+    for (int64_t k = 0; k < p.n_used; ++k) chosen += prob[order[k]];
+    for (int64_t k = 0; k < p.n_used; ++k) {
+      ids[t * p.n_used + k] = order[k];
+      weights[t * p.n_used + k] = p.norm_weights ? prob[order[k]] / chosen : prob[order[k]];
+    }
+  }
+}
+
+void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out) {
+  auto router = be.alloc(n * p.n_expert);
+  be.matmul(w.router, x, n, router->data());
+  std::vector<float> host(static_cast<size_t>(n * p.n_expert));
+  be.copy_to_host(*router, 0, n * p.n_expert, host.data());
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  route_top_k(host.data(), n, p, ids, weights);
+
+  // Group (token, weight) pairs by expert.
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(p.n_expert));
+  std::vector<std::vector<float>> token_w(static_cast<size_t>(p.n_expert));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < p.n_used; ++k) {
+      const int32_t e = ids[t * p.n_used + k];
+      tokens[e].push_back(static_cast<int32_t>(t));
+      token_w[e].push_back(weights[t * p.n_used + k]);
+    }
+  }
+  be.fill(out, 0.0f, n * p.n_embd);
+  auto xs = be.alloc(n * p.n_embd), gate = be.alloc(n * p.n_ff), up = be.alloc(n * p.n_ff),
+       down = be.alloc(n * p.n_embd);
+  for (int64_t e = 0; e < p.n_expert; ++e) {
+    const auto m = static_cast<int64_t>(tokens[e].size());
+    if (m == 0) continue;
+    be.gather_rows(x, p.n_embd, tokens[e].data(), m, xs->data());
+    be.matmul(w.gate[e], xs->data(), m, gate->data());
+    be.matmul(w.up[e], xs->data(), m, up->data());
+    be.swiglu(gate->data(), up->data(), m * p.n_ff, gate->data());
+    be.matmul(w.down[e], gate->data(), m, down->data());
+    be.scatter_add_rows(down->data(), p.n_embd, tokens[e].data(), token_w[e].data(), m, out);
+  }
+}
+
+}  // namespace hearth::model
