@@ -4,6 +4,7 @@
 // exception, time-out, huge allocation) is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -25,7 +26,11 @@ uint64_t touch(const Value& v) {
   } catch (const hearth::Error&) {
   }
   try {
-    h += static_cast<uint64_t>(v.as_float("fuzz"));
+    // Hash the bits: converting an arbitrary double to an integer would itself be UB.
+    const double d = v.as_float("fuzz");
+    uint64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    h += bits;
   } catch (const hearth::Error&) {
   }
   return h;
