@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
@@ -8,16 +9,43 @@
 
 namespace hearth {
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or about kSpinMicros have passed (yielding in the second half, so a
+// preempted peer thread on a busy machine gets the core); returns done().
+template <class Done>
+bool spin_until(Done done, int spin_micros) {
+  const auto t_end = Clock::now() + std::chrono::microseconds(spin_micros);
+  const auto t_yield = Clock::now() + std::chrono::microseconds(spin_micros / 2);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63) {
+      const auto now = Clock::now();
+      if (now >= t_end) return done();
+      if (now >= t_yield) std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  start_cv_.notify_all();
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -28,25 +56,25 @@ void ThreadPool::run_chunk(int idx) {
   try {
     (*job_)(begin, end, idx);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(error_mutex_);
     if (!error_) error_ = std::current_exception();
   }
 }
 
 void ThreadPool::worker_loop(int idx) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, kSpinMicros)) {
+      // Asleep: the caller sees sleepers_ > 0 (both seq_cst) and notifies; a bump that
+      // came before the wait makes wait() return at once.
+      sleepers_.fetch_add(1);
+      while (generation_.load() == seen) generation_.wait(seen);
+      sleepers_.fetch_sub(1);
     }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
     run_chunk(idx);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && caller_asleep_.load()) pending_.notify_one();
   }
 }
 
@@ -60,24 +88,21 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mutex_);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    n_ = n;
-    chunk_ = (n_grains + n_threads_ - 1) / n_threads_ * grain;
-    error_ = nullptr;
-    pending_ = n_threads_ - 1;
-    ++generation_;
-  }
-  start_cv_.notify_all();
+  job_ = &fn;
+  n_ = n;
+  chunk_ = (n_grains + n_threads_ - 1) / n_threads_ * grain;
+  error_ = nullptr;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: publishes the job fields above
+  if (sleepers_.load() > 0) generation_.notify_all();
   run_chunk(0);
-  std::exception_ptr err;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
-    err = std::exchange(error_, nullptr);
+  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, kSpinMicros)) {
+    caller_asleep_.store(true);
+    for (int p = pending_.load(); p != 0; p = pending_.load()) pending_.wait(p);
+    caller_asleep_.store(false);
   }
+  job_ = nullptr;
+  std::exception_ptr err = std::exchange(error_, nullptr);
   if (err) std::rethrow_exception(err);
 }
 

@@ -3,8 +3,12 @@
 // dequantized operands, on random data, odd sizes and several threads.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <mutex>
 #include <random>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -13,6 +17,7 @@
 #include "backends/cpu/kernels_ref.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "quant/dequant_ref.h"
 #include "quant/quant_ref.h"
 
@@ -389,3 +394,28 @@ TEST(GgmlOrder, ExpApproximationIsWithinTwoUlp) {
 }
 
 }  // namespace
+
+// The spinning / sleeping hand-off of the thread pool the CPU kernels run on: many
+// short jobs back to back, jobs after an idle pause (workers asleep), and exceptions.
+TEST(ThreadPool, ShortJobsSleepsAndExceptions) {
+  hearth::ThreadPool pool(3);
+  std::vector<int64_t> hits(1000);
+  for (int round = 0; round < 2000; ++round) {
+    pool.parallel_for(1000, 7, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+    });
+    if (round % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // workers go to sleep
+  }
+  for (const int64_t h : hits) ASSERT_EQ(h, 2000);
+  EXPECT_THROW(pool.parallel_for(100, 1, [](int64_t b, int64_t, int) {
+                 if (b > 0) throw std::runtime_error("worker");
+               }),
+               std::runtime_error);
+  int64_t sum = 0;
+  std::mutex m;
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e, int) {
+    std::lock_guard<std::mutex> lock(m);
+    sum += e - b;
+  });
+  EXPECT_EQ(sum, 10);
+}

@@ -15,8 +15,10 @@
 // Functions compiled for AVX2+FMA (used only when the CPU has them); elsewhere plain.
 #if defined(__x86_64__)
 #define HEARTH_SIMD __attribute__((target("avx2,fma")))
+#define HEARTH_AVX512 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw")))
 #else
 #define HEARTH_SIMD
+#define HEARTH_AVX512
 #endif
 
 namespace hearth::cpu {
@@ -56,8 +58,11 @@ struct AttendArgs {
 using AttendFn = void (*)(const AttendArgs&, int64_t, int64_t);
 using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
 
-// Work items [begin, end) of attention: item = token * n_head + head.
-template <int kDummy>
+// Work items [begin, end) of attention: item = token * n_head + head. The fast copies
+// below are this same code compiled for AVX2+FMA (or AVX-512): `flatten` inlines the
+// ggml_order math into them, so std::fma becomes one instruction and the 16-lane loops
+// vectorise with the same roundings (without it GCC's identical-code folding merged the
+// copies and every fma was a libm call).
 inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end) {
   const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
   const int64_t max_keys = a.pos0 + end / a.n_head + 1;
@@ -69,13 +74,23 @@ inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end) {
                            a.out + item * a.head_dim);
   }
 }
-void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) { attend_rows<0>(a, begin, end); }
-HEARTH_SIMD void attend_rows_avx2(const AttendArgs& a, int64_t begin, int64_t end) { attend_rows<1>(a, begin, end); }
+void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) { attend_rows(a, begin, end); }
+HEARTH_SIMD __attribute__((flatten)) void attend_rows_avx2(const AttendArgs& a, int64_t begin, int64_t end) {
+  attend_rows(a, begin, end);
+}
+HEARTH_AVX512 __attribute__((flatten)) void attend_rows_avx512(const AttendArgs& a, int64_t begin, int64_t end) {
+  attend_rows(a, begin, end);
+}
+
+bool avx512_ok() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512vl && f.avx512bw;
+}
 
 void swiglu_plain(const float* g, const float* u, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
 }
-HEARTH_SIMD void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
+HEARTH_SIMD __attribute__((flatten)) void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
 }
 
@@ -182,7 +197,7 @@ void CpuBackend::attention(const float* q, const float* k_cache, const float* v_
                            float* out) {
   // One (token, head) pair per work item, each the reference math (ggml_order.h) compiled
   // for AVX2+FMA where the CPU has them: same roundings, vectorised.
-  const AttendFn attend = simd_ok_ ? attend_rows_avx2 : attend_rows_plain;
+  const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
   pool_.parallel_for(n_tokens * n_head, 1, [&](int64_t begin, int64_t end, int) {
     attend(AttendArgs{q, k_cache, v_cache, pos0, n_head, n_head_kv, head_dim, scale, out, n_tokens == 1}, begin, end);
   });
