@@ -33,11 +33,12 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
   trap 'rm -rf "$scratch"' EXIT
   # Each fuzzer: new inputs and crash files go to a scratch folder, the kept corpus is read only.
   # UBSan halts on the first report so that undefined behaviour fails the run like a crash.
+  # A fixed seed keeps CI repeatable; HEARTH_FUZZ_SEED=0 (random) for longer hunts by hand.
   for part in gguf template tokenizer; do
     hearth_log "fuzzing $part (${HEARTH_FUZZ_SECONDS:-20}s)"
     mkdir -p "$scratch/$part"
     if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build-fuzz/tests/fuzz/fuzz_$part \
-        -max_total_time="${HEARTH_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -timeout=10 \
+        -max_total_time="${HEARTH_FUZZ_SECONDS:-20}" -seed="${HEARTH_FUZZ_SEED:-1}" -rss_limit_mb=2048 -timeout=10 \
         -artifact_prefix="$scratch/$part/" "$scratch/$part" "tests/fuzz/corpus/$part" >"$scratch/$part.log" 2>&1; then
       tail -n 40 "$scratch/$part.log" >&2
       hearth_log "fuzz_$part found a bug; its input is in the log above"

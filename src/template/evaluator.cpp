@@ -534,6 +534,9 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
     const Value* n = seq == &a ? &b : &a;
     if (seq && (n->is_int() || n->is_bool())) {
       int64_t count = n->as_int();
+      // An empty sequence repeated any number of times is empty (and must not loop count times).
+      if (seq->is_string() && seq->str().empty()) return Value(std::string());
+      if (seq->is_list() && seq->list().items.empty()) return Value::make_list({});
       // Bytes for a string; for a list, the size of what it prints as (its items are copied).
       const uint64_t unit = seq->is_string() ? seq->str().size() : measure(*seq, kMaxValueBytes, kMaxValueDepth).bytes;
       if (count > 0 && unit > 0 && static_cast<uint64_t>(count) > kMaxValueBytes / unit) {

@@ -74,6 +74,19 @@ TEST(TemplateFuzz, RepetitionCountOverflowIsALimit) {
   expect_error("{{ ['x' * 1000000] * 100 }}", ErrorKind::kResource, "sequence repetition result too large");
 }
 
+TEST(TemplateFuzz, EmptySequenceRepeatedHugeTimesIsEmptyAtOnce) {
+  // Found by fuzz_template: '' * 2e13 passed the size check (0 bytes) and looped 2e13 times.
+  for (const char* src : {"[{{ 'abcd' * 0 * 19811981716894 }}]", "[{{ '' * 9000000000000000 }}]",
+                          "[{{ ([] * 9000000000000000) | length }}]"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Outcome o = run(src);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(o.ok) << src << ": " << o.text;
+    EXPECT_TRUE(o.text == "[]" || o.text == "[0]") << src << " rendered " << o.text;
+    EXPECT_LT(s, 1.0) << src << " took " << s << " s";
+  }
+}
+
 TEST(TemplateFuzz, IntegerOverflowIsAnErrorNotUndefinedBehaviour) {
   expect_error("{{ 9223372036854775807 + 1 }}", ErrorKind::kUnsupported, "integer overflow: 9223372036854775807 + 1");
   expect_error("{{ -9223372036854775807 - 2 }}", ErrorKind::kUnsupported, "integer overflow");
