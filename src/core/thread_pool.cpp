@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -19,10 +20,11 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until done() or about kSpinMicros have passed (yielding in the second half, so a
+// Spins until done() or about spin_micros have passed (yielding in the second half, so a
 // preempted peer thread on a busy machine gets the core); returns done().
 template <class Done>
 bool spin_until(Done done, int spin_micros) {
+  if (spin_micros <= 0) return done();
   const auto t_end = Clock::now() + std::chrono::microseconds(spin_micros);
   const auto t_yield = Clock::now() + std::chrono::microseconds(spin_micros / 2);
   for (int i = 0;; ++i) {
@@ -34,6 +36,15 @@ bool spin_until(Done done, int spin_micros) {
       if (now >= t_yield) std::this_thread::yield();
     }
   }
+}
+
+// HEARTH_SPIN_US (default 0: sleep at once), read once.
+int spin_micros() {
+  static const int us = [] {
+    const char* v = std::getenv("HEARTH_SPIN_US");
+    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return us;
 }
 
 }  // namespace
@@ -64,7 +75,7 @@ void ThreadPool::run_chunk(int idx) {
 void ThreadPool::worker_loop(int idx) {
   uint32_t seen = 0;
   for (;;) {
-    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, kSpinMicros)) {
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, spin_micros())) {
       // Asleep: the caller sees sleepers_ > 0 (both seq_cst) and notifies; a bump that
       // came before the wait makes wait() return at once.
       sleepers_.fetch_add(1);
@@ -96,7 +107,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   generation_.fetch_add(1);  // seq_cst: publishes the job fields above
   if (sleepers_.load() > 0) generation_.notify_all();
   run_chunk(0);
-  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, kSpinMicros)) {
+  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, spin_micros())) {
     caller_asleep_.store(true);
     for (int p = pending_.load(); p != 0; p = pending_.load()) pending_.wait(p);
     caller_asleep_.store(false);

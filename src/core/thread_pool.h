@@ -3,14 +3,13 @@
 // and returns when all are done. One parallel_for at a time per pool: calls from
 // several threads are serialised by a mutex.
 //
-// Hand-off: a model forward pass issues hundreds of parallel_for calls per token,
-// each only microseconds long, so waking workers through a condition variable (tens
-// of microseconds per wake-up) costs more than the work. Workers and the caller
-// therefore spin on a generation counter / pending count for a short while (about
-// kSpinMicros) and only then sleep in a futex wait (std::atomic::wait); a caller
-// issues the wake-up system call only when some worker is actually asleep. The
-// bounded spin keeps an idle pool (or one on an oversubscribed machine) from burning
-// CPU time indefinitely.
+// Hand-off: workers wait on a generation counter with a futex (std::atomic::wait), and
+// the caller issues the wake-up system call only when a worker is actually asleep; no
+// mutex or condition variable per job. Optionally both sides first spin for
+// HEARTH_SPIN_US microseconds (default 0). Spinning was measured on the shared 2-core
+// benchmark machine and made decoding 3x SLOWER (11.7 vs 33-35 tok/s): when the
+// machine is oversubscribed, a spinning thread burns the time slice its preempted peer
+// needs (llama.cpp's spinning pool collapses the same way there: docs/BENCHMARKS.md).
 #pragma once
 
 #include <atomic>
@@ -37,8 +36,6 @@ class ThreadPool {
   // `grain` (except the last). Exceptions thrown by fn are rethrown here (the first one).
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t, int)>& fn);
-
-  static constexpr int kSpinMicros = 200;
 
  private:
   void worker_loop(int idx);
