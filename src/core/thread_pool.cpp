@@ -38,11 +38,11 @@ bool spin_until(Done done, int spin_micros) {
   }
 }
 
-// HEARTH_SPIN_US (default 0: sleep at once), read once.
+// HEARTH_SPIN_US (default 200; 0: sleep at once), read once.
 int spin_micros() {
   static const int us = [] {
     const char* v = std::getenv("HEARTH_SPIN_US");
-    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+    return v != nullptr ? std::max(0, std::atoi(v)) : 200;
   }();
   return us;
 }

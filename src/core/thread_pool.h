@@ -3,13 +3,14 @@
 // and returns when all are done. One parallel_for at a time per pool: calls from
 // several threads are serialised by a mutex.
 //
-// Hand-off: workers wait on a generation counter with a futex (std::atomic::wait), and
-// the caller issues the wake-up system call only when a worker is actually asleep; no
-// mutex or condition variable per job. Optionally both sides first spin for
-// HEARTH_SPIN_US microseconds (default 0). Spinning was measured on the shared 2-core
-// benchmark machine and made decoding 3x SLOWER (11.7 vs 33-35 tok/s): when the
-// machine is oversubscribed, a spinning thread burns the time slice its preempted peer
-// needs (llama.cpp's spinning pool collapses the same way there: docs/BENCHMARKS.md).
+// Hand-off: a forward pass issues hundreds of parallel_for calls per token, each a few
+// microseconds long. Workers and the caller first spin on a generation counter /
+// pending count for HEARTH_SPIN_US microseconds (default 200), then sleep in a futex
+// wait (std::atomic::wait); the caller makes the wake-up system call only when a worker
+// is asleep; no mutex or condition variable per job. Measured on the 2-core benchmark
+// machine (docs/BENCHMARKS.md): idle, spinning doubles decode speed (54-58 vs 23-28
+// tok/s); oversubscribed by other processes, it is 3x slower (11.7 vs 33-35 tok/s), as
+// llama.cpp's always-spinning pool is there. HEARTH_SPIN_US=0 sleeps at once.
 #pragma once
 
 #include <atomic>
