@@ -58,13 +58,15 @@ GenerateResult generate(model::LlamaModel& model, model::KvCache& cache, const t
   std::vector<int32_t> history = prompt;
 
   const auto t0 = Clock::now();
-  std::vector<float> logits = model.forward(cache, prompt);
+  std::vector<float> logits;  // reused for every token: no per-token allocation
+  std::vector<int32_t> step(1);
+  model.forward(cache, prompt, false, logits);
   const auto t_prefill = Clock::now();
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};
   r.stop_reason = "length";
   while (static_cast<int32_t>(r.tokens.size()) < options.max_tokens) {
-    std::vector<float> raw;
+    std::vector<float> raw;  // copied only when log-probabilities are asked for
     if (options.n_logprobs > 0) raw = logits;  // log-probabilities of the model, before penalties
     const int32_t next = sampler.sample(logits, history);
     const auto now = Clock::now();
@@ -92,7 +94,8 @@ GenerateResult generate(model::LlamaModel& model, model::KvCache& cache, const t
       r.stop_reason = "context";
       break;
     }
-    logits = model.forward(cache, {next});
+    step[0] = next;
+    model.forward(cache, step, false, logits);
   }
   const std::string tail = stream.flush();
   if (!tail.empty()) {

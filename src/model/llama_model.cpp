@@ -103,20 +103,61 @@ MoeParams LlamaModel::moe_params() const {
   return MoeParams{hp_.n_expert, hp_.n_expert_used, hp_.n_embd, hp_.n_ff_exp, hp_.expert_weights_norm};
 }
 
+void LlamaModel::reserve_scratch(int64_t n, int64_t logits_rows) {
+  Scratch& s = scratch_;
+  ops::Backend& be = backend_;
+  if (n > s.n_tokens) {
+    const int64_t E = hp_.n_embd, Q = hp_.n_embd_q(), KV = hp_.n_embd_kv(), F = hp_.n_ff;
+    // Free the old buffers first so that peak memory does not hold both sizes.
+    for (auto* b : {&s.x, &s.cur, &s.q, &s.k, &s.v, &s.attn, &s.gate, &s.up, &s.moe_out}) b->reset();
+    s.x = be.alloc(n * E);
+    s.cur = be.alloc(n * E);
+    s.q = be.alloc(n * Q);
+    s.k = be.alloc(n * KV);
+    s.v = be.alloc(n * KV);
+    s.attn = be.alloc(n * Q);
+    if (F > 0) {
+      s.gate = be.alloc(n * F);
+      s.up = be.alloc(n * F);
+    }
+    if (hp_.arch.moe) s.moe_out = be.alloc(n * E);
+    s.n_tokens = n;
+  }
+  if (logits_rows > s.logits_rows) {
+    s.logits.reset();
+    s.logits = be.alloc(logits_rows * hp_.n_vocab);
+    s.logits_rows = logits_rows;
+  }
+}
+
 std::vector<float> LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits) {
+  std::vector<float> out;
+  forward(cache, tokens, all_logits, out);
+  return out;
+}
+
+void LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
+                         std::vector<float>& out) {
   const auto n = static_cast<int64_t>(tokens.size());
-  if (n == 0) return {};
+  if (n == 0) {
+    out.clear();
+    return;
+  }
   const int64_t pos0 = cache.n_past_;
   if (pos0 + n > cache.n_ctx()) {
     fail(ErrorKind::kResource, "model", "context is full: " + std::to_string(pos0) + " + " + std::to_string(n) +
                                             " tokens exceed the context size " + std::to_string(cache.n_ctx()));
   }
-  const int64_t E = hp_.n_embd, Q = hp_.n_embd_q(), KV = hp_.n_embd_kv(), F = hp_.n_ff;
+  const int64_t E = hp_.n_embd, KV = hp_.n_embd_kv(), F = hp_.n_ff;
   ops::Backend& be = backend_;
-  auto x = be.alloc(n * E), cur = be.alloc(n * E), q = be.alloc(n * Q), k = be.alloc(n * KV),
-       v = be.alloc(n * KV), attn = be.alloc(n * Q), gate = be.alloc(n * F), up = be.alloc(n * F);
-  auto moe_out = hp_.arch.moe ? be.alloc(n * E) : nullptr;
-  std::vector<int32_t> positions(static_cast<size_t>(n));
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  reserve_scratch(n, rows);
+  Scratch& s = scratch_;
+  ops::Buffer *x = s.x.get(), *cur = s.cur.get(), *q = s.q.get(), *k = s.k.get(), *v = s.v.get(),
+              *attn = s.attn.get(), *gate = s.gate.get(), *up = s.up.get(), *moe_out = s.moe_out.get();
+  std::vector<int32_t>& positions = s.positions;
+  positions.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(pos0 + i);
   const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, hp_.arch.rope_neox};
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
@@ -154,14 +195,11 @@ std::vector<float> LlamaModel::forward(KvCache& cache, const std::vector<int32_t
   }
   cache.n_past_ += n;
 
-  const int64_t first = all_logits ? 0 : n - 1;
-  const int64_t rows = n - first;
   be.rms_norm(x->data() + first * E, output_norm_, rows, E, hp_.rms_eps, cur->data());
-  auto logits = be.alloc(rows * hp_.n_vocab);
-  be.matmul(output_, cur->data(), rows, logits->data());
-  std::vector<float> out(static_cast<size_t>(rows * hp_.n_vocab));
-  be.copy_to_host(*logits, 0, rows * hp_.n_vocab, out.data());
-  return out;
+  ops::Buffer& logits = *s.logits;
+  be.matmul(output_, cur->data(), rows, logits.data());
+  out.resize(static_cast<size_t>(rows * hp_.n_vocab));
+  be.copy_to_host(logits, 0, rows * hp_.n_vocab, out.data());
 }
 
 }  // namespace hearth::model

@@ -53,6 +53,9 @@ class LlamaModel {
   // Returns the logits of the last token ([n_vocab]), or of every token
   // ([n, n_vocab]) when all_logits. Throws Error when the context is full.
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false);
+  // The same, writing the logits into `logits` (resized; its capacity is reused, so a
+  // decode loop that passes the same vector allocates nothing per token).
+  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits);
 
  private:
   MoeParams moe_params() const;
@@ -64,6 +67,17 @@ class LlamaModel {
   Hparams hp_;
   ops::WeightView tok_embd_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
+
+  // Activations of forward, kept between calls and grown when a larger batch comes.
+  struct Scratch {
+    int64_t n_tokens = 0;  // capacity in tokens of the per-token buffers below
+    std::unique_ptr<ops::Buffer> x, cur, q, k, v, attn, gate, up, moe_out;
+    int64_t logits_rows = 0;
+    std::unique_ptr<ops::Buffer> logits;
+    std::vector<int32_t> positions;
+  };
+  void reserve_scratch(int64_t n_tokens, int64_t logits_rows);
+  Scratch scratch_;
 };
 
 }  // namespace hearth::model

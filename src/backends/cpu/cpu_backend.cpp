@@ -177,19 +177,31 @@ void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_token
   ref::add_bias(x, bias, n_tokens);
 }
 
+// The element-wise operations below split over the pool by rows / tokens / elements when
+// the batch is large enough (prefill); each output element is computed by the same
+// reference code as before, so results are unchanged. Small calls (decode) run inline.
 void CpuBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                           float* y) {
-  ref::rms_norm(x, weight, n_rows, n, eps, y);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  pool_.parallel_for(n_rows, grain, [&](int64_t begin, int64_t end, int) {
+    ref::rms_norm(x + begin * n, weight, end - begin, n, eps, y + begin * n);
+  });
 }
 
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                       const ops::RopeParams& p) {
-  ref::rope(x, n_tokens, n_heads, head_dim, positions, p);
+  pool_.parallel_for(n_tokens, 8, [&](int64_t begin, int64_t end, int) {
+    ref::rope(x + begin * n_heads * head_dim, end - begin, n_heads, head_dim, positions + begin, p);
+  });
 }
 
 void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0,
                           float* k_cache, float* v_cache) {
-  ref::store_kv(k, v, n_tokens, n_kv_dim, pos0, k_cache, v_cache);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv_dim));
+  pool_.parallel_for(n_tokens, grain, [&](int64_t begin, int64_t end, int) {
+    ref::store_kv(k + begin * n_kv_dim, v + begin * n_kv_dim, end - begin, n_kv_dim, pos0 + begin, k_cache,
+                  v_cache);
+  });
 }
 
 void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
@@ -208,7 +220,9 @@ void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* ou
   pool_.parallel_for(n, 1024, [&](int64_t begin, int64_t end, int) { f(gate + begin, up + begin, end - begin, out + begin); });
 }
 
-void CpuBackend::add(float* x, const float* y, int64_t n) { ref::add(x, y, n); }
+void CpuBackend::add(float* x, const float* y, int64_t n) {
+  pool_.parallel_for(n, 16384, [&](int64_t begin, int64_t end, int) { ref::add(x + begin, y + begin, end - begin); });
+}
 
 void CpuBackend::copy(const float* src, int64_t n, float* dst) { std::memmove(dst, src, sizeof(float) * n); }
 
