@@ -294,6 +294,62 @@ TEST(CpuBackendOps, ElementwiseOpsEqualReference) {
   EXPECT_EQ(c, x);
 }
 
+// Large batches split rms_norm / rope / store_kv / add over the pool: still the reference
+// results, bit for bit.
+TEST(CpuBackendOps, ParallelElementwiseOpsEqualReference) {
+  cpu::CpuBackend be(3);
+  const int64_t n_tokens = 301, n = 192, heads = 3, head_dim = 64;
+  const auto x = random_floats(n_tokens * n, 41, 8.0f);
+  const auto wv = random_floats(n, 42);
+  std::vector<float> y(x.size()), y_ref(x.size());
+  be.rms_norm(x.data(), f32_view(wv, n), n_tokens, n, 1e-5f, y.data());
+  cpu::ref::rms_norm(x.data(), f32_view(wv, n), n_tokens, n, 1e-5f, y_ref.data());
+  EXPECT_EQ(y, y_ref);
+  std::vector<int32_t> pos(n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) pos[t] = static_cast<int32_t>(17 + t);
+  for (const bool neox : {false, true}) {
+    const hearth::ops::RopeParams rp{head_dim, 10000.0f, 1.0f, neox};
+    auto r1 = x, r2 = x;
+    be.rope(r1.data(), n_tokens, heads, head_dim, pos.data(), rp);
+    cpu::ref::rope(r2.data(), n_tokens, heads, head_dim, pos.data(), rp);
+    EXPECT_EQ(r1, r2) << "neox=" << neox;
+  }
+  std::vector<float> kc((n_tokens + 5) * n, -1.0f), vc(kc.size(), -1.0f);
+  be.store_kv(x.data(), y.data(), n_tokens, n, 5, kc.data(), vc.data());
+  for (int64_t i = 0; i < n_tokens * n; ++i) {
+    ASSERT_EQ(kc[5 * n + i], x[i]);
+    ASSERT_EQ(vc[5 * n + i], y[i]);
+  }
+  EXPECT_EQ(kc[5 * n - 1], -1.0f);
+  auto a1 = x;
+  be.add(a1.data(), y.data(), n_tokens * n);
+  for (size_t i = 0; i < a1.size(); ++i) ASSERT_EQ(a1[i], x[i] + y[i]);
+}
+
+// The AVX2 activation quantizers on hard inputs: exact halves (ties to even), zero
+// blocks, outliers, negative zeros; byte-identical to the reference ones.
+TEST(QuantDot, Avx2ActivationQuantizersEqualReferenceOnTies) {
+  const auto& f = cpu::cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2+FMA+F16C";
+  const int64_t n = 32 * 6;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < 32; ++i) x[i] = 127.0f * static_cast<float>(i - 16) / 127.0f + 0.5f;  // ties
+  for (int64_t i = 32; i < 64; ++i) x[i] = (i % 2 ? -0.0f : 0.0f);                               // zero block
+  for (int64_t i = 64; i < 96; ++i) x[i] = (i == 70 ? 2.0e4f : static_cast<float>(i) * 0.37f);  // outlier
+  for (int64_t i = 96; i < 128; ++i) x[i] = static_cast<float>(i - 112) * 0.5f;                  // halves
+  const auto r = random_floats(64, 77, 100.0f);
+  for (int64_t i = 0; i < 64; ++i) x[128 + i] = r[i];
+  for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+    const cpu::DotKernel* fast = cpu::avx2::find(t);
+    const cpu::DotKernel* ref = cpu::find_dot_kernel(t, true);
+    ASSERT_NE(fast, nullptr);
+    std::vector<uint8_t> a(row_bytes(ref->act_type, n)), b(a.size());
+    ref->quantize_act(x.data(), a.data(), n);
+    fast->quantize_act(x.data(), b.data(), n);
+    EXPECT_EQ(a, b) << hearth::ggml_type_name(t);
+  }
+}
+
 TEST(CpuBackendOps, GetRowsAndStoreKv) {
   cpu::CpuBackend be(2);
   const auto w = make_weight(GgmlType::Q8_0, 50, 64, 41);

@@ -167,10 +167,66 @@ HEARTH_AVX2 float dot_q6_k_q8_k(int64_t n, const void* wv, const void* xv) {
   return sum;
 }
 
+// Activation quantizers: the reference code (dot_ref.cpp) with the per-element work in
+// vectors. max, the product x * id, round-to-nearest-even (nearbyint under the default
+// rounding mode) and the integer sum are exact per element, so the blocks are
+// byte-identical to ref::quantize_q8_0 / quantize_q8_1 (QuantizeAvx2EqualsRef).
+HEARTH_AVX2 inline float block_amax(const float* xb) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  for (int j = 0; j < kQK; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + j), abs_mask), m);  // a NaN x is skipped, as by std::max
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// Rounds xb[j] * id to int8 into qs; returns the sum of the 32 values.
+HEARTH_AVX2 inline int block_round(const float* xb, float id, int8_t* qs) {
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * g), vid),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q[g] = _mm256_cvtps_epi32(r);
+  }
+  const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+  // packs work per 128-bit lane: fix the order with one permute.
+  const __m256i a = _mm256_packs_epi32(q[0], q[1]), b = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
+  return hsum_i32(sum);
+}
+
+HEARTH_AVX2 void quantize_q8_0(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    const float amax = block_amax(xb);
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    store_f16(y[b].d, d);
+    block_round(xb, id, y[b].qs);
+  }
+}
+
+HEARTH_AVX2 void quantize_q8_1(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_1*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    const float amax = block_amax(xb);
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int sum = block_round(xb, id, y[b].qs);
+    store_f16(y[b].d, d);
+    store_f16(y[b].s, static_cast<float>(sum) * d);
+  }
+}
+
 constexpr std::array kKernels = {
-    DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, ref::quantize_q8_0, dot_q4_0_q8_0, "avx2"},
-    DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, ref::quantize_q8_1, dot_q4_1_q8_1, "avx2"},
-    DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, ref::quantize_q8_0, dot_q8_0_q8_0, "avx2"},
+    DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, quantize_q8_0, dot_q4_0_q8_0, "avx2"},
+    DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, quantize_q8_1, dot_q4_1_q8_1, "avx2"},
+    DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, quantize_q8_0, dot_q8_0_q8_0, "avx2"},
     DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q4_k_q8_k, "avx2"},
     DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q6_k_q8_k, "avx2"},
 };
