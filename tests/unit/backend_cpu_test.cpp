@@ -401,6 +401,27 @@ TEST(CpuBackendOps, RopeMatchesFormula) {
   }
 }
 
+// Attention with head_dim a multiple of 64 (the AVX-512 register path where the CPU has
+// it): bit-equal to the reference for prompt batches and single queries, with more keys
+// than the 16 / 64 accumulator lanes and group sizes of 3 (SmolLM2's shape).
+TEST(CpuBackendOps, AttentionHeadDim64And128EqualsReference) {
+  cpu::CpuBackend be(2);
+  for (const int64_t head_dim : {64, 128}) {
+    const int64_t n_head = 9, n_head_kv = 3, n_ctx = 200;
+    const int64_t kv = n_head_kv * head_dim;
+    const auto kc = random_floats(n_ctx * kv, 71, 2.0f), vc = random_floats(n_ctx * kv, 72);
+    for (const auto& [n_tokens, pos0] :
+         {std::pair<int64_t, int64_t>{1, 0}, {1, 63}, {1, 150}, {37, 0}, {29, 130}, {2, 5}}) {
+      const auto q = random_floats(n_tokens * n_head * head_dim, 73, 0.7f);
+      std::vector<float> out(q.size()), out_ref(q.size());
+      be.attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.125f, out.data());
+      cpu::ref::attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.125f,
+                          out_ref.data());
+      EXPECT_EQ(out, out_ref) << "head_dim " << head_dim << " n_tokens " << n_tokens << " pos0 " << pos0;
+    }
+  }
+}
+
 // Attention: the threaded AVX2 build equals the reference bit for bit (same scalar
 // math); both agree with a plain double-precision softmax attention to 1e-5.
 TEST(CpuBackendOps, AttentionMatchesReferenceAndFormula) {

@@ -5,6 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
@@ -78,7 +82,95 @@ void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) { attend
 HEARTH_SIMD __attribute__((flatten)) void attend_rows_avx2(const AttendArgs& a, int64_t begin, int64_t end) {
   attend_rows(a, begin, end);
 }
+
+#if defined(__x86_64__)
+// ggml_order::sum16 (the halving tree of _mm512_reduce_add_ps) on a register: 8+8, 4+4,
+// then (0+2) + (1+3), the same additions in the same order.
+HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
+  // halves by the masked extract: GCC 12's unmasked one (and the 512->256 cast) warn
+  // -Wmaybe-uninitialized
+  const __m512d vd = _mm512_castps_pd(v);
+  const __m256 h8 = _mm256_add_ps(_mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, vd, 0)),
+                                  _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, vd, 1)));
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));  // [h4[0] + h4[2], h4[1] + h4[3]]
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+// ggml_order::attend_one for head_dim a multiple of 64, with the reductions written as
+// AVX-512 register code instead of scalar loops. Every rounding is the reference one:
+// scores are dot_order_a (4 x 16-lane fma accumulators, combined (0+2) + (1+3), then
+// sum16; no leftover elements, so the double step is exact); the value sum keeps each
+// lane's keys j = l, l + n_lanes, ... in order, but runs lane by lane with the
+// accumulators in registers (lanes are independent); the final lane sums are sum16
+// done vertically, 16 output elements at a time.
+HEARTH_AVX512 void attend_one_avx512(const float* q, const float* k, const float* v, int64_t kv_stride,
+                                     int64_t n_keys, int64_t head_dim, float scale, bool single_query,
+                                     float* scores, float* acc, float* out) {
+  float max_s = -INFINITY;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float* kj = k + j * kv_stride;
+    __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t i = 0; i < head_dim; i += 64) {
+      for (int a = 0; a < 4; ++a) {
+        c[a] = _mm512_fmadd_ps(_mm512_loadu_ps(kj + i + 16 * a), _mm512_loadu_ps(q + i + 16 * a), c[a]);
+      }
+    }
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+    scores[j] = sum16_zmm(sum) * scale;
+    max_s = std::fmax(max_s, scores[j]);
+  }
+  const int64_t n_pad = (n_keys + 15) & ~int64_t{15};
+  for (int64_t j = 0; j < n_keys; ++j) scores[j] = ggml_order::exp_approx(scores[j] - max_s);
+  for (int64_t j = n_keys; j < n_pad; ++j) scores[j] = 0.0f;
+  double total = 0.0;
+  for (int64_t j = 0; j < n_pad; j += 16) total += sum16_zmm(_mm512_loadu_ps(scores + j));
+  const auto inv = static_cast<float>(1.0 / total);
+  for (int64_t j = 0; j < n_keys; ++j) scores[j] *= inv;
+  const int64_t n_lanes = single_query ? 64 : 16;
+  for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
+    for (int64_t l = 0; l < n_lanes; ++l) {
+      __m512 r[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int64_t j = l; j < n_keys; j += n_lanes) {
+        const float* vj = v + j * kv_stride + d0;
+        const __m512 p = _mm512_set1_ps(scores[j]);
+        for (int b = 0; b < 4; ++b) r[b] = _mm512_fmadd_ps(_mm512_loadu_ps(vj + 16 * b), p, r[b]);
+      }
+      for (int b = 0; b < 4; ++b) _mm512_storeu_ps(acc + l * head_dim + d0 + 16 * b, r[b]);
+    }
+  }
+  for (int64_t d = 0; d < head_dim; d += 16) {
+    __m512 lane[16];
+    for (int l = 0; l < 16; ++l) {
+      const float* a = acc + l * head_dim + d;
+      lane[l] = single_query ? _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(a + 32 * head_dim)),
+                                             _mm512_add_ps(_mm512_loadu_ps(a + 16 * head_dim),
+                                                           _mm512_loadu_ps(a + 48 * head_dim)))
+                             : _mm512_loadu_ps(a);
+    }
+    __m512 h8[8], h4[4];
+    for (int i = 0; i < 8; ++i) h8[i] = _mm512_add_ps(lane[i], lane[i + 8]);
+    for (int i = 0; i < 4; ++i) h4[i] = _mm512_add_ps(h8[i], h8[i + 4]);
+    _mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_add_ps(h4[0], h4[2]), _mm512_add_ps(h4[1], h4[3])));
+  }
+}
+#endif
+
 HEARTH_AVX512 __attribute__((flatten)) void attend_rows_avx512(const AttendArgs& a, int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+  if (a.head_dim % 64 == 0) {
+    const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
+    const int64_t max_keys = a.pos0 + end / a.n_head + 1;
+    std::vector<float> scores(static_cast<size_t>(max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
+      attend_one_avx512(a.q + item * a.head_dim, a.k_cache + kv_off, a.v_cache + kv_off, kv_stride,
+                        a.pos0 + t + 1, a.head_dim, a.scale, a.single_query, scores.data(), acc.data(),
+                        a.out + item * a.head_dim);
+    }
+    return;
+  }
+#endif
   attend_rows(a, begin, end);
 }
 
