@@ -167,8 +167,12 @@ float dot_q8_0_q8_0(int64_t n, const void* wv, const void* xv) {
   return sum;
 }
 
-float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
-  const auto* w = static_cast<const BlockQ4_K*>(wv);
+namespace {
+// Q4_K and Q5_K share their layout of 8 sub-blocks of 32 with 6-bit scales and mins;
+// Q5_K adds a fifth bit per value in qh (bit j for sub-block j).
+template <typename Block, bool kFifthBit>
+float dot_k4_family(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const Block*>(wv);
   const auto* x = static_cast<const BlockQ8_K*>(xv);
   float sum = 0.0f;
   for (int64_t b = 0; b < n / kQKK; ++b) {
@@ -179,30 +183,9 @@ float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
       const uint8_t* q = w[b].qs + 32 * (j / 2);
       const int shift = 4 * (j % 2);
       int s = 0;
-      for (int i = 0; i < 32; ++i) s += ((q[i] >> shift) & 0xf) * x[b].qs[32 * j + i];
-      sumi += sc * s;
-      summ += m * (q8k_bsum(x[b], 2 * j) + q8k_bsum(x[b], 2 * j + 1));
-    }
-    const float dx = q8k_d(x[b]);
-    sum += load_f16(w[b].d) * dx * static_cast<float>(sumi) - load_f16(w[b].dmin) * dx * static_cast<float>(summ);
-  }
-  return sum;
-}
-
-float dot_q5_k_q8_k(int64_t n, const void* wv, const void* xv) {
-  const auto* w = static_cast<const BlockQ5_K*>(wv);
-  const auto* x = static_cast<const BlockQ8_K*>(xv);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < n / kQKK; ++b) {
-    int sumi = 0, summ = 0;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc = 0, m = 0;
-      k4_scale_min(j, w[b].scales, &sc, &m);
-      const uint8_t* q = w[b].qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      int s = 0;
       for (int i = 0; i < 32; ++i) {
-        const int v = ((q[i] >> shift) & 0xf) | (((w[b].qh[i] >> j) & 1) << 4);
+        int v = (q[i] >> shift) & 0xf;
+        if constexpr (kFifthBit) v |= ((w[b].qh[i] >> j) & 1) << 4;
         s += v * x[b].qs[32 * j + i];
       }
       sumi += sc * s;
@@ -212,6 +195,15 @@ float dot_q5_k_q8_k(int64_t n, const void* wv, const void* xv) {
     sum += load_f16(w[b].d) * dx * static_cast<float>(sumi) - load_f16(w[b].dmin) * dx * static_cast<float>(summ);
   }
   return sum;
+}
+}  // namespace
+
+float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
+  return dot_k4_family<BlockQ4_K, false>(n, wv, xv);
+}
+
+float dot_q5_k_q8_k(int64_t n, const void* wv, const void* xv) {
+  return dot_k4_family<BlockQ5_K, true>(n, wv, xv);
 }
 
 float dot_q6_k_q8_k(int64_t n, const void* wv, const void* xv) {
