@@ -1,0 +1,94 @@
+// The paged KV cache's bookkeeping, with no model and no memory of its own: which of
+// the pool's fixed-size blocks are free, who references them, and which full blocks
+// hold which token prefix (so a new prompt that starts the same way reuses them).
+//
+// A block's identity for prefix reuse is a 64-bit chain hash of its tokens and of
+// every token before it (the parent block's hash); the tokens themselves are kept
+// too, so a hash collision can never hand out the wrong cache. Blocks referenced by
+// no live sequence but holding a hash stay cached and are evicted least recently
+// used first, only when a fresh block is needed.
+//
+// The metadata (BlockMeta) leaves room for what comes later without a rewrite: a
+// tier field for a RAM -> SSD spill, and a snapshot slot for the recurrent/conv
+// state of hybrid models taken at this block's end.
+// Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace hearth::engine {
+
+using BlockId = int32_t;
+constexpr BlockId kNoBlock = -1;
+
+enum class BlockTier : uint8_t { kPool = 0 };  // later: kHost, kDisk
+
+struct BlockMeta {
+  int32_t ref = 0;               // live sequences using the block
+  bool hashed = false;           // full and registered for prefix reuse
+  uint64_t hash = 0;             // chain hash (valid when hashed)
+  std::vector<int32_t> tokens;   // the block's tokens (when hashed), checked on lookup
+  BlockTier tier = BlockTier::kPool;
+  int32_t snapshot = -1;         // hybrid models: recurrent-state snapshot id (later)
+};
+
+struct PrefixMatch {
+  std::vector<BlockId> blocks;   // retained (ref + 1 each) for the caller
+  std::vector<uint64_t> hashes;  // chain hash of each matched block
+};
+
+class BlockManager {
+ public:
+  BlockManager(int32_t n_blocks, int32_t block_size);
+
+  int32_t n_blocks() const;
+  int32_t block_size() const;
+  int32_t n_free() const;      // allocatable now: never-used/freed blocks + evictable cached ones
+  int32_t n_used() const;      // blocks with ref > 0
+  int32_t n_cached() const;    // blocks with ref == 0 that still hold a hashed prefix
+
+  // A block for a sequence (ref 1): a free one, else the least recently used cached
+  // one (its hash is forgotten). kNoBlock when every block is in use.
+  BlockId allocate();
+  void retain(BlockId id);
+  // ref - 1; at 0 the block becomes cached (most recently used) if hashed, else free.
+  void release(BlockId id);
+
+  // The longest run of cached full blocks that matches tokens from the start, at
+  // most max_blocks of them; each returned block is retained. Counts one query of
+  // tokens.size() tokens and the hit tokens in the statistics.
+  PrefixMatch match_prefix(std::span<const int32_t> tokens, int32_t max_blocks);
+
+  // Registers block `id` (held by the caller) as full with `tokens` (block_size of
+  // them) following the prefix whose hash is `parent_hash` (0 for the first block).
+  // Returns the block's chain hash. If another block already holds this exact
+  // prefix, `id` stays unregistered (freed normally at release) and the hash is
+  // still returned.
+  uint64_t commit_full(BlockId id, uint64_t parent_hash, std::span<const int32_t> tokens);
+
+  static uint64_t chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens);
+
+  const BlockMeta& meta(BlockId id) const;
+
+  // Statistics for /metrics (tokens, cumulative).
+  uint64_t prefix_query_tokens() const { return query_tokens_; }
+  uint64_t prefix_hit_tokens() const { return hit_tokens_; }
+  uint64_t evictions() const { return evictions_; }
+
+ private:
+  int32_t block_size_;
+  std::vector<BlockMeta> meta_;
+  std::vector<BlockId> free_;                       // ref 0, not hashed
+  std::list<BlockId> lru_;                          // ref 0, hashed; front = least recent
+  std::vector<std::list<BlockId>::iterator> lru_pos_;
+  std::vector<bool> in_lru_;
+  std::unordered_multimap<uint64_t, BlockId> by_hash_;
+  int32_t n_used_ = 0;
+  uint64_t query_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
+};
+
+}  // namespace hearth::engine
