@@ -16,18 +16,6 @@ std::string shape_str(const std::vector<uint64_t>& s) {
 
 }  // namespace
 
-KvCache::KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx) : n_ctx_(n_ctx) {
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    k_.push_back(backend.alloc(n_ctx * hp.n_embd_kv()));
-    v_.push_back(backend.alloc(n_ctx * hp.n_embd_kv()));
-  }
-}
-
-uint64_t KvCache::bytes_needed(const Hparams& hp, int64_t n_ctx) {
-  return static_cast<uint64_t>(hp.n_layer) * 2u * static_cast<uint64_t>(n_ctx) *
-         static_cast<uint64_t>(hp.n_embd_kv()) * sizeof(float);
-}
-
 ops::WeightView LlamaModel::bind(const std::string& name, std::vector<uint64_t> expect, bool optional_ok,
                                  bool* found) {
   const gguf::TensorInfo* t = file_.find_tensor(name);
@@ -143,28 +131,80 @@ void LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, boo
     out.clear();
     return;
   }
-  const int64_t pos0 = cache.n_past_;
-  if (pos0 + n > cache.n_ctx()) {
-    fail(ErrorKind::kResource, "model", "context is full: " + std::to_string(pos0) + " + " + std::to_string(n) +
-                                            " tokens exceed the context size " + std::to_string(cache.n_ctx()));
+  SeqKv& seq = cache.seq();
+  if (seq.n_past + n > cache.n_ctx()) {
+    fail(ErrorKind::kResource, "model", "context is full: " + std::to_string(seq.n_past) + " + " +
+                                            std::to_string(n) + " tokens exceed the context size " +
+                                            std::to_string(cache.n_ctx()));
   }
+  Scratch& s = scratch_;
+  s.tokens.assign(tokens.begin(), tokens.end());
+  s.attn_seqs.assign(1, ops::AttentionSeq{0, n, seq.n_past, seq.blocks.data()});
+  s.positions.resize(static_cast<size_t>(n));
+  s.slots.resize(static_cast<size_t>(n));
+  const BlockMapHost map{seq.blocks.data(), cache.pool().block_size()};
+  for (int64_t i = 0; i < n; ++i) {
+    s.positions[i] = static_cast<int32_t>(seq.n_past + i);
+    s.slots[i] = map.slot(seq.n_past + i);
+  }
+  s.out_rows.clear();
+  for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) s.out_rows.push_back(static_cast<int32_t>(i));
+  run_batch(cache.pool(), out);
+  seq.n_past += n;
+}
+
+void LlamaModel::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& out) {
+  Scratch& s = scratch_;
+  s.tokens.clear();
+  s.positions.clear();
+  s.slots.clear();
+  s.out_rows.clear();
+  s.attn_seqs.clear();
+  for (const BatchSeq& b : seqs) {
+    if (b.n_tokens <= 0) continue;
+    SeqKv& kv = *b.kv;
+    if (kv.n_past + b.n_tokens > kv.capacity(pool.block_size())) {
+      fail(ErrorKind::kInternal, "model", "a sequence of the batch has " + std::to_string(kv.blocks.size()) +
+                                              " KV blocks, too few for " +
+                                              std::to_string(kv.n_past + b.n_tokens) + " positions");
+    }
+    const auto first = static_cast<int64_t>(s.tokens.size());
+    s.attn_seqs.push_back(ops::AttentionSeq{first, b.n_tokens, kv.n_past, kv.blocks.data()});
+    const BlockMapHost map{kv.blocks.data(), pool.block_size()};
+    for (int64_t i = 0; i < b.n_tokens; ++i) {
+      s.tokens.push_back(b.tokens[i]);
+      s.positions.push_back(static_cast<int32_t>(kv.n_past + i));
+      s.slots.push_back(map.slot(kv.n_past + i));
+    }
+    if (b.logits) s.out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
+  }
+  if (s.tokens.empty()) {
+    out.clear();
+    return;
+  }
+  run_batch(pool, out);
+  for (const BatchSeq& b : seqs) {
+    if (b.n_tokens > 0) b.kv->n_past += b.n_tokens;
+  }
+}
+
+void LlamaModel::run_batch(KvPool& pool, std::vector<float>& out) {
+  Scratch& s = scratch_;
+  const auto n = static_cast<int64_t>(s.tokens.size());
+  const auto rows = static_cast<int64_t>(s.out_rows.size());
   const int64_t E = hp_.n_embd, KV = hp_.n_embd_kv(), F = hp_.n_ff;
   ops::Backend& be = backend_;
-  const int64_t first = all_logits ? 0 : n - 1;
-  const int64_t rows = n - first;
   reserve_scratch(n, rows);
-  Scratch& s = scratch_;
   ops::Buffer *x = s.x.get(), *cur = s.cur.get(), *q = s.q.get(), *k = s.k.get(), *v = s.v.get(),
               *attn = s.attn.get(), *gate = s.gate.get(), *up = s.up.get(), *moe_out = s.moe_out.get();
-  std::vector<int32_t>& positions = s.positions;
-  positions.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(pos0 + i);
   const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, hp_.arch.rope_neox};
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  const auto n_seqs = static_cast<int64_t>(s.attn_seqs.size());
 
-  be.get_rows(tok_embd_, tokens.data(), n, x->data());
+  be.get_rows(tok_embd_, s.tokens.data(), n, x->data());
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const LayerWeights& w = layers_[l];
+    const ops::KvLayer kv = pool.layer(l);
     be.rms_norm(x->data(), w.attn_norm, n, E, hp_.rms_eps, cur->data());
     be.matmul(w.wq, cur->data(), n, q->data());
     be.matmul(w.wk, cur->data(), n, k->data());
@@ -174,11 +214,11 @@ void LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, boo
     if (w.bv) be.add_bias(v->data(), *w.bv, n);
     if (w.q_norm) be.rms_norm(q->data(), *w.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q->data());
     if (w.k_norm) be.rms_norm(k->data(), *w.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k->data());
-    be.rope(q->data(), n, hp_.n_head, hp_.head_dim, positions.data(), rope);
-    be.rope(k->data(), n, hp_.n_head_kv, hp_.head_dim, positions.data(), rope);
-    be.store_kv(k->data(), v->data(), n, KV, pos0, cache.k_[l]->data(), cache.v_[l]->data());
-    be.attention(q->data(), cache.k_[l]->data(), cache.v_[l]->data(), n, pos0, hp_.n_head, hp_.n_head_kv,
-                 hp_.head_dim, scale, attn->data());
+    be.rope(q->data(), n, hp_.n_head, hp_.head_dim, s.positions.data(), rope);
+    be.rope(k->data(), n, hp_.n_head_kv, hp_.head_dim, s.positions.data(), rope);
+    be.store_kv(k->data(), v->data(), n, KV, s.slots.data(), kv);
+    be.attention(q->data(), kv, s.attn_seqs.data(), n_seqs, hp_.n_head, hp_.n_head_kv, hp_.head_dim, scale,
+                 attn->data());
     be.matmul(w.wo, attn->data(), n, cur->data());
     be.add(x->data(), cur->data(), n * E);
     be.rms_norm(x->data(), w.ffn_norm, n, E, hp_.rms_eps, cur->data());
@@ -193,9 +233,20 @@ void LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, boo
     be.matmul(w.ffn_down, gate->data(), n, cur->data());
     be.add(x->data(), cur->data(), n * E);
   }
-  cache.n_past_ += n;
-
-  be.rms_norm(x->data() + first * E, output_norm_, rows, E, hp_.rms_eps, cur->data());
+  if (rows == 0) {
+    out.clear();
+    return;
+  }
+  // The output rows, gathered (a contiguous tail, the common case, needs no gather).
+  const float* last = x->data();
+  const bool contiguous = s.out_rows.back() - s.out_rows.front() + 1 == rows;
+  if (contiguous) {
+    last = x->data() + static_cast<int64_t>(s.out_rows.front()) * E;
+  } else {
+    be.gather_rows(x->data(), E, s.out_rows.data(), rows, cur->data());
+    last = cur->data();  // rms_norm may work in place
+  }
+  be.rms_norm(last, output_norm_, rows, E, hp_.rms_eps, cur->data());
   ops::Buffer& logits = *s.logits;
   be.matmul(output_, cur->data(), rows, logits.data());
   out.resize(static_cast<size_t>(rows * hp_.n_vocab));

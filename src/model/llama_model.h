@@ -10,6 +10,7 @@
 
 #include "format/gguf.h"
 #include "model/hparams.h"
+#include "model/kv_cache.h"
 #include "model/moe_ffn.h"
 #include "ops/backend.h"
 
@@ -23,21 +24,13 @@ struct LayerWeights {
   std::optional<MoeWeights> moe;                         // routed experts (qwen3moe) instead
 };
 
-// Per-sequence state: the KV cache and how many positions it holds.
-class KvCache {
- public:
-  KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx);
-  int64_t n_ctx() const { return n_ctx_; }
-  int64_t n_past() const { return n_past_; }
-  void clear() { n_past_ = 0; }
-  // Bytes of cache memory for n_ctx positions of this model.
-  static uint64_t bytes_needed(const Hparams& hp, int64_t n_ctx);
-
- private:
-  friend class LlamaModel;
-  int64_t n_ctx_;
-  int64_t n_past_ = 0;
-  std::vector<std::unique_ptr<ops::Buffer>> k_, v_;  // per layer: [n_ctx, n_embd_kv]
+// One sequence of a batched forward pass: n_tokens new tokens at positions
+// kv->n_past .., appended to its cache. The caller has given kv enough blocks.
+struct BatchSeq {
+  SeqKv* kv = nullptr;
+  const int32_t* tokens = nullptr;
+  int64_t n_tokens = 0;
+  bool logits = false;  // return the logits of its last token
 };
 
 class LlamaModel {
@@ -57,6 +50,12 @@ class LlamaModel {
   // decode loop that passes the same vector allocates nothing per token).
   void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits);
 
+  // One pass over many sequences sharing `pool` (continuous batching): every
+  // sequence's tokens go through the layers together, attention reads each one's
+  // own blocks. `logits` gets one [n_vocab] row per sequence with logits = true, in
+  // order. Each sequence's results are the ones it would get alone.
+  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits);
+
  private:
   MoeParams moe_params() const;
   ops::WeightView bind(const std::string& name, std::vector<uint64_t> expect_shape, bool optional_ok = false,
@@ -74,9 +73,13 @@ class LlamaModel {
     std::unique_ptr<ops::Buffer> x, cur, q, k, v, attn, gate, up, moe_out;
     int64_t logits_rows = 0;
     std::unique_ptr<ops::Buffer> logits;
-    std::vector<int32_t> positions;
+    std::vector<int32_t> tokens, positions, slots, out_rows;
+    std::vector<ops::AttentionSeq> attn_seqs;
   };
   void reserve_scratch(int64_t n_tokens, int64_t logits_rows);
+  // The layers over a batch laid out in scratch_ (tokens, positions, slots, attention
+  // sequences, output rows); writes the logits of the output rows to `out`.
+  void run_batch(KvPool& pool, std::vector<float>& out);
   Scratch scratch_;
 };
 

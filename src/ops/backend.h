@@ -42,6 +42,32 @@ struct RopeParams {
   bool neox = false;        // NeoX layout rotates (i, i + n_rot/2); normal rotates (2i, 2i+1)
 };
 
+// Element type of the KV cache.
+enum class KvType : uint8_t { F32 = 0, F16 = 1 };
+inline int64_t kv_type_size(KvType t) { return t == KvType::F16 ? 2 : 4; }
+inline const char* kv_type_name(KvType t) { return t == KvType::F16 ? "f16" : "f32"; }
+
+// One layer's paged KV cache as a back-end stores it: K and V each hold
+// n_blocks * block_size rows of n_kv_dim elements of `type`, row r at r * n_kv_dim.
+// Logical position p of a sequence lives in row
+//   block_table[p / block_size] * block_size + p % block_size.
+// block_size is a power of two.
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  KvType type = KvType::F32;
+  int64_t block_size = 16;
+  int64_t n_kv_dim = 0;
+};
+
+// One sequence of an attention batch.
+struct AttentionSeq {
+  int64_t first_row = 0;               // its first query row in q / out
+  int64_t n_tokens = 0;                // its query rows
+  int64_t pos0 = 0;                    // position of its first query
+  const int32_t* block_table = nullptr;  // host memory; covers positions < pos0 + n_tokens
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -52,6 +78,9 @@ class Backend {
   virtual WeightView prepare_weight(const WeightView& w) = 0;
 
   virtual std::unique_ptr<Buffer> alloc(int64_t n_floats) = 0;
+  // A buffer whose contents start undefined and whose memory is committed only as it
+  // is first written (CPU: untouched pages cost no resident memory): the KV pool.
+  virtual std::unique_ptr<Buffer> alloc_lazy(int64_t n_floats) = 0;
   virtual void copy_to_host(Buffer& src, int64_t offset, int64_t n, float* dst) = 0;
 
   // out: [n_ids, table.n_cols] = rows ids[] of table (dequantized).
@@ -66,16 +95,16 @@ class Backend {
   // In place rotary embedding. x: [n_tokens, n_heads, head_dim]; positions: [n_tokens].
   virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                     const int32_t* positions, const RopeParams& p) = 0;
-  // Writes k, v: [n_tokens, n_kv_dim] into cache rows [pos0, pos0 + n_tokens) of
-  // k_cache, v_cache: [n_ctx, n_kv_dim].
-  virtual void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0,
-                        float* k_cache, float* v_cache) = 0;
-  // Causal grouped-query attention of n_tokens new queries (positions pos0 ..) against
-  // cache rows [0, pos0 + t]. q, out: [n_tokens, n_head, head_dim];
-  // caches: [n_ctx, n_head_kv, head_dim]; query head h reads kv head h / (n_head / n_head_kv).
-  virtual void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
-                         int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                         float* out) = 0;
+  // Writes k, v: [n_tokens, n_kv_dim] into rows slots[i] of the layer's cache
+  // (converted to its element type). slots is host memory.
+  virtual void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+                        const KvLayer& cache) = 0;
+  // Causal grouped-query attention for a batch of sequences, reading the paged cache
+  // through each sequence's block table. q, out: [n_tokens total, n_head, head_dim],
+  // the sequences' query rows one after another; query t of a sequence (position
+  // pos0 + t) sees its keys 0 .. pos0 + t; query head h reads kv head h / (n_head / n_head_kv).
+  virtual void attention(const float* q, const KvLayer& cache, const AttentionSeq* seqs, int64_t n_seqs,
+                         int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) = 0;
   // out = silu(gate) * up, elementwise over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // x += y, elementwise over n values.

@@ -35,6 +35,35 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// The attention / store_kv operations on a contiguous f32 cache (block table 0, 1, 2, ...).
+hearth::ops::KvLayer contiguous_layer(const float* kc, const float* vc, int64_t n_kv_dim) {
+  return {const_cast<float*>(kc), const_cast<float*>(vc), hearth::ops::KvType::F32, 16, n_kv_dim};
+}
+std::vector<int32_t> identity_table(int64_t n_positions) {
+  std::vector<int32_t> t(static_cast<size_t>((n_positions + 15) / 16));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i);
+  return t;
+}
+void store_contig(cpu::CpuBackend& be, const float* k, const float* v, int64_t n_tokens, int64_t n, int64_t pos0,
+                  float* kc, float* vc) {
+  std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
+  for (int64_t i = 0; i < n_tokens; ++i) slots[i] = static_cast<int32_t>(pos0 + i);
+  be.store_kv(k, v, n_tokens, n, slots.data(), contiguous_layer(kc, vc, n));
+}
+void fast_attention(cpu::CpuBackend& be, const float* q, const float* kc, const float* vc, int64_t n_tokens,
+                    int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  const auto table = identity_table(pos0 + n_tokens);
+  const hearth::ops::AttentionSeq seq{0, n_tokens, pos0, table.data()};
+  be.attention(q, contiguous_layer(kc, vc, n_head_kv * head_dim), &seq, 1, n_head, n_head_kv, head_dim, scale, out);
+}
+void ref_attention(const float* q, const float* kc, const float* vc, int64_t n_tokens, int64_t pos0, int64_t n_head,
+                   int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  const auto table = identity_table(pos0 + n_tokens);
+  const hearth::ops::AttentionSeq seq{0, n_tokens, pos0, table.data()};
+  cpu::ref::attention(q, contiguous_layer(kc, vc, n_head_kv * head_dim), &seq, 1, n_head, n_head_kv, head_dim, scale,
+                      out);
+}
+
 size_t row_bytes(GgmlType type, int64_t n) { return static_cast<size_t>(*hearth::ggml_row_bytes(type, n)); }
 
 // A weight matrix quantized to `type`, with its storage.
@@ -315,7 +344,7 @@ TEST(CpuBackendOps, ParallelElementwiseOpsEqualReference) {
     EXPECT_EQ(r1, r2) << "neox=" << neox;
   }
   std::vector<float> kc((n_tokens + 5) * n, -1.0f), vc(kc.size(), -1.0f);
-  be.store_kv(x.data(), y.data(), n_tokens, n, 5, kc.data(), vc.data());
+  store_contig(be, x.data(), y.data(), n_tokens, n, 5, kc.data(), vc.data());
   for (int64_t i = 0; i < n_tokens * n; ++i) {
     ASSERT_EQ(kc[5 * n + i], x[i]);
     ASSERT_EQ(vc[5 * n + i], y[i]);
@@ -364,7 +393,7 @@ TEST(CpuBackendOps, GetRowsAndStoreKv) {
   EXPECT_THROW(be.get_rows(w.view, bad.data(), 1, out.data()), hearth::Error);
   const auto k = random_floats(3 * 12, 42), v = random_floats(3 * 12, 43);
   std::vector<float> kc(10 * 12, -1.0f), vc(10 * 12, -1.0f);
-  be.store_kv(k.data(), v.data(), 3, 12, 4, kc.data(), vc.data());
+  store_contig(be, k.data(), v.data(), 3, 12, 4, kc.data(), vc.data());
   for (int64_t i = 0; i < 10 * 12; ++i) {
     const bool inside = i >= 4 * 12 && i < 7 * 12;
     EXPECT_EQ(kc[i], inside ? k[i - 48] : -1.0f);
@@ -414,8 +443,8 @@ TEST(CpuBackendOps, AttentionHeadDim64And128EqualsReference) {
          {std::pair<int64_t, int64_t>{1, 0}, {1, 63}, {1, 150}, {37, 0}, {29, 130}, {2, 5}}) {
       const auto q = random_floats(n_tokens * n_head * head_dim, 73, 0.7f);
       std::vector<float> out(q.size()), out_ref(q.size());
-      be.attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.125f, out.data());
-      cpu::ref::attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.125f,
+      fast_attention(be, q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.125f, out.data());
+      ref_attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.125f,
                           out_ref.data());
       EXPECT_EQ(out, out_ref) << "head_dim " << head_dim << " n_tokens " << n_tokens << " pos0 " << pos0;
     }
@@ -432,8 +461,8 @@ TEST(CpuBackendOps, AttentionMatchesReferenceAndFormula) {
   for (const auto& [n_tokens, pos0] : {std::pair<int64_t, int64_t>{1, 0}, {1, 70}, {9, 0}, {17, 40}}) {
     const auto q = random_floats(n_tokens * n_head * head_dim, 63, 0.5f);
     std::vector<float> out(q.size()), out_ref(q.size());
-    be.attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.17f, out.data());
-    cpu::ref::attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.17f,
+    fast_attention(be, q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.17f, out.data());
+    ref_attention(q.data(), kc.data(), vc.data(), n_tokens, pos0, n_head, n_head_kv, head_dim, 0.17f,
                         out_ref.data());
     EXPECT_EQ(out, out_ref) << "n_tokens " << n_tokens << " pos0 " << pos0;
     for (int64_t t = 0; t < n_tokens; ++t) {

@@ -12,14 +12,15 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
+#include "backends/cpu/kv_rows.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
 #include "quant/dequant_ref.h"
 
 // Functions compiled for AVX2+FMA (used only when the CPU has them); elsewhere plain.
 #if defined(__x86_64__)
-#define HEARTH_SIMD __attribute__((target("avx2,fma")))
-#define HEARTH_AVX512 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw")))
+#define HEARTH_SIMD __attribute__((target("avx2,fma,f16c")))
+#define HEARTH_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
 #else
 #define HEARTH_SIMD
 #define HEARTH_AVX512
@@ -38,6 +39,19 @@ class HostBuffer final : public ops::Buffer {
   std::vector<float> data_;
 };
 
+// Uninitialised host memory: large allocations come from fresh anonymous pages, which
+// the OS commits only when first written, so an unused KV pool costs no resident memory.
+class LazyHostBuffer final : public ops::Buffer {
+ public:
+  explicit LazyHostBuffer(int64_t n) : data_(new float[static_cast<size_t>(n)]), n_(n) {}
+  float* data() override { return data_.get(); }
+  int64_t size() const override { return n_; }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  int64_t n_;
+};
+
 float dot(const float* a, const float* b, int64_t n) {
   // Four partial sums let the compiler vectorise without -ffast-math.
   float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -53,34 +67,75 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 struct AttendArgs {
-  const float *q, *k_cache, *v_cache;
-  int64_t pos0, n_head, n_head_kv, head_dim;
+  const float* q;
+  const ops::KvLayer* cache;
+  const ops::AttentionSeq* seqs;
+  const int32_t* row_seq;  // query row -> its sequence
+  int64_t n_head, n_head_kv, head_dim;
+  int64_t max_keys;        // most keys any query sees
   float scale;
   float* out;
-  bool single_query;
 };
 using AttendFn = void (*)(const AttendArgs&, int64_t, int64_t);
 using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
 
-// Work items [begin, end) of attention: item = token * n_head + head. The fast copies
-// below are this same code compiled for AVX2+FMA (or AVX-512): `flatten` inlines the
-// ggml_order math into them, so std::fma becomes one instruction and the 16-lane loops
-// vectorise with the same roundings (without it GCC's identical-code folding merged the
-// copies and every fma was a libm call).
-inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end) {
+// f16 -> f32 rows with F16C (exact, like the plain conversion).
+struct CvtF16C {
+  HEARTH_SIMD static void run(const uint16_t* src, float* dst, int64_t n) {
+    int64_t i = 0;
+#if defined(__x86_64__)
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+  }
+};
+
+struct GenericAttend {
+  template <class K, class V>
+  void operator()(const float* q, const K& k, const V& v, int64_t n_keys, int64_t head_dim, float scale, bool single,
+                  float* scores, float* acc, float* tmp, float* out) const {
+    ggml_order::attend_one(q, k, v, n_keys, head_dim, scale, single, scores, acc, tmp, out);
+  }
+};
+
+// Work items [begin, end) of attention: item = query row * n_head + head, each read
+// through its sequence's block table. The fast copies below are this same code
+// compiled for AVX2+FMA (or AVX-512): `flatten` inlines the ggml_order math into them,
+// so std::fma becomes one instruction and the 16-lane loops vectorise with the same
+// roundings (without it GCC's identical-code folding merged the copies and every fma
+// was a libm call).
+template <class Cvt, class Kernel>
+inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const Kernel& kernel) {
   const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
-  const int64_t max_keys = a.pos0 + end / a.n_head + 1;
-  std::vector<float> scores(static_cast<size_t>(max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim));
+  std::vector<float> scores(static_cast<size_t>(a.max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim)),
+      tmp(static_cast<size_t>(a.head_dim));
+  const ops::KvLayer& c = *a.cache;
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t t = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
-    ggml_order::attend_one(a.q + item * a.head_dim, a.k_cache + kv_off, a.v_cache + kv_off, kv_stride,
-                           a.pos0 + t + 1, a.head_dim, a.scale, a.single_query, scores.data(), acc.data(),
-                           a.out + item * a.head_dim);
+    const int64_t row = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
+    const ops::AttentionSeq& sq = a.seqs[a.row_seq[row]];
+    const int64_t n_keys = sq.pos0 + (row - sq.first_row) + 1;
+    const BlockMap map(sq.block_table, c.block_size);
+    const bool single = sq.n_tokens == 1;
+    if (c.type == ops::KvType::F16) {
+      const KvRowsF16<Cvt> kr{static_cast<const uint16_t*>(c.k) + kv_off, kv_stride, map, a.head_dim};
+      const KvRowsF16<Cvt> vr{static_cast<const uint16_t*>(c.v) + kv_off, kv_stride, map, a.head_dim};
+      kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
+             tmp.data(), a.out + item * a.head_dim);
+    } else {
+      const KvRowsF32 kr{static_cast<const float*>(c.k) + kv_off, kv_stride, map};
+      const KvRowsF32 vr{static_cast<const float*>(c.v) + kv_off, kv_stride, map};
+      kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
+             tmp.data(), a.out + item * a.head_dim);
+    }
   }
 }
-void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) { attend_rows(a, begin, end); }
+void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) {
+  attend_rows<CvtPlain>(a, begin, end, GenericAttend{});
+}
 HEARTH_SIMD __attribute__((flatten)) void attend_rows_avx2(const AttendArgs& a, int64_t begin, int64_t end) {
-  attend_rows(a, begin, end);
+  attend_rows<CvtF16C>(a, begin, end, GenericAttend{});
 }
 
 #if defined(__x86_64__)
@@ -104,12 +159,13 @@ HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
 // lane's keys j = l, l + n_lanes, ... in order, but runs lane by lane with the
 // accumulators in registers (lanes are independent); the final lane sums are sum16
 // done vertically, 16 output elements at a time.
-HEARTH_AVX512 void attend_one_avx512(const float* q, const float* k, const float* v, int64_t kv_stride,
-                                     int64_t n_keys, int64_t head_dim, float scale, bool single_query,
-                                     float* scores, float* acc, float* out) {
+template <class K, class V>
+HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vrow, int64_t n_keys, int64_t head_dim,
+                                     float scale, bool single_query, float* scores, float* acc, float* tmp,
+                                     float* out) {
   float max_s = -INFINITY;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const float* kj = k + j * kv_stride;
+    const float* kj = krow(j, tmp);
     __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t i = 0; i < head_dim; i += 64) {
       for (int a = 0; a < 4; ++a) {
@@ -132,7 +188,7 @@ HEARTH_AVX512 void attend_one_avx512(const float* q, const float* k, const float
     for (int64_t l = 0; l < n_lanes; ++l) {
       __m512 r[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       for (int64_t j = l; j < n_keys; j += n_lanes) {
-        const float* vj = v + j * kv_stride + d0;
+        const float* vj = vrow(j, tmp) + d0;
         const __m512 p = _mm512_set1_ps(scores[j]);
         for (int b = 0; b < 4; ++b) r[b] = _mm512_fmadd_ps(_mm512_loadu_ps(vj + 16 * b), p, r[b]);
       }
@@ -156,22 +212,24 @@ HEARTH_AVX512 void attend_one_avx512(const float* q, const float* k, const float
 }
 #endif
 
+#if defined(__x86_64__)
+struct Avx512Attend {
+  template <class K, class V>
+  HEARTH_AVX512 void operator()(const float* q, const K& k, const V& v, int64_t n_keys, int64_t head_dim, float scale,
+                                bool single, float* scores, float* acc, float* tmp, float* out) const {
+    attend_one_avx512(q, k, v, n_keys, head_dim, scale, single, scores, acc, tmp, out);
+  }
+};
+#endif
+
 HEARTH_AVX512 __attribute__((flatten)) void attend_rows_avx512(const AttendArgs& a, int64_t begin, int64_t end) {
 #if defined(__x86_64__)
   if (a.head_dim % 64 == 0) {
-    const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
-    const int64_t max_keys = a.pos0 + end / a.n_head + 1;
-    std::vector<float> scores(static_cast<size_t>(max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
-      attend_one_avx512(a.q + item * a.head_dim, a.k_cache + kv_off, a.v_cache + kv_off, kv_stride,
-                        a.pos0 + t + 1, a.head_dim, a.scale, a.single_query, scores.data(), acc.data(),
-                        a.out + item * a.head_dim);
-    }
+    attend_rows<CvtF16C>(a, begin, end, Avx512Attend{});
     return;
   }
 #endif
-  attend_rows(a, begin, end);
+  attend_rows<CvtF16C>(a, begin, end, GenericAttend{});
 }
 
 bool avx512_ok() {
@@ -191,7 +249,7 @@ HEARTH_SIMD __attribute__((flatten)) void swiglu_avx2(const float* g, const floa
 CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
     : pool_(n_threads > 0 ? n_threads : physical_core_count()),
       reference_kernels_(reference_kernels),
-      simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma) {}
+      simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {}
 
 std::string CpuBackend::name() const {
   return "cpu (" + std::to_string(pool_.n_threads()) + " threads; " + cpu_features_string(cpu_features()) + ")";
@@ -209,6 +267,10 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
 }
 
 std::unique_ptr<ops::Buffer> CpuBackend::alloc(int64_t n_floats) { return std::make_unique<HostBuffer>(n_floats); }
+
+std::unique_ptr<ops::Buffer> CpuBackend::alloc_lazy(int64_t n_floats) {
+  return std::make_unique<LazyHostBuffer>(n_floats);
+}
 
 void CpuBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) {
   std::memcpy(dst, src.data() + offset, sizeof(float) * n);
@@ -287,24 +349,30 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
   });
 }
 
-void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0,
-                          float* k_cache, float* v_cache) {
+void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+                          const ops::KvLayer& cache) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv_dim));
   pool_.parallel_for(n_tokens, grain, [&](int64_t begin, int64_t end, int) {
-    ref::store_kv(k + begin * n_kv_dim, v + begin * n_kv_dim, end - begin, n_kv_dim, pos0 + begin, k_cache,
-                  v_cache);
+    ref::store_kv(k + begin * n_kv_dim, v + begin * n_kv_dim, end - begin, n_kv_dim, slots + begin, cache);
   });
 }
 
-void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
-                           int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                           float* out) {
-  // One (token, head) pair per work item, each the reference math (ggml_order.h) compiled
-  // for AVX2+FMA where the CPU has them: same roundings, vectorised.
+void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
+                           int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  // One (query row, head) pair per work item, each the reference math (ggml_order.h)
+  // compiled for AVX2+FMA where the CPU has them: same roundings, vectorised.
+  int64_t n_rows = 0, max_keys = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    n_rows = std::max(n_rows, seqs[s].first_row + seqs[s].n_tokens);
+    max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
+  }
+  row_seq_.assign(static_cast<size_t>(n_rows), 0);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq_[static_cast<size_t>(seqs[s].first_row + t)] = static_cast<int32_t>(s);
+  }
   const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
-  pool_.parallel_for(n_tokens * n_head, 1, [&](int64_t begin, int64_t end, int) {
-    attend(AttendArgs{q, k_cache, v_cache, pos0, n_head, n_head_kv, head_dim, scale, out, n_tokens == 1}, begin, end);
-  });
+  const AttendArgs args{q, &cache, seqs, row_seq_.data(), n_head, n_head_kv, head_dim, max_keys, scale, out};
+  pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {

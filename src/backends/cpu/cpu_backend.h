@@ -21,6 +21,7 @@ class CpuBackend final : public ops::Backend {
   bool supports_weight(GgmlType type) const override;
   ops::WeightView prepare_weight(const ops::WeightView& w) override;
   std::unique_ptr<ops::Buffer> alloc(int64_t n_floats) override;
+  std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
@@ -30,9 +31,9 @@ class CpuBackend final : public ops::Backend {
                 float* y) override;
   void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
             const ops::RopeParams& p) override;
-  void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0, float* k_cache,
-                float* v_cache) override;
-  void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+  void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+                const ops::KvLayer& cache) override;
+  void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(float* x, const float* y, int64_t n) override;
@@ -49,7 +50,8 @@ class CpuBackend final : public ops::Backend {
   ThreadPool pool_;
   bool reference_kernels_;
   bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
-  std::vector<uint8_t> act_scratch_;  // activations quantized for the dot products
+  std::vector<uint8_t> act_scratch_;
+  std::vector<int32_t> row_seq_;  // attention: query row -> sequence  // activations quantized for the dot products
 };
 
 }  // namespace hearth::cpu

@@ -81,13 +81,16 @@ inline float swiglu_one(float g, float u) { return (g / (1.0f + exp_approx(-g)))
 // matrix product llama.cpp picks: tinyBLAS (dot_order_b) for a prompt batch, ggml's
 // vector dot (dot_order_a) for a single query. Masked keys count as zeros, which is
 // what llama.cpp's padded cache adds.
-// q: [head_dim]; key j at k + j * kv_stride, value j at v + j * kv_stride;
-// scores: scratch of n_keys rounded up to 64; acc: scratch of 64 * head_dim.
-inline void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int64_t n_keys,
-                       int64_t head_dim, float scale, bool single_query, float* scores, float* acc, float* out) {
+// q: [head_dim]; krow(j, tmp) / vrow(j, tmp) give key / value j as head_dim floats
+// (a pointer into the cache, or tmp after converting an f16 row);
+// scores: scratch of n_keys rounded up to 64; acc: scratch of 64 * head_dim;
+// tmp: scratch of head_dim.
+template <class KRows, class VRows>
+inline void attend_one(const float* q, const KRows& krow, const VRows& vrow, int64_t n_keys, int64_t head_dim,
+                       float scale, bool single_query, float* scores, float* acc, float* tmp, float* out) {
   float max_s = -INFINITY;
   for (int64_t j = 0; j < n_keys; ++j) {
-    scores[j] = dot_order_a(k + j * kv_stride, q, head_dim) * scale;
+    scores[j] = dot_order_a(krow(j, tmp), q, head_dim) * scale;
     max_s = std::fmax(max_s, scores[j]);
   }
   const int64_t n_pad = (n_keys + 15) & ~int64_t{15};
@@ -102,7 +105,7 @@ inline void attend_one(const float* q, const float* k, const float* v, int64_t k
   for (int64_t i = 0; i < n_lanes * head_dim; ++i) acc[i] = 0.0f;
   for (int64_t j = 0; j < n_keys; ++j) {
     float* a = acc + (j % n_lanes) * head_dim;
-    const float* vj = v + j * kv_stride;
+    const float* vj = vrow(j, tmp);
     const float p = scores[j];
     for (int64_t d = 0; d < head_dim; ++d) a[d] = std::fma(vj[d], p, a[d]);
   }

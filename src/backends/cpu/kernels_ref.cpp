@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/ggml_order.h"
+#include "backends/cpu/kv_rows.h"
 #include "quant/dequant_ref.h"
 
 namespace hearth::cpu::ref {
@@ -96,24 +97,46 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
   }
 }
 
-void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0, float* k_cache,
-              float* v_cache) {
-  std::memcpy(k_cache + pos0 * n_kv_dim, k, sizeof(float) * n_tokens * n_kv_dim);
-  std::memcpy(v_cache + pos0 * n_kv_dim, v, sizeof(float) * n_tokens * n_kv_dim);
+void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+              const ops::KvLayer& cache) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t row = slots[t];
+    if (cache.type == ops::KvType::F16) {
+      f32_to_f16_row(k + t * n_kv_dim, static_cast<uint16_t*>(cache.k) + row * n_kv_dim, n_kv_dim);
+      f32_to_f16_row(v + t * n_kv_dim, static_cast<uint16_t*>(cache.v) + row * n_kv_dim, n_kv_dim);
+    } else {
+      std::memcpy(static_cast<float*>(cache.k) + row * n_kv_dim, k + t * n_kv_dim, sizeof(float) * n_kv_dim);
+      std::memcpy(static_cast<float*>(cache.v) + row * n_kv_dim, v + t * n_kv_dim, sizeof(float) * n_kv_dim);
+    }
+  }
 }
 
-void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
   const int64_t group = n_head / n_head_kv;
   const int64_t kv_stride = n_head_kv * head_dim;
-  std::vector<float> scores(static_cast<size_t>(pos0 + n_tokens + 64));
-  std::vector<float> acc(static_cast<size_t>(64 * head_dim));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t h = 0; h < n_head; ++h) {
-      const int64_t kv_off = (h / group) * head_dim;
-      ggml_order::attend_one(q + (t * n_head + h) * head_dim, k_cache + kv_off, v_cache + kv_off, kv_stride,
-                             pos0 + t + 1, head_dim, scale, n_tokens == 1, scores.data(), acc.data(),
-                             out + (t * n_head + h) * head_dim);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const ops::AttentionSeq& sq = seqs[s];
+    const BlockMap map(sq.block_table, cache.block_size);
+    std::vector<float> scores(static_cast<size_t>(sq.pos0 + sq.n_tokens + 64));
+    std::vector<float> acc(static_cast<size_t>(64 * head_dim)), tmp(static_cast<size_t>(head_dim));
+    for (int64_t t = 0; t < sq.n_tokens; ++t) {
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t kv_off = (h / group) * head_dim, item = (sq.first_row + t) * n_head + h;
+        const int64_t n_keys = sq.pos0 + t + 1;
+        const bool single = sq.n_tokens == 1;
+        if (cache.type == ops::KvType::F16) {
+          const KvRowsF16<CvtPlain> kr{static_cast<const uint16_t*>(cache.k) + kv_off, kv_stride, map, head_dim};
+          const KvRowsF16<CvtPlain> vr{static_cast<const uint16_t*>(cache.v) + kv_off, kv_stride, map, head_dim};
+          ggml_order::attend_one(q + item * head_dim, kr, vr, n_keys, head_dim, scale, single, scores.data(),
+                                 acc.data(), tmp.data(), out + item * head_dim);
+        } else {
+          const KvRowsF32 kr{static_cast<const float*>(cache.k) + kv_off, kv_stride, map};
+          const KvRowsF32 vr{static_cast<const float*>(cache.v) + kv_off, kv_stride, map};
+          ggml_order::attend_one(q + item * head_dim, kr, vr, n_keys, head_dim, scale, single, scores.data(),
+                                 acc.data(), tmp.data(), out + item * head_dim);
+        }
+      }
     }
   }
 }

@@ -15,9 +15,9 @@ void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens);
 void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps, float* y);
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const ops::RopeParams& p);
-void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, int64_t pos0, float* k_cache,
-              float* v_cache);
-void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+              const ops::KvLayer& cache);
+void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void add(float* x, const float* y, int64_t n);

@@ -1,0 +1,71 @@
+// KV memory of the Llama-family model, paged: a pool of fixed-size blocks per layer
+// (one allocation, committed as it is written) and, per sequence, a block table
+// mapping its logical blocks to pool blocks. Which blocks a sequence gets is the
+// engine's business (engine/block_manager.h); the model only reads and writes the
+// rows the tables name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/hparams.h"
+#include "ops/backend.h"
+
+namespace hearth::model {
+
+class KvPool {
+ public:
+  // block_size must be a power of two.
+  KvPool(ops::Backend& backend, const Hparams& hp, ops::KvType type, int64_t block_size, int64_t n_blocks);
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  ops::KvType type() const { return type_; }
+  ops::KvLayer layer(int64_t l) const;
+  // Bytes of one block across all layers (K and V).
+  static uint64_t bytes_per_block(const Hparams& hp, ops::KvType type, int64_t block_size);
+
+ private:
+  ops::KvType type_;
+  int64_t block_size_, n_blocks_, n_kv_dim_;
+  std::vector<std::unique_ptr<ops::Buffer>> k_, v_;  // per layer
+};
+
+// One sequence's place in a pool: the pool blocks holding its positions in order, and
+// how many positions are filled.
+struct SeqKv {
+  std::vector<int32_t> blocks;
+  int64_t n_past = 0;
+  int64_t capacity(int64_t block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
+};
+
+// Logical position -> pool row through a block table (host side, for the slots).
+struct BlockMapHost {
+  const int32_t* blocks;
+  int64_t block_size;
+  int32_t slot(int64_t pos) const {
+    return static_cast<int32_t>(static_cast<int64_t>(blocks[pos / block_size]) * block_size + pos % block_size);
+  }
+};
+
+// A single sequence with a pool of its own, sized for n_ctx positions (`hearth run`,
+// tests): its block table is simply 0, 1, 2, ...
+class KvCache {
+ public:
+  KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx, ops::KvType type = ops::KvType::F32);
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_past() const { return seq_.n_past; }
+  void clear() { seq_.n_past = 0; }
+  KvPool& pool() { return pool_; }
+  SeqKv& seq() { return seq_; }
+  // Bytes of cache memory for n_ctx positions of this model.
+  static uint64_t bytes_needed(const Hparams& hp, int64_t n_ctx, ops::KvType type = ops::KvType::F32);
+  static constexpr int64_t kBlockSize = 16;
+
+ private:
+  int64_t n_ctx_;
+  KvPool pool_;
+  SeqKv seq_;
+};
+
+}  // namespace hearth::model

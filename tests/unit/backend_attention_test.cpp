@@ -1,0 +1,141 @@
+// Paged attention on the CPU back-end: a cache scattered over shuffled blocks gives
+// the same bits as a contiguous one; several sequences in one call give the same bits
+// as each alone; the f16 cache's fast path equals its reference and stays close to f32.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels_ref.h"
+#include "core/half.h"
+
+namespace {
+
+namespace cpu = hearth::cpu;
+namespace ops = hearth::ops;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A pool of n_blocks blocks in `type`, with rows stored through store_kv.
+struct Pool {
+  ops::KvType type;
+  int64_t block_size, n_kv_dim;
+  std::vector<float> k, v;  // raw storage (f16 uses half of it)
+  Pool(ops::KvType t, int64_t bs, int64_t n_blocks, int64_t dim)
+      : type(t), block_size(bs), n_kv_dim(dim), k(static_cast<size_t>(n_blocks * bs * dim), -7.0f), v(k) {}
+  ops::KvLayer layer() { return {k.data(), v.data(), type, block_size, n_kv_dim}; }
+};
+
+// Writes positions [0, n) of one sequence with keys/values from kv_src rows through its table.
+void fill(cpu::CpuBackend& be, Pool& p, const std::vector<int32_t>& table, const std::vector<float>& ks,
+          const std::vector<float>& vs, int64_t n) {
+  std::vector<int32_t> slots(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) slots[i] = table[i / p.block_size] * static_cast<int32_t>(p.block_size) + i % p.block_size;
+  be.store_kv(ks.data(), vs.data(), n, p.n_kv_dim, slots.data(), p.layer());
+}
+
+std::vector<int32_t> shuffled_table(int64_t n_blocks, uint32_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n_blocks));
+  std::iota(t.begin(), t.end(), 0);
+  std::shuffle(t.begin(), t.end(), std::mt19937(seed));
+  return t;
+}
+
+TEST(PagedAttention, ShuffledBlocksEqualContiguous) {
+  cpu::CpuBackend be(2);
+  for (const int64_t head_dim : {32, 64}) {
+    const int64_t n_head = 6, n_head_kv = 2, dim = n_head_kv * head_dim, bs = 16, n_blocks = 12, n_pos = 170;
+    const auto ks = random_floats(n_pos * dim, 1, 2.0f), vs = random_floats(n_pos * dim, 2);
+    Pool contiguous(ops::KvType::F32, bs, n_blocks, dim), paged(ops::KvType::F32, bs, n_blocks, dim);
+    std::vector<int32_t> ident(n_blocks);
+    std::iota(ident.begin(), ident.end(), 0);
+    const auto table = shuffled_table(n_blocks, 3);
+    fill(be, contiguous, ident, ks, vs, n_pos);
+    fill(be, paged, table, ks, vs, n_pos);
+    for (const auto& [n_tokens, pos0] : {std::pair<int64_t, int64_t>{1, 0}, {1, 100}, {30, 0}, {20, 150}}) {
+      const auto q = random_floats(n_tokens * n_head * head_dim, 4, 0.6f);
+      std::vector<float> a(q.size()), b(q.size()), c(q.size());
+      const ops::AttentionSeq s1{0, n_tokens, pos0, ident.data()}, s2{0, n_tokens, pos0, table.data()};
+      be.attention(q.data(), contiguous.layer(), &s1, 1, n_head, n_head_kv, head_dim, 0.2f, a.data());
+      be.attention(q.data(), paged.layer(), &s2, 1, n_head, n_head_kv, head_dim, 0.2f, b.data());
+      cpu::ref::attention(q.data(), paged.layer(), &s2, 1, n_head, n_head_kv, head_dim, 0.2f, c.data());
+      EXPECT_EQ(a, b) << "head_dim " << head_dim << " n_tokens " << n_tokens << " pos0 " << pos0;
+      EXPECT_EQ(a, c) << "head_dim " << head_dim << " n_tokens " << n_tokens << " pos0 " << pos0;
+    }
+  }
+}
+
+// Three sequences with their own tables, positions and query counts in one call: each
+// gets exactly what it gets alone.
+TEST(PagedAttention, BatchOfSequencesEqualsEachAlone) {
+  cpu::CpuBackend be(3);
+  for (const ops::KvType type : {ops::KvType::F32, ops::KvType::F16}) {
+    const int64_t n_head = 9, n_head_kv = 3, head_dim = 64, dim = n_head_kv * head_dim, bs = 16;
+    Pool pool(type, bs, 40, dim);
+    const std::vector<std::vector<int32_t>> tables = {{5, 1, 9, 30, 2}, {7, 8}, {39, 0, 12, 13, 14, 3, 4}};
+    const std::vector<int64_t> pos0 = {61, 0, 90}, n_tok = {1, 25, 7};
+    for (size_t s = 0; s < tables.size(); ++s) {
+      const int64_t n = pos0[s] + n_tok[s];
+      fill(be, pool, tables[s], random_floats(n * dim, 10 + s, 1.5f), random_floats(n * dim, 20 + s), n);
+    }
+    int64_t rows = 0;
+    std::vector<ops::AttentionSeq> seqs;
+    for (size_t s = 0; s < tables.size(); ++s) {
+      seqs.push_back({rows, n_tok[s], pos0[s], tables[s].data()});
+      rows += n_tok[s];
+    }
+    const auto q = random_floats(rows * n_head * head_dim, 30, 0.5f);
+    std::vector<float> batched(q.size()), ref(q.size());
+    be.attention(q.data(), pool.layer(), seqs.data(), 3, n_head, n_head_kv, head_dim, 0.125f, batched.data());
+    cpu::ref::attention(q.data(), pool.layer(), seqs.data(), 3, n_head, n_head_kv, head_dim, 0.125f, ref.data());
+    EXPECT_EQ(batched, ref) << ops::kv_type_name(type);
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int64_t off = seqs[s].first_row * n_head * head_dim, len = n_tok[s] * n_head * head_dim;
+      ops::AttentionSeq alone = seqs[s];
+      alone.first_row = 0;
+      std::vector<float> one(static_cast<size_t>(len));
+      be.attention(q.data() + off, pool.layer(), &alone, 1, n_head, n_head_kv, head_dim, 0.125f, one.data());
+      EXPECT_EQ(one, std::vector<float>(batched.begin() + off, batched.begin() + off + len))
+          << ops::kv_type_name(type) << " sequence " << s;
+    }
+  }
+}
+
+// An f16 cache holds the rounded values, and attention over it stays within f16 rounding
+// of the f32 result.
+TEST(PagedAttention, F16CacheRoundsAndStaysClose) {
+  cpu::CpuBackend be(2);
+  const int64_t n_head = 4, n_head_kv = 2, head_dim = 64, dim = n_head_kv * head_dim, bs = 16, n_pos = 80;
+  const auto ks = random_floats(n_pos * dim, 41), vs = random_floats(n_pos * dim, 42);
+  Pool p32(ops::KvType::F32, bs, 5, dim), p16(ops::KvType::F16, bs, 5, dim);
+  const auto table = shuffled_table(5, 43);
+  fill(be, p32, table, ks, vs, n_pos);
+  fill(be, p16, table, ks, vs, n_pos);
+  const auto* k16 = reinterpret_cast<const uint16_t*>(p16.k.data());
+  for (int64_t i = 0; i < n_pos; ++i) {
+    const int64_t row = table[i / bs] * bs + i % bs;
+    for (int64_t d = 0; d < dim; ++d) {
+      ASSERT_EQ(k16[row * dim + d], hearth::f32_to_f16(ks[i * dim + d]));
+    }
+  }
+  const auto q = random_floats(3 * n_head * head_dim, 44);
+  const ops::AttentionSeq seq{0, 3, n_pos - 3, table.data()};
+  std::vector<float> a(q.size()), b(q.size()), c(q.size());
+  be.attention(q.data(), p32.layer(), &seq, 1, n_head, n_head_kv, head_dim, 0.125f, a.data());
+  be.attention(q.data(), p16.layer(), &seq, 1, n_head, n_head_kv, head_dim, 0.125f, b.data());
+  cpu::ref::attention(q.data(), p16.layer(), &seq, 1, n_head, n_head_kv, head_dim, 0.125f, c.data());
+  EXPECT_EQ(b, c);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-3) << i;
+}
+
+}  // namespace
