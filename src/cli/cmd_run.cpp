@@ -1,7 +1,6 @@
 // `hearth run`: one-shot generation with honest statistics. Text streams to
 // stdout; then three lines on stderr (prompt speed, decode-only generation
 // speed, peak resident memory), or one JSON object with --json.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,13 +14,14 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "engine/chat_prompt.h"
 #include "engine/generator.h"
 #include "format/gguf.h"
 #include "model/llama_model.h"
-#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::cli {
@@ -42,49 +42,21 @@ struct RunOptions {
   int threads = 0;
   int32_t logprobs = 0;
   bool json_out = false;
+  std::string kv_type = "f16";
 };
 
-double peak_rss_gb() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB on Linux
-}
-
-// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
-uint64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
-std::string gguf_token_text(const gguf::File& file, const char* key, const tokenizer::Tokenizer& tok) {
-  auto id = file.find_int(key);
-  if (!id || *id < 0 || static_cast<size_t>(*id) >= tok.n_tokens()) return "";
-  return tok.token_text(static_cast<int32_t>(*id));
-}
-
-std::string build_prompt(const RunOptions& o, const gguf::File& file, const tokenizer::Tokenizer& tok) {
+std::string build_prompt(const RunOptions& o, const gguf::File& file, const engine::ChatPrompt& chat) {
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) text = read_text_file(o.prompt_file);
   if (o.raw) return text;
-  auto source = file.find_string("tokenizer.chat_template");
-  if (!source) {
+  if (!chat.has_template()) {
     fail(ErrorKind::kInvalidInput, "run",
          file.name() + ": the model has no chat template (tokenizer.chat_template); use --raw to send the prompt as is");
   }
-  json input;
-  input["messages"] = json::array();
-  if (!o.system.empty()) input["messages"].push_back({{"role", "system"}, {"content", o.system}});
-  input["messages"].push_back({{"role", "user"}, {"content", text}});
-  input["add_generation_prompt"] = true;
-  input["bos_token"] = gguf_token_text(file, "tokenizer.ggml.bos_token_id", tok);
-  input["eos_token"] = gguf_token_text(file, "tokenizer.ggml.eos_token_id", tok);
-  return tmpl::ChatTemplate(*source).apply(input);
+  json messages = json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  messages.push_back({{"role", "user"}, {"content", text}});
+  return chat.render(messages);
 }
 
 void run(RunOptions o) {
@@ -99,13 +71,14 @@ void run(RunOptions o) {
     o.sampler.seed = std::random_device{}();
   }
   engine::validate(o.sampler);
+  const ops::KvType kv_type = parse_kv_type(o.kv_type);
 
   gguf::File file = gguf::File::open(o.model);
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");
   // Fail before loading when the machine cannot hold the model and its cache.
-  const uint64_t need = file.file_size() + model::KvCache::bytes_needed(hp, n_ctx) + (uint64_t{100} << 20);
+  const uint64_t need = file.file_size() + model::KvCache::bytes_needed(hp, n_ctx, kv_type) + (uint64_t{100} << 20);
   if (const uint64_t avail = available_memory(); avail != 0 && need > avail) {
     fail(ErrorKind::kResource, "run",
          o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV cache for " +
@@ -115,15 +88,11 @@ void run(RunOptions o) {
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
   cpu::CpuBackend backend(o.threads);
   model::LlamaModel model(file, backend);
-  model::KvCache cache(backend, model.hparams(), n_ctx);
+  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
 
-  const std::string prompt_text = build_prompt(o, file, tok);
-  tokenizer::EncodeOptions enc;
-  enc.parse_special = true;
-  // A chat template that already wrote the BOS text gets no second BOS.
-  const tokenizer::Vocab& v = tok.vocab();
-  if (v.valid(v.bos) && prompt_text.rfind(tok.token_text(v.bos), 0) == 0) enc.add_special = false;
-  const std::vector<int32_t> prompt = tok.encode(prompt_text, enc);
+  const engine::ChatPrompt chat(file, tok);
+  const std::string prompt_text = build_prompt(o, file, chat);
+  const std::vector<int32_t> prompt = chat.encode(prompt_text);
 
   engine::GenerateOptions go;
   go.max_tokens = o.max_tokens;
@@ -155,6 +124,7 @@ void run(RunOptions o) {
     out["seed"] = o.sampler.seed;
     out["threads"] = backend.n_threads();
     out["ctx"] = n_ctx;
+    out["kv_type"] = ops::kv_type_name(kv_type);
     if (o.logprobs > 0) {
       json lp = json::array();
       for (const auto& s : r.logprobs) {
@@ -206,6 +176,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
   cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");
   cmd->add_flag("--json", o->json_out, "Print one JSON object instead of text and statistics");
   cmd->callback([o]() { run(*o); });
 }

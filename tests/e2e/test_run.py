@@ -21,12 +21,22 @@ def run_json(run_hearth, *args):
 def test_greedy_tokens_match_llama_cpp(run_hearth, default_model, case):
     """Our tokenizer gives llama.cpp's prompt ids and our engine its greedy tokens."""
     c = REF["cases"][case]
-    out = run_json(run_hearth, "-m", default_model, "--raw", "-p", c["prompt"], "-n", N_STEPS, "--temp", "0")
+    # The fixture was recorded with an f32 KV cache: compare on the same cache type.
+    out = run_json(run_hearth, "-m", default_model, "--raw", "-p", c["prompt"], "-n", N_STEPS, "--temp", "0",
+                   "--kv-type", "f32")
     assert out["prompt_ids"] == c["prompt_ids"]
     want = c["greedy_ids"][:N_STEPS]
     assert out["tokens"] == want[: len(out["tokens"])]
     if out["stop_reason"] == "length":
         assert len(out["tokens"]) == N_STEPS
+
+
+def test_kv_type_option(run_hearth, default_model):
+    a = run_json(run_hearth, "-m", default_model, "-p", "Hi", "-n", "3", "--kv-type", "f32")
+    b = run_json(run_hearth, "-m", default_model, "-p", "Hi", "-n", "3")
+    assert a["kv_type"] == "f32" and b["kv_type"] == "f16"
+    bad = run_hearth("run", "-m", default_model, "-p", "Hi", "--kv-type", "q8")
+    assert bad.returncode == 2 and "--kv-type must be f16 or f32" in bad.stderr
 
 
 def test_statistics_lines(run_hearth, default_model):
