@@ -3,8 +3,10 @@
 // hold which token prefix (so a new prompt that starts the same way reuses them).
 //
 // A block's identity for prefix reuse is a 64-bit chain hash of its tokens and of
-// every token before it (the parent block's hash); the tokens themselves are kept
-// too, so a hash collision can never hand out the wrong cache. Blocks referenced by
+// every token before it (the parent block's hash); the tokens and the parent hash
+// are kept too and compared on lookup, so two blocks whose hashes collide are told
+// apart. (What remains is two different whole prefixes before a block hashing to the
+// same 64-bit parent hash: about 2^-64 per pair, as in vLLM.) Blocks referenced by
 // no live sequence but holding a hash stay cached and are evicted least recently
 // used first, only when a fresh block is needed.
 //
@@ -31,6 +33,7 @@ struct BlockMeta {
   int32_t ref = 0;               // live sequences using the block
   bool hashed = false;           // full and registered for prefix reuse
   uint64_t hash = 0;             // chain hash (valid when hashed)
+  uint64_t parent_hash = 0;      // the parent's chain hash (when hashed), checked on lookup
   std::vector<int32_t> tokens;   // the block's tokens (when hashed), checked on lookup
   BlockTier tier = BlockTier::kPool;
   int32_t snapshot = -1;         // hybrid models: recurrent-state snapshot id (later)
@@ -54,8 +57,13 @@ class BlockManager {
   // A block for a sequence (ref 1): a free one, else the least recently used cached
   // one (its hash is forgotten). kNoBlock when every block is in use.
   BlockId allocate();
+  // ref + 1 on a block some sequence already holds (ref > 0), e.g. a forked sequence
+  // sharing it; a cached block comes back through match_prefix instead.
   void retain(BlockId id);
   // ref - 1; at 0 the block becomes cached (most recently used) if hashed, else free.
+  // Throws Error (kInternal) for an id out of range or a block with ref 0. Release a
+  // finished sequence's blocks last first: the LRU then evicts a prefix's tail before
+  // its head (an evicted head leaves every block after it unreachable).
   void release(BlockId id);
 
   // The longest run of cached full blocks that matches tokens from the start, at
@@ -74,6 +82,15 @@ class BlockManager {
 
   const BlockMeta& meta(BlockId id) const;
 
+  // Walks every structure (O(n_blocks)) and throws Error (kInternal) on the first
+  // inconsistency; for tests and debug checks, not for the engine's step loop.
+  void check_invariants() const;
+
+  // Tests only: the hash this manager uses in place of chain_hash, so that a test
+  // can force collisions (the static chain_hash itself is unaffected).
+  using HashFn = uint64_t (*)(uint64_t parent_hash, std::span<const int32_t> tokens);
+  void set_hash_for_testing(HashFn fn) { hash_ = fn; }
+
   // Statistics for /metrics (tokens, cumulative).
   uint64_t prefix_query_tokens() const { return query_tokens_; }
   uint64_t prefix_hit_tokens() const { return hit_tokens_; }
@@ -86,8 +103,9 @@ class BlockManager {
   std::list<BlockId> lru_;                          // ref 0, hashed; front = least recent
   std::vector<std::list<BlockId>::iterator> lru_pos_;
   std::vector<bool> in_lru_;
-  std::unordered_multimap<uint64_t, BlockId> by_hash_;
+  std::unordered_multimap<uint64_t, BlockId> by_hash_;  // hashed blocks, cached or in use
   int32_t n_used_ = 0;
+  HashFn hash_ = &BlockManager::chain_hash;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
 };
 
