@@ -4,7 +4,10 @@
 // Algorithm: unpack weight nibbles/6-bit values to bytes, multiply with the int8
 // activations by maddubs (unsigned x signed -> int16 pairs), widen with madd
 // (which also applies the per-sub-block scale for K-quants), and scale each
-// block's integer sum in float. Results equal dot_ref.cpp up to float rounding.
+// block's integer sum in float. The K-quant kernels (Q4_K, Q5_K, Q6_K) scale each
+// super-block with the reference's float expression and equal dot_ref.cpp bit for bit;
+// the legacy ones (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) keep ggml's AVX2 order (8 float lanes
+// accumulated by FMA, one horizontal sum) and equal dot_ref.cpp up to float rounding.
 #include "backends/cpu/quant_dot.h"
 
 #if defined(__x86_64__)
@@ -23,6 +26,16 @@ using namespace hearth::quant;
 
 // f16 -> f32 in one instruction (F16C); the same value as the portable load_f16.
 HEARTH_AVX2 inline float f16(const Half& h) { return _cvtsh_ss(load_f16_bits(h)); }
+
+// Returns v as computed, rounded to float: the compiler may not fuse the multiply that
+// produced it with a later add into one FMA (GCC contracts a * b + c by default in C++
+// inside FMA-enabled functions). The K-quant kernels scale each super-block in float
+// with the reference's expression; these barriers keep every rounding of it, so the
+// results equal dot_ref.cpp (built without FMA) bit for bit.
+HEARTH_AVX2 inline float rounded(float v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
 
 HEARTH_AVX2 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -98,6 +111,50 @@ HEARTH_AVX2 float dot_q8_0_q8_0(int64_t n, const void* wv, const void* xv) {
   return hsum(acc);
 }
 
+// 32 bits -> 32 bytes: byte i is 0xff where bit i of bits is set, else 0. Each
+// 128-bit half gets the 4 bytes of bits, byte i picks source byte i / 8 and tests
+// bit i % 8 of it.
+HEARTH_AVX2 inline __m256i bits_to_bytes(const uint8_t* qh) {
+  const __m256i v = _mm256_set1_epi32(static_cast<int>(load_u32(qh)));
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, pick), bit), bit);
+}
+
+// Q5_0 x Q8_0, in the order of Q4_0 (and of ggml's AVX2 kernel): 8 int32 lanes of exact
+// block products, acc += (dw * dx) * lanes. Values are q - 16 in [-16, 15]: the nibble
+// with 0xf0 or-ed in where the fifth bit is clear (i.e. minus 16 as a signed byte).
+HEARTH_AVX2 float dot_q5_0_q8_0(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ5_0*>(wv);
+  const auto* x = static_cast<const BlockQ8_0*>(xv);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(w[b].qh), _mm256_set1_epi8(static_cast<char>(0xf0)));
+    const __m256i q = _mm256_or_si256(unpack_nibbles(w[b].qs), hi);
+    const __m256i p = dot_i8_i8(q, load32(x[b].qs));
+    const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(x[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+// Q5_1 x Q8_1, in the order of Q4_1: unsigned 5-bit values, mins summed apart.
+HEARTH_AVX2 float dot_q5_1_q8_1(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ5_1*>(wv);
+  const auto* x = static_cast<const BlockQ8_1*>(xv);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i hi = _mm256_and_si256(bits_to_bytes(w[b].qh), _mm256_set1_epi8(0x10));
+    const __m256i p = dot_u8_i8(_mm256_or_si256(unpack_nibbles(w[b].qs), hi), load32(x[b].qs));
+    const __m256 d = _mm256_set1_ps(f16(w[b].d) * f16(x[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    mins += f16(w[b].m) * f16(x[b].s);
+  }
+  return hsum(acc) + mins;
+}
+
 HEARTH_AVX2 float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
   const auto* w = static_cast<const BlockQ4_K*>(wv);
   const auto* x = static_cast<const BlockQ8_K*>(xv);
@@ -123,8 +180,66 @@ HEARTH_AVX2 float dot_q4_k_q8_k(int64_t n, const void* wv, const void* xv) {
       summ += m0 * (bsum(2 * j) + bsum(2 * j + 1)) + m1 * (bsum(2 * j + 2) + bsum(2 * j + 3));
     }
     const float dx = load_f32(x[b].d);
-    sum += f16(w[b].d) * dx * static_cast<float>(hsum_i32(acc)) -
-           f16(w[b].dmin) * dx * static_cast<float>(summ);
+    sum += rounded(f16(w[b].d) * dx * static_cast<float>(hsum_i32(acc))) -
+           rounded(f16(w[b].dmin) * dx * static_cast<float>(summ));
+  }
+  return sum;
+}
+
+// The 8 6-bit scales and 8 mins of a Q4_K / Q5_K block (k4_scale_min for all j at once,
+// on three little-endian words of the packed bytes).
+inline void k4_scales_mins(const uint8_t* packed, uint8_t sc[8], uint8_t m[8]) {
+  const uint32_t u0 = load_u32(packed), u1 = load_u32(packed + 4), u2 = load_u32(packed + 8);
+  const uint32_t s_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+  const uint32_t s_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+  store_u32(sc, s_lo);
+  store_u32(sc + 4, s_hi);
+  store_u32(m, m_lo);
+  store_u32(m + 4, m_hi);
+}
+
+// sum_j m[j] * (bsums[2j] + bsums[2j + 1]) of a Q8_K block: the mins term of Q4_K / Q5_K.
+HEARTH_AVX2 inline int k4_mins_dot(const uint8_t m[8], const BlockQ8_K& xb) {
+  const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums));
+  const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 16));
+  const __m128i pairs = _mm_hadd_epi16(b0, b1);  // |each| <= 2 * 16 * 127: no overflow
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+  __m128i s = _mm_madd_epi16(pairs, mins);
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Q5_K x Q8_K: integer sums as the Q4_K kernel plus the fifth bit (bit j of qh[i] for
+// element i of sub-block j, moved to bit 4); the float scaling is the reference's
+// expression per block, so the result equals ref::dot_q5_k_q8_k bit for bit.
+HEARTH_AVX2 float dot_q5_k_q8_k(int64_t n, const void* wv, const void* xv) {
+  const auto* w = static_cast<const BlockQ5_K*>(wv);
+  const auto* x = static_cast<const BlockQ8_K*>(xv);
+  float sum = 0.0f;
+  const __m256i mask = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    uint8_t sc[8], m[8];
+    k4_scales_mins(w[b].scales, sc, m);
+    const __m256i qh = load32(w[b].qh);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j += 2) {  // one 32-byte load feeds two sub-blocks
+      const __m256i q = load32(w[b].qs + 16 * j);
+      // bit j -> bit 4 (16-bit shifts: the masked bit never crosses a byte for j <= 7)
+      const __m256i h0 = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+      const __m256i h1 = j + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - j) : _mm256_srli_epi16(qh, j - 3);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, mask), _mm256_and_si256(h0, bit4));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), _mm256_and_si256(h1, bit4));
+      const __m256i p0 = _mm256_maddubs_epi16(lo, load32(x[b].qs + 32 * j));  // <= 2 * 31 * 127
+      const __m256i p1 = _mm256_maddubs_epi16(hi, load32(x[b].qs + 32 * (j + 1)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[j])));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[j + 1])));
+    }
+    const int summ = k4_mins_dot(m, x[b]);
+    const float dx = load_f32(x[b].d);
+    sum += rounded(f16(w[b].d) * dx * static_cast<float>(hsum_i32(acc))) -
+           rounded(f16(w[b].dmin) * dx * static_cast<float>(summ));
   }
   return sum;
 }
@@ -162,7 +277,7 @@ HEARTH_AVX2 float dot_q6_k_q8_k(int64_t n, const void* wv, const void* xv) {
         corr += 32 * (s0 * bsum(e0 / 16) + s1 * bsum(e0 / 16 + 1));
       }
     }
-    sum += f16(w[b].d) * load_f32(x[b].d) * static_cast<float>(hsum_i32(acc) - corr);
+    sum += rounded(f16(w[b].d) * load_f32(x[b].d) * static_cast<float>(hsum_i32(acc) - corr));
   }
   return sum;
 }
@@ -226,8 +341,11 @@ HEARTH_AVX2 void quantize_q8_1(const float* x, void* dst, int64_t n) {
 constexpr std::array kKernels = {
     DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, quantize_q8_0, dot_q4_0_q8_0, "avx2"},
     DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, quantize_q8_1, dot_q4_1_q8_1, "avx2"},
+    DotKernel{GgmlType::Q5_0, GgmlType::Q8_0, quantize_q8_0, dot_q5_0_q8_0, "avx2"},
+    DotKernel{GgmlType::Q5_1, GgmlType::Q8_1, quantize_q8_1, dot_q5_1_q8_1, "avx2"},
     DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, quantize_q8_0, dot_q8_0_q8_0, "avx2"},
     DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q4_k_q8_k, "avx2"},
+    DotKernel{GgmlType::Q5_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q5_k_q8_k, "avx2"},
     DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q6_k_q8_k, "avx2"},
 };
 
