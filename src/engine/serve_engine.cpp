@@ -1,0 +1,268 @@
+#include "engine/serve_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "engine/stop_matcher.h"
+
+namespace hearth::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+struct ServeEngine::Live {
+  GenRequest request;
+  std::shared_ptr<RequestChannel> channel;
+  Sampler sampler;
+  tokenizer::StreamDecoder decoder;
+  StopMatcher stop;
+  int32_t n_generated = 0;
+  Clock::time_point t_scheduled{}, t_first{}, t_last{};
+  bool scheduled = false;
+
+  Live(GenRequest r, std::shared_ptr<RequestChannel> c, const tokenizer::Tokenizer& tok)
+      : request(std::move(r)),
+        channel(std::move(c)),
+        sampler(request.sampler),
+        decoder(tok, [] {
+          tokenizer::DecodeOptions o;
+          o.strip_space_prefix = false;  // a continuation keeps its leading space
+          return o;
+        }()),
+        stop(request.stop) {}
+};
+
+ServeEngine::ServeEngine(model::LlamaModel& model, const tokenizer::Tokenizer& tok, EngineConfig config,
+                         EngineObserver* observer)
+    : model_(model),
+      tok_(tok),
+      config_(config),
+      observer_(observer),
+      max_seq_tokens_(std::min(config.n_ctx, config.n_blocks * config.block_size)),
+      eog_(end_of_generation_tokens(tok)),
+      pool_(model.backend(), model.hparams(), config.kv_type, config.block_size, config.n_blocks),
+      blocks_(static_cast<int32_t>(config.n_blocks), static_cast<int32_t>(config.block_size)),
+      scheduler_(SchedulerConfig{config.max_seqs, config.prefill_chunk}, blocks_) {
+  stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
+}
+
+ServeEngine::~ServeEngine() { stop(); }
+
+void ServeEngine::start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.running_loop = true;
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ServeEngine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+ServeEngine::Admit ServeEngine::submit(GenRequest request, std::shared_ptr<RequestChannel> channel) {
+  const auto total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (request.prompt.empty() || total > max_seq_tokens_) return Admit::kTooLong;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return Admit::kQueueFull;
+    const int64_t queued = static_cast<int64_t>(incoming_.size()) + stats_.waiting;
+    const int64_t free_slots = std::max<int64_t>(0, config_.max_seqs - stats_.running);
+    if (queued >= config_.max_queue + free_slots) return Admit::kQueueFull;
+    incoming_.emplace_back(std::move(request), std::move(channel));
+  }
+  cv_.notify_all();
+  return Admit::kOk;
+}
+
+EngineStats ServeEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void ServeEngine::loop() {
+  try {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (stop_) break;
+        if (incoming_.empty() && scheduler_.running().empty() && scheduler_.waiting().empty()) {
+          cv_.wait_for(lock, std::chrono::milliseconds(100));
+          if (stop_) break;
+        }
+      }
+      take_incoming();
+      drop_cancelled();
+      step();
+    }
+    fail_all("the server is shutting down");
+  } catch (const std::exception& e) {
+    // A failure of the engine itself (not of one request): end every request with it.
+    fail_all(std::string("engine failure: ") + e.what());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running_loop = false;
+}
+
+void ServeEngine::take_incoming() {
+  std::vector<std::pair<GenRequest, std::shared_ptr<RequestChannel>>> in;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in.swap(incoming_);
+  }
+  for (auto& [req, ch] : in) {
+    auto seq = std::make_unique<SeqSlot>();
+    seq->id = next_id_++;
+    seq->tokens = req.prompt;
+    seq->n_prompt = static_cast<int32_t>(req.prompt.size());
+    const uint64_t id = seq->id;
+    live_.emplace(id, std::make_unique<Live>(std::move(req), std::move(ch), tok_));
+    scheduler_.add(std::move(seq));
+  }
+}
+
+void ServeEngine::drop_cancelled() {
+  std::vector<uint64_t> gone;
+  for (const auto& [id, live] : live_) {
+    if (live->channel->cancelled()) gone.push_back(id);
+  }
+  for (uint64_t id : gone) end(id, "cancelled", "the request was cancelled");
+}
+
+void ServeEngine::end(uint64_t id, const std::string& reason, const std::string& error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& live = *it->second;
+  std::unique_ptr<SeqSlot> seq = scheduler_.finish(id);
+  if (reason == "stop" || reason == "length") {
+    // The text held back for a possible stop string (or an incomplete character) is sent.
+    std::string tail = live.decoder.flush();
+    std::string out = live.stop.push(tail);
+    if (!live.stop.stopped()) out += live.stop.flush();
+    if (!out.empty()) live.channel->push(Delta{std::move(out), {}});
+  }
+  Final f;
+  f.finish_reason = reason;
+  f.error = error;
+  f.prompt_tokens = seq ? seq->n_prompt : static_cast<int32_t>(live.request.prompt.size());
+  f.completion_tokens = live.n_generated;
+  f.cached_tokens = seq ? seq->n_cached : 0;
+  const auto now = Clock::now();
+  Timings& t = f.timings;
+  t.prompt_n = f.prompt_tokens;
+  t.cached_n = f.cached_tokens;
+  t.predicted_n = live.n_generated;
+  if (live.scheduled) {
+    t.queue_ms = ms_between(live.channel->created, live.t_scheduled);
+    const auto prefill_end = live.n_generated > 0 ? live.t_first : now;
+    t.prefill_ms = ms_between(live.t_scheduled, prefill_end);
+  } else {
+    t.queue_ms = ms_between(live.channel->created, now);
+  }
+  if (live.n_generated > 0) {
+    t.ttft_ms = ms_between(live.channel->created, live.t_first);
+    t.decode_ms = ms_between(live.t_first, live.t_last);
+  }
+  if (observer_ != nullptr) observer_->on_finish(f);
+  live.channel->finish(std::move(f));
+  live_.erase(it);
+}
+
+void ServeEngine::fail_all(const std::string& error) {
+  take_incoming();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (uint64_t id : ids) end(id, "cancelled", error);
+}
+
+void ServeEngine::step() {
+  StepPlan plan = scheduler_.plan();
+  const auto t0 = Clock::now();
+  if (!plan.empty()) {
+    batch_.clear();
+    for (const StepItem& item : plan.items) {
+      Live& live = *live_.at(item.seq->id);
+      if (!live.scheduled) {
+        live.scheduled = true;
+        live.t_scheduled = t0;
+      }
+      batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
+                                       item.n_tokens, item.logits});
+    }
+    model_.forward_batch(pool_, batch_, logits_);
+    scheduler_.commit(plan);
+    const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+    size_t row = 0;
+    std::vector<uint64_t> done_stop, done_length;
+    for (const StepItem& item : plan.items) {
+      if (!item.logits) continue;
+      SeqSlot& seq = *item.seq;
+      Live& live = *live_.at(seq.id);
+      std::span<float> lg(logits_.data() + row * n_vocab, n_vocab);
+      ++row;
+      std::vector<float> raw;
+      if (live.request.top_logprobs >= 0) raw.assign(lg.begin(), lg.end());
+      const int32_t next = live.sampler.sample(lg, seq.tokens);
+      const auto now = Clock::now();
+      const bool eog = !live.request.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), next);
+      if (eog) {
+        if (live.n_generated == 0) live.t_first = live.t_last = now;
+        done_stop.push_back(seq.id);
+        continue;
+      }
+      if (live.n_generated == 0) {
+        live.t_first = now;
+        if (observer_ != nullptr) observer_->on_first_token(ms_between(live.channel->created, now) / 1000.0);
+      } else if (observer_ != nullptr) {
+        observer_->on_token_interval(ms_between(live.t_last, now) / 1000.0);
+      }
+      live.t_last = now;
+      ++live.n_generated;
+      seq.tokens.push_back(next);
+      Delta d;
+      TokenOut out;
+      out.token = next;
+      if (live.request.top_logprobs >= 0) {
+        out.logprob = token_logprob(raw, next);
+        if (live.request.top_logprobs > 0) out.top = top_logprobs(raw, live.request.top_logprobs);
+      }
+      d.tokens.push_back(std::move(out));
+      d.text = live.stop.push(live.decoder.push(next));
+      const bool stopped = live.stop.stopped();
+      live.channel->push(std::move(d));
+      if (stopped) {
+        done_stop.push_back(seq.id);
+      } else if (live.n_generated >= live.request.max_tokens ||
+                 static_cast<int64_t>(seq.tokens.size()) >= max_seq_tokens_) {
+        done_length.push_back(seq.id);
+      }
+    }
+    for (uint64_t id : done_stop) end(id, "stop");
+    for (uint64_t id : done_length) end(id, "length");
+    if (observer_ != nullptr) {
+      observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
+                         ms_between(t0, Clock::now()) / 1000.0);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int32_t>(scheduler_.running().size());
+  stats_.waiting = static_cast<int32_t>(scheduler_.waiting().size());
+  stats_.kv_blocks_used = blocks_.n_used();
+  stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
+  stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
+  if (!plan.empty()) ++stats_.steps;
+}
+
+}  // namespace hearth::engine

@@ -1,0 +1,113 @@
+// The engine of `hearth serve`: one thread runs the step loop over the scheduler
+// (continuous batching on a paged KV cache), samples each sequence, and streams
+// deltas to the requests' channels. HTTP threads only call submit() and stats();
+// everything else belongs to the engine thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/kv_cache.h"
+#include "model/llama_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::engine {
+
+struct EngineConfig {
+  int64_t n_ctx = 4096;           // longest sequence (prompt + completion)
+  int64_t n_blocks = 0;           // KV pool size in blocks (the hard memory budget)
+  int64_t block_size = 16;
+  ops::KvType kv_type = ops::KvType::F16;
+  int32_t max_seqs = 8;
+  int32_t prefill_chunk = 512;
+  int32_t max_queue = 64;         // requests waiting beyond max_seqs
+};
+
+// Hooks for metrics, called on the engine thread.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void on_step(int32_t n_seqs, int32_t n_tokens, double seconds) = 0;
+  virtual void on_first_token(double ttft_seconds) = 0;
+  virtual void on_token_interval(double seconds) = 0;
+  virtual void on_finish(const Final& f) = 0;
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_total = 0;
+  uint64_t prefix_query_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  uint64_t steps = 0;
+  bool running_loop = false;
+};
+
+class ServeEngine {
+ public:
+  ServeEngine(model::LlamaModel& model, const tokenizer::Tokenizer& tok, EngineConfig config,
+              EngineObserver* observer = nullptr);
+  ~ServeEngine();
+  ServeEngine(const ServeEngine&) = delete;
+  ServeEngine& operator=(const ServeEngine&) = delete;
+
+  void start();
+  // Stops the loop; every request still queued or running ends with Final
+  // "cancelled" and the error "the server is shutting down".
+  void stop();
+
+  enum class Admit { kOk, kQueueFull, kTooLong };
+  // Queues a request. kTooLong: prompt + max_tokens can never fit (context or KV
+  // budget); kQueueFull: too many waiting. Thread-safe.
+  Admit submit(GenRequest request, std::shared_ptr<RequestChannel> channel);
+
+  // Most tokens (prompt + completion) one sequence can ever hold: min(n_ctx, KV pool).
+  int64_t max_sequence_tokens() const { return max_seq_tokens_; }
+  int64_t n_ctx() const { return config_.n_ctx; }
+  const EngineConfig& config() const { return config_; }
+  EngineStats stats() const;
+
+ private:
+  struct Live;  // engine-side state of one sequence (sampler, decoder, channel, timings)
+  void loop();
+  void take_incoming();
+  void drop_cancelled();
+  void step();
+  void end(uint64_t id, const std::string& reason, const std::string& error = "");
+  void fail_all(const std::string& error);
+
+  model::LlamaModel& model_;
+  const tokenizer::Tokenizer& tok_;
+  EngineConfig config_;
+  EngineObserver* observer_;
+  int64_t max_seq_tokens_;
+  std::vector<int32_t> eog_;
+
+  model::KvPool pool_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
+  std::vector<float> logits_;
+  std::vector<model::BatchSeq> batch_;
+
+  mutable std::mutex mu_;   // guards incoming_, stats_, stop_
+  std::condition_variable cv_;
+  std::vector<std::pair<GenRequest, std::shared_ptr<RequestChannel>>> incoming_;
+  EngineStats stats_;
+  bool stop_ = false;
+  uint64_t next_id_ = 1;
+  std::thread thread_;
+};
+
+}  // namespace hearth::engine
