@@ -52,7 +52,7 @@ ApiError server_error(std::string message) {
 
 std::string error_body(const ApiError& e) {
   json err = json::object();
-  err["message"] = e.message;
+  err["message"] = sanitize_utf8(e.message);
   err["type"] = e.type;
   err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
   err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
@@ -250,7 +250,7 @@ json chat_chunk(const ResponseContext& ctx, json delta, json logprobs, json fini
 
 json text_choice(std::string_view text, json logprobs, json finish) {
   json choice = json::object();
-  choice["text"] = text;
+  choice["text"] = sanitize_utf8(text);
   choice["index"] = 0;
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = std::move(finish);
@@ -282,7 +282,7 @@ std::string chat_completion(const ResponseContext& ctx, std::string_view content
   json j = base(ctx, "chat.completion");
   json choice = json::object();
   choice["index"] = 0;
-  choice["message"] = json{{"role", "assistant"}, {"content", content}};
+  choice["message"] = json{{"role", "assistant"}, {"content", sanitize_utf8(content)}};
   choice["logprobs"] =
       ctx.logprobs ? json{{"content", chat_logprobs_content(ctx, tokens)}} : json(nullptr);
   choice["finish_reason"] = finish_json(f);
@@ -299,7 +299,8 @@ std::string chat_chunk_role(const ResponseContext& ctx) {
 
 std::string chat_chunk_delta(const ResponseContext& ctx, const engine::Delta& d) {
   json logprobs = ctx.logprobs ? json{{"content", chat_logprobs_content(ctx, d.tokens)}} : json(nullptr);
-  return dump_json(chat_chunk(ctx, json{{"content", d.text}}, std::move(logprobs), nullptr));
+  return dump_json(
+      chat_chunk(ctx, json{{"content", sanitize_utf8(d.text)}}, std::move(logprobs), nullptr));
 }
 
 std::string chat_chunk_finish(const ResponseContext& ctx, const engine::Final& f) {
