@@ -29,7 +29,17 @@ std::tm parse_iso_datetime(const std::string& text) {
   return tm;
 }
 
-Value json_to_value(const nlohmann::ordered_json& j) {
+namespace {
+
+// `depth`: the level of the container about to be converted (the top level is 1).
+void check_depth(int depth) {
+  if (depth > kMaxJsonDepth) {
+    fail(ErrorKind::kInvalidInput, "template",
+         "input nests arrays/objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+}
+
+Value to_value(const nlohmann::ordered_json& j, int depth) {
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
@@ -41,18 +51,24 @@ Value json_to_value(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
     case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
+      check_depth(depth);
       std::vector<Value> items;
-      for (const auto& x : j) items.push_back(json_to_value(x));
+      for (const auto& x : j) items.push_back(to_value(x, depth + 1));
       return Value::make_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
+      check_depth(depth);
       Value d = Value::make_dict();
-      for (const auto& [k, v] : j.items()) d.dict().set(k, json_to_value(v));
+      for (const auto& [k, v] : j.items()) d.dict().set(k, to_value(v, depth + 1));
       return d;
     }
     default: return Value::none();
   }
 }
+
+}  // namespace
+
+Value json_to_value(const nlohmann::ordered_json& j) { return to_value(j, 1); }
 
 std::string ChatTemplate::apply(const nlohmann::ordered_json& input, const ChatRenderOptions& options) const {
   if (!input.is_object()) fail(ErrorKind::kInvalidInput, "template", "input must be a JSON object");

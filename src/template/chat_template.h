@@ -26,7 +26,13 @@ struct ChatRenderOptions {
 // Parses "YYYY-MM-DDTHH:MM[:SS]" (or with a space). Throws Error(kInvalidInput).
 std::tm parse_iso_datetime(const std::string& text);
 
-// JSON -> template value; object key order is kept.
+// Deepest nesting of arrays / objects json_to_value accepts (the top-level container is
+// level 1). Real chat payloads stay below 10; the limit keeps a hostile request from
+// overflowing the stack. The server's request parser enforces the same limit.
+inline constexpr int kMaxJsonDepth = 128;
+
+// JSON -> template value; object key order is kept. Throws Error(kInvalidInput) when
+// `j` nests deeper than kMaxJsonDepth.
 Value json_to_value(const nlohmann::ordered_json& j);
 
 class ChatTemplate {

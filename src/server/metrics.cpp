@@ -1,0 +1,241 @@
+// Prometheus registry and the server's metrics; see metrics.h.
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hearth::server {
+
+namespace {
+
+bool valid_name(std::string_view name, bool colon_ok) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon_ok && c == ':');
+    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+void escape_into(std::string& out, std::string_view s, bool quote) {
+  for (char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (quote && c == '"') {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+}
+
+// {a="x",b="y"} (plus le="..." when `le` is set); "" without labels.
+std::string label_text(const Labels& labels, const std::string* le = nullptr) {
+  if (labels.empty() && !le) return {};
+  std::string out = "{";
+  bool first = true;
+  auto add = [&](const std::string& k, const std::string& v) {
+    if (!first) out += ',';
+    first = false;
+    out += k;
+    out += "=\"";
+    escape_into(out, v, true);
+    out += '"';
+  };
+  for (const auto& [k, v] : labels) add(k, v);
+  if (le) add("le", *le);
+  out += '}';
+  return out;
+}
+
+}  // namespace
+
+std::string format_metric_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+// ---------------------------------------------------------------------------
+// Histogram
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    if (!std::isfinite(bounds_[i]) || (i > 0 && !(bounds_[i] > bounds_[i - 1]))) {
+      fail(ErrorKind::kInvalidInput, "metrics", "histogram bounds must be finite and strictly increasing");
+    }
+  }
+  counts_ = std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1);
+  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
+}
+
+void Histogram::observe(double v) {
+  if (std::isnan(v)) return;
+  // The first bucket whose bound is >= v (le is inclusive); past the end: +Inf.
+  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(v, std::memory_order_relaxed);
+}
+
+std::vector<uint64_t> Histogram::cumulative() const {
+  std::vector<uint64_t> out(bounds_.size() + 1);
+  uint64_t total = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    total += counts_[i].load(std::memory_order_relaxed);
+    out[i] = total;
+  }
+  return out;
+}
+
+uint64_t Histogram::count() const { return cumulative().back(); }
+
+// ---------------------------------------------------------------------------
+// Registry
+
+Registry::Series& Registry::series(const std::string& name, const std::string& help, Type type,
+                                   const Labels& labels) {
+  if (!valid_name(name, true)) fail(ErrorKind::kInvalidInput, "metrics", "bad metric name '" + name + "'");
+  for (const auto& [k, v] : labels) {
+    if (!valid_name(k, false) || k.rfind("__", 0) == 0 || (type == Type::kHistogram && k == "le")) {
+      fail(ErrorKind::kInvalidInput, "metrics", "bad label name '" + k + "' on metric '" + name + "'");
+    }
+  }
+  Family* family = nullptr;
+  for (auto& f : families_) {
+    if (f->name == name) family = f.get();
+  }
+  if (family) {
+    if (family->type != type || family->help != help) {
+      fail(ErrorKind::kInvalidInput, "metrics",
+           "metric '" + name + "' registered again with another type or help text");
+    }
+    for (Series& s : family->series) {
+      if (s.labels == labels) return s;
+    }
+  } else {
+    families_.push_back(std::make_unique<Family>(Family{name, help, type, {}}));
+    family = families_.back().get();
+  }
+  family->series.push_back(Series{labels, nullptr, nullptr, nullptr});
+  return family->series.back();
+}
+
+Counter& Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Series& s = series(name, help, Type::kCounter, labels);
+  if (!s.counter) s.counter = std::make_unique<Counter>();
+  return *s.counter;
+}
+
+Gauge& Registry::gauge(const std::string& name, const std::string& help, const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Series& s = series(name, help, Type::kGauge, labels);
+  if (!s.gauge) s.gauge = std::make_unique<Gauge>();
+  return *s.gauge;
+}
+
+Histogram& Registry::histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
+                               const Labels& labels) {
+  Histogram fresh_check(bounds);  // validates before anything is registered
+  std::lock_guard<std::mutex> lock(mu_);
+  Series& s = series(name, help, Type::kHistogram, labels);
+  if (!s.histogram) {
+    s.histogram = std::make_unique<Histogram>(std::move(bounds));
+  } else if (s.histogram->bounds() != bounds) {
+    fail(ErrorKind::kInvalidInput, "metrics", "histogram '" + name + "' registered again with other buckets");
+  }
+  return *s.histogram;
+}
+
+std::string Registry::render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (const auto& f : families_) {
+    out += "# HELP " + f->name + " ";
+    escape_into(out, f->help, false);
+    out += "\n# TYPE " + f->name + " ";
+    out += f->type == Type::kCounter ? "counter" : f->type == Type::kGauge ? "gauge" : "histogram";
+    out += '\n';
+    for (const Series& s : f->series) {
+      if (f->type == Type::kCounter || f->type == Type::kGauge) {
+        const double v = f->type == Type::kCounter ? s.counter->value() : s.gauge->value();
+        out += f->name + label_text(s.labels) + " " + format_metric_value(v) + "\n";
+        continue;
+      }
+      const Histogram& h = *s.histogram;
+      const std::vector<uint64_t> cum = h.cumulative();
+      for (size_t i = 0; i < cum.size(); ++i) {
+        const std::string le = i < h.bounds().size() ? format_metric_value(h.bounds()[i]) : "+Inf";
+        out += f->name + "_bucket" + label_text(s.labels, &le) + " " + std::to_string(cum[i]) + "\n";
+      }
+      out += f->name + "_sum" + label_text(s.labels) + " " + format_metric_value(h.sum()) + "\n";
+      out += f->name + "_count" + label_text(s.labels) + " " + std::to_string(cum.back()) + "\n";
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// ServerMetrics
+
+std::vector<double> ttft_buckets_seconds() {
+  return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+std::vector<double> inter_token_buckets_seconds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1};
+}
+std::vector<double> batch_size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256}; }
+std::vector<double> batch_tokens_buckets() {
+  return {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+}
+
+namespace {
+const char kRequestsHelp[] = "Requests finished, by outcome";
+}  // namespace
+
+ServerMetrics::ServerMetrics()
+    : requests_running(registry.gauge("hearth_requests_running", "Requests in the running batch")),
+      requests_waiting(registry.gauge("hearth_requests_waiting", "Requests queued, not yet scheduled")),
+      requests_stop(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "stop"}})),
+      requests_length(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "length"}})),
+      requests_cancelled(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "cancelled"}})),
+      requests_error(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "error"}})),
+      requests_rejected(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "rejected"}})),
+      prompt_tokens(registry.counter("hearth_prompt_tokens_total", "Prompt tokens of finished requests")),
+      generation_tokens(registry.counter("hearth_generation_tokens_total", "Tokens generated")),
+      time_to_first_token(registry.histogram("hearth_time_to_first_token_seconds",
+                                             "Time from request arrival to the first generated token",
+                                             ttft_buckets_seconds())),
+      inter_token_latency(registry.histogram("hearth_inter_token_latency_seconds",
+                                             "Time between consecutive generated tokens of a request",
+                                             inter_token_buckets_seconds())),
+      kv_blocks_used(registry.gauge("hearth_kv_blocks_used", "KV-cache blocks in use")),
+      kv_blocks_total(registry.gauge("hearth_kv_blocks_total", "KV-cache blocks in the pool")),
+      prefix_cache_queries(registry.counter("hearth_prefix_cache_queries_total",
+                                            "Prompt tokens looked up in the prefix cache")),
+      prefix_cache_hits(registry.counter("hearth_prefix_cache_hits_total",
+                                         "Prompt tokens found in the prefix cache")),
+      batch_size(registry.histogram("hearth_batch_size", "Sequences per engine step", batch_size_buckets())),
+      batch_tokens(registry.histogram("hearth_batch_tokens", "Tokens per engine step", batch_tokens_buckets())) {}
+
+void ServerMetrics::request_finished(std::string_view finish_reason) {
+  if (finish_reason == "stop") {
+    requests_stop.inc();
+  } else if (finish_reason == "length") {
+    requests_length.inc();
+  } else if (finish_reason == "cancelled") {
+    requests_cancelled.inc();
+  } else {
+    requests_error.inc();
+  }
+}
+
+}  // namespace hearth::server

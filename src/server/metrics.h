@@ -1,0 +1,137 @@
+// A small Prometheus registry for `hearth serve`'s GET /metrics: counters, gauges and
+// histograms with fixed buckets, rendered in the text exposition format (version
+// 0.0.4). Updates are lock-free atomics (cheap enough for every engine step); the
+// registry's mutex guards only registration and render(). Metrics live as long as
+// their Registry; the references it hands out stay valid.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hearth::server {
+
+// Label pairs of one series, in the order given: {{"outcome", "stop"}}.
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class Counter {
+ public:
+  void inc(double v = 1.0) { value_.fetch_add(v, std::memory_order_relaxed); }  // v >= 0
+  double value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0.0};
+};
+
+class Gauge {
+ public:
+  void set(double v) { value_.store(v, std::memory_order_relaxed); }
+  void add(double v) { value_.fetch_add(v, std::memory_order_relaxed); }
+  double value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0.0};
+};
+
+// Buckets by upper bound (inclusive, as Prometheus's `le`), plus +Inf.
+class Histogram {
+ public:
+  // `bounds`: finite, strictly increasing. Throws Error(kInvalidInput) otherwise.
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);  // NaN is ignored
+  const std::vector<double>& bounds() const { return bounds_; }
+  // Cumulative counts per bound, then +Inf (== count()): bounds().size() + 1 values.
+  std::vector<uint64_t> cumulative() const;
+  uint64_t count() const;
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
+
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // per bucket, not cumulative
+  std::atomic<double> sum_{0.0};
+};
+
+class Registry {
+ public:
+  // Registers a series (or returns the one registered with the same name and labels).
+  // Names must match [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]* ("le"
+  // is reserved for histograms); one name has one type and one help text. Throws
+  // Error(kInvalidInput) on a violation.
+  Counter& counter(const std::string& name, const std::string& help, const Labels& labels = {});
+  Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels = {});
+  Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
+                       const Labels& labels = {});
+
+  // Every family in registration order: "# HELP", "# TYPE", then its series.
+  std::string render() const;
+
+ private:
+  enum class Type { kCounter, kGauge, kHistogram };
+  struct Series {
+    Labels labels;
+    std::unique_ptr<Counter> counter;
+    std::unique_ptr<Gauge> gauge;
+    std::unique_ptr<Histogram> histogram;
+  };
+  struct Family {
+    std::string name, help;
+    Type type;
+    std::vector<Series> series;
+  };
+  Series& series(const std::string& name, const std::string& help, Type type, const Labels& labels);
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Family>> families_;
+};
+
+// A number as the exposition format writes it: shortest round-trip decimal, "+Inf",
+// "-Inf", "NaN".
+std::string format_metric_value(double v);
+
+// Default buckets (seconds / counts) of the server's histograms.
+std::vector<double> ttft_buckets_seconds();
+std::vector<double> inter_token_buckets_seconds();
+std::vector<double> batch_size_buckets();
+std::vector<double> batch_tokens_buckets();
+
+// The metrics of `hearth serve`, registered in `registry`.
+struct ServerMetrics {
+  ServerMetrics();
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  Registry registry;  // first: everything below points into it
+
+  Gauge& requests_running;   // hearth_requests_running: sequences in the running batch
+  Gauge& requests_waiting;   // hearth_requests_waiting: queued, not yet scheduled
+  // hearth_requests_total{outcome="stop"|"length"|"cancelled"|"error"|"rejected"};
+  // rejected: refused before reaching the engine (4xx, queue full).
+  Counter& requests_stop;
+  Counter& requests_length;
+  Counter& requests_cancelled;
+  Counter& requests_error;
+  Counter& requests_rejected;
+  Counter& prompt_tokens;            // hearth_prompt_tokens_total
+  Counter& generation_tokens;        // hearth_generation_tokens_total
+  Histogram& time_to_first_token;    // hearth_time_to_first_token_seconds
+  Histogram& inter_token_latency;    // hearth_inter_token_latency_seconds
+  Gauge& kv_blocks_used;             // hearth_kv_blocks_used
+  Gauge& kv_blocks_total;            // hearth_kv_blocks_total
+  Counter& prefix_cache_queries;     // hearth_prefix_cache_queries_total (prompt tokens looked up)
+  Counter& prefix_cache_hits;        // hearth_prefix_cache_hits_total (of which were cached)
+  Histogram& batch_size;             // hearth_batch_size: sequences per engine step
+  Histogram& batch_tokens;           // hearth_batch_tokens: tokens per engine step
+
+  // Counts a finished request by engine::Final::finish_reason ("stop", "length",
+  // "cancelled"; anything else counts as "error").
+  void request_finished(std::string_view finish_reason);
+
+  std::string render() const { return registry.render(); }
+};
+
+}  // namespace hearth::server

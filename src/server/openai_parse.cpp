@@ -1,0 +1,366 @@
+// Request parsing and validation of the OpenAI protocol; see openai_protocol.h.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "server/openai_protocol.h"
+#include "template/chat_template.h"
+
+namespace hearth::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& message, const std::string& param) {
+  throw ApiException(invalid_request(message, param));
+}
+
+// OpenAI's `param`: the full path of the field ("messages[2].content").
+const std::string& param_of(const std::string& path) { return path; }
+
+[[noreturn]] void bad_type(const std::string& path, const char* want, const json& got) {
+  bad("'" + path + "' must be " + want + ", got " + got.type_name(), param_of(path));
+}
+
+std::string fmt_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// The value of `key`, or nullptr when absent or null (null means unset).
+const json* field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double get_number(const json& v, const std::string& path) {
+  if (!v.is_number()) bad_type(path, "a number", v);
+  return v.get<double>();
+}
+
+// An integer (a float with an integral value is accepted), saturated to int64.
+int64_t get_integer(const json& v, const std::string& path) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    return u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (d >= 9.2e18) return INT64_MAX;
+      if (d <= -9.2e18) return INT64_MIN;
+      return static_cast<int64_t>(d);
+    }
+    bad("'" + path + "' must be an integer, got " + fmt_number(d), param_of(path));
+  }
+  bad_type(path, "an integer", v);
+}
+
+bool get_bool(const json& v, const std::string& path) {
+  if (!v.is_boolean()) bad_type(path, "a boolean", v);
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const std::string& path) {
+  if (!v.is_string()) bad_type(path, "a string", v);
+  return v.get<std::string>();
+}
+
+// A number in [lo, hi] (lo excluded when lo_open).
+float number_in(const json& v, const std::string& path, double lo, double hi, bool lo_open = false) {
+  const double d = get_number(v, path);
+  if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) {
+    bad("'" + path + "' must be " + (lo_open ? "> " : "between ") + fmt_number(lo) +
+            (lo_open ? " and <= " : " and ") + fmt_number(hi) + ", got " + fmt_number(d),
+        param_of(path));
+  }
+  return static_cast<float>(d);
+}
+
+int32_t int_in(const json& v, const std::string& path, int64_t lo, int64_t hi) {
+  const int64_t i = get_integer(v, path);
+  if (i < lo || i > hi) {
+    bad("'" + path + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+            ", got " + std::to_string(i),
+        param_of(path));
+  }
+  return static_cast<int32_t>(i);
+}
+
+int32_t saturate_i32(int64_t v) {
+  return static_cast<int32_t>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX));
+}
+
+json parse_body(std::string_view body) {
+  if (body.empty()) bad("the request body is empty (expected a JSON object)", "");
+  // The callback sees each container open before it is filled: reject deep nesting
+  // there, so neither this parse nor the chat template recurses without bound.
+  const json::parser_callback_t check_depth = [](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth + 1 > tmpl::kMaxJsonDepth) {
+      bad("the request body nests arrays/objects deeper than " +
+              std::to_string(tmpl::kMaxJsonDepth) + " levels",
+          "");
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end(), check_depth);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line ..."
+    const size_t cut = what.find("] ");
+    if (cut != std::string::npos) what = what.substr(cut + 2);
+    bad("the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + what, "");
+  }
+  if (!j.is_object()) {
+    bad(std::string("the request body must be a JSON object, got ") + j.type_name(), "");
+  }
+  return j;
+}
+
+// Content: a string, or an array of {"type": "text", "text": ...} parts (joined by "\n").
+std::string parse_content(const json& v, const std::string& path) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) bad_type(path, "a string or an array of content parts", v);
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string part_path = path + "[" + std::to_string(i) + "]";
+    const json& part = v[i];
+    if (!part.is_object()) bad_type(part_path, "an object", part);
+    const json* type = field(part, "type");
+    if (!type) bad("'" + part_path + ".type' is required", part_path + ".type");
+    const std::string t = get_string(*type, part_path + ".type");
+    if (t != "text") {
+      bad("'" + part_path + ".type' '" + t + "' is not supported (only 'text' parts)",
+          part_path + ".type");
+    }
+    const json* text = field(part, "text");
+    if (!text) bad("'" + part_path + ".text' is required", part_path + ".text");
+    if (i > 0) out += '\n';
+    out += get_string(*text, part_path + ".text");
+  }
+  return out;
+}
+
+ChatMessage parse_message(const json& m, const std::string& path) {
+  if (!m.is_object()) bad_type(path, "an object", m);
+  ChatMessage msg;
+  const json* role = field(m, "role");
+  if (!role) bad("'" + path + ".role' is required", path + ".role");
+  msg.role = get_string(*role, path + ".role");
+  if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool" &&
+      msg.role != "developer") {
+    bad("'" + path + ".role' must be one of system, user, assistant, tool, developer, got '" +
+            msg.role + "'",
+        path + ".role");
+  }
+  if (const json* content = field(m, "content")) {
+    msg.content = parse_content(*content, path + ".content");
+  } else if (msg.role != "assistant") {
+    bad("'" + path + ".content' is required for role '" + msg.role + "'", path + ".content");
+  }
+  if (const json* name = field(m, "name")) msg.name = get_string(*name, path + ".name");
+  if (const json* calls = field(m, "tool_calls")) {
+    if (!calls->is_array()) bad_type(path + ".tool_calls", "an array", *calls);
+    msg.tool_calls = *calls;
+  }
+  if (const json* id = field(m, "tool_call_id")) msg.tool_call_id = get_string(*id, path + ".tool_call_id");
+  return msg;
+}
+
+// The fields both endpoints share.
+void parse_common(const json& j, ParsedRequest& r) {
+  if (const json* v = field(j, "model")) r.model = get_string(*v, "model");
+
+  // max_completion_tokens (the newer name) wins over max_tokens.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (const json* v = field(j, key)) {
+      const int64_t n = get_integer(*v, key);
+      if (n < 1) bad(std::string("'") + key + "' must be >= 1, got " + std::to_string(n), key);
+      r.max_tokens = saturate_i32(n);
+    }
+  }
+  engine::SamplerParams& s = r.sampler;
+  if (const json* v = field(j, "temperature")) s.temperature = number_in(*v, "temperature", 0, 2);
+  if (const json* v = field(j, "top_p")) s.top_p = number_in(*v, "top_p", 0, 1, true);
+  if (const json* v = field(j, "top_k")) {
+    s.top_k = std::max<int32_t>(0, saturate_i32(get_integer(*v, "top_k")));  // <= 0: off
+  }
+  if (const json* v = field(j, "min_p")) s.min_p = number_in(*v, "min_p", 0, 1);
+  if (const json* v = field(j, "presence_penalty")) {
+    s.presence_penalty = number_in(*v, "presence_penalty", -2, 2);
+  }
+  if (const json* v = field(j, "frequency_penalty")) {
+    s.frequency_penalty = number_in(*v, "frequency_penalty", -2, 2);
+  }
+  if (const json* v = field(j, "repetition_penalty")) {
+    const double d = get_number(*v, "repetition_penalty");
+    if (!(d > 0) || !std::isfinite(static_cast<float>(d))) {
+      bad("'repetition_penalty' must be > 0, got " + fmt_number(d), "repetition_penalty");
+    }
+    s.repeat_penalty = static_cast<float>(d);
+  }
+  if (const json* v = field(j, "seed")) r.seed = static_cast<uint64_t>(get_integer(*v, "seed"));
+
+  if (const json* v = field(j, "stop")) {
+    if (v->is_string()) {
+      if (!v->get_ref<const std::string&>().empty()) r.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      if (v->size() > 4) {
+        bad("'stop' may hold at most 4 strings, got " + std::to_string(v->size()), "stop");
+      }
+      for (size_t i = 0; i < v->size(); ++i) {
+        std::string s_i = get_string((*v)[i], "stop[" + std::to_string(i) + "]");
+        if (!s_i.empty()) r.stop.push_back(std::move(s_i));
+      }
+    } else {
+      bad_type("stop", "a string or an array of strings", *v);
+    }
+  }
+
+  if (const json* v = field(j, "n")) {
+    const int64_t n = get_integer(*v, "n");
+    if (n != 1) {
+      bad("'n' must be 1 (hearth serve returns one choice per request), got " + std::to_string(n),
+          "n");
+    }
+  }
+  if (const json* v = field(j, "stream")) r.stream = get_bool(*v, "stream");
+  if (const json* v = field(j, "stream_options")) {
+    if (!v->is_object()) bad_type("stream_options", "an object", *v);
+    if (const json* u = field(*v, "include_usage")) {
+      r.include_usage = get_bool(*u, "stream_options.include_usage");
+    }
+  }
+  // Fields that would silently change the result if ignored.
+  if (const json* v = field(j, "logit_bias")) {
+    if (!v->is_object()) bad_type("logit_bias", "an object", *v);
+    if (!v->empty()) bad("'logit_bias' is not supported by hearth serve", "logit_bias");
+  }
+}
+
+}  // namespace
+
+engine::SamplerParams server_sampler_defaults() {
+  engine::SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = 0.0f;
+  p.seed = 0;
+  return p;
+}
+
+ParsedRequest parse_chat_request(std::string_view body) {
+  const json j = parse_body(body);
+  ParsedRequest r;
+  r.chat = true;
+
+  const json* messages = field(j, "messages");
+  if (!messages) bad("'messages' is required", "messages");
+  if (!messages->is_array()) bad_type("messages", "an array", *messages);
+  if (messages->empty()) bad("'messages' must contain at least one message", "messages");
+  r.messages.reserve(messages->size());
+  for (size_t i = 0; i < messages->size(); ++i) {
+    r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
+  }
+  if (const json* tools = field(j, "tools")) {
+    if (!tools->is_array()) bad_type("tools", "an array", *tools);
+    r.tools = *tools;
+  }
+
+  parse_common(j, r);
+
+  if (const json* v = field(j, "logprobs")) r.logprobs = get_bool(*v, "logprobs");
+  if (const json* v = field(j, "top_logprobs")) {
+    r.top_logprobs = int_in(*v, "top_logprobs", 0, 20);
+    if (!r.logprobs) bad("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  }
+  return r;
+}
+
+ParsedRequest parse_completion_request(std::string_view body) {
+  const json j = parse_body(body);
+  ParsedRequest r;
+  r.chat = false;
+
+  const json* prompt = field(j, "prompt");
+  if (!prompt) bad("'prompt' is required", "prompt");
+  auto token_ids = [&](const json& arr, const std::string& path) {
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const std::string p = path + "[" + std::to_string(i) + "]";
+      const json& t = arr[i];
+      if (!t.is_number_integer()) bad_type(p, "a token id (an integer)", t);
+      const int64_t id = get_integer(t, p);
+      if (id < 0 || id > INT32_MAX) {
+        bad("'" + p + "' must be a token id >= 0, got " + std::to_string(id), p);
+      }
+      r.prompt_tokens.push_back(static_cast<int32_t>(id));
+    }
+    r.prompt_is_tokens = true;
+  };
+  if (prompt->is_string()) {
+    r.prompt_text = prompt->get<std::string>();
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) bad("'prompt' must not be an empty array", "prompt");
+    const json& first = (*prompt)[0];
+    if (first.is_string() || first.is_array()) {
+      // A list of prompts: one is allowed (a string or a list of token ids).
+      if (prompt->size() > 1) {
+        bad("'prompt' holds " + std::to_string(prompt->size()) +
+                " prompts; hearth serve takes one prompt per request",
+            "prompt");
+      }
+      if (first.is_string()) {
+        r.prompt_text = first.get<std::string>();
+      } else {
+        if (first.empty()) bad("'prompt[0]' must not be an empty array", "prompt[0]");
+        token_ids(first, "prompt[0]");
+      }
+    } else {
+      token_ids(*prompt, "prompt");
+    }
+  } else {
+    bad_type("prompt", "a string or an array of token ids", *prompt);
+  }
+
+  parse_common(j, r);
+
+  // Completions: logprobs is the top count (0: the sampled token's logprob only).
+  if (const json* v = field(j, "logprobs")) {
+    r.logprobs = true;
+    r.top_logprobs = int_in(*v, "logprobs", 0, 20);
+  }
+  if (const json* v = field(j, "echo")) {
+    if (get_bool(*v, "echo")) bad("'echo' is not supported by hearth serve", "echo");
+  }
+  if (const json* v = field(j, "suffix")) {
+    if (!get_string(*v, "suffix").empty()) bad("'suffix' is not supported by hearth serve", "suffix");
+  }
+  return r;
+}
+
+json messages_for_template(const ParsedRequest& request) {
+  json out = json::array();
+  for (const ChatMessage& m : request.messages) {
+    json msg = json::object();
+    msg["role"] = m.role;
+    msg["content"] = m.content ? json(*m.content) : json(nullptr);
+    if (m.name) msg["name"] = *m.name;
+    if (!m.tool_calls.is_null()) msg["tool_calls"] = m.tool_calls;
+    if (m.tool_call_id) msg["tool_call_id"] = *m.tool_call_id;
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace hearth::server
