@@ -15,7 +15,8 @@ bool valid_name(std::string_view name, bool colon_ok) {
   if (name.empty()) return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon_ok && c == ':');
+    const bool alpha =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon_ok && c == ':');
     if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
   }
   return true;
@@ -70,7 +71,8 @@ std::string format_metric_value(double v) {
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
   for (size_t i = 0; i < bounds_.size(); ++i) {
     if (!std::isfinite(bounds_[i]) || (i > 0 && !(bounds_[i] > bounds_[i - 1]))) {
-      fail(ErrorKind::kInvalidInput, "metrics", "histogram bounds must be finite and strictly increasing");
+      fail(ErrorKind::kInvalidInput, "metrics",
+           "histogram bounds must be finite and strictly increasing");
     }
   }
   counts_ = std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1);
@@ -80,7 +82,8 @@ Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
 void Histogram::observe(double v) {
   if (std::isnan(v)) return;
   // The first bucket whose bound is >= v (le is inclusive); past the end: +Inf.
-  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  const size_t i =
+      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
   counts_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
@@ -102,10 +105,12 @@ uint64_t Histogram::count() const { return cumulative().back(); }
 
 Registry::Series& Registry::series(const std::string& name, const std::string& help, Type type,
                                    const Labels& labels) {
-  if (!valid_name(name, true)) fail(ErrorKind::kInvalidInput, "metrics", "bad metric name '" + name + "'");
+  if (!valid_name(name, true))
+    fail(ErrorKind::kInvalidInput, "metrics", "bad metric name '" + name + "'");
   for (const auto& [k, v] : labels) {
     if (!valid_name(k, false) || k.rfind("__", 0) == 0 || (type == Type::kHistogram && k == "le")) {
-      fail(ErrorKind::kInvalidInput, "metrics", "bad label name '" + k + "' on metric '" + name + "'");
+      fail(ErrorKind::kInvalidInput, "metrics",
+           "bad label name '" + k + "' on metric '" + name + "'");
     }
   }
   Family* family = nullptr;
@@ -142,15 +147,16 @@ Gauge& Registry::gauge(const std::string& name, const std::string& help, const L
   return *s.gauge;
 }
 
-Histogram& Registry::histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
-                               const Labels& labels) {
+Histogram& Registry::histogram(const std::string& name, const std::string& help,
+                               std::vector<double> bounds, const Labels& labels) {
   Histogram fresh_check(bounds);  // validates before anything is registered
   std::lock_guard<std::mutex> lock(mu_);
   Series& s = series(name, help, Type::kHistogram, labels);
   if (!s.histogram) {
     s.histogram = std::make_unique<Histogram>(std::move(bounds));
   } else if (s.histogram->bounds() != bounds) {
-    fail(ErrorKind::kInvalidInput, "metrics", "histogram '" + name + "' registered again with other buckets");
+    fail(ErrorKind::kInvalidInput, "metrics",
+         "histogram '" + name + "' registered again with other buckets");
   }
   return *s.histogram;
 }
@@ -174,7 +180,8 @@ std::string Registry::render() const {
       const std::vector<uint64_t> cum = h.cumulative();
       for (size_t i = 0; i < cum.size(); ++i) {
         const std::string le = i < h.bounds().size() ? format_metric_value(h.bounds()[i]) : "+Inf";
-        out += f->name + "_bucket" + label_text(s.labels, &le) + " " + std::to_string(cum[i]) + "\n";
+        out +=
+            f->name + "_bucket" + label_text(s.labels, &le) + " " + std::to_string(cum[i]) + "\n";
       }
       out += f->name + "_sum" + label_text(s.labels) + " " + format_metric_value(h.sum()) + "\n";
       out += f->name + "_count" + label_text(s.labels) + " " + std::to_string(cum.back()) + "\n";
@@ -203,28 +210,37 @@ const char kRequestsHelp[] = "Requests finished, by outcome";
 
 ServerMetrics::ServerMetrics()
     : requests_running(registry.gauge("hearth_requests_running", "Requests in the running batch")),
-      requests_waiting(registry.gauge("hearth_requests_waiting", "Requests queued, not yet scheduled")),
-      requests_stop(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "stop"}})),
-      requests_length(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "length"}})),
-      requests_cancelled(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "cancelled"}})),
-      requests_error(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "error"}})),
-      requests_rejected(registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "rejected"}})),
-      prompt_tokens(registry.counter("hearth_prompt_tokens_total", "Prompt tokens of finished requests")),
+      requests_waiting(
+          registry.gauge("hearth_requests_waiting", "Requests queued, not yet scheduled")),
+      requests_stop(
+          registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "stop"}})),
+      requests_length(
+          registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "length"}})),
+      requests_cancelled(
+          registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "cancelled"}})),
+      requests_error(
+          registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "error"}})),
+      requests_rejected(
+          registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "rejected"}})),
+      prompt_tokens(
+          registry.counter("hearth_prompt_tokens_total", "Prompt tokens of finished requests")),
       generation_tokens(registry.counter("hearth_generation_tokens_total", "Tokens generated")),
-      time_to_first_token(registry.histogram("hearth_time_to_first_token_seconds",
-                                             "Time from request arrival to the first generated token",
-                                             ttft_buckets_seconds())),
-      inter_token_latency(registry.histogram("hearth_inter_token_latency_seconds",
-                                             "Time between consecutive generated tokens of a request",
-                                             inter_token_buckets_seconds())),
+      time_to_first_token(registry.histogram(
+          "hearth_time_to_first_token_seconds",
+          "Time from request arrival to the first generated token", ttft_buckets_seconds())),
+      inter_token_latency(registry.histogram(
+          "hearth_inter_token_latency_seconds",
+          "Time between consecutive generated tokens of a request", inter_token_buckets_seconds())),
       kv_blocks_used(registry.gauge("hearth_kv_blocks_used", "KV-cache blocks in use")),
       kv_blocks_total(registry.gauge("hearth_kv_blocks_total", "KV-cache blocks in the pool")),
       prefix_cache_queries(registry.counter("hearth_prefix_cache_queries_total",
                                             "Prompt tokens looked up in the prefix cache")),
       prefix_cache_hits(registry.counter("hearth_prefix_cache_hits_total",
                                          "Prompt tokens found in the prefix cache")),
-      batch_size(registry.histogram("hearth_batch_size", "Sequences per engine step", batch_size_buckets())),
-      batch_tokens(registry.histogram("hearth_batch_tokens", "Tokens per engine step", batch_tokens_buckets())) {}
+      batch_size(registry.histogram("hearth_batch_size", "Sequences per engine step",
+                                    batch_size_buckets())),
+      batch_tokens(registry.histogram("hearth_batch_tokens", "Tokens per engine step",
+                                      batch_tokens_buckets())) {}
 
 void ServerMetrics::request_finished(std::string_view finish_reason) {
   if (finish_reason == "stop") {

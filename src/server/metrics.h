@@ -107,8 +107,8 @@ struct ServerMetrics {
 
   Registry registry;  // first: everything below points into it
 
-  Gauge& requests_running;   // hearth_requests_running: sequences in the running batch
-  Gauge& requests_waiting;   // hearth_requests_waiting: queued, not yet scheduled
+  Gauge& requests_running;  // hearth_requests_running: sequences in the running batch
+  Gauge& requests_waiting;  // hearth_requests_waiting: queued, not yet scheduled
   // hearth_requests_total{outcome="stop"|"length"|"cancelled"|"error"|"rejected"};
   // rejected: refused before reaching the engine (4xx, queue full).
   Counter& requests_stop;
@@ -116,16 +116,16 @@ struct ServerMetrics {
   Counter& requests_cancelled;
   Counter& requests_error;
   Counter& requests_rejected;
-  Counter& prompt_tokens;            // hearth_prompt_tokens_total
-  Counter& generation_tokens;        // hearth_generation_tokens_total
-  Histogram& time_to_first_token;    // hearth_time_to_first_token_seconds
-  Histogram& inter_token_latency;    // hearth_inter_token_latency_seconds
-  Gauge& kv_blocks_used;             // hearth_kv_blocks_used
-  Gauge& kv_blocks_total;            // hearth_kv_blocks_total
-  Counter& prefix_cache_queries;     // hearth_prefix_cache_queries_total (prompt tokens looked up)
-  Counter& prefix_cache_hits;        // hearth_prefix_cache_hits_total (of which were cached)
-  Histogram& batch_size;             // hearth_batch_size: sequences per engine step
-  Histogram& batch_tokens;           // hearth_batch_tokens: tokens per engine step
+  Counter& prompt_tokens;          // hearth_prompt_tokens_total
+  Counter& generation_tokens;      // hearth_generation_tokens_total
+  Histogram& time_to_first_token;  // hearth_time_to_first_token_seconds
+  Histogram& inter_token_latency;  // hearth_inter_token_latency_seconds
+  Gauge& kv_blocks_used;           // hearth_kv_blocks_used
+  Gauge& kv_blocks_total;          // hearth_kv_blocks_total
+  Counter& prefix_cache_queries;   // hearth_prefix_cache_queries_total (prompt tokens looked up)
+  Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
+  Histogram& batch_size;           // hearth_batch_size: sequences per engine step
+  Histogram& batch_tokens;         // hearth_batch_tokens: tokens per engine step
 
   // Counts a finished request by engine::Final::finish_reason ("stop", "length",
   // "cancelled"; anything else counts as "error").

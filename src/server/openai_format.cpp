@@ -24,8 +24,9 @@ ApiError model_not_found(const std::string& model) {
 ApiError context_length_exceeded(int64_t prompt_tokens, int64_t max_tokens, int64_t n_ctx) {
   return ApiError{400,
                   "This model's maximum context length is " + std::to_string(n_ctx) +
-                      " tokens. However, you requested " + std::to_string(prompt_tokens + max_tokens) +
-                      " tokens (" + std::to_string(prompt_tokens) + " in the prompt, " +
+                      " tokens. However, you requested " +
+                      std::to_string(prompt_tokens + max_tokens) + " tokens (" +
+                      std::to_string(prompt_tokens) + " in the prompt, " +
                       std::to_string(max_tokens) +
                       " for the completion). Please reduce the prompt or max_tokens.",
                   "invalid_request_error", "", "context_length_exceeded"};
@@ -62,7 +63,9 @@ std::string error_body(const ApiError& e) {
 // ---------------------------------------------------------------------------
 // Helpers
 
-std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string sanitize_utf8(std::string_view s) {
   static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
@@ -104,7 +107,8 @@ std::string sanitize_utf8(std::string_view s) {
 }
 
 std::string make_response_id(std::string_view prefix) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uniform_int_distribution<size_t> pick(0, sizeof kAlphabet - 2);
   std::string id(prefix);
@@ -293,12 +297,12 @@ std::string chat_completion(const ResponseContext& ctx, std::string_view content
 }
 
 std::string chat_chunk_role(const ResponseContext& ctx) {
-  return dump_json(
-      chat_chunk(ctx, json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+  return dump_json(chat_chunk(ctx, json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
 }
 
 std::string chat_chunk_delta(const ResponseContext& ctx, const engine::Delta& d) {
-  json logprobs = ctx.logprobs ? json{{"content", chat_logprobs_content(ctx, d.tokens)}} : json(nullptr);
+  json logprobs =
+      ctx.logprobs ? json{{"content", chat_logprobs_content(ctx, d.tokens)}} : json(nullptr);
   return dump_json(
       chat_chunk(ctx, json{{"content", sanitize_utf8(d.text)}}, std::move(logprobs), nullptr));
 }
@@ -327,7 +331,8 @@ std::string text_completion(const ResponseContext& ctx, std::string_view text,
   return dump_json(j);
 }
 
-std::string text_chunk_delta(const ResponseContext& ctx, const engine::Delta& d, size_t& text_offset) {
+std::string text_chunk_delta(const ResponseContext& ctx, const engine::Delta& d,
+                             size_t& text_offset) {
   json logprobs = ctx.logprobs ? text_logprobs(ctx, d.tokens, text_offset) : json(nullptr);
   return dump_json(text_chunk(ctx, text_choice(d.text, std::move(logprobs), nullptr)));
 }

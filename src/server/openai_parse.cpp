@@ -72,7 +72,8 @@ std::string get_string(const json& v, const std::string& path) {
 }
 
 // A number in [lo, hi] (lo excluded when lo_open).
-float number_in(const json& v, const std::string& path, double lo, double hi, bool lo_open = false) {
+float number_in(const json& v, const std::string& path, double lo, double hi,
+                bool lo_open = false) {
   const double d = get_number(v, path);
   if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) {
     bad("'" + path + "' must be " + (lo_open ? "> " : "between ") + fmt_number(lo) +
@@ -170,7 +171,8 @@ ChatMessage parse_message(const json& m, const std::string& path) {
     if (!calls->is_array()) bad_type(path + ".tool_calls", "an array", *calls);
     msg.tool_calls = *calls;
   }
-  if (const json* id = field(m, "tool_call_id")) msg.tool_call_id = get_string(*id, path + ".tool_call_id");
+  if (const json* id = field(m, "tool_call_id"))
+    msg.tool_call_id = get_string(*id, path + ".tool_call_id");
   return msg;
 }
 
@@ -201,7 +203,7 @@ void parse_common(const json& j, ParsedRequest& r) {
   }
   if (const json* v = field(j, "repetition_penalty")) {
     const double d = get_number(*v, "repetition_penalty");
-    if (!(d > 0) || !std::isfinite(static_cast<float>(d))) {
+    if (!(d > 0) || d > std::numeric_limits<float>::max()) {  // (a float must hold it)
       bad("'repetition_penalty' must be > 0, got " + fmt_number(d), "repetition_penalty");
     }
     s.repeat_penalty = static_cast<float>(d);
@@ -344,7 +346,8 @@ ParsedRequest parse_completion_request(std::string_view body) {
     if (get_bool(*v, "echo")) bad("'echo' is not supported by hearth serve", "echo");
   }
   if (const json* v = field(j, "suffix")) {
-    if (!get_string(*v, "suffix").empty()) bad("'suffix' is not supported by hearth serve", "suffix");
+    if (!get_string(*v, "suffix").empty())
+      bad("'suffix' is not supported by hearth serve", "suffix");
   }
   return r;
 }

@@ -9,13 +9,12 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -46,14 +45,14 @@ class ApiException : public std::exception {
 };
 
 // The usual errors, with OpenAI's types and codes.
-ApiError invalid_request(std::string message, std::string param = {});            // 400
-ApiError model_not_found(const std::string& model);                               // 404 model_not_found
-ApiError context_length_exceeded(int64_t prompt_tokens, int64_t max_tokens,       // 400
+ApiError invalid_request(std::string message, std::string param = {});       // 400
+ApiError model_not_found(const std::string& model);                          // 404 model_not_found
+ApiError context_length_exceeded(int64_t prompt_tokens, int64_t max_tokens,  // 400
                                  int64_t n_ctx);
-ApiError payload_too_large(size_t body_bytes, size_t limit_bytes);               // 413
-ApiError authentication_failed(std::string message);                             // 401
-ApiError server_overloaded(std::string message);                                 // 429 (send Retry-After)
-ApiError server_error(std::string message);                                      // 500
+ApiError payload_too_large(size_t body_bytes, size_t limit_bytes);  // 413
+ApiError authentication_failed(std::string message);                // 401
+ApiError server_overloaded(std::string message);                    // 429 (send Retry-After)
+ApiError server_error(std::string message);                         // 500
 
 // {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const ApiError& error);
@@ -63,10 +62,10 @@ std::string error_body(const ApiError& error);
 
 // One chat message, its content flattened to a string (text parts joined).
 struct ChatMessage {
-  std::string role;                      // system | user | assistant | tool | developer
-  std::optional<std::string> content;    // unset: null/absent (assistant messages only)
+  std::string role;                    // system | user | assistant | tool | developer
+  std::optional<std::string> content;  // unset: null/absent (assistant messages only)
   std::optional<std::string> name;
-  nlohmann::ordered_json tool_calls;     // null when absent; passed through unchanged
+  nlohmann::ordered_json tool_calls;  // null when absent; passed through unchanged
   std::optional<std::string> tool_call_id;
 };
 
@@ -78,19 +77,19 @@ struct ParsedRequest {
   bool chat = true;  // /v1/chat/completions; false: /v1/completions
   std::optional<std::string> model;
 
-  std::vector<ChatMessage> messages;         // chat: non-empty
-  nlohmann::ordered_json tools;              // chat: "tools" array passed through; null if absent
-  std::string prompt_text;                   // completions: the prompt as text, or
-  std::vector<int32_t> prompt_tokens;        //   as token ids (then prompt_is_tokens)
+  std::vector<ChatMessage> messages;   // chat: non-empty
+  nlohmann::ordered_json tools;        // chat: "tools" array passed through; null if absent
+  std::string prompt_text;             // completions: the prompt as text, or
+  std::vector<int32_t> prompt_tokens;  //   as token ids (then prompt_is_tokens)
   bool prompt_is_tokens = false;
 
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
   engine::SamplerParams sampler = server_sampler_defaults();  // seed left 0
-  std::optional<uint64_t> seed;      // unset: the caller picks a random seed
-  std::vector<std::string> stop;     // up to 4, no empty strings
+  std::optional<uint64_t> seed;   // unset: the caller picks a random seed
+  std::vector<std::string> stop;  // up to 4, no empty strings
 
-  bool logprobs = false;      // chat: logprobs; completions: logprobs given (0..20)
-  int32_t top_logprobs = 0;   // 0..20
+  bool logprobs = false;     // chat: logprobs; completions: logprobs given (0..20)
+  int32_t top_logprobs = 0;  // 0..20
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 
@@ -117,11 +116,11 @@ using TokenText = std::function<std::string(int32_t)>;
 
 // What every response / chunk of one request shares.
 struct ResponseContext {
-  std::string id;        // "chatcmpl-..." / "cmpl-..." (make_response_id)
-  int64_t created = 0;   // Unix seconds
+  std::string id;       // "chatcmpl-..." / "cmpl-..." (make_response_id)
+  int64_t created = 0;  // Unix seconds
   std::string model;
-  bool logprobs = false;        // send log-probabilities (needs token_text)
-  bool include_usage = false;   // streams: "usage": null on each chunk, then a usage chunk
+  bool logprobs = false;       // send log-probabilities (needs token_text)
+  bool include_usage = false;  // streams: "usage": null on each chunk, then a usage chunk
   TokenText token_text;
 };
 
@@ -142,7 +141,8 @@ ApiError final_error(const engine::Final& final);
 // {"queue_ms", "prompt_n", "cached_n", "prompt_ms", "prompt_per_second", "predicted_n",
 //  "predicted_ms", "predicted_per_second", "ttft_ms"}.
 nlohmann::ordered_json timings_json(const engine::Timings& t);
-// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}.
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+// {"cached_tokens"}}.
 nlohmann::ordered_json usage_json(const engine::Final& final);
 
 // Chat, non-streamed: the whole completion (`tokens`: every generated token, for logprobs).

@@ -4,10 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/openai_protocol.h"
 
@@ -22,8 +21,8 @@ namespace {
 
 // Token 1 "Hel", 2 "lo", 3 "\xe2\x82" (half of "€"), 4 "\xac" (its end), 5 " world",
 // 7 "\xff"; 6 (and any other id) throws.
-const std::map<int32_t, std::string> kPieces = {
-    {1, "Hel"}, {2, "lo"}, {3, "\xe2\x82"}, {4, "\xac"}, {5, " world"}, {7, "\xff"}};
+const std::map<int32_t, std::string> kPieces = {{1, "Hel"},  {2, "lo"},     {3, "\xe2\x82"},
+                                                {4, "\xac"}, {5, " world"}, {7, "\xff"}};
 
 std::string piece(int32_t id) {
   auto it = kPieces.find(id);
@@ -120,8 +119,8 @@ TEST(ServerFormat, SanitizeUtf8) {
   EXPECT_EQ(sanitize_utf8("plain"), "plain");
   EXPECT_EQ(sanitize_utf8("\xe2\x82\xac \xf0\x9f\x98\x80"), "\xe2\x82\xac \xf0\x9f\x98\x80");
   EXPECT_EQ(sanitize_utf8("a\xe2\x82"), "a\xef\xbf\xbd\xef\xbf\xbd");  // truncated: one per byte
-  EXPECT_EQ(sanitize_utf8("\xac"), "\xef\xbf\xbd");                     // lone continuation
-  EXPECT_EQ(sanitize_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");     // overlong
+  EXPECT_EQ(sanitize_utf8("\xac"), "\xef\xbf\xbd");                    // lone continuation
+  EXPECT_EQ(sanitize_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");    // overlong
   EXPECT_EQ(sanitize_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // surrogate
   EXPECT_EQ(sanitize_utf8("\xf4\x90\x80\x80x"),
             "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx");  // > U+10FFFF
@@ -154,15 +153,17 @@ TEST(ServerFormat, ChatCompletionErrorFinalHasNullReason) {
 TEST(ServerFormat, ChatLogprobs) {
   const std::vector<TokenOut> toks = {tok(1, -0.25f, {{1, -0.25f}, {5, -2.0f}}),
                                       tok(3, -1.0f, {{3, -1.0f}}), tok(4, -0.5f)};
-  const json j = json::parse(chat_completion(context(true), "Hel\xe2\x82\xac", toks, final_record()));
+  const json j =
+      json::parse(chat_completion(context(true), "Hel\xe2\x82\xac", toks, final_record()));
   const json& content = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 3u);
   EXPECT_EQ(content[0]["token"], "Hel");
   EXPECT_DOUBLE_EQ(content[0]["logprob"].get<double>(), -0.25);
   EXPECT_EQ(content[0]["bytes"], (json{72, 101, 108}));
   ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
-  EXPECT_EQ(content[0]["top_logprobs"][1], (json{{"token", " world"}, {"logprob", -2.0},
-                                                 {"bytes", {32, 119, 111, 114, 108, 100}}}));
+  EXPECT_EQ(
+      content[0]["top_logprobs"][1],
+      (json{{"token", " world"}, {"logprob", -2.0}, {"bytes", {32, 119, 111, 114, 108, 100}}}));
   // Half a character: the token string carries U+FFFD, the bytes are exact.
   EXPECT_EQ(content[1]["token"], "\xef\xbf\xbd\xef\xbf\xbd");
   EXPECT_EQ(content[1]["bytes"], (json{0xe2, 0x82}));
@@ -201,7 +202,8 @@ TEST(ServerFormat, ChatStreamSequence) {
   d2.text = "lo";
   d2.tokens = {tok(2, -0.2f)};
   const std::string stream = sse_data(chat_chunk_role(ctx)) + sse_data(chat_chunk_delta(ctx, d1)) +
-                             sse_data(chat_chunk_delta(ctx, d2)) + sse_data(chat_chunk_finish(ctx, f)) +
+                             sse_data(chat_chunk_delta(ctx, d2)) +
+                             sse_data(chat_chunk_finish(ctx, f)) +
                              sse_data(chat_chunk_usage(ctx, f)) + sse_done();
   const std::vector<std::string> events = sse_payloads(stream);
   ASSERT_EQ(events.size(), 6u);

@@ -2,10 +2,9 @@
 // its field), error bodies, and every response / chunk shape parsed back as JSON.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/openai_protocol.h"
 #include "template/chat_template.h"
@@ -39,7 +38,9 @@ ApiError completion_error(const std::string& body) {
   return {};
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 const std::string kMsgs = R"("messages": [{"role": "user", "content": "hi"}])";
 
@@ -145,13 +146,15 @@ TEST(ServerProtocolParse, NullMeansUnset) {
 }
 
 TEST(ServerProtocolParse, StopAsString) {
-  EXPECT_EQ(parse_chat_request(chat_with(R"("stop": "\n\n")")).stop, (std::vector<std::string>{"\n\n"}));
+  EXPECT_EQ(parse_chat_request(chat_with(R"("stop": "\n\n")")).stop,
+            (std::vector<std::string>{"\n\n"}));
   EXPECT_TRUE(parse_chat_request(chat_with(R"("stop": "")")).stop.empty());
 }
 
 TEST(ServerProtocolParse, IntegersAcceptIntegralFloatsAndSaturate) {
   EXPECT_EQ(*parse_chat_request(chat_with(R"("max_tokens": 16.0)")).max_tokens, 16);
-  EXPECT_EQ(*parse_chat_request(chat_with(R"("max_tokens": 99999999999999)")).max_tokens, INT32_MAX);
+  EXPECT_EQ(*parse_chat_request(chat_with(R"("max_tokens": 99999999999999)")).max_tokens,
+            INT32_MAX);
   EXPECT_EQ(parse_chat_request(chat_with(R"("top_k": 1e12)")).sampler.top_k, INT32_MAX);
 }
 
@@ -163,7 +166,8 @@ TEST(ServerProtocolParse, MalformedJsonSaysWhere) {
     EXPECT_TRUE(contains(e.message, "not valid JSON (byte ")) << e.message;
     EXPECT_FALSE(contains(e.message, "[json.exception")) << e.message;
   }
-  EXPECT_TRUE(contains(chat_error(R"({"messages": [})").message, "byte 15")) << chat_error(R"({"messages": [})").message;
+  EXPECT_TRUE(contains(chat_error(R"({"messages": [})").message, "byte 15"))
+      << chat_error(R"({"messages": [})").message;
   EXPECT_TRUE(contains(chat_error("").message, "empty"));
 }
 
@@ -179,13 +183,17 @@ TEST(ServerProtocolParse, BodyMustBeAnObject) {
 TEST(ServerProtocolParse, DeepNestingIsRejectedBeforeTheTemplate) {
   const int depth = hearth::tmpl::kMaxJsonDepth;
   // The body object is level 1: "x" at depth-1 nested arrays is exactly at the limit.
-  const std::string ok = chat_with(R"("x": )" + std::string(depth - 1, '[') + std::string(depth - 1, ']'));
+  const std::string ok =
+      chat_with(R"("x": )" + std::string(depth - 1, '[') + std::string(depth - 1, ']'));
   EXPECT_NO_THROW(parse_chat_request(ok));
-  const std::string deep = chat_with(R"("x": )" + std::string(depth, '[') + std::string(depth, ']'));
-  EXPECT_TRUE(contains(chat_error(deep).message, "deeper than 128 levels")) << chat_error(deep).message;
+  const std::string deep =
+      chat_with(R"("x": )" + std::string(depth, '[') + std::string(depth, ']'));
+  EXPECT_TRUE(contains(chat_error(deep).message, "deeper than 128 levels"))
+      << chat_error(deep).message;
   const std::string hostile = "{\"messages\": " + std::string(100000, '[');
   EXPECT_TRUE(contains(chat_error(hostile).message, "deeper than 128 levels"));
-  EXPECT_TRUE(contains(completion_error("{\"prompt\": " + std::string(100000, '[')).message, "deeper"));
+  EXPECT_TRUE(
+      contains(completion_error("{\"prompt\": " + std::string(100000, '[')).message, "deeper"));
 }
 
 TEST(ServerProtocolParse, MessageErrorsNameTheField) {
@@ -198,8 +206,8 @@ TEST(ServerProtocolParse, MessageErrorsNameTheField) {
       {R"("messages": [])", "'messages' must contain at least one message", "messages"},
       {R"("messages": [1])", "'messages[0]' must be an object, got number", "messages[0]"},
       {R"("messages": [{"content": "x"}])", "'messages[0].role' is required", "messages[0].role"},
-      {R"("messages": [{"role": 3, "content": "x"}])", "'messages[0].role' must be a string, got number",
-       "messages[0].role"},
+      {R"("messages": [{"role": 3, "content": "x"}])",
+       "'messages[0].role' must be a string, got number", "messages[0].role"},
       {R"("messages": [{"role": "user", "content": "a"}, {"role": "robot", "content": "x"}])",
        "'messages[1].role' must be one of system, user, assistant, tool, developer, got 'robot'",
        "messages[1].role"},
@@ -241,10 +249,13 @@ TEST(ServerProtocolParse, ParameterErrorsNameTheField) {
   expect_chat_400(R"("max_tokens": 0)", "'max_tokens' must be >= 1, got 0", "max_tokens");
   expect_chat_400(R"("max_completion_tokens": -5)", "'max_completion_tokens' must be >= 1, got -5",
                   "max_completion_tokens");
-  expect_chat_400(R"("max_tokens": "10")", "'max_tokens' must be an integer, got string", "max_tokens");
+  expect_chat_400(R"("max_tokens": "10")", "'max_tokens' must be an integer, got string",
+                  "max_tokens");
   expect_chat_400(R"("max_tokens": 1.5)", "'max_tokens' must be an integer, got 1.5", "max_tokens");
-  expect_chat_400(R"("temperature": "hot")", "'temperature' must be a number, got string", "temperature");
-  expect_chat_400(R"("temperature": 2.5)", "'temperature' must be between 0 and 2, got 2.5", "temperature");
+  expect_chat_400(R"("temperature": "hot")", "'temperature' must be a number, got string",
+                  "temperature");
+  expect_chat_400(R"("temperature": 2.5)", "'temperature' must be between 0 and 2, got 2.5",
+                  "temperature");
   expect_chat_400(R"("temperature": -0.1)", "'temperature' must be between 0 and 2", "temperature");
   expect_chat_400(R"("top_p": 0)", "'top_p' must be > 0 and <= 1, got 0", "top_p");
   expect_chat_400(R"("top_p": 1.01)", "'top_p' must be > 0 and <= 1", "top_p");
@@ -257,11 +268,14 @@ TEST(ServerProtocolParse, ParameterErrorsNameTheField) {
                   "frequency_penalty");
   expect_chat_400(R"("repetition_penalty": 0)", "'repetition_penalty' must be > 0, got 0",
                   "repetition_penalty");
-  expect_chat_400(R"("repetition_penalty": 1e300)", "'repetition_penalty' must be > 0", "repetition_penalty");
+  expect_chat_400(R"("repetition_penalty": 1e300)", "'repetition_penalty' must be > 0",
+                  "repetition_penalty");
   expect_chat_400(R"("seed": "x")", "'seed' must be an integer, got string", "seed");
-  expect_chat_400(R"("stop": 5)", "'stop' must be a string or an array of strings, got number", "stop");
+  expect_chat_400(R"("stop": 5)", "'stop' must be a string or an array of strings, got number",
+                  "stop");
   expect_chat_400(R"("stop": ["a", 1])", "'stop[1]' must be a string, got number", "stop[1]");
-  expect_chat_400(R"("stop": ["a", "b", "c", "d", "e"])", "'stop' may hold at most 4 strings, got 5", "stop");
+  expect_chat_400(R"("stop": ["a", "b", "c", "d", "e"])",
+                  "'stop' may hold at most 4 strings, got 5", "stop");
   expect_chat_400(R"("n": 2)", "'n' must be 1", "n");
   expect_chat_400(R"("n": 0)", "'n' must be 1", "n");
   expect_chat_400(R"("n": "1")", "'n' must be an integer, got string", "n");
@@ -269,11 +283,13 @@ TEST(ServerProtocolParse, ParameterErrorsNameTheField) {
   expect_chat_400(R"("stream_options": true)", "'stream_options' must be an object, got boolean",
                   "stream_options");
   expect_chat_400(R"("stream_options": {"include_usage": 1})",
-                  "'stream_options.include_usage' must be a boolean, got number", "stream_options.include_usage");
+                  "'stream_options.include_usage' must be a boolean, got number",
+                  "stream_options.include_usage");
   expect_chat_400(R"("logprobs": 3)", "'logprobs' must be a boolean, got number", "logprobs");
-  expect_chat_400(R"("logprobs": true, "top_logprobs": 21)", "'top_logprobs' must be between 0 and 20, got 21",
+  expect_chat_400(R"("logprobs": true, "top_logprobs": 21)",
+                  "'top_logprobs' must be between 0 and 20, got 21", "top_logprobs");
+  expect_chat_400(R"("top_logprobs": 2)", "'top_logprobs' requires 'logprobs' to be true",
                   "top_logprobs");
-  expect_chat_400(R"("top_logprobs": 2)", "'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
   expect_chat_400(R"("logprobs": false, "top_logprobs": 2)", "requires 'logprobs'", "top_logprobs");
   expect_chat_400(R"("logit_bias": {"1": 5})", "'logit_bias' is not supported", "logit_bias");
   EXPECT_NO_THROW(parse_chat_request(chat_with(R"("logit_bias": {})")));
@@ -304,22 +320,29 @@ TEST(ServerProtocolParse, CompletionErrorsNameTheField) {
   };
   const std::vector<Case> cases = {
       {R"({})", "'prompt' is required", "prompt"},
-      {R"({"prompt": 5})", "'prompt' must be a string or an array of token ids, got number", "prompt"},
+      {R"({"prompt": 5})", "'prompt' must be a string or an array of token ids, got number",
+       "prompt"},
       {R"({"prompt": {}})", "got object", "prompt"},
       {R"({"prompt": []})", "'prompt' must not be an empty array", "prompt"},
       {R"({"prompt": ["a", "b"]})", "'prompt' holds 2 prompts", "prompt"},
       {R"({"prompt": [[1], [2]]})", "'prompt' holds 2 prompts", "prompt"},
       {R"({"prompt": [[]]})", "'prompt[0]' must not be an empty array", "prompt[0]"},
-      {R"({"prompt": [1, "a"]})", "'prompt[1]' must be a token id (an integer), got string", "prompt[1]"},
-      {R"({"prompt": [1, 2.5]})", "'prompt[1]' must be a token id (an integer), got number", "prompt[1]"},
+      {R"({"prompt": [1, "a"]})", "'prompt[1]' must be a token id (an integer), got string",
+       "prompt[1]"},
+      {R"({"prompt": [1, 2.5]})", "'prompt[1]' must be a token id (an integer), got number",
+       "prompt[1]"},
       {R"({"prompt": [1, -4]})", "'prompt[1]' must be a token id >= 0, got -4", "prompt[1]"},
-      {R"({"prompt": [[1, 3000000000]]})", "'prompt[0][1]' must be a token id >= 0", "prompt[0][1]"},
-      {R"({"prompt": "x", "logprobs": 21})", "'logprobs' must be between 0 and 20, got 21", "logprobs"},
-      {R"({"prompt": "x", "logprobs": true})", "'logprobs' must be an integer, got boolean", "logprobs"},
+      {R"({"prompt": [[1, 3000000000]]})", "'prompt[0][1]' must be a token id >= 0",
+       "prompt[0][1]"},
+      {R"({"prompt": "x", "logprobs": 21})", "'logprobs' must be between 0 and 20, got 21",
+       "logprobs"},
+      {R"({"prompt": "x", "logprobs": true})", "'logprobs' must be an integer, got boolean",
+       "logprobs"},
       {R"({"prompt": "x", "echo": true})", "'echo' is not supported", "echo"},
       {R"({"prompt": "x", "suffix": "s"})", "'suffix' is not supported", "suffix"},
       {R"({"prompt": "x", "n": 3})", "'n' must be 1", "n"},
-      {R"({"prompt": "x", "temperature": []})", "'temperature' must be a number, got array", "temperature"},
+      {R"({"prompt": "x", "temperature": []})", "'temperature' must be a number, got array",
+       "temperature"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);
@@ -334,7 +357,8 @@ TEST(ServerProtocolParse, CompletionLogprobsIsTheTopCount) {
   EXPECT_EQ(parse_completion_request(R"({"prompt": "x"})").engine_top_logprobs(), -1);
   EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "logprobs": 0})").engine_top_logprobs(), 0);
   EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "logprobs": 5})").engine_top_logprobs(), 5);
-  EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "logprobs": null})").engine_top_logprobs(), -1);
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "logprobs": null})").engine_top_logprobs(),
+            -1);
   EXPECT_NO_THROW(parse_completion_request(R"({"prompt": "x", "echo": false, "suffix": ""})"));
 }
 
@@ -343,7 +367,8 @@ TEST(ServerProtocolParse, CompletionLogprobsIsTheTopCount) {
 
 TEST(ServerProtocolErrors, BodyShape) {
   json j = json::parse(error_body(invalid_request("'n' must be 1", "n")));
-  EXPECT_EQ(j, json::parse(R"({"error": {"message": "'n' must be 1", "type": "invalid_request_error",
+  EXPECT_EQ(j,
+            json::parse(R"({"error": {"message": "'n' must be 1", "type": "invalid_request_error",
                                           "param": "n", "code": null}})"));
   j = json::parse(error_body(server_error("boom")));
   EXPECT_TRUE(j["error"]["param"].is_null());
@@ -362,7 +387,8 @@ TEST(ServerProtocolErrors, StatusTypesAndCodes) {
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.code, "context_length_exceeded");
   EXPECT_TRUE(contains(e.message, "4096")) << e.message;
-  EXPECT_TRUE(contains(e.message, "4200 tokens (4000 in the prompt, 200 for the completion)")) << e.message;
+  EXPECT_TRUE(contains(e.message, "4200 tokens (4000 in the prompt, 200 for the completion)"))
+      << e.message;
   e = payload_too_large(2000000, 1048576);
   EXPECT_EQ(e.status, 413);
   EXPECT_TRUE(contains(e.message, "2000000") && contains(e.message, "1048576"));

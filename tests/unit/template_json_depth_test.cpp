@@ -2,9 +2,8 @@
 // an Error naming the limit, never in a stack overflow.
 #include <gtest/gtest.h>
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/error.h"
 #include "template/chat_template.h"
