@@ -12,5 +12,6 @@ void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace hearth::cli

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <cctype>
 #include <fstream>
 
 #include "core/error.h"
@@ -29,6 +30,31 @@ ops::KvType parse_kv_type(const std::string& name) {
   if (name == "f16") return ops::KvType::F16;
   if (name == "f32") return ops::KvType::F32;
   fail(ErrorKind::kInvalidInput, "cli", "--kv-type must be f16 or f32, got '" + name + "'");
+}
+
+uint64_t parse_byte_size(const std::string& text, const std::string& option) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  std::string unit = text.substr(pos);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();                 // "MB", "GIB" -> "M", "GI"
+  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();                 // "GI" -> "G"
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  const double bytes = value * scale;
+  if (pos == 0 || scale == 0 || !(bytes >= 1) || bytes > 1e18) {
+    fail(ErrorKind::kInvalidInput, "cli", option + " must be a size such as 512M or 2G, got '" + text + "'");
+  }
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace hearth::cli

