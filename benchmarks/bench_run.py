@@ -139,7 +139,7 @@ def main():
         prompt_file = os.path.join(tmp, "prompt.txt")
         make_prompt(args.hearth, model, args.prompt_tokens, prompt_file)
         hearth_cmd = [args.hearth, "run", "-m", model, "-f", prompt_file, "--raw", "--json", "-n", str(args.n),
-                      "--temp", "0", "--threads", str(args.threads), "--ctx", str(args.ctx)]
+                      "--temp", "0", "--threads", str(args.threads), "--ctx", str(args.ctx), "--kv-type", "f32"]
         # A first hearth run (not counted) gives the prompt token ids fed to llama.cpp.
         out, _ = run_child(hearth_cmd)
         j = json.loads(out)
