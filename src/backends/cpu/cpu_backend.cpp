@@ -361,6 +361,45 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
   // One (query row, head) pair per work item, each the reference math (ggml_order.h)
   // compiled for AVX2+FMA where the CPU has them: same roundings, vectorised.
+  const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
+  if (cache.type == ops::KvType::F16) {
+    // Each sequence's keys and values are converted to f32 once (block by block, in
+    // parallel) and attended there: converting inside the work items would repeat it
+    // for every query row and head (prefill of n tokens: n x n_head times).
+    const int64_t bs = cache.block_size, dim = cache.n_kv_dim;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      const ops::AttentionSeq& sq = seqs[s];
+      if (sq.n_tokens <= 0) continue;
+      const int64_t n_keys = sq.pos0 + sq.n_tokens, nb = (n_keys + bs - 1) / bs;
+      kv_f32_.resize(static_cast<size_t>(2 * nb * bs * dim));
+      float* kf = kv_f32_.data();
+      float* vf = kf + nb * bs * dim;
+      const auto* k16 = static_cast<const uint16_t*>(cache.k);
+      const auto* v16 = static_cast<const uint16_t*>(cache.v);
+      const bool simd = simd_ok_;
+      pool_.parallel_for(nb, 1, [&](int64_t begin, int64_t end, int) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t rows = std::min(bs, n_keys - b * bs), src = sq.block_table[b] * bs * dim;
+          if (simd) {
+            CvtF16C::run(k16 + src, kf + b * bs * dim, rows * dim);
+            CvtF16C::run(v16 + src, vf + b * bs * dim, rows * dim);
+          } else {
+            CvtPlain::run(k16 + src, kf + b * bs * dim, rows * dim);
+            CvtPlain::run(v16 + src, vf + b * bs * dim, rows * dim);
+          }
+        }
+      });
+      ident_.resize(static_cast<size_t>(nb));
+      for (int64_t b = 0; b < nb; ++b) ident_[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+      const ops::KvLayer f32{kf, vf, ops::KvType::F32, bs, dim};
+      const ops::AttentionSeq one{0, sq.n_tokens, sq.pos0, ident_.data()};
+      row_seq_.assign(static_cast<size_t>(sq.n_tokens), 0);
+      const AttendArgs args{q + sq.first_row * n_head * head_dim, &f32, &one, row_seq_.data(), n_head, n_head_kv,
+                            head_dim, n_keys, scale, out + sq.first_row * n_head * head_dim};
+      pool_.parallel_for(sq.n_tokens * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
+    }
+    return;
+  }
   int64_t n_rows = 0, max_keys = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     n_rows = std::max(n_rows, seqs[s].first_row + seqs[s].n_tokens);
@@ -370,7 +409,6 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   for (int64_t s = 0; s < n_seqs; ++s) {
     for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq_[static_cast<size_t>(seqs[s].first_row + t)] = static_cast<int32_t>(s);
   }
-  const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
   const AttendArgs args{q, &cache, seqs, row_seq_.data(), n_head, n_head_kv, head_dim, max_keys, scale, out};
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }

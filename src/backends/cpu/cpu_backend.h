@@ -51,7 +51,9 @@ class CpuBackend final : public ops::Backend {
   bool reference_kernels_;
   bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
   std::vector<uint8_t> act_scratch_;
-  std::vector<int32_t> row_seq_;  // attention: query row -> sequence  // activations quantized for the dot products
+  std::vector<int32_t> row_seq_;  // attention: query row -> sequence
+  std::vector<float> kv_f32_;     // attention over an f16 cache: one sequence's K and V in f32
+  std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...  // activations quantized for the dot products
 };
 
 }  // namespace hearth::cpu
