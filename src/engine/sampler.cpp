@@ -60,44 +60,62 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   if (p_.temperature <= 0.0f) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  // Candidates by decreasing logit; top-k first so only k need sorting.
-  candidates_.resize(logits.size());
-  std::iota(candidates_.begin(), candidates_.end(), 0);
+  const size_t vocab = logits.size();
+  const float max_l = *std::max_element(logits.begin(), logits.end());
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  size_t n = candidates_.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    n = static_cast<size_t>(p_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n), candidates_.end(),
-                      by_logit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  }
-  // Probabilities at temperature 1 for the top-p and min-p cuts.
-  probs_.resize(n);
-  const float max_l = logits[candidates_[0]];
-  double total = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    probs_[i] = std::exp(logits[candidates_[i]] - max_l);
-    total += probs_[i];
-  }
-  if (p_.top_p < 1.0f) {
-    double cum = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      cum += probs_[i] / total;
-      if (cum >= p_.top_p) {
-        n = i + 1;
-        break;
+  candidates_.resize(vocab);
+  std::iota(candidates_.begin(), candidates_.end(), 0);
+  size_t n = vocab;
+  const bool top_k_on = p_.top_k > 0 && static_cast<size_t>(p_.top_k) < vocab;
+  if (!top_k_on && p_.top_p >= 1.0f) {
+    // No ranking needed (the OpenAI defaults): every token stays a candidate, in id
+    // order, except those min-p cuts. Sorting a whole vocabulary per token would cost
+    // milliseconds per sequence and step.
+    if (p_.min_p > 0.0f) {
+      n = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        if (std::exp(logits[i] - max_l) >= p_.min_p) candidates_[n++] = static_cast<int32_t>(i);
       }
     }
+  } else {
+    // Candidates by decreasing logit. Top-k sorts only k; top-p alone first sorts the
+    // best 256 and falls back to a full sort only when they hold less than top_p.
+    double total = 0.0;
+    for (float l : logits) total += std::exp(static_cast<double>(l) - max_l);
+    size_t sorted = vocab;
+    if (top_k_on) {
+      sorted = n = static_cast<size_t>(p_.top_k);
+    } else if (vocab > 256) {
+      sorted = 256;
+    }
+    for (;;) {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(sorted),
+                        candidates_.end(), by_logit);
+      if (p_.top_p >= 1.0f) break;
+      double cum = 0.0;
+      size_t cut = 0;
+      for (size_t i = 0; i < sorted && cut == 0; ++i) {
+        cum += std::exp(static_cast<double>(logits[candidates_[i]]) - max_l) / total;
+        if (cum >= p_.top_p) cut = i + 1;
+      }
+      if (cut != 0) {
+        n = cut;
+        break;
+      }
+      if (sorted == vocab || top_k_on) break;  // every candidate kept
+      sorted = vocab;
+      std::iota(candidates_.begin(), candidates_.end(), 0);
+    }
+    if (p_.min_p > 0.0f) {
+      // Sorted: the first is the most likely (exp(0) = 1); keep p >= min_p * p_max.
+      size_t keep = 1;
+      while (keep < n && std::exp(logits[candidates_[keep]] - max_l) >= p_.min_p) ++keep;
+      n = keep;
+    }
   }
-  if (p_.min_p > 0.0f) {
-    // probs_[0] is the largest (exp(0) = 1): keep tokens with p >= min_p * p_max.
-    size_t keep = 1;
-    while (keep < n && probs_[keep] >= p_.min_p) ++keep;
-    n = keep;
-  }
+  probs_.resize(n);
   // Temperature, then a draw.
   double sum = 0.0;
   for (size_t i = 0; i < n; ++i) {

@@ -176,3 +176,40 @@ TEST(Logprobs, SumToOneAndRankCorrectly) {
   EXPECT_NEAR(total, 1.0, 1e-6);
   EXPECT_NEAR(hearth::engine::token_logprob(l, 1), top[0].logprob, 1e-6);
 }
+
+// A large vocabulary: with no truncation (the OpenAI defaults) tokens are drawn without
+// ranking, and the draw frequencies follow softmax(logits / T).
+TEST(Sampler, UntruncatedLargeVocabularyFollowsSoftmax) {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  std::vector<float> logits(5000, -10.0f);
+  logits[4321] = 2.0f;
+  logits[17] = 1.0f;
+  logits[2500] = 0.0f;
+  double z = std::exp(2.0) + std::exp(1.0) + 1.0 + 4997 * std::exp(-10.0);
+  auto h = histogram(p, logits, 20000);
+  EXPECT_NEAR(h[4321] / 20000.0, std::exp(2.0) / z, 0.02);
+  EXPECT_NEAR(h[17] / 20000.0, std::exp(1.0) / z, 0.02);
+  EXPECT_NEAR(h[2500] / 20000.0, 1.0 / z, 0.02);
+}
+
+// Top-p alone over a flat vocabulary larger than the first sorted batch (256): the
+// nucleus needs most tokens, so the cut is found after a full sort.
+TEST(Sampler, TopPOverAFlatLargeVocabulary) {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.min_p = 0.0f;
+  p.top_p = 0.5f;
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = -0.001f * static_cast<float>(i);  // almost flat
+  auto h = histogram(p, logits, 4000);
+  int max_token = 0;
+  for (const auto& [tok, count] : h) max_token = std::max(max_token, tok);
+  // Half the mass is in tokens 0 .. m with 1 - e^(-0.001 m) = 0.5 (1 - e^-1): m ~ 380.
+  EXPECT_GT(max_token, 340);
+  EXPECT_LE(max_token, 381);
+}
