@@ -336,6 +336,37 @@ TEST(Scheduler, PreemptsTheYoungestWhenDecodeRunsOutOfBlocks) {
   bm.check_invariants();
 }
 
+// The youngest sequence needing a block when only older ones hold them preempts
+// itself; the older keep decoding and later take its cached block.
+TEST(Scheduler, TheYoungestPreemptsItselfWhenOnlyOlderOnesHoldBlocks) {
+  BlockManager bm(4, 4);
+  Scheduler s(SchedulerConfig{4, 64}, bm);
+  s.add(make_seq(1, iota_tokens(10, 100)));  // 3 blocks, room up to 12 positions
+  s.add(make_seq(2, iota_tokens(3, 200)));   // 1 block
+  simulate(s, s.plan());                     // A: 10 computed, B: 3
+  simulate(s, s.plan());                     // A: 11, B: 4 (B's block is full)
+  StepPlan p = s.plan();                     // B needs a second block: none
+  EXPECT_EQ(p.preempted, std::vector<uint64_t>{2});
+  ASSERT_EQ(p.items.size(), 1u);
+  EXPECT_EQ(p.items[0].seq->id, 1u);
+  EXPECT_EQ(ids(s.waiting()), std::vector<uint64_t>{2});
+  EXPECT_TRUE(s.find(2)->kv.blocks.empty());  // the readmission this step failed and let go
+  simulate(s, p);
+  bm.check_invariants();
+  p = s.plan();  // A needs a fourth block: B's cached one is evicted for it
+  EXPECT_TRUE(p.preempted.empty());
+  ASSERT_EQ(p.items.size(), 1u);
+  EXPECT_EQ(s.find(1)->kv.blocks.size(), 4u);
+  EXPECT_EQ(bm.n_cached(), 0);
+  simulate(s, p);
+  s.finish(1);
+  p = s.plan();  // B recomputes everything: its cached block is gone
+  ASSERT_NE(item_of(p, 2), nullptr);
+  EXPECT_EQ(item_of(p, 2)->n_tokens, 5);
+  EXPECT_TRUE(item_of(p, 2)->logits);
+  bm.check_invariants();
+}
+
 TEST(Scheduler, FinishOfWaitingAndRunningSequencesReleasesEveryBlock) {
   BlockManager bm(16, 4);
   Scheduler s(SchedulerConfig{2, 64}, bm);
