@@ -62,7 +62,9 @@ StepPlan Scheduler::plan() {
     SeqSlot& seq = *running_[i];
     const int64_t pending = seq.pending();
     if (pending <= 0) continue;  // finished but not yet removed: nothing to run
-    const bool decoding = pending == 1;
+    // Decoding: the one token left is a sampled one. The last token of a prompt (or
+    // of a recompute) is still prefill and counts against the budget.
+    const bool decoding = pending == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
     const int64_t n = decoding ? 1 : std::min(pending, prefill_budget);
     if (n <= 0) continue;  // prefill budget spent: continues next step
     bool preempted_self = false;

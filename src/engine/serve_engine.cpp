@@ -70,6 +70,13 @@ void ServeEngine::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // No engine thread now (never started, or it has ended): end what is still queued,
+  // so that no channel waits forever for its Final. (stop() runs in the destructor:
+  // nothing may escape.)
+  try {
+    fail_all("the server is shutting down");
+  } catch (const std::exception&) {
+  }
 }
 
 ServeEngine::Admit ServeEngine::submit(GenRequest request, std::shared_ptr<RequestChannel> channel) {
@@ -109,7 +116,12 @@ void ServeEngine::loop() {
     }
     fail_all("the server is shutting down");
   } catch (const std::exception& e) {
-    // A failure of the engine itself (not of one request): end every request with it.
+    // A failure of the engine itself (not of one request): refuse new requests (no
+    // thread is left to serve them) and end every request with it.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
     fail_all(std::string("engine failure: ") + e.what());
   }
   std::lock_guard<std::mutex> lock(mu_);
