@@ -116,9 +116,8 @@ void BlockManager::release(BlockId id) {
   }
 }
 
-PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, int32_t max_blocks) {
+PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, int32_t max_blocks, bool count_stats) {
   PrefixMatch out;
-  query_tokens_ += tokens.size();
   const size_t bs = static_cast<size_t>(block_size_);
   const size_t n = std::min(tokens.size() / bs, static_cast<size_t>(std::max(max_blocks, 0)));
   uint64_t parent = 0;
@@ -146,7 +145,7 @@ PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, int32_t 
     out.hashes.push_back(h);
     parent = h;
   }
-  hit_tokens_ += out.blocks.size() * bs;
+  if (count_stats) record_prefix_query(tokens.size(), out.blocks.size() * bs);
   return out;
 }
 

@@ -69,7 +69,14 @@ class BlockManager {
   // The longest run of cached full blocks that matches tokens from the start, at
   // most max_blocks of them; each returned block is retained. Counts one query of
   // tokens.size() tokens and the hit tokens in the statistics.
-  PrefixMatch match_prefix(std::span<const int32_t> tokens, int32_t max_blocks);
+  // count_stats = false leaves the statistics alone (a caller that may give the blocks
+  // back at once, e.g. an admission that then finds no room, records the query itself
+  // with record_prefix_query when it succeeds).
+  PrefixMatch match_prefix(std::span<const int32_t> tokens, int32_t max_blocks, bool count_stats = true);
+  void record_prefix_query(uint64_t query_tokens, uint64_t hit_tokens) {
+    query_tokens_ += query_tokens;
+    hit_tokens_ += hit_tokens;
+  }
 
   // Registers block `id` (held by the caller) as full with `tokens` (block_size of
   // them) following the prefix whose hash is `parent_hash` (0 for the first block).

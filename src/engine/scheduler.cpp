@@ -87,7 +87,9 @@ StepPlan Scheduler::plan() {
     const int64_t bs = blocks_.block_size();
     // Reuse cached full blocks, leaving at least the last token to compute.
     const auto max_blocks = static_cast<int32_t>((static_cast<int64_t>(seq.tokens.size()) - 1) / bs);
-    PrefixMatch match = blocks_.match_prefix(seq.tokens, max_blocks);
+    // Statistics only once the admission succeeds: a head of queue that waits for
+    // blocks would otherwise count its query again at every step.
+    PrefixMatch match = blocks_.match_prefix(seq.tokens, max_blocks, false);
     seq.kv.blocks = match.blocks;
     seq.hashes = match.hashes;
     seq.kv.n_past = static_cast<int64_t>(match.blocks.size()) * bs;
@@ -100,6 +102,7 @@ StepPlan Scheduler::plan() {
       seq.n_cached = static_cast<int32_t>(std::min<int64_t>(seq.kv.n_past, seq.n_prompt));
       seq.admitted = true;
     }
+    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(match.blocks.size()) * bs);
     seq.order = next_order_++;
     prefill_budget -= n;
     running_.push_back(std::move(waiting_.front()));

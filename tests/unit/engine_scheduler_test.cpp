@@ -488,3 +488,24 @@ TEST(Scheduler, RandomizedRunKeepsInvariantsAndKvContents) {
     EXPECT_GT(finished, 20);
   }
 }
+
+// A head of queue that waits for blocks step after step is counted in the prefix-cache
+// statistics once, when it is admitted, not at every attempt.
+TEST(Scheduler, WaitingForBlocksDoesNotRecountPrefixQueries) {
+  BlockManager blocks(6, 4);
+  Scheduler sched(SchedulerConfig{4, 64}, blocks);
+  sched.add(make_seq(1, iota_tokens(20)));  // 5 blocks
+  simulate(sched, sched.plan());
+  EXPECT_EQ(blocks.prefix_query_tokens(), 20u);
+  sched.add(make_seq(2, iota_tokens(12, 500)));  // 3 blocks: only 1 left
+  for (int step = 0; step < 5; ++step) {
+    const StepPlan plan = sched.plan();
+    EXPECT_EQ(item_of(plan, 2), nullptr);
+    simulate(sched, plan);
+  }
+  EXPECT_EQ(blocks.prefix_query_tokens(), 20u);
+  sched.finish(1);
+  const StepPlan plan = sched.plan();
+  ASSERT_NE(item_of(plan, 2), nullptr);
+  EXPECT_EQ(blocks.prefix_query_tokens(), 32u);
+}
