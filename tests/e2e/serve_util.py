@@ -38,7 +38,7 @@ class Server:
         # The listening line comes before the accept loop runs: wait for /health too.
         while True:
             try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                if http_get(self.url + "/health", timeout=2).status_code == 200:
                     break
             except requests.RequestException:
                 pass
@@ -249,8 +249,28 @@ def parse_metrics(text):
     return out
 
 
+def http(method, url, **kw):
+    """One request with 'Connection: close' (the body is read before returning): an idle
+    keep-alive connection left open would delay the server's exit after SIGTERM by 5 s (see
+    test_sigterm_with_idle_keepalive_client_exits_fast)."""
+    kw.setdefault("timeout", 60)
+    kw["headers"] = {"Connection": "close", **(kw.get("headers") or {})}
+    r = requests.request(method, url, **kw)
+    _ = r.content
+    r.close()
+    return r
+
+
+def http_get(url, **kw):
+    return http("GET", url, **kw)
+
+
+def http_post(url, **kw):
+    return http("POST", url, **kw)
+
+
 def metrics(server):
-    r = requests.get(server.url + "/metrics", timeout=10)
+    r = http_get(server.url + "/metrics", timeout=10)
     assert r.status_code == 200, r.text
     return parse_metrics(r.text)
 

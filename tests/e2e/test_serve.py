@@ -14,8 +14,8 @@ import openai
 import pytest
 import requests
 
-from serve_util import (RawStream, Server, assert_error_shape, metrics, parse_metrics, raw_post,
-                        split_sse, wait_for)
+from serve_util import (RawStream, Server, assert_error_shape, http_get, http_post, metrics, parse_metrics,
+                        raw_post, split_sse, wait_for)
 
 THREADS = ["--threads", "2"]
 CTX = 2048
@@ -41,16 +41,18 @@ def server(hearth_bin, default_model):
 
 @pytest.fixture(scope="module")
 def model_id(server):
-    return requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    return http_get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=HTTP_TIMEOUT, max_retries=0)
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=HTTP_TIMEOUT, max_retries=0)
+    yield c
+    c.close()  # before the server stops: an idle keep-alive connection delays its exit (see the xfail test)
 
 
 def post(server, path, body, **kw):
-    return requests.post(server.url + path, json=body, timeout=kw.pop("timeout", HTTP_TIMEOUT), **kw)
+    return http_post(server.url + path, json=body, timeout=kw.pop("timeout", HTTP_TIMEOUT), **kw)
 
 
 def complete(server, **body):
@@ -75,10 +77,10 @@ def start_stream(server, path, body, timeout=30):
 
 
 def test_health_models_metrics(server):
-    r = requests.get(server.url + "/health", timeout=10)
+    r = http_get(server.url + "/health", timeout=10)
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 
-    r = requests.get(server.url + "/v1/models", timeout=10)
+    r = http_get(server.url + "/v1/models", timeout=10)
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "list" and len(body["data"]) == 1
@@ -89,7 +91,7 @@ def test_health_models_metrics(server):
     assert m["owned_by"] == "hearth"
     assert m["context_length"] == CTX
 
-    r = requests.get(server.url + "/metrics", timeout=10)
+    r = http_get(server.url + "/metrics", timeout=10)
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("text/plain")
     for name in METRIC_NAMES:
@@ -100,7 +102,7 @@ def test_health_models_metrics(server):
 
 
 def test_unknown_route_is_json_404(server):
-    r = requests.get(server.url + "/v1/nothing-here", timeout=10)
+    r = http_get(server.url + "/v1/nothing-here", timeout=10)
     assert r.status_code == 404
     assert r.headers["Content-Type"].startswith("application/json")
     assert_error_shape(r.json())
@@ -230,11 +232,11 @@ def test_stop_string_across_token_boundary(server, client, model_id):
 def test_seeds(client, model_id):
     def sample(seed):
         return client.completions.create(model=model_id, prompt="Write a short poem about the sea.\n",
-                                         max_tokens=24, temperature=0.9, seed=seed).choices[0].text
+                                         max_tokens=12, temperature=0.9, seed=seed).choices[0].text
 
     a, b = sample(1234), sample(1234)
     assert a == b
-    others = {sample(s) for s in (1, 2, 3)}
+    others = {sample(s) for s in (1, 2)}
     assert len(others | {a}) >= 2, "different seeds gave the same text every time"
 
 
@@ -293,7 +295,7 @@ def test_stream_include_usage(client, model_id):
 def test_cached_tokens_and_timings(server, model_id):
     nonce = uuid.uuid4().hex[:8]
     facts = " ".join(f"Fact {i}: the {w} is number {i * 7 % 100}." for i, w in
-                     enumerate(["apple", "river", "stone", "cloud", "tiger", "lamp", "violin", "garden"] * 8))
+                     enumerate(["apple", "river", "stone", "cloud", "tiger", "lamp", "violin"] * 6))
     system = f"Session {nonce}. You are a helpful assistant. Remember these facts. {facts}"
     before = metrics(server)
 
@@ -306,7 +308,7 @@ def test_cached_tokens_and_timings(server, model_id):
 
     first = ask("What is fact 3?")
     second = ask("Which fact mentions the violin?")
-    assert first["usage"]["prompt_tokens"] >= 600
+    assert first["usage"]["prompt_tokens"] >= 550
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] < 64
     cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 512 and cached < second["usage"]["prompt_tokens"], second["usage"]
@@ -421,11 +423,13 @@ def test_greedy_equals_hearth_run_while_batched(server, model_id, run_reference)
     others = []
     try:
         for topic in ("volcanoes", "the moon", "ancient Rome"):
-            s = start_stream(server, "/v1/completions", {"model": model_id, "prompt": f"An essay about {topic}:\n",
-                                                         "max_tokens": 1000, "temperature": 0.8, "seed": 7})
-            assert s.read_events(1)
+            s = start_stream(server, "/v1/chat/completions",
+                             {"model": model_id, "messages": chat_msgs(f"Write a long, detailed essay about {topic}."),
+                              "max_tokens": 400, "temperature": 0.8, "seed": 7})
             others.append(s)
-        assert metrics(server)["hearth_requests_running"] == 3
+            assert s.read_events(3)  # the role chunk and two tokens: decoding
+        # (The gauges are refreshed at the end of an engine step: poll.)
+        assert wait_for(lambda: metrics(server)["hearth_requests_running"] == 3, timeout=3)
         choice, usage = _server_greedy(server)
         # The three long streams were still decoding alongside it.
         assert metrics(server)["hearth_requests_running"] == 3
@@ -441,7 +445,7 @@ def test_greedy_equals_hearth_run_while_batched(server, model_id, run_reference)
 
 
 def test_malformed_json(server):
-    r = requests.post(server.url + "/v1/chat/completions", data=b'{"messages": [{"role": "user",, }]}',
+    r = http_post(server.url + "/v1/chat/completions", data=b'{"messages": [{"role": "user",, }]}',
                       headers={"Content-Type": "application/json"}, timeout=10)
     assert r.status_code == 400
     err = assert_error_shape(r.json())
@@ -491,15 +495,16 @@ def test_context_length_exceeded(server):
 def test_body_too_large(server):
     body = b'{"prompt": "' + b"a" * (17 << 20) + b'"}'
     try:
-        r = requests.post(server.url + "/v1/completions", data=body,
+        r = http_post(server.url + "/v1/completions", data=body,
                           headers={"Content-Type": "application/json"}, timeout=60)
     except requests.ConnectionError as e:  # the server may answer and close before reading it all
         pytest.fail(f"no 413 answer: {e!r}")
     assert r.status_code == 413
     err = assert_error_shape(r.json())
     assert str(16 << 20) in err["message"]
+    assert err["code"] == "request_too_large"
     # The server still works afterwards.
-    assert requests.get(server.url + "/health", timeout=10).status_code == 200
+    assert http_get(server.url + "/health", timeout=10).status_code == 200
 
 
 # ---------------------------------------------------------------------------
@@ -567,21 +572,23 @@ def test_slow_client_does_not_block_others(server, model_id):
 def test_api_key(hearth_bin, default_model):
     srv = Server(hearth_bin, default_model, "--ctx", 512, "--api-key", "s3cret-key", *THREADS)
     try:
-        assert requests.get(srv.url + "/health", timeout=10).status_code == 200  # open without a key
+        assert http_get(srv.url + "/health", timeout=10).status_code == 200  # open without a key
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"},
                         {"Authorization": "Bearer s3cret-key2"}):
-            r = requests.post(srv.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1},
+            r = http_post(srv.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1},
                               headers=headers, timeout=10)
             assert r.status_code == 401, headers
             assert assert_error_shape(r.json())["type"] == "authentication_error"
-            assert requests.get(srv.url + "/v1/models", headers=headers, timeout=10).status_code == 401
-            assert requests.get(srv.url + "/metrics", headers=headers, timeout=10).status_code == 401
+            assert http_get(srv.url + "/v1/models", headers=headers, timeout=10).status_code == 401
+            assert http_get(srv.url + "/metrics", headers=headers, timeout=10).status_code == 401
         c = openai.OpenAI(base_url=srv.url + "/v1", api_key="s3cret-key", timeout=HTTP_TIMEOUT, max_retries=0)
         resp = c.completions.create(model=c.models.list().data[0].id, prompt="hi", max_tokens=2, temperature=0)
         assert resp.usage.completion_tokens >= 1
         bad = openai.OpenAI(base_url=srv.url + "/v1", api_key="nope", timeout=HTTP_TIMEOUT, max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             bad.completions.create(model="x", prompt="hi", max_tokens=2)
+        c.close()
+        bad.close()
     finally:
         rc, _ = srv.stop()
         assert rc == 0
@@ -596,7 +603,7 @@ def test_queue_full_gives_429(hearth_bin, default_model):
         assert streams[0].read_events(1)  # running
         streams.append(start_stream(srv, "/v1/completions", body))  # waiting
         assert wait_for(lambda: metrics(srv)["hearth_requests_waiting"] == 1, timeout=5)
-        r = requests.post(srv.url + "/v1/completions", json=dict(body, max_tokens=4), timeout=10)
+        r = http_post(srv.url + "/v1/completions", json=dict(body, max_tokens=4), timeout=10)
         assert r.status_code == 429
         assert r.headers.get("Retry-After", "").isdigit()
         err = assert_error_shape(r.json())
@@ -605,6 +612,7 @@ def test_queue_full_gives_429(hearth_bin, default_model):
         c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", timeout=HTTP_TIMEOUT, max_retries=0)
         with pytest.raises(openai.RateLimitError):
             c.completions.create(model=c.models.list().data[0].id, prompt="hi", max_tokens=2)
+        c.close()  # (an idle keep-alive connection would delay the exit: see the xfail test below)
         assert metrics(srv)['hearth_requests_total{outcome="rejected"}'] >= 2
     finally:
         for s in streams:
@@ -619,21 +627,24 @@ def test_small_context_and_kv_budget(hearth_bin, default_model):
     srv = Server(hearth_bin, default_model, "--ctx", 256, "--kv-cache-bytes", 8 * block_bytes, *THREADS)
     try:
         assert "8 KV blocks" in srv.stdout_lines[0], srv.stdout_lines
-        assert requests.get(srv.url + "/v1/models", timeout=10).json()["data"][0]["context_length"] == 256
-        prompt_ids = [1000 + i for i in range(20)]
-        r = post(srv, "/v1/completions", {"prompt": prompt_ids, "max_tokens": 300})
-        assert r.status_code == 400
-        err = assert_error_shape(r.json())
-        assert err["code"] == "context_length_exceeded"
-        for n in ("256", "320", "20", "300"):
-            assert n in err["message"], err["message"]
+        assert http_get(srv.url + "/v1/models", timeout=10).json()["data"][0]["context_length"] == 256
+        prompt_ids = [1000 + i for i in range(100)]
         r = post(srv, "/v1/completions", {"prompt": prompt_ids, "max_tokens": 200})
         assert r.status_code == 400
         err = assert_error_shape(r.json())
-        assert err["param"] == "max_tokens" and "128" in err["message"] and "220" in err["message"], err
-        r = post(srv, "/v1/completions", {"prompt": prompt_ids, "max_tokens": 100, "temperature": 0})
+        assert err["code"] == "context_length_exceeded"
+        for n in ("256", "300", "100", "200"):
+            assert n in err["message"], err["message"]
+        # Within the context but beyond the KV budget of one sequence.
+        r = post(srv, "/v1/completions", {"prompt": prompt_ids, "max_tokens": 29})
+        assert r.status_code == 400
+        err = assert_error_shape(r.json())
+        assert err["param"] == "max_tokens" and "128" in err["message"] and "129" in err["message"], err
+        # Exactly the budget: runs (ignoring EOS is not offered, so it may stop early).
+        r = post(srv, "/v1/completions", {"prompt": prompt_ids, "max_tokens": 28, "temperature": 0})
         assert r.status_code == 200, r.text
-        assert r.json()["usage"]["prompt_tokens"] == 20
+        u = r.json()["usage"]
+        assert u["prompt_tokens"] == 100 and u["completion_tokens"] <= 28
     finally:
         rc, _ = srv.stop()
         assert rc == 0
@@ -665,4 +676,28 @@ def test_sigterm_during_stream(hearth_bin, default_model):
     finally:
         if s:
             s.close()
+        srv.kill()
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: the 413 message says 'The request body is 0 bytes' "
+                   "(httplib skips an oversized body, so req.body is empty); it should give the Content-Length")
+def test_body_too_large_message_gives_the_size(server):
+    n = (16 << 20) + 1000
+    r = http_post(server.url + "/v1/completions", data=b"x" * n, headers={"Content-Type": "application/json"},
+                      timeout=60)
+    assert r.status_code == 413
+    assert str(n) in assert_error_shape(r.json())["message"]
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: an idle keep-alive connection delays the exit after SIGTERM "
+                   "by httplib's keep-alive timeout (5 s)")
+def test_sigterm_with_idle_keepalive_client_exits_fast(hearth_bin, default_model):
+    srv = Server(hearth_bin, default_model, "--ctx", 512, *THREADS)
+    try:
+        session = requests.Session()  # keeps its connection open between requests
+        assert session.get(srv.url + "/v1/models", timeout=10).status_code == 200
+        rc, took = srv.stop(timeout=8)
+        assert rc == 0
+        assert took < 2, f"exit took {took:.1f} s after SIGTERM with an idle keep-alive client"
+    finally:
         srv.kill()
