@@ -107,7 +107,7 @@ class RawStream:
     """A POST over a plain socket (Connection: close). Reads the status line and headers on
     open; then body bytes on demand, de-chunked when Transfer-Encoding is chunked."""
 
-    def __init__(self, url_host, port, path, body, headers=None, timeout=30):
+    def __init__(self, url_host, port, path, body, headers=None, timeout=30, read_head=True):
         self.sock = socket.create_connection((url_host, port), timeout=timeout)
         self.sock.settimeout(timeout)
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -118,6 +118,12 @@ class RawStream:
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
         self._buf = b""
         self._eof = False
+        self.body = b""  # de-chunked body bytes read so far
+        self.body_done = False
+        if read_head:
+            self.read_head()
+
+    def read_head(self):
         head = self._read_until(b"\r\n\r\n")
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         parts = status_line.split(" ", 2)
@@ -129,8 +135,6 @@ class RawStream:
             self.headers[k.strip().lower()] = v.strip()
         self.chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
         self._remaining = int(self.headers["content-length"]) if "content-length" in self.headers else None
-        self.body = b""  # de-chunked body bytes read so far
-        self.body_done = False
 
     def _fill(self):
         if self._eof:

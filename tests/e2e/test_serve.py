@@ -271,7 +271,7 @@ def test_completion_logprobs(client, model_id):
     for tok, v, top, o in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
         assert v <= 0.0
         assert o == off
-        off += len(tok.encode("utf-8"))
+        off += len(tok)  # (ASCII here: characters and bytes agree)
         assert 1 <= len(top) <= 2 and all(x <= 0.0 for x in top.values())
         assert max(top.values()) == pytest.approx(v, abs=1e-4)  # greedy: the sampled one is the top
 
@@ -380,6 +380,41 @@ def test_cancelled_stream_frees_its_slot(server, model_id):
     assert ok, (before, after)
     assert took < 1.5, f"the slot was freed only after {took:.2f} s"
     assert after["hearth_generation_tokens_total"] < before["hearth_generation_tokens_total"] + 1500
+
+
+def test_disconnected_non_streaming_request_is_cancelled(server, model_id):
+    before = metrics(server)
+    s = RawStream(server.host, server.port, "/v1/chat/completions",
+                  {"model": model_id, "messages": chat_msgs("Write a very long essay about mountains."),
+                   "max_tokens": 1500, "temperature": 0.7, "seed": 2}, read_head=False)
+    try:
+        assert wait_for(lambda: metrics(server)["hearth_requests_running"] == 1, timeout=5)
+    finally:
+        s.sock.close()  # gone before the answer
+    ok = wait_for(lambda: (lambda m: m["hearth_requests_running"] == 0
+                           and m['hearth_requests_total{outcome="cancelled"}']
+                           == before['hearth_requests_total{outcome="cancelled"}'] + 1)(metrics(server)),
+                  timeout=3)
+    assert ok, metrics(server)
+    assert metrics(server)["hearth_kv_blocks_used"] == before["hearth_kv_blocks_used"]
+
+
+def test_streamed_chat_logprobs(client, model_id):
+    n_entries, text, n_tokens = 0, "", None
+    for chunk in client.chat.completions.create(model=model_id, messages=chat_msgs("Say hello."), max_tokens=8,
+                                                temperature=0, logprobs=True, top_logprobs=2, stream=True,
+                                                stream_options={"include_usage": True}):
+        if chunk.usage:
+            n_tokens = chunk.usage.completion_tokens
+        for c in chunk.choices:
+            if c.logprobs and c.logprobs.content:
+                for e in c.logprobs.content:
+                    n_entries += 1
+                    text += e.token
+                    assert e.logprob <= 0 and len(e.top_logprobs) == 2
+                    assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+    assert n_tokens is not None and n_entries == n_tokens
+    assert text  # the tokens' text, in order
 
 
 # ---------------------------------------------------------------------------
