@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -56,6 +58,7 @@ void serve(ServeOptions o) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);  // internal: wakes the watcher when serving ends
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   gguf::File file = gguf::File::open(o.model);
@@ -122,12 +125,24 @@ void serve(ServeOptions o) {
   const int port = http.bind();
   eng.start();
 
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool served = false;
   std::thread watcher([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (sig == SIGUSR1) return;  // serve() ended on its own
     std::fprintf(stderr, "hearth: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     eng.stop();   // in-flight requests end with an error chunk
     http.stop();  // then the listener closes and the HTTP threads finish
+    // An idle keep-alive connection holds its HTTP thread until the keep-alive timeout;
+    // every request has had its answer by now, so do not wait for those.
+    std::unique_lock<std::mutex> lock(done_mu);
+    if (!done_cv.wait_for(lock, std::chrono::seconds(1), [&] { return served; })) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
   });
   std::printf("hearth: serving %s (%s, ctx %lld, %lld KV blocks of %lld tokens = %.1f MiB %s, max %d sequences)\n",
               ho.model_id.c_str(), backend.name().c_str(), static_cast<long long>(n_ctx),
@@ -138,8 +153,13 @@ void serve(ServeOptions o) {
               o.host.c_str(), port);
   std::fflush(stdout);
   http.serve();
+  {
+    std::lock_guard<std::mutex> lock(done_mu);
+    served = true;
+  }
+  done_cv.notify_all();
   // The listener ended (a signal, or an error): make sure the watcher returns too.
-  pthread_kill(watcher.native_handle(), SIGTERM);
+  pthread_kill(watcher.native_handle(), SIGUSR1);
   watcher.join();
 }
 

@@ -107,7 +107,13 @@ struct HttpServer::Impl {
       if (!res.body.empty()) return;
       if (res.status == 413) {
         metrics.requests_rejected.inc();
-        send_error(res, payload_too_large(req.body.size(), opt.max_body_bytes));
+        // httplib drops an oversized body unread: its size is what the client announced.
+        size_t announced = req.body.size();
+        try {
+          announced = static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")));
+        } catch (const std::exception&) {
+        }
+        send_error(res, payload_too_large(announced, opt.max_body_bytes));
       } else if (res.status == 404) {
         send_error(res, ApiError{404, "no route for " + req.method + " " + req.path, "invalid_request_error", "", ""});
       } else {

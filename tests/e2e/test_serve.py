@@ -48,7 +48,7 @@ def model_id(server):
 def client(server):
     c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=HTTP_TIMEOUT, max_retries=0)
     yield c
-    c.close()  # before the server stops: an idle keep-alive connection delays its exit (see the xfail test)
+    c.close()  # before the server stops: an idle keep-alive connection delays its exit (it would wait for the keep-alive timeout)
 
 
 def post(server, path, body, **kw):
@@ -647,7 +647,7 @@ def test_queue_full_gives_429(hearth_bin, default_model):
         c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", timeout=HTTP_TIMEOUT, max_retries=0)
         with pytest.raises(openai.RateLimitError):
             c.completions.create(model=c.models.list().data[0].id, prompt="hi", max_tokens=2)
-        c.close()  # (an idle keep-alive connection would delay the exit: see the xfail test below)
+        c.close()  # (an idle keep-alive connection would otherwise be cut at exit)
         assert metrics(srv)['hearth_requests_total{outcome="rejected"}'] >= 2
     finally:
         for s in streams:
@@ -714,8 +714,6 @@ def test_sigterm_during_stream(hearth_bin, default_model):
         srv.kill()
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: the 413 message says 'The request body is 0 bytes' "
-                   "(httplib skips an oversized body, so req.body is empty); it should give the Content-Length")
 def test_body_too_large_message_gives_the_size(server):
     n = (16 << 20) + 1000
     r = http_post(server.url + "/v1/completions", data=b"x" * n, headers={"Content-Type": "application/json"},
@@ -724,8 +722,6 @@ def test_body_too_large_message_gives_the_size(server):
     assert str(n) in assert_error_shape(r.json())["message"]
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: an idle keep-alive connection delays the exit after SIGTERM "
-                   "by httplib's keep-alive timeout (5 s)")
 def test_sigterm_with_idle_keepalive_client_exits_fast(hearth_bin, default_model):
     srv = Server(hearth_bin, default_model, "--ctx", 512, *THREADS)
     try:
