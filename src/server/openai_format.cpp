@@ -221,7 +221,9 @@ json text_logprobs(const ResponseContext& ctx, std::span<const engine::TokenOut>
     }
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
-    text_offset += raw.size();
+    // In characters, as OpenAI counts: every byte that starts a UTF-8 sequence (a
+    // character split over two tokens counts in the token holding its first byte).
+    for (const char ch : raw) text_offset += (static_cast<unsigned char>(ch) & 0xC0) != 0x80 ? 1 : 0;
   }
   json j = json::object();
   j["tokens"] = std::move(toks);

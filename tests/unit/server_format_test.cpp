@@ -346,3 +346,11 @@ TEST(ServerFormat, TimingsWithoutDecode) {
 }
 
 }  // namespace
+
+// text_offset counts characters, as OpenAI does: "€" split over tokens 3 and 4 is one
+// character, counted where it starts.
+TEST(ServerFormat, TextOffsetsCountCharacters) {
+  const std::vector<TokenOut> toks = {tok(3, -0.1f, {}), tok(4, -0.2f, {}), tok(5, -0.3f, {}), tok(1, -0.4f, {})};
+  const json j = json::parse(text_completion(context(true), "\xe2\x82\xac world Hel", toks, final_record()));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], (json{0, 1, 1, 7}));
+}
