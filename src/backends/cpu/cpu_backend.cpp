@@ -106,7 +106,8 @@ struct GenericAttend {
 // so std::fma becomes one instruction and the 16-lane loops vectorise with the same
 // roundings (without it GCC's identical-code folding merged the copies and every fma
 // was a libm call).
-template <class Cvt, class Kernel>
+// RawF16: the kernel reads f16 rows itself (the AVX-512 one converts in its loads).
+template <class Cvt, class Kernel, bool RawF16 = false>
 inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const Kernel& kernel) {
   const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
   std::vector<float> scores(static_cast<size_t>(a.max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim)),
@@ -118,6 +119,15 @@ inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const K
     const int64_t n_keys = sq.pos0 + (row - sq.first_row) + 1;
     const BlockMap map(sq.block_table, c.block_size);
     const bool single = sq.n_tokens == 1;
+    if constexpr (RawF16) {
+      if (c.type == ops::KvType::F16) {
+        const KvRowsRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, kv_stride, map};
+        const KvRowsRawF16 vr{static_cast<const uint16_t*>(c.v) + kv_off, kv_stride, map};
+        kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
+               tmp.data(), a.out + item * a.head_dim);
+        continue;
+      }
+    }
     if (c.type == ops::KvType::F16) {
       const KvRowsF16<Cvt> kr{static_cast<const uint16_t*>(c.k) + kv_off, kv_stride, map, a.head_dim};
       const KvRowsF16<Cvt> vr{static_cast<const uint16_t*>(c.v) + kv_off, kv_stride, map, a.head_dim};
@@ -159,17 +169,23 @@ HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
 // lane's keys j = l, l + n_lanes, ... in order, but runs lane by lane with the
 // accumulators in registers (lanes are independent); the final lane sums are sum16
 // done vertically, 16 output elements at a time.
+HEARTH_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+// An f16 cache row, converted in the load (exact, so the same roundings as f32 rows).
+HEARTH_AVX512 inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 template <class K, class V>
 HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vrow, int64_t n_keys, int64_t head_dim,
                                      float scale, bool single_query, float* scores, float* acc, float* tmp,
                                      float* out) {
   float max_s = -INFINITY;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const float* kj = krow(j, tmp);
+    const auto* kj = krow(j, tmp);
     __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t i = 0; i < head_dim; i += 64) {
       for (int a = 0; a < 4; ++a) {
-        c[a] = _mm512_fmadd_ps(_mm512_loadu_ps(kj + i + 16 * a), _mm512_loadu_ps(q + i + 16 * a), c[a]);
+        c[a] = _mm512_fmadd_ps(load16(kj + i + 16 * a), _mm512_loadu_ps(q + i + 16 * a), c[a]);
       }
     }
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
@@ -188,9 +204,9 @@ HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vro
     for (int64_t l = 0; l < n_lanes; ++l) {
       __m512 r[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       for (int64_t j = l; j < n_keys; j += n_lanes) {
-        const float* vj = vrow(j, tmp) + d0;
+        const auto* vj = vrow(j, tmp) + d0;
         const __m512 p = _mm512_set1_ps(scores[j]);
-        for (int b = 0; b < 4; ++b) r[b] = _mm512_fmadd_ps(_mm512_loadu_ps(vj + 16 * b), p, r[b]);
+        for (int b = 0; b < 4; ++b) r[b] = _mm512_fmadd_ps(load16(vj + 16 * b), p, r[b]);
       }
       for (int b = 0; b < 4; ++b) _mm512_storeu_ps(acc + l * head_dim + d0 + 16 * b, r[b]);
     }
@@ -225,7 +241,7 @@ struct Avx512Attend {
 HEARTH_AVX512 __attribute__((flatten)) void attend_rows_avx512(const AttendArgs& a, int64_t begin, int64_t end) {
 #if defined(__x86_64__)
   if (a.head_dim % 64 == 0) {
-    attend_rows<CvtF16C>(a, begin, end, Avx512Attend{});
+    attend_rows<CvtF16C, Avx512Attend, true>(a, begin, end, Avx512Attend{});
     return;
   }
 #endif
@@ -362,7 +378,8 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   // One (query row, head) pair per work item, each the reference math (ggml_order.h)
   // compiled for AVX2+FMA where the CPU has them: same roundings, vectorised.
   const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
-  if (cache.type == ops::KvType::F16) {
+  const bool f16_in_kernel = simd_ok_ && avx512_ok() && head_dim % 64 == 0;
+  if (cache.type == ops::KvType::F16 && !f16_in_kernel) {
     // Each sequence's keys and values are converted to f32 once (block by block, in
     // parallel) and attended there: converting inside the work items would repeat it
     // for every query row and head (prefill of n tokens: n x n_head times).

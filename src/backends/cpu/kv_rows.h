@@ -30,6 +30,14 @@ struct KvRowsF32 {
   const float* operator()(int64_t j, float*) const { return base + map.row(j) * stride; }
 };
 
+// f16 cache, raw: for kernels that convert as they load.
+struct KvRowsRawF16 {
+  const uint16_t* base;
+  int64_t stride;
+  BlockMap map;
+  const uint16_t* operator()(int64_t j, float*) const { return base + map.row(j) * stride; }
+};
+
 // Plain f16 -> f32 row conversion.
 struct CvtPlain {
   static void run(const uint16_t* src, float* dst, int64_t n) { f16_to_f32_row(src, dst, n); }
