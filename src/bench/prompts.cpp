@@ -118,12 +118,18 @@ std::string tool_definition(Rng& r, const char* name, uint64_t seed, int64_t wor
 
 }  // namespace
 
-AgentScript::AgentScript(uint64_t seed, int64_t system_words) : seed_(seed) {
+AgentScript::AgentScript(uint64_t seed, int64_t system_tokens, const Calibration& cal) : seed_(seed) {
   Rng r(seed);
-  system_ = "You are a coding agent. " + make_text(mix_seed(seed, 1), std::max<int64_t>(8, system_words / 4)) +
+  // A quarter introduction, the rest tools of about 150 tokens each; the JSON
+  // skeleton of one tool definition is about 70 tokens.
+  const double tpw = std::max(0.2, cal.tokens_per_word);
+  const auto n_tools = static_cast<size_t>(std::clamp<int64_t>(system_tokens * 3 / 4 / 150, 2, kToolNames.size()));
+  const auto intro_words = static_cast<int64_t>(static_cast<double>(system_tokens) / 4 / tpw);
+  const double tool_tokens = static_cast<double>(system_tokens) * 3 / 4 / static_cast<double>(n_tools) - 70;
+  const int64_t per_tool = std::max<int64_t>(6, static_cast<int64_t>(tool_tokens / tpw));
+  system_ = "You are a coding agent. " + make_text(mix_seed(seed, 1), std::max<int64_t>(8, intro_words)) +
             "\n\nYou can call these tools; answer with one JSON tool call per turn.\n";
-  const int64_t per_tool = std::max<int64_t>(6, (system_words * 3 / 4) / static_cast<int64_t>(kToolNames.size()) - 20);
-  for (size_t i = 0; i < kToolNames.size(); ++i)
+  for (size_t i = 0; i < n_tools; ++i)
     system_ += tool_definition(r, kToolNames[i], mix_seed(seed, 2, i), per_tool) + "\n";
 }
 
@@ -131,15 +137,17 @@ json AgentScript::messages(int turn) const {
   json m = json::array({json{{"role", "system"}, {"content", system_}}});
   for (int t = 0; t <= turn; ++t) {
     const uint64_t s = mix_seed(seed_, 3, static_cast<uint64_t>(t));
-    m.push_back({{"role", "user"}, {"content", (t == 0 ? "Task: " : "Next: ") + make_text(s, 24)}});
+    m.push_back({{"role", "user"},
+                 {"content", (t == 0 ? "Task: " : "Next: ") + make_text(s, 24) + " Explain your next step in a few sentences."}});
     if (t == turn) break;
     // The assistant's tool call (scripted, so every target sees the same
-    // conversation) and the tool's result.
+    // conversation) and the tool's result. The call is also in the content, as
+    // text, for chat templates that drop tool_calls.
     const char* tool = kToolNames[static_cast<size_t>(t) % kToolNames.size()];
     const std::string call_id = "call_" + std::to_string(t);
     json args = {{"path", "src/module_" + std::to_string(t) + ".cpp"}, {"limit", 40}};
     m.push_back({{"role", "assistant"},
-                 {"content", ""},
+                 {"content", json{{"name", tool}, {"arguments", args}}.dump()},
                  {"tool_calls", json::array({{{"id", call_id},
                                               {"type", "function"},
                                               {"function", {{"name", tool}, {"arguments", args.dump()}}}}})}});

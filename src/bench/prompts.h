@@ -42,12 +42,12 @@ struct Calibration {
 // Fits the model to two measurements (words, prompt_tokens).
 Calibration fit_calibration(int64_t w0, int64_t p0, int64_t w1, int64_t p1);
 
-// The agent conversation: a system prompt with `n_tools` tool definitions
-// (about `system_words` words in all), then per turn a user message; between
-// turns an assistant tool call and its tool result are appended.
+// The agent conversation: a system prompt of about `system_tokens` tokens (an
+// introduction, then tool definitions as JSON), then per turn a user message;
+// between turns an assistant tool call and its tool result are appended.
 class AgentScript {
  public:
-  AgentScript(uint64_t seed, int64_t system_words);
+  AgentScript(uint64_t seed, int64_t system_tokens, const Calibration& cal);
   // The conversation as sent at turn `turn` (0-based): everything before it plus
   // the turn's user message.
   nlohmann::json messages(int turn) const;

@@ -43,7 +43,7 @@ json sample_json(const Sample& s) {
 
 std::string fmt(double v) {
   char b[64];
-  if (std::fabs(v) >= 100) std::snprintf(b, sizeof b, "%.0f", v);
+  if (std::fabs(v) >= 100 || v == std::floor(v)) std::snprintf(b, sizeof b, "%.0f", v);
   else if (std::fabs(v) >= 10) std::snprintf(b, sizeof b, "%.1f", v);
   else std::snprintf(b, sizeof b, "%.2f", v);
   return b;
@@ -55,7 +55,7 @@ std::string cell(const SummaryRow& row, const std::string& metric, bool range = 
   if (it == row.metrics.end() || it->second.n == 0) return "-";
   const Stat& s = it->second;
   std::string c = fmt(s.median);
-  if (range && s.n > 1) c += " (" + fmt(s.min) + "-" + fmt(s.max) + ")";
+  if (range && s.n > 1 && s.min != s.max) c += " (" + fmt(s.min) + "-" + fmt(s.max) + ")";
   if (!row.trusted && is_speed_metric(metric)) c = "untrusted: " + c;
   return c;
 }
@@ -130,7 +130,7 @@ json results_json(const BenchResults& res, const std::string& command_line) {
     json m = json::object();
     for (const auto& [k, s] : r.metrics) m[k] = stat_json(s);
     j["summary"].push_back({{"scenario", r.scenario}, {"target", r.target}, {"x", r.x}, {"requests", r.requests},
-                            {"failed", r.failed}, {"truncated", r.truncated}, {"trusted", r.trusted},
+                            {"failed", r.failed}, {"truncated", r.truncated}, {"without_tokens", r.empty}, {"trusted", r.trusted},
                             {"flags", r.flags}, {"flag_reasons", r.reasons}, {"errors", r.errors}, {"metrics", m}});
   }
   j["groups"] = json::array();
@@ -144,6 +144,13 @@ json results_json(const BenchResults& res, const std::string& command_line) {
   for (const Sample& s : res.samples) j["samples"].push_back(sample_json(s));
   return j;
 }
+
+namespace {
+Chart chart_of(const BenchResults& res, const std::vector<SummaryRow>& rows, const std::string& scenario,
+               const std::string& metric, bool x_is_prompt_tokens, const std::string& title,
+               const std::string& x_label, const std::string& y_label);
+}  // namespace
+std::vector<std::pair<std::string, std::string>> charts(const BenchResults& res);
 
 std::string report_markdown(const BenchResults& res, const std::string& command_line) {
   const std::vector<SummaryRow> rows = summarize_rows(res);
@@ -185,7 +192,7 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
     for (auto& [m, h] : v.columns) md += std::string(" ") + h + " |";
     const bool ratio = res.targets.size() > 1;
     if (ratio) md += std::string(" ") + v.headline + " vs " + first + " |";
-    md += " failed |\n|---|---|";
+    md += " failed / requests |\n|---|---|";
     for (size_t i = 0; i < v.columns.size() + (ratio ? 2 : 1); ++i) md += "---|";
     md += "\n";
     for (const SummaryRow* r : sr) {
@@ -200,7 +207,15 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
         const double b = median_of(find_row(rows, v.name, first, r->x), v.headline);
         md += a > 0 && b > 0 ? " " + fmt(a / b) + "x |" : " - |";
       }
-      md += " " + std::to_string(r->failed) + "/" + std::to_string(r->requests);
+      md += ' ';
+      md += std::to_string(r->failed);
+      md += '/';
+      md += std::to_string(r->requests);
+      if (r->empty > 0) {
+        md += ", ";
+        md += std::to_string(r->empty);
+        md += " without tokens";
+      }
       if (!r->errors.empty()) {
         md += " (";
         md += r->errors.front();
@@ -209,9 +224,9 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
       md += " |\n";
     }
   }
-  md += "\n## Charts\n\n";
-  for (const char* f : {"concurrency.svg", "prefill_ttft.svg", "decode_vs_input.svg", "agent_ttft.svg"})
-    md += std::string("![") + f + "](" + f + ")\n";
+  const auto cs = charts(res);
+  if (!cs.empty()) md += "\n## Charts\n\n";
+  for (const auto& c : cs) md += "![" + c.first + "](" + c.first + ")\n";
   return md;
 }
 
@@ -239,6 +254,26 @@ Chart chart_of(const BenchResults& res, const std::vector<SummaryRow>& rows, con
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> charts(const BenchResults& res) {
+  const std::vector<SummaryRow> rows = summarize_rows(res);
+  const auto ran = [&](const char* sc) {
+    return std::any_of(rows.begin(), rows.end(), [&](const SummaryRow& r) { return r.scenario == sc; });
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto add = [&](const char* name, const Chart& c) {
+    if (std::string svg = render_svg(c); !svg.empty()) out.emplace_back(name, std::move(svg));
+  };
+  add("concurrency.svg", chart_of(res, rows, "concurrency", "aggregate_tps", false,
+                                  "Aggregate tokens/s vs concurrent streams", "concurrent streams", "aggregate tokens/s"));
+  add("prefill_ttft.svg", chart_of(res, rows, ran("prefill") ? "prefill" : "single", "ttft_ms", true,
+                                   "Time to first token vs prompt length", "prompt tokens", "TTFT (ms)"));
+  add("decode_vs_input.svg", chart_of(res, rows, ran("decode-vs-input") ? "decode-vs-input" : "single", "decode_tps",
+                                      true, "Decode speed vs prompt length", "prompt tokens", "decode-only tokens/s"));
+  add("agent_ttft.svg", chart_of(res, rows, "agent", "ttft_ms", false, "Time to first token per agent turn", "turn",
+                                 "TTFT (ms)"));
+  return out;
+}
+
 std::vector<std::string> write_outputs(const BenchResults& res, const std::string& dir,
                                        const std::string& command_line) {
   std::error_code ec;
@@ -255,21 +290,7 @@ std::vector<std::string> write_outputs(const BenchResults& res, const std::strin
   };
   write("results.json", results_json(res, command_line).dump(1) + "\n");
   write("report.md", report_markdown(res, command_line));
-  const std::vector<SummaryRow> rows = summarize_rows(res);
-  write("concurrency.svg", render_svg(chart_of(res, rows, "concurrency", "aggregate_tps", false,
-                                               "Aggregate tokens/s vs concurrent streams", "concurrent streams",
-                                               "aggregate tokens/s")));
-  const auto ran = [&](const char* sc) {
-    return std::any_of(rows.begin(), rows.end(), [&](const SummaryRow& r) { return r.scenario == sc; });
-  };
-  write("prefill_ttft.svg", render_svg(chart_of(res, rows, ran("prefill") ? "prefill" : "single", "ttft_ms",
-                                                true, "Time to first token vs prompt length", "prompt tokens",
-                                                "TTFT (ms)")));
-  write("decode_vs_input.svg", render_svg(chart_of(res, rows, ran("decode-vs-input") ? "decode-vs-input" : "single", "decode_tps", true,
-                                                   "Decode speed vs prompt length", "prompt tokens",
-                                                   "decode-only tokens/s")));
-  write("agent_ttft.svg", render_svg(chart_of(res, rows, "agent", "ttft_ms", false, "Time to first token per agent turn",
-                                              "turn", "TTFT (ms)")));
+  for (const auto& [name, svg] : charts(res)) write(name, svg);
   return written;
 }
 

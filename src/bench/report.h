@@ -17,6 +17,8 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
 // Error when it cannot. Returns the files written.
 std::vector<std::string> write_outputs(const BenchResults& res, const std::string& dir,
                                        const std::string& command_line);
+// The charts that have data: (file name, SVG document).
+std::vector<std::pair<std::string, std::string>> charts(const BenchResults& res);
 // The terminal summary: one row per target with the headline figures.
 std::string summary_table(const BenchResults& res);
 

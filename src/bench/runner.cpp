@@ -160,10 +160,10 @@ void Runner::run_step(const Step& s, Target& t) {
     res_.groups.push_back(alone);
     res_.groups.push_back(pair);
   } else if (s.scenario == "agent") {
-    const int64_t sys_words = t.calibration.words_for(o_.agent_system_tokens);
-    const AgentScript script(mix_seed(o_.seed, sid, static_cast<uint64_t>(s.rep)), sys_words);
+    const AgentScript script(mix_seed(o_.seed, sid, static_cast<uint64_t>(s.rep)), o_.agent_system_tokens,
+                             t.calibration);
     res_.groups.push_back(run_group(s, t, {body(t, script.messages(static_cast<int>(x)), o_.max_tokens)},
-                                    {sys_words}, ""));
+                                    {0}, ""));
   }
 }
 

@@ -42,6 +42,7 @@ std::vector<SummaryRow> summarize_rows(const BenchResults& res) {
             add_unique(row.errors, r.error);
             continue;
           }
+          if (r.chunks == 0) ++row.empty;
           for (Flag f : trust_flags(r)) ++row.flags[flag_name(f)];
           for (const std::string& why : trust_issues(r)) add_unique(row.reasons, why, 3);
           if (s.role == "alone") continue;  // `double`: the reference request only feeds the speedup

@@ -16,6 +16,7 @@ struct SummaryRow {
   std::string scenario, target;
   double x = 0;
   int requests = 0, failed = 0, truncated = 0;
+  int empty = 0;                        // succeeded without a single streamed token
   bool trusted = true;
   std::map<std::string, int> flags;     // flag name -> requests flagged
   std::vector<std::string> reasons;     // distinct reasons, first few
