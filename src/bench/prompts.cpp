@@ -151,7 +151,7 @@ json AgentScript::messages(int turn) const {
                  {"tool_calls", json::array({{{"id", call_id},
                                               {"type", "function"},
                                               {"function", {{"name", tool}, {"arguments", args.dump()}}}}})}});
-    m.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", make_text(mix_seed(s, 4), 60)}});
+    m.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", make_text(mix_seed(s, 4), 40)}});
   }
   return m;
 }

@@ -107,8 +107,8 @@ void bench_main(const BenchCli& c, CLI::App* cmd) {
     if (!given("--max-tokens")) o.max_tokens = 16;
     if (!given("--lengths")) o.lengths = {64, 256};
     if (!given("--concurrency")) o.concurrency = {1, 2};
-    if (!given("--agent-turns")) o.agent_turns = 4;
-    if (!given("--agent-system-tokens")) o.agent_system_tokens = 300;
+    if (!given("--agent-turns")) o.agent_turns = 3;
+    if (!given("--agent-system-tokens")) o.agent_system_tokens = 160;
   }
   if (!c.lengths.empty()) o.lengths = parse_list<int64_t>(c.lengths, "--lengths", 1, 10'000'000);
   if (!c.concurrency.empty()) o.concurrency = parse_list<int>(c.concurrency, "--concurrency", 1, 1024);
@@ -236,7 +236,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--launch-timeout", c->launch_timeout, "Seconds to wait for a launched server")->default_val(300);
   cmd->add_option("--request-timeout", c->request_timeout, "Seconds before a request is abandoned")->default_val(600);
   cmd->add_flag("--quick", c->quick,
-                "Small run: reps 2, max-tokens 16, lengths 64,256, concurrency 1,2, 4 agent turns (explicit options win)");
+                "Small run: reps 2, max-tokens 16, lengths 64,256, concurrency 1,2, 3 agent turns of a 160-token system prompt (explicit options win)");
   cmd->callback([c, cmd]() { bench_main(*c, cmd); });
 }
 
