@@ -13,5 +13,6 @@ void add_template_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace hearth::cli

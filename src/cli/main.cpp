@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   hearth::cli::add_run_command(app);
   hearth::cli::add_serve_command(app);
+  hearth::cli::add_bench_command(app);
   hearth::cli::add_inspect_command(app);
   hearth::cli::add_tokenize_command(app);
   hearth::cli::add_template_command(app);

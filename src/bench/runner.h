@@ -1,0 +1,83 @@
+// The scenarios of `hearth bench` and the loop that runs them over every target,
+// interleaved (each step runs on every target in turn, the order rotating with
+// the repetition) so that drift on the machine hits all targets alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/metrics.h"
+#include "bench/prompts.h"
+#include "bench/sse_client.h"
+
+namespace hearth::bench {
+
+inline const std::vector<std::string>& all_scenarios() {
+  static const std::vector<std::string> s = {"single", "prefill", "decode-vs-input", "double", "concurrency", "agent"};
+  return s;
+}
+
+struct BenchOptions {
+  std::vector<std::string> scenarios = all_scenarios();
+  int reps = 5;
+  int max_tokens = 128;
+  std::vector<int64_t> lengths = {100, 500, 1000, 2000, 4000, 8000};
+  std::vector<int> concurrency = {1, 2, 4, 8};
+  std::string model;            // "" : the first id of each target's /v1/models
+  uint64_t seed = 42;
+  int agent_turns = 8;
+  int64_t agent_system_tokens = 1500;
+  double request_timeout_s = 600;
+  bool progress = true;         // a progress line on stderr
+};
+
+struct Target {
+  std::string name;
+  std::string url;
+  Endpoint endpoint;
+  std::string model;
+  std::string launch_command;  // non-empty when we started it
+  Calibration calibration;
+  bool calibrated = false;     // from the server's usage (else a default guess)
+  std::string error;           // why the target could not run at all ("" : it ran)
+  std::vector<std::string> notes;
+};
+
+// One request as sent and observed.
+struct Sample {
+  std::string scenario, target;
+  double x = 0;       // length asked for / concurrency / agent turn
+  int rep = 0;
+  int group = 0;      // requests released together share a group number
+  std::string role;   // "" ; in `double`: "alone" or "pair"
+  int64_t words = 0;  // prompt size in words
+  RequestResult r;
+};
+
+// What a group of requests released together measured.
+struct GroupResult {
+  std::string scenario, target;
+  double x = 0;
+  int rep = 0;
+  int group = 0;
+  int n = 0, n_failed = 0;
+  double aggregate_tps = -1;  // -1: not measurable
+  double speedup = -1;        // `double` only: pair aggregate / alone wall tok/s
+};
+
+struct BenchResults {
+  BenchOptions options;
+  std::vector<Target> targets;
+  std::vector<Sample> samples;
+  std::vector<GroupResult> groups;
+  double wall_s = 0;
+};
+
+// Resolves models, calibrates prompt lengths and runs the scenarios. Targets
+// that fail to resolve or calibrate get `error` set and are skipped; failures of
+// single requests are recorded in their samples. Never throws for a target's
+// failure.
+BenchResults run_bench(std::vector<Target> targets, const BenchOptions& o);
+
+}  // namespace hearth::bench

@@ -1,0 +1,61 @@
+// A minimal OpenAI-compatible streaming client on httplib::Client: posts a chat
+// completion with stream + stream_options.include_usage and timestamps every
+// server-sent event as its bytes arrive (steady clock).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/metrics.h"
+
+namespace hearth::bench {
+
+using Clock = std::chrono::steady_clock;
+
+// Where a target lives: "http://host:port" plus an optional path prefix; a
+// trailing "/v1" in the URL given by the user is dropped (we add it).
+struct Endpoint {
+  std::string origin;  // scheme://host:port
+  std::string prefix;  // "" or "/some/path" (no trailing slash)
+  std::string api_key;
+};
+
+// Parses "http://host[:port][/prefix]"; throws Error naming `what` otherwise.
+Endpoint parse_endpoint(const std::string& url, const std::string& what);
+
+// Splits a buffer of server-sent-event bytes into the "data:" payloads of its
+// complete events; what is left (an incomplete event) stays in `buffer`.
+std::vector<std::string> take_sse_events(std::string& buffer);
+
+// Applies one streamed event's payload to `r` (arrival time `t`): text deltas,
+// usage, finish reason, error objects. Returns true on "[DONE]".
+bool apply_event(const std::string& payload, double t, RequestResult& r);
+
+class StreamClient {
+ public:
+  StreamClient(Endpoint ep, Clock::time_point epoch, double timeout_s = 600)
+      : ep_(std::move(ep)), epoch_(epoch), timeout_s_(timeout_s) {}
+
+  // Posts `body` (a chat completion request; stream options are set here) and
+  // returns what was observed. Never throws: failures land in `error`.
+  RequestResult chat(nlohmann::json body) const;
+
+  // GET path; returns the HTTP status (0: no connection) and fills body / error.
+  int get(const std::string& path, std::string& body, std::string& error, double timeout_s = 5) const;
+
+  // The model ids of GET /v1/models; throws Error with a message naming the problem.
+  std::vector<std::string> models() const;
+
+  const Endpoint& endpoint() const { return ep_; }
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
+  Endpoint ep_;
+  Clock::time_point epoch_;
+  double timeout_s_;
+};
+
+}  // namespace hearth::bench

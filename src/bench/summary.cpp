@@ -1,0 +1,106 @@
+#include "bench/summary.h"
+
+#include <algorithm>
+#include <set>
+
+namespace hearth::bench {
+
+namespace {
+
+void add_unique(std::vector<std::string>& v, const std::string& s, size_t cap = 4) {
+  if (v.size() < cap && std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+}
+
+}  // namespace
+
+bool is_speed_metric(const std::string& m) {
+  return m == "decode_tps" || m == "wall_tps" || m == "aggregate_tps" || m == "speedup" || m == "itl_p50_ms" ||
+         m == "itl_p99_ms";
+}
+
+std::vector<SummaryRow> summarize_rows(const BenchResults& res) {
+  // Keys in plan order: scenario order, then x ascending, then target order.
+  std::vector<SummaryRow> rows;
+  for (const std::string& sc : all_scenarios()) {
+    std::set<double> xs;
+    for (const Sample& s : res.samples)
+      if (s.scenario == sc) xs.insert(s.x);
+    for (double x : xs) {
+      for (const Target& t : res.targets) {
+        SummaryRow row;
+        row.scenario = sc;
+        row.target = t.name;
+        row.x = x;
+        std::map<std::string, std::vector<double>> v;
+        for (const Sample& s : res.samples) {
+          if (s.scenario != sc || s.target != t.name || s.x != x) continue;
+          const RequestResult& r = s.r;
+          ++row.requests;
+          if (!r.ok) {
+            ++row.failed;
+            if (r.truncated) ++row.truncated;
+            add_unique(row.errors, r.error);
+            continue;
+          }
+          if (r.chunks == 0) ++row.empty;
+          for (Flag f : trust_flags(r)) ++row.flags[flag_name(f)];
+          for (const std::string& why : trust_issues(r)) add_unique(row.reasons, why, 3);
+          if (s.role == "alone") continue;  // `double`: the reference request only feeds the speedup
+          if (auto a = ttft(r)) v["ttft_ms"].push_back(*a * 1000);
+          if (auto a = decode_tps(r)) v["decode_tps"].push_back(*a);
+          if (auto a = wall_tps(r)) v["wall_tps"].push_back(*a);
+          const std::vector<double> itl = inter_token_latencies(r);
+          if (!itl.empty()) {
+            v["itl_p50_ms"].push_back(percentile(itl, 50) * 1000);
+            v["itl_p99_ms"].push_back(percentile(itl, 99) * 1000);
+          }
+          if (r.prompt_tokens >= 0) v["prompt_tokens"].push_back(static_cast<double>(r.prompt_tokens));
+          if (r.cached_tokens >= 0) v["cached_tokens"].push_back(static_cast<double>(r.cached_tokens));
+          v["completion_tokens"].push_back(static_cast<double>(completion_tokens(r)));
+        }
+        if (row.requests == 0) continue;
+        for (const GroupResult& g : res.groups) {
+          if (g.scenario != sc || g.target != t.name || g.x != x) continue;
+          if (g.aggregate_tps > 0 && g.n_failed == 0 && !(sc == "double" && g.n == 1))
+            v["aggregate_tps"].push_back(g.aggregate_tps);
+          if (g.speedup > 0) v["speedup"].push_back(g.speedup);
+        }
+        row.trusted = row.flags.empty();
+        for (auto& [k, vals] : v) row.metrics[k] = summarize(vals);
+        rows.push_back(std::move(row));
+      }
+    }
+  }
+  return rows;
+}
+
+std::vector<TargetSummary> summarize_targets(const BenchResults& res) {
+  std::vector<TargetSummary> out;
+  for (const Target& t : res.targets) {
+    TargetSummary ts;
+    ts.name = t.name;
+    for (const Sample& s : res.samples) {
+      if (s.target != t.name) continue;
+      ++ts.requests;
+      if (!s.r.ok) {
+        ++ts.failed;
+        if (s.r.truncated) ++ts.truncated;
+        continue;
+      }
+      for (Flag f : trust_flags(s.r)) ++ts.flags[flag_name(f)];
+      for (const std::string& why : trust_issues(s.r)) add_unique(ts.reasons, why, 3);
+    }
+    ts.trusted = ts.flags.empty();
+    out.push_back(std::move(ts));
+  }
+  return out;
+}
+
+const SummaryRow* find_row(const std::vector<SummaryRow>& rows, const std::string& scenario,
+                           const std::string& target, double x) {
+  for (const SummaryRow& r : rows)
+    if (r.scenario == scenario && r.target == target && r.x == x) return &r;
+  return nullptr;
+}
+
+}  // namespace hearth::bench
