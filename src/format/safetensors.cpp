@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -24,17 +23,20 @@ struct DTypeRow {
   size_t size;
 };
 constexpr DTypeRow kDTypes[] = {
-    {"F64", DType::kF64, 8}, {"F32", DType::kF32, 4}, {"F16", DType::kF16, 2}, {"BF16", DType::kBF16, 2},
-    {"I64", DType::kI64, 8}, {"I32", DType::kI32, 4}, {"I16", DType::kI16, 2}, {"I8", DType::kI8, 1},
-    {"U8", DType::kU8, 1},   {"BOOL", DType::kBool, 1},
+    {"F64", DType::kF64, 8},   {"F32", DType::kF32, 4}, {"F16", DType::kF16, 2},
+    {"BF16", DType::kBF16, 2}, {"I64", DType::kI64, 8}, {"I32", DType::kI32, 4},
+    {"I16", DType::kI16, 2},   {"I8", DType::kI8, 1},   {"U8", DType::kU8, 1},
+    {"BOOL", DType::kBool, 1},
 };
 
 uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 uint32_t load_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
-uint64_t load_u64(const uint8_t* p) { return load_u32(p) | (static_cast<uint64_t>(load_u32(p + 4)) << 32); }
+uint64_t load_u64(const uint8_t* p) {
+  return load_u32(p) | (static_cast<uint64_t>(load_u32(p + 4)) << 32);
+}
 
 }  // namespace
 
@@ -82,13 +84,16 @@ File File::parse(const uint8_t* bytes, size_t size, const std::string& label) {
 }
 
 void File::parse_header(const uint8_t* bytes, size_t size) {
-  auto bad = [&](const std::string& msg) { fail(ErrorKind::kInvalidInput, "safetensors", label_ + ": " + msg); };
-  if (size < 8) bad("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
+  auto bad = [&](const std::string& msg) {
+    fail(ErrorKind::kInvalidInput, "safetensors", label_ + ": " + msg);
+  };
+  if (size < 8)
+    bad("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
   const uint64_t n = load_u64(bytes);
   if (n > kMaxHeader) bad("header length " + std::to_string(n) + " exceeds the 100 MiB limit");
   if (n > size - 8)
-    bad("header length " + std::to_string(n) + " extends past the end of the file (" + std::to_string(size) +
-        " bytes)");
+    bad("header length " + std::to_string(n) + " extends past the end of the file (" +
+        std::to_string(size) + " bytes)");
   const uint8_t* data = bytes + 8 + n;
   const uint64_t data_size = size - 8 - n;
   nlohmann::json j;
@@ -115,14 +120,16 @@ void File::parse_header(const uint8_t* bytes, size_t size) {
     t.name = name;
     auto dt = v.find("dtype");
     if (dt == v.end() || !dt->is_string()) tbad("missing or non-string dtype");
-    if (!parse_dtype(dt->get<std::string>(), &t.dtype)) tbad("unknown dtype '" + dt->get<std::string>() + "'");
+    if (!parse_dtype(dt->get<std::string>(), &t.dtype))
+      tbad("unknown dtype '" + dt->get<std::string>() + "'");
     auto sh = v.find("shape");
     if (sh == v.end() || !sh->is_array()) tbad("missing or non-array shape");
     if (sh->size() > 8) tbad("more than 8 dimensions");
     // Element count with overflow checks: every factor fits and the byte size stays < 2^62.
     uint64_t numel = 1;
     for (const auto& d : *sh) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) tbad("shape entries must be non-negative integers");
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        tbad("shape entries must be non-negative integers");
       const uint64_t dim = d.get<uint64_t>();
       if (dim != 0 && numel > (uint64_t{1} << 62) / dim) tbad("shape too large");
       numel *= dim;
@@ -135,13 +142,14 @@ void File::parse_header(const uint8_t* bytes, size_t size) {
       tbad("data_offsets must be [begin, end] with non-negative integers");
     t.begin = (*off)[0].get<uint64_t>();
     t.end = (*off)[1].get<uint64_t>();
-    if (t.begin > t.end) tbad("data_offsets begin " + std::to_string(t.begin) + " > end " + std::to_string(t.end));
+    if (t.begin > t.end)
+      tbad("data_offsets begin " + std::to_string(t.begin) + " > end " + std::to_string(t.end));
     if (t.end > data_size)
       tbad("data_offsets end " + std::to_string(t.end) + " extends past the data region (" +
            std::to_string(data_size) + " bytes)");
     if (t.end - t.begin != numel * dtype_size(t.dtype))
-      tbad("data_offsets span " + std::to_string(t.end - t.begin) + " bytes but shape and dtype need " +
-           std::to_string(numel * dtype_size(t.dtype)));
+      tbad("data_offsets span " + std::to_string(t.end - t.begin) +
+           " bytes but shape and dtype need " + std::to_string(numel * dtype_size(t.dtype)));
     t.data = data + t.begin;
     index_[name] = tensors_.size();
     tensors_.push_back(std::move(t));
@@ -149,7 +157,8 @@ void File::parse_header(const uint8_t* bytes, size_t size) {
   // No two tensors may share bytes.
   std::vector<const TensorInfo*> order;
   for (const auto& t : tensors_) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
+  std::sort(order.begin(), order.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
   for (size_t i = 1; i < order.size(); ++i)
     if (order[i]->begin < order[i - 1]->end)
       bad("tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap");
@@ -188,7 +197,8 @@ std::vector<double> File::to_f64(const TensorInfo& t) const {
       break;
     default:
       fail(ErrorKind::kUnsupported, "safetensors",
-           label_ + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + ", not a floating-point type");
+           label_ + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
+               ", not a floating-point type");
   }
   return out;
 }

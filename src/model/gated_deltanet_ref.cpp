@@ -17,24 +17,27 @@ double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 }  // namespace
 
 template <typename T>
-void causal_conv1d_silu(const T* x, int64_t n_tokens, int64_t channels, const T* w, int64_t kernel, T* state,
-                        T* out) {
+void causal_conv1d_silu(const T* x, int64_t n_tokens, int64_t channels, const T* w, int64_t kernel,
+                        T* state, T* out) {
   const int64_t hist = kernel - 1;
   // Input row r of the state-prefixed sequence: r < hist is state[r], else x[r - hist].
   auto in = [&](int64_t r, int64_t c) -> double {
-    return r < hist ? static_cast<double>(state[r * channels + c]) : static_cast<double>(x[(r - hist) * channels + c]);
+    return r < hist ? static_cast<double>(state[r * channels + c])
+                    : static_cast<double>(x[(r - hist) * channels + c]);
   };
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t c = 0; c < channels; ++c) {
       double acc = 0.0;
-      for (int64_t i = 0; i < kernel; ++i) acc += static_cast<double>(w[c * kernel + i]) * in(t + i, c);
+      for (int64_t i = 0; i < kernel; ++i)
+        acc += static_cast<double>(w[c * kernel + i]) * in(t + i, c);
       out[t * channels + c] = static_cast<T>(silu(acc));
     }
   }
   // New state: the last hist rows of the prefixed sequence (length hist + n_tokens).
   std::vector<T> next(static_cast<size_t>(hist * channels));
   for (int64_t r = 0; r < hist; ++r)
-    for (int64_t c = 0; c < channels; ++c) next[r * channels + c] = static_cast<T>(in(n_tokens + r, c));
+    for (int64_t c = 0; c < channels; ++c)
+      next[r * channels + c] = static_cast<T>(in(n_tokens + r, c));
   for (size_t i = 0; i < next.size(); ++i) state[i] = next[i];
 }
 
@@ -57,8 +60,8 @@ void prepare_qk(const GdnDims& d, int64_t n_tokens, T* q, T* k) {
 }
 
 template <typename T>
-void gdn_gates(const GdnDims& d, int64_t n_tokens, const T* a, const T* b, const T* a_log, const T* dt_bias, T* g,
-               T* beta) {
+void gdn_gates(const GdnDims& d, int64_t n_tokens, const T* a, const T* b, const T* a_log,
+               const T* dt_bias, T* g, T* beta) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t h = 0; h < d.n_v_heads; ++h) {
       const int64_t i = t * d.n_v_heads + h;
@@ -70,8 +73,8 @@ void gdn_gates(const GdnDims& d, int64_t n_tokens, const T* a, const T* b, const
 }
 
 template <typename T>
-void gdn_recurrent_step(const GdnDims& d, const T* q, const T* k, const T* v, const T* g, const T* beta, T* state,
-                        T* o) {
+void gdn_recurrent_step(const GdnDims& d, const T* q, const T* k, const T* v, const T* g,
+                        const T* beta, T* state, T* o) {
   const int64_t dk = d.d_k, dv = d.d_v;
   std::vector<double> delta(static_cast<size_t>(dv));
   for (int64_t h = 0; h < d.n_v_heads; ++h) {
@@ -88,7 +91,8 @@ void gdn_recurrent_step(const GdnDims& d, const T* q, const T* k, const T* v, co
       delta[j] = static_cast<double>(beta[h]) * (static_cast<double>(vh[j]) - mem);
     }
     for (int64_t i = 0; i < dk; ++i)
-      for (int64_t j = 0; j < dv; ++j) S[i * dv + j] = static_cast<T>(S[i * dv + j] + kh[i] * delta[j]);
+      for (int64_t j = 0; j < dv; ++j)
+        S[i * dv + j] = static_cast<T>(S[i * dv + j] + kh[i] * delta[j]);
     for (int64_t j = 0; j < dv; ++j) {
       double acc = 0.0;
       for (int64_t i = 0; i < dk; ++i) acc += static_cast<double>(S[i * dv + j]) * qh[i];
@@ -98,17 +102,17 @@ void gdn_recurrent_step(const GdnDims& d, const T* q, const T* k, const T* v, co
 }
 
 template <typename T>
-void gdn_recurrent(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v, const T* g, const T* beta,
-                   T* state, T* o) {
+void gdn_recurrent(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v,
+                   const T* g, const T* beta, T* state, T* o) {
   const int64_t qk_row = d.key_dim(), v_row = d.value_dim(), hv = d.n_v_heads;
   for (int64_t t = 0; t < n_tokens; ++t)
-    gdn_recurrent_step(d, q + t * qk_row, k + t * qk_row, v + t * v_row, g + t * hv, beta + t * hv, state,
-                       o + t * v_row);
+    gdn_recurrent_step(d, q + t * qk_row, k + t * qk_row, v + t * v_row, g + t * hv, beta + t * hv,
+                       state, o + t * v_row);
 }
 
 template <typename T>
-void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v, const T* g, const T* beta,
-                 T* state, T* o, int64_t chunk) {
+void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v, const T* g,
+                 const T* beta, T* state, T* o, int64_t chunk) {
   const int64_t dk = d.d_k, dv = d.d_v, hv = d.n_v_heads;
   const int64_t qk_row = d.key_dim(), v_row = d.value_dim();
   std::vector<double> G, A, U, W, S0, u;
@@ -133,7 +137,8 @@ void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, con
       A.assign(static_cast<size_t>(L * L), 0.0);
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < i; ++j)
-          A[i * L + j] = static_cast<double>(beta[(c0 + i) * hv + h]) * kdot(i, j, false) * std::exp(G[i] - G[j]);
+          A[i * L + j] = static_cast<double>(beta[(c0 + i) * hv + h]) * kdot(i, j, false) *
+                         std::exp(G[i] - G[j]);
       // Forward substitution for (I + A) U = beta v and (I + A) W = beta exp(G) k.
       U.assign(static_cast<size_t>(L * dv), 0.0);
       W.assign(static_cast<size_t>(L * dk), 0.0);
@@ -179,7 +184,8 @@ void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, con
       for (int64_t x = 0; x < dk; ++x)
         for (int64_t y = 0; y < dv; ++y) {
           double s = std::exp(glast) * S0[x * dv + y];
-          for (int64_t j = 0; j < L; ++j) s += std::exp(glast - G[j]) * K(c0 + j, x) * u[j * dv + y];
+          for (int64_t j = 0; j < L; ++j)
+            s += std::exp(glast - G[j]) * K(c0 + j, x) * u[j * dv + y];
           S[x * dv + y] = static_cast<T>(s);
         }
     }
@@ -187,29 +193,34 @@ void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, con
 }
 
 template <typename T>
-void gated_rms_norm(const GdnDims& d, int64_t n_tokens, const T* x, const T* z, const T* w, double eps, T* y) {
+void gated_rms_norm(const GdnDims& d, int64_t n_tokens, const T* x, const T* z, const T* w,
+                    double eps, T* y) {
   const int64_t dv = d.d_v;
   for (int64_t r = 0; r < n_tokens * d.n_v_heads; ++r) {
     double ss = 0.0;
     for (int64_t j = 0; j < dv; ++j) ss += static_cast<double>(x[r * dv + j]) * x[r * dv + j];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dv) + eps);
     for (int64_t j = 0; j < dv; ++j)
-      y[r * dv + j] = static_cast<T>(static_cast<double>(x[r * dv + j]) * inv * static_cast<double>(w[j]) *
-                                     silu(static_cast<double>(z[r * dv + j])));
+      y[r * dv + j] =
+          static_cast<T>(static_cast<double>(x[r * dv + j]) * inv * static_cast<double>(w[j]) *
+                         silu(static_cast<double>(z[r * dv + j])));
   }
 }
 
-#define HEARTH_GDN_INSTANTIATE(T)                                                                                \
-  template void causal_conv1d_silu<T>(const T*, int64_t, int64_t, const T*, int64_t, T*, T*);                    \
-  template void l2_normalize<T>(T*, int64_t, double);                                                           \
-  template void prepare_qk<T>(const GdnDims&, int64_t, T*, T*);                                                  \
-  template void gdn_gates<T>(const GdnDims&, int64_t, const T*, const T*, const T*, const T*, T*, T*);           \
-  template void gdn_recurrent_step<T>(const GdnDims&, const T*, const T*, const T*, const T*, const T*, T*, T*); \
-  template void gdn_recurrent<T>(const GdnDims&, int64_t, const T*, const T*, const T*, const T*, const T*, T*,  \
-                                 T*);                                                                            \
-  template void gdn_chunked<T>(const GdnDims&, int64_t, const T*, const T*, const T*, const T*, const T*, T*, T*, \
-                               int64_t);                                                                         \
-  template void gated_rms_norm<T>(const GdnDims&, int64_t, const T*, const T*, const T*, double, T*);
+#define HEARTH_GDN_INSTANTIATE(T)                                                                 \
+  template void causal_conv1d_silu<T>(const T*, int64_t, int64_t, const T*, int64_t, T*, T*);     \
+  template void l2_normalize<T>(T*, int64_t, double);                                             \
+  template void prepare_qk<T>(const GdnDims&, int64_t, T*, T*);                                   \
+  template void gdn_gates<T>(const GdnDims&, int64_t, const T*, const T*, const T*, const T*, T*, \
+                             T*);                                                                 \
+  template void gdn_recurrent_step<T>(const GdnDims&, const T*, const T*, const T*, const T*,     \
+                                      const T*, T*, T*);                                          \
+  template void gdn_recurrent<T>(const GdnDims&, int64_t, const T*, const T*, const T*, const T*, \
+                                 const T*, T*, T*);                                               \
+  template void gdn_chunked<T>(const GdnDims&, int64_t, const T*, const T*, const T*, const T*,   \
+                               const T*, T*, T*, int64_t);                                        \
+  template void gated_rms_norm<T>(const GdnDims&, int64_t, const T*, const T*, const T*, double,  \
+                                  T*);
 
 HEARTH_GDN_INSTANTIATE(float)
 HEARTH_GDN_INSTANTIATE(double)

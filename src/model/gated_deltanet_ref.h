@@ -44,8 +44,8 @@ struct GdnDims {
 //   of a sequence); it is replaced by the last K-1 inputs. out: [T, C] (may not alias x).
 //   out[t][c] = silu(sum_i w[c][i] * in[t - (K-1) + i][c]) over the state-prefixed input.
 template <typename T>
-void causal_conv1d_silu(const T* x, int64_t n_tokens, int64_t channels, const T* w, int64_t kernel, T* state,
-                        T* out);
+void causal_conv1d_silu(const T* x, int64_t n_tokens, int64_t channels, const T* w, int64_t kernel,
+                        T* state, T* out);
 
 // (b) x <- x / sqrt(sum(x^2) + eps) over n values (HF/FLA l2norm, eps 1e-6).
 template <typename T>
@@ -59,19 +59,19 @@ void prepare_qk(const GdnDims& d, int64_t n_tokens, T* q, T* k);
 // g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b), per token and value head.
 // a, b: [T, Hv]; A_log, dt_bias: [Hv]; g, beta: [T, Hv]. softplus as torch (x > 20 -> x).
 template <typename T>
-void gdn_gates(const GdnDims& d, int64_t n_tokens, const T* a, const T* b, const T* a_log, const T* dt_bias, T* g,
-               T* beta);
+void gdn_gates(const GdnDims& d, int64_t n_tokens, const T* a, const T* b, const T* a_log,
+               const T* dt_bias, T* g, T* beta);
 
 // (c) One token of the recurrence for all value heads: q, k [Hk, dk] (prepared), v [Hv, dv],
 // g, beta [Hv]; S [Hv, dk, dv] updated in place; o [Hv, dv].
 template <typename T>
-void gdn_recurrent_step(const GdnDims& d, const T* q, const T* k, const T* v, const T* g, const T* beta, T* state,
-                        T* o);
+void gdn_recurrent_step(const GdnDims& d, const T* q, const T* k, const T* v, const T* g,
+                        const T* beta, T* state, T* o);
 
 // The recurrence over n_tokens tokens (decode path, or the oracle for the chunked form).
 template <typename T>
-void gdn_recurrent(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v, const T* g, const T* beta,
-                   T* state, T* o);
+void gdn_recurrent(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v,
+                   const T* g, const T* beta, T* state, T* o);
 
 // (d) Chunked (parallel) form, chunks of `chunk` tokens (64 in HF/FLA/llama.cpp); the last
 // chunk may be shorter (no padding needed). Same inputs, outputs and state update as
@@ -82,12 +82,13 @@ void gdn_recurrent(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, c
 //   S  = exp(G_last) S0 + sum_j exp(G_last - G_j) k_j u_j^T.
 // Work is linear in n_tokens (chunk^2 per chunk).
 template <typename T>
-void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v, const T* g, const T* beta,
-                 T* state, T* o, int64_t chunk = 64);
+void gdn_chunked(const GdnDims& d, int64_t n_tokens, const T* q, const T* k, const T* v, const T* g,
+                 const T* beta, T* state, T* o, int64_t chunk = 64);
 
 // (e) Gated RMSNorm of the core output, per value head over dv: y = x / rms(x) * w * silu(z)
 // (plain weight, not 1 + w; norm first, then gate). x, z, y: [T, Hv, dv]; w: [dv]. y may alias x.
 template <typename T>
-void gated_rms_norm(const GdnDims& d, int64_t n_tokens, const T* x, const T* z, const T* w, double eps, T* y);
+void gated_rms_norm(const GdnDims& d, int64_t n_tokens, const T* x, const T* z, const T* w,
+                    double eps, T* y);
 
 }  // namespace hearth::model::ref

@@ -110,7 +110,8 @@ TEST(Safetensors, RejectsMalformedFiles) {
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[8,4]}})", d16, "> end"},
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,32]}})", d16, "past the data region"},
       {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", d16, "need 12"},
-      {R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})", d16, "too large"},
+      {R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})", d16,
+       "too large"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
        d16, "overlap"},
       {R"({"__metadata__":{"k":1}})", {}, "not a string"},
@@ -148,7 +149,8 @@ TEST(Safetensors, ReadsCommittedQwen35Fixtures) {
   const auto& qkv = dense.get("model.layers.0.linear_attn.in_proj_qkv.weight");
   EXPECT_EQ(qkv.dtype, st::DType::kF32);
   EXPECT_EQ(qkv.shape, (std::vector<int64_t>{160, 64}));
-  EXPECT_EQ(dense.get("model.layers.0.linear_attn.conv1d.weight").shape, (std::vector<int64_t>{160, 1, 4}));
+  EXPECT_EQ(dense.get("model.layers.0.linear_attn.conv1d.weight").shape,
+            (std::vector<int64_t>{160, 1, 4}));
   EXPECT_EQ(dense.find("lm_head.weight"), nullptr);  // tied to the embeddings
   const auto moe = st::File::open(dir + "moe/model.safetensors");
   EXPECT_EQ(moe.get("model.layers.0.mlp.experts.7.gate_proj.weight").dtype, st::DType::kBF16);

@@ -24,7 +24,8 @@ template <typename T>
 double max_abs_diff(const std::vector<T>& a, const std::vector<T>& b) {
   EXPECT_EQ(a.size(), b.size());
   double m = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(double(a[i]) - double(b[i])));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, std::abs(double(a[i]) - double(b[i])));
   return m;
 }
 
@@ -70,9 +71,11 @@ TEST(Deltanet, HandComputedOneHeadTwoSteps) {
   for (int chunked = 0; chunked < 2; ++chunked) {
     std::vector<double> s(4, 0.0), o(4, 0.0);
     if (chunked)
-      ref::gdn_chunked(d, 2, q.data(), k.data(), v.data(), g.data(), beta.data(), s.data(), o.data());
+      ref::gdn_chunked(d, 2, q.data(), k.data(), v.data(), g.data(), beta.data(), s.data(),
+                       o.data());
     else
-      ref::gdn_recurrent(d, 2, q.data(), k.data(), v.data(), g.data(), beta.data(), s.data(), o.data());
+      ref::gdn_recurrent(d, 2, q.data(), k.data(), v.data(), g.data(), beta.data(), s.data(),
+                         o.data());
     EXPECT_LT(max_abs_diff(o, want_o), 1e-12) << "chunked=" << chunked;
     EXPECT_LT(max_abs_diff(s, want_s), 1e-12) << "chunked=" << chunked;
   }
@@ -85,12 +88,12 @@ TEST(Deltanet, ChunkedEqualsRecurrentDouble) {
   for (int64_t n : {1, 5, 63, 64, 65, 150}) {
     auto in = random_inputs<double>(d, n, 7 + uint32_t(n));
     std::vector<double> s_rec = in.state, o_rec(n * d.value_dim());
-    ref::gdn_recurrent(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s_rec.data(),
-                       o_rec.data());
+    ref::gdn_recurrent(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                       s_rec.data(), o_rec.data());
     for (int64_t chunk : {1, 16, 64}) {
       std::vector<double> s_ch = in.state, o_ch(n * d.value_dim());
-      ref::gdn_chunked(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s_ch.data(),
-                       o_ch.data(), chunk);
+      ref::gdn_chunked(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                       s_ch.data(), o_ch.data(), chunk);
       EXPECT_LT(max_abs_diff(o_ch, o_rec), 1e-10) << "n=" << n << " chunk=" << chunk;
       EXPECT_LT(max_abs_diff(s_ch, s_rec), 1e-10) << "n=" << n << " chunk=" << chunk;
     }
@@ -106,11 +109,11 @@ TEST(Deltanet, ChunkedEqualsRecurrentFloat) {
   const int64_t n = 200;
   auto in = random_inputs<float>(d, n, 3);
   std::vector<float> s_rec = in.state, o_rec(n * d.value_dim());
-  ref::gdn_recurrent(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s_rec.data(),
-                     o_rec.data());
+  ref::gdn_recurrent(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                     s_rec.data(), o_rec.data());
   std::vector<float> s_ch = in.state, o_ch(n * d.value_dim());
-  ref::gdn_chunked(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s_ch.data(),
-                   o_ch.data(), 64);
+  ref::gdn_chunked(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                   s_ch.data(), o_ch.data(), 64);
   EXPECT_LT(max_abs_diff(o_ch, o_rec), 1e-5);
   EXPECT_LT(max_abs_diff(s_ch, s_rec), 1e-5);
 }
@@ -121,13 +124,15 @@ TEST(Deltanet, ChunkedPrefillThenRecurrentDecode) {
   const int64_t n = 90, split = 70;
   auto in = random_inputs<double>(d, n, 11);
   std::vector<double> s_all = in.state, o_all(n * d.value_dim());
-  ref::gdn_recurrent(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s_all.data(),
-                     o_all.data());
+  ref::gdn_recurrent(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                     s_all.data(), o_all.data());
   std::vector<double> s = in.state, o(n * d.value_dim());
-  ref::gdn_chunked(d, split, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s.data(), o.data());
+  ref::gdn_chunked(d, split, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                   s.data(), o.data());
   for (int64_t t = split; t < n; ++t)
-    ref::gdn_recurrent_step(d, &in.q[t * d.key_dim()], &in.k[t * d.key_dim()], &in.v[t * d.value_dim()],
-                            &in.g[t * d.n_v_heads], &in.beta[t * d.n_v_heads], s.data(), &o[t * d.value_dim()]);
+    ref::gdn_recurrent_step(d, &in.q[t * d.key_dim()], &in.k[t * d.key_dim()],
+                            &in.v[t * d.value_dim()], &in.g[t * d.n_v_heads],
+                            &in.beta[t * d.n_v_heads], s.data(), &o[t * d.value_dim()]);
   EXPECT_LT(max_abs_diff(o, o_all), 1e-10);
   EXPECT_LT(max_abs_diff(s, s_all), 1e-10);
 }
@@ -143,7 +148,8 @@ TEST(Deltanet, ValueHeadsShareKeyHeadsGrouped) {
   const int64_t n = 20;
   auto in = random_inputs<double>(d, n, 5);
   std::vector<double> s = in.state, o(n * d.value_dim());
-  ref::gdn_chunked(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), s.data(), o.data(), 8);
+  ref::gdn_chunked(d, n, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                   s.data(), o.data(), 8);
   const GdnDims one{1, 1, d.d_k, d.d_v, 4};
   for (int64_t h = 0; h < d.n_v_heads; ++h) {
     const int64_t kh = h / 2;
@@ -158,7 +164,8 @@ TEST(Deltanet, ValueHeadsShareKeyHeadsGrouped) {
       b1.push_back(in.beta[t * d.n_v_heads + h]);
     }
     s1.assign(in.state.begin() + h * d.d_k * d.d_v, in.state.begin() + (h + 1) * d.d_k * d.d_v);
-    ref::gdn_recurrent(one, n, q1.data(), k1.data(), v1.data(), g1.data(), b1.data(), s1.data(), o1.data());
+    ref::gdn_recurrent(one, n, q1.data(), k1.data(), v1.data(), g1.data(), b1.data(), s1.data(),
+                       o1.data());
     double m = 0.0;
     for (int64_t t = 0; t < n; ++t)
       for (int64_t j = 0; j < d.d_v; ++j)
@@ -197,7 +204,9 @@ TEST(Deltanet, ConvWithStateEqualsConvOverConcatenation) {
   for (auto& v : w) v = nd(rng);
   std::vector<float> s_all((K - 1) * C, 0.f), o_all(n * C);
   ref::causal_conv1d_silu(x.data(), n, C, w.data(), K, s_all.data(), o_all.data());
-  for (const std::vector<int64_t>& parts : {std::vector<int64_t>{1, 22}, {2, 5, 16}, std::vector<int64_t>(23, 1),
+  for (const std::vector<int64_t>& parts : {std::vector<int64_t>{1, 22},
+                                            {2, 5, 16},
+                                            std::vector<int64_t>(23, 1),
                                             std::vector<int64_t>{0, 10, 0, 13}}) {
     std::vector<float> s((K - 1) * C, 0.f), o(n * C);
     int64_t t0 = 0;
@@ -213,7 +222,8 @@ TEST(Deltanet, ConvWithStateEqualsConvOverConcatenation) {
 
 TEST(Deltanet, GatesAndPrepare) {
   const GdnDims d{1, 2, 4, 3, 4};
-  const std::vector<double> a = {0.3, 25.0}, b = {0.0, -2.0}, a_log = {std::log(2.0), 0.0}, dt = {0.2, -1.0};
+  const std::vector<double> a = {0.3, 25.0}, b = {0.0, -2.0}, a_log = {std::log(2.0), 0.0},
+                            dt = {0.2, -1.0};
   std::vector<double> g(2), beta(2);
   ref::gdn_gates(d, 1, a.data(), b.data(), a_log.data(), dt.data(), g.data(), beta.data());
   EXPECT_NEAR(g[0], -2.0 * std::log1p(std::exp(0.5)), 1e-14);
