@@ -32,10 +32,12 @@ using TileFn = void (*)(int64_t n, const void* w, uint64_t ws, const void* x, ui
 #define HEARTH_TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define HEARTH_NS tile_vnni
 #define HEARTH_DOT_U8_I8(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (s))
+#define HEARTH_TILE_512 1
 #include "backends/cpu/dot_tile.inc"
 #undef HEARTH_TGT
 #undef HEARTH_NS
 #undef HEARTH_DOT_U8_I8
+#undef HEARTH_TILE_512
 
 MatmulFn find_matmul_kernel(GgmlType type, MatmulIsa isa) {
   const CpuFeatures& f = cpu_features();
