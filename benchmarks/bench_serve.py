@@ -194,7 +194,7 @@ def main():
                         report[srv.name]["concurrency"][n].append(r)
                         print(f"  {srv.name} x{n} rep {rep}: {r['aggregate_tps']:.1f} tok/s aggregate", flush=True)
         if "ttft512" in scen:
-            base = text_of(380, 7)
+            base = text_of(485, 7)
             for rep in range(args.reps):
                 prompt = f"Note {rep} {text_of(6, 100 + rep)}.\n" + base
                 for srv in servers:
@@ -209,7 +209,7 @@ def main():
         if "prefix2000" in scen:
             srv = servers[0]
             for rep in range(args.reps):
-                prefix = f"Manual {rep} {text_of(6, 300 + rep)}.\n" + text_of(1500, 9)
+                prefix = f"Manual {rep} {text_of(6, 300 + rep)}.\n" + text_of(1910, 9)
                 a = stream_completion(srv, prefix + "\nQuestion one: what is first?", 1)
                 b = stream_completion(srv, prefix + "\nQuestion two: what is last?", 1)
                 report.setdefault(srv.name, {}).setdefault("prefix2000", []).append((a, b))
