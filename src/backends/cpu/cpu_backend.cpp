@@ -71,6 +71,8 @@ struct AttendArgs {
   const ops::KvLayer* cache;
   const ops::AttentionSeq* seqs;
   const int32_t* row_seq;  // query row -> its sequence
+  const int64_t* key_offs;   // element offset of each key row, per sequence ...
+  const int64_t* seq_offs;   // ... starting at key_offs[seq_offs[s]]
   int64_t n_head, n_head_kv, head_dim;
   int64_t max_keys;        // most keys any query sees
   float scale;
@@ -109,7 +111,7 @@ struct GenericAttend {
 // RawF16: the kernel reads f16 rows itself (the AVX-512 one converts in its loads).
 template <class Cvt, class Kernel, bool RawF16 = false>
 inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const Kernel& kernel) {
-  const int64_t group = a.n_head / a.n_head_kv, kv_stride = a.n_head_kv * a.head_dim;
+  const int64_t group = a.n_head / a.n_head_kv;
   std::vector<float> scores(static_cast<size_t>(a.max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim)),
       tmp(static_cast<size_t>(a.head_dim));
   const ops::KvLayer& c = *a.cache;
@@ -117,25 +119,25 @@ inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const K
     const int64_t row = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
     const ops::AttentionSeq& sq = a.seqs[a.row_seq[row]];
     const int64_t n_keys = sq.pos0 + (row - sq.first_row) + 1;
-    const BlockMap map(sq.block_table, c.block_size);
+    const int64_t* offs = a.key_offs + a.seq_offs[a.row_seq[row]];
     const bool single = sq.n_tokens == 1;
     if constexpr (RawF16) {
       if (c.type == ops::KvType::F16) {
-        const KvRowsRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, kv_stride, map};
-        const KvRowsRawF16 vr{static_cast<const uint16_t*>(c.v) + kv_off, kv_stride, map};
+        const KvRowsOffRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, offs};
+        const KvRowsOffRawF16 vr{static_cast<const uint16_t*>(c.v) + kv_off, offs};
         kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
                tmp.data(), a.out + item * a.head_dim);
         continue;
       }
     }
     if (c.type == ops::KvType::F16) {
-      const KvRowsF16<Cvt> kr{static_cast<const uint16_t*>(c.k) + kv_off, kv_stride, map, a.head_dim};
-      const KvRowsF16<Cvt> vr{static_cast<const uint16_t*>(c.v) + kv_off, kv_stride, map, a.head_dim};
+      const KvRowsOffF16<Cvt> kr{static_cast<const uint16_t*>(c.k) + kv_off, offs, a.head_dim};
+      const KvRowsOffF16<Cvt> vr{static_cast<const uint16_t*>(c.v) + kv_off, offs, a.head_dim};
       kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
              tmp.data(), a.out + item * a.head_dim);
     } else {
-      const KvRowsF32 kr{static_cast<const float*>(c.k) + kv_off, kv_stride, map};
-      const KvRowsF32 vr{static_cast<const float*>(c.v) + kv_off, kv_stride, map};
+      const KvRowsOffF32 kr{static_cast<const float*>(c.k) + kv_off, offs};
+      const KvRowsOffF32 vr{static_cast<const float*>(c.v) + kv_off, offs};
       kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
              tmp.data(), a.out + item * a.head_dim);
     }
@@ -172,7 +174,7 @@ HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
 HEARTH_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 // An f16 cache row, converted in the load (exact, so the same roundings as f32 rows).
 HEARTH_AVX512 inline __m512 load16(const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));  // masked: GCC 12 warns on the unmasked form
 }
 
 template <class K, class V>
@@ -411,8 +413,12 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
       const ops::KvLayer f32{kf, vf, ops::KvType::F32, bs, dim};
       const ops::AttentionSeq one{0, sq.n_tokens, sq.pos0, ident_.data()};
       row_seq_.assign(static_cast<size_t>(sq.n_tokens), 0);
-      const AttendArgs args{q + sq.first_row * n_head * head_dim, &f32, &one, row_seq_.data(), n_head, n_head_kv,
-                            head_dim, n_keys, scale, out + sq.first_row * n_head * head_dim};
+      key_offs_.resize(static_cast<size_t>(n_keys));
+      for (int64_t j = 0; j < n_keys; ++j) key_offs_[static_cast<size_t>(j)] = j * dim;
+      seq_offs_.assign(1, 0);
+      const AttendArgs args{q + sq.first_row * n_head * head_dim, &f32, &one, row_seq_.data(), key_offs_.data(),
+                            seq_offs_.data(), n_head, n_head_kv, head_dim, n_keys, scale,
+                            out + sq.first_row * n_head * head_dim};
       pool_.parallel_for(sq.n_tokens * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
     }
     return;
@@ -426,7 +432,17 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   for (int64_t s = 0; s < n_seqs; ++s) {
     for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq_[static_cast<size_t>(seqs[s].first_row + t)] = static_cast<int32_t>(s);
   }
-  const AttendArgs args{q, &cache, seqs, row_seq_.data(), n_head, n_head_kv, head_dim, max_keys, scale, out};
+  // Every sequence's key row offsets, once for all heads and queries.
+  seq_offs_.resize(static_cast<size_t>(n_seqs));
+  key_offs_.clear();
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    seq_offs_[static_cast<size_t>(s)] = static_cast<int64_t>(key_offs_.size());
+    const BlockMap map(seqs[s].block_table, cache.block_size);
+    const int64_t n_keys = seqs[s].pos0 + seqs[s].n_tokens;
+    for (int64_t j = 0; j < n_keys; ++j) key_offs_.push_back(map.row(j) * cache.n_kv_dim);
+  }
+  const AttendArgs args{q,        &cache,   seqs,      row_seq_.data(), key_offs_.data(), seq_offs_.data(),
+                        n_head,   n_head_kv, head_dim, max_keys,        scale,             out};
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }
 

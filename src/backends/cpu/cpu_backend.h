@@ -53,7 +53,8 @@ class CpuBackend final : public ops::Backend {
   std::vector<uint8_t> act_scratch_;
   std::vector<int32_t> row_seq_;  // attention: query row -> sequence
   std::vector<float> kv_f32_;     // attention over an f16 cache: one sequence's K and V in f32
-  std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...  // activations quantized for the dot products
+  std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...
+  std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence  // activations quantized for the dot products
 };
 
 }  // namespace hearth::cpu

@@ -56,4 +56,28 @@ struct KvRowsF16 {
   }
 };
 
+// The fast kernels' accessors: key j at base + offs[j], the element offsets of a
+// sequence's rows computed once per attention call (one load per key instead of a
+// table lookup, shifts and a multiply, in loops that touch every key of every head).
+struct KvRowsOffF32 {
+  const float* base;
+  const int64_t* offs;
+  const float* operator()(int64_t j, float*) const { return base + offs[j]; }
+};
+struct KvRowsOffRawF16 {
+  const uint16_t* base;
+  const int64_t* offs;
+  const uint16_t* operator()(int64_t j, float*) const { return base + offs[j]; }
+};
+template <class Cvt>
+struct KvRowsOffF16 {
+  const uint16_t* base;
+  const int64_t* offs;
+  int64_t head_dim;
+  const float* operator()(int64_t j, float* tmp) const {
+    Cvt::run(base + offs[j], tmp, head_dim);
+    return tmp;
+  }
+};
+
 }  // namespace hearth::cpu
