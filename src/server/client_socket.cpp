@@ -49,8 +49,20 @@ int ClientWatch::find_fd() const {
   return found;
 }
 
+bool ClientWatch::due(std::chrono::steady_clock::duration every) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_check_ < every) return false;
+  last_check_ = now;
+  return true;
+}
+
 bool ClientWatch::closed() {
-  if (fd_ == -2) fd_ = find_fd();
+  // The descriptor is looked up again a few times when not found at first (the
+  // connection table is read while other threads open and close sockets).
+  if (fd_ == -2 || (fd_ == -1 && lookups_ < 8)) {
+    fd_ = find_fd();
+    ++lookups_;
+  }
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0) return false;

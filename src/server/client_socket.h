@@ -6,6 +6,7 @@
 // and then asks the kernel whether the peer has hung up (POLLRDHUP), without reading.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace hearth::server {
@@ -15,12 +16,16 @@ class ClientWatch {
   ClientWatch(std::string remote_addr, int remote_port);
   // True once the peer has closed or reset the connection. False when unsure.
   bool closed();
+  // True at most once per `every` (callers poll from a loop that may spin faster).
+  bool due(std::chrono::steady_clock::duration every);
 
  private:
   int find_fd() const;
   std::string addr_;
   int port_;
-  int fd_ = -2;  // -2: not looked up yet; -1: not found
+  int fd_ = -2;  // -2: not looked up yet; -1: not found (looked up again later)
+  int lookups_ = 0;
+  std::chrono::steady_clock::time_point last_check_{};
 };
 
 }  // namespace hearth::server

@@ -279,11 +279,14 @@ struct HttpServer::Impl {
   // stopped without answering. Returns false when nothing will ever come.
   bool next(engine::RequestChannel& ch, ClientWatch& watch, std::vector<engine::Delta>& out,
             std::optional<engine::Final>& fin, Clock::time_point& quiet_since) {
-    if (ch.wait(out, fin, kPoll)) {
+    const bool got = ch.wait(out, fin, kPoll);
+    // Ask the kernel about the peer on a fixed cadence, not only when the channel is
+    // quiet: a request whose tokens keep coming (a non-streamed answer) must notice too.
+    if (!ch.cancelled() && watch.due(kPoll) && watch.closed()) ch.cancel();
+    if (got) {
       quiet_since = Clock::now();
       return true;
     }
-    if (!ch.cancelled() && watch.closed()) ch.cancel();
     if (!engine.stats().running_loop && Clock::now() - quiet_since > std::chrono::seconds(5)) return false;
     return true;
   }

@@ -176,7 +176,11 @@ def test_real_server_quick(hearth_bin, default_model, tmp_path):
             assert s["t_start"] < s["t_first"] <= s["t_last"] <= s["t_end"]
             assert s["chunks"] >= 0.95 * s["completion_tokens"]  # one token per event on our server
         if s["decode_tps"] is not None:
-            assert s["decode_tps"] > 0 and s["wall_tps"] <= s["decode_tps"] * 1.01
+            # wall = n / (end - start) <= n / (last - first) = decode * n / (n - 1); a
+            # request whose prefill took less than one decode step may beat decode speed
+            # by up to that factor, so that is the bound that must hold.
+            n = s["completion_tokens"]
+            assert s["decode_tps"] > 0 and s["wall_tps"] <= s["decode_tps"] * n / (n - 1) * 1.001
 
     # Calibrated prompt lengths: about the size asked for.
     for length in (64, 256):
