@@ -68,6 +68,31 @@ struct AttentionSeq {
   const int32_t* block_table = nullptr;  // host memory; covers positions < pos0 + n_tokens
 };
 
+// Shape of a Gated DeltaNet (linear attention) layer: n_k_heads query/key heads of
+// d_k, n_v_heads value heads of d_v (a multiple of n_k_heads), a causal depthwise conv
+// of conv_kernel taps over the conv_channels() = 2 Hk dk + Hv dv mixed channels.
+struct GdnShape {
+  int64_t n_k_heads = 0, n_v_heads = 0, d_k = 0, d_v = 0, conv_kernel = 4;
+  bool v_tiled = false;  // value head h reads key head h % Hk (else h / (Hv / Hk))
+  float l2_eps = 1e-6f;  // of the q/k L2 normalisation
+  int64_t key_dim() const { return n_k_heads * d_k; }
+  int64_t value_dim() const { return n_v_heads * d_v; }
+  int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
+  int64_t conv_state_floats() const { return (conv_kernel - 1) * conv_channels(); }
+  int64_t ssm_state_floats() const { return n_v_heads * d_k * d_v; }
+};
+
+// One sequence of a Gated DeltaNet batch: rows first_row .. first_row + n_tokens of
+// the inputs, and its recurrent state in back-end memory, updated in place: conv
+// [conv_kernel - 1, channels] (the inputs before this call, oldest first) and ssm
+// [Hv, d_k, d_v] in f32.
+struct GdnSeq {
+  int64_t first_row = 0;
+  int64_t n_tokens = 0;
+  float* conv_state = nullptr;
+  float* ssm_state = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -105,6 +130,26 @@ class Backend {
   // pos0 + t) sees its keys 0 .. pos0 + t; query head h reads kv head h / (n_head / n_head_kv).
   virtual void attention(const float* q, const KvLayer& cache, const AttentionSeq* seqs, int64_t n_seqs,
                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) = 0;
+  // Causal depthwise conv over time + SiLU, per sequence with its conv state:
+  // x, out: [n_tokens total, channels]; w: F32 [channels rows of kernel taps] (tap
+  // kernel-1 multiplies the current input). out must not alias x.
+  virtual void ssm_conv_silu(const float* x, int64_t channels, const WeightView& w, const GdnSeq* seqs,
+                             int64_t n_seqs, float* out) = 0;
+  // The gated delta rule over a batch of sequences. qkv: [n, conv_channels] (conv
+  // output: q heads | k heads | v heads); a, b: [n, Hv] (decay and write-strength
+  // logits); ssm_a: F32 [Hv] (= -exp(A_log)); dt_bias: F32 [Hv]. Per value head:
+  // q, k L2-normalised, q scaled by 1/sqrt(d_k), g = ssm_a * softplus(a + dt_bias),
+  // beta = sigmoid(b), S = exp(g) (I - beta k k^T) S + beta k v^T, o = S^T q. A
+  // sequence of several tokens may use the chunked form (same result). o: [n, Hv, d_v].
+  virtual void gated_delta_net(const float* qkv, const float* a, const float* b, const WeightView& ssm_a,
+                               const WeightView& dt_bias, const GdnShape& shape, const GdnSeq* seqs, int64_t n_seqs,
+                               float* o) = 0;
+  // x: [n_rows, n] = x / sqrt(mean(x^2) + eps) * w * silu(z) (w F32 [n]), in place.
+  virtual void gated_rms_norm(float* x, const float* z, const WeightView& w, int64_t n_rows, int64_t n,
+                              float eps) = 0;
+  // x *= sigmoid(gate), elementwise over n values.
+  virtual void sigmoid_mul(float* x, const float* gate, int64_t n) = 0;
+
   // out = silu(gate) * up, elementwise over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // x += y, elementwise over n values.

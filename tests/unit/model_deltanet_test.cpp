@@ -1,4 +1,4 @@
-// Reference Gated DeltaNet math (src/model/gated_deltanet_ref.h):
+// Reference Gated DeltaNet math (src/ops/gated_deltanet_ref.h):
 //   - a hand-computed 1-head, 2-step delta-rule example (recurrent and chunked);
 //   - the chunked (parallel) form equals the token-by-token recurrence, in double and in
 //     float (fp32 state), for several chunk sizes, lengths that cross chunk borders, a
@@ -13,12 +13,12 @@
 #include <random>
 #include <vector>
 
-#include "model/gated_deltanet_ref.h"
+#include "ops/gated_deltanet_ref.h"
 
 namespace {
 
-using hearth::model::ref::GdnDims;
-namespace ref = hearth::model::ref;
+using hearth::ops::ref::GdnDims;
+namespace ref = hearth::ops::ref;
 
 template <typename T>
 double max_abs_diff(const std::vector<T>& a, const std::vector<T>& b) {

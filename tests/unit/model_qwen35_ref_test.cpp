@@ -1,7 +1,7 @@
 // A plain double-precision forward pass of the tiny Qwen3.5 dense, Qwen3.5-MoE and
 // Qwen3-Next fixtures (tests/data/qwen35, written by scripts/gen_qwen35_reference.py with
 // transformers 5.17), read from the Hugging Face folders (config.json + safetensors) and
-// built on the reference Gated DeltaNet math (src/model/gated_deltanet_ref.h), checked
+// built on the reference Gated DeltaNet math (src/ops/gated_deltanet_ref.h), checked
 // against the logits transformers recorded:
 //   - whole-prompt prefill (chunked delta rule, chunk 64; the 70-token prompt crosses a
 //     chunk border) against transformers' prefill logits and its token-by-token decode
@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "format/safetensors.h"
-#include "model/gated_deltanet_ref.h"
+#include "ops/gated_deltanet_ref.h"
 
 namespace {
 
-namespace ref = hearth::model::ref;
+namespace ref = hearth::ops::ref;
 namespace st = hearth::safetensors;
 using Vec = std::vector<double>;
 using json = nlohmann::json;

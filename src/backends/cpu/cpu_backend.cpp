@@ -17,14 +17,6 @@
 #include "core/error.h"
 #include "quant/dequant_ref.h"
 
-// Functions compiled for AVX2+FMA (used only when the CPU has them); elsewhere plain.
-#if defined(__x86_64__)
-#define HEARTH_SIMD __attribute__((target("avx2,fma,f16c")))
-#define HEARTH_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
-#else
-#define HEARTH_SIMD
-#define HEARTH_AVX512
-#endif
 
 namespace hearth::cpu {
 namespace {

@@ -35,6 +35,15 @@ class CpuBackend final : public ops::Backend {
                 const ops::KvLayer& cache) override;
   void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
+  // Gated DeltaNet layers (cpu_gdn.cpp).
+  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
+                     int64_t n_seqs, float* out) override;
+  void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
+                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
+                       int64_t n_seqs, float* o) override;
+  void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
+                      float eps) override;
+  void sigmoid_mul(float* x, const float* gate, int64_t n) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(float* x, const float* y, int64_t n) override;
   void copy(const float* src, int64_t n, float* dst) override;
@@ -54,6 +63,8 @@ class CpuBackend final : public ops::Backend {
   std::vector<int32_t> row_seq_;  // attention: query row -> sequence
   std::vector<float> kv_f32_;     // attention over an f16 cache: one sequence's K and V in f32
   std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...
+  std::vector<float> gdn_qk_, gdn_gates_;            // gated delta net: normalised q|k, gates
+  std::vector<std::vector<float>> gdn_scratch_;      // ... per-thread chunk buffers
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence  // activations quantized for the dot products
 };
 

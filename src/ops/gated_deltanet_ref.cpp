@@ -1,12 +1,12 @@
 // Reference Gated DeltaNet math; see gated_deltanet_ref.h. Sums are accumulated in
 // double whatever T is; values and the recurrent state are stored as T.
-#include "model/gated_deltanet_ref.h"
+#include "ops/gated_deltanet_ref.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace hearth::model::ref {
+namespace hearth::ops::ref {
 
 namespace {
 
@@ -227,4 +227,4 @@ HEARTH_GDN_INSTANTIATE(double)
 
 #undef HEARTH_GDN_INSTANTIATE
 
-}  // namespace hearth::model::ref
+}  // namespace hearth::ops::ref

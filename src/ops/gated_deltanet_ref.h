@@ -1,6 +1,6 @@
 // Plain reference implementation of the Gated DeltaNet math used by Qwen3.5 and
-// Qwen3-Next linear-attention layers (issue 6). Not wired into the engine: it is
-// the readable oracle that the fast paths and the tests are checked against.
+// Qwen3-Next linear-attention layers (issue 6): the readable oracle that the back-ends'
+// fast Gated DeltaNet operation and the tests are checked against.
 //
 // Layouts (row-major, one token stream):
 //   x      [T, C]            conv input/output, C = 2*Hk*dk + Hv*dv (q | k | v channels)
@@ -9,7 +9,8 @@
 //   g, beta[T, Hv]           log-decay (<= 0) and write strength in (0, 1)
 //   S      [Hv, dk, dv]      recurrent state per value head (the HF/FLA [K, V] layout)
 //   o      [T, Hv, dv]
-// Value head h reads key head h / (Hv / Hk) ("grouped", HF repeat_interleave).
+// Value head h reads key head h / (Hv / Hk) ("grouped", HF repeat_interleave), or with
+// v_tiled key head h % Hk (the order llama.cpp's qwen35 GGUFs store the value heads in).
 //
 // Recurrence per value head and token t:
 //   S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = S_t^T q_t
@@ -21,7 +22,7 @@
 
 #include <cstdint>
 
-namespace hearth::model::ref {
+namespace hearth::ops::ref {
 
 struct GdnDims {
   int64_t n_k_heads = 0;    // Hk: linear_num_key_heads
@@ -29,13 +30,14 @@ struct GdnDims {
   int64_t d_k = 0;          // linear_key_head_dim
   int64_t d_v = 0;          // linear_value_head_dim
   int64_t conv_kernel = 4;  // linear_conv_kernel_dim
+  bool v_tiled = false;     // value head h reads key head h % Hk instead of h / (Hv / Hk)
   int64_t key_dim() const { return n_k_heads * d_k; }
   int64_t value_dim() const { return n_v_heads * d_v; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
   int64_t state_size() const { return n_v_heads * d_k * d_v; }
   int64_t conv_state_size() const { return (conv_kernel - 1) * conv_dim(); }
   // Key head read by value head h.
-  int64_t k_head_of(int64_t h) const { return h / (n_v_heads / n_k_heads); }
+  int64_t k_head_of(int64_t h) const { return v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads); }
 };
 
 // (a) Causal depthwise conv1d over time followed by SiLU.
@@ -91,4 +93,4 @@ template <typename T>
 void gated_rms_norm(const GdnDims& d, int64_t n_tokens, const T* x, const T* z, const T* w,
                     double eps, T* y);
 
-}  // namespace hearth::model::ref
+}  // namespace hearth::ops::ref
