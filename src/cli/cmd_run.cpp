@@ -21,7 +21,7 @@
 #include "engine/chat_prompt.h"
 #include "engine/generator.h"
 #include "format/gguf.h"
-#include "model/llama_model.h"
+#include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::cli {
@@ -87,7 +87,8 @@ void run(RunOptions o) {
   }
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
   cpu::CpuBackend backend(o.threads);
-  model::LlamaModel model(file, backend);
+  const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
+  model::CausalLm& model = *loaded;
   model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
 
   const engine::ChatPrompt chat(file, tok);

@@ -21,7 +21,7 @@
 #include "engine/chat_prompt.h"
 #include "engine/serve_engine.h"
 #include "format/gguf.h"
-#include "model/llama_model.h"
+#include "model/causal_lm.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -93,7 +93,8 @@ void serve(ServeOptions o) {
 
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
   cpu::CpuBackend backend(o.threads);
-  model::LlamaModel model(file, backend);
+  const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
+  model::CausalLm& model = *loaded;
   const engine::ChatPrompt chat(file, tok);
 
   engine::EngineConfig ec;

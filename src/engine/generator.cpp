@@ -38,7 +38,7 @@ std::vector<int32_t> end_of_generation_tokens(const tokenizer::Tokenizer& tok) {
   return out;
 }
 
-GenerateResult generate(model::LlamaModel& model, model::KvCache& cache, const tokenizer::Tokenizer& tok,
+GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tokenizer::Tokenizer& tok,
                         const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const std::function<void(const std::string&)>& on_text) {
   GenerateResult r;

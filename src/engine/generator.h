@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "model/llama_model.h"
+#include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::engine {
@@ -50,7 +50,7 @@ std::vector<int32_t> end_of_generation_tokens(const tokenizer::Tokenizer& tok);
 // Runs the prompt through `model` with a fresh `cache` and generates. `on_text` receives
 // text as soon as it forms whole UTF-8 characters. Throws Error when the prompt does not
 // fit in the context.
-GenerateResult generate(model::LlamaModel& model, model::KvCache& cache, const tokenizer::Tokenizer& tok,
+GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tokenizer::Tokenizer& tok,
                         const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const std::function<void(const std::string&)>& on_text);
 

@@ -39,7 +39,7 @@ struct ServeEngine::Live {
         stop(request.stop) {}
 };
 
-ServeEngine::ServeEngine(model::LlamaModel& model, const tokenizer::Tokenizer& tok, EngineConfig config,
+ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok, EngineConfig config,
                          EngineObserver* observer)
     : model_(model),
       tok_(tok),

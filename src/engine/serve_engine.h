@@ -18,7 +18,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
-#include "model/llama_model.h"
+#include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::engine {
@@ -56,7 +56,7 @@ struct EngineStats {
 
 class ServeEngine {
  public:
-  ServeEngine(model::LlamaModel& model, const tokenizer::Tokenizer& tok, EngineConfig config,
+  ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok, EngineConfig config,
               EngineObserver* observer = nullptr);
   ~ServeEngine();
   ServeEngine(const ServeEngine&) = delete;
@@ -87,7 +87,7 @@ class ServeEngine {
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
   void fail_all(const std::string& error);
 
-  model::LlamaModel& model_;
+  model::CausalLm& model_;
   const tokenizer::Tokenizer& tok_;
   EngineConfig config_;
   EngineObserver* observer_;

@@ -9,10 +9,13 @@ namespace hearth::model {
 namespace {
 
 constexpr std::array kArchs = {
-    ArchTraits{"llama", false, false, false},
-    ArchTraits{"qwen2", true, false, false},
-    ArchTraits{"qwen3", true, true, false},
-    ArchTraits{"qwen3moe", true, true, true},
+    ArchTraits{"llama", false, false, false, false},
+    ArchTraits{"qwen2", true, false, false, false},
+    ArchTraits{"qwen3", true, true, false, false},
+    ArchTraits{"qwen3moe", true, true, true, false},
+    ArchTraits{"qwen35", true, true, false, true},
+    ArchTraits{"qwen35moe", true, true, true, true},
+    ArchTraits{"qwen3next", true, true, true, true},
 };
 
 [[noreturn]] void bad(const gguf::File& f, const std::string& key, const std::string& what,
@@ -24,6 +27,46 @@ int64_t positive(const gguf::File& f, const std::string& key) {
   const int64_t v = f.get_int(key);
   if (v <= 0 || v > (int64_t{1} << 31)) bad(f, key, "must be a positive count, got " + std::to_string(v));
   return v;
+}
+
+// Gated DeltaNet shape and the layer pattern of qwen35 / qwen35moe / qwen3next (llama.cpp's
+// keys: ssm.* and full_attention_interval, or the per-layer attention.recurrent_layers).
+void read_hybrid(const gguf::File& f, const std::string& p, Hparams& hp) {
+  ops::GdnShape& g = hp.gdn;
+  g.conv_kernel = positive(f, p + "ssm.conv_kernel");
+  g.d_k = positive(f, p + "ssm.state_size");
+  g.n_k_heads = positive(f, p + "ssm.group_count");
+  g.n_v_heads = positive(f, p + "ssm.time_step_rank");
+  const int64_t inner = positive(f, p + "ssm.inner_size");
+  if (g.n_v_heads % g.n_k_heads != 0) {
+    bad(f, p + "ssm.time_step_rank", "value heads (" + std::to_string(g.n_v_heads) +
+                                         ") must be a multiple of the key heads (ssm.group_count " +
+                                         std::to_string(g.n_k_heads) + ")");
+  }
+  if (inner % g.n_v_heads != 0) {
+    bad(f, p + "ssm.inner_size", std::to_string(inner) + " is not a multiple of the value heads " +
+                                     std::to_string(g.n_v_heads));
+  }
+  g.d_v = inner / g.n_v_heads;
+  g.v_tiled = hp.arch.name != std::string("qwen3next");  // llama.cpp reorders qwen35* value heads
+  g.l2_eps = hp.rms_eps;
+  hp.recurrent.assign(static_cast<size_t>(hp.n_layer), 0);
+  if (const gguf::Value* v = f.find(p + "attention.recurrent_layers")) {
+    const auto& arr = v->as_array(p + "attention.recurrent_layers");
+    if (static_cast<int64_t>(arr.size()) != hp.n_layer) {
+      bad(f, p + "attention.recurrent_layers", "has " + std::to_string(arr.size()) + " entries for " +
+                                                   std::to_string(hp.n_layer) + " layers");
+    }
+    for (size_t i = 0; i < arr.size(); ++i) hp.recurrent[i] = arr[i].as_bool(p + "attention.recurrent_layers") ? 1 : 0;
+  } else {
+    const int64_t every = f.find_int(p + "full_attention_interval").value_or(4);
+    if (every <= 0) bad(f, p + "full_attention_interval", "must be positive, got " + std::to_string(every));
+    for (int64_t l = 0; l < hp.n_layer; ++l) hp.recurrent[static_cast<size_t>(l)] = (l + 1) % every != 0 ? 1 : 0;
+  }
+  if (hp.arch.moe) {
+    hp.n_ff_shexp = f.find_int(p + "expert_shared_feed_forward_length").value_or(0);
+    if (hp.arch.name != std::string("qwen3next")) hp.expert_weights_norm = true;  // Qwen3.5 always renormalises
+  }
 }
 
 }  // namespace
@@ -41,7 +84,8 @@ Hparams read_hparams(const gguf::File& f) {
   const ArchTraits* traits = find_arch(arch);
   if (traits == nullptr) {
     bad(f, "general.architecture",
-        "architecture '" + arch + "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+        "architecture '" + arch + "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, "
+        "qwen3next)",
         ErrorKind::kUnsupported);
   }
   hp.arch = *traits;
@@ -89,7 +133,21 @@ Hparams read_hparams(const gguf::File& f) {
     hp.n_ff_exp = positive(f, p + "expert_feed_forward_length");
     hp.expert_weights_norm = f.find_bool(p + "expert_weights_norm").value_or(true);
   }
+  if (hp.arch.hybrid) read_hybrid(f, p, hp);
   return hp;
+}
+
+int64_t Hparams::n_kv_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; ++l) n += is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+int64_t Hparams::kv_index(int64_t l) const {
+  if (is_recurrent(l)) return -1;
+  int64_t i = 0;
+  for (int64_t j = 0; j < l; ++j) i += is_recurrent(j) ? 0 : 1;
+  return i;
 }
 
 }  // namespace hearth::model

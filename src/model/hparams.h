@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "format/gguf.h"
+#include "ops/backend.h"
 
 namespace hearth::model {
 
@@ -15,6 +17,7 @@ struct ArchTraits {
   bool rope_neox;    // NeoX rotary layout (qwen*) vs the normal interleaved one (llama)
   bool qk_norm;      // per-head RMSNorm of q and k before RoPE (qwen3)
   bool moe;          // routed experts
+  bool hybrid;       // Gated DeltaNet layers + gated full attention (qwen35, qwen35moe, qwen3next)
 };
 
 // Traits of a supported architecture, or nullptr.
@@ -38,6 +41,18 @@ struct Hparams {
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;          // rows of each expert's gate/up matrices
   bool expert_weights_norm = true;  // renormalise the chosen experts' router probabilities
+  int64_t n_ff_shexp = 0;           // shared expert (hybrid MoE), 0 when none
+
+  // Hybrid models: which layers are Gated DeltaNet layers (no KV cache, a recurrent
+  // state instead) and their shape. Empty / unused for the Llama family.
+  std::vector<uint8_t> recurrent;  // per layer, 1 = Gated DeltaNet
+  ops::GdnShape gdn;
+
+  bool is_recurrent(int64_t l) const { return !recurrent.empty() && recurrent[static_cast<size_t>(l)] != 0; }
+  // Layers with a KV cache, and the KV-cache index of layer l (-1 for a recurrent one).
+  int64_t n_kv_layers() const;
+  int64_t kv_index(int64_t l) const;
+  int64_t n_recurrent_layers() const { return n_layer - n_kv_layers(); }
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }

@@ -16,19 +16,36 @@ namespace hearth::model {
 
 class KvPool {
  public:
-  // block_size must be a power of two.
-  KvPool(ops::Backend& backend, const Hparams& hp, ops::KvType type, int64_t block_size, int64_t n_blocks);
+  // block_size must be a power of two. Hybrid models also get n_state_slots slots of
+  // recurrent state (conv + delta-rule state of every Gated DeltaNet layer, f32),
+  // zeroed; a sequence names its slot in SeqKv::state_slot.
+  KvPool(ops::Backend& backend, const Hparams& hp, ops::KvType type, int64_t block_size, int64_t n_blocks,
+         int64_t n_state_slots = 0);
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
   ops::KvType type() const { return type_; }
-  ops::KvLayer layer(int64_t l) const;
+  ops::KvLayer layer(int64_t l) const;  // l: KV layer index (Hparams::kv_index)
   // Bytes of one block across all layers (K and V).
   static uint64_t bytes_per_block(const Hparams& hp, ops::KvType type, int64_t block_size);
 
+  // Recurrent state slots (hybrid models; none otherwise).
+  int64_t n_state_slots() const { return static_cast<int64_t>(slots_.size()); }
+  int64_t state_floats() const;  // per slot
+  static uint64_t bytes_per_state(const Hparams& hp);
+  // Slot s's state of the r-th recurrent layer (back-end memory).
+  float* conv_state(int64_t s, int64_t r) const;
+  float* ssm_state(int64_t s, int64_t r) const;
+  void clear_state(int64_t s);
+  void copy_state(int64_t src, int64_t dst);
+
  private:
+  float* slot(int64_t s) const;
+  ops::Backend* backend_;
   ops::KvType type_;
   int64_t block_size_, n_blocks_, n_kv_dim_;
-  std::vector<std::unique_ptr<ops::Buffer>> k_, v_;  // per layer
+  std::vector<std::unique_ptr<ops::Buffer>> k_, v_;  // per KV layer
+  int64_t n_rec_layers_ = 0, conv_floats_ = 0, ssm_floats_ = 0;
+  std::vector<std::unique_ptr<ops::Buffer>> slots_;
 };
 
 // One sequence's place in a pool: the pool blocks holding its positions in order, and
@@ -36,6 +53,7 @@ class KvPool {
 struct SeqKv {
   std::vector<int32_t> blocks;
   int64_t n_past = 0;
+  int32_t state_slot = -1;  // hybrid models: its recurrent state slot in the pool
   int64_t capacity(int64_t block_size) const { return static_cast<int64_t>(blocks.size()) * block_size; }
 };
 
@@ -55,7 +73,7 @@ class KvCache {
   KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx, ops::KvType type = ops::KvType::F32);
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return seq_.n_past; }
-  void clear() { seq_.n_past = 0; }
+  void clear();  // forgets every position (and zeroes the recurrent state)
   KvPool& pool() { return pool_; }
   SeqKv& seq() { return seq_; }
   // Bytes of cache memory for n_ctx positions of this model.

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "model/batch_layout.h"
+#include "model/causal_lm.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
 #include "model/moe_ffn.h"
@@ -24,37 +26,21 @@ struct LayerWeights {
   std::optional<MoeWeights> moe;                         // routed experts (qwen3moe) instead
 };
 
-// One sequence of a batched forward pass: n_tokens new tokens at positions
-// kv->n_past .., appended to its cache. The caller has given kv enough blocks.
-struct BatchSeq {
-  SeqKv* kv = nullptr;
-  const int32_t* tokens = nullptr;
-  int64_t n_tokens = 0;
-  bool logits = false;  // return the logits of its last token
-};
-
-class LlamaModel {
+class LlamaModel final : public CausalLm {
  public:
   // Binds the weights of `file` (which must outlive the model) for `backend`.
   // Throws Error naming the file and tensor when one is missing or malformed.
   LlamaModel(const gguf::File& file, ops::Backend& backend);
 
-  const Hparams& hparams() const { return hp_; }
-  ops::Backend& backend() { return backend_; }
+  const Hparams& hparams() const override { return hp_; }
+  ops::Backend& backend() override { return backend_; }
 
-  // Runs n tokens at positions cache.n_past() .. and appends them to the cache.
-  // Returns the logits of the last token ([n_vocab]), or of every token
-  // ([n, n_vocab]) when all_logits. Throws Error when the context is full.
-  std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false);
-  // The same, writing the logits into `logits` (resized; its capacity is reused, so a
-  // decode loop that passes the same vector allocates nothing per token).
-  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits);
-
-  // One pass over many sequences sharing `pool` (continuous batching): every
-  // sequence's tokens go through the layers together, attention reads each one's
-  // own blocks. `logits` gets one [n_vocab] row per sequence with logits = true, in
-  // order. Each sequence's results are the ones it would get alone.
-  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits);
+  using CausalLm::forward;
+  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
+               std::vector<float>& logits) override;
+  // Every sequence's tokens go through the layers together; attention reads each
+  // one's own blocks.
+  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits) override;
 
  private:
   MoeParams moe_params() const;
@@ -73,12 +59,11 @@ class LlamaModel {
     std::unique_ptr<ops::Buffer> x, cur, q, k, v, attn, gate, up, moe_out;
     int64_t logits_rows = 0;
     std::unique_ptr<ops::Buffer> logits;
-    std::vector<int32_t> tokens, positions, slots, out_rows;
-    std::vector<ops::AttentionSeq> attn_seqs;
+    BatchLayout lay;
   };
   void reserve_scratch(int64_t n_tokens, int64_t logits_rows);
-  // The layers over a batch laid out in scratch_ (tokens, positions, slots, attention
-  // sequences, output rows); writes the logits of the output rows to `out`.
+  // The layers over the batch laid out in scratch_.lay; writes the logits of its
+  // output rows to `out`.
   void run_batch(KvPool& pool, std::vector<float>& out);
   Scratch scratch_;
 };

@@ -1,0 +1,82 @@
+#include "model/batch_layout.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace hearth::model {
+
+void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits) {
+  const auto n = static_cast<int64_t>(new_tokens.size());
+  SeqKv& seq = cache.seq();
+  if (seq.n_past + n > cache.n_ctx()) {
+    fail(ErrorKind::kResource, "model", "context is full: " + std::to_string(seq.n_past) + " + " +
+                                            std::to_string(n) + " tokens exceed the context size " +
+                                            std::to_string(cache.n_ctx()));
+  }
+  tokens.assign(new_tokens.begin(), new_tokens.end());
+  attn_seqs.assign(1, ops::AttentionSeq{0, n, seq.n_past, seq.blocks.data()});
+  state_slots.assign(1, seq.state_slot);
+  positions.resize(static_cast<size_t>(n));
+  slots.resize(static_cast<size_t>(n));
+  const BlockMapHost map{seq.blocks.data(), cache.pool().block_size()};
+  for (int64_t i = 0; i < n; ++i) {
+    positions[i] = static_cast<int32_t>(seq.n_past + i);
+    slots[i] = map.slot(seq.n_past + i);
+  }
+  out_rows.clear();
+  for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) out_rows.push_back(static_cast<int32_t>(i));
+}
+
+void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
+  tokens.clear();
+  positions.clear();
+  slots.clear();
+  out_rows.clear();
+  attn_seqs.clear();
+  state_slots.clear();
+  for (const BatchSeq& b : seqs) {
+    if (b.n_tokens <= 0) continue;
+    SeqKv& kv = *b.kv;
+    if (kv.n_past + b.n_tokens > kv.capacity(pool.block_size())) {
+      fail(ErrorKind::kInternal, "model", "a sequence of the batch has " + std::to_string(kv.blocks.size()) +
+                                              " KV blocks, too few for " +
+                                              std::to_string(kv.n_past + b.n_tokens) + " positions");
+    }
+    const auto first = static_cast<int64_t>(tokens.size());
+    attn_seqs.push_back(ops::AttentionSeq{first, b.n_tokens, kv.n_past, kv.blocks.data()});
+    state_slots.push_back(kv.state_slot);
+    const BlockMapHost map{kv.blocks.data(), pool.block_size()};
+    for (int64_t i = 0; i < b.n_tokens; ++i) {
+      tokens.push_back(b.tokens[i]);
+      positions.push_back(static_cast<int32_t>(kv.n_past + i));
+      slots.push_back(map.slot(kv.n_past + i));
+    }
+    if (b.logits) out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
+  }
+}
+
+void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
+                   const ops::WeightView& output, float eps, int64_t E, int64_t n_vocab, ops::Buffer& logits,
+                   std::vector<float>& out) {
+  const auto rows = static_cast<int64_t>(lay.out_rows.size());
+  if (rows == 0) {
+    out.clear();
+    return;
+  }
+  // The output rows, gathered (a contiguous tail, the common case, needs no gather).
+  const float* last = x;
+  const bool contiguous = lay.out_rows.back() - lay.out_rows.front() + 1 == rows;
+  if (contiguous) {
+    last = x + static_cast<int64_t>(lay.out_rows.front()) * E;
+  } else {
+    be.gather_rows(x, E, lay.out_rows.data(), rows, cur);
+    last = cur;  // rms_norm may work in place
+  }
+  be.rms_norm(last, norm, rows, E, eps, cur);
+  be.matmul(output, cur, rows, logits.data());
+  out.resize(static_cast<size_t>(rows * n_vocab));
+  be.copy_to_host(logits, 0, rows * n_vocab, out.data());
+}
+
+}  // namespace hearth::model

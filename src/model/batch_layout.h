@@ -1,0 +1,37 @@
+// The host-side layout of one forward pass, shared by every model: the tokens of all
+// sequences one after another, their positions, the KV rows they are written to, the
+// attention sequences (first row, length, block table), the recurrent state slot of
+// each sequence and which rows return logits. Built from a single cache or from a
+// batch of sequences sharing a pool; the model then runs its layers over it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/causal_lm.h"
+#include "model/kv_cache.h"
+#include "ops/backend.h"
+
+namespace hearth::model {
+
+struct BatchLayout {
+  std::vector<int32_t> tokens, positions, slots, out_rows;
+  std::vector<ops::AttentionSeq> attn_seqs;
+  std::vector<int32_t> state_slots;  // per attention sequence (-1: none)
+
+  // One sequence with its own cache. Throws Error when the context would overflow.
+  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits);
+  // Many sequences sharing a pool (sequences with no tokens are skipped). Throws
+  // Error(kInternal) when a sequence lacks the blocks for its positions.
+  void batch(const KvPool& pool, const std::vector<BatchSeq>& seqs);
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// The tail every model shares: the output rows' final norm and output projection,
+// copied to `out` ([rows, n_vocab]). x: [n, n_embd] hidden states; cur: scratch of at
+// least rows * n_embd floats; logits: a buffer of at least rows * n_vocab floats.
+void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
+                   const ops::WeightView& output, float eps, int64_t n_embd, int64_t n_vocab, ops::Buffer& logits,
+                   std::vector<float>& out);
+
+}  // namespace hearth::model

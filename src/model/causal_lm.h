@@ -1,0 +1,56 @@
+// What the engine needs of a model, whatever its architecture: a forward pass for one
+// sequence with its own cache (`hearth run`, tests) and a batched pass over many
+// sequences sharing a KV pool (continuous batching). Llama-family models
+// (llama_model.h) and the hybrid Gated DeltaNet models (hybrid_model.h) implement it;
+// load_causal_lm picks one from the file's architecture.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/kv_cache.h"
+#include "ops/backend.h"
+
+namespace hearth::model {
+
+// One sequence of a batched forward pass: n_tokens new tokens at positions
+// kv->n_past .., appended to its cache (and, for hybrid models, run through the
+// recurrent state in slot kv->state_slot). The caller has given kv enough blocks.
+struct BatchSeq {
+  SeqKv* kv = nullptr;
+  const int32_t* tokens = nullptr;
+  int64_t n_tokens = 0;
+  bool logits = false;  // return the logits of its last token
+};
+
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+  virtual const Hparams& hparams() const = 0;
+  virtual ops::Backend& backend() = 0;
+
+  // Runs n tokens at positions cache.n_past() .. and appends them to the cache,
+  // writing the logits of the last token ([n_vocab]), or of every token ([n,
+  // n_vocab]) when all_logits, into `logits` (resized; its capacity is reused).
+  // Throws Error when the context is full.
+  virtual void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
+                       std::vector<float>& logits) = 0;
+  std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false) {
+    std::vector<float> out;
+    forward(cache, tokens, all_logits, out);
+    return out;
+  }
+
+  // One pass over many sequences sharing `pool`: `logits` gets one [n_vocab] row per
+  // sequence with logits = true, in order. Each sequence's results are the ones it
+  // would get alone.
+  virtual void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits) = 0;
+};
+
+// The model for `file`'s architecture (which must outlive it), bound for `backend`.
+// Throws Error naming the file and tensor when one is missing or malformed.
+std::unique_ptr<CausalLm> load_causal_lm(const gguf::File& file, ops::Backend& backend);
+
+}  // namespace hearth::model

@@ -1,0 +1,296 @@
+#include "model/hybrid_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace hearth::model {
+
+using U = std::vector<uint64_t>;
+
+HybridModel::HybridModel(const gguf::File& file, ops::Backend& backend)
+    : file_(file), backend_(backend), hp_(read_hparams(file)) {
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr || embd->shape.size() < 2) {
+    fail(ErrorKind::kInvalidInput, "model", file.name() + ": tensor 'token_embd.weight' is missing or not 2-D");
+  }
+  hp_.n_vocab = static_cast<int64_t>(embd->shape[1]);
+  const auto E = static_cast<uint64_t>(hp_.n_embd), V = static_cast<uint64_t>(hp_.n_vocab);
+  tok_embd_ = bind_tensor(file, backend, "token_embd.weight", {E, V});
+  output_norm_ = owned_.f32(file, backend, "output_norm.weight", {E});
+  bool has_output = false;
+  output_ = bind_tensor(file, backend, "output.weight", {E, V}, true, &has_output);
+  if (!has_output) output_ = tok_embd_;
+  int64_t kv = 0, rec = 0;
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer L;
+    L.attn_norm = owned_.f32(file, backend, p + "attn_norm.weight", {E});
+    L.post_norm = owned_.f32(file, backend, p + "post_attention_norm.weight", {E});
+    L.recurrent = hp_.is_recurrent(l);
+    L.index = L.recurrent ? rec++ : kv++;
+    if (L.recurrent) {
+      bind_gdn(p, L.gdn);
+    } else {
+      bind_attn(p, L.attn);
+    }
+    bind_ffn(p, L.ffn);
+    layers_.push_back(std::move(L));
+  }
+}
+
+void HybridModel::bind_gdn(const std::string& p, Gdn& g) {
+  const ops::GdnShape& sh = hp_.gdn;
+  const auto E = static_cast<uint64_t>(hp_.n_embd), C = static_cast<uint64_t>(sh.conv_channels()),
+             VD = static_cast<uint64_t>(sh.value_dim()), HV = static_cast<uint64_t>(sh.n_v_heads),
+             K = static_cast<uint64_t>(sh.conv_kernel), DV = static_cast<uint64_t>(sh.d_v);
+  ops::Backend& be = backend_;
+  g.qkv = bind_tensor(file_, be, p + "attn_qkv.weight", {E, C});
+  g.z = bind_tensor(file_, be, p + "attn_gate.weight", {E, VD});
+  bool fused = false;
+  const ops::WeightView ba = bind_tensor(file_, be, p + "ssm_ba.weight", {E, 2 * HV}, true, &fused);
+  if (fused) {
+    // qwen3next: rows per key head g are [b (r rows), a (r rows)].
+    const int64_t r = sh.n_v_heads / sh.n_k_heads;
+    std::vector<int64_t> rb, ra;
+    for (int64_t kh = 0; kh < sh.n_k_heads; ++kh) {
+      for (int64_t t = 0; t < r; ++t) {
+        rb.push_back(kh * 2 * r + t);
+        ra.push_back(kh * 2 * r + r + t);
+      }
+    }
+    g.beta = owned_.rows(be, ba, rb, p + "ssm_ba.weight[beta]");
+    g.alpha = owned_.rows(be, ba, ra, p + "ssm_ba.weight[alpha]");
+  } else {
+    g.beta = bind_tensor(file_, be, p + "ssm_beta.weight", {E, HV});
+    g.alpha = bind_tensor(file_, be, p + "ssm_alpha.weight", {E, HV});
+  }
+  g.out = bind_tensor(file_, be, p + "ssm_out.weight", {VD, E});
+  g.conv = owned_.f32(file_, be, p + "ssm_conv1d.weight", {K, C});
+  g.dt = owned_.f32(file_, be, p + "ssm_dt.bias", {HV});
+  g.a = owned_.f32(file_, be, p + "ssm_a", {HV});
+  g.norm = owned_.f32(file_, be, p + "ssm_norm.weight", {DV});
+}
+
+void HybridModel::bind_attn(const std::string& p, Attn& a) {
+  const auto E = static_cast<uint64_t>(hp_.n_embd), Q = static_cast<uint64_t>(hp_.n_embd_q()),
+             KV = static_cast<uint64_t>(hp_.n_embd_kv()), D = static_cast<uint64_t>(hp_.head_dim);
+  ops::Backend& be = backend_;
+  // The q projection holds, per head, head_dim query rows then head_dim gate rows.
+  const ops::WeightView qg = bind_tensor(file_, be, p + "attn_q.weight", {E, 2 * Q});
+  std::vector<int64_t> rq, rg;
+  for (int64_t h = 0; h < hp_.n_head; ++h) {
+    for (int64_t i = 0; i < hp_.head_dim; ++i) {
+      rq.push_back(h * 2 * hp_.head_dim + i);
+      rg.push_back(h * 2 * hp_.head_dim + hp_.head_dim + i);
+    }
+  }
+  a.wq = owned_.rows(be, qg, rq, p + "attn_q.weight[query]");
+  a.wgate = owned_.rows(be, qg, rg, p + "attn_q.weight[gate]");
+  a.wk = bind_tensor(file_, be, p + "attn_k.weight", {E, KV});
+  a.wv = bind_tensor(file_, be, p + "attn_v.weight", {E, KV});
+  a.wo = bind_tensor(file_, be, p + "attn_output.weight", {Q, E});
+  a.q_norm = owned_.f32(file_, be, p + "attn_q_norm.weight", {D});
+  a.k_norm = owned_.f32(file_, be, p + "attn_k_norm.weight", {D});
+}
+
+void HybridModel::bind_ffn(const std::string& p, Ffn& f) {
+  const auto E = static_cast<uint64_t>(hp_.n_embd);
+  ops::Backend& be = backend_;
+  if (!hp_.arch.moe) {
+    const gguf::TensorInfo* gate = file_.find_tensor(p + "ffn_gate.weight");
+    if (hp_.n_ff == 0 && gate != nullptr && gate->shape.size() >= 2) hp_.n_ff = static_cast<int64_t>(gate->shape[1]);
+    const auto F = static_cast<uint64_t>(hp_.n_ff);
+    f.gate = bind_tensor(file_, be, p + "ffn_gate.weight", {E, F});
+    f.up = bind_tensor(file_, be, p + "ffn_up.weight", {E, F});
+    f.down = bind_tensor(file_, be, p + "ffn_down.weight", {F, E});
+    n_ff_max_ = std::max(n_ff_max_, hp_.n_ff);
+    return;
+  }
+  f.moe = bind_moe(file_, be, p, moe_params());
+  bool found = false;
+  if (hp_.n_ff_shexp == 0) {
+    if (const gguf::TensorInfo* t = file_.find_tensor(p + "ffn_gate_shexp.weight"); t && t->shape.size() >= 2) {
+      hp_.n_ff_shexp = static_cast<int64_t>(t->shape[1]);
+    }
+  }
+  if (hp_.n_ff_shexp > 0) {
+    const auto FS = static_cast<uint64_t>(hp_.n_ff_shexp);
+    f.gate = bind_tensor(file_, be, p + "ffn_gate_shexp.weight", {E, FS});
+    f.up = bind_tensor(file_, be, p + "ffn_up_shexp.weight", {E, FS});
+    f.down = bind_tensor(file_, be, p + "ffn_down_shexp.weight", {FS, E}, false, &found);
+    n_ff_max_ = std::max(n_ff_max_, hp_.n_ff_shexp);
+    if (file_.find_tensor(p + "ffn_gate_inp_shexp.weight") != nullptr) {
+      const ops::WeightView g = owned_.f32(file_, be, p + "ffn_gate_inp_shexp.weight", {E});
+      f.shexp_gate = owned_.repeat_row(be, g, hp_.n_embd, p + "ffn_gate_inp_shexp.weight[repeated]");
+    }
+  }
+}
+
+MoeParams HybridModel::moe_params() const {
+  return MoeParams{hp_.n_expert, hp_.n_expert_used, hp_.n_embd, hp_.n_ff_exp, hp_.expert_weights_norm};
+}
+
+void HybridModel::reserve(int64_t n, int64_t logits_rows) {
+  ops::Backend& be = backend_;
+  if (n > s_.n) {
+    const int64_t E = hp_.n_embd, C = hp_.gdn.conv_channels(), VD = hp_.gdn.value_dim(), HV = hp_.gdn.n_v_heads,
+                  Q = hp_.n_embd_q(), KV = hp_.n_embd_kv(), F = std::max<int64_t>(1, n_ff_max_);
+    for (auto* b : {&s_.x, &s_.cur, &s_.mixed, &s_.conv, &s_.z, &s_.o, &s_.a, &s_.b, &s_.q, &s_.qg, &s_.k, &s_.v,
+                    &s_.attn, &s_.gate, &s_.up, &s_.moe, &s_.sg}) {
+      b->reset();
+    }
+    s_.x = be.alloc(n * E);
+    s_.cur = be.alloc(n * E);
+    s_.mixed = be.alloc(n * std::max<int64_t>(1, C));
+    s_.conv = be.alloc(n * std::max<int64_t>(1, C));
+    s_.z = be.alloc(n * std::max<int64_t>(1, VD));
+    s_.o = be.alloc(n * std::max<int64_t>(1, VD));
+    s_.a = be.alloc(n * std::max<int64_t>(1, HV));
+    s_.b = be.alloc(n * std::max<int64_t>(1, HV));
+    s_.q = be.alloc(n * Q);
+    s_.qg = be.alloc(n * Q);
+    s_.k = be.alloc(n * KV);
+    s_.v = be.alloc(n * KV);
+    s_.attn = be.alloc(n * Q);
+    s_.gate = be.alloc(n * F);
+    s_.up = be.alloc(n * F);
+    s_.moe = be.alloc(n * E);
+    s_.sg = be.alloc(n * E);
+    s_.n = n;
+  }
+  if (logits_rows > s_.logits_rows) {
+    s_.logits.reset();
+    s_.logits = be.alloc(logits_rows * hp_.n_vocab);
+    s_.logits_rows = logits_rows;
+  }
+}
+
+void HybridModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
+                          std::vector<float>& out) {
+  if (tokens.empty()) {
+    out.clear();
+    return;
+  }
+  s_.lay.single(cache, tokens, all_logits);
+  run(cache.pool(), out);
+  cache.seq().n_past += static_cast<int64_t>(tokens.size());
+}
+
+void HybridModel::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& out) {
+  s_.lay.batch(pool, seqs);
+  if (s_.lay.tokens.empty()) {
+    out.clear();
+    return;
+  }
+  run(pool, out);
+  for (const BatchSeq& b : seqs) {
+    if (b.n_tokens > 0) b.kv->n_past += b.n_tokens;
+  }
+}
+
+void HybridModel::run(KvPool& pool, std::vector<float>& out) {
+  const BatchLayout& lay = s_.lay;
+  const int64_t n = lay.n_tokens(), E = hp_.n_embd;
+  for (int32_t slot : lay.state_slots) {
+    if (slot < 0 || slot >= pool.n_state_slots()) {
+      fail(ErrorKind::kInternal, "model", "a sequence of a hybrid model has no recurrent state slot (slot " +
+                                              std::to_string(slot) + " of " + std::to_string(pool.n_state_slots()) +
+                                              ")");
+    }
+  }
+  reserve(n, static_cast<int64_t>(lay.out_rows.size()));
+  ops::Backend& be = backend_;
+  be.get_rows(tok_embd_, lay.tokens.data(), n, s_.x->data());
+  for (const Layer& L : layers_) {
+    be.rms_norm(s_.x->data(), L.attn_norm, n, E, hp_.rms_eps, s_.cur->data());
+    if (L.recurrent) {
+      run_gdn(L, pool, n);
+    } else {
+      run_attn(L, pool, n);
+    }
+    be.add(s_.x->data(), s_.cur->data(), n * E);
+    be.rms_norm(s_.x->data(), L.post_norm, n, E, hp_.rms_eps, s_.cur->data());
+    run_ffn(L, n);
+    be.add(s_.x->data(), s_.cur->data(), n * E);
+  }
+  output_logits(be, lay, s_.x->data(), s_.cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab,
+                *s_.logits, out);
+}
+
+void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
+  ops::Backend& be = backend_;
+  const Gdn& g = L.gdn;
+  const ops::GdnShape& sh = hp_.gdn;
+  float* cur = s_.cur->data();
+  be.matmul(g.qkv, cur, n, s_.mixed->data());
+  be.matmul(g.z, cur, n, s_.z->data());
+  be.matmul(g.beta, cur, n, s_.b->data());
+  be.matmul(g.alpha, cur, n, s_.a->data());
+  const BatchLayout& lay = s_.lay;
+  s_.gdn_seqs.clear();
+  for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
+    const int32_t slot = lay.state_slots[i];
+    s_.gdn_seqs.push_back({lay.attn_seqs[i].first_row, lay.attn_seqs[i].n_tokens, pool.conv_state(slot, L.index),
+                           pool.ssm_state(slot, L.index)});
+  }
+  const auto ns = static_cast<int64_t>(s_.gdn_seqs.size());
+  be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, s_.gdn_seqs.data(), ns, s_.conv->data());
+  be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, s_.gdn_seqs.data(), ns,
+                     s_.o->data());
+  be.gated_rms_norm(s_.o->data(), s_.z->data(), g.norm, n * sh.n_v_heads, sh.d_v, hp_.rms_eps);
+  be.matmul(g.out, s_.o->data(), n, cur);
+}
+
+void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
+  ops::Backend& be = backend_;
+  const Attn& a = L.attn;
+  const BatchLayout& lay = s_.lay;
+  float *cur = s_.cur->data(), *q = s_.q->data(), *k = s_.k->data(), *v = s_.v->data();
+  be.matmul(a.wq, cur, n, q);
+  be.matmul(a.wgate, cur, n, s_.qg->data());
+  be.matmul(a.wk, cur, n, k);
+  be.matmul(a.wv, cur, n, v);
+  be.rms_norm(q, a.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q);
+  be.rms_norm(k, a.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k);
+  const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, true};
+  be.rope(q, n, hp_.n_head, hp_.head_dim, lay.positions.data(), rope);
+  be.rope(k, n, hp_.n_head_kv, hp_.head_dim, lay.positions.data(), rope);
+  const ops::KvLayer kv = pool.layer(L.index);
+  be.store_kv(k, v, n, hp_.n_embd_kv(), lay.slots.data(), kv);
+  be.attention(q, kv, lay.attn_seqs.data(), static_cast<int64_t>(lay.attn_seqs.size()), hp_.n_head, hp_.n_head_kv,
+               hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim)), s_.attn->data());
+  be.sigmoid_mul(s_.attn->data(), s_.qg->data(), n * hp_.n_embd_q());
+  be.matmul(a.wo, s_.attn->data(), n, cur);
+}
+
+void HybridModel::run_ffn(const Layer& L, int64_t n) {
+  ops::Backend& be = backend_;
+  const Ffn& f = L.ffn;
+  const int64_t E = hp_.n_embd;
+  float *cur = s_.cur->data(), *gate = s_.gate->data(), *up = s_.up->data();
+  if (!f.moe) {
+    be.matmul(f.gate, cur, n, gate);
+    be.matmul(f.up, cur, n, up);
+    be.swiglu(gate, up, n * hp_.n_ff, gate);
+    be.matmul(f.down, gate, n, cur);
+    return;
+  }
+  moe_ffn(be, *f.moe, moe_params(), cur, n, s_.moe->data());
+  if (hp_.n_ff_shexp == 0) {
+    be.copy(s_.moe->data(), n * E, cur);
+    return;
+  }
+  // Shared expert, scaled by sigmoid(its gate . x), plus the routed experts.
+  be.matmul(f.gate, cur, n, gate);
+  be.matmul(f.up, cur, n, up);
+  if (f.shexp_gate) be.matmul(*f.shexp_gate, cur, n, s_.sg->data());
+  be.swiglu(gate, up, n * hp_.n_ff_shexp, gate);
+  be.matmul(f.down, gate, n, cur);
+  if (f.shexp_gate) be.sigmoid_mul(cur, s_.sg->data(), n * E);
+  be.add(cur, s_.moe->data(), n * E);
+}
+
+}  // namespace hearth::model

@@ -1,0 +1,85 @@
+// Hybrid Gated DeltaNet models (GGUF architectures qwen35, qwen35moe, qwen3next, in
+// llama.cpp's tensor layout; docs/qwen35_gguf_layout.md): most layers are Gated
+// DeltaNet linear attention with a fixed-size recurrent state per sequence (conv
+// state + delta-rule state, in the pool's state slots), every few layers one gated
+// full-attention layer with a paged KV cache (per-head q/k RMSNorm, partial NeoX
+// RoPE, output times sigmoid of a per-head gate from the q projection); FFNs dense
+// (qwen35) or routed experts plus a sigmoid-gated shared expert. Norm weights come
+// with the +1 already added (llama.cpp's convention), so plain RMSNorm applies.
+// The math runs through ops::Backend; prompts use the chunked delta rule (linear in
+// their length), single decode tokens the recurrent step.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "format/gguf.h"
+#include "model/batch_layout.h"
+#include "model/causal_lm.h"
+#include "model/moe_ffn.h"
+#include "model/weights.h"
+
+namespace hearth::model {
+
+class HybridModel final : public CausalLm {
+ public:
+  HybridModel(const gguf::File& file, ops::Backend& backend);
+
+  const Hparams& hparams() const override { return hp_; }
+  ops::Backend& backend() override { return backend_; }
+  using CausalLm::forward;
+  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
+               std::vector<float>& logits) override;
+  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits) override;
+
+ private:
+  struct Gdn {
+    ops::WeightView qkv, z, beta, alpha, out;      // projections
+    ops::WeightView conv, dt, a, norm;             // F32
+  };
+  struct Attn {
+    ops::WeightView wq, wgate, wk, wv, wo, q_norm, k_norm;
+  };
+  struct Ffn {
+    ops::WeightView gate, up, down;                // dense, or the shared expert
+    std::optional<MoeWeights> moe;
+    std::optional<ops::WeightView> shexp_gate;     // [n_embd] repeated to n_embd rows
+  };
+  struct Layer {
+    ops::WeightView attn_norm, post_norm;
+    bool recurrent = false;
+    int64_t index = 0;  // KV layer index, or recurrent layer index
+    Gdn gdn;
+    Attn attn;
+    Ffn ffn;
+  };
+  void bind_gdn(const std::string& p, Gdn& g);
+  void bind_attn(const std::string& p, Attn& a);
+  void bind_ffn(const std::string& p, Ffn& f);
+  MoeParams moe_params() const;
+  void reserve(int64_t n, int64_t logits_rows);
+  void run(KvPool& pool, std::vector<float>& out);
+  void run_gdn(const Layer& L, KvPool& pool, int64_t n);
+  void run_attn(const Layer& L, KvPool& pool, int64_t n);
+  void run_ffn(const Layer& L, int64_t n);
+
+  const gguf::File& file_;
+  ops::Backend& backend_;
+  Hparams hp_;
+  OwnedWeights owned_;
+  ops::WeightView tok_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  int64_t n_ff_max_ = 0;
+
+  struct Scratch {
+    int64_t n = 0;
+    std::unique_ptr<ops::Buffer> x, cur, mixed, conv, z, o, a, b, q, qg, k, v, attn, gate, up, moe, sg;
+    int64_t logits_rows = 0;
+    std::unique_ptr<ops::Buffer> logits;
+    BatchLayout lay;
+    std::vector<ops::GdnSeq> gdn_seqs;
+  } s_;
+};
+
+}  // namespace hearth::model
