@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "convert/hf_import.h"
 #include "core/error.h"
 #include "format/gguf.h"
 
@@ -162,7 +163,7 @@ void print_tokenizer(const gguf::File& f) {
 }
 
 void inspect(const std::string& path, bool show_tensors, bool show_metadata) {
-  gguf::File f = gguf::File::open(path);
+  gguf::File f = convert::open_model(path);
 
   print_field("file:", path);
   std::string format = "GGUF v" + std::to_string(f.version()) + ", " +

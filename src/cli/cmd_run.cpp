@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/default_model.h"
+#include "convert/hf_import.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
@@ -73,7 +74,7 @@ void run(RunOptions o) {
   engine::validate(o.sampler);
   const ops::KvType kv_type = parse_kv_type(o.kv_type);
 
-  gguf::File file = gguf::File::open(o.model);
+  gguf::File file = convert::open_model(o.model);
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/default_model.h"
+#include "convert/hf_import.h"
 #include "core/error.h"
 #include "engine/chat_prompt.h"
 #include "engine/serve_engine.h"
@@ -61,7 +62,7 @@ void serve(ServeOptions o) {
   sigaddset(&sigs, SIGUSR1);  // internal: wakes the watcher when serving ends
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  gguf::File file = gguf::File::open(o.model);
+  gguf::File file = convert::open_model(o.model);
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : (hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "serve", "--ctx must be in [8, 4194304]");

@@ -14,5 +14,6 @@ void add_info_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 
 }  // namespace hearth::cli

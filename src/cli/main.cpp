@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   hearth::cli::add_tokenize_command(app);
   hearth::cli::add_template_command(app);
   hearth::cli::add_info_command(app);
+  hearth::cli::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

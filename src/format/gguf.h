@@ -68,6 +68,9 @@ class File {
   static File open(const std::string& path);
   // Parses a buffer owned by the caller (tests, fuzzing); `name` is used in messages.
   static File parse(const uint8_t* data, size_t size, std::string name);
+  // Parses bytes the File then shares ownership of (an in-memory converted model):
+  // tensors' `data` point into *bytes, which lives as long as any copy of the File.
+  static File parse_owned(std::shared_ptr<const std::vector<uint8_t>> bytes, std::string name);
 
   const std::string& name() const { return name_; }  // the path, or the name given to parse()
   uint32_t version() const { return version_; }
@@ -94,6 +97,7 @@ class File {
  private:
   std::string name_;
   std::shared_ptr<MappedFile> mapping_;  // null when parsed from a caller's buffer
+  std::shared_ptr<const std::vector<uint8_t>> owned_;  // set by parse_owned
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   uint32_t version_ = 0;

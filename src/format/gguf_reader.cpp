@@ -462,6 +462,13 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
   return f;
 }
 
+File File::parse_owned(std::shared_ptr<const std::vector<uint8_t>> bytes, std::string name) {
+  if (!bytes) fail(ErrorKind::kInternal, "gguf", name + ": parse_owned given no buffer");
+  File f = parse(bytes->data(), bytes->size(), std::move(name));
+  f.owned_ = std::move(bytes);
+  return f;
+}
+
 File File::open(const std::string& path) {
   auto mapping = std::make_shared<MappedFile>(path);
   File f = parse(mapping->data(), mapping->size(), path);
