@@ -60,6 +60,24 @@ uint64_t BlockManager::chain_hash(uint64_t parent_hash, std::span<const int32_t>
   return h != 0 ? h : 0x9e3779b97f4a7c15ull;
 }
 
+void BlockManager::attach_snapshot(BlockId id, int32_t slot) {
+  if (id < 0 || id >= static_cast<BlockId>(meta_.size())) broken("snapshot for block " + std::to_string(id));
+  BlockMeta& m = meta_[static_cast<size_t>(id)];
+  if (!m.hashed || m.snapshot >= 0) broken("snapshot for block " + std::to_string(id) + " (not hashed or taken)");
+  m.snapshot = slot;
+}
+
+void BlockManager::detach_snapshot(BlockId id) {
+  if (id < 0 || id >= static_cast<BlockId>(meta_.size())) broken("snapshot of block " + std::to_string(id));
+  meta_[static_cast<size_t>(id)].snapshot = -1;
+}
+
+std::vector<int32_t> BlockManager::take_dropped_snapshots() {
+  std::vector<int32_t> out;
+  out.swap(dropped_snapshots_);
+  return out;
+}
+
 BlockId BlockManager::allocate() {
   BlockId id = kNoBlock;
   if (!free_.empty()) {
@@ -77,6 +95,7 @@ BlockId BlockManager::allocate() {
     if (it == last) broken("cached block " + std::to_string(id) + " missing from the hash map");
     by_hash_.erase(it);
     ++evictions_;
+    if (m.snapshot >= 0) dropped_snapshots_.push_back(m.snapshot);
   } else {
     return kNoBlock;
   }

@@ -36,7 +36,7 @@ struct BlockMeta {
   uint64_t parent_hash = 0;      // the parent's chain hash (when hashed), checked on lookup
   std::vector<int32_t> tokens;   // the block's tokens (when hashed), checked on lookup
   BlockTier tier = BlockTier::kPool;
-  int32_t snapshot = -1;         // hybrid models: recurrent-state snapshot id (later)
+  int32_t snapshot = -1;         // hybrid models: state slot holding the recurrent state at its end
 };
 
 struct PrefixMatch {
@@ -87,6 +87,15 @@ class BlockManager {
 
   static uint64_t chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens);
 
+  // Hybrid models: the recurrent state after this block's last token is kept in state
+  // slot `slot` (the block must be hashed: a snapshot belongs to a prefix). When the
+  // block is evicted its slot is handed back through take_dropped_snapshots.
+  void attach_snapshot(BlockId id, int32_t slot);
+  // Forgets the block's snapshot (its slot is the caller's again); no-op without one.
+  void detach_snapshot(BlockId id);
+  // Slots of snapshots whose blocks were evicted since the last call.
+  std::vector<int32_t> take_dropped_snapshots();
+
   const BlockMeta& meta(BlockId id) const;
 
   // Walks every structure (O(n_blocks)) and throws Error (kInternal) on the first
@@ -114,6 +123,7 @@ class BlockManager {
   int32_t n_used_ = 0;
   HashFn hash_ = &BlockManager::chain_hash;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
+  std::vector<int32_t> dropped_snapshots_;
 };
 
 }  // namespace hearth::engine

@@ -9,11 +9,66 @@ namespace hearth::engine {
 Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(config), blocks_(blocks) {
   if (config_.max_seqs < 1) fail(ErrorKind::kInvalidInput, "scheduler", "max_seqs must be >= 1");
   if (config_.prefill_chunk < 1) fail(ErrorKind::kInvalidInput, "scheduler", "prefill_chunk must be >= 1");
+  if (config_.recurrent) {
+    for (int32_t i = config_.max_seqs; i-- > 0;) free_live_.push_back(i);
+    for (int32_t i = config_.n_snapshots; i-- > 0;) free_snap_.push_back(config_.max_seqs + i);
+    snap_block_.assign(static_cast<size_t>(config_.n_snapshots), kNoBlock);
+  }
 }
 
 void Scheduler::add(std::unique_ptr<SeqSlot> seq) {
   if (seq->tokens.empty()) fail(ErrorKind::kInternal, "scheduler", "a sequence without tokens");
+  if (config_.recurrent) {
+    const int64_t bs = blocks_.block_size(), n = seq->n_prompt;
+    std::vector<int32_t>& pts = seq->snapshot_points;
+    auto add_point = [&](int64_t pos) {
+      const int64_t a = pos / bs * bs;
+      if (a > 0 && a < n) pts.push_back(static_cast<int32_t>(a));
+    };
+    for (int32_t b : seq->boundaries) add_point(b);
+    if (config_.snapshot_every > 0) {
+      for (int64_t m = config_.snapshot_every; m < n; m += config_.snapshot_every) add_point(m);
+    }
+    add_point(n - 1);  // the last block boundary before the prompt's final token
+    std::sort(pts.begin(), pts.end());
+    pts.erase(std::unique(pts.begin(), pts.end()), pts.end());
+  }
   waiting_.push_back(std::move(seq));
+}
+
+int64_t Scheduler::cut_chunk(const SeqSlot& seq, int64_t n) const {
+  if (!config_.recurrent) return n;
+  const auto it = std::upper_bound(seq.snapshot_points.begin(), seq.snapshot_points.end(), seq.kv.n_past);
+  if (it != seq.snapshot_points.end() && *it < seq.kv.n_past + n) return *it - seq.kv.n_past;
+  return n;
+}
+
+void Scheduler::reclaim_dropped() {
+  for (int32_t slot : blocks_.take_dropped_snapshots()) {
+    snap_block_[static_cast<size_t>(slot - config_.max_seqs)] = kNoBlock;
+    snap_lru_.remove(slot);
+    free_snap_.push_back(slot);
+  }
+}
+
+void Scheduler::drop_snapshot(int32_t slot) {
+  BlockId& b = snap_block_[static_cast<size_t>(slot - config_.max_seqs)];
+  if (b == kNoBlock) return;
+  blocks_.detach_snapshot(b);
+  b = kNoBlock;
+  snap_lru_.remove(slot);
+  free_snap_.push_back(slot);
+}
+
+int32_t Scheduler::take_snapshot_slot() {
+  reclaim_dropped();
+  if (free_snap_.empty()) {
+    if (snap_lru_.empty()) return -1;
+    drop_snapshot(snap_lru_.front());
+  }
+  const int32_t slot = free_snap_.back();
+  free_snap_.pop_back();
+  return slot;
 }
 
 SeqSlot* Scheduler::find(uint64_t id) const {
@@ -43,6 +98,11 @@ void Scheduler::release_all(SeqSlot& seq) {
   seq.kv.blocks.clear();
   seq.kv.n_past = 0;
   seq.hashes.clear();
+  if (seq.kv.state_slot >= 0) {
+    free_live_.push_back(seq.kv.state_slot);
+    seq.kv.state_slot = -1;
+  }
+  seq.decode_snapshot = -1;  // stays with its block, in the cache
 }
 
 void Scheduler::preempt(size_t index) {
@@ -65,7 +125,7 @@ StepPlan Scheduler::plan() {
     // Decoding: the one token left is a sampled one. The last token of a prompt (or
     // of a recompute) is still prefill and counts against the budget.
     const bool decoding = pending == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
-    const int64_t n = decoding ? 1 : std::min(pending, prefill_budget);
+    const int64_t n = decoding ? 1 : cut_chunk(seq, std::min(pending, prefill_budget));
     if (n <= 0) continue;  // prefill budget spent: continues next step
     bool preempted_self = false;
     while (!ensure_blocks(seq, seq.kv.n_past + n)) {
@@ -92,17 +152,37 @@ StepPlan Scheduler::plan() {
     PrefixMatch match = blocks_.match_prefix(seq.tokens, max_blocks, false);
     seq.kv.blocks = match.blocks;
     seq.hashes = match.hashes;
-    seq.kv.n_past = static_cast<int64_t>(match.blocks.size()) * bs;
-    const int64_t n = std::min(seq.pending(), prefill_budget);
+    int32_t snap = -1;
+    if (config_.recurrent) {
+      // Resume from the deepest matched block whose end state was kept; the matched
+      // blocks after it are let go (their KV is recomputed with the state).
+      size_t keep = seq.kv.blocks.size();
+      while (keep > 0 && blocks_.meta(seq.kv.blocks[keep - 1]).snapshot < 0) --keep;
+      if (keep > 0) snap = blocks_.meta(seq.kv.blocks[keep - 1]).snapshot;
+      for (size_t j = seq.kv.blocks.size(); j-- > keep;) blocks_.release(seq.kv.blocks[j]);
+      seq.kv.blocks.resize(keep);
+      seq.hashes.resize(keep);
+    }
+    seq.kv.n_past = static_cast<int64_t>(seq.kv.blocks.size()) * bs;
+    const int64_t n = cut_chunk(seq, std::min(seq.pending(), prefill_budget));
     if (!ensure_blocks(seq, seq.kv.n_past + n)) {
       release_all(seq);  // wait for blocks to come free; keep arrival order
       break;
+    }
+    if (config_.recurrent) {
+      seq.kv.state_slot = free_live_.back();
+      free_live_.pop_back();
+      plan.state_before.push_back({snap, seq.kv.state_slot});
+      if (snap >= 0) {  // most recently used
+        snap_lru_.remove(snap);
+        snap_lru_.push_back(snap);
+      }
     }
     if (!seq.admitted) {
       seq.n_cached = static_cast<int32_t>(std::min<int64_t>(seq.kv.n_past, seq.n_prompt));
       seq.admitted = true;
     }
-    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(match.blocks.size()) * bs);
+    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(seq.kv.blocks.size()) * bs);
     seq.order = next_order_++;
     prefill_budget -= n;
     running_.push_back(std::move(waiting_.front()));
@@ -112,8 +192,10 @@ StepPlan Scheduler::plan() {
   return plan;
 }
 
-void Scheduler::commit(const StepPlan& plan) {
+std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
   const int64_t bs = blocks_.block_size();
+  std::vector<StateOp> ops;
+  if (config_.recurrent) reclaim_dropped();
   for (const StepItem& item : plan.items) {
     SeqSlot& seq = *item.seq;
     while (static_cast<int64_t>(seq.hashes.size() + 1) * bs <= seq.kv.n_past) {
@@ -122,7 +204,37 @@ void Scheduler::commit(const StepPlan& plan) {
       const std::span<const int32_t> toks(seq.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
       seq.hashes.push_back(blocks_.commit_full(seq.kv.blocks[b], parent, toks));
     }
+    if (!config_.recurrent) continue;
+    // A snapshot of the state at this block boundary, if it is a snapshot point (or
+    // the sequence is past its prompt: the rolling decode snapshot).
+    const int64_t p = seq.kv.n_past;
+    if (p == 0 || p % bs != 0 || seq.kv.state_slot < 0) continue;
+    const auto idx = static_cast<size_t>(p / bs - 1);
+    if (idx >= seq.hashes.size()) continue;
+    const BlockId blk = seq.kv.blocks[idx];
+    const BlockMeta& m = blocks_.meta(blk);
+    if (!m.hashed || m.hash != seq.hashes[idx] || m.snapshot >= 0) continue;  // not ours, or kept already
+    const bool decode_point = p >= seq.n_prompt;
+    if (!decode_point && !std::binary_search(seq.snapshot_points.begin(), seq.snapshot_points.end(), p)) continue;
+    if (decode_point && seq.decode_snapshot >= 0) {
+      // Only if the slot still holds that snapshot (it may have been evicted and reused).
+      if (snap_block_[static_cast<size_t>(seq.decode_snapshot - config_.max_seqs)] == seq.decode_block) {
+        drop_snapshot(seq.decode_snapshot);
+      }
+      seq.decode_snapshot = -1;
+    }
+    const int32_t slot = take_snapshot_slot();
+    if (slot < 0) continue;
+    blocks_.attach_snapshot(blk, slot);
+    snap_block_[static_cast<size_t>(slot - config_.max_seqs)] = blk;
+    snap_lru_.push_back(slot);
+    ops.push_back({seq.kv.state_slot, slot});
+    if (decode_point) {
+      seq.decode_snapshot = slot;
+      seq.decode_block = blk;
+    }
   }
+  return ops;
 }
 
 std::unique_ptr<SeqSlot> Scheduler::finish(uint64_t id) {

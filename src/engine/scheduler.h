@@ -12,10 +12,25 @@
 // most recently admitted running sequence is preempted: its blocks are released
 // (full ones stay cached for reuse) and it goes back to the front of the queue, to
 // be recomputed from its tokens (prompt and the text generated so far).
+//
+// Hybrid (recurrent) models: a sequence's Gated DeltaNet state cannot be rewound, so
+// reusing a cached prefix needs the state at that prefix's end. Each running sequence
+// holds a live state slot (0 .. max_seqs-1); snapshots of it are copied into snapshot
+// slots (max_seqs ..) at block boundaries and attached to the block ending there,
+// living and dying with it (LRU over snapshots when the slots run out). Snapshot
+// points: the aligned position at or before each message boundary the engine marks
+// (chat-template control tokens), every snapshot_every tokens, the prompt's last
+// block boundary before its final token, and, while decoding, each block boundary (a
+// rolling one: the sequence's previous decode snapshot is dropped). Prefill chunks are
+// cut to end at snapshot points. On admission a sequence resumes from the deepest
+// matched block that has a snapshot (its later matched blocks are let go) or from a
+// cleared state. The state copies are the engine's to do: StepPlan::state_before
+// before the forward pass, commit()'s result right after it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <vector>
 
@@ -27,6 +42,15 @@ namespace hearth::engine {
 struct SchedulerConfig {
   int32_t max_seqs = 8;          // sequences running at once
   int32_t prefill_chunk = 512;   // prompt tokens per step, all sequences together
+  bool recurrent = false;        // hybrid model: state slots and snapshots (see above)
+  int32_t n_snapshots = 0;       // snapshot slots (ids max_seqs ..)
+  int32_t snapshot_every = 2048; // also snapshot long prompts at multiples of this
+};
+
+// A recurrent-state copy for the engine: src < 0 clears dst.
+struct StateOp {
+  int32_t src = -1;
+  int32_t dst = -1;
 };
 
 // The scheduler's view of one sequence.
@@ -40,6 +64,10 @@ struct SeqSlot {
   bool admitted = false;         // admitted at least once
   int32_t n_preempted = 0;
   uint64_t order = 0;            // admission order (preemption picks the largest)
+  std::vector<int32_t> boundaries;  // recurrent: prompt positions where messages start
+  std::vector<int32_t> snapshot_points;  // recurrent: aligned positions (set by add())
+  int32_t decode_snapshot = -1;  // recurrent: its rolling decode snapshot slot ...
+  BlockId decode_block = kNoBlock;  // ... and the block it was attached to
   // Tokens still to compute: a decoding sequence has exactly one (its last sample).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv.n_past; }
 };
@@ -53,6 +81,7 @@ struct StepItem {
 struct StepPlan {
   std::vector<StepItem> items;
   std::vector<uint64_t> preempted;  // ids sent back to the queue this step
+  std::vector<StateOp> state_before;  // recurrent: apply before the forward pass
   int32_t n_tokens() const {
     int32_t n = 0;
     for (const auto& i : items) n += i.n_tokens;
@@ -71,8 +100,9 @@ class Scheduler {
   // the sequence is finished.
   StepPlan plan();
   // After the forward pass advanced each item's kv.n_past: registers the blocks that
-  // became full for prefix reuse.
-  void commit(const StepPlan& plan);
+  // became full for prefix reuse. Returns the snapshot copies (recurrent models) to
+  // do before the next forward pass.
+  std::vector<StateOp> commit(const StepPlan& plan);
   // Removes a sequence (running or waiting), releasing its blocks.
   std::unique_ptr<SeqSlot> finish(uint64_t id);
 
@@ -81,17 +111,28 @@ class Scheduler {
   SeqSlot* find(uint64_t id) const;
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerConfig& config() const { return config_; }
+  int32_t n_state_slots() const { return config_.recurrent ? config_.max_seqs + config_.n_snapshots : 0; }
+  int32_t n_snapshots_held() const { return static_cast<int32_t>(snap_lru_.size()); }
 
  private:
   bool ensure_blocks(SeqSlot& seq, int64_t n_positions);
   void release_all(SeqSlot& seq);
   void preempt(size_t running_index);
+  int64_t cut_chunk(const SeqSlot& seq, int64_t n) const;
+  void resume_from_snapshot(SeqSlot& seq, StepPlan& plan);
+  int32_t take_snapshot_slot();
+  void drop_snapshot(int32_t slot);
+  void reclaim_dropped();
 
   SchedulerConfig config_;
   BlockManager& blocks_;
   std::vector<std::unique_ptr<SeqSlot>> running_;  // in admission order
   std::deque<std::unique_ptr<SeqSlot>> waiting_;
   uint64_t next_order_ = 0;
+  // Recurrent models.
+  std::vector<int32_t> free_live_, free_snap_;
+  std::vector<BlockId> snap_block_;  // per snapshot slot (index slot - max_seqs): its block or kNoBlock
+  std::list<int32_t> snap_lru_;      // held snapshot slots, least recently used first
 };
 
 }  // namespace hearth::engine

@@ -47,13 +47,28 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
       observer_(observer),
       max_seq_tokens_(std::min(config.n_ctx, config.n_blocks * config.block_size)),
       eog_(end_of_generation_tokens(tok)),
-      pool_(model.backend(), model.hparams(), config.kv_type, config.block_size, config.n_blocks),
+      pool_(model.backend(), model.hparams(), config.kv_type, config.block_size, config.n_blocks,
+            recurrent(model) ? config.max_seqs + config.n_snapshots : 0),
       blocks_(static_cast<int32_t>(config.n_blocks), static_cast<int32_t>(config.block_size)),
-      scheduler_(SchedulerConfig{config.max_seqs, config.prefill_chunk}, blocks_) {
+      scheduler_(SchedulerConfig{config.max_seqs, config.prefill_chunk, recurrent(model), config.n_snapshots,
+                                 config.snapshot_every},
+                 blocks_) {
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
 }
 
 ServeEngine::~ServeEngine() { stop(); }
+
+bool ServeEngine::recurrent(const model::CausalLm& model) { return model.hparams().n_recurrent_layers() > 0; }
+
+void ServeEngine::apply(const std::vector<StateOp>& ops) {
+  for (const StateOp& op : ops) {
+    if (op.src < 0) {
+      pool_.clear_state(op.dst);
+    } else {
+      pool_.copy_state(op.src, op.dst);
+    }
+  }
+}
 
 void ServeEngine::start() {
   {
@@ -139,6 +154,17 @@ void ServeEngine::take_incoming() {
     seq->id = next_id_++;
     seq->tokens = req.prompt;
     seq->n_prompt = static_cast<int32_t>(req.prompt.size());
+    if (scheduler_.config().recurrent) {
+      // Message boundaries for state snapshots: where the chat template's control tokens
+      // (turn markers) sit in the prompt.
+      const auto& vocab = tok_.vocab();
+      for (size_t i = 0; i < req.prompt.size(); ++i) {
+        const auto id = static_cast<size_t>(req.prompt[i]);
+        if (id < vocab.tokens.size() && (vocab.tokens[id].attr & tokenizer::kAttrControl) != 0) {
+          seq->boundaries.push_back(static_cast<int32_t>(i));
+        }
+      }
+    }
     const uint64_t id = seq->id;
     live_.emplace(id, std::make_unique<Live>(std::move(req), std::move(ch), tok_));
     scheduler_.add(std::move(seq));
@@ -213,8 +239,9 @@ void ServeEngine::step() {
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits});
     }
+    apply(plan.state_before);
     model_.forward_batch(pool_, batch_, logits_);
-    scheduler_.commit(plan);
+    apply(scheduler_.commit(plan));
     const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
     size_t row = 0;
     std::vector<uint64_t> done_stop, done_length;

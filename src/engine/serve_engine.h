@@ -31,6 +31,11 @@ struct EngineConfig {
   int32_t max_seqs = 8;
   int32_t prefill_chunk = 512;
   int32_t max_queue = 64;         // requests waiting beyond max_seqs
+  // Hybrid (recurrent) models: slots of recurrent-state snapshots kept for prefix
+  // reuse (each the size of one sequence's state), and the prompt interval at which
+  // long prompts get one besides message boundaries.
+  int32_t n_snapshots = 32;
+  int32_t snapshot_every = 2048;
 };
 
 // Hooks for metrics, called on the engine thread.
@@ -86,6 +91,8 @@ class ServeEngine {
   void step();
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
   void fail_all(const std::string& error);
+  static bool recurrent(const model::CausalLm& model);
+  void apply(const std::vector<StateOp>& ops);  // recurrent-state clears and copies
 
   model::CausalLm& model_;
   const tokenizer::Tokenizer& tok_;
