@@ -25,7 +25,15 @@ void Scheduler::add(std::unique_ptr<SeqSlot> seq) {
       const int64_t a = pos / bs * bs;
       if (a > 0 && a < n) pts.push_back(static_cast<int32_t>(a));
     };
-    for (int32_t b : seq->boundaries) add_point(b);
+    // Message boundaries, thinned so that cutting chunks there costs few extra steps:
+    // each kept one at least snapshot_gap tokens after the previous kept one.
+    int64_t last = 0;
+    for (int32_t b : seq->boundaries) {
+      const int64_t a = b / bs * bs;
+      if (a - last < config_.snapshot_gap) continue;
+      add_point(a);
+      last = a;
+    }
     if (config_.snapshot_every > 0) {
       for (int64_t m = config_.snapshot_every; m < n; m += config_.snapshot_every) add_point(m);
     }

@@ -19,7 +19,8 @@
 // slots (max_seqs ..) at block boundaries and attached to the block ending there,
 // living and dying with it (LRU over snapshots when the slots run out). Snapshot
 // points: the aligned position at or before each message boundary the engine marks
-// (chat-template control tokens), every snapshot_every tokens, the prompt's last
+// (chat-template control tokens; thinned to one per snapshot_gap tokens, since each
+// point cuts a prefill chunk and so may cost a step), every snapshot_every tokens, the prompt's last
 // block boundary before its final token, and, while decoding, each block boundary (a
 // rolling one: the sequence's previous decode snapshot is dropped). Prefill chunks are
 // cut to end at snapshot points. On admission a sequence resumes from the deepest
@@ -45,6 +46,7 @@ struct SchedulerConfig {
   bool recurrent = false;        // hybrid model: state slots and snapshots (see above)
   int32_t n_snapshots = 0;       // snapshot slots (ids max_seqs ..)
   int32_t snapshot_every = 2048; // also snapshot long prompts at multiples of this
+  int32_t snapshot_gap = 512;    // message boundaries closer than this to the previous one are skipped
 };
 
 // A recurrent-state copy for the engine: src < 0 clears dst.

@@ -509,3 +509,143 @@ TEST(Scheduler, WaitingForBlocksDoesNotRecountPrefixQueries) {
   ASSERT_NE(item_of(plan, 2), nullptr);
   EXPECT_EQ(blocks.prefix_query_tokens(), 32u);
 }
+
+// ---- Hybrid (recurrent) models: state slots and snapshots ----
+
+namespace {
+
+SchedulerConfig recurrent_config(int32_t max_seqs, int32_t n_snapshots, int32_t chunk = 512) {
+  SchedulerConfig c;
+  c.max_seqs = max_seqs;
+  c.prefill_chunk = chunk;
+  c.recurrent = true;
+  c.n_snapshots = n_snapshots;
+  c.snapshot_every = 64;
+  c.snapshot_gap = 32;
+  return c;
+}
+
+using hearth::engine::StateOp;
+
+// Runs steps until the sequence has produced `n_gen` tokens; returns the snapshot copies.
+std::vector<StateOp> run_until(Scheduler& sched, SeqSlot* seq, int32_t n_gen, std::vector<int64_t>* chunk_ends = nullptr) {
+  std::vector<StateOp> ops;
+  while (static_cast<int32_t>(seq->tokens.size()) < seq->n_prompt + n_gen) {
+    StepPlan plan = sched.plan();
+    for (const StepItem& item : plan.items) {
+      item.seq->kv.n_past += item.n_tokens;
+      if (chunk_ends != nullptr && item.seq == seq) chunk_ends->push_back(item.seq->kv.n_past);
+    }
+    const auto c = sched.commit(plan);
+    ops.insert(ops.end(), c.begin(), c.end());
+    for (const StepItem& item : plan.items) {
+      if (item.logits) item.seq->tokens.push_back(7);
+    }
+  }
+  return ops;
+}
+
+}  // namespace
+
+TEST(SchedulerRecurrent, ChunksEndAtSnapshotPointsAndSnapshotsAttachToTheirBlocks) {
+  BlockManager bm(64, 16);
+  Scheduler sched(recurrent_config(2, 8), bm);
+  auto s = make_seq(1, iota_tokens(150));
+  s->boundaries = {5, 20, 40, 100};  // aligned: 0 (skipped), 16 (gap < 32: skipped), 32, 96
+  SeqSlot* seq = s.get();
+  sched.add(std::move(s));
+  // Points: 32 and 96 (boundaries), 64 and 128 (every 64), 144 (the last boundary before token 149).
+  EXPECT_EQ(seq->snapshot_points, (std::vector<int32_t>{32, 64, 96, 128, 144}));
+  StepPlan first = sched.plan();
+  ASSERT_EQ(first.state_before.size(), 1u);
+  EXPECT_EQ(first.state_before[0].src, -1);  // a fresh sequence starts from a cleared state
+  EXPECT_EQ(first.state_before[0].dst, seq->kv.state_slot);
+  EXPECT_GE(seq->kv.state_slot, 0);
+  EXPECT_LT(seq->kv.state_slot, 2);
+  first.items[0].seq->kv.n_past += first.items[0].n_tokens;
+  std::vector<int64_t> ends = {seq->kv.n_past};
+  auto ops = sched.commit(first);
+  for (const StepItem& item : first.items) {
+    if (item.logits) item.seq->tokens.push_back(7);
+  }
+  const auto more = run_until(sched, seq, 20, &ends);
+  ops.insert(ops.end(), more.begin(), more.end());
+  // The prompt in chunks cut at every point, then decode.
+  EXPECT_EQ(std::vector<int64_t>(ends.begin(), ends.begin() + 6), (std::vector<int64_t>{32, 64, 96, 128, 144, 150}));
+  // Snapshots at the five prompt points and at the decode boundary 160 (rolling).
+  ASSERT_EQ(ops.size(), 6u);
+  for (const StateOp& op : ops) EXPECT_EQ(op.src, seq->kv.state_slot);
+  for (int64_t p : {32, 64, 96, 128, 144, 160}) {
+    EXPECT_GE(bm.meta(seq->kv.blocks[static_cast<size_t>(p / 16 - 1)]).snapshot, 2) << p;
+  }
+  EXPECT_EQ(sched.n_snapshots_held(), 6);
+}
+
+TEST(SchedulerRecurrent, ASecondRequestResumesFromTheDeepestMatchedSnapshot) {
+  BlockManager bm(64, 16);
+  Scheduler sched(recurrent_config(2, 8), bm);
+  auto a = make_seq(1, iota_tokens(100));
+  SeqSlot* sa = a.get();
+  sched.add(std::move(a));
+  run_until(sched, sa, 1);
+  sched.finish(1);
+  // Shares the first 90 tokens: matched full blocks cover 0..80; the deepest snapshot
+  // inside is at 64 (every 64), so the blocks after it are let go and 64 are cached.
+  std::vector<int32_t> t = iota_tokens(90);
+  for (int i = 0; i < 30; ++i) t.push_back(900 + i);
+  auto b = make_seq(2, t);
+  SeqSlot* sb = b.get();
+  sched.add(std::move(b));
+  StepPlan plan = sched.plan();
+  ASSERT_EQ(plan.items.size(), 1u);
+  EXPECT_EQ(sb->kv.n_past, 64);
+  EXPECT_EQ(sb->n_cached, 64);
+  ASSERT_EQ(plan.state_before.size(), 1u);
+  EXPECT_EQ(plan.state_before[0].src, bm.meta(sb->kv.blocks[3]).snapshot);
+  EXPECT_EQ(plan.state_before[0].dst, sb->kv.state_slot);
+  EXPECT_EQ(plan.items[0].n_tokens, 112 - 64);  // cut at its own next point (119 / 16 * 16)
+}
+
+TEST(SchedulerRecurrent, SnapshotSlotsAreRecycledLeastRecentlyUsedAndWithEvictedBlocks) {
+  BlockManager bm(12, 16);
+  Scheduler sched(recurrent_config(1, 2), bm);
+  // Three prompts of 100 tokens: points 64 and 96 each; only two snapshot slots.
+  for (uint64_t id = 1; id <= 3; ++id) {
+    auto s = make_seq(id, iota_tokens(100, static_cast<int32_t>(1000 * id)));
+    SeqSlot* p = s.get();
+    sched.add(std::move(s));
+    run_until(sched, p, 1);
+    sched.finish(id);
+    EXPECT_LE(sched.n_snapshots_held(), 2);
+  }
+  // Every held snapshot is attached to exactly one block, and no two share a slot.
+  std::set<int32_t> seen;
+  for (BlockId b = 0; b < 12; ++b) {
+    const int32_t s = bm.meta(b).snapshot;
+    if (s < 0) continue;
+    EXPECT_TRUE(bm.meta(b).hashed);
+    EXPECT_TRUE(seen.insert(s).second) << "slot " << s << " attached twice";
+  }
+  EXPECT_EQ(static_cast<int32_t>(seen.size()), sched.n_snapshots_held());
+  bm.check_invariants();
+}
+
+TEST(SchedulerRecurrent, PreemptedSequenceGivesBackItsLiveSlot) {
+  BlockManager bm(8, 16);
+  Scheduler sched(recurrent_config(2, 2, 64), bm);
+  auto a = make_seq(1, iota_tokens(60));
+  auto b = make_seq(2, iota_tokens(60, 5000));
+  SeqSlot* sa = a.get();
+  sched.add(std::move(a));
+  sched.add(std::move(b));
+  std::set<int32_t> live;
+  for (int step = 0; step < 40; ++step) {
+    StepPlan plan = sched.plan();
+    for (const StateOp& op : plan.state_before) EXPECT_LT(op.dst, 2);
+    live.clear();
+    for (const auto& r : sched.running()) EXPECT_TRUE(live.insert(r->kv.state_slot).second);
+    simulate(sched, plan);
+    if (sa->tokens.size() > 120) break;
+  }
+  for (const auto& r : sched.running()) EXPECT_GE(r->kv.state_slot, 0);
+}
