@@ -44,6 +44,7 @@ struct ServeOptions {
   std::string log_file;
   std::string kv_type = "f16";
   std::string model_id;
+  int32_t state_snapshots = 32;
 };
 
 void serve(ServeOptions o) {
@@ -51,6 +52,9 @@ void serve(ServeOptions o) {
   if (o.max_seqs < 1 || o.max_seqs > 1024) fail(ErrorKind::kInvalidInput, "serve", "--max-seqs must be in [1, 1024]");
   if (o.prefill_chunk < 1) fail(ErrorKind::kInvalidInput, "serve", "--prefill-chunk must be >= 1");
   if (o.max_queue < 0) fail(ErrorKind::kInvalidInput, "serve", "--max-queue must be >= 0");
+  if (o.state_snapshots < 0 || o.state_snapshots > 4096) {
+    fail(ErrorKind::kInvalidInput, "serve", "--state-snapshots must be in [0, 4096]");
+  }
   if (o.port < 0 || o.port > 65535) fail(ErrorKind::kInvalidInput, "serve", "--port must be in [0, 65535]");
   const ops::KvType kv_type = parse_kv_type(o.kv_type);
 
@@ -85,11 +89,18 @@ void serve(ServeOptions o) {
          "--kv-cache-bytes " + std::to_string(budget) + " holds fewer than 2 KV blocks of " +
              std::to_string(block_bytes) + " bytes (" + std::to_string(block_size) + " tokens) for this model");
   }
-  if (const uint64_t need = file.file_size() + static_cast<uint64_t>(n_blocks) * block_bytes + (uint64_t{100} << 20);
+  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV.
+  const uint64_t state_bytes = hp.n_recurrent_layers() > 0
+                                   ? model::KvPool::bytes_per_state(hp) *
+                                         static_cast<uint64_t>(o.max_seqs + o.state_snapshots)
+                                   : 0;
+  if (const uint64_t need =
+          file.file_size() + static_cast<uint64_t>(n_blocks) * block_bytes + state_bytes + (uint64_t{100} << 20);
       avail != 0 && need > avail) {
     fail(ErrorKind::kResource, "serve",
-         o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV budget) but only " +
-             std::to_string(avail >> 20) + " MiB are available; lower --kv-cache-bytes");
+         o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV budget" +
+             (state_bytes ? " + recurrent states" : "") + ") but only " + std::to_string(avail >> 20) +
+             " MiB are available; lower --kv-cache-bytes" + (state_bytes ? " or --state-snapshots" : ""));
   }
 
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
@@ -106,6 +117,15 @@ void serve(ServeOptions o) {
   ec.max_seqs = o.max_seqs;
   ec.prefill_chunk = o.prefill_chunk;
   ec.max_queue = o.max_queue;
+  ec.n_snapshots = o.state_snapshots;
+  if (hp.n_recurrent_layers() > 0) {
+    std::fprintf(stderr,
+                 "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB of state per "
+                 "sequence; %d running + %d snapshot slots (%.1f MiB)\n",
+                 static_cast<long long>(hp.n_recurrent_layers()), static_cast<long long>(hp.n_layer),
+                 static_cast<double>(model::KvPool::bytes_per_state(hp)) / (1 << 20), o.max_seqs, o.state_snapshots,
+                 static_cast<double>(state_bytes) / (1 << 20));
+  }
   server::ServerMetrics metrics;
   server::MetricsObserver observer(metrics);
   engine::ServeEngine eng(model, tok, ec, &observer);
@@ -184,6 +204,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--log-file", o->log_file, "Append the request log here (default: stderr)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");
+  cmd->add_option("--state-snapshots", o->state_snapshots,
+                  "Hybrid models: recurrent-state snapshots kept for prefix reuse (each one sequence's state)")
+      ->default_val(32);
   cmd->add_option("--model-id", o->model_id, "Model id to report (default: the file name without .gguf)");
   cmd->callback([o]() { serve(*o); });
 }

@@ -143,7 +143,7 @@ gguf::File open_model(const std::string& path) {
   if (!is_hf_folder(path)) return gguf::File::open(path);
   ConvertOptions opt;
   gguf::Writer w = hf_folder_to_gguf(path, opt);
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(w.to_bytes());
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(w).take_bytes());
   return gguf::File::parse_owned(std::move(bytes), path);
 }
 

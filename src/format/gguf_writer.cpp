@@ -313,7 +313,7 @@ void Writer::add_tensor_f32(std::string_view name, std::vector<uint64_t> shape,
              {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)});
 }
 
-std::vector<uint8_t> Writer::to_bytes() const {
+std::vector<uint8_t> Writer::header_bytes() const {
   Bytes b;
   b.put_raw("GGUF", 4);
   b.put<uint32_t>(version_);
@@ -334,19 +334,57 @@ std::vector<uint8_t> Writer::to_bytes() const {
     offset = align_up(offset + t.bytes.size(), alignment_);
   }
   b.pad_to(alignment_);
-  for (const auto& t : tensors_) {
-    b.put_raw(t.bytes.data(), t.bytes.size());
-    b.pad_to(alignment_);
-  }
   return std::move(b.out);
 }
 
+uint64_t Writer::data_size() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors_) n = align_up(n + t.bytes.size(), alignment_);
+  return n;
+}
+
+std::vector<uint8_t> Writer::to_bytes() const {
+  std::vector<uint8_t> out = header_bytes();
+  const size_t header = out.size();
+  out.resize(header + data_size(), 0);
+  uint64_t offset = header;
+  for (const auto& t : tensors_) {
+    if (!t.bytes.empty()) std::memcpy(out.data() + offset, t.bytes.data(), t.bytes.size());
+    offset += align_up(t.bytes.size(), alignment_);
+  }
+  return out;
+}
+
+std::vector<uint8_t> Writer::take_bytes() && {
+  std::vector<uint8_t> out = header_bytes();
+  const size_t header = out.size();
+  // Reserved, not touched: pages are committed as the tensors are copied in, and each
+  // tensor's own copy is freed right after, so the peak stays near one model's size.
+  out.reserve(header + data_size());
+  for (auto& t : tensors_) {
+    out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+    out.resize(align_up(out.size() - header, alignment_) + header, 0);
+    std::vector<uint8_t>().swap(t.bytes);
+  }
+  tensors_.clear();
+  return out;
+}
+
 void Writer::write_file(const std::string& path) const {
-  std::vector<uint8_t> bytes = to_bytes();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) fail(ErrorKind::kIo, "gguf-writer", path + ": cannot open for writing");
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
+  const std::vector<uint8_t> header = header_bytes();
+  out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  static const char zeros[64] = {};
+  for (const auto& t : tensors_) {
+    out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+    uint64_t pad = align_up(t.bytes.size(), alignment_) - t.bytes.size();
+    while (pad > 0) {
+      const uint64_t k = std::min<uint64_t>(pad, sizeof zeros);
+      out.write(zeros, static_cast<std::streamsize>(k));
+      pad -= k;
+    }
+  }
   out.close();
   if (!out) fail(ErrorKind::kIo, "gguf-writer", path + ": write failed");
 }

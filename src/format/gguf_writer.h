@@ -69,9 +69,14 @@ class Writer {
 
   // The whole file as bytes / written to `path` (throws Error(kIo) naming the path).
   std::vector<uint8_t> to_bytes() const;
-  void write_file(const std::string& path) const;
+  void write_file(const std::string& path) const;  // streams the tensors: no second copy
+  // The bytes, consuming the writer: each tensor's copy is freed as it is moved in, so
+  // the peak is about one model's size, not two.
+  std::vector<uint8_t> take_bytes() &&;
 
  private:
+  std::vector<uint8_t> header_bytes() const;  // everything before the tensor data, padded
+  uint64_t data_size() const;                 // the tensor data, each aligned
   struct PendingTensor {
     std::string name;
     GgmlType type;

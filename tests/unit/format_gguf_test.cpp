@@ -315,3 +315,29 @@ TEST(GgufRealFiles, SharedVocabFiles) {
   }
   EXPECT_GE(n_files, 10);
 }
+
+// The three ways out of a Writer give the same bytes: to_bytes, the streamed
+// write_file, and the consuming take_bytes (which frees tensors as it goes).
+TEST(GgufWriterOutputs, ToBytesWriteFileAndTakeBytesAgree) {
+  Writer w;
+  w.set_alignment(64);
+  w.set_string("general.architecture", "llama");
+  std::vector<float> a(37, 1.5f), b(5, -2.0f);
+  w.add_tensor_f32("a", {37}, a);
+  w.add_tensor_f32("b", {5}, b);
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const auto path = std::filesystem::temp_directory_path() / "hearth_writer_outputs.gguf";
+  w.write_file(path.string());
+  std::vector<uint8_t> from_file(std::filesystem::file_size(path));
+  FILE* f = std::fopen(path.string().c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fread(from_file.data(), 1, from_file.size(), f), from_file.size());
+  std::fclose(f);
+  std::filesystem::remove(path);
+  EXPECT_EQ(from_file, bytes);
+  const std::vector<uint8_t> taken = std::move(w).take_bytes();
+  EXPECT_EQ(taken, bytes);
+  const File parsed = File::parse(taken.data(), taken.size(), "taken");
+  ASSERT_NE(parsed.find_tensor("b"), nullptr);
+  EXPECT_EQ(reinterpret_cast<const float*>(parsed.find_tensor("b")->data)[4], -2.0f);
+}
