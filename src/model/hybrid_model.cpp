@@ -225,10 +225,11 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
   const Gdn& g = L.gdn;
   const ops::GdnShape& sh = hp_.gdn;
   float* cur = s_.cur->data();
-  be.matmul(g.qkv, cur, n, s_.mixed->data());
-  be.matmul(g.z, cur, n, s_.z->data());
-  be.matmul(g.beta, cur, n, s_.b->data());
-  be.matmul(g.alpha, cur, n, s_.a->data());
+  {
+    const ops::WeightView* ws[] = {&g.qkv, &g.z, &g.beta, &g.alpha};
+    float* ys[] = {s_.mixed->data(), s_.z->data(), s_.b->data(), s_.a->data()};
+    be.matmul_multi(ws, 4, cur, n, ys);
+  }
   const BatchLayout& lay = s_.lay;
   s_.gdn_seqs.clear();
   for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
@@ -249,10 +250,11 @@ void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
   const Attn& a = L.attn;
   const BatchLayout& lay = s_.lay;
   float *cur = s_.cur->data(), *q = s_.q->data(), *k = s_.k->data(), *v = s_.v->data();
-  be.matmul(a.wq, cur, n, q);
-  be.matmul(a.wgate, cur, n, s_.qg->data());
-  be.matmul(a.wk, cur, n, k);
-  be.matmul(a.wv, cur, n, v);
+  {
+    const ops::WeightView* ws[] = {&a.wq, &a.wgate, &a.wk, &a.wv};
+    float* ys[] = {q, s_.qg->data(), k, v};
+    be.matmul_multi(ws, 4, cur, n, ys);
+  }
   be.rms_norm(q, a.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q);
   be.rms_norm(k, a.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k);
   const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, true};
@@ -271,9 +273,10 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
   const Ffn& f = L.ffn;
   const int64_t E = hp_.n_embd;
   float *cur = s_.cur->data(), *gate = s_.gate->data(), *up = s_.up->data();
+  const ops::WeightView* gate_up[] = {&f.gate, &f.up};
+  float* gate_up_out[] = {gate, up};
   if (!f.moe) {
-    be.matmul(f.gate, cur, n, gate);
-    be.matmul(f.up, cur, n, up);
+    be.matmul_multi(gate_up, 2, cur, n, gate_up_out);
     be.swiglu(gate, up, n * hp_.n_ff, gate);
     be.matmul(f.down, gate, n, cur);
     return;
@@ -284,8 +287,7 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
     return;
   }
   // Shared expert, scaled by sigmoid(its gate . x), plus the routed experts.
-  be.matmul(f.gate, cur, n, gate);
-  be.matmul(f.up, cur, n, up);
+  be.matmul_multi(gate_up, 2, cur, n, gate_up_out);
   if (f.shexp_gate) be.matmul(*f.shexp_gate, cur, n, s_.sg->data());
   be.swiglu(gate, up, n * hp_.n_ff_shexp, gate);
   be.matmul(f.down, gate, n, cur);

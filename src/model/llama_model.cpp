@@ -133,9 +133,11 @@ void LlamaModel::run_batch(KvPool& pool, std::vector<float>& out) {
     const LayerWeights& w = layers_[l];
     const ops::KvLayer kv = pool.layer(l);
     be.rms_norm(x->data(), w.attn_norm, n, E, hp_.rms_eps, cur->data());
-    be.matmul(w.wq, cur->data(), n, q->data());
-    be.matmul(w.wk, cur->data(), n, k->data());
-    be.matmul(w.wv, cur->data(), n, v->data());
+    {
+      const ops::WeightView* ws[] = {&w.wq, &w.wk, &w.wv};
+      float* ys[] = {q->data(), k->data(), v->data()};
+      be.matmul_multi(ws, 3, cur->data(), n, ys);
+    }
     if (w.bq) be.add_bias(q->data(), *w.bq, n);
     if (w.bk) be.add_bias(k->data(), *w.bk, n);
     if (w.bv) be.add_bias(v->data(), *w.bv, n);
@@ -154,8 +156,11 @@ void LlamaModel::run_batch(KvPool& pool, std::vector<float>& out) {
       be.add(x->data(), moe_out->data(), n * E);
       continue;
     }
-    be.matmul(w.ffn_gate, cur->data(), n, gate->data());
-    be.matmul(w.ffn_up, cur->data(), n, up->data());
+    {
+      const ops::WeightView* ws[] = {&w.ffn_gate, &w.ffn_up};
+      float* ys[] = {gate->data(), up->data()};
+      be.matmul_multi(ws, 2, cur->data(), n, ys);
+    }
     be.swiglu(gate->data(), up->data(), n * F, gate->data());
     be.matmul(w.ffn_down, gate->data(), n, cur->data());
     be.add(x->data(), cur->data(), n * E);

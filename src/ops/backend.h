@@ -112,6 +112,11 @@ class Backend {
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out) = 0;
   // y: [n_tokens, w.n_rows] = x: [n_tokens, w.n_cols] times w transposed.
   virtual void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // ys[i]: [n_tokens, ws[i]->n_rows] = x times ws[i] transposed, for n weights that share
+  // their input (q/k/v, gate/up): the results of one matmul each, in fewer passes.
+  virtual void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys) {
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+  }
   // x: [n_tokens, n] += bias: [n] (an F32 weight with one row).
   virtual void add_bias(float* x, const WeightView& bias, int64_t n_tokens) = 0;
   // y: [n_rows, n] = x / sqrt(mean(x^2) + eps) * weight (F32, [n]); y may alias x.

@@ -278,6 +278,43 @@ TEST(CpuBackendOps, MatmulMatchesReferenceOnAllTypes) {
   }
 }
 
+// Weights sharing their input in one call (q/k/v, gate/up) give exactly what one matmul
+// each gives, for row counts that do not line up with the 16-row chunks; mixed types
+// fall back to one matmul each.
+TEST(CpuBackendOps, MatmulMultiEqualsSeparateMatmulsBitForBit) {
+  cpu::CpuBackend be(3);
+  for (const auto& c : kDotCases) {
+    const int64_t n_cols = 2 * c.block;
+    for (int64_t n_tokens : {1, 4, 7}) {
+      const auto a = make_weight(c.type, 37, n_cols, 1), b = make_weight(c.type, 5, n_cols, 2),
+                 d = make_weight(c.type, 70, n_cols, 3);
+      const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 4);
+      std::vector<float> ya(n_tokens * 37), yb(n_tokens * 5), yd(n_tokens * 70);
+      std::vector<float> za(ya.size()), zb(yb.size()), zd(yd.size());
+      const WeightView* ws[] = {&a.view, &b.view, &d.view};
+      float* ys[] = {ya.data(), yb.data(), yd.data()};
+      be.matmul_multi(ws, 3, x.data(), n_tokens, ys);
+      be.matmul(a.view, x.data(), n_tokens, za.data());
+      be.matmul(b.view, x.data(), n_tokens, zb.data());
+      be.matmul(d.view, x.data(), n_tokens, zd.data());
+      EXPECT_EQ(ya, za) << hearth::ggml_type_name(c.type) << " tokens " << n_tokens;
+      EXPECT_EQ(yb, zb) << hearth::ggml_type_name(c.type) << " tokens " << n_tokens;
+      EXPECT_EQ(yd, zd) << hearth::ggml_type_name(c.type) << " tokens " << n_tokens;
+    }
+  }
+  // Mixed types: one matmul each, same results.
+  const auto q = make_weight(GgmlType::Q4_1, 9, 64, 5), r = make_weight(GgmlType::Q8_0, 11, 64, 6);
+  const auto x = random_floats(3 * 64, 7);
+  std::vector<float> yq(3 * 9), yr(3 * 11), zq(yq.size()), zr(yr.size());
+  const WeightView* ws[] = {&q.view, &r.view};
+  float* ys[] = {yq.data(), yr.data()};
+  be.matmul_multi(ws, 2, x.data(), 3, ys);
+  be.matmul(q.view, x.data(), 3, zq.data());
+  be.matmul(r.view, x.data(), 3, zr.data());
+  EXPECT_EQ(yq, zq);
+  EXPECT_EQ(yr, zr);
+}
+
 TEST(CpuBackendOps, MatmulFloatWeights) {
   cpu::CpuBackend fast(3);
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16}) {

@@ -337,6 +337,41 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   });
 }
 
+void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                              float* const* ys) {
+  const ops::WeightView& w0 = *ws[0];
+  bool same = n > 1;
+  for (int i = 1; i < n && same; ++i) same = ws[i]->type == w0.type && ws[i]->n_cols == w0.n_cols;
+  const DotKernel* k = same ? find_dot_kernel(w0.type, reference_kernels_) : nullptr;
+  const MatmulFn mm = k != nullptr && !reference_kernels_ ? find_matmul_kernel(w0.type) : nullptr;
+  const auto act_row = mm != nullptr ? ggml_row_bytes(k->act_type, static_cast<uint64_t>(w0.n_cols)) : std::nullopt;
+  if (!act_row) {
+    ops::Backend::matmul_multi(ws, n, x, n_tokens, ys);
+    return;
+  }
+  const auto row_bytes = static_cast<int64_t>(*act_row);
+  act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
+  uint8_t* xq = act_scratch_.data();
+  pool_.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w0.n_cols, xq + t * row_bytes, w0.n_cols);
+  });
+  // The weights' rows one after another; each chunk is cut at the weights' borders.
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += ws[i]->n_rows;
+  pool_.parallel_for(total, 16, [&](int64_t begin, int64_t end, int) {
+    int64_t off = 0;
+    for (int i = 0; i < n && off < end; ++i) {
+      const ops::WeightView& w = *ws[i];
+      const int64_t b = std::max(begin, off) - off, e = std::min(end, off + w.n_rows) - off;
+      if (b < e) {
+        mm(w.n_cols, static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(b) * w.row_bytes, w.row_bytes, e - b,
+           xq, static_cast<uint64_t>(row_bytes), n_tokens, ys[i] + b, w.n_rows);
+      }
+      off += w.n_rows;
+    }
+  });
+}
+
 void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
   ref::add_bias(x, bias, n_tokens);
 }

@@ -26,6 +26,10 @@ class CpuBackend final : public ops::Backend {
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
+  // Weights of one type and width: the activations are quantized once and one parallel
+  // pass covers every weight's rows (otherwise one matmul each).
+  void matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                    float* const* ys) override;
   void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) override;
   void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                 float* y) override;
