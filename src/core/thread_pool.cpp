@@ -60,15 +60,18 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunk(int idx) {
-  const int64_t begin = static_cast<int64_t>(idx) * chunk_;
-  const int64_t end = std::min(n_, begin + chunk_);
-  if (begin >= end) return;
-  try {
-    (*job_)(begin, end, idx);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(error_mutex_);
-    if (!error_) error_ = std::current_exception();
+void ThreadPool::run_chunks(int idx) {
+  for (;;) {
+    const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t begin = c * chunk_;
+    if (begin >= n_) return;
+    const int64_t end = std::min(n_, begin + chunk_);
+    try {
+      (*job_)(begin, end, idx);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
   }
 }
 
@@ -84,7 +87,7 @@ void ThreadPool::worker_loop(int idx) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    run_chunk(idx);
+    run_chunks(idx);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && caller_asleep_.load()) pending_.notify_one();
   }
 }
@@ -101,12 +104,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   std::lock_guard<std::mutex> call_lock(call_mutex_);
   job_ = &fn;
   n_ = n;
-  chunk_ = (n_grains + n_threads_ - 1) / n_threads_ * grain;
+  // About four chunks per thread, claimed dynamically.
+  const int64_t n_chunks = std::min<int64_t>(n_grains, 4 * static_cast<int64_t>(n_threads_));
+  chunk_ = (n_grains + n_chunks - 1) / n_chunks * grain;
+  next_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1);  // seq_cst: publishes the job fields above
   if (sleepers_.load() > 0) generation_.notify_all();
-  run_chunk(0);
+  run_chunks(0);
   if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, spin_micros())) {
     caller_asleep_.store(true);
     for (int p = pending_.load(); p != 0; p = pending_.load()) pending_.wait(p);

@@ -1,6 +1,8 @@
 // A fixed pool of worker threads for data-parallel kernels. parallel_for splits
-// [0, n) into contiguous chunks, one per thread (the caller's thread takes part),
-// and returns when all are done. One parallel_for at a time per pool: calls from
+// [0, n) into contiguous chunks (about four per thread, each a multiple of the grain)
+// that the threads claim from a shared counter (the caller's thread takes part), so a
+// thread slowed down by another program does not hold the others back; it returns
+// when all are done. One parallel_for at a time per pool: calls from
 // several threads are serialised by a mutex.
 //
 // Hand-off: a forward pass issues hundreds of parallel_for calls per token, each a few
@@ -40,7 +42,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int idx);
-  void run_chunk(int idx);
+  void run_chunks(int idx);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -55,6 +57,7 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
+  std::atomic<int64_t> next_{0};  // next unclaimed chunk index
   std::exception_ptr error_;
 };
 

@@ -195,12 +195,14 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
   }
   const auto* wt = static_cast<const float*>(w.data);
   const int64_t hist = K - 1;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const ops::GdnSeq& q = seqs[s];
-    const float* xs = x + q.first_row * channels;
-    float* os = out + q.first_row * channels;
-    const int64_t n = q.n_tokens;
-    pool_.parallel_for(channels, 64, [&](int64_t begin, int64_t end, int) {
+  // One pass over channel ranges, every sequence inside (a decode step of many
+  // sequences is one parallel call, not one per sequence).
+  pool_.parallel_for(channels, 64, [&](int64_t begin, int64_t end, int) {
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      const ops::GdnSeq& q = seqs[s];
+      const float* xs = x + q.first_row * channels;
+      float* os = out + q.first_row * channels;
+      const int64_t n = q.n_tokens;
       // Input row r of the state-prefixed sequence: r < hist from the state, else x.
       auto in = [&](int64_t r, int64_t c) { return r < hist ? q.conv_state[r * channels + c] : xs[(r - hist) * channels + c]; };
       for (int64_t t = 0; t < n; ++t) {
@@ -215,8 +217,8 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
       for (int64_t r = 0; r < hist; ++r) {
         for (int64_t c = begin; c < end; ++c) q.conv_state[r * channels + c] = in(n + r, c);
       }
-    });
-  }
+    }
+  });
 }
 
 void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
