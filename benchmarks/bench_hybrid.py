@@ -19,10 +19,15 @@ Meant for a random Qwen3.5-shaped model (benchmarks/make_qwen35_model.py, conver
                  characters (digits) changed (differently per request), so no cached prefix applies. Ratio
                  median cold TTFT / median warm TTFT of turns >= 2 (target >= 5).
 Medians over --reps repetitions. Each repetition of (c) uses its own system prompt.
+The CPUs' busy fraction over the 0.5 s before each measurement (/proc/stat: every process,
+hearth serve's own included, e.g. work left from the previous request) is printed and
+recorded: on a shared machine it tells which repetitions were disturbed; --max-busy F waits
+(at most --wait-s) for a quiet machine before each one.
 
 Usage: python3 benchmarks/bench_hybrid.py --hearth build/hearth --model X.gguf [--reps 3]
        [--threads 2] [--out FILE.json] [--parts a,b,c] [--short 512] [--long 16384]
        [--max-tokens 128] [--turns 4] [--turn-tokens 32] [--system-tokens 2000]
+       [--max-busy 0.2 --wait-s 120]
 """
 import argparse
 import json
@@ -53,6 +58,29 @@ def words_for(n_tokens, tpw):
     return max(1, int(n_tokens / tpw))
 
 
+def cpu_busy(interval=0.5):
+    """Fraction of all CPUs busy over `interval` s (/proc/stat), before a measurement starts."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)  # idle + iowait, total
+    i0, t0 = snap()
+    time.sleep(interval)
+    i1, t1 = snap()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def quiet(args):
+    """With --max-busy, wait (at most --wait-s) until other work leaves the CPUs; returns the busy
+    fraction seen just before the measurement (recorded with each repetition)."""
+    t0 = time.time()
+    busy = cpu_busy()
+    while args.max_busy is not None and busy > args.max_busy and time.time() - t0 < args.wait_s:
+        time.sleep(2)
+        busy = cpu_busy()
+    return busy
+
+
 # ---- (a) prefill scaling --------------------------------------------------------------------
 
 def part_prefill(args, tpw, report):
@@ -63,13 +91,14 @@ def part_prefill(args, tpw, report):
             # A rep-specific first line; run is a fresh process anyway (no cache).
             words = base.split()[:words_for(n, tpw) - 4]
             prompt = f"Document {rep}:\n" + " ".join(words)
+            busy = quiet(args)
             t0 = time.perf_counter()
             pf, n_prompt = hearth_run_prefill(args.hearth, args.model, prompt, args.threads, args.long + 1024)
             wall = time.perf_counter() - t0
             res[key].append({"prefill_s": pf, "prompt_tokens": n_prompt, "ms_per_token": pf * 1000 / n_prompt,
-                             "wall_s": wall})
+                             "wall_s": wall, "cpu_busy_before": busy})
             print(f"  (a) rep {rep} {key}: {n_prompt} tokens, prefill {pf * 1000:.0f} ms, "
-                  f"{pf * 1000 / n_prompt:.3f} ms/token ({n_prompt / pf:.0f} tok/s)", flush=True)
+                  f"{pf * 1000 / n_prompt:.3f} ms/token ({n_prompt / pf:.0f} tok/s); CPUs busy before {busy:.0%}", flush=True)
     s = med([r["ms_per_token"] for r in res["short"]])
     l = med([r["ms_per_token"] for r in res["long"]])
     report["prefill"] = {"runs": res, "short_tokens": res["short"][0]["prompt_tokens"],
@@ -83,11 +112,14 @@ def part_streams(args, srv, report):
     res = {1: [], 4: []}
     for rep in range(args.reps):
         for n in (1, 4):
+            busy = quiet(args)
             r = concurrency_run(srv, n, args.max_tokens, rep)
+            r["cpu_busy_before"] = busy
             res[n].append(r)
             short = "" if r["tokens"] == n * args.max_tokens else f" (only {r['tokens']} of {n * args.max_tokens} tokens: EOS?)"
             print(f"  (b) rep {rep} x{n}: {r['aggregate_tps']:.1f} tok/s aggregate, per-stream decode "
-                  f"{r['decode_tps_p50']:.1f} tok/s, TTFT p50 {r['ttft_p50'] * 1000:.0f} ms{short}", flush=True)
+                  f"{r['decode_tps_p50']:.1f} tok/s, TTFT p50 {r['ttft_p50'] * 1000:.0f} ms{short}; "
+                  f"CPUs busy before {busy:.0%}", flush=True)
     one = med([r["aggregate_tps"] for r in res[1]])
     four = med([r["aggregate_tps"] for r in res[4]])
     report["streams"] = {"runs": {str(k): v for k, v in res.items()}, "max_tokens": args.max_tokens,
@@ -135,10 +167,12 @@ def part_multiturn(args, srv, tpw, report):
         turns = []
         for k in range(args.turns):
             messages.append({"role": "user", "content": f"Question {k + 1}: " + text_of(words_for(40, tpw), 900 + 10 * rep + k)})
+            busy = quiet(args)
             r = stream_chat(srv, messages, args.turn_tokens)
-            turns.append({"messages": [dict(m) for m in messages], **{x: r[x] for x in r if x != "text"}})
+            turns.append({"messages": [dict(m) for m in messages], **{x: r[x] for x in r if x != "text"},
+                          "cpu_busy_before": busy})
             print(f"  (c) rep {rep} turn {k + 1}: {r['prompt_tokens']} prompt tokens, cached {r['cached']}, "
-                  f"TTFT {r['ttft'] * 1000:.0f} ms", flush=True)
+                  f"TTFT {r['ttft'] * 1000:.0f} ms; CPUs busy before {busy:.0%}", flush=True)
             messages.append({"role": "assistant", "content": r["text"]})
         # The same prompts cold: the system prompt's first two characters ("00", two digit
         # tokens) replaced by another number, a new one for each request: no shared prefix,
@@ -147,10 +181,12 @@ def part_multiturn(args, srv, tpw, report):
             msgs = [dict(m) for m in t.pop("messages")]
             msgs[0]["content"] = f"{n_cold % 99 + 1:02d}" + msgs[0]["content"][2:]
             n_cold += 1
+            busy = quiet(args)
             c = stream_chat(srv, msgs, args.turn_tokens)
             t["cold"] = {x: c[x] for x in c if x != "text"}
+            t["cold"]["cpu_busy_before"] = busy
             print(f"  (c) rep {rep} turn {k} cold: {c['prompt_tokens']} prompt tokens, cached {c['cached']}, "
-                  f"TTFT {c['ttft'] * 1000:.0f} ms (warm {t['ttft'] * 1000:.0f} ms)", flush=True)
+                  f"TTFT {c['ttft'] * 1000:.0f} ms (warm {t['ttft'] * 1000:.0f} ms); CPUs busy before {busy:.0%}", flush=True)
         turns[0].pop("messages")
         reps.append(turns)
     warm = [t["ttft"] for turns in reps for t in turns[1:]]
@@ -188,6 +224,9 @@ def main():
     ap.add_argument("--turn-tokens", type=int, default=32)
     ap.add_argument("--system-tokens", type=int, default=2000)
     ap.add_argument("--ctx", type=int, default=8192, help="hearth serve --ctx")
+    ap.add_argument("--max-busy", type=float, default=None,
+                    help="before each measurement wait until at most this fraction of the CPUs is busy (e.g. 0.2)")
+    ap.add_argument("--wait-s", type=float, default=120, help="longest wait for --max-busy")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
 
