@@ -27,9 +27,8 @@ import struct
 
 import numpy as np
 
-DATA = pathlib.Path("/work/shared/data")
-TOKENIZER_DIR = DATA / "tokenizers/qwen3"
-CHAT_TEMPLATE = DATA / "chat-templates/Qwen3.5-4B.jinja"
+# The project's shared test data: ../shared/data next to the repository.
+DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TRANSFORMERS_VERSION = "5.17.0"
 
 
@@ -186,6 +185,8 @@ def main():
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shared", type=pathlib.Path, default=DEFAULT_DATA,
+                    help="the shared data folder (tokenizers/qwen3, chat-templates/Qwen3.5-4B.jinja)")
     a = ap.parse_args()
     a.intermediate = a.intermediate or 3 * a.hidden
     a.linear_value_heads = a.linear_value_heads or 2 * a.linear_key_heads
@@ -194,15 +195,17 @@ def main():
 
     out = pathlib.Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = vocab_size_of(TOKENIZER_DIR / "tokenizer.json")
+    tokenizer_dir = a.shared / "tokenizers/qwen3"
+    chat_template = a.shared / "chat-templates/Qwen3.5-4B.jinja"
+    vocab = vocab_size_of(tokenizer_dir / "tokenizer.json")
     cfg = make_config(a, vocab)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps({
         "bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
         "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": TRANSFORMERS_VERSION}, indent=2) + "\n")
-    shutil.copyfile(TOKENIZER_DIR / "tokenizer.json", out / "tokenizer.json")
-    tc = json.loads((TOKENIZER_DIR / "tokenizer_config.json").read_text())
-    tc["chat_template"] = CHAT_TEMPLATE.read_text()
+    shutil.copyfile(tokenizer_dir / "tokenizer.json", out / "tokenizer.json")
+    tc = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    tc["chat_template"] = chat_template.read_text()
     (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2, ensure_ascii=False) + "\n")
 
     specs = tensor_specs(a, vocab)

@@ -66,7 +66,7 @@ def test_convert_q8_0_runs(hearth_bin, tiny_qwen35, tmp_path):
 
 @pytest.fixture(scope="module")
 def hybrid_server(hearth_bin, tiny_gguf):
-    s = Server(hearth_bin, tiny_gguf, "--threads", "2", "--max-seqs", "4", "--ctx", "4096")
+    s = Server(hearth_bin, tiny_gguf, "--threads", "2", "--max-seqs", "4", "--ctx", "4096", "--model-id", "tiny")
     yield s
     s.stop()
 
@@ -103,7 +103,7 @@ def test_follow_up_turn_reuses_the_conversation(hybrid_server, hearth_bin, tiny_
     assert cached >= 0.8 * (p1 - 16), (cached, p1, r2.usage.prompt_tokens)
     assert cached < r2.usage.prompt_tokens
     # And the answer is the one a cold start gives: a fresh server, nothing cached.
-    fresh = Server(hearth_bin, tiny_gguf, "--threads", "2")
+    fresh = Server(hearth_bin, tiny_gguf, "--threads", "2", "--model-id", "tiny")
     try:
         cold = chat(OpenAI(base_url=fresh.url + "/v1", api_key="x"), msgs)
     finally:
