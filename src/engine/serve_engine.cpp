@@ -299,6 +299,7 @@ void ServeEngine::step() {
   stats_.running = static_cast<int32_t>(scheduler_.running().size());
   stats_.waiting = static_cast<int32_t>(scheduler_.waiting().size());
   stats_.kv_blocks_used = blocks_.n_used();
+  stats_.state_snapshots = scheduler_.n_snapshots_held();
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
   if (!plan.empty()) ++stats_.steps;

@@ -53,6 +53,7 @@ struct EngineStats {
   int32_t waiting = 0;
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_total = 0;
+  int32_t state_snapshots = 0;  // hybrid models: recurrent-state snapshots held
   uint64_t prefix_query_tokens = 0;
   uint64_t prefix_hit_tokens = 0;
   uint64_t steps = 0;

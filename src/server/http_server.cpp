@@ -166,6 +166,7 @@ struct HttpServer::Impl {
     metrics.requests_waiting.set(s.waiting);
     metrics.kv_blocks_used.set(s.kv_blocks_used);
     metrics.kv_blocks_total.set(s.kv_blocks_total);
+    metrics.state_snapshots.set(s.state_snapshots);
     std::lock_guard<std::mutex> lock(prefix_mu);
     if (s.prefix_query_tokens > seen_queries) metrics.prefix_cache_queries.inc(double(s.prefix_query_tokens - seen_queries));
     if (s.prefix_hit_tokens > seen_hits) metrics.prefix_cache_hits.inc(double(s.prefix_hit_tokens - seen_hits));

@@ -233,6 +233,8 @@ ServerMetrics::ServerMetrics()
           "Time between consecutive generated tokens of a request", inter_token_buckets_seconds())),
       kv_blocks_used(registry.gauge("hearth_kv_blocks_used", "KV-cache blocks in use")),
       kv_blocks_total(registry.gauge("hearth_kv_blocks_total", "KV-cache blocks in the pool")),
+      state_snapshots(registry.gauge("hearth_state_snapshots",
+                                     "Recurrent-state snapshots kept for prefix reuse (hybrid models)")),
       prefix_cache_queries(registry.counter("hearth_prefix_cache_queries_total",
                                             "Prompt tokens looked up in the prefix cache")),
       prefix_cache_hits(registry.counter("hearth_prefix_cache_hits_total",

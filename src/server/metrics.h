@@ -122,6 +122,7 @@ struct ServerMetrics {
   Histogram& inter_token_latency;  // hearth_inter_token_latency_seconds
   Gauge& kv_blocks_used;           // hearth_kv_blocks_used
   Gauge& kv_blocks_total;          // hearth_kv_blocks_total
+  Gauge& state_snapshots;          // hearth_state_snapshots: recurrent-state snapshots held (hybrid models)
   Counter& prefix_cache_queries;   // hearth_prefix_cache_queries_total (prompt tokens looked up)
   Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
   Histogram& batch_size;           // hearth_batch_size: sequences per engine step

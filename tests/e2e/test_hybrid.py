@@ -12,7 +12,7 @@ import sys
 import pytest
 from openai import OpenAI
 
-from serve_util import Server
+from serve_util import Server, metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -102,6 +102,7 @@ def test_follow_up_turn_reuses_the_conversation(hybrid_server, hearth_bin, tiny_
     # system message's snapshot; the template may render the answer differently).
     assert cached >= 0.8 * (p1 - 16), (cached, p1, r2.usage.prompt_tokens)
     assert cached < r2.usage.prompt_tokens
+    assert metrics(hybrid_server)["hearth_state_snapshots"] > 0
     # And the answer is the one a cold start gives: a fresh server, nothing cached.
     fresh = Server(hearth_bin, tiny_gguf, "--threads", "2", "--model-id", "tiny")
     try:

@@ -138,6 +138,7 @@ TEST(ServerMetrics, ServerMetricSet) {
   m.inter_token_latency.observe(0.015);
   m.kv_blocks_used.set(10);
   m.kv_blocks_total.set(256);
+  m.state_snapshots.set(5);
   m.prefix_cache_queries.inc(120);
   m.prefix_cache_hits.inc(64);
   m.batch_size.observe(3);
@@ -165,6 +166,7 @@ TEST(ServerMetrics, ServerMetricSet) {
            "hearth_inter_token_latency_seconds_count 1",
            "hearth_kv_blocks_used 10",
            "hearth_kv_blocks_total 256",
+           "hearth_state_snapshots 5",
            "hearth_prefix_cache_queries_total 120",
            "hearth_prefix_cache_hits_total 64",
            "# TYPE hearth_batch_size histogram",
@@ -188,8 +190,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 13);
-  EXPECT_EQ(type, 13);
+  EXPECT_EQ(help, 14);
+  EXPECT_EQ(type, 14);
 }
 
 }  // namespace
