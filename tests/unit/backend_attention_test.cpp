@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -136,6 +137,71 @@ TEST(PagedAttention, F16CacheRoundsAndStaysClose) {
   cpu::ref::attention(q.data(), p16.layer(), &seq, 1, n_head, n_head_kv, head_dim, 0.125f, c.data());
   EXPECT_EQ(b, c);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-3) << i;
+}
+
+// The blocked AVX-512 kernel (queries of one KV head over a few rows share each key and
+// value chunk) gives every query the bits of the per-query kernel and of the reference:
+// prompts spanning several value chunks (256 keys) and row blocks, decode rows next to
+// prefill rows, GQA ratios 1, 2 and 4, head_dim 64 and 256, f16 and f32 caches,
+// shuffled block tables, scores near the max and far below it. And a sequence's result
+// does not depend on what else runs with it (alone, the blocks are split differently)
+// or on the thread count.
+TEST(PagedAttention, BlockedKernelEqualsPerQuery) {
+  cpu::CpuBackend blocked(3), per_query(3), one_thread(1);
+  per_query.set_attention_blocks(false);
+  for (const ops::KvType type : {ops::KvType::F32, ops::KvType::F16}) {
+    for (const int64_t head_dim : {64, 256}) {
+      for (const int64_t ratio : {1, 2, 4}) {
+        const int64_t n_head_kv = 2, n_head = n_head_kv * ratio, dim = n_head_kv * head_dim, bs = 32;
+        // (pos0, n_tokens): long prefill from 0, prefill after a long prefix, decode rows, a short prefill
+        const std::vector<std::pair<int64_t, int64_t>> shape = {{0, 290}, {537, 45}, {700, 1}, {130, 1}, {261, 3}};
+        int64_t n_blocks = 0;
+        for (const auto& [p0, n] : shape) n_blocks += (p0 + n + bs - 1) / bs;
+        Pool pool(type, bs, n_blocks, dim);
+        const auto perm = shuffled_table(n_blocks, 7 + static_cast<uint32_t>(ratio));
+        std::vector<std::vector<int32_t>> tables;
+        std::vector<ops::AttentionSeq> seqs;
+        int64_t used = 0, rows = 0;
+        for (size_t s = 0; s < shape.size(); ++s) {
+          const auto [p0, n] = shape[s];
+          const int64_t nb = (p0 + n + bs - 1) / bs;
+          tables.emplace_back(perm.begin() + used, perm.begin() + used + nb);
+          used += nb;
+          fill(blocked, pool, tables.back(), random_floats((p0 + n) * dim, 50 + s, 1.5f),
+               random_floats((p0 + n) * dim, 60 + s), p0 + n);
+        }
+        for (size_t s = 0; s < shape.size(); ++s) {
+          seqs.push_back({rows, shape[s].second, shape[s].first, tables[s].data()});
+          rows += shape[s].second;
+        }
+        // ratio 4: large queries, so that score gaps pass 87 (softmax terms under 2^-126:
+        // the kernel's scalar exp fallback)
+        const auto q = random_floats(rows * n_head * head_dim, 70, ratio == 4 ? 12.0f : 0.3f);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> a(q.size()), b(q.size()), c(q.size()), r(q.size());
+        const auto n_seqs = static_cast<int64_t>(seqs.size());
+        blocked.attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, a.data());
+        per_query.attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, b.data());
+        one_thread.attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, c.data());
+        const std::string what = std::string(ops::kv_type_name(type)) + " head_dim " + std::to_string(head_dim) +
+                                 " ratio " + std::to_string(ratio);
+        ASSERT_EQ(a, b) << what;
+        ASSERT_EQ(a, c) << what;
+        if (head_dim == 64) {  // the scalar reference is slow
+          cpu::ref::attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, r.data());
+          ASSERT_EQ(a, r) << what;
+        }
+        for (size_t s = 0; s < seqs.size(); ++s) {
+          const int64_t off = seqs[s].first_row * n_head * head_dim, len = seqs[s].n_tokens * n_head * head_dim;
+          ops::AttentionSeq alone = seqs[s];
+          alone.first_row = 0;
+          std::vector<float> one(static_cast<size_t>(len));
+          blocked.attention(q.data() + off, pool.layer(), &alone, 1, n_head, n_head_kv, head_dim, scale, one.data());
+          ASSERT_EQ(one, std::vector<float>(a.begin() + off, a.begin() + off + len)) << what << " sequence " << s;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

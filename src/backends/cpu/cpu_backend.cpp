@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/attention_avx512.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
@@ -58,18 +59,6 @@ float dot(const float* a, const float* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-struct AttendArgs {
-  const float* q;
-  const ops::KvLayer* cache;
-  const ops::AttentionSeq* seqs;
-  const int32_t* row_seq;  // query row -> its sequence
-  const int64_t* key_offs;   // element offset of each key row, per sequence ...
-  const int64_t* seq_offs;   // ... starting at key_offs[seq_offs[s]]
-  int64_t n_head, n_head_kv, head_dim;
-  int64_t max_keys;        // most keys any query sees
-  float scale;
-  float* out;
-};
 using AttendFn = void (*)(const AttendArgs&, int64_t, int64_t);
 using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
 
@@ -143,19 +132,6 @@ HEARTH_SIMD __attribute__((flatten)) void attend_rows_avx2(const AttendArgs& a, 
 }
 
 #if defined(__x86_64__)
-// ggml_order::sum16 (the halving tree of _mm512_reduce_add_ps) on a register: 8+8, 4+4,
-// then (0+2) + (1+3), the same additions in the same order.
-HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
-  // halves by the masked extract: GCC 12's unmasked one (and the 512->256 cast) warn
-  // -Wmaybe-uninitialized
-  const __m512d vd = _mm512_castps_pd(v);
-  const __m256 h8 = _mm256_add_ps(_mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, vd, 0)),
-                                  _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, vd, 1)));
-  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));  // [h4[0] + h4[2], h4[1] + h4[3]]
-  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
-}
-
 // ggml_order::attend_one for head_dim a multiple of 64, with the reductions written as
 // AVX-512 register code instead of scalar loops. Every rounding is the reference one:
 // scores are dot_order_a (4 x 16-lane fma accumulators, combined (0+2) + (1+3), then
@@ -163,12 +139,6 @@ HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
 // lane's keys j = l, l + n_lanes, ... in order, but runs lane by lane with the
 // accumulators in registers (lanes are independent); the final lane sums are sum16
 // done vertically, 16 output elements at a time.
-HEARTH_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-// An f16 cache row, converted in the load (exact, so the same roundings as f32 rows).
-HEARTH_AVX512 inline __m512 load16(const uint16_t* p) {
-  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));  // masked: GCC 12 warns on the unmasked form
-}
-
 template <class K, class V>
 HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vrow, int64_t n_keys, int64_t head_dim,
                                      float scale, bool single_query, float* scores, float* acc, float* tmp,
@@ -470,7 +440,58 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   }
   const AttendArgs args{q,        &cache,   seqs,      row_seq_.data(), key_offs_.data(), seq_offs_.data(),
                         n_head,   n_head_kv, head_dim, max_keys,        scale,             out};
+  if (f16_in_kernel && attention_blocks_) {
+    make_attention_blocks(seqs, n_seqs, n_head, n_head_kv);
+    const AttnBlock* blocks = attn_blocks_.data();
+    pool_.parallel_for(static_cast<int64_t>(attn_blocks_.size()), 1,
+                       [&](int64_t begin, int64_t end, int) { attend_blocks_avx512(args, blocks, begin, end); });
+    return;
+  }
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
+}
+
+// Blocks of up to kRows consecutive rows x the query heads of one KV head (rows of a
+// one-token sequence: that row alone). Where that leaves fewer than 4 items per thread
+// (decode of few sequences), the head groups and then the rows are split until there
+// are enough, down to one query per block (which is attend_one_avx512's work item).
+// The blocks run heaviest (most keys) first, so the pool's dynamic chunks even out.
+void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head,
+                                       int64_t n_head_kv) {
+  constexpr int64_t kRows = 4;
+  const int64_t group = n_head / n_head_kv, want = 4 * static_cast<int64_t>(pool_.n_threads());
+  int64_t rows = kRows, heads = group;
+  const auto count = [&] {
+    int64_t n = 0;
+    for (int64_t s = 0; s < n_seqs; ++s) n += (seqs[s].n_tokens + rows - 1) / rows;
+    return n * n_head_kv * ((group + heads - 1) / heads);
+  };
+  while (count() < want && (heads > 1 || rows > 1)) {
+    if (heads > 1) {
+      heads = (heads + 1) / 2;
+    } else {
+      rows /= 2;
+    }
+  }
+  attn_blocks_.clear();
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const ops::AttentionSeq& sq = seqs[s];
+    for (int64_t t = 0; t < sq.n_tokens; t += rows) {
+      const auto n_rows = static_cast<int32_t>(std::min(rows, sq.n_tokens - t));
+      for (int64_t kv = 0; kv < n_head_kv; ++kv) {
+        for (int64_t g = 0; g < group; g += heads) {
+          const auto nh = static_cast<int32_t>(std::min(heads, group - g));
+          attn_blocks_.push_back({sq.first_row + t, static_cast<int32_t>(s), n_rows, static_cast<int32_t>(kv * group + g), nh});
+        }
+      }
+    }
+  }
+  // keys of a block's last row: pos0 + (row0 - first_row) + n_rows
+  const auto keys = [&](const AttnBlock& b) {
+    const ops::AttentionSeq& sq = seqs[b.seq];
+    return sq.pos0 + (b.row0 - sq.first_row) + b.n_rows;
+  };
+  std::stable_sort(attn_blocks_.begin(), attn_blocks_.end(),
+                   [&](const AttnBlock& x, const AttnBlock& y) { return keys(x) > keys(y); });
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/attention_avx512.h"
 #include "core/thread_pool.h"
 #include "ops/backend.h"
 
@@ -58,8 +59,13 @@ class CpuBackend final : public ops::Backend {
                         float* dst) override;
 
   int n_threads() const { return pool_.n_threads(); }
+  // Tests: false runs attention as one work item per (query row, head) even where the
+  // blocked AVX-512 kernel applies (it gives the same bits; this is its oracle).
+  void set_attention_blocks(bool on) { attention_blocks_ = on; }
 
  private:
+  void make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head, int64_t n_head_kv);
+
   ThreadPool pool_;
   bool reference_kernels_;
   bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
@@ -69,6 +75,8 @@ class CpuBackend final : public ops::Backend {
   std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...
   std::vector<float> gdn_qk_, gdn_gates_;            // gated delta net: normalised q|k, gates
   std::vector<std::vector<float>> gdn_scratch_;      // ... per-thread chunk buffers
+  bool attention_blocks_ = true;        // blocked AVX-512 attention where it applies
+  std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence  // activations quantized for the dot products
 };
 

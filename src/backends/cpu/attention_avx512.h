@@ -1,0 +1,64 @@
+// CPU attention: the arguments shared by the per-item kernels (cpu_backend.cpp) and the
+// blocked AVX-512 kernel (attention_avx512.cpp), plus the AVX-512 helpers both use.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "backends/cpu/cpu_features.h"
+#include "ops/backend.h"
+
+namespace hearth::cpu {
+
+struct AttendArgs {
+  const float* q;
+  const ops::KvLayer* cache;
+  const ops::AttentionSeq* seqs;
+  const int32_t* row_seq;  // query row -> its sequence
+  const int64_t* key_offs;   // element offset of each key row, per sequence ...
+  const int64_t* seq_offs;   // ... starting at key_offs[seq_offs[s]]
+  int64_t n_head, n_head_kv, head_dim;
+  int64_t max_keys;        // most keys any query sees
+  float scale;
+  float* out;
+};
+
+// A work item of the blocked kernel: n_rows consecutive query rows of sequence `seq`
+// (starting at global row row0) x the query heads [head0, head0 + n_heads), all of one
+// KV head. Every query of the block reads the same keys and values, so they share
+// each key row while it is in registers / L1 and each value chunk while it is in L2.
+struct AttnBlock {
+  int64_t row0;
+  int32_t seq, n_rows, head0, n_heads;
+};
+
+// Runs blocks [begin, end) (AVX-512, head_dim % 64 == 0, f32 or f16 cache). Each
+// query's arithmetic is exactly that of the per-query kernel attend_one_avx512: same
+// fmas in the same order, same reductions; which queries share a block never matters.
+void attend_blocks_avx512(const AttendArgs& a, const AttnBlock* blocks, int64_t begin, int64_t end);
+
+#if defined(__x86_64__)
+// ggml_order::sum16 (the halving tree of _mm512_reduce_add_ps) on a register: 8+8, 4+4,
+// then (0+2) + (1+3), the same additions in the same order.
+HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
+  // halves by the masked extract: GCC 12's unmasked one (and the 512->256 cast) warn
+  // -Wmaybe-uninitialized
+  const __m512d vd = _mm512_castps_pd(v);
+  const __m256 h8 = _mm256_add_ps(_mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, vd, 0)),
+                                  _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, vd, 1)));
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));  // [h4[0] + h4[2], h4[1] + h4[3]]
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+HEARTH_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+// An f16 cache row, converted in the load (exact, so the same roundings as f32 rows).
+HEARTH_AVX512 inline __m512 load16(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));  // masked: GCC 12 warns on the unmasked form
+}
+#endif
+
+}  // namespace hearth::cpu
