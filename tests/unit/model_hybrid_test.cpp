@@ -91,7 +91,9 @@ Result check_against_transformers(const hearth::gguf::File& file, const std::str
       gen.push_back(argmax(lg.data(), V));
       lg = m->forward(cache, {gen.back()}, false);
     }
-    if (tol <= 1e-3) EXPECT_EQ(gen, pr.at("greedy").get<std::vector<int>>()) << name << " n=" << n;
+    if (tol <= 1e-3) {
+      EXPECT_EQ(gen, pr.at("greedy").get<std::vector<int>>()) << name << " n=" << n;
+    }
   }
   EXPECT_LE(r.self, 1e-3) << name << ": Hearth's prefill vs its own decode";
   return r;
