@@ -17,7 +17,7 @@ hearth_build release
 hearth_log "unit tests"
 ctest --test-dir build --output-on-failure -j2
 hearth_log "reference agreement (from the unit tests' output)"
-grep -hE "matched: ([a-z0-9]+ )?[0-9]+ / [0-9]+|identical: [0-9]+ / [0-9]+|^f16 KV cache: " build/Testing/Temporary/LastTest.log | sort -u
+grep -hE "matched: ([a-z0-9]+ )?[0-9]+ / [0-9]+|identical: [0-9]+ / [0-9]+|^f16 KV cache: |^hybrid [a-z]+ vs transformers" build/Testing/Temporary/LastTest.log | sort -u
 
 hearth_log "end-to-end tests"
 ${PYTHON:-python3} -m pytest -q tests/e2e

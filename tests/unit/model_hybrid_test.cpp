@@ -105,7 +105,7 @@ TEST_P(HybridFixture, HfFolderMatchesTransformers) {
   const std::string name = GetParam();
   const hearth::gguf::File file = hearth::convert::open_model(kDir + name);
   const Result r = check_against_transformers(file, name, 1e-3);
-  std::cout << name << " (HF folder, stored dtype): max |diff| prefill " << r.prefill << ", decode " << r.decode
+  std::cout << "hybrid " << name << " vs transformers (HF folder, stored dtype): max |diff| prefill " << r.prefill << ", decode " << r.decode
             << ", own prefill vs decode " << r.self << "\n";
 }
 
@@ -118,7 +118,7 @@ TEST_P(HybridFixture, ConvertedGgufMatchesTransformers) {
   hearth::convert::hf_folder_to_gguf(kDir + name, opt).write_file(out.string());
   const hearth::gguf::File file = hearth::gguf::File::open(out.string());
   const Result r = check_against_transformers(file, name, 1e-3);
-  std::cout << name << " (GGUF f32): max |diff| prefill " << r.prefill << ", decode " << r.decode << "\n";
+  std::cout << "hybrid " << name << " vs transformers (GGUF f32): max |diff| prefill " << r.prefill << ", decode " << r.decode << "\n";
   std::filesystem::remove(out);
 }
 
