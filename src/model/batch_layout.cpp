@@ -57,7 +57,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
 }
 
 void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
-                   const ops::WeightView& output, float eps, int64_t E, int64_t n_vocab, ops::Buffer& logits,
+                   const ops::WeightView& output, float eps, int64_t E, int64_t n_vocab, ops::Buffer* logits,
                    std::vector<float>& out) {
   const auto rows = static_cast<int64_t>(lay.out_rows.size());
   if (rows == 0) {
@@ -74,9 +74,10 @@ void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cu
     last = cur;  // rms_norm may work in place
   }
   be.rms_norm(last, norm, rows, E, eps, cur);
-  be.matmul(output, cur, rows, logits.data());
+  if (logits == nullptr) fail(ErrorKind::kInternal, "model", "no logits buffer for " + std::to_string(rows) + " rows");
+  be.matmul(output, cur, rows, logits->data());
   out.resize(static_cast<size_t>(rows * n_vocab));
-  be.copy_to_host(logits, 0, rows * n_vocab, out.data());
+  be.copy_to_host(*logits, 0, rows * n_vocab, out.data());
 }
 
 }  // namespace hearth::model

@@ -29,9 +29,10 @@ struct BatchLayout {
 
 // The tail every model shares: the output rows' final norm and output projection,
 // copied to `out` ([rows, n_vocab]). x: [n, n_embd] hidden states; cur: scratch of at
-// least rows * n_embd floats; logits: a buffer of at least rows * n_vocab floats.
+// least rows * n_embd floats; logits: a buffer of at least rows * n_vocab floats (may be
+// null when no row asks for logits).
 void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
-                   const ops::WeightView& output, float eps, int64_t n_embd, int64_t n_vocab, ops::Buffer& logits,
+                   const ops::WeightView& output, float eps, int64_t n_embd, int64_t n_vocab, ops::Buffer* logits,
                    std::vector<float>& out);
 
 }  // namespace hearth::model

@@ -165,7 +165,7 @@ void LlamaModel::run_batch(KvPool& pool, std::vector<float>& out) {
     be.matmul(w.ffn_down, gate->data(), n, cur->data());
     be.add(x->data(), cur->data(), n * E);
   }
-  output_logits(be, lay, x->data(), cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab, *s.logits, out);
+  output_logits(be, lay, x->data(), cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab, s.logits.get(), out);
 }
 
 }  // namespace hearth::model
