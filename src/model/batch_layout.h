@@ -8,11 +8,20 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/causal_lm.h"
 #include "model/kv_cache.h"
 #include "ops/backend.h"
 
 namespace hearth::model {
+
+// One sequence of a batched forward pass: n_tokens new tokens at positions
+// kv->n_past .., appended to its cache (and, for hybrid models, run through the
+// recurrent state in slot kv->state_slot). The caller has given kv enough blocks.
+struct BatchSeq {
+  SeqKv* kv = nullptr;
+  const int32_t* tokens = nullptr;
+  int64_t n_tokens = 0;
+  bool logits = false;  // return the logits of its last token
+};
 
 struct BatchLayout {
   std::vector<int32_t> tokens, positions, slots, out_rows;

@@ -5,6 +5,28 @@
 
 namespace hearth::model {
 
+void CausalLm::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& out) {
+  if (tokens.empty()) {
+    out.clear();
+    return;
+  }
+  lay_.single(cache, tokens, all_logits);
+  run(cache.pool(), out);
+  cache.seq().n_past += static_cast<int64_t>(tokens.size());
+}
+
+void CausalLm::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& out) {
+  lay_.batch(pool, seqs);
+  if (lay_.tokens.empty()) {
+    out.clear();
+    return;
+  }
+  run(pool, out);
+  for (const BatchSeq& b : seqs) {
+    if (b.n_tokens > 0) b.kv->n_past += b.n_tokens;
+  }
+}
+
 std::unique_ptr<CausalLm> load_causal_lm(const gguf::File& file, ops::Backend& backend) {
   const ArchTraits* arch = find_arch(file.get_string("general.architecture"));
   if (arch != nullptr && arch->hybrid) return std::make_unique<HybridModel>(file, backend);

@@ -9,21 +9,12 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "model/batch_layout.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
 #include "ops/backend.h"
 
 namespace hearth::model {
-
-// One sequence of a batched forward pass: n_tokens new tokens at positions
-// kv->n_past .., appended to its cache (and, for hybrid models, run through the
-// recurrent state in slot kv->state_slot). The caller has given kv enough blocks.
-struct BatchSeq {
-  SeqKv* kv = nullptr;
-  const int32_t* tokens = nullptr;
-  int64_t n_tokens = 0;
-  bool logits = false;  // return the logits of its last token
-};
 
 class CausalLm {
  public:
@@ -35,8 +26,7 @@ class CausalLm {
   // writing the logits of the last token ([n_vocab]), or of every token ([n,
   // n_vocab]) when all_logits, into `logits` (resized; its capacity is reused).
   // Throws Error when the context is full.
-  virtual void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
-                       std::vector<float>& logits) = 0;
+  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits);
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false) {
     std::vector<float> out;
     forward(cache, tokens, all_logits, out);
@@ -46,7 +36,13 @@ class CausalLm {
   // One pass over many sequences sharing `pool`: `logits` gets one [n_vocab] row per
   // sequence with logits = true, in order. Each sequence's results are the ones it
   // would get alone.
-  virtual void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits) = 0;
+  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits);
+
+ protected:
+  // The layers over the step laid out in lay_ (at least one token); writes the logits of
+  // its output rows to `out`. Positions advance in the callers above.
+  virtual void run(KvPool& pool, std::vector<float>& out) = 0;
+  BatchLayout lay_;
 };
 
 // The model for `file`'s architecture (which must outlive it), bound for `backend`.

@@ -168,31 +168,8 @@ void HybridModel::reserve(int64_t n, int64_t logits_rows) {
   }
 }
 
-void HybridModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
-                          std::vector<float>& out) {
-  if (tokens.empty()) {
-    out.clear();
-    return;
-  }
-  s_.lay.single(cache, tokens, all_logits);
-  run(cache.pool(), out);
-  cache.seq().n_past += static_cast<int64_t>(tokens.size());
-}
-
-void HybridModel::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& out) {
-  s_.lay.batch(pool, seqs);
-  if (s_.lay.tokens.empty()) {
-    out.clear();
-    return;
-  }
-  run(pool, out);
-  for (const BatchSeq& b : seqs) {
-    if (b.n_tokens > 0) b.kv->n_past += b.n_tokens;
-  }
-}
-
 void HybridModel::run(KvPool& pool, std::vector<float>& out) {
-  const BatchLayout& lay = s_.lay;
+  const BatchLayout& lay = lay_;
   const int64_t n = lay.n_tokens(), E = hp_.n_embd;
   for (int32_t slot : lay.state_slots) {
     if (slot < 0 || slot >= pool.n_state_slots()) {
@@ -230,7 +207,7 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
     float* ys[] = {s_.mixed->data(), s_.z->data(), s_.b->data(), s_.a->data()};
     be.matmul_multi(ws, 4, cur, n, ys);
   }
-  const BatchLayout& lay = s_.lay;
+  const BatchLayout& lay = lay_;
   s_.gdn_seqs.clear();
   for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
     const int32_t slot = lay.state_slots[i];
@@ -248,7 +225,7 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
 void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
   ops::Backend& be = backend_;
   const Attn& a = L.attn;
-  const BatchLayout& lay = s_.lay;
+  const BatchLayout& lay = lay_;
   float *cur = s_.cur->data(), *q = s_.q->data(), *k = s_.k->data(), *v = s_.v->data();
   {
     const ops::WeightView* ws[] = {&a.wq, &a.wgate, &a.wk, &a.wv};

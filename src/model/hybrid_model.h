@@ -28,10 +28,6 @@ class HybridModel final : public CausalLm {
 
   const Hparams& hparams() const override { return hp_; }
   ops::Backend& backend() override { return backend_; }
-  using CausalLm::forward;
-  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
-               std::vector<float>& logits) override;
-  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits) override;
 
  private:
   struct Gdn {
@@ -59,7 +55,7 @@ class HybridModel final : public CausalLm {
   void bind_ffn(const std::string& p, Ffn& f);
   MoeParams moe_params() const;
   void reserve(int64_t n, int64_t logits_rows);
-  void run(KvPool& pool, std::vector<float>& out);
+  void run(KvPool& pool, std::vector<float>& out) override;
   void run_gdn(const Layer& L, KvPool& pool, int64_t n);
   void run_attn(const Layer& L, KvPool& pool, int64_t n);
   void run_ffn(const Layer& L, int64_t n);
@@ -77,7 +73,6 @@ class HybridModel final : public CausalLm {
     std::unique_ptr<ops::Buffer> x, cur, mixed, conv, z, o, a, b, q, qg, k, v, attn, gate, up, moe, sg;
     int64_t logits_rows = 0;
     std::unique_ptr<ops::Buffer> logits;
-    BatchLayout lay;
     std::vector<ops::GdnSeq> gdn_seqs;
   } s_;
 };

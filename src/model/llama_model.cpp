@@ -91,32 +91,9 @@ void LlamaModel::reserve_scratch(int64_t n, int64_t logits_rows) {
   }
 }
 
-void LlamaModel::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
-                         std::vector<float>& out) {
-  if (tokens.empty()) {
-    out.clear();
-    return;
-  }
-  scratch_.lay.single(cache, tokens, all_logits);
-  run_batch(cache.pool(), out);
-  cache.seq().n_past += static_cast<int64_t>(tokens.size());
-}
-
-void LlamaModel::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& out) {
-  scratch_.lay.batch(pool, seqs);
-  if (scratch_.lay.tokens.empty()) {
-    out.clear();
-    return;
-  }
-  run_batch(pool, out);
-  for (const BatchSeq& b : seqs) {
-    if (b.n_tokens > 0) b.kv->n_past += b.n_tokens;
-  }
-}
-
-void LlamaModel::run_batch(KvPool& pool, std::vector<float>& out) {
+void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
   Scratch& s = scratch_;
-  BatchLayout& lay = s.lay;
+  const BatchLayout& lay = lay_;
   const auto n = lay.n_tokens();
   const auto rows = static_cast<int64_t>(lay.out_rows.size());
   const int64_t E = hp_.n_embd, KV = hp_.n_embd_kv(), F = hp_.n_ff;

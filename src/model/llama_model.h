@@ -35,12 +35,6 @@ class LlamaModel final : public CausalLm {
   const Hparams& hparams() const override { return hp_; }
   ops::Backend& backend() override { return backend_; }
 
-  using CausalLm::forward;
-  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits,
-               std::vector<float>& logits) override;
-  // Every sequence's tokens go through the layers together; attention reads each
-  // one's own blocks.
-  void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits) override;
 
  private:
   MoeParams moe_params() const;
@@ -59,12 +53,11 @@ class LlamaModel final : public CausalLm {
     std::unique_ptr<ops::Buffer> x, cur, q, k, v, attn, gate, up, moe_out;
     int64_t logits_rows = 0;
     std::unique_ptr<ops::Buffer> logits;
-    BatchLayout lay;
   };
   void reserve_scratch(int64_t n_tokens, int64_t logits_rows);
-  // The layers over the batch laid out in scratch_.lay; writes the logits of its
-  // output rows to `out`.
-  void run_batch(KvPool& pool, std::vector<float>& out);
+  // Every sequence's tokens go through the layers together; attention reads each
+  // one's own blocks.
+  void run(KvPool& pool, std::vector<float>& out) override;
   Scratch scratch_;
 };
 
