@@ -59,6 +59,24 @@ HEARTH_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); 
 HEARTH_AVX512 inline __m512 load16(const uint16_t* p) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));  // masked: GCC 12 warns on the unmasked form
 }
+
+// The attention kernels' final lane sums: out = sum16 over the 16 (or 4 x 16) lanes.
+HEARTH_AVX512 inline void sum_lanes(const float* acc, int64_t head_dim, bool single_query, float* out) {
+  for (int64_t d = 0; d < head_dim; d += 16) {
+    __m512 lane[16];
+    for (int l = 0; l < 16; ++l) {
+      const float* a = acc + l * head_dim + d;
+      lane[l] = single_query ? _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(a + 32 * head_dim)),
+                                             _mm512_add_ps(_mm512_loadu_ps(a + 16 * head_dim),
+                                                           _mm512_loadu_ps(a + 48 * head_dim)))
+                             : _mm512_loadu_ps(a);
+    }
+    __m512 h8[8], h4[4];
+    for (int i = 0; i < 8; ++i) h8[i] = _mm512_add_ps(lane[i], lane[i + 8]);
+    for (int i = 0; i < 4; ++i) h4[i] = _mm512_add_ps(h8[i], h8[i + 4]);
+    _mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_add_ps(h4[0], h4[2]), _mm512_add_ps(h4[1], h4[3])));
+  }
+}
 #endif
 
 }  // namespace hearth::cpu

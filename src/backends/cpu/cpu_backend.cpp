@@ -175,20 +175,7 @@ HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vro
       for (int b = 0; b < 4; ++b) _mm512_storeu_ps(acc + l * head_dim + d0 + 16 * b, r[b]);
     }
   }
-  for (int64_t d = 0; d < head_dim; d += 16) {
-    __m512 lane[16];
-    for (int l = 0; l < 16; ++l) {
-      const float* a = acc + l * head_dim + d;
-      lane[l] = single_query ? _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(a + 32 * head_dim)),
-                                             _mm512_add_ps(_mm512_loadu_ps(a + 16 * head_dim),
-                                                           _mm512_loadu_ps(a + 48 * head_dim)))
-                             : _mm512_loadu_ps(a);
-    }
-    __m512 h8[8], h4[4];
-    for (int i = 0; i < 8; ++i) h8[i] = _mm512_add_ps(lane[i], lane[i + 8]);
-    for (int i = 0; i < 4; ++i) h4[i] = _mm512_add_ps(h8[i], h8[i + 4]);
-    _mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_add_ps(h4[0], h4[2]), _mm512_add_ps(h4[1], h4[3])));
-  }
+  sum_lanes(acc, head_dim, single_query, out);
 }
 #endif
 
