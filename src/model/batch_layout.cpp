@@ -56,6 +56,14 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   }
 }
 
+void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int64_t& rows, int64_t need,
+                    int64_t n_vocab) {
+  if (need <= rows) return;
+  logits.reset();  // free first: the peak never holds both sizes
+  logits = be.alloc(need * n_vocab);
+  rows = need;
+}
+
 void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
                    const ops::WeightView& output, float eps, int64_t E, int64_t n_vocab, ops::Buffer* logits,
                    std::vector<float>& out) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -35,6 +36,10 @@ struct BatchLayout {
   void batch(const KvPool& pool, const std::vector<BatchSeq>& seqs);
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
+
+// Grows `logits` (capacity `rows` rows of n_vocab floats) to hold `need` rows.
+void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int64_t& rows, int64_t need,
+                    int64_t n_vocab);
 
 // The tail every model shares: the output rows' final norm and output projection,
 // copied to `out` ([rows, n_vocab]). x: [n, n_embd] hidden states; cur: scratch of at

@@ -161,11 +161,7 @@ void HybridModel::reserve(int64_t n, int64_t logits_rows) {
     s_.sg = be.alloc(n * E);
     s_.n = n;
   }
-  if (logits_rows > s_.logits_rows) {
-    s_.logits.reset();
-    s_.logits = be.alloc(logits_rows * hp_.n_vocab);
-    s_.logits_rows = logits_rows;
-  }
+  reserve_logits(be, s_.logits, s_.logits_rows, logits_rows, hp_.n_vocab);
 }
 
 void HybridModel::run(KvPool& pool, std::vector<float>& out) {

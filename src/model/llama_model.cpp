@@ -84,11 +84,7 @@ void LlamaModel::reserve_scratch(int64_t n, int64_t logits_rows) {
     if (hp_.arch.moe) s.moe_out = be.alloc(n * E);
     s.n_tokens = n;
   }
-  if (logits_rows > s.logits_rows) {
-    s.logits.reset();
-    s.logits = be.alloc(logits_rows * hp_.n_vocab);
-    s.logits_rows = logits_rows;
-  }
+  reserve_logits(be, s.logits, s.logits_rows, logits_rows, hp_.n_vocab);
 }
 
 void LlamaModel::run(KvPool& pool, std::vector<float>& out) {

@@ -6,22 +6,17 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/weights.h"
 
 namespace hearth::model {
 namespace {
-
-std::string dims(const std::vector<uint64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 const gguf::TensorInfo& need(const gguf::File& f, const std::string& name, std::vector<uint64_t> shape) {
   const gguf::TensorInfo* t = f.find_tensor(name);
   if (t == nullptr) fail(ErrorKind::kInvalidInput, "model", f.name() + ": tensor '" + name + "' is missing");
   if (t->shape != shape) {
     fail(ErrorKind::kInvalidInput, "model",
-         f.name() + ": tensor '" + name + "' has shape " + dims(t->shape) + ", expected " + dims(shape));
+         f.name() + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " + shape_str(shape));
   }
   return *t;
 }

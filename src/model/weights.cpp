@@ -6,15 +6,11 @@
 #include "core/half.h"
 
 namespace hearth::model {
-namespace {
-
 std::string shape_str(const std::vector<uint64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
-
-}  // namespace
 
 ops::WeightView bind_tensor(const gguf::File& file, ops::Backend& be, const std::string& name,
                             const std::vector<uint64_t>& expect, bool optional_ok, bool* found) {

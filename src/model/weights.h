@@ -14,6 +14,9 @@
 
 namespace hearth::model {
 
+// "[a, b, c]": a tensor shape for messages.
+std::string shape_str(const std::vector<uint64_t>& shape);
+
 // Throws Error naming the file and tensor when it is missing (unless optional_ok: then
 // an empty view, *found = false) or has another shape.
 ops::WeightView bind_tensor(const gguf::File& file, ops::Backend& be, const std::string& name,
