@@ -8,11 +8,55 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
 namespace hearth {
+namespace {
+
+// The live read-only file mappings, so that release_mapped_pages can tell a mapped
+// range (safe to drop: it reads back from the file) from any other memory.
+struct Mappings {
+  std::mutex mu;
+  std::vector<std::pair<const uint8_t*, size_t>> live;
+};
+Mappings& mappings() {
+  static Mappings m;
+  return m;
+}
+void add_mapping(const uint8_t* p, size_t n) {
+  std::lock_guard<std::mutex> lock(mappings().mu);
+  mappings().live.emplace_back(p, n);
+}
+void remove_mapping(const uint8_t* p) {
+  std::lock_guard<std::mutex> lock(mappings().mu);
+  auto& v = mappings().live;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].first == p) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool release_mapped_pages(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  std::lock_guard<std::mutex> lock(mappings().mu);
+  for (const auto& [start, size] : mappings().live) {
+    if (b < start || b + n > start + size) continue;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    return true;
+  }
+  return false;
+}
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -40,6 +84,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail(ErrorKind::kIo, "file", path + ": cannot mmap: " + std::strerror(err));
     }
     data_ = static_cast<const uint8_t*>(p);
+    add_mapping(data_, size_);
   }
   ::close(fd);
 }
@@ -65,7 +110,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::reset() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) {
+    remove_mapping(data_);
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
   data_ = nullptr;
   size_ = 0;
 }

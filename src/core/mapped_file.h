@@ -30,6 +30,12 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Drops this process's resident pages of [p, p + n) when that range lies inside a live
+// MappedFile (they read back from the file if touched again) and returns true;
+// returns false and does nothing for any other memory. For weights a back-end has
+// copied into its own layout.
+bool release_mapped_pages(const void* p, size_t n);
+
 // Reads a whole (small) file into a string. Throws Error naming the path.
 std::string read_text_file(const std::string& path);
 

@@ -25,6 +25,9 @@ struct WeightView {
   int64_t n_cols = 0;
   int64_t n_rows = 0;
   uint64_t row_bytes = 0;
+  // The back-end's own copy made by prepare_weight (the CPU's repacked rows, CUDA's
+  // device memory); opaque to model code, null when the back-end reads `data`.
+  const void* backend_data = nullptr;
 };
 
 // A block of float32 activations owned by a back-end.
@@ -99,7 +102,8 @@ class Backend {
   virtual std::string name() const = 0;
   // Whether matmul/get_rows accept weights of this type.
   virtual bool supports_weight(GgmlType type) const = 0;
-  // Prepares a weight for use (CPU: nothing; CUDA: upload). Throws Error(kUnsupported).
+  // Prepares a weight for use (CPU: repacks the types its multi-row kernels read; CUDA:
+  // upload); the view returned is the one to pass to operations. Throws Error(kUnsupported).
   virtual WeightView prepare_weight(const WeightView& w) = 0;
 
   virtual std::unique_ptr<Buffer> alloc(int64_t n_floats) = 0;

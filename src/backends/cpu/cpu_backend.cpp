@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -16,6 +18,7 @@
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "quant/dequant_ref.h"
 
 
@@ -216,7 +219,12 @@ HEARTH_SIMD __attribute__((flatten)) void swiglu_avx2(const float* g, const floa
 CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
     : pool_(n_threads > 0 ? n_threads : physical_core_count()),
       reference_kernels_(reference_kernels),
-      simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {}
+      simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {
+  const char* env = std::getenv("HEARTH_REPACK");
+  set_repack(!reference_kernels && !(env != nullptr && std::string(env) == "0"));
+}
+
+bool CpuBackend::packed_available() { return find_packed_kernel(GgmlType::Q4_1) != nullptr; }
 
 std::string CpuBackend::name() const {
   return "cpu (" + std::to_string(pool_.n_threads()) + " threads; " + cpu_features_string(cpu_features()) + ")";
@@ -230,7 +238,23 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
          "tensor '" + w.name + "' has type " + std::string(ggml_type_name(w.type)) +
              ", which the CPU back-end cannot multiply");
   }
-  return w;
+  ops::WeightView out = w;
+  out.backend_data = nullptr;
+  if (!repack_ || !packable(w.type, w.n_cols) || find_packed_kernel(w.type) == nullptr) return out;
+  for (const auto& p : packed_) {  // tied embeddings: the output layer reuses the table's copy
+    if (p->source == w.data && p->type == w.type && p->n_rows == w.n_rows && p->n_cols == w.n_cols) {
+      out.backend_data = p.get();
+      return out;
+    }
+  }
+  packed_.push_back(pack_weight(w));
+  packed_.back()->source = w.data;
+  packed_bytes_ += packed_.back()->n_groups * packed_.back()->nb * packed_.back()->block_bytes;
+  out.backend_data = packed_.back().get();
+  // The rows are read from the packed copy from now on: a mapped file's pages go back
+  // (get_rows of a tied embedding faults in the few rows it reads).
+  release_mapped_pages(w.data, static_cast<size_t>(w.n_rows) * w.row_bytes);
+  return out;
 }
 
 std::unique_ptr<ops::Buffer> CpuBackend::alloc(int64_t n_floats) { return std::make_unique<HostBuffer>(n_floats); }
@@ -253,7 +277,53 @@ void CpuBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int6
   ref::get_rows(table, ids, n_ids, out);
 }
 
+void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                               float* const* ys) {
+  const auto& p0 = *static_cast<const PackedWeight*>(ws[0]->backend_data);
+  const DotKernel* k = find_dot_kernel(p0.type);
+  const PackedMatmulFn mm = find_packed_kernel(p0.type);
+  const auto row_bytes = static_cast<int64_t>(*ggml_row_bytes(packed_act_type(p0.type), static_cast<uint64_t>(p0.n_cols)));
+  const int64_t nb = p0.nb;
+  act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
+  act_d_.resize(static_cast<size_t>(n_tokens * nb));
+  act_s_.resize(act_d_.size());
+  act_corr_.resize(act_d_.size() * 8);
+  uint8_t* xq = act_scratch_.data();
+  pool_.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      k->quantize_act(x + t * p0.n_cols, xq + t * row_bytes, p0.n_cols);
+      packed_act_scales(p0.type, xq + t * row_bytes, nb, act_d_.data() + t * nb, act_s_.data() + t * nb,
+                        act_corr_.data() + t * nb * 8);
+    }
+  });
+  PackedAct a;
+  a.xq = xq;
+  a.row_bytes = row_bytes;
+  a.nb = nb;
+  a.d = act_d_.data();
+  a.s = act_s_.data();
+  a.corr = act_corr_.data();
+  // The weights' 16-row groups one after another; each chunk is cut at the weights' borders.
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += static_cast<const PackedWeight*>(ws[i]->backend_data)->n_groups;
+  pool_.parallel_for(total, 1, [&](int64_t begin, int64_t end, int) {
+    int64_t off = 0;
+    for (int i = 0; i < n && off < end; ++i) {
+      const auto& p = *static_cast<const PackedWeight*>(ws[i]->backend_data);
+      const int64_t b = std::max(begin, off) - off, e = std::min(end, off + p.n_groups) - off;
+      if (b < e) mm(p, b, e, a, n_tokens, ys[i], p.n_rows);
+      off += p.n_groups;
+    }
+  });
+}
+
 void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  if (w.backend_data != nullptr) {
+    const ops::WeightView* ws[1] = {&w};
+    float* ys[1] = {y};
+    matmul_packed(ws, 1, x, n_tokens, ys);
+    return;
+  }
   const DotKernel* k = find_dot_kernel(w.type, reference_kernels_);
   const auto act_row = k != nullptr ? ggml_row_bytes(k->act_type, static_cast<uint64_t>(w.n_cols)) : std::nullopt;
   if (act_row) {
@@ -299,6 +369,12 @@ void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const flo
   const ops::WeightView& w0 = *ws[0];
   bool same = n > 1;
   for (int i = 1; i < n && same; ++i) same = ws[i]->type == w0.type && ws[i]->n_cols == w0.n_cols;
+  bool packed = same;
+  for (int i = 0; i < n && packed; ++i) packed = ws[i]->backend_data != nullptr;
+  if (packed) {
+    matmul_packed(ws, n, x, n_tokens, ys);
+    return;
+  }
   const DotKernel* k = same ? find_dot_kernel(w0.type, reference_kernels_) : nullptr;
   const MatmulFn mm = k != nullptr && !reference_kernels_ ? find_matmul_kernel(w0.type) : nullptr;
   const auto act_row = mm != nullptr ? ggml_row_bytes(k->act_type, static_cast<uint64_t>(w0.n_cols)) : std::nullopt;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/attention_avx512.h"
+#include "backends/cpu/packed.h"
 #include "core/thread_pool.h"
 #include "ops/backend.h"
 
@@ -59,11 +60,21 @@ class CpuBackend final : public ops::Backend {
                         float* dst) override;
 
   int n_threads() const { return pool_.n_threads(); }
+  // Whether prepare_weight repacks Q4_0/Q4_1/Q8_0 weights for the multi-row kernels
+  // (default: yes where the CPU has them, unless HEARTH_REPACK=0). Set before
+  // preparing weights; views prepared earlier keep what they got.
+  void set_repack(bool on) { repack_ = on && packed_available(); }
+  bool repack() const { return repack_; }
+  // Bytes held by repacked weights.
+  int64_t packed_bytes() const { return packed_bytes_; }
   // Tests: false runs attention as one work item per (query row, head) even where the
   // blocked AVX-512 kernel applies (it gives the same bits; this is its oracle).
   void set_attention_blocks(bool on) { attention_blocks_ = on; }
 
  private:
+  static bool packed_available();
+  // Packed matmul over n weights sharing their input (all packed, one type and width).
+  void matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys);
   void make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head, int64_t n_head_kv);
 
   ThreadPool pool_;
@@ -77,7 +88,12 @@ class CpuBackend final : public ops::Backend {
   std::vector<std::vector<float>> gdn_scratch_;      // ... per-thread chunk buffers
   bool attention_blocks_ = true;        // blocked AVX-512 attention where it applies
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
-  std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence  // activations quantized for the dot products
+  std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
+  bool repack_ = false;
+  std::vector<std::unique_ptr<PackedWeight>> packed_;  // repacked weights (tied ones once)
+  int64_t packed_bytes_ = 0;
+  std::vector<float> act_d_, act_s_;  // packed matmul: per (token, block) activation scales
+  std::vector<int32_t> act_corr_;
 };
 
 }  // namespace hearth::cpu

@@ -1,0 +1,176 @@
+// Packing of Q4_0 / Q4_1 / Q8_0 weights into 16-row groups (packed.h), the activation
+// scales the packed kernels read, and the plain reference of their arithmetic.
+#include "backends/cpu/packed.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/cpu_features.h"
+#include "core/error.h"
+#include "quant/blocks.h"
+
+namespace hearth::cpu {
+
+namespace vnni {
+PackedMatmulFn find_packed(GgmlType type);  // packed_vnni.cpp; nullptr off x86
+}
+
+using namespace hearth::quant;
+
+namespace {
+
+// One block of 16 rows, by type:
+//   Q4_1: d[16] f16 | m[16] f16 | 4 x 64 bytes
+//   Q4_0: d[16] f16 |             4 x 64 bytes
+//   Q8_0: d[16] f16 |             8 x 64 bytes
+// 64-byte register j holds 4 bytes per row r at 4r: for Q4_x the row's qs[4j .. 4j+3]
+// (low nibbles = weights 4j.., high nibbles = weights 16 + 4j..), for Q8_0 the weights
+// 4j .. 4j+3 plus 128 (unsigned, for vpdpbusd).
+int64_t packed_block_bytes(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1: return 64 + 256;
+    case GgmlType::Q4_0: return 32 + 256;
+    case GgmlType::Q8_0: return 32 + 512;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+bool packable(GgmlType type, int64_t n_cols) { return packed_block_bytes(type) > 0 && n_cols > 0 && n_cols % kQK == 0; }
+
+GgmlType packed_act_type(GgmlType type) { return type == GgmlType::Q4_1 ? GgmlType::Q8_1 : GgmlType::Q8_0; }
+
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
+  if (!packable(w.type, w.n_cols)) {
+    fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
+  }
+  auto p = std::make_unique<PackedWeight>();
+  p->type = w.type;
+  p->n_rows = w.n_rows;
+  p->n_cols = w.n_cols;
+  p->n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
+  p->nb = w.n_cols / kQK;
+  p->block_bytes = packed_block_bytes(w.type);
+  const auto total = static_cast<size_t>(p->n_groups * p->nb * p->block_bytes);
+  p->data.reset(new uint8_t[total]);
+  std::memset(p->data.get(), 0, total);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p->n_groups; ++g) {
+    for (int64_t b = 0; b < p->nb; ++b) {
+      uint8_t* dst = p->data.get() + (g * p->nb + b) * p->block_bytes;
+      for (int r = 0; r < kPackRows; ++r) {
+        const int64_t row = g * kPackRows + r;
+        if (row >= w.n_rows) {
+          if (w.type == GgmlType::Q8_0) {  // a zero weight is 128 here
+            for (int j = 0; j < 8; ++j) std::memset(dst + 32 + j * 64 + 4 * r, 0x80, 4);
+          }
+          continue;
+        }
+        const uint8_t* rowp = src + static_cast<uint64_t>(row) * w.row_bytes;
+        if (w.type == GgmlType::Q4_1) {
+          const auto& blk = reinterpret_cast<const BlockQ4_1*>(rowp)[b];
+          std::memcpy(dst + 2 * r, blk.d, 2);
+          std::memcpy(dst + 32 + 2 * r, blk.m, 2);
+          for (int j = 0; j < 4; ++j) std::memcpy(dst + 64 + j * 64 + 4 * r, blk.qs + 4 * j, 4);
+        } else if (w.type == GgmlType::Q4_0) {
+          const auto& blk = reinterpret_cast<const BlockQ4_0*>(rowp)[b];
+          std::memcpy(dst + 2 * r, blk.d, 2);
+          for (int j = 0; j < 4; ++j) std::memcpy(dst + 32 + j * 64 + 4 * r, blk.qs + 4 * j, 4);
+        } else {
+          const auto& blk = reinterpret_cast<const BlockQ8_0*>(rowp)[b];
+          std::memcpy(dst + 2 * r, blk.d, 2);
+          for (int j = 0; j < 8; ++j) {
+            for (int k = 0; k < 4; ++k) {
+              dst[32 + j * 64 + 4 * r + k] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * j + k]) ^ 0x80);
+            }
+          }
+        }
+      }
+    }
+  }
+  return p;
+}
+
+void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s, int32_t* corr) {
+  const bool q8_1 = packed_act_type(type) == GgmlType::Q8_1;
+  const int32_t offset = type == GgmlType::Q8_0 ? 128 : type == GgmlType::Q4_0 ? 8 : 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* qs = nullptr;
+    if (q8_1) {
+      const auto& x = reinterpret_cast<const BlockQ8_1*>(xq_row)[b];
+      d[b] = load_f16(x.d);
+      s[b] = load_f16(x.s);
+      qs = x.qs;
+    } else {
+      const auto& x = reinterpret_cast<const BlockQ8_0*>(xq_row)[b];
+      d[b] = load_f16(x.d);
+      s[b] = 0.0f;
+      qs = x.qs;
+    }
+    for (int j = 0; j < 8; ++j) {
+      corr[8 * b + j] = -offset * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+    }
+  }
+}
+
+PackedMatmulFn find_packed_kernel(GgmlType type) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni)) return nullptr;
+  return vnni::find_packed(type);
+}
+
+namespace ref {
+
+void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const PackedAct& a, int64_t n_tokens,
+                         float* y, int64_t y_stride) {
+  const int64_t nb = w.n_cols / kQK;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  const bool q8_1 = packed_act_type(w.type) == GgmlType::Q8_1;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* rowp = src + static_cast<uint64_t>(r) * w.row_bytes;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* xrow = a.xq + t * a.row_bytes;
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float mins = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* xq = q8_1 ? reinterpret_cast<const BlockQ8_1*>(xrow)[b].qs
+                                : reinterpret_cast<const BlockQ8_0*>(xrow)[b].qs;
+        int q[kQK];  // the block's weights, unsigned as the kernels multiply them
+        float dw = 0.0f;
+        if (w.type == GgmlType::Q8_0) {
+          const auto& blk = reinterpret_cast<const BlockQ8_0*>(rowp)[b];
+          for (int k = 0; k < kQK; ++k) q[k] = blk.qs[k] + 128;
+          dw = load_f16(blk.d);
+        } else {
+          const bool q4_1 = w.type == GgmlType::Q4_1;
+          const uint8_t* qs = q4_1 ? reinterpret_cast<const BlockQ4_1*>(rowp)[b].qs
+                                   : reinterpret_cast<const BlockQ4_0*>(rowp)[b].qs;
+          for (int k = 0; k < kQK / 2; ++k) {
+            q[k] = qs[k] & 0x0f;
+            q[k + 16] = qs[k] >> 4;
+          }
+          if (q4_1) {
+            const auto& blk = reinterpret_cast<const BlockQ4_1*>(rowp)[b];
+            dw = load_f16(blk.d);
+            const float m = load_f16(blk.m) * a.s[t * nb + b];
+            mins += m;
+          } else {
+            dw = load_f16(reinterpret_cast<const BlockQ4_0*>(rowp)[b].d);
+          }
+        }
+        const float scale = dw * a.d[t * nb + b];
+        for (int j = 0; j < 8; ++j) {
+          int32_t p = a.corr[8 * (t * nb + b) + j];
+          for (int k = 4 * j; k < 4 * j + 4; ++k) p += q[k] * xq[k];
+          lane[j] = std::fma(scale, static_cast<float>(p), lane[j]);
+        }
+      }
+      const float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+      y[t * y_stride + r] = w.type == GgmlType::Q4_1 ? sum + mins : sum;
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace hearth::cpu

@@ -1,0 +1,72 @@
+// Weights repacked at load time for the multi-row kernels: 16 rows of a matrix are
+// interleaved block by block so that one 512-bit register holds 4 weights of each of
+// the 16 rows, and vpdpbusd against 4 activation bytes broadcast leaves in lane r the
+// integer sum that ggml's 8-lane AVX2 dot product keeps in one lane for row r. The
+// float work per block (convert, scale, fma) then runs on 16 rows at once, a batch of
+// tokens shares the unpacked weights, and the partial sums keep ggml's order exactly:
+// per (row, token) 8 float lanes, lane j = sum over blocks of fma(dw * dx, float(sum of
+// the products of weights 4j .. 4j + 3), lane j), reduced as ((l0 + l4) + (l2 + l6)) +
+// ((l1 + l5) + (l3 + l7)), plus for Q4_1 the mins sum += mw * sx. So every output equals
+// vec_dot (dot_avx2.cpp) bit for bit, and a token gets the same bits in any batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "format/ggml_types.h"
+#include "ops/backend.h"
+
+namespace hearth::cpu {
+
+inline constexpr int kPackRows = 16;
+
+struct PackedWeight {
+  GgmlType type = GgmlType::F32;
+  int64_t n_rows = 0, n_cols = 0;
+  int64_t n_groups = 0;      // ceil(n_rows / 16); the last group's extra rows are zero
+  int64_t nb = 0;            // blocks of 32 per row
+  int64_t block_bytes = 0;   // one block of 16 rows
+  std::unique_ptr<uint8_t[]> data;  // groups one after another, blocks in order within a group
+  const void* source = nullptr;     // the rows it was packed from
+  const uint8_t* group(int64_t g) const { return data.get() + g * nb * block_bytes; }
+};
+
+// Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0; columns a multiple of 32).
+bool packable(GgmlType type, int64_t n_cols);
+// The packed copy of w (packable(w.type, w.n_cols) must hold).
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w);
+
+// Quantized activations as the packed kernels read them: token t's blocks in the
+// ggml activation format of the weight type (Q8_1 for Q4_1, Q8_0 otherwise) at
+// xq + t * row_bytes, and per (token, block) i = t * nb + b the scale d[i], for Q8_1
+// its s[i] = d * sum(q) (as stored, f16), and for Q4_0 / Q8_0 the 8 lane corrections
+// corr[8 i + j] = -offset * (sum of values 4j .. 4j + 3), offset 8 / 128 (the kernels
+// multiply unsigned weights: q + offset).
+struct PackedAct {
+  const uint8_t* xq = nullptr;
+  int64_t row_bytes = 0;
+  int64_t nb = 0;
+  const float* d = nullptr;
+  const float* s = nullptr;
+  const int32_t* corr = nullptr;
+};
+// Activation block type used with packed weights of `type`.
+GgmlType packed_act_type(GgmlType type);
+// Fills d, s (nb entries each) and corr (8 nb) for one token's quantized row.
+void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s, int32_t* corr);
+
+// y[t * y_stride + r] for the rows of groups [g0, g1) (rows past n_rows are not written)
+// and tokens [0, n_tokens).
+using PackedMatmulFn = void (*)(const PackedWeight& w, int64_t g0, int64_t g1, const PackedAct& a, int64_t n_tokens,
+                                float* y, int64_t y_stride);
+// The SIMD kernel for this type on this CPU (AVX-512 VNNI), or nullptr.
+PackedMatmulFn find_packed_kernel(GgmlType type);
+
+namespace ref {
+// The same arithmetic, lane by lane in plain code, on the original (unpacked) weights,
+// rows [r0, r1).
+void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const PackedAct& a, int64_t n_tokens,
+                         float* y, int64_t y_stride);
+}  // namespace ref
+
+}  // namespace hearth::cpu
