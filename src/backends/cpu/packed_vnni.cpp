@@ -73,8 +73,9 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
       }
       for (int t = 0; t < T; ++t) {
         const uint8_t* xq = xrow[t] + b * kActBlock;
-        __m512i p0 = _mm512_setzero_si512();
-        if constexpr (!kQ41) p0 = _mm512_set1_epi32(a.corr[8 * ((t0 + t) * nb + b) + j]);
+        // The sum starts from the lane's correction (0 for Q4_1) broadcast from memory:
+        // a load, where a zeroed register would cost a vector-port copy per lane.
+        const __m512i p0 = _mm512_set1_epi32(a.corr[8 * ((t0 + t) * nb + b) + j]);
         const __m512i p = _mm512_dpbusd_epi32(p0, wv, bcst4(xq + 4 * j));
         acc[t][j] = _mm512_fmadd_ps(scale[t], to_float(p), acc[t][j]);
       }
