@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels_ref.h"
 #include "core/half.h"
@@ -19,13 +20,7 @@ namespace {
 namespace cpu = hearth::cpu;
 namespace ops = hearth::ops;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using hearth::test::random_floats;
 
 // A pool of n_blocks blocks in `type`, with rows stored through store_kv.
 struct Pool {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ggml_order.h"
@@ -27,13 +28,8 @@ using hearth::GgmlType;
 using hearth::ops::WeightView;
 namespace cpu = hearth::cpu;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using hearth::test::QuantWeight;
+using hearth::test::random_floats;
 
 // The attention / store_kv operations on a contiguous f32 cache (block table 0, 1, 2, ...).
 hearth::ops::KvLayer contiguous_layer(const float* kc, const float* vc, int64_t n_kv_dim) {
@@ -66,22 +62,9 @@ void ref_attention(const float* q, const float* kc, const float* vc, int64_t n_t
 
 size_t row_bytes(GgmlType type, int64_t n) { return static_cast<size_t>(*hearth::ggml_row_bytes(type, n)); }
 
-// A weight matrix quantized to `type`, with its storage.
-struct QuantWeight {
-  std::vector<uint8_t> data;
-  WeightView view;
-};
-
+// A weight matrix of normal values quantized to `type`, with its storage.
 QuantWeight make_weight(GgmlType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
-  QuantWeight w;
-  const auto f = random_floats(static_cast<size_t>(n_rows * n_cols), seed);
-  const size_t rb = row_bytes(type, n_cols);
-  w.data.resize(rb * static_cast<size_t>(n_rows));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    hearth::quantize_row_ref(type, f.data() + r * n_cols, w.data.data() + r * rb, n_cols);
-  }
-  w.view = WeightView{"w", type, w.data.data(), n_cols, n_rows, rb};
-  return w;
+  return hearth::test::quantize_weight(type, random_floats(static_cast<size_t>(n_rows * n_cols), seed), n_rows, n_cols);
 }
 
 WeightView f32_view(const std::vector<float>& v, int64_t n_cols, int64_t n_rows = 1) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/packed.h"
 #include "backends/cpu/quant_dot.h"
@@ -22,34 +23,17 @@ namespace cpu = hearth::cpu;
 
 constexpr GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-struct QuantWeight {
-  std::vector<uint8_t> data;
-  WeightView view;
-};
+using hearth::test::QuantWeight;
+using hearth::test::random_floats;
 
 QuantWeight make_weight(GgmlType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
-  QuantWeight w;
   auto f = random_floats(static_cast<size_t>(n_rows * n_cols), seed);
   // Some blocks with an offset (Q4_1 mins), some all zero.
   for (size_t i = 0; i < f.size(); ++i) {
     if ((i / 32) % 7 == 3) f[i] += 2.5f;
     if ((i / 32) % 11 == 5) f[i] = 0.0f;
   }
-  const size_t rb = static_cast<size_t>(*hearth::ggml_row_bytes(type, static_cast<uint64_t>(n_cols)));
-  w.data.resize(rb * static_cast<size_t>(n_rows));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    hearth::quantize_row_ref(type, f.data() + r * n_cols, w.data.data() + r * rb, n_cols);
-  }
-  w.view = WeightView{"w", type, w.data.data(), n_cols, n_rows, rb};
-  return w;
+  return hearth::test::quantize_weight(type, f, n_rows, n_cols);
 }
 
 // Quantized activations and their scales, as CpuBackend prepares them.
