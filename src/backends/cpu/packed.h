@@ -27,7 +27,6 @@ struct PackedWeight {
   int64_t nb = 0;            // blocks of 32 per row
   int64_t block_bytes = 0;   // one block of 16 rows
   std::unique_ptr<uint8_t[]> data;  // groups one after another, blocks in order within a group
-  const void* source = nullptr;     // the rows it was packed from
   const uint8_t* group(int64_t g) const { return data.get() + g * nb * block_bytes; }
 };
 
