@@ -109,7 +109,7 @@ void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* 
       qs = x.qs;
     }
     for (int j = 0; j < 8; ++j) {
-      corr[8 * b + j] = -offset * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+      corr[8 * b + j] = kFloatMagic - offset * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
     }
   }
 }
@@ -163,7 +163,7 @@ void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const
         for (int j = 0; j < 8; ++j) {
           int32_t p = a.corr[8 * (t * nb + b) + j];
           for (int k = 4 * j; k < 4 * j + 4; ++k) p += q[k] * xq[k];
-          lane[j] = std::fma(scale, static_cast<float>(p), lane[j]);
+          lane[j] = std::fma(scale, static_cast<float>(p - kFloatMagic), lane[j]);
         }
       }
       const float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));

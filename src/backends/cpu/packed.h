@@ -38,9 +38,12 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w);
 // Quantized activations as the packed kernels read them: token t's blocks in the
 // ggml activation format of the weight type (Q8_1 for Q4_1, Q8_0 otherwise) at
 // xq + t * row_bytes, and per (token, block) i = t * nb + b the scale d[i], for Q8_1
-// its s[i] = d * sum(q) (as stored, f16), and for Q4_0 / Q8_0 the 8 lane corrections
-// corr[8 i + j] = -offset * (sum of values 4j .. 4j + 3), offset 8 / 128 (the kernels
-// multiply unsigned weights: q + offset).
+// its s[i] = d * sum(q) (as stored, f16), and the 8 lane starts corr[8 i + j] =
+// kFloatMagic - offset * (sum of values 4j .. 4j + 3): offset 8 / 128 for Q4_0 / Q8_0
+// (the kernels multiply unsigned weights, q + offset), 0 for Q4_1; kFloatMagic makes the
+// lane's integer sum S come out as the bits of the float 1.5 * 2^23 + S (exact for
+// |S| < 2^22), so one subtraction gives float(S) without a conversion instruction.
+inline constexpr int32_t kFloatMagic = 0x4B400000;  // bits of 12582912.0f = 1.5 * 2^23
 struct PackedAct {
   const uint8_t* xq = nullptr;
   int64_t row_bytes = 0;

@@ -28,7 +28,6 @@ HEARTH_VNNI inline __m512 load_half16(const uint8_t* p) {
   // register and warn -Wmaybe-uninitialized.
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-HEARTH_VNNI inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
 
 // One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 2: 8 accumulators per token).
 template <GgmlType kType, int T>
@@ -42,6 +41,7 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
   const int64_t nb = w.nb;
   const uint8_t* base = w.group(g);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512 magic = _mm512_set1_ps(12582912.0f);  // the float whose bits are kFloatMagic
   __m512 acc[T][8], mins[T];
   for (int t = 0; t < T; ++t) {
     for (int j = 0; j < 8; ++j) acc[t][j] = _mm512_setzero_ps();
@@ -73,11 +73,15 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
       }
       for (int t = 0; t < T; ++t) {
         const uint8_t* xq = xrow[t] + b * kActBlock;
-        // The sum starts from the lane's correction (0 for Q4_1) broadcast from memory:
-        // a load, where a zeroed register would cost a vector-port copy per lane.
+        // The sum starts from the lane's start value broadcast from memory (a load, where
+        // a zeroed register would cost a vector-port copy); it carries kFloatMagic, so the
+        // sum's bits are the float 1.5 * 2^23 + sum and one subtraction (either vector
+        // port) gives float(sum) exactly, where vcvtdq2ps would take the one port that
+        // vpdpbusd needs too.
         const __m512i p0 = _mm512_set1_epi32(a.corr[8 * ((t0 + t) * nb + b) + j]);
         const __m512i p = _mm512_dpbusd_epi32(p0, wv, bcst4(xq + 4 * j));
-        acc[t][j] = _mm512_fmadd_ps(scale[t], to_float(p), acc[t][j]);
+        const __m512 f = _mm512_sub_ps(_mm512_castsi512_ps(p), magic);
+        acc[t][j] = _mm512_fmadd_ps(scale[t], f, acc[t][j]);
       }
     }
   }
