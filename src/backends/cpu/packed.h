@@ -27,8 +27,9 @@ struct PackedWeight {
   int64_t nb = 0;            // blocks of 32 per row (K types: super-blocks of 256)
   int64_t block_bytes = 0;   // one block (super-block) of 16 rows
   std::unique_ptr<uint8_t[]> data;  // groups one after another, blocks in order within a group
+  int64_t offset = 0;               // where they start in data (K types: 64-byte aligned)
   const void* source = nullptr;     // the rows it was packed from
-  const uint8_t* group(int64_t g) const { return data.get() + g * nb * block_bytes; }
+  const uint8_t* group(int64_t g) const { return data.get() + offset + g * nb * block_bytes; }
 };
 
 // Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0: columns a multiple of 32;

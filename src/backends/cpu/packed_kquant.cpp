@@ -149,13 +149,19 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
   p->nb = w.n_cols / kQKK;
   p->block_bytes = packed_block_bytes(w.type);
   const auto total = static_cast<size_t>(p->n_groups * p->nb * p->block_bytes);
-  p->data.reset(new uint8_t[total]);
-  std::memset(p->data.get(), 0, total);  // rows past n_rows: all zero, so their sums are 0
+  // Every 64-byte register load within one cache line (block_bytes is a multiple of 64;
+  // a large new[] returns a page address plus 16, which splits every load in two). In a
+  // single-thread microbenchmark on a busy 2-core machine this was worth up to ~20% at
+  // one token, within the noise at more.
+  p->data.reset(new uint8_t[total + 63]);
+  p->offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(p->data.get()) % 64) % 64);
+  uint8_t* out = p->data.get() + p->offset;
+  std::memset(out, 0, total);  // rows past n_rows: all zero, so their sums are 0
   const auto* src = static_cast<const uint8_t*>(w.data);
   Decoded o;
   for (int64_t g = 0; g < p->n_groups; ++g) {
     for (int64_t b = 0; b < p->nb; ++b) {
-      uint8_t* dst = p->data.get() + (g * p->nb + b) * p->block_bytes;
+      uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;
       for (int r = 0; r < kPackRows && g * kPackRows + r < w.n_rows; ++r) {
         decode(w.type, src + static_cast<uint64_t>(g * kPackRows + r) * w.row_bytes, b, o);
         store(w.type, o, r, dst);
