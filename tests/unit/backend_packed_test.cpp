@@ -169,7 +169,7 @@ TEST(Packed, TiedWeightPackedOnceAndReferenceBackendDoesNotPack) {
   EXPECT_EQ(a.backend_data, b.backend_data);
   EXPECT_EQ(be.packed_bytes(), 2 * 2 * (32 + 512));  // 2 groups x 2 blocks
   // Non-packable widths and types are left as they are.
-  const auto odd = make_weight(GgmlType::Q6_K, 4, 256, 4);
+  const auto odd = make_weight(GgmlType::Q2_K, 4, 256, 4);
   EXPECT_EQ(be.prepare_weight(odd.view).backend_data, nullptr);
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/packed_kquant.h"
 #include "core/error.h"
 #include "quant/blocks.h"
 
@@ -37,11 +38,26 @@ int64_t packed_block_bytes(GgmlType t) {
 
 }  // namespace
 
-bool packable(GgmlType type, int64_t n_cols) { return packed_block_bytes(type) > 0 && n_cols > 0 && n_cols % kQK == 0; }
+uint8_t* PackedWeight::allocate() {
+  const auto total = static_cast<size_t>(n_groups * nb * block_bytes);
+  data.reset(new uint8_t[total + 63]);
+  offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(data.get()) % 64) % 64);
+  std::memset(data.get() + offset, 0, total);
+  return data.get() + offset;
+}
 
-GgmlType packed_act_type(GgmlType type) { return type == GgmlType::Q4_1 ? GgmlType::Q8_1 : GgmlType::Q8_0; }
+bool packable(GgmlType type, int64_t n_cols) {
+  if (kquant::is_k_type(type)) return n_cols > 0 && n_cols % kQKK == 0;
+  return packed_block_bytes(type) > 0 && n_cols > 0 && n_cols % kQK == 0;
+}
+
+GgmlType packed_act_type(GgmlType type) {
+  if (kquant::is_k_type(type)) return GgmlType::Q8_K;
+  return type == GgmlType::Q4_1 ? GgmlType::Q8_1 : GgmlType::Q8_0;
+}
 
 std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
+  if (kquant::is_k_type(w.type)) return kquant::pack_weight(w);
   if (!packable(w.type, w.n_cols)) {
     fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
   }
@@ -52,13 +68,11 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
   p->n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
   p->nb = w.n_cols / kQK;
   p->block_bytes = packed_block_bytes(w.type);
-  const auto total = static_cast<size_t>(p->n_groups * p->nb * p->block_bytes);
-  p->data.reset(new uint8_t[total]);
-  std::memset(p->data.get(), 0, total);
+  uint8_t* out = p->allocate();
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p->n_groups; ++g) {
     for (int64_t b = 0; b < p->nb; ++b) {
-      uint8_t* dst = p->data.get() + (g * p->nb + b) * p->block_bytes;
+      uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;
       for (int r = 0; r < kPackRows; ++r) {
         const int64_t row = g * kPackRows + r;
         if (row >= w.n_rows) {
@@ -93,6 +107,10 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
 }
 
 void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s, int32_t* corr) {
+  if (kquant::is_k_type(type)) {
+    kquant::act_scales(type, xq_row, nb, d, s, corr);
+    return;
+  }
   const bool q8_1 = packed_act_type(type) == GgmlType::Q8_1;
   const int32_t offset = type == GgmlType::Q8_0 ? 128 : type == GgmlType::Q4_0 ? 8 : 0;
   for (int64_t b = 0; b < nb; ++b) {
@@ -117,13 +135,17 @@ void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* 
 PackedMatmulFn find_packed_kernel(GgmlType type) {
   const CpuFeatures& f = cpu_features();
   if (!(f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni)) return nullptr;
-  return vnni::find_packed(type);
+  return kquant::is_k_type(type) ? kquant::find_vnni(type) : vnni::find_packed(type);
 }
 
 namespace ref {
 
 void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const PackedAct& a, int64_t n_tokens,
                          float* y, int64_t y_stride) {
+  if (kquant::is_k_type(w.type)) {
+    kquant::ref_matmul(w, r0, r1, a, n_tokens, y, y_stride);
+    return;
+  }
   const int64_t nb = w.n_cols / kQK;
   const auto* src = static_cast<const uint8_t*>(w.data);
   const bool q8_1 = packed_act_type(w.type) == GgmlType::Q8_1;

@@ -24,13 +24,19 @@ struct PackedWeight {
   GgmlType type = GgmlType::F32;
   int64_t n_rows = 0, n_cols = 0;
   int64_t n_groups = 0;      // ceil(n_rows / 16); the last group's extra rows are zero
-  int64_t nb = 0;            // blocks of 32 per row
-  int64_t block_bytes = 0;   // one block of 16 rows
+  int64_t nb = 0;            // blocks of 32 per row (K types: super-blocks of 256)
+  int64_t block_bytes = 0;   // one block (super-block) of 16 rows
   std::unique_ptr<uint8_t[]> data;  // groups one after another, blocks in order within a group
-  const uint8_t* group(int64_t g) const { return data.get() + g * nb * block_bytes; }
+  int64_t offset = 0;               // where they start in data (64-byte aligned)
+  const uint8_t* group(int64_t g) const { return data.get() + offset + g * nb * block_bytes; }
+  // Allocates n_groups * nb * block_bytes zeroed bytes starting on a 64-byte boundary
+  // (a large new[] returns a page address plus 16, which would split every 64-byte
+  // register load across two cache lines) and returns their start.
+  uint8_t* allocate();
 };
 
-// Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0; columns a multiple of 32).
+// Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0: columns a multiple of 32;
+// Q4_K, Q5_K, Q6_K: of 256, see packed_kquant.h).
 bool packable(GgmlType type, int64_t n_cols);
 // The packed copy of w (packable(w.type, w.n_cols) must hold).
 std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w);
@@ -52,7 +58,7 @@ struct PackedAct {
   const float* s = nullptr;
   const int32_t* corr = nullptr;
 };
-// Activation block type used with packed weights of `type`.
+// Activation block type used with packed weights of `type` (Q8_K for the K types).
 GgmlType packed_act_type(GgmlType type);
 // Fills d, s (nb entries each) and corr (8 nb) for one token's quantized row.
 void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s, int32_t* corr);
