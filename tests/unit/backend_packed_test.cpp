@@ -1,11 +1,11 @@
-// Packed (16-row interleaved) weights and their AVX-512 VNNI kernels: bit for bit equal
-// to the plain reference of the same arithmetic (ref::packed_order_matmul) and to the
-// AVX2 vec_dot (ggml's order); through CpuBackend, prepared (packed) matmul and
-// matmul_multi equal vec_dot and every token of a batch gets the bits it gets alone.
+// Packed (16-row interleaved) weights and their AVX-512 VNNI kernels, for every packed
+// type (Q4_0, Q4_1, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K): bit for bit equal to the
+// plain reference of the same arithmetic (ref::packed_order_matmul) and to the AVX2
+// vec_dot (ggml's order); through CpuBackend, prepared (packed) matmul and matmul_multi
+// equal vec_dot and every token of a batch gets the bits it gets alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -13,27 +13,41 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/packed.h"
 #include "backends/cpu/quant_dot.h"
-#include "quant/quant_ref.h"
 
 namespace {
 
 using hearth::GgmlType;
 using hearth::ops::WeightView;
-namespace cpu = hearth::cpu;
-
-constexpr GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
-
 using hearth::test::QuantWeight;
 using hearth::test::random_floats;
+namespace cpu = hearth::cpu;
+
+constexpr GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,
+                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+int64_t block_of(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K ? 256 : 32; }
+const char* name(GgmlType t) { return hearth::ggml_type_name(t).data(); }
 
 QuantWeight make_weight(GgmlType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
   auto f = random_floats(static_cast<size_t>(n_rows * n_cols), seed);
-  // Some blocks with an offset (Q4_1 mins), some all zero.
+  // Blocks with an offset (the mins), a wide range, and whole super-blocks of zeros.
   for (size_t i = 0; i < f.size(); ++i) {
     if ((i / 32) % 7 == 3) f[i] += 2.5f;
-    if ((i / 32) % 11 == 5) f[i] = 0.0f;
+    if ((i / 16) % 13 == 6) f[i] *= 40.0f;
+    if ((i / 256) % 5 == 2) f[i] = 0.0f;
   }
   return hearth::test::quantize_weight(type, f, n_rows, n_cols);
+}
+
+// Activations: normal, with some large values and some all-zero stretches.
+std::vector<float> make_x(int64_t n_tok, int64_t n, uint32_t seed) {
+  auto x = random_floats(static_cast<size_t>(n_tok * n), seed, 3.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i % 97 == 5) x[i] = 3.0e4f;
+    if (i % 89 == 7) x[i] = -5.0e4f;
+    if ((i / 256) % 7 == 4) x[i] = 0.0f;
+  }
+  return x;
 }
 
 // Quantized activations and their scales, as CpuBackend prepares them.
@@ -46,15 +60,15 @@ struct Acts {
 
 Acts make_acts(GgmlType wtype, int64_t n_tok, int64_t n, uint32_t seed) {
   Acts r;
-  const auto x = random_floats(static_cast<size_t>(n_tok * n), seed, 3.0f);
+  const auto x = make_x(n_tok, n, seed);
   const GgmlType at = cpu::packed_act_type(wtype);
   const auto rb = static_cast<int64_t>(*hearth::ggml_row_bytes(at, static_cast<uint64_t>(n)));
-  const int64_t nb = n / 32;
+  const int64_t nb = n / block_of(wtype);
   r.xq.resize(static_cast<size_t>(rb * n_tok));
   r.d.resize(static_cast<size_t>(nb * n_tok));
   r.s.resize(r.d.size());
   r.corr.resize(r.d.size() * 8);
-  const cpu::DotKernel* k = cpu::find_dot_kernel(wtype, true);
+  const cpu::DotKernel* k = cpu::find_dot_kernel(wtype);
   EXPECT_EQ(k->act_type, at);
   for (int64_t t = 0; t < n_tok; ++t) {
     k->quantize_act(x.data() + t * n, r.xq.data() + t * rb, n);
@@ -65,15 +79,35 @@ Acts make_acts(GgmlType wtype, int64_t n_tok, int64_t n, uint32_t seed) {
   return r;
 }
 
+TEST(Packed, PackableAndSizes) {
+  for (const GgmlType type : kTypes) {
+    const int64_t blk = block_of(type);
+    EXPECT_TRUE(cpu::packable(type, blk));
+    EXPECT_TRUE(cpu::packable(type, 6 * blk));
+    EXPECT_FALSE(cpu::packable(type, blk / 2));
+    EXPECT_FALSE(cpu::packable(type, blk + blk / 2));
+    const auto w = make_weight(type, 17, 2 * blk, 1);
+    const auto p = cpu::pack_weight(w.view);
+    EXPECT_EQ(p->n_groups, 2);
+    EXPECT_EQ(p->nb, 2);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p->group(0)) % 64, 0u);
+    // Within a few percent of the original type's bytes for 16 rows.
+    const double ratio = static_cast<double>(p->block_bytes) / (16.0 * static_cast<double>(w.view.row_bytes / 2));
+    EXPECT_GE(ratio, 1.0) << name(type);
+    EXPECT_LT(ratio, 1.03) << name(type);
+  }
+}
+
 TEST(Packed, KernelEqualsReferenceBitForBit) {
   int n_run = 0;
   for (const GgmlType type : kTypes) {
     const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
     if (mm == nullptr) continue;  // no AVX-512 VNNI here
     ++n_run;
-    for (const int64_t n_rows : {1, 15, 16, 17, 40, 64}) {
-      for (const int64_t n : {32, 96, 576}) {
-        for (const int64_t n_tok : {1, 2, 3, 4, 5, 9}) {
+    const int64_t blk = block_of(type);
+    for (const int64_t n_rows : {1, 15, 16, 17, 40}) {
+      for (const int64_t n : {blk, 3 * blk, 6 * blk}) {
+        for (int64_t n_tok = 1; n_tok <= 9; ++n_tok) {
           const auto seed = static_cast<uint32_t>(n_rows * 131 + n * 7 + n_tok);
           const auto w = make_weight(type, n_rows, n, seed);
           const auto p = cpu::pack_weight(w.view);
@@ -83,8 +117,8 @@ TEST(Packed, KernelEqualsReferenceBitForBit) {
           mm(*p, 0, p->n_groups, acts.a, n_tok, got.data(), ys);
           cpu::ref::packed_order_matmul(w.view, 0, n_rows, acts.a, n_tok, want.data(), ys);
           for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_EQ(got[i], want[i]) << hearth::ggml_type_name(type) << " rows " << n_rows << " n " << n
-                                       << " tokens " << n_tok << " at " << i;
+            ASSERT_EQ(got[i], want[i]) << name(type) << " rows " << n_rows << " n " << n << " tokens " << n_tok
+                                       << " at " << i;
           }
         }
       }
@@ -93,23 +127,26 @@ TEST(Packed, KernelEqualsReferenceBitForBit) {
   if (n_run == 0) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
 }
 
-// The reference keeps ggml's lanes: equal to the SIMD vec_dot (dot_avx2.cpp, the
-// kernel llama.cpp's numbers were matched with) bit for bit.
+// The reference keeps vec_dot's order: equal to the SIMD vec_dot (dot_avx2.cpp, the kernel
+// llama.cpp's numbers were matched with) bit for bit, on zero rows and activations too.
 TEST(Packed, ReferenceEqualsVecDotBitForBit) {
   for (const GgmlType type : kTypes) {
     const cpu::DotKernel* k = cpu::find_dot_kernel(type);
     if (std::string(k->isa) == "ref") GTEST_SKIP() << "no AVX2 vec_dot on this CPU";
-    for (const int64_t n : {32, 576, 1536}) {
-      const int64_t n_rows = 20, n_tok = 3;
-      const auto w = make_weight(type, n_rows, n, static_cast<uint32_t>(n));
-      const auto acts = make_acts(type, n_tok, n, 12);
-      std::vector<float> y(static_cast<size_t>(n_tok * n_rows));
-      cpu::ref::packed_order_matmul(w.view, 0, n_rows, acts.a, n_tok, y.data(), n_rows);
-      for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t r = 0; r < n_rows; ++r) {
-          const float want =
-              k->vec_dot(n, w.data.data() + r * w.view.row_bytes, acts.xq.data() + t * acts.a.row_bytes);
-          ASSERT_EQ(y[t * n_rows + r], want) << hearth::ggml_type_name(type) << " n " << n << " row " << r << " token " << t;
+    const int64_t blk = block_of(type);
+    for (const int64_t n_rows : {1, 17, 40}) {
+      for (const int64_t n : {blk, 2 * blk, 6 * blk}) {
+        const int64_t n_tok = 9;
+        const auto w = make_weight(type, n_rows, n, static_cast<uint32_t>(n + n_rows));
+        const auto acts = make_acts(type, n_tok, n, static_cast<uint32_t>(12 + n_rows));
+        std::vector<float> y(static_cast<size_t>(n_tok * n_rows));
+        cpu::ref::packed_order_matmul(w.view, 0, n_rows, acts.a, n_tok, y.data(), n_rows);
+        for (int64_t t = 0; t < n_tok; ++t) {
+          for (int64_t r = 0; r < n_rows; ++r) {
+            const float want =
+                k->vec_dot(n, w.data.data() + r * w.view.row_bytes, acts.xq.data() + t * acts.a.row_bytes);
+            ASSERT_EQ(y[t * n_rows + r], want) << name(type) << " n " << n << " row " << r << " token " << t;
+          }
         }
       }
     }
@@ -120,13 +157,18 @@ TEST(Packed, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
   cpu::CpuBackend be(2);
   if (!be.repack()) GTEST_SKIP() << "no packed kernels on this CPU (or HEARTH_REPACK=0)";
   for (const GgmlType type : kTypes) {
-    const int64_t n = 192;
+    const int64_t n = 3 * block_of(type);
     auto wa = make_weight(type, 48, n, 21), wb = make_weight(type, 33, n, 22), wc = make_weight(type, 16, n, 23);
+    const int64_t bytes_before = be.packed_bytes();
     const WeightView pa = be.prepare_weight(wa.view), pb = be.prepare_weight(wb.view), pc = be.prepare_weight(wc.view);
-    ASSERT_NE(pa.backend_data, nullptr);
+    ASSERT_NE(pa.backend_data, nullptr) << name(type);
+    ASSERT_NE(pb.backend_data, nullptr);
+    ASSERT_NE(pc.backend_data, nullptr);
     ASSERT_EQ(pa.data, wa.view.data);  // the original rows stay readable (get_rows)
-    const int64_t n_tok = 6;
-    const auto x = random_floats(static_cast<size_t>(n_tok * n), 5, 2.0f);
+    const auto* pw = static_cast<const cpu::PackedWeight*>(pa.backend_data);
+    EXPECT_EQ(be.packed_bytes() - bytes_before, (3 + 3 + 1) * 3 * pw->block_bytes);  // groups x blocks
+    const int64_t n_tok = 7;
+    const auto x = make_x(n_tok, n, 5);
     // matmul_multi of three packed weights = one matmul each = vec_dot.
     std::vector<float> ya(n_tok * 48), yb(n_tok * 33), yc(n_tok * 16);
     const WeightView* ws[3] = {&pa, &pb, &pc};
@@ -142,10 +184,11 @@ TEST(Packed, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
       be.matmul(*ws[i], x.data(), n_tok, one.data());
       for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t r = 0; r < orig.n_rows; ++r) {
-          const float want = k->vec_dot(n, static_cast<const uint8_t*>(orig.data) + r * orig.row_bytes, xq.data() + t * rb);
+          const float want =
+              k->vec_dot(n, static_cast<const uint8_t*>(orig.data) + r * orig.row_bytes, xq.data() + t * rb);
           const size_t j = static_cast<size_t>(t * orig.n_rows + r);
-          ASSERT_EQ(one[j], want) << hearth::ggml_type_name(type) << " weight " << i << " row " << r << " token " << t;
-          ASSERT_EQ(ys[i][j], want) << "matmul_multi " << hearth::ggml_type_name(type) << " weight " << i;
+          ASSERT_EQ(one[j], want) << name(type) << " weight " << i << " row " << r << " token " << t;
+          ASSERT_EQ(ys[i][j], want) << "matmul_multi " << name(type) << " weight " << i;
         }
       }
       // Each token alone gives the bits it got in the batch.

@@ -38,12 +38,19 @@ int64_t packed_block_bytes(GgmlType t) {
 
 }  // namespace
 
-uint8_t* PackedWeight::allocate() {
-  const auto total = static_cast<size_t>(n_groups * nb * block_bytes);
-  data.reset(new uint8_t[total + 63]);
-  offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(data.get()) % 64) % 64);
-  std::memset(data.get() + offset, 0, total);
-  return data.get() + offset;
+std::unique_ptr<PackedWeight> PackedWeight::make(const ops::WeightView& w, int64_t block_elems, int64_t block_bytes) {
+  auto p = std::make_unique<PackedWeight>();
+  p->type = w.type;
+  p->n_rows = w.n_rows;
+  p->n_cols = w.n_cols;
+  p->n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
+  p->nb = w.n_cols / block_elems;
+  p->block_bytes = block_bytes;
+  const auto total = static_cast<size_t>(p->n_groups * p->nb * p->block_bytes);
+  p->data.reset(new uint8_t[total + 63]);
+  p->offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(p->data.get()) % 64) % 64);
+  std::memset(p->data.get() + p->offset, 0, total);
+  return p;
 }
 
 bool packable(GgmlType type, int64_t n_cols) {
@@ -61,14 +68,8 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
   if (!packable(w.type, w.n_cols)) {
     fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
   }
-  auto p = std::make_unique<PackedWeight>();
-  p->type = w.type;
-  p->n_rows = w.n_rows;
-  p->n_cols = w.n_cols;
-  p->n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
-  p->nb = w.n_cols / kQK;
-  p->block_bytes = packed_block_bytes(w.type);
-  uint8_t* out = p->allocate();
+  auto p = PackedWeight::make(w, kQK, packed_block_bytes(w.type));
+  uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p->n_groups; ++g) {
     for (int64_t b = 0; b < p->nb; ++b) {

@@ -29,10 +29,12 @@ struct PackedWeight {
   std::unique_ptr<uint8_t[]> data;  // groups one after another, blocks in order within a group
   int64_t offset = 0;               // where they start in data (64-byte aligned)
   const uint8_t* group(int64_t g) const { return data.get() + offset + g * nb * block_bytes; }
-  // Allocates n_groups * nb * block_bytes zeroed bytes starting on a 64-byte boundary
+  uint8_t* group(int64_t g) { return data.get() + offset + g * nb * block_bytes; }
+  // An empty packed copy of w's shape: blocks of block_elems weights, block_bytes per
+  // 16-row block; n_groups * nb * block_bytes zeroed bytes starting on a 64-byte boundary
   // (a large new[] returns a page address plus 16, which would split every 64-byte
-  // register load across two cache lines) and returns their start.
-  uint8_t* allocate();
+  // register load across two cache lines), at group(0).
+  static std::unique_ptr<PackedWeight> make(const ops::WeightView& w, int64_t block_elems, int64_t block_bytes);
 };
 
 // Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0: columns a multiple of 32;
