@@ -29,6 +29,10 @@ HEARTH_VNNI inline __m512 load_half16(const uint8_t* p) {
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// Blocks ahead to prefetch: streaming 66 MB of Q4_1 / 30 MB of Q8_0 on 2 threads,
+// 2-4 tokens took 10-25% less time than with the hardware prefetcher alone.
+constexpr int64_t kPrefetch = 4;
+
 // One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 2: 8 accumulators per token).
 template <GgmlType kType, int T>
 HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct& a, int64_t t0, float* y,
@@ -51,6 +55,11 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
   for (int t = 0; t < T; ++t) xrow[t] = a.xq + (t0 + t) * a.row_bytes + kActQs;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = base + b * w.block_bytes;
+    // The weights stream from memory once per group (later token pairs find them in
+    // cache): ask for the block kPrefetch ahead, line by line.
+    for (int64_t off = 0; off < w.block_bytes; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch * w.block_bytes + off), _MM_HINT_T0);
+    }
     const __m512 dw = load_half16(blk);
     __m512 mw = _mm512_setzero_ps();
     if constexpr (kQ41) mw = load_half16(blk + 32);
