@@ -247,7 +247,7 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
     out.backend_data = it->second;
     return out;
   }
-  packed_.push_back(pack_weight(w));
+  packed_.push_back(pack_weight(w, &pool_));
   it->second = packed_.back().get();
   packed_bytes_ += packed_.back()->n_groups * packed_.back()->nb * packed_.back()->block_bytes;
   out.backend_data = packed_.back().get();

@@ -29,16 +29,21 @@ namespace {
 // 4j .. 4j+3 plus 128 (unsigned, for vpdpbusd).
 int64_t packed_block_bytes(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_1: return 64 + 256;
-    case GgmlType::Q4_0: return 32 + 256;
-    case GgmlType::Q8_0: return 32 + 512;
-    default: return 0;
+    case GgmlType::Q4_1:
+      return 64 + 256;
+    case GgmlType::Q4_0:
+      return 32 + 256;
+    case GgmlType::Q8_0:
+      return 32 + 512;
+    default:
+      return 0;
   }
 }
 
 }  // namespace
 
-std::unique_ptr<PackedWeight> PackedWeight::make(const ops::WeightView& w, int64_t block_elems, int64_t block_bytes) {
+std::unique_ptr<PackedWeight> PackedWeight::make(const ops::WeightView& w, int64_t block_elems,
+                                                 int64_t block_bytes) {
   auto p = std::make_unique<PackedWeight>();
   p->type = w.type;
   p->n_rows = w.n_rows;
@@ -63,51 +68,64 @@ GgmlType packed_act_type(GgmlType type) {
   return type == GgmlType::Q4_1 ? GgmlType::Q8_1 : GgmlType::Q8_0;
 }
 
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
-  if (kquant::is_k_type(w.type)) return kquant::pack_weight(w);
+void for_groups(int64_t n_groups, ThreadPool* pool,
+                const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool == nullptr || n_groups < 2) {
+    fn(0, n_groups);
+    return;
+  }
+  pool->parallel_for(n_groups, 1, [&](int64_t g0, int64_t g1, int) { fn(g0, g1); });
+}
+
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool) {
+  if (kquant::is_k_type(w.type)) return kquant::pack_weight(w, pool);
   if (!packable(w.type, w.n_cols)) {
     fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
   }
   auto p = PackedWeight::make(w, kQK, packed_block_bytes(w.type));
   uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
-  for (int64_t g = 0; g < p->n_groups; ++g) {
-    for (int64_t b = 0; b < p->nb; ++b) {
-      uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;
-      for (int r = 0; r < kPackRows; ++r) {
-        const int64_t row = g * kPackRows + r;
-        if (row >= w.n_rows) {
-          if (w.type == GgmlType::Q8_0) {  // a zero weight is 128 here
-            for (int j = 0; j < 8; ++j) std::memset(dst + 32 + j * 64 + 4 * r, 0x80, 4);
+  for_groups(p->n_groups, pool, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t b = 0; b < p->nb; ++b) {
+        uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;
+        for (int r = 0; r < kPackRows; ++r) {
+          const int64_t row = g * kPackRows + r;
+          if (row >= w.n_rows) {
+            if (w.type == GgmlType::Q8_0) {  // a zero weight is 128 here
+              for (int j = 0; j < 8; ++j) std::memset(dst + 32 + j * 64 + 4 * r, 0x80, 4);
+            }
+            continue;
           }
-          continue;
-        }
-        const uint8_t* rowp = src + static_cast<uint64_t>(row) * w.row_bytes;
-        if (w.type == GgmlType::Q4_1) {
-          const auto& blk = reinterpret_cast<const BlockQ4_1*>(rowp)[b];
-          std::memcpy(dst + 2 * r, blk.d, 2);
-          std::memcpy(dst + 32 + 2 * r, blk.m, 2);
-          for (int j = 0; j < 4; ++j) std::memcpy(dst + 64 + j * 64 + 4 * r, blk.qs + 4 * j, 4);
-        } else if (w.type == GgmlType::Q4_0) {
-          const auto& blk = reinterpret_cast<const BlockQ4_0*>(rowp)[b];
-          std::memcpy(dst + 2 * r, blk.d, 2);
-          for (int j = 0; j < 4; ++j) std::memcpy(dst + 32 + j * 64 + 4 * r, blk.qs + 4 * j, 4);
-        } else {
-          const auto& blk = reinterpret_cast<const BlockQ8_0*>(rowp)[b];
-          std::memcpy(dst + 2 * r, blk.d, 2);
-          for (int j = 0; j < 8; ++j) {
-            for (int k = 0; k < 4; ++k) {
-              dst[32 + j * 64 + 4 * r + k] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * j + k]) ^ 0x80);
+          const uint8_t* rowp = src + static_cast<uint64_t>(row) * w.row_bytes;
+          if (w.type == GgmlType::Q4_1) {
+            const auto& blk = reinterpret_cast<const BlockQ4_1*>(rowp)[b];
+            std::memcpy(dst + 2 * r, blk.d, 2);
+            std::memcpy(dst + 32 + 2 * r, blk.m, 2);
+            for (int j = 0; j < 4; ++j) std::memcpy(dst + 64 + j * 64 + 4 * r, blk.qs + 4 * j, 4);
+          } else if (w.type == GgmlType::Q4_0) {
+            const auto& blk = reinterpret_cast<const BlockQ4_0*>(rowp)[b];
+            std::memcpy(dst + 2 * r, blk.d, 2);
+            for (int j = 0; j < 4; ++j) std::memcpy(dst + 32 + j * 64 + 4 * r, blk.qs + 4 * j, 4);
+          } else {
+            const auto& blk = reinterpret_cast<const BlockQ8_0*>(rowp)[b];
+            std::memcpy(dst + 2 * r, blk.d, 2);
+            for (int j = 0; j < 8; ++j) {
+              for (int k = 0; k < 4; ++k) {
+                dst[32 + j * 64 + 4 * r + k] =
+                    static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * j + k]) ^ 0x80);
+              }
             }
           }
         }
       }
     }
-  }
+  });
   return p;
 }
 
-void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s, int32_t* corr) {
+void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s,
+                       int32_t* corr) {
   if (kquant::is_k_type(type)) {
     kquant::act_scales(type, xq_row, nb, d, s, corr);
     return;
@@ -128,21 +146,23 @@ void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* 
       qs = x.qs;
     }
     for (int j = 0; j < 8; ++j) {
-      corr[8 * b + j] = kFloatMagic - offset * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+      corr[8 * b + j] =
+          kFloatMagic - offset * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
     }
   }
 }
 
 PackedMatmulFn find_packed_kernel(GgmlType type) {
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni)) return nullptr;
+  if (!(f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni))
+    return nullptr;
   return kquant::is_k_type(type) ? kquant::find_vnni(type) : vnni::find_packed(type);
 }
 
 namespace ref {
 
-void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const PackedAct& a, int64_t n_tokens,
-                         float* y, int64_t y_stride) {
+void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const PackedAct& a,
+                         int64_t n_tokens, float* y, int64_t y_stride) {
   if (kquant::is_k_type(w.type)) {
     kquant::ref_matmul(w, r0, r1, a, n_tokens, y, y_stride);
     return;
@@ -189,7 +209,8 @@ void packed_order_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const
           lane[j] = std::fma(scale, static_cast<float>(p - kFloatMagic), lane[j]);
         }
       }
-      const float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+      const float sum =
+          ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
       y[t * y_stride + r] = w.type == GgmlType::Q4_1 ? sum + mins : sum;
     }
   }

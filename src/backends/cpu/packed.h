@@ -11,7 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+
+#include "core/thread_pool.h"
 
 #include "format/ggml_types.h"
 #include "ops/backend.h"
@@ -40,8 +43,11 @@ struct PackedWeight {
 // Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0: columns a multiple of 32;
 // Q4_K, Q5_K, Q6_K: of 256, see packed_kquant.h).
 bool packable(GgmlType type, int64_t n_cols);
-// The packed copy of w (packable(w.type, w.n_cols) must hold).
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w);
+// The packed copy of w (packable(w.type, w.n_cols) must hold); with a pool, the groups
+// are packed in parallel (a large model's load is otherwise held up for seconds).
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool = nullptr);
+// Runs fn(g0, g1) over the groups [0, n_groups), on the pool when there is one.
+void for_groups(int64_t n_groups, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn);
 
 // Quantized activations as the packed kernels read them: token t's blocks in the
 // ggml activation format of the weight type (Q8_1 for Q4_1, Q8_0 otherwise) at

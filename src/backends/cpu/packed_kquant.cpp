@@ -120,6 +120,23 @@ void store(GgmlType type, const Decoded& o, int r, uint8_t* dst) {
   }
 }
 
+// Q4_K without decoding: the packed nibble bytes are the block's own qs bytes (element
+// 64p + 4k + m and 64p + 32 + 4k + m share qs byte 32p + 4k + m), so 4-byte copies; the
+// scales and mins as store() writes them. Several times faster than decode + store.
+void store_q4_k(const BlockQ4_K& blk, int r, uint8_t* dst) {
+  for (int p = 0; p < 4; ++p) {
+    for (int k = 0; k < 8; ++k) std::memcpy(dst + layout::kNib + (8 * p + k) * 64 + 4 * r, blk.qs + 32 * p + 4 * k, 4);
+  }
+  std::memcpy(dst + layout::kQ4D + 2 * r, blk.d, 2);
+  std::memcpy(dst + layout::kQ4D + layout::kDmin + 2 * r, blk.dmin, 2);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc = 0, m = 0;
+    k4_scale_min(j, blk.scales, &sc, &m);
+    dst[layout::kQ4D + layout::kScales + 32 * (j / 2) + 2 * r + j % 2] = sc;
+    dst[layout::kQ4D + layout::kMins + 32 * (j / 2) + 2 * r + j % 2] = m;
+  }
+}
+
 int16_t bsum(const BlockQ8_K& x, int j) { return static_cast<int16_t>(x.bsums[2 * j] | (x.bsums[2 * j + 1] << 8)); }
 
 }  // namespace
@@ -137,7 +154,7 @@ int64_t packed_block_bytes(GgmlType type) {
   }
 }
 
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool) {
   if (!is_k_type(w.type) || w.n_cols <= 0 || w.n_cols % kQKK != 0) {
     fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
   }
@@ -147,16 +164,23 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w) {
   auto p = PackedWeight::make(w, kQKK, packed_block_bytes(w.type));
   uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
-  Decoded o;
-  for (int64_t g = 0; g < p->n_groups; ++g) {
-    for (int64_t b = 0; b < p->nb; ++b) {
-      uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;
-      for (int r = 0; r < kPackRows && g * kPackRows + r < w.n_rows; ++r) {
-        decode(w.type, src + static_cast<uint64_t>(g * kPackRows + r) * w.row_bytes, b, o);
-        store(w.type, o, r, dst);
+  for_groups(p->n_groups, pool, [&](int64_t g0, int64_t g1) {
+    Decoded o;
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t b = 0; b < p->nb; ++b) {
+        uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;
+        for (int r = 0; r < kPackRows && g * kPackRows + r < w.n_rows; ++r) {
+          const uint8_t* row = src + static_cast<uint64_t>(g * kPackRows + r) * w.row_bytes;
+          if (w.type == GgmlType::Q4_K) {
+            store_q4_k(reinterpret_cast<const BlockQ4_K*>(row)[b], r, dst);
+            continue;
+          }
+          decode(w.type, row, b, o);
+          store(w.type, o, r, dst);
+        }
       }
     }
-  }
+  });
   return p;
 }
 
