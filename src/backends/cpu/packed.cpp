@@ -2,12 +2,14 @@
 // scales the packed kernels read, and the plain reference of their arithmetic.
 #include "backends/cpu/packed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/packed_kquant.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "quant/blocks.h"
 
 namespace hearth::cpu {
@@ -68,13 +70,24 @@ GgmlType packed_act_type(GgmlType type) {
   return type == GgmlType::Q4_1 ? GgmlType::Q8_1 : GgmlType::Q8_0;
 }
 
-void for_groups(int64_t n_groups, ThreadPool* pool,
+void for_groups(const ops::WeightView& w, int64_t n_groups, ThreadPool* pool,
                 const std::function<void(int64_t, int64_t)>& fn) {
+  const auto pieces = [&](int64_t g0, int64_t g1) {
+    for (int64_t a = g0; a < g1; a += 64) {
+      const int64_t b = std::min(g1, a + 64);
+      fn(a, b);
+      const int64_t r0 = a * kPackRows, r1 = std::min(w.n_rows, b * kPackRows);
+      if (r1 > r0) {
+        release_mapped_pages(static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r0) * w.row_bytes,
+                             static_cast<size_t>(r1 - r0) * w.row_bytes);
+      }
+    }
+  };
   if (pool == nullptr || n_groups < 2) {
-    fn(0, n_groups);
+    pieces(0, n_groups);
     return;
   }
-  pool->parallel_for(n_groups, 1, [&](int64_t g0, int64_t g1, int) { fn(g0, g1); });
+  pool->parallel_for(n_groups, 1, [&](int64_t g0, int64_t g1, int) { pieces(g0, g1); });
 }
 
 std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool) {
@@ -85,7 +98,7 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* 
   auto p = PackedWeight::make(w, kQK, packed_block_bytes(w.type));
   uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
-  for_groups(p->n_groups, pool, [&](int64_t g0, int64_t g1) {
+  for_groups(w, p->n_groups, pool, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       for (int64_t b = 0; b < p->nb; ++b) {
         uint8_t* dst = out + (g * p->nb + b) * p->block_bytes;

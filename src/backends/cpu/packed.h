@@ -46,8 +46,12 @@ bool packable(GgmlType type, int64_t n_cols);
 // The packed copy of w (packable(w.type, w.n_cols) must hold); with a pool, the groups
 // are packed in parallel (a large model's load is otherwise held up for seconds).
 std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool = nullptr);
-// Runs fn(g0, g1) over the groups [0, n_groups), on the pool when there is one.
-void for_groups(int64_t n_groups, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn);
+// Runs fn(g0, g1) over the groups of w's packed copy, on the pool when there is one, in
+// pieces of at most 64 groups; after each piece the source rows' pages go back when w
+// lies in a mapped file (release_mapped_pages), so packing a large tensor never holds
+// both copies of it in memory.
+void for_groups(const ops::WeightView& w, int64_t n_groups, ThreadPool* pool,
+                const std::function<void(int64_t, int64_t)>& fn);
 
 // Quantized activations as the packed kernels read them: token t's blocks in the
 // ggml activation format of the weight type (Q8_1 for Q4_1, Q8_0 otherwise) at

@@ -87,7 +87,8 @@ void decode(GgmlType type, const uint8_t* row, int64_t b, Decoded& o) {
   }
 }
 
-// Writes row r's decoded super-block into the packed one (layout above).
+// Writes row r's decoded Q4_K / Q5_K super-block into the packed one (layout above); the
+// packing uses it for Q5_K (store_q4_k / store_q6_k below copy words instead).
 void store(GgmlType type, const Decoded& o, int r, uint8_t* dst) {
   const auto& q = o.q;
   for (int p = 0; p < 4; ++p) {
@@ -98,18 +99,9 @@ void store(GgmlType type, const Decoded& o, int r, uint8_t* dst) {
         if (type == GgmlType::Q5_K) {
           dst[layout::kHigh + k * 64 + 4 * r + m] |=
               static_cast<uint8_t>((((q[lo] >> 4) & 1) << (2 * p)) | (((q[hi] >> 4) & 1) << (2 * p + 1)));
-        } else if (type == GgmlType::Q6_K) {
-          const int sh = 4 * (p % 2);
-          dst[layout::kHigh + (8 * (p / 2) + k) * 64 + 4 * r + m] |=
-              static_cast<uint8_t>((((q[lo] >> 4) & 3) << sh) | (((q[hi] >> 4) & 3) << (sh + 2)));
         }
       }
     }
-  }
-  if (type == GgmlType::Q6_K) {
-    std::memcpy(dst + layout::kQ6D + 2 * r, o.d, 2);
-    for (int j = 0; j < 16; ++j) dst[layout::kQ6Scales + 32 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(o.sc[j]);
-    return;
   }
   const int d0 = type == GgmlType::Q5_K ? layout::kQ5D : layout::kQ4D;
   std::memcpy(dst + d0 + 2 * r, o.d, 2);
@@ -134,6 +126,29 @@ void store_q4_k(const BlockQ4_K& blk, int r, uint8_t* dst) {
     k4_scale_min(j, blk.scales, &sc, &m);
     dst[layout::kQ4D + layout::kScales + 32 * (j / 2) + 2 * r + j % 2] = sc;
     dst[layout::kQ4D + layout::kMins + 32 * (j / 2) + 2 * r + j % 2] = m;
+  }
+}
+
+// Q6_K without decoding. Element 64p + 4k + m lives in half h = p / 2 at ql[64h + 4k + m]
+// (low nibble for even p, high for odd), element 64p + 32 + 4k + m at ql[64h + 32 + 4k + m]
+// the same way, and the top bits of both are the low (even p) or high (odd p) half of
+// qh[32h + 4k + m], which is exactly the packed top-bits byte: 4-byte word operations.
+void store_q6_k(const BlockQ6_K& blk, int r, uint8_t* dst) {
+  for (int p = 0; p < 4; ++p) {
+    const int h = p / 2;
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t a = load_u32(blk.ql + 64 * h + 4 * k), b = load_u32(blk.ql + 64 * h + 32 + 4 * k);
+      const uint32_t v = p % 2 == 0 ? (a & 0x0f0f0f0fu) | ((b & 0x0f0f0f0fu) << 4)
+                                    : ((a >> 4) & 0x0f0f0f0fu) | (b & 0xf0f0f0f0u);
+      store_u32(dst + layout::kNib + (8 * p + k) * 64 + 4 * r, v);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 8; ++k) std::memcpy(dst + layout::kHigh + (8 * h + k) * 64 + 4 * r, blk.qh + 32 * h + 4 * k, 4);
+  }
+  std::memcpy(dst + layout::kQ6D + 2 * r, blk.d, 2);
+  for (int j = 0; j < 16; ++j) {
+    dst[layout::kQ6Scales + 32 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(blk.scales[j]);
   }
 }
 
@@ -164,7 +179,7 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* 
   auto p = PackedWeight::make(w, kQKK, packed_block_bytes(w.type));
   uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
-  for_groups(p->n_groups, pool, [&](int64_t g0, int64_t g1) {
+  for_groups(w, p->n_groups, pool, [&](int64_t g0, int64_t g1) {
     Decoded o;
     for (int64_t g = g0; g < g1; ++g) {
       for (int64_t b = 0; b < p->nb; ++b) {
@@ -173,6 +188,10 @@ std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* 
           const uint8_t* row = src + static_cast<uint64_t>(g * kPackRows + r) * w.row_bytes;
           if (w.type == GgmlType::Q4_K) {
             store_q4_k(reinterpret_cast<const BlockQ4_K*>(row)[b], r, dst);
+            continue;
+          }
+          if (w.type == GgmlType::Q6_K) {
+            store_q6_k(reinterpret_cast<const BlockQ6_K*>(row)[b], r, dst);
             continue;
           }
           decode(w.type, row, b, o);
