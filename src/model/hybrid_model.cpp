@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace hearth::model {
 
@@ -50,7 +51,7 @@ void HybridModel::bind_gdn(const std::string& p, Gdn& g) {
   g.qkv = bind_tensor(file_, be, p + "attn_qkv.weight", {E, C});
   g.z = bind_tensor(file_, be, p + "attn_gate.weight", {E, VD});
   bool fused = false;
-  const ops::WeightView ba = bind_tensor(file_, be, p + "ssm_ba.weight", {E, 2 * HV}, true, &fused);
+  const ops::WeightView ba = tensor_view(file_, p + "ssm_ba.weight", {E, 2 * HV}, true, &fused);
   if (fused) {
     // qwen3next: rows per key head g are [b (r rows), a (r rows)].
     const int64_t r = sh.n_v_heads / sh.n_k_heads;
@@ -63,6 +64,7 @@ void HybridModel::bind_gdn(const std::string& p, Gdn& g) {
     }
     g.beta = owned_.rows(be, ba, rb, p + "ssm_ba.weight[beta]");
     g.alpha = owned_.rows(be, ba, ra, p + "ssm_ba.weight[alpha]");
+    release_mapped_pages(ba.data, static_cast<size_t>(ba.n_rows) * ba.row_bytes);
   } else {
     g.beta = bind_tensor(file_, be, p + "ssm_beta.weight", {E, HV});
     g.alpha = bind_tensor(file_, be, p + "ssm_alpha.weight", {E, HV});
@@ -79,7 +81,7 @@ void HybridModel::bind_attn(const std::string& p, Attn& a) {
              KV = static_cast<uint64_t>(hp_.n_embd_kv()), D = static_cast<uint64_t>(hp_.head_dim);
   ops::Backend& be = backend_;
   // The q projection holds, per head, head_dim query rows then head_dim gate rows.
-  const ops::WeightView qg = bind_tensor(file_, be, p + "attn_q.weight", {E, 2 * Q});
+  const ops::WeightView qg = tensor_view(file_, p + "attn_q.weight", {E, 2 * Q});
   std::vector<int64_t> rq, rg;
   for (int64_t h = 0; h < hp_.n_head; ++h) {
     for (int64_t i = 0; i < hp_.head_dim; ++i) {
@@ -89,6 +91,7 @@ void HybridModel::bind_attn(const std::string& p, Attn& a) {
   }
   a.wq = owned_.rows(be, qg, rq, p + "attn_q.weight[query]");
   a.wgate = owned_.rows(be, qg, rg, p + "attn_q.weight[gate]");
+  release_mapped_pages(qg.data, static_cast<size_t>(qg.n_rows) * qg.row_bytes);  // only the copies are read
   a.wk = bind_tensor(file_, be, p + "attn_k.weight", {E, KV});
   a.wv = bind_tensor(file_, be, p + "attn_v.weight", {E, KV});
   a.wo = bind_tensor(file_, be, p + "attn_output.weight", {Q, E});

@@ -14,6 +14,12 @@ std::string shape_str(const std::vector<uint64_t>& s) {
 
 ops::WeightView bind_tensor(const gguf::File& file, ops::Backend& be, const std::string& name,
                             const std::vector<uint64_t>& expect, bool optional_ok, bool* found) {
+  ops::WeightView w = tensor_view(file, name, expect, optional_ok, found);
+  return w.data == nullptr ? w : be.prepare_weight(w);
+}
+
+ops::WeightView tensor_view(const gguf::File& file, const std::string& name, const std::vector<uint64_t>& expect,
+                            bool optional_ok, bool* found) {
   const gguf::TensorInfo* t = file.find_tensor(name);
   if (found != nullptr) *found = t != nullptr;
   if (t == nullptr) {
@@ -33,7 +39,7 @@ ops::WeightView bind_tensor(const gguf::File& file, ops::Backend& be, const std:
   w.n_cols = static_cast<int64_t>(expect[0]);
   w.n_rows = expect.size() > 1 ? static_cast<int64_t>(expect[1]) : 1;
   w.row_bytes = t->n_bytes / static_cast<uint64_t>(w.n_rows);
-  return be.prepare_weight(w);
+  return w;
 }
 
 ops::WeightView OwnedWeights::f32(const gguf::File& file, ops::Backend& be, const std::string& name,
@@ -74,7 +80,13 @@ ops::WeightView OwnedWeights::rows(ops::Backend& be, const ops::WeightView& w, c
   out.name = name;
   out.data = buf.data();
   out.n_rows = static_cast<int64_t>(rows.size());
-  return be.prepare_weight(out);
+  out.backend_data = nullptr;
+  out = be.prepare_weight(out);
+  if (out.backend_data != nullptr) {  // the back-end reads its own copy: ours would be a second one
+    std::vector<uint8_t>().swap(buf);
+    out.data = nullptr;
+  }
+  return out;
 }
 
 ops::WeightView OwnedWeights::repeat_row(ops::Backend& be, const ops::WeightView& row, int64_t n_rows,

@@ -17,6 +17,11 @@ namespace hearth::model {
 // "[a, b, c]": a tensor shape for messages.
 std::string shape_str(const std::vector<uint64_t>& shape);
 
+// The tensor as stored, not yet prepared by a back-end: for weights the model only copies
+// rows from (OwnedWeights::rows). Errors as bind_tensor's.
+ops::WeightView tensor_view(const gguf::File& file, const std::string& name, const std::vector<uint64_t>& expect,
+                            bool optional_ok = false, bool* found = nullptr);
+
 // Throws Error naming the file and tensor when it is missing (unless optional_ok: then
 // an empty view, *found = false) or has another shape.
 ops::WeightView bind_tensor(const gguf::File& file, ops::Backend& be, const std::string& name,
@@ -28,7 +33,8 @@ class OwnedWeights {
   // The tensor as an F32 view (a copy when stored as F16/BF16; other types throw).
   ops::WeightView f32(const gguf::File& file, ops::Backend& be, const std::string& name,
                       const std::vector<uint64_t>& expect);
-  // A matrix made of rows[i] of w, in that order (raw row bytes, any type).
+  // A matrix made of rows[i] of w, in that order (raw row bytes, any type). When the
+  // back-end keeps its own copy (backend_data), the model's is freed and data is null.
   ops::WeightView rows(ops::Backend& be, const ops::WeightView& w, const std::vector<int64_t>& rows,
                        const std::string& name);
   // An F32 matrix of n_rows identical rows equal to `row` (F32, [n_cols]): a product

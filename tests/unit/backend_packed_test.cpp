@@ -201,16 +201,25 @@ TEST(Packed, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
   }
 }
 
-TEST(Packed, TiedWeightPackedOnceAndReferenceBackendDoesNotPack) {
+TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
   cpu::CpuBackend be(1);
   cpu::CpuBackend ref_be(1, true);
   EXPECT_FALSE(ref_be.repack());
-  const auto w = make_weight(GgmlType::Q8_0, 32, 64, 3);
+  auto w = make_weight(GgmlType::Q8_0, 32, 64, 3);
   EXPECT_EQ(ref_be.prepare_weight(w.view).backend_data, nullptr);
   if (!be.repack()) GTEST_SKIP() << "no packed kernels on this CPU";
-  const WeightView a = be.prepare_weight(w.view), b = be.prepare_weight(w.view);
-  EXPECT_EQ(a.backend_data, b.backend_data);
+  const WeightView a = be.prepare_weight(w.view);
   EXPECT_EQ(be.packed_bytes(), 2 * 2 * (32 + 512));  // 2 groups x 2 blocks
+  // Other weights at the same address (a freed source's memory reused) get their own copy.
+  const auto w2 = make_weight(GgmlType::Q8_0, 32, 64, 4);
+  std::copy(w2.data.begin(), w2.data.end(), w.data.begin());
+  const WeightView b = be.prepare_weight(w.view);
+  EXPECT_NE(a.backend_data, b.backend_data);
+  const auto x = random_floats(64, 9);
+  std::vector<float> ya(32), yb(32);
+  be.matmul(a, x.data(), 1, ya.data());
+  be.matmul(b, x.data(), 1, yb.data());
+  EXPECT_NE(ya, yb);
   // Non-packable widths and types are left as they are.
   const auto odd = make_weight(GgmlType::Q2_K, 4, 256, 4);
   EXPECT_EQ(be.prepare_weight(odd.view).backend_data, nullptr);

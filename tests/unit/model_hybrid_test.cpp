@@ -140,6 +140,46 @@ TEST(HybridModel, HalfPrecisionGgufsStayClose) {
   }
 }
 
+// Quantized GGUFs run on packed weights (CpuBackend's repacking, with the attention
+// q/gate and ssm_ba splits) give the very logits of the unpacked kernels: the packed
+// kernels keep vec_dot's arithmetic.
+TEST(HybridModel, PackedWeightsGiveTheUnpackedLogits) {
+  hearth::cpu::CpuBackend packed(2), plain(2);
+  plain.set_repack(false);
+  if (!packed.repack()) GTEST_SKIP() << "no packed kernels on this CPU";
+  for (const std::string name : {"dense", "next"}) {
+    for (const auto type : {hearth::GgmlType::Q8_0, hearth::GgmlType::Q4_K}) {
+      const auto out = std::filesystem::temp_directory_path() / "hearth_hybrid_packed.gguf";
+      hearth::convert::ConvertOptions opt;
+      opt.type = type;
+      opt.quiet = true;
+      hearth::convert::hf_folder_to_gguf(kDir + name, opt).write_file(out.string());
+      const hearth::gguf::File file = hearth::gguf::File::open(out.string());
+      const int64_t before = packed.packed_bytes();
+      const auto mp = model::load_causal_lm(file, packed);
+      const auto mu = model::load_causal_lm(file, plain);
+      EXPECT_GT(packed.packed_bytes(), before) << name << " " << hearth::ggml_type_name(type) << ": nothing packed";
+      const json rec = read_json(kDir + name + ".json");
+      for (const auto& pr : rec.at("prompts")) {
+        const auto ids = pr.at("ids").get<std::vector<int32_t>>();
+        model::KvCache cp(packed, mp->hparams(), 256, hearth::ops::KvType::F32);
+        model::KvCache cu(plain, mu->hparams(), 256, hearth::ops::KvType::F32);
+        std::vector<float> lp = mp->forward(cp, ids, true), lu = mu->forward(cu, ids, true);
+        for (int step = 0; step < 4; ++step) {
+          ASSERT_EQ(lp.size(), lu.size());
+          for (size_t i = 0; i < lp.size(); ++i) {
+            ASSERT_EQ(lp[i], lu[i]) << name << " " << hearth::ggml_type_name(type) << " step " << step << " at " << i;
+          }
+          const auto next = static_cast<int32_t>(argmax(lp.data() + lp.size() - mp->hparams().n_vocab, mp->hparams().n_vocab));
+          lp = mp->forward(cp, {next}, false);
+          lu = mu->forward(cu, {next}, false);
+        }
+      }
+      std::filesystem::remove(out);
+    }
+  }
+}
+
 // Four sequences at different points (fresh prompt, prompt continued in chunks, decode
 // tokens) share one pool and run in the same forward_batch calls; each must get exactly
 // the logits it gets alone.

@@ -241,14 +241,10 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
   ops::WeightView out = w;
   out.backend_data = nullptr;
   if (!repack_ || !packable(w.type, w.n_cols) || find_packed_kernel(w.type) == nullptr) return out;
-  // Tied embeddings: the output layer reuses the table's copy.
-  const auto [it, fresh] = packed_by_source_.try_emplace(w.data, nullptr);
-  if (!fresh && it->second->type == w.type && it->second->n_rows == w.n_rows && it->second->n_cols == w.n_cols) {
-    out.backend_data = it->second;
-    return out;
-  }
+  // Every call packs anew: a copy is never looked up by its source address, which a
+  // freed source (OwnedWeights) can hand to the next weight. Models prepare each tensor
+  // once (a tied output layer reuses the table's prepared view).
   packed_.push_back(pack_weight(w, &pool_));
-  it->second = packed_.back().get();
   packed_bytes_ += packed_.back()->n_groups * packed_.back()->nb * packed_.back()->block_bytes;
   out.backend_data = packed_.back().get();
   // The rows are read from the packed copy from now on: a mapped file's pages go back

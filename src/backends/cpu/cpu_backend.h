@@ -4,7 +4,6 @@
 #pragma once
 
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "backends/cpu/attention_avx512.h"
@@ -91,8 +90,7 @@ class CpuBackend final : public ops::Backend {
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
   bool repack_ = false;
-  std::vector<std::unique_ptr<PackedWeight>> packed_;  // repacked weights (tied ones once)
-  std::unordered_map<const void*, PackedWeight*> packed_by_source_;  // ... by the rows they came from
+  std::vector<std::unique_ptr<PackedWeight>> packed_;  // repacked weights
   int64_t packed_bytes_ = 0;
   std::vector<float> act_d_, act_s_;  // packed matmul: per (token, block) activation scales
   std::vector<int32_t> act_corr_;
