@@ -247,7 +247,8 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
   packed_.push_back(pack_weight(w, &pool_));
   packed_bytes_ += packed_.back()->n_groups * packed_.back()->nb * packed_.back()->block_bytes;
   out.backend_data = packed_.back().get();
-  // The rows are read from the packed copy from now on: a mapped file's pages go back
+  // The rows are read from the packed copy from now on. Packing already gave back the
+  // mapped pages piece by piece; this sweep catches the pages straddling two pieces
   // (get_rows of a tied embedding faults in the few rows it reads).
   release_mapped_pages(w.data, static_cast<size_t>(w.n_rows) * w.row_bytes);
   return out;

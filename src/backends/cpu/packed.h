@@ -15,7 +15,6 @@
 #include <memory>
 
 #include "core/thread_pool.h"
-
 #include "format/ggml_types.h"
 #include "ops/backend.h"
 
