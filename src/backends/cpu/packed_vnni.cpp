@@ -29,14 +29,11 @@ HEARTH_VNNI inline __m512 load_half16(const uint8_t* p) {
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Blocks ahead to prefetch: streaming 66 MB of Q4_1 / 30 MB of Q8_0 on 2 threads,
-// 2-4 tokens took 10-25% less time than with the hardware prefetcher alone.
-constexpr int64_t kPrefetch = 4;
-
-// One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 2: 8 accumulators per token).
+// One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 2: 8 accumulators per token);
+// block b prefetches the lines of [pf + b * pf_step, pf + (b + 1) * pf_step).
 template <GgmlType kType, int T>
 HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct& a, int64_t t0, float* y,
-                              int64_t ys) {
+                              int64_t ys, const uint8_t* pf, int64_t pf_step) {
   constexpr bool kQ41 = kType == GgmlType::Q4_1;
   constexpr bool kQ8 = kType == GgmlType::Q8_0;
   constexpr int kScaleBytes = kQ41 ? 64 : 32;
@@ -56,9 +53,11 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = base + b * w.block_bytes;
     // The weights stream from memory once per group (later token pairs find them in
-    // cache): ask for the block kPrefetch ahead, line by line.
-    for (int64_t off = 0; off < w.block_bytes; off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch * w.block_bytes + off), _MM_HINT_T0);
+    // cache): this block's share of the lines at pf (packed_matmul).
+    {
+      const uintptr_t lo = reinterpret_cast<uintptr_t>(pf + b * pf_step) & ~uintptr_t{63};
+      const uintptr_t hi = reinterpret_cast<uintptr_t>(pf + (b + 1) * pf_step);
+      for (uintptr_t line = lo; line < hi; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
     }
     const __m512 dw = load_half16(blk);
     __m512 mw = _mm512_setzero_ps();
@@ -109,10 +108,24 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
 template <GgmlType kType>
 HEARTH_VNNI void packed_matmul(const PackedWeight& w, int64_t g0, int64_t g1, const PackedAct& a, int64_t n_tokens,
                                float* y, int64_t ys) {
+  // Prefetching: the group after this one is fetched while this one is computed, each
+  // pass over the group (two tokens) taking its share, so memory stays busy while later
+  // passes run from cache. Measured on the 2-core machine with the default model (decode
+  // steps, medians, interleaved): against 4 blocks ahead within the group, 10% shorter
+  // steps for one sequence and 11% for four.
+  const int64_t n_pass = (n_tokens + 1) / 2;
+  const int64_t group_bytes = w.nb * w.block_bytes;
   for (int64_t g = g0; g < g1; ++g) {
-    int64_t t0 = 0;
-    for (; t0 + 2 <= n_tokens; t0 += 2) group_tokens<kType, 2>(w, g, a, t0, y, ys);
-    if (t0 < n_tokens) group_tokens<kType, 1>(w, g, a, t0, y, ys);
+    const uint8_t* next = w.group(g) + group_bytes;
+    for (int64_t p = 0, t0 = 0; t0 < n_tokens; ++p, t0 += 2) {
+      const uint8_t* pf = next + p * group_bytes / n_pass;
+      const int64_t step = w.block_bytes / n_pass;
+      if (t0 + 2 <= n_tokens) {
+        group_tokens<kType, 2>(w, g, a, t0, y, ys, pf, step);
+      } else {
+        group_tokens<kType, 1>(w, g, a, t0, y, ys, pf, step);
+      }
+    }
   }
 }
 
