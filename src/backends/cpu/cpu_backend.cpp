@@ -274,6 +274,13 @@ void CpuBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int6
   ref::get_rows(table, ids, n_ids, out);
 }
 
+namespace {
+// Tokens per piece when quantizing activations: a decode batch's few rows take about a
+// microsecond, less than handing them to the pool, so they are quantized inline; a
+// prompt's rows are split in pieces of about 32K values.
+int64_t act_grain(int64_t n_cols) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n_cols)); }
+}  // namespace
+
 void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
   const auto& p0 = *static_cast<const PackedWeight*>(ws[0]->backend_data);
@@ -286,7 +293,7 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
   act_s_.resize(act_d_.size());
   act_corr_.resize(act_d_.size() * 8);
   uint8_t* xq = act_scratch_.data();
-  pool_.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end, int) {
+  pool_.parallel_for(n_tokens, act_grain(p0.n_cols), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       k->quantize_act(x + t * p0.n_cols, xq + t * row_bytes, p0.n_cols);
       packed_act_scales(p0.type, xq + t * row_bytes, nb, act_d_.data() + t * nb, act_s_.data() + t * nb,
@@ -329,7 +336,7 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
     const auto row_bytes = static_cast<int64_t>(*act_row);
     act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
     uint8_t* xq = act_scratch_.data();
-    pool_.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end, int) {
+    pool_.parallel_for(n_tokens, act_grain(w.n_cols), [&](int64_t begin, int64_t end, int) {
       for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w.n_cols, xq + t * row_bytes, w.n_cols);
     });
     const auto* wdata = static_cast<const uint8_t*>(w.data);
@@ -382,7 +389,7 @@ void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const flo
   const auto row_bytes = static_cast<int64_t>(*act_row);
   act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
   uint8_t* xq = act_scratch_.data();
-  pool_.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end, int) {
+  pool_.parallel_for(n_tokens, act_grain(w0.n_cols), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w0.n_cols, xq + t * row_bytes, w0.n_cols);
   });
   // The weights' rows one after another; each chunk is cut at the weights' borders.
