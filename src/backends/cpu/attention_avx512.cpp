@@ -21,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/exp_avx512.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kv_rows.h"
 
@@ -89,29 +90,6 @@ HEARTH_AVX512 inline void add_values(const V& vrow, int64_t j0, int64_t j1, int6
   }
 }
 
-// ggml_order::exp_approx on 16 lanes, the same operations lane by lane (fnmadd(n, c, x)
-// is fma(-n, c, x): the negation of the exact product is exact). Only for lanes whose
-// exponent n lies in [-126, 127] (the scalar code's common case, p * 2^n); returns
-// false, writing nothing, when any lane is outside (the caller then runs the scalar code).
-HEARTH_AVX512 inline bool exp16(__m512 x, float* out) {
-  const __m512 shift = _mm512_set1_ps(0x1.8p23f);
-  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shift), shift);
-  const __mmask16 in_range = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_GE_OQ) &
-                             _mm512_cmp_ps_mask(n, _mm512_set1_ps(127.0f), _CMP_LE_OQ);
-  if (in_range != 0xFFFF) return false;
-  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  const __m512 hi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), r, _mm512_set1_ps(0x1.573e2ep-5f)), r2,
-                                    _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), r, _mm512_set1_ps(0x1.fffdb6p-2f)));
-  const __m512 p = _mm512_fmadd_ps(hi, r2, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), r, _mm512_set1_ps(1.0f)));
-  // n is a whole number: exact, as static_cast<int>. (Masked forms: GCC 12 warns on the unmasked ones.)
-  const __m512i e = _mm512_maskz_cvttps_epi32(0xFFFF, n);
-  const __m512 pow2 =
-      _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
-  _mm512_storeu_ps(out, _mm512_mul_ps(p, pow2));
-  return true;
-}
-
 // attend_one_avx512's softmax over scores[0, n_keys) with their max (pads to 16 with
 // zeros); exp_approx 16 keys at a time where exp16 applies, the same bits.
 HEARTH_AVX512 inline void softmax(float* scores, int64_t n_keys, float max_s) {
@@ -119,7 +97,11 @@ HEARTH_AVX512 inline void softmax(float* scores, int64_t n_keys, float max_s) {
   const __m512 mx = _mm512_set1_ps(max_s);
   int64_t j = 0;
   for (; j + 16 <= n_keys; j += 16) {
-    if (exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), mx), scores + j)) continue;
+    __m512 e;
+    if (exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), mx), e)) {
+      _mm512_storeu_ps(scores + j, e);
+      continue;
+    }
     for (int64_t i = j; i < j + 16; ++i) scores[i] = ggml_order::exp_approx(scores[i] - max_s);
   }
   for (; j < n_keys; ++j) scores[j] = ggml_order::exp_approx(scores[j] - max_s);

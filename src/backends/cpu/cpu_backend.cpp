@@ -13,6 +13,7 @@
 
 #include "backends/cpu/attention_avx512.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/exp_avx512.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
 #include "backends/cpu/kv_rows.h"
@@ -213,6 +214,27 @@ void swiglu_plain(const float* g, const float* u, int64_t n, float* out) {
 HEARTH_SIMD __attribute__((flatten)) void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
 }
+#if defined(__x86_64__)
+// 16 at a time where exp16 applies (the same exp_approx bits; negation, division, the + 1
+// and the product are single exact / IEEE operations either way), else the scalar code.
+HEARTH_AVX512 __attribute__((flatten)) void swiglu_avx512(const float* g, const float* u, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    __m512 e;
+    const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), _mm512_set1_epi32(INT32_MIN)));
+    if (exp16(neg, e)) {
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+      continue;
+    }
+    for (int64_t k = i; k < i + 16; ++k) out[k] = ggml_order::swiglu_one(g[k], u[k]);
+  }
+  for (; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
+}
+#else
+void swiglu_avx512(const float* g, const float* u, int64_t n, float* out) { swiglu_plain(g, u, n, out); }
+#endif
 
 }  // namespace
 
@@ -562,7 +584,7 @@ void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  const SwigluFn f = simd_ok_ ? swiglu_avx2 : swiglu_plain;
+  const SwigluFn f = !simd_ok_ ? swiglu_plain : avx512_ok() ? swiglu_avx512 : swiglu_avx2;
   pool_.parallel_for(n, 1024, [&](int64_t begin, int64_t end, int) { f(gate + begin, up + begin, end - begin, out + begin); });
 }
 
