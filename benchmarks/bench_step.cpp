@@ -1,0 +1,125 @@
+// The engine's decode step on its own: B sequences, each with its own prompt already in
+// a shared KV pool, advance one token per forward_batch call, the way `hearth serve`'s
+// step loop runs them (no HTTP, no sampling, no prompt processing in the timings). Batch
+// sizes are interleaved repetition by repetition so machine drift hits all alike; the
+// figures are medians of the per-step times.
+//
+// Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
+//                             [--prompt P] [--kv f16|f32]
+// Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
+// step) and that speed over the first batch size's.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "model/causal_lm.h"
+
+namespace {
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const int v = std::atoi(item.c_str());
+    if (v <= 0) throw std::runtime_error("bad batch size '" + item + "'");
+    out.push_back(v);
+  }
+  if (out.empty()) throw std::runtime_error("empty batch list");
+  return out;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
+                         "[--prompt P] [--kv f16|f32]\n");
+    return 2;
+  }
+  const std::string model_path = argv[1];
+  int threads = hearth::physical_core_count(), reps = 10, steps = 16, prompt = 64;
+  std::vector<int> batches = {1, 2, 4, 8};
+  hearth::ops::KvType kv_type = hearth::ops::KvType::F16;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
+    const std::string v = argv[++i];
+    if (a == "--threads") threads = std::atoi(v.c_str());
+    else if (a == "--batch") batches = parse_list(v);
+    else if (a == "--reps") reps = std::atoi(v.c_str());
+    else if (a == "--steps") steps = std::atoi(v.c_str());
+    else if (a == "--prompt") prompt = std::atoi(v.c_str());
+    else if (a == "--kv") kv_type = v == "f32" ? hearth::ops::KvType::F32 : hearth::ops::KvType::F16;
+    else throw std::runtime_error("unknown option " + a);
+  }
+  if (threads < 1 || reps < 1 || steps < 1 || prompt < 1) throw std::runtime_error("values must be positive");
+
+  const hearth::gguf::File file = hearth::gguf::File::open(model_path);
+  hearth::cpu::CpuBackend backend(threads);
+  const auto model = hearth::model::load_causal_lm(file, backend);
+  const hearth::model::Hparams& hp = model->hparams();
+  const int max_b = *std::max_element(batches.begin(), batches.end());
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks_per_seq = (prompt + steps + kBlock - 1) / kBlock;
+  hearth::model::KvPool pool(backend, hp, kv_type, kBlock, blocks_per_seq * max_b, (hp.n_recurrent_layers() > 0) ? max_b : 0);
+
+  // Each sequence gets its own prompt (no shared prefix), processed once; every
+  // repetition then decodes from the end of it again (positions are simply reused).
+  std::vector<hearth::model::SeqKv> seqs(static_cast<size_t>(max_b));
+  std::vector<float> logits;
+  for (int s = 0; s < max_b; ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b) seqs[s].blocks.push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    if ((hp.n_recurrent_layers() > 0)) seqs[s].state_slot = s;
+    std::vector<int32_t> toks;
+    for (int t = 0; t < prompt; ++t) toks.push_back(100 + (s * 7919 + t * 104729) % (static_cast<int>(hp.n_vocab) - 200));
+    const std::vector<hearth::model::BatchSeq> one = {{&seqs[s], toks.data(), prompt, true}};
+    model->forward_batch(pool, one, logits);
+  }
+  std::printf("bench_step: %s, %d threads, prompt %d, %d reps x %d steps\n", model_path.c_str(), threads, prompt, reps,
+              steps);
+  std::map<int, std::vector<double>> ms;
+  for (int r = 0; r < reps; ++r) {
+    for (const int b : batches) {
+      std::vector<int32_t> tok(static_cast<size_t>(b));
+      for (int s = 0; s < b; ++s) seqs[s].n_past = prompt;
+      for (int st = 0; st < steps; ++st) {
+        std::vector<hearth::model::BatchSeq> batch;
+        for (int s = 0; s < b; ++s) {
+          tok[s] = 100 + (st * 31 + s * 17 + r) % 5000;
+          batch.push_back({&seqs[s], &tok[s], 1, true});
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        model->forward_batch(pool, batch, logits);
+        ms[b].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+  }
+  double base = 0;
+  for (const int b : batches) {
+    std::vector<double>& t = ms[b];
+    std::sort(t.begin(), t.end());
+    const double med = t[t.size() / 2], tps = b * 1000.0 / med;
+    if (base == 0) base = tps;
+    std::printf("batch %2d: step median %7.2f ms (p10 %7.2f)  %8.1f tok/s  x%.2f\n", b, med, t[t.size() / 10], tps,
+                tps / base);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_step: %s\n", e.what());
+    return 1;
+  }
+}
