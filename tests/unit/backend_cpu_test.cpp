@@ -13,6 +13,7 @@
 
 #include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
+#include "core/half.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
@@ -385,6 +386,33 @@ TEST(CpuBackendOps, ParallelElementwiseOpsEqualReference) {
   auto a1 = x;
   be.add(a1.data(), y.data(), n_tokens * n);
   for (size_t i = 0; i < a1.size(); ++i) ASSERT_EQ(a1[i], x[i] + y[i]);
+}
+
+// An f16 KV cache written by the back-end (F16C where the CPU has it) holds the bits of
+// the scalar conversion: ties to even, f16 subnormals, values rounding to infinity,
+// infinities, NaNs (canonical quiet NaN, sign kept), in groups of 8 and in the tail.
+TEST(CpuBackendOps, F16CacheRowsEqualScalarConversion) {
+  cpu::CpuBackend be(2);
+  const int64_t n_tokens = 5, n = 44;  // 5 groups of 8 and a tail of 4
+  auto k = random_floats(n_tokens * n, 51, 3.0f);
+  auto v = random_floats(n_tokens * n, 52, 1.0e-5f);  // many f16 subnormals
+  const float hard[] = {65504.0f, 65519.0f, 65520.0f, -70000.0f, INFINITY, -INFINITY, 1.0f + 0x1p-11f,
+                        1.0f + 3 * 0x1p-11f, 0x1p-25f, 0x1.8p-25f, -0x1p-24f, 0x1p-26f, -0.0f, 1e-45f};
+  for (size_t i = 0; i < std::size(hard); ++i) k[3 * i + 1] = hard[i];
+  k[100] = std::nanf("");
+  k[n_tokens * n - 2] = -std::nanf("7");  // in the tail
+  v[60] = std::nanf("");
+  const std::vector<int32_t> slots = {7, 2, 0, 5, 3};
+  std::vector<uint16_t> kc(8 * n, 0xAAAA), vc(8 * n, 0xAAAA);
+  be.store_kv(k.data(), v.data(), n_tokens, n, slots.data(),
+              hearth::ops::KvLayer{kc.data(), vc.data(), hearth::ops::KvType::F16, 16, n});
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(kc[slots[t] * n + i], hearth::f32_to_f16(k[t * n + i])) << "k " << t << "," << i << " = " << k[t * n + i];
+      ASSERT_EQ(vc[slots[t] * n + i], hearth::f32_to_f16(v[t * n + i])) << "v " << t << "," << i;
+    }
+  }
+  EXPECT_EQ(kc[1 * n], 0xAAAA);  // slot 1 untouched
 }
 
 // The AVX2 activation quantizers on hard inputs: exact halves (ties to even), zero

@@ -456,6 +456,16 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
 void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
                           const ops::KvLayer& cache) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv_dim));
+  if (cache.type == ops::KvType::F16 && simd_ok_) {
+    pool_.parallel_for(n_tokens, grain, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t row = slots[t];
+        f32_to_f16_row_f16c(k + t * n_kv_dim, static_cast<uint16_t*>(cache.k) + row * n_kv_dim, n_kv_dim);
+        f32_to_f16_row_f16c(v + t * n_kv_dim, static_cast<uint16_t*>(cache.v) + row * n_kv_dim, n_kv_dim);
+      }
+    });
+    return;
+  }
   pool_.parallel_for(n_tokens, grain, [&](int64_t begin, int64_t end, int) {
     ref::store_kv(k + begin * n_kv_dim, v + begin * n_kv_dim, end - begin, n_kv_dim, slots + begin, cache);
   });
