@@ -36,6 +36,16 @@ namespace {
 constexpr int64_t kValueChunk = 256;
 // Heads whose accumulators fit in registers at once (4 x 4 zmm).
 constexpr int kMaxGroup = 4;
+// Keys ahead whose rows the score loop prefetches.
+constexpr int64_t kKeyAhead = 4;
+
+// Prefetches the cache lines of one K or V row of n elements.
+template <int kHint, class T>
+HEARTH_AVX512 inline void prefetch_row(const T* row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, static_cast<_mm_hint>(kHint));
+}
 
 // Scores of key row kj for NG query heads (q: NG consecutive head_dim rows); query g's
 // score goes to sc[g * sc_stride] and its max to mx[g].
@@ -64,15 +74,21 @@ HEARTH_AVX512 inline void score_key(const float* q, const KP* kj, int64_t head_d
 }
 
 // Adds keys [j0, j1) (j0 a multiple of n_lanes) to the lane accumulators of NG queries
-// (query g: probabilities p + g * p_stride, accumulators acc + g * acc_stride).
+// (query g: probabilities p + g * p_stride, accumulators acc + g * acc_stride). The
+// first chunk (j0 == 0) starts every lane from zero in registers, and writes zeros for
+// lanes without a key, so the buffer needs no clearing beforehand.
 template <int NG, class V>
 HEARTH_AVX512 inline void add_values(const V& vrow, int64_t j0, int64_t j1, int64_t n_lanes, int64_t head_dim,
                                      const float* p, int64_t p_stride, float* acc, int64_t acc_stride) {
+  const bool first = j0 == 0;
   for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
-    for (int64_t l = 0; l < n_lanes && j0 + l < j1; ++l) {
+    for (int64_t l = 0; l < n_lanes; ++l) {
+      if (j0 + l >= j1 && !first) break;  // later chunks: the lanes past the keys keep their sums
       __m512 r[NG][4];
       for (int g = 0; g < NG; ++g) {
-        for (int b = 0; b < 4; ++b) r[g][b] = _mm512_loadu_ps(acc + g * acc_stride + l * head_dim + d0 + 16 * b);
+        for (int b = 0; b < 4; ++b) {
+          r[g][b] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + g * acc_stride + l * head_dim + d0 + 16 * b);
+        }
       }
       for (int64_t j = j0 + l; j < j1; j += n_lanes) {
         const auto* vj = vrow(j, nullptr) + d0;
@@ -135,6 +151,11 @@ HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const K
   for (int64_t i = 0; i < nq; ++i) mx[i] = -INFINITY;
   for (int64_t j = 0; j < nk_last; ++j) {
     const auto* kj = kr(j, nullptr);
+    // The rows come from a block table (a jump every block) and, decoding a batch, from
+    // L3 or memory: ask for key j + kKeyAhead now, and for value j (read after all the
+    // scores) into L2.
+    if (j + kKeyAhead < nk_last) prefetch_row<_MM_HINT_T0>(kr(j + kKeyAhead, nullptr), hd);
+    prefetch_row<_MM_HINT_T1>(vr(j, nullptr), hd);
     for (int64_t r = std::max<int64_t>(0, j - nk0 + 1); r < b.n_rows; ++r) {  // rows with j < nk0 + r
       const float* q = q_block + r * a.n_head * hd;
       for (int64_t g = 0; g < nh; g += kMaxGroup) {
@@ -151,7 +172,6 @@ HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const K
   }
   for (int64_t i = 0; i < nq; ++i) softmax(scores + i * scs, nk0 + i / nh, mx[i]);
 
-  for (int64_t i = 0; i < nq; ++i) std::memset(acc + i * accs, 0, sizeof(float) * static_cast<size_t>(n_lanes * hd));
   // A lone query gains nothing from chunks: one pass, as attend_one_avx512 does it.
   const int64_t chunk = nq == 1 ? nk_last : kValueChunk;
   for (int64_t j0 = 0; j0 < nk_last; j0 += chunk) {
