@@ -19,6 +19,7 @@
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
+#include "core/huge_pages.h"
 #include "core/mapped_file.h"
 #include "quant/dequant_ref.h"
 
@@ -38,14 +39,27 @@ class HostBuffer final : public ops::Buffer {
 
 // Uninitialised host memory: large allocations come from fresh anonymous pages, which
 // the OS commits only when first written, so an unused KV pool costs no resident memory.
+// From 2 MiB up they are mapped for huge pages (core/huge_pages.h): attention reads
+// the KV rows of many blocks all over the pool.
 class LazyHostBuffer final : public ops::Buffer {
  public:
-  explicit LazyHostBuffer(int64_t n) : data_(new float[static_cast<size_t>(n)]), n_(n) {}
-  float* data() override { return data_.get(); }
+  explicit LazyHostBuffer(int64_t n) : n_(n) {
+    const size_t bytes = sizeof(float) * static_cast<size_t>(n);
+    if (bytes >= kHugePageBytes) region_ = HugeRegion::map(bytes);
+    if (region_) {
+      ptr_ = reinterpret_cast<float*>(region_.data());
+    } else {
+      heap_.reset(new float[static_cast<size_t>(n)]);
+      ptr_ = heap_.get();
+    }
+  }
+  float* data() override { return ptr_; }
   int64_t size() const override { return n_; }
 
  private:
-  std::unique_ptr<float[]> data_;
+  HugeRegion region_;
+  std::unique_ptr<float[]> heap_;
+  float* ptr_ = nullptr;
   int64_t n_;
 };
 
@@ -266,7 +280,7 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
   // Every call packs anew: a copy is never looked up by its source address, which a
   // freed source (OwnedWeights) can hand to the next weight. Models prepare each tensor
   // once (a tied output layer reuses the table's prepared view).
-  packed_.push_back(pack_weight(w, &pool_));
+  packed_.push_back(pack_weight(w, &pool_, &packed_arena_));
   packed_bytes_ += packed_.back()->n_groups * packed_.back()->nb * packed_.back()->block_bytes;
   out.backend_data = packed_.back().get();
   // The rows are read from the packed copy from now on. Packing already gave back the

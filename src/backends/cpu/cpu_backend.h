@@ -90,6 +90,7 @@ class CpuBackend final : public ops::Backend {
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
   bool repack_ = false;
+  HugeArena packed_arena_;  // their memory: huge pages, streamed by every token
   std::vector<std::unique_ptr<PackedWeight>> packed_;  // repacked weights
   int64_t packed_bytes_ = 0;
   std::vector<float> act_d_, act_s_;  // packed matmul: per (token, block) activation scales

@@ -44,8 +44,8 @@ int64_t packed_block_bytes(GgmlType t) {
 
 }  // namespace
 
-std::unique_ptr<PackedWeight> PackedWeight::make(const ops::WeightView& w, int64_t block_elems,
-                                                 int64_t block_bytes) {
+std::unique_ptr<PackedWeight> PackedWeight::make(const ops::WeightView& w, int64_t block_elems, int64_t block_bytes,
+                                                 HugeArena* arena) {
   auto p = std::make_unique<PackedWeight>();
   p->type = w.type;
   p->n_rows = w.n_rows;
@@ -54,9 +54,12 @@ std::unique_ptr<PackedWeight> PackedWeight::make(const ops::WeightView& w, int64
   p->nb = w.n_cols / block_elems;
   p->block_bytes = block_bytes;
   const auto total = static_cast<size_t>(p->n_groups * p->nb * p->block_bytes);
-  p->data.reset(new uint8_t[total + 63]);
-  p->offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(p->data.get()) % 64) % 64);
-  std::memset(p->data.get() + p->offset, 0, total);
+  if (arena != nullptr) p->base = arena->alloc(total);  // fresh pages: already zero
+  if (p->base == nullptr) {
+    p->own.reset(new uint8_t[total + 63]);
+    p->base = p->own.get() + (64 - reinterpret_cast<uintptr_t>(p->own.get()) % 64) % 64;
+    std::memset(p->base, 0, total);
+  }
   return p;
 }
 
@@ -90,12 +93,12 @@ void for_groups(const ops::WeightView& w, int64_t n_groups, ThreadPool* pool,
   pool->parallel_for(n_groups, 1, [&](int64_t g0, int64_t g1, int) { pieces(g0, g1); });
 }
 
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool) {
-  if (kquant::is_k_type(w.type)) return kquant::pack_weight(w, pool);
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool, HugeArena* arena) {
+  if (kquant::is_k_type(w.type)) return kquant::pack_weight(w, pool, arena);
   if (!packable(w.type, w.n_cols)) {
     fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
   }
-  auto p = PackedWeight::make(w, kQK, packed_block_bytes(w.type));
+  auto p = PackedWeight::make(w, kQK, packed_block_bytes(w.type), arena);
   uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
   for_groups(w, p->n_groups, pool, [&](int64_t g0, int64_t g1) {

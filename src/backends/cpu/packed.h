@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "format/ggml_types.h"
 #include "ops/backend.h"
@@ -28,15 +29,17 @@ struct PackedWeight {
   int64_t n_groups = 0;      // ceil(n_rows / 16); the last group's extra rows are zero
   int64_t nb = 0;            // blocks of 32 per row (K types: super-blocks of 256)
   int64_t block_bytes = 0;   // one block (super-block) of 16 rows
-  std::unique_ptr<uint8_t[]> data;  // groups one after another, blocks in order within a group
-  int64_t offset = 0;               // where they start in data (64-byte aligned)
-  const uint8_t* group(int64_t g) const { return data.get() + offset + g * nb * block_bytes; }
-  uint8_t* group(int64_t g) { return data.get() + offset + g * nb * block_bytes; }
+  uint8_t* base = nullptr;  // groups one after another, blocks in order within a group (64-byte aligned)
+  std::unique_ptr<uint8_t[]> own;  // base's storage when it is not in an arena
+  const uint8_t* group(int64_t g) const { return base + g * nb * block_bytes; }
+  uint8_t* group(int64_t g) { return base + g * nb * block_bytes; }
   // An empty packed copy of w's shape: blocks of block_elems weights, block_bytes per
   // 16-row block; n_groups * nb * block_bytes zeroed bytes starting on a 64-byte boundary
   // (a large new[] returns a page address plus 16, which would split every 64-byte
-  // register load across two cache lines), at group(0).
-  static std::unique_ptr<PackedWeight> make(const ops::WeightView& w, int64_t block_elems, int64_t block_bytes);
+  // register load across two cache lines), at group(0). From `arena` (huge pages, see
+  // core/huge_pages.h) when given and it can map memory, else from the heap.
+  static std::unique_ptr<PackedWeight> make(const ops::WeightView& w, int64_t block_elems, int64_t block_bytes,
+                                            HugeArena* arena = nullptr);
 };
 
 // Whether weights of this type can be packed (Q4_0, Q4_1, Q8_0: columns a multiple of 32;
@@ -44,7 +47,9 @@ struct PackedWeight {
 bool packable(GgmlType type, int64_t n_cols);
 // The packed copy of w (packable(w.type, w.n_cols) must hold); with a pool, the groups
 // are packed in parallel (a large model's load is otherwise held up for seconds).
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool = nullptr);
+// The copy's memory comes from `arena` when one is given (PackedWeight::make).
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool = nullptr,
+                                          HugeArena* arena = nullptr);
 // Runs fn(g0, g1) over the groups of w's packed copy, on the pool when there is one, in
 // pieces of at most 64 groups; after each piece the source rows' pages go back when w
 // lies in a mapped file (release_mapped_pages), so packing a large tensor never holds

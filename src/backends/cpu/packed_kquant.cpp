@@ -169,14 +169,14 @@ int64_t packed_block_bytes(GgmlType type) {
   }
 }
 
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool) {
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool, HugeArena* arena) {
   if (!is_k_type(w.type) || w.n_cols <= 0 || w.n_cols % kQKK != 0) {
     fail(ErrorKind::kInternal, "cpu", "tensor '" + w.name + "' cannot be packed");
   }
   // Block sizes are multiples of 64, so every 64-byte register load stays within one cache
   // line (in a single-thread microbenchmark on a busy 2-core machine the aligned start was
   // worth up to ~20% at one token). Rows past n_rows stay zero: their sums are 0.
-  auto p = PackedWeight::make(w, kQKK, packed_block_bytes(w.type));
+  auto p = PackedWeight::make(w, kQKK, packed_block_bytes(w.type), arena);
   uint8_t* out = p->group(0);
   const auto* src = static_cast<const uint8_t*>(w.data);
   for_groups(w, p->n_groups, pool, [&](int64_t g0, int64_t g1) {

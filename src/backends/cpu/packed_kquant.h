@@ -24,7 +24,7 @@ bool is_k_type(GgmlType type);
 // Bytes of one packed super-block of 16 rows (0 for other types).
 int64_t packed_block_bytes(GgmlType type);
 // The packed copy of w (a K type, columns a multiple of 256); nb counts super-blocks.
-std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool);
+std::unique_ptr<PackedWeight> pack_weight(const ops::WeightView& w, ThreadPool* pool, HugeArena* arena);
 // d (the Q8_K scales), s (zeros) and corr (see above) for one token's Q8_K row.
 void act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* d, float* s, int32_t* corr);
 // ref::packed_order_matmul for the K types.
