@@ -47,6 +47,73 @@ HEARTH_AVX512 inline void prefetch_row(const T* row, int64_t n) {
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, static_cast<_mm_hint>(kHint));
 }
 
+// std::fmax(m, s) for a running maximum m that is never NaN: a NaN score leaves it
+// alone (maxss returns its second operand then), without a libm call per key.
+HEARTH_AVX512 inline float max_ignoring_nan(float m, float s) {
+  return _mm_cvtss_f32(_mm_max_ss(_mm_set_ss(s), _mm_set_ss(m)));
+}
+
+// Scores of 16 consecutive keys (rows[k]: key k as head_dim floats) for one query, each
+// exactly score_key's: the key's 4 x 16-lane fma sums combined (0+2) + (1+3), then
+// sum16 (lanes i + i+8, i + i+4, i + i+2, i + i+1), times scale. The 16 sum16 trees run
+// together as a transposed network: shuffles only move lanes, every addition pairs the
+// same two values as sum16_zmm. Writes sc[0..15]; returns running_max raised by them
+// (lanewise; a NaN score leaves its lane alone, as std::fmax ignores it).
+HEARTH_AVX512 inline __m512 score_tile16(const float* q, const float* const* rows, int64_t head_dim, __m512 scale,
+                                        float* sc, __m512 running_max) {
+  __m512 u[16];
+  for (int k = 0; k < 16; ++k) {
+    __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t i = 0; i < head_dim; i += 64) {
+      for (int a = 0; a < 4; ++a) {
+        c[a] = _mm512_fmadd_ps(_mm512_loadu_ps(rows[k] + i + 16 * a), _mm512_loadu_ps(q + i + 16 * a), c[a]);
+      }
+    }
+    u[k] = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+  }
+  // (Masked shuffles with all lanes set: GCC 12 warns on the unmasked forms.)
+  // Lanes i + i+8 of keys 2m, 2m+1: their low and high halves side by side.
+  __m512 h8[8];
+  for (int m = 0; m < 8; ++m) {
+    h8[m] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, u[2 * m], u[2 * m + 1], 0x44),
+                          _mm512_maskz_shuffle_f32x4(0xFFFF, u[2 * m], u[2 * m + 1], 0xEE));
+  }
+  // Lanes i + i+4: 128-bit quarter k of h4[n] is key 4n + k.
+  __m512 h4[4];
+  for (int n = 0; n < 4; ++n) {
+    h4[n] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, h8[2 * n], h8[2 * n + 1], 0x88),
+                          _mm512_maskz_shuffle_f32x4(0xFFFF, h8[2 * n], h8[2 * n + 1], 0xDD));
+  }
+  // Lanes i + i+2 within each quarter: quarter k of h2[p] is [key 8p + k, key 8p + 4 + k].
+  __m512 h2[2];
+  for (int p = 0; p < 2; ++p) {
+    h2[p] = _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, h4[2 * p], h4[2 * p + 1], 0x44),
+                          _mm512_maskz_shuffle_ps(0xFFFF, h4[2 * p], h4[2 * p + 1], 0xEE));
+  }
+  // Lanes i + i+1: lane 4k + t is key 4t + k; put the keys in order.
+  const __m512 h1 = _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, h2[0], h2[1], 0x88),
+                                    _mm512_maskz_shuffle_ps(0xFFFF, h2[0], h2[1], 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 scores = _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, order, h1), scale);
+  _mm512_storeu_ps(sc, scores);
+  return _mm512_maskz_max_ps(0xFFFF, scores, running_max);
+}
+
+// Key rows j0 .. j0 + 15 as f32 rows: an f32 cache's own rows, an f16 cache's converted
+// into tile (exactly, as load16 does).
+HEARTH_AVX512 inline void key_tile(const KvRowsOffF32& kr, int64_t j0, int64_t, float*, const float** rows) {
+  for (int k = 0; k < 16; ++k) rows[k] = kr(j0 + k, nullptr);
+}
+HEARTH_AVX512 inline void key_tile(const KvRowsOffRawF16& kr, int64_t j0, int64_t head_dim, float* tile,
+                                   const float** rows) {
+  for (int k = 0; k < 16; ++k) {
+    const uint16_t* src = kr(j0 + k, nullptr);
+    float* dst = tile + k * head_dim;
+    for (int64_t i = 0; i < head_dim; i += 16) _mm512_storeu_ps(dst + i, load16(src + i));
+    rows[k] = dst;
+  }
+}
+
 // Scores of key row kj for NG query heads (q: NG consecutive head_dim rows); query g's
 // score goes to sc[g * sc_stride] and its max to mx[g].
 template <int NG, class KP>
@@ -69,7 +136,7 @@ HEARTH_AVX512 inline void score_key(const float* q, const KP* kj, int64_t head_d
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(c[g][0], c[g][2]), _mm512_add_ps(c[g][1], c[g][3]));
     const float s = sum16_zmm(sum) * scale;
     sc[g * sc_stride] = s;
-    mx[g] = std::fmax(mx[g], s);
+    mx[g] = max_ignoring_nan(mx[g], s);
   }
 }
 
@@ -129,7 +196,7 @@ HEARTH_AVX512 inline void softmax(float* scores, int64_t n_keys, float max_s) {
 }
 
 struct Scratch {
-  std::vector<float> scores, acc, max_s;
+  std::vector<float> scores, acc, max_s, ktile, run;
   int64_t sc_stride = 0, acc_stride = 0;
 };
 
@@ -149,7 +216,31 @@ HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const K
   const float* q_block = a.q + (b.row0 * a.n_head + b.head0) * hd;  // row r, head g: + (r * n_head + g) * hd
 
   for (int64_t i = 0; i < nq; ++i) mx[i] = -INFINITY;
-  for (int64_t j = 0; j < nk_last; ++j) {
+  // Keys every row of the block sees (j < nk0), 16 at a time for each query; the rest
+  // (the tail, and the causal triangle of a prompt block) key by key below.
+  int64_t j_tiled = 0;
+  if (nk0 >= 16) {
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    float* run = s.run.data();  // per query, the 16 lanes of its running max
+    for (int64_t i = 0; i < 16 * nq; ++i) run[i] = -INFINITY;
+    const float* rows[16];
+    for (; j_tiled + 16 <= nk0; j_tiled += 16) {
+      for (int64_t k = 0; k < 16; ++k) {
+        if (j_tiled + 16 + k < nk_last) prefetch_row<_MM_HINT_T0>(kr(j_tiled + 16 + k, nullptr), hd);
+        prefetch_row<_MM_HINT_T1>(vr(j_tiled + k, nullptr), hd);
+      }
+      key_tile(kr, j_tiled, hd, s.ktile.data(), rows);
+      for (int64_t i = 0; i < nq; ++i) {
+        const float* q = q_block + (i / nh) * a.n_head * hd + (i % nh) * hd;
+        const __m512 m = score_tile16(q, rows, hd, scale, scores + i * scs + j_tiled, _mm512_loadu_ps(run + 16 * i));
+        _mm512_storeu_ps(run + 16 * i, m);
+      }
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      for (int l = 0; l < 16; ++l) mx[i] = max_ignoring_nan(mx[i], run[16 * i + l]);
+    }
+  }
+  for (int64_t j = j_tiled; j < nk_last; ++j) {
     const auto* kj = kr(j, nullptr);
     // The rows come from a block table (a jump every block) and, decoding a batch, from
     // L3 or memory: ask for key j + kKeyAhead now, and for value j (read after all the
@@ -209,6 +300,8 @@ HEARTH_AVX512 __attribute__((flatten)) void attend_blocks_avx512(const AttendArg
   s.scores.resize(static_cast<size_t>(max_q * s.sc_stride));
   s.acc.resize(static_cast<size_t>(max_q * s.acc_stride));
   s.max_s.resize(static_cast<size_t>(max_q));
+  s.ktile.resize(static_cast<size_t>(16 * a.head_dim));
+  s.run.resize(static_cast<size_t>(16 * max_q));
   const ops::KvLayer& c = *a.cache;
   const int64_t group = a.n_head / a.n_head_kv;
   for (int64_t i = begin; i < end; ++i) {
