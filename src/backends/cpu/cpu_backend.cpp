@@ -564,9 +564,9 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
 }
 
 // Blocks of up to kRows consecutive rows x the query heads of one KV head (rows of a
-// one-token sequence: that row alone). Where that leaves fewer than 4 items per thread
-// (decode of few sequences), the head groups and then the rows are split until there
-// are enough, down to one query per block (which is attend_one_avx512's work item).
+// one-token sequence: that row alone). Where that leaves too few items for the threads
+// (short prompts, decode of few sequences), the rows and then the head groups are split
+// (see below), down to one query per block (which is attend_one_avx512's work item).
 // The blocks run heaviest (most keys) first, so the pool's dynamic chunks even out.
 void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head,
                                        int64_t n_head_kv) {
@@ -578,13 +578,13 @@ void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_
     for (int64_t s = 0; s < n_seqs; ++s) n += (seqs[s].n_tokens + rows - 1) / rows;
     return n * n_head_kv * ((group + heads - 1) / heads);
   };
-  while (count() < want && (heads > 1 || rows > 1)) {
-    if (heads > 1) {
-      heads = (heads + 1) / 2;
-    } else {
-      rows /= 2;
-    }
-  }
+  // Rows first (a prompt's blocks), down to single rows while there are fewer than 4
+  // blocks per thread. The query heads of one KV head are split only until every thread
+  // has a block: split, their parts each read that head's key and value rows (measured
+  // with SmolLM2's 3 heads per KV head: one sequence decodes 15% faster at 2000 keys kept
+  // together, the same at short contexts).
+  while (count() < want && rows > 1) rows /= 2;
+  while (count() < static_cast<int64_t>(pool_.n_threads()) && heads > 1) heads = (heads + 1) / 2;
   attn_blocks_.clear();
   for (int64_t s = 0; s < n_seqs; ++s) {
     const ops::AttentionSeq& sq = seqs[s];
