@@ -1,0 +1,42 @@
+// Quantized weights on the device: the GGUF block layouts read as stored (rows of
+// row_bytes, blocks in file order), dequantized in registers. The contract between
+// the CUDA back-end (cuda_backend.*) and the weight kernels (quant_*.cu). Every
+// function enqueues work on `stream` and returns at once; pointers are device memory
+// unless said otherwise. Host-only code may include this header (no CUDA syntax).
+#pragma once
+
+#include <cstdint>
+
+#include "format/ggml_types.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace hearth::cuda {
+
+// Whether the kernels below handle weights of this type: F32, F16, BF16, Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4.
+bool quant_supported(GgmlType type);
+
+// A weight matrix on the device: n_rows rows of n_cols elements, row r at r * row_bytes.
+struct DeviceWeight {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;
+  uint64_t row_bytes = 0;
+};
+
+// y: [n_tokens, w.n_rows] f32 = x: [n_tokens, w.n_cols] f32 times w transposed, reading
+// the weights once for all tokens (decode: n_tokens small, up to kMaxMatvecTokens).
+constexpr int64_t kMaxMatvecTokens = 8;
+void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
+
+// dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
+// tensor-core products of many tokens) or f32.
+void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, void* dst_f16, cudaStream_t stream);
+void dequantize_rows_f32(const DeviceWeight& w, int64_t row0, int64_t n_rows, float* dst, cudaStream_t stream);
+
+// out: [n_ids, w.n_cols] f32 = rows ids[i] of w (ids: device int32, each in [0, n_rows)).
+void get_rows_f32(const DeviceWeight& w, const int32_t* ids, int64_t n_ids, float* out, cudaStream_t stream);
+
+}  // namespace hearth::cuda
