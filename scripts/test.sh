@@ -20,7 +20,7 @@ hearth_log "reference agreement (from the unit tests' output)"
 grep -hE "matched: ([a-z0-9]+ )?[0-9]+ / [0-9]+|identical: [0-9]+ / [0-9]+|^f16 KV cache: |^hybrid [a-z]+ vs transformers" build/Testing/Temporary/LastTest.log | sort -u
 
 hearth_log "end-to-end tests"
-${PYTHON:-python3} -m pytest -q tests/e2e
+"$HEARTH_PY" -m pytest -q tests/e2e
 
 if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
   hearth_build asan

