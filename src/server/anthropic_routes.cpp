@@ -270,7 +270,9 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
           }
           if (fin) {
             for (auto& e : parser->finish()) events.push_back(std::move(e));
-            write(sse->events(events) + sse->finish(*fin));
+            std::string tail = sse->events(events);  // (in this order: finish closes the last block)
+            tail += sse->finish(*fin);
+            write(tail);
             sink.done();
             return true;
           }
