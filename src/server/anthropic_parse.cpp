@@ -262,6 +262,12 @@ void parse_messages(const json& j, AnthropicRequest& r) {
     }
   }
   if (turns.empty()) bad("'messages' must contain at least one user or assistant message", "messages");
+  const json& last = turns.back();
+  if (turns.size() > 1 && last["role"] == "assistant" && !last.contains("tool_calls") &&
+      !last.contains("reasoning_content")) {
+    r.prefill = last["content"].get<std::string>();
+    turns.erase(turns.size() - 1);
+  }
   if (!system.empty()) r.messages.push_back(json{{"role", "system"}, {"content", system}});
   for (auto& t : turns) r.messages.push_back(std::move(t));
 }

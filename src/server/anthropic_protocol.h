@@ -51,6 +51,10 @@ struct AnthropicRequest {
   // assistant turns; tool_use blocks become assistant "tool_calls" (arguments as an
   // object), tool_result blocks "tool" messages, thinking blocks "reasoning_content".
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  // A last assistant message of text only is not a turn but the start of the answer
+  // (Anthropic's prefill): removed from `messages`, its text follows the generation prompt
+  // and the model continues it (the response holds only the continuation).
+  std::string prefill;
   // OpenAI tools [{"type": "function", "function": {name, description, parameters}}];
   // null when the request has none.
   nlohmann::ordered_json tools;

@@ -144,6 +144,7 @@ AnthropicRoutes::Prompt AnthropicRoutes::build_prompt(const AnthropicRequest& r)
     throw ApiException(invalid_request(std::string("the chat template failed on these messages: ") + e.what(),
                                        "messages"));
   }
+  text += r.prefill;
   Prompt p;
   p.tokens = chat_.encode(text);
   if (p.tokens.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));

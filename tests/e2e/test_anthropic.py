@@ -230,6 +230,17 @@ def test_tools_and_a_tool_round_trip_are_accepted(client, model_id):
     assert msg.usage.output_tokens >= 1
 
 
+def test_assistant_prefill_is_continued(client, model_id):
+    msgs = user("List three fruits as a JSON array.")
+    prefill = msgs + [{"role": "assistant", "content": '["apple",'}]
+    n = client.messages.count_tokens(model=model_id, messages=msgs).input_tokens
+    n_prefill = client.messages.count_tokens(model=model_id, messages=prefill).input_tokens
+    assert n_prefill > n  # the prefill follows the generation prompt; no second assistant turn is opened
+    msg = client.messages.create(model=model_id, max_tokens=12, messages=prefill, extra_body=GREEDY)
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == n_prefill
+    assert not text_of(msg).startswith('["apple",')  # only the continuation comes back
+
+
 def test_claude_code_shaped_request(server, model_id):
     """What Claude Code sends: system blocks with cache_control, adaptive thinking, output_config,
     context_management, metadata, a max_tokens far beyond the context (cut to what fits)."""
@@ -355,12 +366,12 @@ def test_prompt_too_long_and_max_tokens_cut_to_the_context(hearth_bin, default_m
         assert r.status_code == 400 and PROMPT_TOO_LONG_RE.match(r.json()["error"]["message"])
         # A max_tokens beyond the context is cut to what is left, not refused.
         # (A prompt near the end of the context keeps this short.)
-        near_full = user("word " * 200)
+        near_full = user("apple banana cherry " * 60 + "\nWrite a long story about a dragon.")
         n_near = c.messages.count_tokens(model=model, messages=near_full).input_tokens
         assert 200 < n_near < 250
-        ok = c.messages.create(model=model, max_tokens=32000, messages=near_full)
+        ok = c.messages.create(model=model, max_tokens=32000, messages=near_full, extra_body=GREEDY)
         assert ok.usage.input_tokens + ok.usage.cache_read_input_tokens == n_near
-        assert 1 <= ok.usage.output_tokens <= 256 - n_near
+        assert ok.stop_reason == "max_tokens" and ok.usage.output_tokens == 256 - n_near, ok
     finally:
         c.close()
         rc, _ = srv.stop()

@@ -156,8 +156,9 @@ TEST(AnthropicParse, SystemStringBlocksAndSystemMessagesFoldIntoOne) {
                 {"type": "text", "text": "B"}],
                "messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "C"},
                             {"role": "assistant", "content": "a"},
-                            {"role": "system", "content": [{"type": "text", "text": "D"}]}]})");
-  ASSERT_EQ(r.messages.size(), 3u);
+                            {"role": "system", "content": [{"type": "text", "text": "D"}]},
+                            {"role": "user", "content": "q2"}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[0], json::parse(R"({"role": "system", "content": "A\nB\n\nC\n\nD"})"));
   EXPECT_EQ(r.messages[1]["role"], "user");
   EXPECT_EQ(r.messages[2], json::parse(R"({"role": "assistant", "content": "a"})"));
@@ -205,6 +206,25 @@ TEST(AnthropicParse, AssistantToolUseOnlyHasEmptyContentAndThinkingIsReasoning) 
   EXPECT_EQ(r.messages[1], json::parse(R"({"role": "assistant", "content": "", "tool_calls": [
       {"id": "t", "type": "function", "function": {"name": "f", "arguments": {"a": [1, {"b": null}]}}}],
       "reasoning_content": "hmm"})"));
+}
+
+TEST(AnthropicParse, LastAssistantTextIsAPrefill) {
+  AnthropicRequest r = parse(msgs(R"([{"role": "user", "content": "JSON please"},
+                                      {"role": "assistant", "content": [{"type": "text", "text": "{\"a\": "}]}])"));
+  EXPECT_EQ(r.prefill, "{\"a\": ");
+  EXPECT_EQ(r.messages, json::parse(R"([{"role": "user", "content": "JSON please"}])"));
+  // Not a prefill: an assistant turn that is not last, one with a tool call, a lone assistant message.
+  r = parse(msgs(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                     {"role": "user", "content": "c"}])"));
+  EXPECT_EQ(r.prefill, "");
+  EXPECT_EQ(r.messages.size(), 3u);
+  r = parse(msgs(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": [
+                     {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}])"));
+  EXPECT_EQ(r.prefill, "");
+  EXPECT_EQ(r.messages.size(), 2u);
+  r = parse(msgs(R"([{"role": "assistant", "content": "only"}])"));
+  EXPECT_EQ(r.prefill, "");
+  EXPECT_EQ(r.messages.size(), 1u);
 }
 
 TEST(AnthropicParse, ContentErrorsNameTheField) {
