@@ -122,21 +122,16 @@ void send_anthropic_error(httplib::Response& res, const ApiError& error) {
   res.set_content(anthropic_error_body(a), "application/json");
 }
 
-struct AnthropicRoutes::Prompt {
-  std::vector<int32_t> tokens;
-  bool starts_in_reasoning = false;
-};
-
 AnthropicRoutes::AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat,
                                  ServerMetrics& metrics, std::string model_id,
-                                 std::function<bool(const std::string&)> model_known)
+                                 std::function<void(const std::string&)> check_model)
     : engine_(engine),
       chat_(chat),
       metrics_(metrics),
       model_id_(std::move(model_id)),
-      model_known_(std::move(model_known)) {}
+      check_model_(std::move(check_model)) {}
 
-AnthropicRoutes::Prompt AnthropicRoutes::build_prompt(const AnthropicRequest& r) const {
+AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) const {
   std::string text;
   try {
     text = chat_.render(r.messages, anthropic_template_extra(r));
@@ -148,14 +143,16 @@ AnthropicRoutes::Prompt AnthropicRoutes::build_prompt(const AnthropicRequest& r)
   Prompt p;
   p.tokens = chat_.encode(text);
   if (p.tokens.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
-  p.starts_in_reasoning = ends_inside_think(text);
+  p.output.tools = r.tools;
+  p.output.parse_tools = !r.tools.is_null() && !r.tools.empty() && r.tool_choice != "none";
+  p.output.starts_in_reasoning = ends_inside_think(text);
   return p;
 }
 
 void AnthropicRoutes::count_tokens(const httplib::Request& req, httplib::Response& res) {
   try {
     const AnthropicRequest r = parse_anthropic_request(req.body, AnthropicEndpoint::kCountTokens);
-    const Prompt p = build_prompt(r);
+    const Prompt p = prepare(r);
     res.set_content(dump_json(json{{"input_tokens", p.tokens.size()}}), "application/json");
   } catch (const ApiException& e) {
     metrics_.requests_rejected.inc();
@@ -172,10 +169,8 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
   Prompt p;
   try {
     r = parse_anthropic_request(req.body, AnthropicEndpoint::kMessages);
-    if (r.model && !model_known_(*r.model)) {
-      throw ApiException(ApiError{404, "model: " + *r.model, "not_found_error", "model", "model_not_found"});
-    }
-    p = build_prompt(r);
+    if (r.model) check_model_(*r.model);
+    p = prepare(r);
     // The prompt must leave room for one generated token; a max_tokens beyond the
     // context is cut to what is left (agents ask for more than a local context holds).
     const int64_t limit = std::min(engine_.n_ctx(), engine_.max_sequence_tokens());
@@ -207,11 +202,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     return;
   }
 
-  OutputOptions oo;
-  oo.tools = r.tools;
-  oo.parse_tools = !r.tools.is_null() && !r.tools.empty() && r.tool_choice != "none";
-  oo.starts_in_reasoning = p.starts_in_reasoning;
-  std::shared_ptr<OutputParser> parser = anthropic_output_parser(oo);
+  std::shared_ptr<OutputParser> parser = anthropic_output_parser(p.output);
   AnthropicContext ctx{make_response_id("msg_"), r.model.value_or(model_id_)};
   auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/chat_prompt.h"
 #include "engine/serve_engine.h"
@@ -39,9 +40,10 @@ std::unique_ptr<OutputParser> anthropic_output_parser(const OutputOptions& optio
 
 class AnthropicRoutes {
  public:
-  // model_known: whether a requested "model" name is served (false: 404 not_found_error).
+  // check_model: throws ApiException (404) when a requested "model" name is not served
+  // (the server's policy, shared with the OpenAI routes).
   AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat, ServerMetrics& metrics,
-                  std::string model_id, std::function<bool(const std::string&)> model_known);
+                  std::string model_id, std::function<void(const std::string&)> check_model);
   // POST /v1/messages, already authorized. Thread-safe (called from many HTTP threads).
   void messages(const httplib::Request& req, httplib::Response& res);
   // POST /v1/messages/count_tokens, already authorized: {"input_tokens": N}, N the tokens
@@ -49,14 +51,22 @@ class AnthropicRoutes {
   void count_tokens(const httplib::Request& req, httplib::Response& res);
 
  private:
-  struct Prompt;
-  Prompt build_prompt(const AnthropicRequest& request) const;
+  // The prompt tokens of a request and how its answer is parsed.
+  // INTEGRATION POINT: with chat_request.h merged this becomes prepare_chat(ChatInputs{
+  // messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs}, chat,
+  // settings) (tool injection, system folding, the template's tool format), the prefill
+  // appended to its prompt.
+  struct Prompt {
+    std::vector<int32_t> tokens;
+    OutputOptions output;
+  };
+  Prompt prepare(const AnthropicRequest& request) const;
 
   engine::ServeEngine& engine_;
   const engine::ChatPrompt& chat_;
   ServerMetrics& metrics_;
   std::string model_id_;
-  std::function<bool(const std::string&)> model_known_;
+  std::function<void(const std::string&)> check_model_;
 };
 
 }  // namespace hearth::server

@@ -57,7 +57,9 @@ struct HttpServer::Impl {
   const engine::ChatPrompt& chat;
   ServerMetrics& metrics;
   HttpOptions opt;
-  AnthropicRoutes anthropic{engine, chat, metrics, opt.model_id, [this](const std::string& n) { return model_known(n); }};
+  AnthropicRoutes anthropic{engine, chat, metrics, opt.model_id, [this](const std::string& name) {
+                              if (!model_known(name)) throw ApiException(model_not_found(name));
+                            }};
   httplib::Server svr;
   std::mutex log_mu;
   FILE* log = stderr;
