@@ -105,6 +105,13 @@ bool next(engine::ServeEngine& engine, engine::RequestChannel& ch, ClientWatch& 
   return engine.stats().running_loop || Clock::now() - quiet_since <= std::chrono::seconds(5);
 }
 
+// The error of a Final that has no stop reason; a server shutting down is overloaded (529).
+ApiError failed_final_error(const engine::Final& f) {
+  ApiError e = final_error(f);
+  if (f.error.find("shutting down") != std::string::npos) e.status = 503;
+  return e;
+}
+
 }  // namespace
 
 std::unique_ptr<OutputParser> anthropic_output_parser(const OutputOptions& options) {
@@ -222,9 +229,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     }
     for (auto& e : parser->finish()) events.push_back(std::move(e));
     if (!anthropic_stop_reason(*fin, false)) {
-      ApiError e = final_error(*fin);
-      if (fin->error.find("shutting down") != std::string::npos) e.status = 503;
-      send_anthropic_error(res, e);
+      send_anthropic_error(res, failed_final_error(*fin));
       return;
     }
     res.set_content(anthropic_message(ctx, events, *fin), "application/json");
@@ -263,7 +268,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
           if (fin) {
             for (auto& e : parser->finish()) events.push_back(std::move(e));
             std::string tail = sse->events(events);  // (in this order: finish closes the last block)
-            tail += sse->finish(*fin);
+            tail += anthropic_stop_reason(*fin, false) ? sse->finish(*fin) : sse->error(failed_final_error(*fin));
             write(tail);
             sink.done();
             return true;

@@ -4,6 +4,7 @@ One server is shared by the module; tests that need special options (API key, sm
 tiny queue) start their own. Every network call has a timeout."""
 import json
 import re
+import time
 
 import anthropic
 import pytest
@@ -431,3 +432,33 @@ def test_full_server_is_overloaded_529(hearth_bin, default_model):
             s.close()
         rc, took = srv.stop()
         assert rc == 0 and took < 5
+
+
+def test_sigterm_during_stream_ends_with_an_error_event(hearth_bin, default_model):
+    srv = Server(hearth_bin, default_model, "--ctx", 2048, *THREADS)
+    s = None
+    try:
+        model = http_get(srv.url + "/v1/models").json()["data"][0]["id"]
+        s = RawStream(srv.host, srv.port, "/v1/messages", {"model": model, "max_tokens": 1500, "stream": True,
+                                                           "messages": user("Write a very long story.")}, timeout=30)
+        assert s.status == 200
+        assert s.read_events(4)  # message_start, ping, a block started and a delta
+        t0 = time.monotonic()
+        srv.terminate()
+        try:
+            s.read_all()
+            closed_cleanly = True
+        except (ConnectionError, OSError):
+            closed_cleanly = False  # connection closed mid-body is an acceptable ending too
+        rc = srv.wait(timeout=8)
+        assert rc == 0, (rc, srv.stderr()[-2000:])
+        assert time.monotonic() - t0 < 5
+        if closed_cleanly:
+            name, data = split_events(s.body)[-1]
+            assert name in ("error", "message_stop"), (name, data)
+            if name == "error":
+                assert_anthropic_error(data, "overloaded_error")
+    finally:
+        if s:
+            s.close()
+        srv.kill()
