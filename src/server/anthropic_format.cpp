@@ -19,13 +19,27 @@ ApiError anthropic_error(const ApiError& e) {
     return a;
   }
   switch (e.status) {
-    case 400: a.type = "invalid_request_error"; break;
-    case 401: a.type = "authentication_error"; break;
-    case 403: a.type = "permission_error"; break;
-    case 404: a.type = "not_found_error"; break;
-    case 413: a.type = "request_too_large"; break;
-    case 429: a.type = "rate_limit_error"; break;
-    default: a.type = e.status >= 500 ? "api_error" : "invalid_request_error"; break;
+    case 400:
+      a.type = "invalid_request_error";
+      break;
+    case 401:
+      a.type = "authentication_error";
+      break;
+    case 403:
+      a.type = "permission_error";
+      break;
+    case 404:
+      a.type = "not_found_error";
+      break;
+    case 413:
+      a.type = "request_too_large";
+      break;
+    case 429:
+      a.type = "rate_limit_error";
+      break;
+    default:
+      a.type = e.status >= 500 ? "api_error" : "invalid_request_error";
+      break;
   }
   return a;
 }
@@ -73,7 +87,8 @@ json anthropic_usage(const engine::Final& f) {
 namespace {
 
 json stop_sequence_json(const std::optional<std::string>& reason, const engine::Final& f) {
-  return reason && *reason == "stop_sequence" ? json(sanitize_utf8(f.stop_sequence)) : json(nullptr);
+  return reason && *reason == "stop_sequence" ? json(sanitize_utf8(f.stop_sequence))
+                                              : json(nullptr);
 }
 
 }  // namespace
@@ -176,8 +191,9 @@ std::string AnthropicStream::open_block(Open kind, const json& block) {
   std::string out = close_block();
   open_ = kind;
   ++block_;
-  out += sse_event("content_block_start",
-                   json{{"type", "content_block_start"}, {"index", block_}, {"content_block", block}});
+  out +=
+      sse_event("content_block_start",
+                json{{"type", "content_block_start"}, {"index", block_}, {"content_block", block}});
   return out;
 }
 
@@ -185,10 +201,11 @@ std::string AnthropicStream::close_block() {
   if (open_ == Open::kNone) return {};
   std::string out;
   if (open_ == Open::kThinking) {
-    out += sse_event("content_block_delta",
-                     json{{"type", "content_block_delta"},
-                          {"index", block_},
-                          {"delta", {{"type", "signature_delta"}, {"signature", kThinkingSignature}}}});
+    out += sse_event(
+        "content_block_delta",
+        json{{"type", "content_block_delta"},
+             {"index", block_},
+             {"delta", {{"type", "signature_delta"}, {"signature", kThinkingSignature}}}});
   }
   out += sse_event("content_block_stop", json{{"type", "content_block_stop"}, {"index", block_}});
   open_ = Open::kNone;
@@ -199,21 +216,24 @@ std::string AnthropicStream::close_block() {
 std::string AnthropicStream::events(const std::vector<OutputEvent>& events) {
   std::string out;
   auto delta = [&](int index, json d) {
-    out += sse_event("content_block_delta",
-                     json{{"type", "content_block_delta"}, {"index", index}, {"delta", std::move(d)}});
+    out +=
+        sse_event("content_block_delta",
+                  json{{"type", "content_block_delta"}, {"index", index}, {"delta", std::move(d)}});
   };
   for (const OutputEvent& e : events) {
     switch (e.kind) {
       case OutputEvent::Kind::kReasoning:
         if (e.text.empty()) break;
         if (open_ != Open::kThinking) {
-          out += open_block(Open::kThinking, json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+          out += open_block(Open::kThinking,
+                            json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
         }
         delta(block_, json{{"type", "thinking_delta"}, {"thinking", sanitize_utf8(e.text)}});
         break;
       case OutputEvent::Kind::kContent:
         if (e.text.empty()) break;
-        if (open_ != Open::kText) out += open_block(Open::kText, json{{"type", "text"}, {"text", ""}});
+        if (open_ != Open::kText)
+          out += open_block(Open::kText, json{{"type", "text"}, {"text", ""}});
         delta(block_, json{{"type", "text_delta"}, {"text", sanitize_utf8(e.text)}});
         break;
       case OutputEvent::Kind::kToolCallBegin:
@@ -229,7 +249,8 @@ std::string AnthropicStream::events(const std::vector<OutputEvent>& events) {
         if (e.text.empty()) break;
         auto it = tool_block_.find(e.index);
         if (it == tool_block_.end()) break;  // arguments of a call that never began
-        delta(it->second, json{{"type", "input_json_delta"}, {"partial_json", sanitize_utf8(e.text)}});
+        delta(it->second,
+              json{{"type", "input_json_delta"}, {"partial_json", sanitize_utf8(e.text)}});
         break;
       }
       case OutputEvent::Kind::kToolCallEnd:
@@ -247,7 +268,9 @@ std::string AnthropicStream::finish(const engine::Final& f) {
   json d = json::object();
   d["stop_reason"] = *reason;
   d["stop_sequence"] = stop_sequence_json(reason, f);
-  out += sse_event("message_delta", json{{"type", "message_delta"}, {"delta", std::move(d)}, {"usage", anthropic_usage(f)}});
+  out += sse_event(
+      "message_delta",
+      json{{"type", "message_delta"}, {"delta", std::move(d)}, {"usage", anthropic_usage(f)}});
   out += sse_event("message_stop", json{{"type", "message_stop"}});
   return out;
 }

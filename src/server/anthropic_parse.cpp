@@ -62,26 +62,28 @@ int64_t int_in(const json& v, const std::string& path, int64_t lo, int64_t hi) {
     i = v.get<int64_t>();
   } else if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d)) bad("'" + path + "' must be an integer, got " + fmt_number(d), path);
+    if (!std::isfinite(d) || d != std::floor(d))
+      bad("'" + path + "' must be an integer, got " + fmt_number(d), path);
     i = d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(d);
   } else {
     bad_type(path, "an integer", v);
   }
   if (i < lo || i > hi) {
-    bad("'" + path + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-            std::to_string(i),
+    bad("'" + path + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+            ", got " + std::to_string(i),
         path);
   }
   return i;
 }
 
 // A number in [lo, hi] (lo excluded when lo_open).
-float number_in(const json& v, const std::string& path, double lo, double hi, bool lo_open = false) {
+float number_in(const json& v, const std::string& path, double lo, double hi,
+                bool lo_open = false) {
   if (!v.is_number()) bad_type(path, "a number", v);
   const double d = v.get<double>();
   if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) {
-    bad("'" + path + "' must be " + (lo_open ? "> " : "between ") + fmt_number(lo) + (lo_open ? " and <= " : " and ") +
-            fmt_number(hi) + ", got " + fmt_number(d),
+    bad("'" + path + "' must be " + (lo_open ? "> " : "between ") + fmt_number(lo) +
+            (lo_open ? " and <= " : " and ") + fmt_number(hi) + ", got " + fmt_number(d),
         path);
   }
   return static_cast<float>(d);
@@ -93,7 +95,9 @@ json parse_body(std::string_view body) {
   const json::parser_callback_t check_depth = [](int depth, json::parse_event_t event, json&) {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth + 1 > tmpl::kMaxJsonDepth) {
-      bad("the request body nests arrays/objects deeper than " + std::to_string(tmpl::kMaxJsonDepth) + " levels", "");
+      bad("the request body nests arrays/objects deeper than " +
+              std::to_string(tmpl::kMaxJsonDepth) + " levels",
+          "");
     }
     return true;
   };
@@ -106,7 +110,8 @@ json parse_body(std::string_view body) {
     if (cut != std::string::npos) what = what.substr(cut + 2);
     bad("the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + what, "");
   }
-  if (!j.is_object()) bad(std::string("the request body must be a JSON object, got ") + j.type_name(), "");
+  if (!j.is_object())
+    bad(std::string("the request body must be a JSON object, got ") + j.type_name(), "");
   return j;
 }
 
@@ -116,11 +121,13 @@ std::string block_type(const json& block, const std::string& path) {
   return get_string(required(block, "type", path + ".type"), path + ".type");
 }
 
-[[noreturn]] void unsupported_block(const std::string& type, const std::string& path, const char* where,
-                                    const char* allowed) {
-  if (type == "image") bad("'" + path + "': images are not supported yet (no vision model is loaded)", path + ".type");
+[[noreturn]] void unsupported_block(const std::string& type, const std::string& path,
+                                    const char* where, const char* allowed) {
+  if (type == "image")
+    bad("'" + path + "': images are not supported yet (no vision model is loaded)", path + ".type");
   if (type == "document") bad("'" + path + "': documents are not supported yet", path + ".type");
-  bad("'" + path + ".type' '" + type + "' is not supported in " + where + " (allowed: " + allowed + ")",
+  bad("'" + path + ".type' '" + type + "' is not supported in " + where + " (allowed: " + allowed +
+          ")",
       path + ".type");
 }
 
@@ -181,9 +188,11 @@ void parse_user(const json& content, const std::string& path, json& out) {
       have_text = true;
     } else if (type == "tool_result") {
       flush();
-      const std::string id = get_string(required(b, "tool_use_id", p + ".tool_use_id"), p + ".tool_use_id");
+      const std::string id =
+          get_string(required(b, "tool_use_id", p + ".tool_use_id"), p + ".tool_use_id");
       std::string result;
-      if (const json* c = field(b, "content")) result = parse_tool_result_content(*c, p + ".content");
+      if (const json* c = field(b, "content"))
+        result = parse_tool_result_content(*c, p + ".content");
       if (const json* e = field(b, "is_error"); e != nullptr && get_bool(*e, p + ".is_error")) {
         result = result.empty() ? "Error" : "Error: " + result;
       }
@@ -224,11 +233,13 @@ json parse_assistant(const json& content, const std::string& path) {
         if (!in->is_object()) bad_type(p + ".input", "an object", *in);
         input = *in;
       }
-      calls.push_back(json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", input}}}});
+      calls.push_back(json{
+          {"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", input}}}});
     } else if (type == "thinking") {
       append_text(reasoning, get_string(required(b, "thinking", p + ".thinking"), p + ".thinking"));
     } else if (type != "redacted_thinking") {
-      unsupported_block(type, p, "an assistant message", "text, tool_use, thinking, redacted_thinking");
+      unsupported_block(type, p, "an assistant message",
+                        "text, tool_use, thinking, redacted_thinking");
     }
   }
   msg["content"] = text;
@@ -258,10 +269,12 @@ void parse_messages(const json& j, AnthropicRequest& r) {
       if (!system.empty() && !text.empty()) system += "\n\n";
       system += text;
     } else {
-      bad("'" + p + ".role' must be 'user' or 'assistant' (or 'system'), got '" + role + "'", p + ".role");
+      bad("'" + p + ".role' must be 'user' or 'assistant' (or 'system'), got '" + role + "'",
+          p + ".role");
     }
   }
-  if (turns.empty()) bad("'messages' must contain at least one user or assistant message", "messages");
+  if (turns.empty())
+    bad("'messages' must contain at least one user or assistant message", "messages");
   const json& last = turns.back();
   if (turns.size() > 1 && last["role"] == "assistant" && !last.contains("tool_calls") &&
       !last.contains("reasoning_content")) {
@@ -285,14 +298,16 @@ void parse_tools(const json& j, AnthropicRequest& r) {
         const std::string ty = get_string(*type, p + ".type");
         if (ty != "custom") {
           bad("'" + p + ".type' '" + ty +
-                  "' is one of Anthropic's server or client tools; hearth serve takes custom tools (name, "
+                  "' is one of Anthropic's server or client tools; hearth serve takes custom tools "
+                  "(name, "
                   "description, input_schema) only",
               p + ".type");
         }
       }
       const std::string name = get_string(required(t, "name", p + ".name"), p + ".name");
       if (name.empty()) bad("'" + p + ".name' must not be empty", p + ".name");
-      if (!names.insert(name).second) bad("'" + p + ".name' '" + name + "' is used by an earlier tool", p + ".name");
+      if (!names.insert(name).second)
+        bad("'" + p + ".name' '" + name + "' is used by an earlier tool", p + ".name");
       const json& schema = required(t, "input_schema", p + ".input_schema");
       if (!schema.is_object()) bad_type(p + ".input_schema", "an object (a JSON schema)", schema);
       if (const json* st = field(schema, "type"); st != nullptr && *st != "object") {
@@ -300,14 +315,16 @@ void parse_tools(const json& j, AnthropicRequest& r) {
       }
       json fn = json::object();
       fn["name"] = name;
-      if (const json* d = field(t, "description")) fn["description"] = get_string(*d, p + ".description");
+      if (const json* d = field(t, "description"))
+        fn["description"] = get_string(*d, p + ".description");
       fn["parameters"] = schema;
       r.tools.push_back(json{{"type", "function"}, {"function", std::move(fn)}});
     }
   }
   if (const json* tc = field(j, "tool_choice")) {
     if (!tc->is_object()) bad_type("tool_choice", "an object", *tc);
-    const std::string type = get_string(required(*tc, "type", "tool_choice.type"), "tool_choice.type");
+    const std::string type =
+        get_string(required(*tc, "type", "tool_choice.type"), "tool_choice.type");
     if (type == "auto") {
       r.tool_choice = "auto";
     } else if (type == "none") {
@@ -317,12 +334,15 @@ void parse_tools(const json& j, AnthropicRequest& r) {
       if (type == "any") {
         r.tool_choice = "required";
       } else {
-        const std::string name = get_string(required(*tc, "name", "tool_choice.name"), "tool_choice.name");
-        if (names.count(name) == 0) bad("'tool_choice.name' '" + name + "' is not one of 'tools'", "tool_choice.name");
+        const std::string name =
+            get_string(required(*tc, "name", "tool_choice.name"), "tool_choice.name");
+        if (names.count(name) == 0)
+          bad("'tool_choice.name' '" + name + "' is not one of 'tools'", "tool_choice.name");
         r.tool_choice = json{{"type", "function"}, {"function", {{"name", name}}}};
       }
     } else {
-      bad("'tool_choice.type' must be one of auto, any, tool, none, got '" + type + "'", "tool_choice.type");
+      bad("'tool_choice.type' must be one of auto, any, tool, none, got '" + type + "'",
+          "tool_choice.type");
     }
     if (const json* d = field(*tc, "disable_parallel_tool_use")) {
       r.parallel_tool_calls = !get_bool(*d, "tool_choice.disable_parallel_tool_use");
@@ -332,14 +352,16 @@ void parse_tools(const json& j, AnthropicRequest& r) {
 
 void parse_sampling(const json& j, AnthropicRequest& r, AnthropicEndpoint endpoint) {
   if (endpoint == AnthropicEndpoint::kMessages) {
-    r.max_tokens = static_cast<int32_t>(int_in(required(j, "max_tokens", "max_tokens"), "max_tokens", 1, INT32_MAX));
+    r.max_tokens = static_cast<int32_t>(
+        int_in(required(j, "max_tokens", "max_tokens"), "max_tokens", 1, INT32_MAX));
   } else {
     return;  // count_tokens: nothing is generated
   }
   engine::SamplerParams& s = r.sampler;
   if (const json* v = field(j, "temperature")) s.temperature = number_in(*v, "temperature", 0, 1);
   if (const json* v = field(j, "top_p")) s.top_p = number_in(*v, "top_p", 0, 1, true);
-  if (const json* v = field(j, "top_k")) s.top_k = static_cast<int32_t>(int_in(*v, "top_k", 0, INT32_MAX));
+  if (const json* v = field(j, "top_k"))
+    s.top_k = static_cast<int32_t>(int_in(*v, "top_k", 0, INT32_MAX));
   if (const json* v = field(j, "stop_sequences")) {
     if (!v->is_array()) bad_type("stop_sequences", "an array of strings", *v);
     constexpr size_t kMaxStops = 64;
@@ -350,7 +372,8 @@ void parse_sampling(const json& j, AnthropicRequest& r, AnthropicEndpoint endpoi
     }
     for (size_t i = 0; i < v->size(); ++i) {
       std::string s_i = get_string((*v)[i], idx("stop_sequences", i));
-      if (s_i.empty()) bad("'" + idx("stop_sequences", i) + "' must not be empty", idx("stop_sequences", i));
+      if (s_i.empty())
+        bad("'" + idx("stop_sequences", i) + "' must not be empty", idx("stop_sequences", i));
       r.stop_sequences.push_back(std::move(s_i));
     }
   }
@@ -363,14 +386,16 @@ void parse_thinking(const json& j, AnthropicRequest& r) {
     const std::string type = get_string(required(*t, "type", "thinking.type"), "thinking.type");
     if (type == "enabled") {
       r.chat_template_kwargs["enable_thinking"] = true;
-      r.thinking_budget = static_cast<int32_t>(
-          int_in(required(*t, "budget_tokens", "thinking.budget_tokens"), "thinking.budget_tokens", 1, INT32_MAX));
+      r.thinking_budget =
+          static_cast<int32_t>(int_in(required(*t, "budget_tokens", "thinking.budget_tokens"),
+                                      "thinking.budget_tokens", 1, INT32_MAX));
     } else if (type == "adaptive") {
       r.chat_template_kwargs["enable_thinking"] = true;
     } else if (type == "disabled") {
       r.chat_template_kwargs["enable_thinking"] = false;
     } else {
-      bad("'thinking.type' must be one of enabled, adaptive, disabled, got '" + type + "'", "thinking.type");
+      bad("'thinking.type' must be one of enabled, adaptive, disabled, got '" + type + "'",
+          "thinking.type");
     }
   }
 }
@@ -392,10 +417,12 @@ void parse_output_format(const json& j, AnthropicRequest& r) {
   if (format == nullptr) return;
   if (!format->is_object()) bad_type(path, "an object", *format);
   const std::string type = get_string(required(*format, "type", path + ".type"), path + ".type");
-  if (type != "json_schema") bad("'" + path + ".type' must be 'json_schema', got '" + type + "'", path + ".type");
+  if (type != "json_schema")
+    bad("'" + path + ".type' must be 'json_schema', got '" + type + "'", path + ".type");
   const json& schema = required(*format, "schema", path + ".schema");
   if (!schema.is_object()) bad_type(path + ".schema", "an object (a JSON schema)", schema);
-  r.response_format = json{{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", schema}}}};
+  r.response_format =
+      json{{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", schema}}}};
 }
 
 }  // namespace

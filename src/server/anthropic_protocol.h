@@ -64,7 +64,7 @@ struct AnthropicRequest {
   bool parallel_tool_calls = true;  // false: tool_choice.disable_parallel_tool_use
   int32_t max_tokens = 0;           // /v1/messages: >= 1; count_tokens: 0
   engine::SamplerParams sampler = server_sampler_defaults();  // seed left 0
-  std::vector<std::string> stop_sequences;  // non-empty strings
+  std::vector<std::string> stop_sequences;                    // non-empty strings
   bool stream = false;
   // {"enable_thinking": bool} when `thinking` was given, else empty (the template's
   // default applies).

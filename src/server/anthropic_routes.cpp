@@ -95,7 +95,8 @@ bool ends_inside_think(const std::string& prompt) {
 // Waits for the next deltas or the end; cancels when the client is gone. False when the
 // engine stopped and nothing will ever come.
 bool next(engine::ServeEngine& engine, engine::RequestChannel& ch, ClientWatch& watch,
-          std::vector<engine::Delta>& out, std::optional<engine::Final>& fin, Clock::time_point& quiet_since) {
+          std::vector<engine::Delta>& out, std::optional<engine::Final>& fin,
+          Clock::time_point& quiet_since) {
   const bool got = ch.wait(out, fin, kPoll);
   if (!ch.cancelled() && watch.due(kPoll) && watch.closed()) ch.cancel();
   if (got) {
@@ -119,7 +120,8 @@ std::unique_ptr<OutputParser> anthropic_output_parser(const OutputOptions& optio
 }
 
 bool is_anthropic_path(std::string_view path) {
-  return path == "/v1/messages" || path.substr(0, 13) == "/v1/messages/" || path.substr(0, 13) == "/v1/messages?";
+  return path == "/v1/messages" || path.substr(0, 13) == "/v1/messages/" ||
+         path.substr(0, 13) == "/v1/messages?";
 }
 
 void send_anthropic_error(httplib::Response& res, const ApiError& error) {
@@ -143,13 +145,14 @@ AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) cons
   try {
     text = chat_.render(r.messages, anthropic_template_extra(r));
   } catch (const Error& e) {
-    throw ApiException(invalid_request(std::string("the chat template failed on these messages: ") + e.what(),
-                                       "messages"));
+    throw ApiException(invalid_request(
+        std::string("the chat template failed on these messages: ") + e.what(), "messages"));
   }
   text += r.prefill;
   Prompt p;
   p.tokens = chat_.encode(text);
-  if (p.tokens.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
+  if (p.tokens.empty())
+    throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
   p.output.tools = r.tools;
   p.output.parse_tools = !r.tools.is_null() && !r.tools.empty() && r.tool_choice != "none";
   p.output.starts_in_reasoning = ends_inside_think(text);
@@ -194,8 +197,9 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
       case engine::ServeEngine::Admit::kOk:
         break;
       case engine::ServeEngine::Admit::kQueueFull:
-        throw ApiException(server_overloaded("the server is at capacity (--max-seqs running and --max-queue "
-                                             "waiting); retry later"));
+        throw ApiException(
+            server_overloaded("the server is at capacity (--max-seqs running and --max-queue "
+                              "waiting); retry later"));
       case engine::ServeEngine::Admit::kTooLong:
         throw ApiException(prompt_too_long(n_prompt, limit - 1));
     }
@@ -267,8 +271,10 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
           }
           if (fin) {
             for (auto& e : parser->finish()) events.push_back(std::move(e));
-            std::string tail = sse->events(events);  // (in this order: finish closes the last block)
-            tail += anthropic_stop_reason(*fin, false) ? sse->finish(*fin) : sse->error(failed_final_error(*fin));
+            std::string tail =
+                sse->events(events);  // (in this order: finish closes the last block)
+            tail += anthropic_stop_reason(*fin, false) ? sse->finish(*fin)
+                                                       : sse->error(failed_final_error(*fin));
             write(tail);
             sink.done();
             return true;

@@ -42,8 +42,9 @@ class AnthropicRoutes {
  public:
   // check_model: throws ApiException (404) when a requested "model" name is not served
   // (the server's policy, shared with the OpenAI routes).
-  AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat, ServerMetrics& metrics,
-                  std::string model_id, std::function<void(const std::string&)> check_model);
+  AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat,
+                  ServerMetrics& metrics, std::string model_id,
+                  std::function<void(const std::string&)> check_model);
   // POST /v1/messages, already authorized. Thread-safe (called from many HTTP threads).
   void messages(const httplib::Request& req, httplib::Response& res);
   // POST /v1/messages/count_tokens, already authorized: {"input_tokens": N}, N the tokens

@@ -18,17 +18,24 @@ using Kind = OutputEvent::Kind;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 const std::string kUser = R"("messages": [{"role": "user", "content": "hi"}])";
 
-AnthropicRequest parse(const std::string& body, AnthropicEndpoint ep = AnthropicEndpoint::kMessages) {
+AnthropicRequest parse(const std::string& body,
+                       AnthropicEndpoint ep = AnthropicEndpoint::kMessages) {
   return parse_anthropic_request(body, ep);
 }
 
 // A /v1/messages body: max_tokens 16, one user message, plus `extra` fields.
-std::string with(const std::string& extra) { return R"({"max_tokens": 16, )" + kUser + ", " + extra + "}"; }
-std::string msgs(const std::string& messages) { return R"({"max_tokens": 16, "messages": )" + messages + "}"; }
+std::string with(const std::string& extra) {
+  return R"({"max_tokens": 16, )" + kUser + ", " + extra + "}";
+}
+std::string msgs(const std::string& messages) {
+  return R"({"max_tokens": 16, "messages": )" + messages + "}";
+}
 
 ApiError error_of(const std::string& body, AnthropicEndpoint ep = AnthropicEndpoint::kMessages) {
   try {
@@ -91,7 +98,8 @@ std::vector<SseEvent> split_events(const std::string& text) {
     }
     const std::string ev_text = text.substr(pos, end - pos);
     const size_t nl = ev_text.find('\n');
-    if (ev_text.rfind("event: ", 0) != 0 || nl == std::string::npos || ev_text.compare(nl + 1, 6, "data: ") != 0) {
+    if (ev_text.rfind("event: ", 0) != 0 || nl == std::string::npos ||
+        ev_text.compare(nl + 1, 6, "data: ") != 0) {
       ADD_FAILURE() << "bad event framing: " << ev_text;
       break;
     }
@@ -142,9 +150,12 @@ TEST(AnthropicParse, MinimalRequest) {
 TEST(AnthropicParse, MaxTokensIsRequiredForMessagesOnly) {
   expect_400("{" + kUser + "}", "'max_tokens' is required", "max_tokens");
   expect_400(R"({"max_tokens": 0, )" + kUser + "}", "'max_tokens' must be between 1", "max_tokens");
-  expect_400(R"({"max_tokens": 1.5, )" + kUser + "}", "'max_tokens' must be an integer, got 1.5", "max_tokens");
-  expect_400(R"({"max_tokens": "9", )" + kUser + "}", "'max_tokens' must be an integer, got string", "max_tokens");
-  const AnthropicRequest c = parse("{" + kUser + R"(, "temperature": 7})", AnthropicEndpoint::kCountTokens);
+  expect_400(R"({"max_tokens": 1.5, )" + kUser + "}", "'max_tokens' must be an integer, got 1.5",
+             "max_tokens");
+  expect_400(R"({"max_tokens": "9", )" + kUser + "}", "'max_tokens' must be an integer, got string",
+             "max_tokens");
+  const AnthropicRequest c =
+      parse("{" + kUser + R"(, "temperature": 7})", AnthropicEndpoint::kCountTokens);
   EXPECT_EQ(c.max_tokens, 0);  // count_tokens ignores the sampling fields
   EXPECT_EQ(c.messages.size(), 1u);
 }
@@ -152,7 +163,8 @@ TEST(AnthropicParse, MaxTokensIsRequiredForMessagesOnly) {
 TEST(AnthropicParse, SystemStringBlocksAndSystemMessagesFoldIntoOne) {
   AnthropicRequest r = parse(R"({"max_tokens": 5, "system": "Be brief.", )" + kUser + "}");
   EXPECT_EQ(r.messages[0], json::parse(R"({"role": "system", "content": "Be brief."})"));
-  r = parse(R"({"max_tokens": 5, "system": [{"type": "text", "text": "A", "cache_control": {"type": "ephemeral"}},
+  r = parse(
+      R"({"max_tokens": 5, "system": [{"type": "text", "text": "A", "cache_control": {"type": "ephemeral"}},
                 {"type": "text", "text": "B"}],
                "messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "C"},
                             {"role": "assistant", "content": "a"},
@@ -162,10 +174,10 @@ TEST(AnthropicParse, SystemStringBlocksAndSystemMessagesFoldIntoOne) {
   EXPECT_EQ(r.messages[0], json::parse(R"({"role": "system", "content": "A\nB\n\nC\n\nD"})"));
   EXPECT_EQ(r.messages[1]["role"], "user");
   EXPECT_EQ(r.messages[2], json::parse(R"({"role": "assistant", "content": "a"})"));
-  expect_400(R"({"max_tokens": 5, "system": [{"type": "image"}], )" + kUser + "}", "images are not supported yet",
-             "system[0].type");
-  expect_400(R"({"max_tokens": 5, "system": 3, )" + kUser + "}", "'system' must be a string or an array of text",
-             "system");
+  expect_400(R"({"max_tokens": 5, "system": [{"type": "image"}], )" + kUser + "}",
+             "images are not supported yet", "system[0].type");
+  expect_400(R"({"max_tokens": 5, "system": 3, )" + kUser + "}",
+             "'system' must be a string or an array of text", "system");
   expect_400(msgs(R"([{"role": "system", "content": "only a system message"}])"),
              "at least one user or assistant message", "messages");
 }
@@ -213,7 +225,8 @@ TEST(AnthropicParse, LastAssistantTextIsAPrefill) {
                                       {"role": "assistant", "content": [{"type": "text", "text": "{\"a\": "}]}])"));
   EXPECT_EQ(r.prefill, "{\"a\": ");
   EXPECT_EQ(r.messages, json::parse(R"([{"role": "user", "content": "JSON please"}])"));
-  // Not a prefill: an assistant turn that is not last, one with a tool call, a lone assistant message.
+  // Not a prefill: an assistant turn that is not last, one with a tool call, a lone assistant
+  // message.
   r = parse(msgs(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                      {"role": "user", "content": "c"}])"));
   EXPECT_EQ(r.prefill, "");
@@ -236,32 +249,43 @@ TEST(AnthropicParse, ContentErrorsNameTheField) {
              "images are not supported yet", "messages[0].content[0].content[0].type");
   expect_400(msgs(R"([{"role": "user", "content": [{"type": "document", "source": {}}]}])"),
              "documents are not supported yet", "messages[0].content[0].type");
-  expect_400(msgs(R"([{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b", "input": {}}]}])"),
-             "'tool_use' is not supported in a user message (allowed: text, tool_result)",
-             "messages[0].content[0].type");
-  expect_400(msgs(R"([{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "a"}]}])"),
-             "not supported in an assistant message", "messages[0].content[0].type");
-  expect_400(msgs(R"([{"role": "user", "content": [{"text": "no type"}]}])"), "'messages[0].content[0].type' is required",
-             "messages[0].content[0].type");
-  expect_400(msgs(R"([{"role": "user", "content": [{"type": "text"}]}])"), "'messages[0].content[0].text' is required",
-             "messages[0].content[0].text");
+  expect_400(
+      msgs(
+          R"([{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b", "input": {}}]}])"),
+      "'tool_use' is not supported in a user message (allowed: text, tool_result)",
+      "messages[0].content[0].type");
+  expect_400(
+      msgs(R"([{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "a"}]}])"),
+      "not supported in an assistant message", "messages[0].content[0].type");
+  expect_400(msgs(R"([{"role": "user", "content": [{"text": "no type"}]}])"),
+             "'messages[0].content[0].type' is required", "messages[0].content[0].type");
+  expect_400(msgs(R"([{"role": "user", "content": [{"type": "text"}]}])"),
+             "'messages[0].content[0].text' is required", "messages[0].content[0].text");
   expect_400(msgs(R"([{"role": "user", "content": [{"type": "text", "text": 5}]}])"),
-             "'messages[0].content[0].text' must be a string, got number", "messages[0].content[0].text");
-  expect_400(msgs(R"([{"role": "user", "content": [7]}])"), "must be a content block (an object), got number",
-             "messages[0].content[0]");
+             "'messages[0].content[0].text' must be a string, got number",
+             "messages[0].content[0].text");
+  expect_400(msgs(R"([{"role": "user", "content": [7]}])"),
+             "must be a content block (an object), got number", "messages[0].content[0]");
   expect_400(msgs(R"([{"role": "user", "content": [{"type": "tool_result"}]}])"),
-             "'messages[0].content[0].tool_use_id' is required", "messages[0].content[0].tool_use_id");
-  expect_400(msgs(R"([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "is_error": "yes"}]}])"),
-             "'messages[0].content[0].is_error' must be a boolean", "messages[0].content[0].is_error");
-  expect_400(msgs(R"([{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "b", "input": "{}"}]}])"),
-             "'messages[0].content[0].input' must be an object, got string", "messages[0].content[0].input");
+             "'messages[0].content[0].tool_use_id' is required",
+             "messages[0].content[0].tool_use_id");
+  expect_400(
+      msgs(
+          R"([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "is_error": "yes"}]}])"),
+      "'messages[0].content[0].is_error' must be a boolean", "messages[0].content[0].is_error");
+  expect_400(
+      msgs(
+          R"([{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "b", "input": "{}"}]}])"),
+      "'messages[0].content[0].input' must be an object, got string",
+      "messages[0].content[0].input");
   expect_400(msgs(R"([{"role": "assistant", "content": [{"type": "tool_use", "name": "b"}]}])"),
              "'messages[0].content[0].id' is required", "messages[0].content[0].id");
-  expect_400(msgs(R"([{"role": "bot", "content": "x"}])"), "'messages[0].role' must be 'user' or 'assistant'",
-             "messages[0].role");
-  expect_400(msgs(R"([{"role": "user"}])"), "'messages[0].content' is required", "messages[0].content");
-  expect_400(msgs(R"([{"role": "user", "content": 1}])"), "'messages[0].content' must be a string or an array",
+  expect_400(msgs(R"([{"role": "bot", "content": "x"}])"),
+             "'messages[0].role' must be 'user' or 'assistant'", "messages[0].role");
+  expect_400(msgs(R"([{"role": "user"}])"), "'messages[0].content' is required",
              "messages[0].content");
+  expect_400(msgs(R"([{"role": "user", "content": 1}])"),
+             "'messages[0].content' must be a string or an array", "messages[0].content");
   expect_400(msgs(R"({})"), "'messages' must be an array, got object", "messages");
   expect_400(msgs(R"([])"), "at least one user or assistant message", "messages");
   expect_400(R"({"max_tokens": 3})", "'messages' is required", "messages");
@@ -280,59 +304,73 @@ TEST(AnthropicParse, ToolsBecomeOpenAITools) {
   EXPECT_EQ(anthropic_template_extra(r), json({{"tools", want}}));
   expect_400(with(R"("tools": {})"), "'tools' must be an array", "tools");
   expect_400(with(R"("tools": [{"type": "web_search_20250305", "name": "web_search"}])"),
-             "'tools[0].type' 'web_search_20250305' is one of Anthropic's server or client tools", "tools[0].type");
-  expect_400(with(R"("tools": [{"name": "a"}])"), "'tools[0].input_schema' is required", "tools[0].input_schema");
-  expect_400(with(R"("tools": [{"name": "a", "input_schema": []}])"), "'tools[0].input_schema' must be an object",
+             "'tools[0].type' 'web_search_20250305' is one of Anthropic's server or client tools",
+             "tools[0].type");
+  expect_400(with(R"("tools": [{"name": "a"}])"), "'tools[0].input_schema' is required",
              "tools[0].input_schema");
+  expect_400(with(R"("tools": [{"name": "a", "input_schema": []}])"),
+             "'tools[0].input_schema' must be an object", "tools[0].input_schema");
   expect_400(with(R"("tools": [{"name": "a", "input_schema": {"type": "string"}}])"),
              "'tools[0].input_schema.type' must be 'object'", "tools[0].input_schema.type");
-  expect_400(with(R"("tools": [{"input_schema": {}}])"), "'tools[0].name' is required", "tools[0].name");
-  expect_400(with(R"("tools": [{"name": "", "input_schema": {}}])"), "'tools[0].name' must not be empty",
+  expect_400(with(R"("tools": [{"input_schema": {}}])"), "'tools[0].name' is required",
              "tools[0].name");
-  expect_400(with(R"("tools": [{"name": "a", "input_schema": {}}, {"name": "a", "input_schema": {}}])"),
-             "'tools[1].name' 'a' is used by an earlier tool", "tools[1].name");
+  expect_400(with(R"("tools": [{"name": "", "input_schema": {}}])"),
+             "'tools[0].name' must not be empty", "tools[0].name");
+  expect_400(
+      with(R"("tools": [{"name": "a", "input_schema": {}}, {"name": "a", "input_schema": {}}])"),
+      "'tools[1].name' 'a' is used by an earlier tool", "tools[1].name");
   expect_400(with(R"("tools": [{"name": "a", "description": 3, "input_schema": {}}])"),
              "'tools[0].description' must be a string", "tools[0].description");
 }
 
 TEST(AnthropicParse, ToolChoice) {
-  const std::string tools = R"("tools": [{"name": "f", "input_schema": {}}, {"name": "g", "input_schema": {}}], )";
+  const std::string tools =
+      R"("tools": [{"name": "f", "input_schema": {}}, {"name": "g", "input_schema": {}}], )";
   EXPECT_EQ(parse(with(tools + R"("tool_choice": {"type": "auto"})")).tool_choice, "auto");
   EXPECT_EQ(parse(with(tools + R"("tool_choice": {"type": "none"})")).tool_choice, "none");
   EXPECT_EQ(parse(with(R"("tool_choice": {"type": "none"})")).tool_choice, "none");
-  AnthropicRequest r = parse(with(tools + R"("tool_choice": {"type": "any", "disable_parallel_tool_use": true})"));
+  AnthropicRequest r =
+      parse(with(tools + R"("tool_choice": {"type": "any", "disable_parallel_tool_use": true})"));
   EXPECT_EQ(r.tool_choice, "required");
   EXPECT_FALSE(r.parallel_tool_calls);
   r = parse(with(tools + R"("tool_choice": {"type": "tool", "name": "g"})"));
   EXPECT_EQ(r.tool_choice, json::parse(R"({"type": "function", "function": {"name": "g"}})"));
   EXPECT_TRUE(r.parallel_tool_calls);
-  expect_400(with(tools + R"("tool_choice": {"type": "tool", "name": "h"})"), "'tool_choice.name' 'h' is not one of",
+  expect_400(with(tools + R"("tool_choice": {"type": "tool", "name": "h"})"),
+             "'tool_choice.name' 'h' is not one of", "tool_choice.name");
+  expect_400(with(tools + R"("tool_choice": {"type": "tool"})"), "'tool_choice.name' is required",
              "tool_choice.name");
-  expect_400(with(tools + R"("tool_choice": {"type": "tool"})"), "'tool_choice.name' is required", "tool_choice.name");
-  expect_400(with(R"("tool_choice": {"type": "any"})"), "'tool_choice.type' 'any' needs 'tools'", "tool_choice.type");
-  expect_400(with(tools + R"("tool_choice": {"type": "required"})"), "must be one of auto, any, tool, none",
+  expect_400(with(R"("tool_choice": {"type": "any"})"), "'tool_choice.type' 'any' needs 'tools'",
              "tool_choice.type");
-  expect_400(with(tools + R"("tool_choice": "auto")"), "'tool_choice' must be an object", "tool_choice");
+  expect_400(with(tools + R"("tool_choice": {"type": "required"})"),
+             "must be one of auto, any, tool, none", "tool_choice.type");
+  expect_400(with(tools + R"("tool_choice": "auto")"), "'tool_choice' must be an object",
+             "tool_choice");
   expect_400(with(tools + R"("tool_choice": {"type": "auto", "disable_parallel_tool_use": 1})"),
-             "'tool_choice.disable_parallel_tool_use' must be a boolean", "tool_choice.disable_parallel_tool_use");
+             "'tool_choice.disable_parallel_tool_use' must be a boolean",
+             "tool_choice.disable_parallel_tool_use");
 }
 
 TEST(AnthropicParse, SamplingAndStopSequences) {
-  const AnthropicRequest r =
-      parse(with(R"("temperature": 0.25, "top_p": 0.9, "top_k": 40, "stop_sequences": ["END", "\n\nHuman:"],
+  const AnthropicRequest r = parse(with(
+      R"("temperature": 0.25, "top_p": 0.9, "top_k": 40, "stop_sequences": ["END", "\n\nHuman:"],
                     "stream": true)"));
   EXPECT_FLOAT_EQ(r.sampler.temperature, 0.25f);
   EXPECT_FLOAT_EQ(r.sampler.top_p, 0.9f);
   EXPECT_EQ(r.sampler.top_k, 40);
   EXPECT_EQ(r.stop_sequences, (std::vector<std::string>{"END", "\n\nHuman:"}));
   EXPECT_TRUE(r.stream);
-  expect_400(with(R"("temperature": 1.5)"), "'temperature' must be between 0 and 1, got 1.5", "temperature");
+  expect_400(with(R"("temperature": 1.5)"), "'temperature' must be between 0 and 1, got 1.5",
+             "temperature");
   expect_400(with(R"("top_p": 0)"), "'top_p' must be > 0 and <= 1, got 0", "top_p");
   expect_400(with(R"("top_k": -1)"), "'top_k' must be between 0 and", "top_k");
   expect_400(with(R"("top_k": "5")"), "'top_k' must be an integer, got string", "top_k");
-  expect_400(with(R"("stop_sequences": "END")"), "'stop_sequences' must be an array of strings", "stop_sequences");
-  expect_400(with(R"("stop_sequences": ["a", 3])"), "'stop_sequences[1]' must be a string", "stop_sequences[1]");
-  expect_400(with(R"("stop_sequences": ["a", ""])"), "'stop_sequences[1]' must not be empty", "stop_sequences[1]");
+  expect_400(with(R"("stop_sequences": "END")"), "'stop_sequences' must be an array of strings",
+             "stop_sequences");
+  expect_400(with(R"("stop_sequences": ["a", 3])"), "'stop_sequences[1]' must be a string",
+             "stop_sequences[1]");
+  expect_400(with(R"("stop_sequences": ["a", ""])"), "'stop_sequences[1]' must not be empty",
+             "stop_sequences[1]");
   expect_400(with(R"("stream": "yes")"), "'stream' must be a boolean", "stream");
   expect_400(with(R"("model": 5)"), "'model' must be a string", "model");
 }
@@ -348,30 +386,37 @@ TEST(AnthropicParse, ThinkingMapsToEnableThinking) {
   r = parse(with(R"("thinking": {"type": "disabled"})"));
   EXPECT_EQ(r.chat_template_kwargs, json({{"enable_thinking", false}}));
   // count_tokens renders the same prompt, so it reads thinking too.
-  r = parse("{" + kUser + R"(, "thinking": {"type": "disabled"}})", AnthropicEndpoint::kCountTokens);
+  r = parse("{" + kUser + R"(, "thinking": {"type": "disabled"}})",
+            AnthropicEndpoint::kCountTokens);
   EXPECT_EQ(r.chat_template_kwargs, json({{"enable_thinking", false}}));
   expect_400(with(R"("thinking": {"type": "enabled"})"), "'thinking.budget_tokens' is required",
              "thinking.budget_tokens");
-  expect_400(with(R"("thinking": {"type": "enabled", "budget_tokens": 0})"), "'thinking.budget_tokens' must be between 1",
-             "thinking.budget_tokens");
-  expect_400(with(R"("thinking": {"type": "on"})"), "'thinking.type' must be one of enabled, adaptive, disabled",
-             "thinking.type");
+  expect_400(with(R"("thinking": {"type": "enabled", "budget_tokens": 0})"),
+             "'thinking.budget_tokens' must be between 1", "thinking.budget_tokens");
+  expect_400(with(R"("thinking": {"type": "on"})"),
+             "'thinking.type' must be one of enabled, adaptive, disabled", "thinking.type");
   expect_400(with(R"("thinking": true)"), "'thinking' must be an object", "thinking");
 }
 
 TEST(AnthropicParse, IgnoredFieldsAndOutputFormat) {
-  const AnthropicRequest r = parse(with(R"("metadata": {"user_id": "u"}, "context_management": {"edits": []},
+  const AnthropicRequest r =
+      parse(with(R"("metadata": {"user_id": "u"}, "context_management": {"edits": []},
       "cache_control": {"type": "ephemeral"}, "service_tier": "auto", "some_future_field": [1, 2],
       "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}})"));
-  EXPECT_EQ(r.response_format,
-            json::parse(R"({"type": "json_schema", "json_schema": {"name": "output", "schema": {"type": "object"}}})"));
-  EXPECT_EQ(parse(with(R"("output_format": {"type": "json_schema", "schema": {}})")).response_format["type"],
+  EXPECT_EQ(
+      r.response_format,
+      json::parse(
+          R"({"type": "json_schema", "json_schema": {"name": "output", "schema": {"type": "object"}}})"));
+  EXPECT_EQ(parse(with(R"("output_format": {"type": "json_schema", "schema": {}})"))
+                .response_format["type"],
             "json_schema");
-  EXPECT_TRUE(parse(with(R"("output_config": {"effort": "medium"}, "thinking": null)")).response_format.is_null());
+  EXPECT_TRUE(parse(with(R"("output_config": {"effort": "medium"}, "thinking": null)"))
+                  .response_format.is_null());
   expect_400(with(R"("output_config": {"format": {"type": "text"}})"),
-             "'output_config.format.type' must be 'json_schema', got 'text'", "output_config.format.type");
-  expect_400(with(R"("output_config": {"format": {"type": "json_schema"}})"), "'output_config.format.schema' is required",
-             "output_config.format.schema");
+             "'output_config.format.type' must be 'json_schema', got 'text'",
+             "output_config.format.type");
+  expect_400(with(R"("output_config": {"format": {"type": "json_schema"}})"),
+             "'output_config.format.schema' is required", "output_config.format.schema");
   expect_400(with(R"("output_config": 1)"), "'output_config' must be an object", "output_config");
 }
 
@@ -410,7 +455,8 @@ TEST(AnthropicErrors, TypesFollowTheStatus) {
     EXPECT_EQ(a.status, c.status);
     EXPECT_EQ(a.type, c.type);
     const json body = json::parse(anthropic_error_body(c.in));
-    EXPECT_EQ(body, json({{"type", "error"}, {"error", {{"type", c.type}, {"message", c.in.message}}}}));
+    EXPECT_EQ(body,
+              json({{"type", "error"}, {"error", {{"type", c.type}, {"message", c.in.message}}}}));
   }
   // Bad UTF-8 in a message never breaks the JSON.
   EXPECT_NO_THROW(json::parse(anthropic_error_body(invalid_request("bad \xff byte"))));
@@ -436,22 +482,31 @@ TEST(AnthropicFormat, StopReasonsAndUsage) {
   EXPECT_EQ(anthropic_stop_reason(s, false), "stop_sequence");
   EXPECT_FALSE(anthropic_stop_reason(final_of("cancelled"), false));
   EXPECT_FALSE(anthropic_stop_reason(final_of("error"), false));
-  EXPECT_EQ(anthropic_usage(final_of("stop", 100, 64, 7)),
-            json::parse(R"({"input_tokens": 36, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 64,
+  EXPECT_EQ(
+      anthropic_usage(final_of("stop", 100, 64, 7)),
+      json::parse(
+          R"({"input_tokens": 36, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 64,
                             "output_tokens": 7})"));
   EXPECT_EQ(anthropic_tool_id("call_abc"), "toolu_abc");
   EXPECT_EQ(anthropic_tool_id("toolu_x"), "toolu_x");
 }
 
 TEST(AnthropicFormat, WholeMessageKeepsBlockOrder) {
-  const std::vector<OutputEvent> events = {
-      ev(Kind::kReasoning, "Let me "), ev(Kind::kReasoning, "think."), ev(Kind::kContent, ""),
-      ev(Kind::kContent, "I'll check"), ev(Kind::kContent, " the weather."),
-      tool_begin(0, "call_A1", "get_weather"), ev(Kind::kToolCallArgs, "{\"city\": ", 0),
-      ev(Kind::kToolCallArgs, "\"Paris\"}", 0), ev(Kind::kToolCallEnd, "", 0),
-      tool_begin(1, "call_B2", "noop"), ev(Kind::kToolCallEnd, "", 1)};
-  const json m = json::parse(anthropic_message({"msg_1", "claude-x"}, events, final_of("stop", 20, 8, 30)));
-  const json want = json::parse(R"({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+  const std::vector<OutputEvent> events = {ev(Kind::kReasoning, "Let me "),
+                                           ev(Kind::kReasoning, "think."),
+                                           ev(Kind::kContent, ""),
+                                           ev(Kind::kContent, "I'll check"),
+                                           ev(Kind::kContent, " the weather."),
+                                           tool_begin(0, "call_A1", "get_weather"),
+                                           ev(Kind::kToolCallArgs, "{\"city\": ", 0),
+                                           ev(Kind::kToolCallArgs, "\"Paris\"}", 0),
+                                           ev(Kind::kToolCallEnd, "", 0),
+                                           tool_begin(1, "call_B2", "noop"),
+                                           ev(Kind::kToolCallEnd, "", 1)};
+  const json m =
+      json::parse(anthropic_message({"msg_1", "claude-x"}, events, final_of("stop", 20, 8, 30)));
+  const json want =
+      json::parse(R"({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
     "content": [
       {"type": "thinking", "thinking": "Let me think.", "signature": "hearth-local-unsigned"},
       {"type": "text", "text": "I'll check the weather."},
@@ -476,7 +531,8 @@ TEST(AnthropicFormat, WholeMessageStopSequenceEmptyAndBadBytes) {
   EXPECT_EQ(m["stop_sequence"], nullptr);
   // Arguments that are not a JSON object are kept as text, never dropped.
   m = json::parse(anthropic_message(
-      {"msg_4", "m"}, {tool_begin(0, "call_x", "f"), ev(Kind::kToolCallArgs, "{not json", 0)}, final_of("length")));
+      {"msg_4", "m"}, {tool_begin(0, "call_x", "f"), ev(Kind::kToolCallArgs, "{not json", 0)},
+      final_of("length")));
   EXPECT_EQ(m["content"], json::parse(R"([{"type": "text", "text": "{not json"}])"));
 }
 
@@ -486,18 +542,29 @@ TEST(AnthropicFormat, StreamEventOrder) {
   text += anthropic_ping();
   text += s.events({ev(Kind::kReasoning, "hmm")});
   text += s.events({ev(Kind::kReasoning, " ok"), ev(Kind::kContent, "Hi"), ev(Kind::kContent, "")});
-  text += s.events({ev(Kind::kContent, " there"), tool_begin(0, "call_Z", "f"), ev(Kind::kToolCallArgs, "{\"a\":", 0)});
+  text += s.events({ev(Kind::kContent, " there"), tool_begin(0, "call_Z", "f"),
+                    ev(Kind::kToolCallArgs, "{\"a\":", 0)});
   text += s.events({ev(Kind::kToolCallArgs, "1}", 0), ev(Kind::kToolCallEnd, "", 0)});
   EXPECT_TRUE(s.made_tool_call());
   text += s.finish(final_of("stop", 20, 16, 9));
   const auto events = split_events(text);
-  const std::vector<std::string> want = {
-      "message_start", "ping",
-      "content_block_start", "content_block_delta:thinking_delta", "content_block_delta:thinking_delta",
-      "content_block_delta:signature_delta", "content_block_stop",
-      "content_block_start", "content_block_delta:text_delta", "content_block_delta:text_delta", "content_block_stop",
-      "content_block_start", "content_block_delta:input_json_delta", "content_block_delta:input_json_delta",
-      "content_block_stop", "message_delta", "message_stop"};
+  const std::vector<std::string> want = {"message_start",
+                                         "ping",
+                                         "content_block_start",
+                                         "content_block_delta:thinking_delta",
+                                         "content_block_delta:thinking_delta",
+                                         "content_block_delta:signature_delta",
+                                         "content_block_stop",
+                                         "content_block_start",
+                                         "content_block_delta:text_delta",
+                                         "content_block_delta:text_delta",
+                                         "content_block_stop",
+                                         "content_block_start",
+                                         "content_block_delta:input_json_delta",
+                                         "content_block_delta:input_json_delta",
+                                         "content_block_stop",
+                                         "message_delta",
+                                         "message_stop"};
   ASSERT_EQ(names(events), want);
   const json start = events[0].data["message"];
   EXPECT_EQ(start["id"], "msg_s");
@@ -505,7 +572,8 @@ TEST(AnthropicFormat, StreamEventOrder) {
   EXPECT_EQ(start["content"], json::array());
   EXPECT_EQ(start["stop_reason"], nullptr);
   EXPECT_EQ(start["usage"]["input_tokens"], 20);
-  EXPECT_EQ(events[2].data["content_block"], json::parse(R"({"type": "thinking", "thinking": "", "signature": ""})"));
+  EXPECT_EQ(events[2].data["content_block"],
+            json::parse(R"({"type": "thinking", "thinking": "", "signature": ""})"));
   EXPECT_EQ(events[2].data["index"], 0);
   EXPECT_EQ(events[5].data["delta"]["signature"], "hearth-local-unsigned");
   EXPECT_EQ(events[7].data["content_block"], json::parse(R"({"type": "text", "text": ""})"));
@@ -514,9 +582,11 @@ TEST(AnthropicFormat, StreamEventOrder) {
   EXPECT_EQ(events[11].data["content_block"],
             json::parse(R"({"type": "tool_use", "id": "toolu_Z", "name": "f", "input": {}})"));
   EXPECT_EQ(events[11].data["index"], 2);
-  EXPECT_EQ(events[12].data["delta"], json::parse(R"({"type": "input_json_delta", "partial_json": "{\"a\":"})"));
+  EXPECT_EQ(events[12].data["delta"],
+            json::parse(R"({"type": "input_json_delta", "partial_json": "{\"a\":"})"));
   EXPECT_EQ(events[14].data["index"], 2);
-  EXPECT_EQ(events[15].data["delta"], json::parse(R"({"stop_reason": "tool_use", "stop_sequence": null})"));
+  EXPECT_EQ(events[15].data["delta"],
+            json::parse(R"({"stop_reason": "tool_use", "stop_sequence": null})"));
   EXPECT_EQ(events[15].data["usage"]["input_tokens"], 4);
   EXPECT_EQ(events[15].data["usage"]["cache_read_input_tokens"], 16);
   EXPECT_EQ(events[15].data["usage"]["output_tokens"], 9);
@@ -529,17 +599,20 @@ TEST(AnthropicFormat, StreamOpenTextBlockClosesAtFinishAndFailuresAreErrorEvents
   f.stop_sequence = "\n\n";
   text += s.finish(f);
   auto events = split_events(text);
-  ASSERT_EQ(names(events), (std::vector<std::string>{"message_start", "content_block_start",
-                                                     "content_block_delta:text_delta", "content_block_stop",
-                                                     "message_delta", "message_stop"}));
-  EXPECT_EQ(events[4].data["delta"], json::parse(R"({"stop_reason": "stop_sequence", "stop_sequence": "\n\n"})"));
+  ASSERT_EQ(names(events),
+            (std::vector<std::string>{"message_start", "content_block_start",
+                                      "content_block_delta:text_delta", "content_block_stop",
+                                      "message_delta", "message_stop"}));
+  EXPECT_EQ(events[4].data["delta"],
+            json::parse(R"({"stop_reason": "stop_sequence", "stop_sequence": "\n\n"})"));
 
   AnthropicStream failed({"msg_u", "m"});
   Final c = final_of("cancelled");
   c.error = "the engine failed";
   events = split_events(failed.events({ev(Kind::kContent, "x")}) + failed.finish(c));
   ASSERT_EQ(events.back().name, "error");
-  EXPECT_EQ(events.back().data["error"], json::parse(R"({"type": "api_error", "message": "the engine failed"})"));
+  EXPECT_EQ(events.back().data["error"],
+            json::parse(R"({"type": "api_error", "message": "the engine failed"})"));
 }
 
 // ---------------------------------------------------------------------------
