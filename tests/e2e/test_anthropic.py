@@ -242,6 +242,28 @@ def test_assistant_prefill_is_continued(client, model_id):
     assert not text_of(msg).startswith('["apple",')  # only the continuation comes back
 
 
+def test_thinking_blocks_when_the_prompt_opens_think(client, model_id):
+    # The default model never thinks by itself; a prefill that opens <think> puts its answer inside
+    # the block, the way templates that open <think> in the prompt (Qwen3.5) do.
+    msgs = user("Is 7 prime?") + [{"role": "assistant", "content": "<think>\n"}]
+    msg = client.messages.create(model=model_id, max_tokens=6, messages=msgs, extra_body=GREEDY)
+    assert [b.type for b in msg.content] == ["thinking"], msg.content
+    assert msg.content[0].thinking and msg.content[0].signature
+    assert msg.stop_reason == "max_tokens"
+    seen = []
+    with client.messages.stream(model=model_id, max_tokens=6, messages=msgs, extra_body=GREEDY) as stream:
+        for event in stream:
+            if event.type in ("content_block_start", "content_block_stop"):
+                seen.append(event.type)
+            elif event.type == "content_block_delta":
+                seen.append(event.delta.type)
+        final = stream.get_final_message()
+    assert seen[0] == "content_block_start" and seen[-2:] == ["signature_delta", "content_block_stop"], seen
+    assert set(seen[1:-2]) == {"thinking_delta"}, seen
+    assert final.content[0].thinking == msg.content[0].thinking
+    assert final.content[0].signature == msg.content[0].signature
+
+
 def test_claude_code_shaped_request(server, model_id):
     """What Claude Code sends: system blocks with cache_control, adaptive thinking, output_config,
     context_management, metadata, a max_tokens far beyond the context (cut to what fits)."""
