@@ -200,7 +200,7 @@ void add_serve_command(CLI::App& app) {
                   "free memory)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
-  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY'");
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--log-file", o->log_file, "Append the request log here (default: stderr)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");

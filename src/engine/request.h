@@ -55,6 +55,7 @@ struct Timings {
 struct Final {
   std::string finish_reason;
   std::string error;
+  std::string stop_sequence;  // "stop" by a stop string: that string; else empty
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;

@@ -194,6 +194,7 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   Final f;
   f.finish_reason = reason;
   f.error = error;
+  if (reason == "stop") f.stop_sequence = live.stop.matched();
   f.prompt_tokens = seq ? seq->n_prompt : static_cast<int32_t>(live.request.prompt.size());
   f.completion_tokens = live.n_generated;
   f.cached_tokens = seq ? seq->n_cached : 0;

@@ -16,9 +16,14 @@ std::string StopMatcher::push(std::string_view piece) {
   held_ += piece;
   if (stops_.empty()) return std::exchange(held_, std::string());
   size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
-  if (first != std::string::npos) {
+  const std::string* which = nullptr;
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first) first = at, which = &s;
+  }
+  if (which != nullptr) {
     stopped_ = true;
+    matched_ = *which;
     std::string out = held_.substr(0, first);
     held_.clear();
     return out;

@@ -18,11 +18,15 @@ class StopMatcher {
   // The text still held back (the stream ended without a stop string).
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that completed (the earliest in the text; on a tie the first
+  // given); empty while none has.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace hearth::engine

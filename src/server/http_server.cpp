@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/anthropic_routes.h"
 #include "server/client_socket.h"
 #include "server/openai_protocol.h"
 
@@ -56,6 +57,9 @@ struct HttpServer::Impl {
   const engine::ChatPrompt& chat;
   ServerMetrics& metrics;
   HttpOptions opt;
+  AnthropicRoutes anthropic{engine, chat, metrics, opt.model_id, [this](const std::string& name) {
+                              if (!model_known(name)) throw ApiException(model_not_found(name));
+                            }};
   httplib::Server svr;
   std::mutex log_mu;
   FILE* log = stderr;
@@ -82,13 +86,21 @@ struct HttpServer::Impl {
     std::fflush(log);
   }
 
+  // Errors of the Anthropic routes take Anthropic's shape.
+  static void reply_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+    is_anthropic_path(req.path) ? send_anthropic_error(res, e) : send_error(res, e);
+  }
+
+  // `Authorization: Bearer KEY` or `x-api-key: KEY` (Anthropic's clients), on every route.
   bool authorized(const httplib::Request& req, httplib::Response& res) {
     if (opt.api_key.empty()) return true;
-    const std::string got = req.get_header_value("Authorization");
-    if (constant_time_equal(got, "Bearer " + opt.api_key)) return true;
+    const std::string got = req.get_header_value("Authorization"), got_x = req.get_header_value("x-api-key");
+    if (constant_time_equal(got, "Bearer " + opt.api_key) || constant_time_equal(got_x, opt.api_key)) return true;
     metrics.requests_rejected.inc();
-    send_error(res, authentication_failed(got.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                                      : "invalid API key"));
+    reply_error(req, res,
+                authentication_failed(got.empty() && got_x.empty()
+                                          ? "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                          : "invalid API key"));
     return false;
   }
 
@@ -113,14 +125,14 @@ struct HttpServer::Impl {
           announced = static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")));
         } catch (const std::exception&) {
         }
-        send_error(res, payload_too_large(announced, opt.max_body_bytes));
+        reply_error(req, res, payload_too_large(announced, opt.max_body_bytes));
       } else if (res.status == 404) {
-        send_error(res, ApiError{404, "no route for " + req.method + " " + req.path, "invalid_request_error", "", ""});
+        reply_error(req, res, ApiError{404, "no route for " + req.method + " " + req.path, "invalid_request_error", "", ""});
       } else {
-        send_error(res, ApiError{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""});
+        reply_error(req, res, ApiError{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""});
       }
     });
-    svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    svr.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "unknown error";
       try {
         std::rethrow_exception(ep);
@@ -128,7 +140,7 @@ struct HttpServer::Impl {
         what = e.what();
       } catch (...) {
       }
-      send_error(res, server_error(what));
+      reply_error(req, res, server_error(what));
     });
 
     svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -157,6 +169,12 @@ struct HttpServer::Impl {
     });
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(req, res, false);
+    });
+    svr.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(req, res)) anthropic.messages(req, res);
+    });
+    svr.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(req, res)) anthropic.count_tokens(req, res);
     });
   }
 

@@ -329,12 +329,14 @@ TEST_F(ServeEngineTest, StopStringAndMaxTokens) {
   std::vector<Outcome> outs = collect(chans);
 
   EXPECT_EQ(outs[0].fin.finish_reason, "stop");
+  EXPECT_EQ(outs[0].fin.stop_sequence, stop);  // which stop string ended it
   EXPECT_EQ(outs[0].text, full.substr(0, at));
   EXPECT_EQ(outs[0].fin.completion_tokens, static_cast<int32_t>(want_tokens));
   EXPECT_EQ(outs[0].tokens.size(), want_tokens);
   EXPECT_EQ(outs[0].tokens, std::vector<int32_t>(ref.tokens.begin(), ref.tokens.begin() + want_tokens));
 
   EXPECT_EQ(outs[1].fin.finish_reason, "length");
+  EXPECT_EQ(outs[1].fin.stop_sequence, "");
   EXPECT_EQ(outs[1].fin.completion_tokens, 5);
   EXPECT_EQ(outs[1].tokens, std::vector<int32_t>(ref.tokens.begin(), ref.tokens.begin() + 5));
   EXPECT_EQ(outs[1].text, text_of(5));

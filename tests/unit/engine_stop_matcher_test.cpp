@@ -88,6 +88,25 @@ TEST(StopMatcher, EarliestOfSeveralStopsWins) {
   EXPECT_TRUE(o.stopped());
 }
 
+TEST(StopMatcher, MatchedNamesTheStopThatWon) {
+  StopMatcher none({"END"});
+  EXPECT_EQ(none.push("no stop here"), "no stop here");
+  EXPECT_EQ(none.matched(), "");
+
+  StopMatcher m({"world", "lo"});
+  m.push("hello world");
+  EXPECT_EQ(m.matched(), "lo");  // the earliest in the text, not the first listed
+
+  StopMatcher split({"cd", "bcx"});
+  split.push("ab");
+  split.push("cx");
+  EXPECT_EQ(split.matched(), "bcx");
+
+  StopMatcher tie({"ab", "abc"});  // both start at 0: the first given wins
+  tie.push("abc");
+  EXPECT_EQ(tie.matched(), "ab");
+}
+
 TEST(StopMatcher, HeldPrefixThatIsNotAStopIsReleased) {
   StopMatcher m({"###"});
   EXPECT_EQ(m.push("a #"), "a ");

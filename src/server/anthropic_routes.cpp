@@ -1,0 +1,292 @@
+// The Anthropic Messages routes of `hearth serve`; see anthropic_routes.h.
+#include "server/anthropic_routes.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+#include "server/client_socket.h"
+
+namespace hearth::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+// A stream with nothing to say for this long (a long prefill) gets a ping event, so
+// clients and proxies see the connection alive.
+constexpr auto kPingEvery = std::chrono::seconds(1);
+
+// The local stand-in for make_output_parser: <think>...</think> becomes reasoning, the
+// rest content; tool calls are not recognized (they stay content). A tag split across
+// feeds is held back until it resolves.
+class ThinkSplitter final : public OutputParser {
+ public:
+  explicit ThinkSplitter(const OutputOptions& o)
+      : parse_(o.parse_reasoning), in_reasoning_(o.parse_reasoning && o.starts_in_reasoning) {}
+
+  std::vector<OutputEvent> feed(std::string_view text) override {
+    held_ += text;
+    std::vector<OutputEvent> out;
+    for (;;) {
+      const std::string_view tag = in_reasoning_ ? "</think>" : "<think>";
+      const size_t at = parse_ ? held_.find(tag) : std::string::npos;
+      if (at == std::string::npos) break;
+      emit(out, held_.substr(0, at));
+      held_.erase(0, at + tag.size());
+      in_reasoning_ = !in_reasoning_;
+      trim_newlines_ = true;
+    }
+    size_t keep = 0;  // the longest tail that may still become the tag
+    if (parse_) {
+      const std::string_view tag = in_reasoning_ ? "</think>" : "<think>";
+      for (size_t n = std::min(tag.size() - 1, held_.size()); n > 0; --n) {
+        if (held_.compare(held_.size() - n, n, tag.substr(0, n)) == 0) {
+          keep = n;
+          break;
+        }
+      }
+    }
+    emit(out, held_.substr(0, held_.size() - keep));
+    held_.erase(0, held_.size() - keep);
+    return out;
+  }
+
+  std::vector<OutputEvent> finish() override {
+    std::vector<OutputEvent> out;
+    emit(out, held_);
+    held_.clear();
+    return out;
+  }
+
+ private:
+  void emit(std::vector<OutputEvent>& out, std::string text) {
+    if (trim_newlines_) {  // the "\n" after a <think> / </think> tag belongs to the tag
+      const size_t n = text.find_first_not_of('\n');
+      text.erase(0, n == std::string::npos ? text.size() : n);
+      if (!text.empty()) trim_newlines_ = false;
+    }
+    if (text.empty()) return;
+    OutputEvent e;
+    e.kind = in_reasoning_ ? OutputEvent::Kind::kReasoning : OutputEvent::Kind::kContent;
+    e.text = std::move(text);
+    out.push_back(std::move(e));
+  }
+
+  bool parse_;
+  bool in_reasoning_;
+  bool trim_newlines_ = false;
+  std::string held_;
+};
+
+// Whether the rendered prompt leaves the model inside an open <think> block.
+bool ends_inside_think(const std::string& prompt) {
+  const size_t end = prompt.find_last_not_of(" \n");
+  if (end == std::string::npos) return false;
+  const std::string_view head = std::string_view(prompt).substr(0, end + 1);
+  return head.size() >= 7 && head.substr(head.size() - 7) == "<think>";
+}
+
+// Waits for the next deltas or the end; cancels when the client is gone. False when the
+// engine stopped and nothing will ever come.
+bool next(engine::ServeEngine& engine, engine::RequestChannel& ch, ClientWatch& watch,
+          std::vector<engine::Delta>& out, std::optional<engine::Final>& fin,
+          Clock::time_point& quiet_since) {
+  const bool got = ch.wait(out, fin, kPoll);
+  if (!ch.cancelled() && watch.due(kPoll) && watch.closed()) ch.cancel();
+  if (got) {
+    quiet_since = Clock::now();
+    return true;
+  }
+  return engine.stats().running_loop || Clock::now() - quiet_since <= std::chrono::seconds(5);
+}
+
+// The error of a Final that has no stop reason; a server shutting down is overloaded (529).
+ApiError failed_final_error(const engine::Final& f) {
+  ApiError e = final_error(f);
+  if (f.error.find("shutting down") != std::string::npos) e.status = 503;
+  return e;
+}
+
+}  // namespace
+
+std::unique_ptr<OutputParser> anthropic_output_parser(const OutputOptions& options) {
+  return std::make_unique<ThinkSplitter>(options);
+}
+
+bool is_anthropic_path(std::string_view path) {
+  return path == "/v1/messages" || path.substr(0, 13) == "/v1/messages/" ||
+         path.substr(0, 13) == "/v1/messages?";
+}
+
+void send_anthropic_error(httplib::Response& res, const ApiError& error) {
+  const ApiError a = anthropic_error(error);
+  res.status = a.status;
+  if (a.status == 429 || a.status == 529) res.set_header("Retry-After", "1");
+  res.set_content(anthropic_error_body(a), "application/json");
+}
+
+AnthropicRoutes::AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat,
+                                 ServerMetrics& metrics, std::string model_id,
+                                 std::function<void(const std::string&)> check_model)
+    : engine_(engine),
+      chat_(chat),
+      metrics_(metrics),
+      model_id_(std::move(model_id)),
+      check_model_(std::move(check_model)) {}
+
+AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) const {
+  std::string text;
+  try {
+    text = chat_.render(r.messages, anthropic_template_extra(r));
+  } catch (const Error& e) {
+    throw ApiException(invalid_request(
+        std::string("the chat template failed on these messages: ") + e.what(), "messages"));
+  }
+  text += r.prefill;
+  Prompt p;
+  p.tokens = chat_.encode(text);
+  if (p.tokens.empty())
+    throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
+  p.output.tools = r.tools;
+  p.output.parse_tools = !r.tools.is_null() && !r.tools.empty() && r.tool_choice != "none";
+  p.output.starts_in_reasoning = ends_inside_think(text);
+  return p;
+}
+
+void AnthropicRoutes::count_tokens(const httplib::Request& req, httplib::Response& res) {
+  try {
+    const AnthropicRequest r = parse_anthropic_request(req.body, AnthropicEndpoint::kCountTokens);
+    const Prompt p = prepare(r);
+    res.set_content(dump_json(json{{"input_tokens", p.tokens.size()}}), "application/json");
+  } catch (const ApiException& e) {
+    metrics_.requests_rejected.inc();
+    send_anthropic_error(res, e.error());
+  } catch (const Error& e) {
+    metrics_.requests_rejected.inc();
+    send_anthropic_error(res, invalid_request(e.what()));
+  }
+}
+
+void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<engine::RequestChannel> channel;
+  AnthropicRequest r;
+  Prompt p;
+  try {
+    r = parse_anthropic_request(req.body, AnthropicEndpoint::kMessages);
+    if (r.model) check_model_(*r.model);
+    p = prepare(r);
+    // The prompt must leave room for one generated token; a max_tokens beyond the
+    // context is cut to what is left (agents ask for more than a local context holds).
+    const int64_t limit = std::min(engine_.n_ctx(), engine_.max_sequence_tokens());
+    const auto n_prompt = static_cast<int64_t>(p.tokens.size());
+    if (n_prompt >= limit) throw ApiException(prompt_too_long(n_prompt, limit - 1));
+    engine::GenRequest g;
+    g.prompt = p.tokens;
+    g.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, limit - n_prompt));
+    g.sampler = r.sampler;
+    g.sampler.seed = std::random_device{}();
+    g.stop = r.stop_sequences;
+    channel = std::make_shared<engine::RequestChannel>();
+    switch (engine_.submit(std::move(g), channel)) {
+      case engine::ServeEngine::Admit::kOk:
+        break;
+      case engine::ServeEngine::Admit::kQueueFull:
+        throw ApiException(
+            server_overloaded("the server is at capacity (--max-seqs running and --max-queue "
+                              "waiting); retry later"));
+      case engine::ServeEngine::Admit::kTooLong:
+        throw ApiException(prompt_too_long(n_prompt, limit - 1));
+    }
+  } catch (const ApiException& e) {
+    metrics_.requests_rejected.inc();
+    send_anthropic_error(res, e.error());
+    return;
+  } catch (const Error& e) {
+    metrics_.requests_rejected.inc();
+    send_anthropic_error(res, invalid_request(e.what()));
+    return;
+  }
+
+  std::shared_ptr<OutputParser> parser = anthropic_output_parser(p.output);
+  AnthropicContext ctx{make_response_id("msg_"), r.model.value_or(model_id_)};
+  auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
+
+  if (!r.stream) {
+    std::vector<OutputEvent> events;
+    std::optional<engine::Final> fin;
+    auto quiet_since = Clock::now();
+    while (!fin) {
+      std::vector<engine::Delta> ds;
+      if (!next(engine_, *channel, *watch, ds, fin, quiet_since)) {
+        send_anthropic_error(res, server_error("the engine stopped"));
+        return;
+      }
+      for (const auto& d : ds) {
+        for (auto& e : parser->feed(d.text)) events.push_back(std::move(e));
+      }
+    }
+    for (auto& e : parser->finish()) events.push_back(std::move(e));
+    if (!anthropic_stop_reason(*fin, false)) {
+      send_anthropic_error(res, failed_final_error(*fin));
+      return;
+    }
+    res.set_content(anthropic_message(ctx, events, *fin), "application/json");
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto sse = std::make_shared<AnthropicStream>(ctx);
+  const auto n_prompt = static_cast<int64_t>(p.tokens.size());
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, channel, watch, parser, sse, n_prompt](size_t, httplib::DataSink& sink) {
+        auto last_write = Clock::now();
+        auto write = [&](const std::string& s) {
+          if (s.empty()) return true;
+          last_write = Clock::now();
+          if (sink.write(s.data(), s.size())) return true;
+          channel->cancel();
+          return false;
+        };
+        if (!write(sse->start(n_prompt)) || !write(anthropic_ping())) return false;
+        auto quiet_since = Clock::now();
+        for (;;) {
+          std::vector<engine::Delta> ds;
+          std::optional<engine::Final> fin;
+          if (!next(engine_, *channel, *watch, ds, fin, quiet_since)) {
+            write(sse->error(server_error("the engine stopped")));
+            sink.done();
+            return true;
+          }
+          std::vector<OutputEvent> events;
+          for (const auto& d : ds) {
+            for (auto& e : parser->feed(d.text)) events.push_back(std::move(e));
+          }
+          if (fin) {
+            for (auto& e : parser->finish()) events.push_back(std::move(e));
+            std::string tail =
+                sse->events(events);  // (in this order: finish closes the last block)
+            tail += anthropic_stop_reason(*fin, false) ? sse->finish(*fin)
+                                                       : sse->error(failed_final_error(*fin));
+            write(tail);
+            sink.done();
+            return true;
+          }
+          if (!events.empty()) {
+            if (!write(sse->events(events))) return false;
+          } else if (Clock::now() - last_write >= kPingEvery) {
+            if (!write(anthropic_ping())) return false;
+          }
+        }
+      },
+      [channel](bool) { channel->cancel(); });  // a stream that ends early frees its sequence
+}
+
+}  // namespace hearth::server
