@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/templates/expected/*.json: what Python jinja2 renders for every chat
-template in shared/data/chat-templates/ x every conversation in tests/data/templates/conversations/.
+template in shared/data/chat-templates/ and tests/data/templates/chat-templates-extra/ x every
+conversation in tests/data/templates/conversations/.
 
 jinja2 is set up the way Hugging Face transformers sets it up for chat templates
 (transformers/utils/chat_template_utils.py): ImmutableSandboxedEnvironment with
@@ -33,6 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 TEMPLATES = SHARED / "data" / "chat-templates"
 DATA = ROOT / "tests" / "data" / "templates"
+EXTRA_TEMPLATES = DATA / "chat-templates-extra"
 FIXED_NOW = datetime.datetime(2025, 6, 15, 10, 30, 0)
 FIXED_NOW_ISO = "2025-06-15T10:30:00"
 
@@ -199,7 +201,10 @@ def main():
     out_dir = DATA / "expected"
     out_dir.mkdir(parents=True, exist_ok=True)
     n_err = 0
-    for tpath in sorted(TEMPLATES.glob("*.jinja")):
+    template_paths = sorted(TEMPLATES.glob("*.jinja")) + sorted(EXTRA_TEMPLATES.glob("*.jinja"))
+    stems = [p.stem for p in template_paths]
+    assert len(stems) == len(set(stems)), "template names must be unique across both folders"
+    for tpath in template_paths:
         source = tpath.read_text(encoding="utf-8")
         results = {}
         for name, conv in convs.items():
@@ -235,7 +240,7 @@ def main():
            "chat_template": source, "results": results}
     (out_dir / "_default_model.json").write_text(
         json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(list(TEMPLATES.glob('*.jinja')))} templates x {len(convs)} conversations, "
+    print(f"{len(template_paths)} templates x {len(convs)} conversations, "
           f"{n_err} expected errors")
 
 

@@ -1,5 +1,5 @@
-// Every chat template in shared/data/chat-templates x every conversation in
-// tests/data/templates/conversations, compared byte for byte with what Python
+// Every chat template in shared/data/chat-templates and tests/data/templates/chat-templates-extra
+// x every conversation in tests/data/templates/conversations, compared byte for byte with what Python
 // jinja2 (set up as transformers does) rendered: tests/data/templates/expected/,
 // written by scripts/gen_template_fixtures.py. Where jinja2 raised, Hearth must
 // raise too.
@@ -26,6 +26,7 @@ namespace {
 
 const fs::path kFixtures = fs::path(HEARTH_SOURCE_DIR) / "tests/data/templates";
 const fs::path kTemplates = fs::path(HEARTH_SHARED_DIR) / "data/chat-templates";
+const fs::path kExtraTemplates = kFixtures / "chat-templates-extra";
 
 // Templates Hearth deliberately does not render, with the reason. Empty: all supported.
 const std::map<std::string, std::string> kAllowedFailures = {};
@@ -43,13 +44,19 @@ std::map<std::string, json> load_conversations() {
 TEST(TemplateRender, AllTemplatesMatchJinja2) {
   ASSERT_TRUE(fs::exists(kTemplates)) << kTemplates;
   auto convs = load_conversations();
-  ASSERT_GE(convs.size(), 8u);
+  ASSERT_GE(convs.size(), 20u);
   std::vector<fs::path> templates;
-  for (const auto& e : fs::directory_iterator(kTemplates)) {
-    if (e.path().extension() == ".jinja") templates.push_back(e.path());
+  size_t shared_count = 0;
+  for (const fs::path& dir : {kTemplates, kExtraTemplates}) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == ".jinja") templates.push_back(e.path());
+    }
+    if (dir == kTemplates) shared_count = templates.size();
   }
-  std::sort(templates.begin(), templates.end());
-  ASSERT_EQ(templates.size(), 45u);
+  std::sort(templates.begin(), templates.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  ASSERT_EQ(shared_count, 45u);
+  ASSERT_EQ(templates.size(), 45u + 26u);
 
   int pairs = 0, pairs_ok = 0, templates_ok = 0, error_text_same = 0, errors = 0;
   std::vector<std::string> failures;
