@@ -398,8 +398,7 @@ class Renderer {
         Value d = Value::make_dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i]);
-          if (!k.is_string()) throw_render("dict keys must be strings in templates (got " + type_name(k) + ")");
-          d.dict().set(k.str(), eval(*e.args[i + 1]));
+          d.dict().set(k, eval(*e.args[i + 1]));
         }
         return d;
       }

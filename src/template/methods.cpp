@@ -282,9 +282,8 @@ Value dict_method(const Value& self, const std::string& name, const Args& a) {
     const Value* k = a.get(0, "key");
     if (!k) throw_render("get expected at least 1 argument, got 0");
     const Value* def = a.get(1, "default");
-    if (k->is_string()) {
-      if (const Value* v = d.find(k->str())) return *v;
-    }
+    if (!is_hashable(*k)) throw_render("unhashable type: '" + type_name(*k) + "'");
+    if (const Value* v = d.find(*k)) return *v;
     return def ? *def : Value::none();
   }
   if (name == "copy") {
@@ -296,7 +295,7 @@ Value dict_method(const Value& self, const std::string& name, const Args& a) {
   for (const auto& [k, v] : d.items) {
     if (name == "keys") out.emplace_back(k);
     else if (name == "values") out.push_back(v);
-    else out.push_back(Value::make_tuple({Value(k), v}));
+    else out.push_back(Value::make_tuple({k, v}));
   }
   return Value::make_list(std::move(out));
 }
@@ -357,8 +356,8 @@ Value get_attr(const Value& obj, const std::string& name) {
 Value get_item(const Value& obj, const Value& key) {
   obj.check_defined();
   if (key.is_security_undefined()) key.check_defined();
-  if (obj.is_dict() && key.is_string()) {
-    if (const Value* v = obj.dict().find(key.str())) return *v;
+  if (obj.is_dict()) {  // an unhashable key is a TypeError, which jinja2's getitem turns into undefined
+    if (const Value* v = obj.dict().find(key)) return *v;
   }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t n = obj.is_list() ? static_cast<int64_t>(obj.list().items.size()) : static_cast<int64_t>(utf8_length(obj.str()));

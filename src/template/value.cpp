@@ -85,23 +85,59 @@ const Value* Args::get(size_t idx, std::string_view name) const {
 
 const Value* Dict::find(std::string_view key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (k.is_string() && k.str() == key) return &v;
   }
   return nullptr;
 }
 
 Value* Dict::find(std::string_view key) {
-  for (auto& [k, v] : items) {
-    if (k == key) return &v;
+  return const_cast<Value*>(static_cast<const Dict*>(this)->find(key));
+}
+
+const Value* Dict::find(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.str()));
+  if (!is_hashable(key)) return nullptr;
+  for (const auto& [k, v] : items) {
+    if (!k.is_string() && equals(k, key)) return &v;
   }
   return nullptr;
 }
 
+Value* Dict::find(const Value& key) { return const_cast<Value*>(static_cast<const Dict*>(this)->find(key)); }
+
 void Dict::set(const std::string& key, Value v) {
+  if (Value* slot = find(std::string_view(key))) {
+    *slot = std::move(v);
+  } else {
+    items.emplace_back(Value(key), std::move(v));
+  }
+}
+
+void Dict::set(const char* key, Value v) { set(std::string(key), std::move(v)); }
+
+void Dict::set(const Value& key, Value v) {
+  if (!is_hashable(key)) throw_render("unhashable type: '" + type_name(key) + "'");
   if (Value* slot = find(key)) {
     *slot = std::move(v);
   } else {
     items.emplace_back(key, std::move(v));
+  }
+}
+
+bool is_hashable(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kString: return true;
+    case Kind::kList:
+      if (!v.list().tuple) return false;
+      for (const Value& x : v.list().items) {
+        if (!is_hashable(x)) return false;
+      }
+      return true;
+    default: return false;
   }
 }
 
@@ -308,7 +344,7 @@ std::string repr(const Value& v) {
       for (const auto& [k, val] : v.dict().items) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + repr(val);
+        out += repr(k) + ": " + repr(val);
       }
       return out + "}";
     }
@@ -403,7 +439,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kDict: {
       if (a.dict().items.size() != b.dict().items.size()) return false;
       for (const auto& [k, v] : a.dict().items) {
-        const Value* o = b.dict().find(k);
+        const Value* o = b.dict().find(k);  // any key type
         if (!o || !equals(v, *o)) return false;
       }
       return true;
@@ -451,7 +487,9 @@ bool contains(const Value& c, const Value& item) {
         if (equals(x, item)) return true;
       }
       return false;
-    case Kind::kDict: return item.is_string() && c.dict().find(item.str()) != nullptr;
+    case Kind::kDict:
+      if (!is_hashable(item)) throw_render("unhashable type: '" + type_name(item) + "'");
+      return c.dict().find(item) != nullptr;
     default: throw_render("argument of type '" + type_name(c) + "' is not iterable");
   }
 }
@@ -529,20 +567,30 @@ static void json_dump(std::string& out, const Value& v, const JsonOptions& o, in
       return;
     }
     case Kind::kDict: {
-      std::vector<const std::pair<std::string, Value>*> items;
+      std::vector<const std::pair<Value, Value>*> items;
       for (const auto& kv : v.dict().items) items.push_back(&kv);
       if (items.empty()) {
         out += "{}";
         return;
       }
-      if (o.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      if (o.sort_keys) {  // Python sorts the keys before converting them
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return compare(a->first, b->first) < 0; });
       }
       out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += o.item_sep;
         newline(depth + 1);
-        json_string(out, items[i]->first, o.ensure_ascii);
+        const Value& k = items[i]->first;
+        if (k.is_string()) {
+          json_string(out, k.str(), o.ensure_ascii);
+        } else if (k.is_none() || k.is_bool() || k.is_int() || k.is_float()) {
+          // json.dumps turns these keys into strings: None -> "null", True -> "true", 1.5 -> "1.5"
+          std::string ks;
+          json_dump(ks, k, JsonOptions{}, depth + 1);
+          json_string(out, ks, o.ensure_ascii);
+        } else {
+          throw_render("keys must be str, int, float, bool or None, not " + type_name(k));
+        }
         out += o.key_sep;
         json_dump(out, items[i]->second, o, depth + 1);
       }
@@ -596,7 +644,7 @@ struct Measurer {
           path.push_back(d);
         }
         for (const auto& [k, x] : d->items) {
-          r.bytes += 16 + k.size();
+          r.bytes += 16 + (k.is_string() ? k.str().size() : 8);
           walk(x, depth + 1);
           if (over()) break;
         }

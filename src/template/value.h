@@ -62,13 +62,25 @@ struct List {
   bool tuple = false;      // a Python tuple: repr "(a, b)"
 };
 
-// Insertion-ordered string-keyed dict (Python dict semantics for str keys).
+// Insertion-ordered dict with Python key semantics: keys are None, bool, int, float, str or
+// tuples of those; equal keys are one key (1 == 1.0 == True), the first one given is kept.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> items;
-  const Value* find(std::string_view key) const;
+  std::vector<std::pair<Value, Value>> items;
+  const Value* find(std::string_view key) const;  // the str key `key`
   Value* find(std::string_view key);
+  const Value* find(const Value& key) const;  // any key; an unhashable one finds nothing
+  Value* find(const Value& key);
   void set(const std::string& key, Value v);
+  void set(const Value& key, Value v);  // throws RenderError "unhashable type" for a list/dict key
+  const Value* find(const char* key) const { return find(std::string_view(key)); }
+  Value* find(const char* key) { return find(std::string_view(key)); }
+  Value* find(const std::string& key) { return find(std::string_view(key)); }
+  const Value* find(const std::string& key) const { return find(std::string_view(key)); }
+  void set(const char* key, Value v);
 };
+
+// Whether `v` can be a dict key (Python hashable among template values).
+bool is_hashable(const Value& v);
 
 class Value {
  public:
