@@ -34,4 +34,14 @@ std::vector<Value> iterate(const Value& v);
 // jinja2 object_type_repr: "dict object", "None", ...
 std::string object_type_repr(const Value& v);
 
+// Python format(v, spec): the format-spec mini-language for int, float, bool and str.
+std::string format_value(const Value& v, const std::string& spec);
+
+// Python fmt.format(*a.pos, **a.kw) as jinja2's sandboxed formatter runs it ({0.x} and {0[k]}
+// through get_attr / get_item).
+std::string str_format(const std::string& fmt, const Args& a);
+
+// Python fmt % rhs (printf style; a tuple is the argument list, a dict feeds %(key)s).
+std::string percent_format(const std::string& fmt, const Value& rhs);
+
 }  // namespace hearth::tmpl

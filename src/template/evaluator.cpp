@@ -552,6 +552,7 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
       return Value::make_list(std::move(out));
     }
   }
+  if (op == "%" && a.is_string()) return Value(percent_format(a.str(), b));
   if (!a.is_number() || !b.is_number()) {
     throw_render("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
   }

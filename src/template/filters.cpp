@@ -180,19 +180,21 @@ Value filter_indent(const Value& v, const Args& a) {
   return Value(rv, v.is_safe());
 }
 
+// jinja2 do_title: words split at runs of [-\s({[<], each word's first character upper-cased
+// and the rest lower-cased; do_capitalize: str.capitalize().
 Value filter_title(const std::string& s, bool title) {
+  if (!title) return Value(py_case(s, CaseOp::kCapitalize));
   std::string out;
   bool start = true;
-  for (char c : s) {
-    bool sep = title && (c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '(' || c == '{' ||
-                         c == '[' || c == '<' || c == '\v' || c == '\f');
-    if (start && !sep) {
-      out += (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c;
-      start = false;
+  for (char32_t c : utf8_decode(s)) {
+    bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_py_space(c);
+    if (sep) {
+      utf8_append(out, c);
+      start = true;
     } else {
-      out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+      utf8_append(out, start ? py_upper(c) : py_lower(c));
+      start = false;
     }
-    if (sep) start = true;
   }
   return Value(out);
 }
@@ -284,6 +286,17 @@ Value min_max(const Value& v, const Args& a, bool want_max) {
 
 Value call_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "tojson") return filter_tojson(v, a);
+  if (name == "format") {  // jinja2 do_format: soft_str(value) % (kwargs or args)
+    if (!a.pos.empty() && !a.kw.empty()) throw_render("can't handle positional and keyword arguments at the same time");
+    Value rhs;
+    if (!a.kw.empty()) {
+      rhs = Value::make_dict();
+      for (const auto& [k, x] : a.kw) rhs.dict().set(k, x);
+    } else {
+      rhs = Value::make_tuple(a.pos);
+    }
+    return Value(percent_format(to_str(v), rhs));
+  }
   if (name == "length" || name == "count") return Value(py_len(v));
   if (name == "default" || name == "d") {
     const Value* def = arg(a, 0, "default_value");

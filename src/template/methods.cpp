@@ -14,7 +14,8 @@ const std::set<std::string>& str_methods() {
       "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower",
       "title", "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "isdigit",
       "isalpha", "isalnum", "isspace", "isupper", "islower", "splitlines", "removeprefix", "removesuffix",
-      "casefold", "partition", "rpartition"};
+      "casefold", "partition", "rpartition", "format", "zfill", "center", "ljust", "rjust", "swapcase",
+      "expandtabs", "istitle", "isnumeric", "isdecimal", "format_map"};
   return m;
 }
 const std::set<std::string> kListSafe = {"index", "count", "copy"};
@@ -116,14 +117,6 @@ std::vector<Value> py_split(const std::string& s, const Value* sep, int64_t maxs
   return out;
 }
 
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) {
-    if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-    if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-  }
-  return s;
-}
-
 bool prefix_match(const std::string& s, const Value& p, bool suffix) {
   auto one = [&](const std::string& x) {
     if (x.size() > s.size()) return false;
@@ -153,9 +146,10 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
     if (!p) throw_render(name + "() takes at least 1 argument (0 given)");
     return Value(prefix_match(s, *p, name == "endswith"));
   }
-  if (name == "upper") return Value(ascii_case(s, true));
-  if (name == "lower" || name == "casefold") return Value(ascii_case(s, false));
-  if (name == "title" || name == "capitalize") return call_filter(name, self, Args{});
+  if (name == "upper") return Value(py_case(s, CaseOp::kUpper));
+  if (name == "lower" || name == "casefold") return Value(py_case(s, CaseOp::kLower));
+  if (name == "title") return Value(py_case(s, CaseOp::kTitle));
+  if (name == "capitalize") return Value(py_case(s, CaseOp::kCapitalize));
   if (name == "replace") {
     std::string from = arg_str(a, 0, "old", name), to = arg_str(a, 1, "new", name);
     const Value* cnt = a.get(2, "count");
@@ -256,6 +250,76 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
       return name == "partition" ? Value::make_tuple({Value(s), Value(""), Value("")}) : Value::make_tuple({Value(""), Value(""), Value(s)});
     }
     return Value::make_tuple({Value(s.substr(0, f)), Value(sep), Value(s.substr(f + sep.size()))});
+  }
+  if (name == "format") return Value(str_format(s, a));
+  if (name == "format_map") {
+    const Value* m = a.get(0, "mapping");
+    if (!m || !m->is_dict()) throw_render("format_map() argument must be a mapping");
+    Args kw;
+    for (const auto& [k, v] : m->dict().items) {
+      if (k.is_string()) kw.kw.emplace_back(k.str(), v);
+    }
+    return Value(str_format(s, kw));
+  }
+  if (name == "zfill" || name == "center" || name == "ljust" || name == "rjust") {
+    const Value* w = a.get(0, "width");
+    if (!w || !(w->is_int() || w->is_bool())) throw_render(name + "() argument must be an integer");
+    const size_t width = checked_width(w->as_int(), "width");
+    const size_t len = utf8_length(s);
+    if (len >= width) return self.is_safe() ? Value(s) : self;
+    const size_t total = width - len;
+    if (name == "zfill") {
+      size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+      return Value(s.substr(0, sign) + std::string(total, '0') + s.substr(sign));
+    }
+    std::string fill = " ";
+    if (const Value* f = a.get(1, "fillchar")) {
+      if (!f->is_string() || utf8_length(f->str()) != 1) throw_render("The fill character must be exactly one character long");
+      fill = f->str();
+    }
+    auto rep = [&](size_t n) {
+      std::string out;
+      for (size_t k = 0; k < n; ++k) out += fill;
+      return out;
+    };
+    if (name == "ljust") return Value(s + rep(total));
+    if (name == "rjust") return Value(rep(total) + s);
+    // Python's center puts the odd extra space on the left when the width is odd.
+    size_t left = total / 2 + (total & width & 1);
+    return Value(rep(left) + s + rep(total - left));
+  }
+  if (name == "swapcase") return Value(py_case(s, CaseOp::kSwap));
+  if (name == "expandtabs") {
+    const Value* t = a.get(0, "tabsize");
+    const int64_t tab = t ? t->as_int() : 8;
+    std::string out;
+    size_t col = 0;
+    for (char32_t c : utf8_decode(s)) {
+      if (c == '\t') {
+        if (tab > 0) {
+          size_t n = static_cast<size_t>(tab) - col % static_cast<size_t>(tab);
+          out.append(checked_width(static_cast<int64_t>(n), "expandtabs"), ' ');
+          col += n;
+        }
+      } else {
+        utf8_append(out, c);
+        col = (c == '\n' || c == '\r') ? 0 : col + 1;
+      }
+      if (out.size() > kMaxValueBytes) throw_limit("expandtabs() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
+    }
+    return Value(out);
+  }
+  if (name == "isnumeric" || name == "isdecimal") {
+    if (s.empty()) return Value(false);
+    for (char c : s) {
+      if (c < '0' || c > '9') return Value(false);
+    }
+    return Value(true);
+  }
+  if (name == "istitle") {
+    bool any = false;
+    for (char32_t c : utf8_decode(s)) any = any || py_cased(c);
+    return Value(any && py_case(s, CaseOp::kTitle) == s);
   }
   throw_render("str method '" + name + "' is not supported");
 }

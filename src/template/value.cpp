@@ -261,6 +261,81 @@ bool is_py_space(char32_t c) {
          c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
+// ---------------------------------------------------------------- case
+char32_t py_upper(char32_t c) {
+  if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
+  if (c == 0xB5) return 0x39C;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17F) return 'S';
+    if (c == 0x130 || c == 0x138 || c == 0x149) return c;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 0) ? c - 1 : c;
+    return (c % 2 == 1) ? c - 1 : c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+  if (c == 0x3C2) return 0x3A3;
+  if (c == 0x3AC) return 0x386;
+  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
+  if (c == 0x3CC) return 0x38C;
+  if (c == 0x3CD || c == 0x3CE) return c - 63;
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x52F)) return (c % 2 == 1) ? c - 1 : c;
+  if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
+  return c;
+}
+
+char32_t py_lower(char32_t c) {
+  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x130) return 'i';  // Python gives "i̇" (two code points); close enough for prompts
+    if (c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F) return c;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 1) ? c + 1 : c;
+    return (c % 2 == 0) ? c + 1 : c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 37;
+  if (c == 0x38C) return 0x3CC;
+  if (c == 0x38E || c == 0x38F) return c + 63;
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x52F)) return (c % 2 == 0) ? c + 1 : c;
+  if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
+  return c;
+}
+
+bool py_cased(char32_t c) { return py_upper(c) != c || py_lower(c) != c || c == 0xDF || c == 0x138 || c == 0x149; }
+
+std::string py_case(const std::string& s, CaseOp op) {
+  std::string out;
+  out.reserve(s.size());
+  bool prev_cased = false;
+  bool first = true;
+  for (char32_t c : utf8_decode(s)) {
+    bool up;
+    switch (op) {
+      case CaseOp::kUpper: up = true; break;
+      case CaseOp::kLower: up = false; break;
+      case CaseOp::kSwap: up = py_upper(c) != c || c == 0xDF; break;  // lower-case letters go up
+      case CaseOp::kTitle: up = !prev_cased; break;
+      default: up = first; break;
+    }
+    first = false;
+    prev_cased = py_cased(c);
+    if (up && c == 0xDF) {
+      out += (op == CaseOp::kTitle || op == CaseOp::kCapitalize) ? "Ss" : "SS";
+      continue;
+    }
+    utf8_append(out, up ? py_upper(c) : py_lower(c));
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- str / repr
 std::string float_repr(double d) {
   if (std::isnan(d)) return "nan";

@@ -180,4 +180,13 @@ void utf8_append(std::string& out, char32_t cp);
 size_t utf8_length(std::string_view s);
 bool is_py_space(char32_t c);
 
+// Python's case mapping for Latin, Greek, Cyrillic and fullwidth letters (one code point to
+// one; the few that expand, like U+00DF -> "SS", are handled by py_case).
+char32_t py_upper(char32_t c);
+char32_t py_lower(char32_t c);
+bool py_cased(char32_t c);  // has a case (upper or lower differs)
+enum class CaseOp { kUpper, kLower, kSwap, kTitle, kCapitalize };
+// str.upper() / lower() / swapcase() / title() / capitalize() of UTF-8 text.
+std::string py_case(const std::string& s, CaseOp op);
+
 }  // namespace hearth::tmpl
