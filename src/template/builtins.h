@@ -12,6 +12,9 @@ namespace hearth::tmpl {
 // `value | name(args)`. Unknown name: RenderError "unknown filter 'name'" (unsupported).
 Value call_filter(const std::string& name, const Value& value, const Args& args);
 
+// Whether `name` is a filter this interpreter has (jinja2's `is filter` test).
+bool is_filter_name(const std::string& name);
+
 // `value is name(args)`. Unknown name: RenderError "unknown test 'name'" (unsupported).
 bool call_test(const std::string& name, const Value& value, const Args& args);
 

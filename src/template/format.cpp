@@ -290,13 +290,13 @@ std::string str_format(const std::string& fmt, const Args& a) {
     if (head.empty()) {
       if (used_manual) throw_render("cannot switch from manual field specification to automatic field numbering");
       used_auto = true;
-      if (auto_idx >= a.pos.size()) throw_render("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
+      if (auto_idx >= a.pos.size()) throw_render("tuple index out of range");
       v = a.pos[auto_idx++];
     } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       if (used_auto) throw_render("cannot switch from automatic field numbering to manual field specification");
       used_manual = true;
       size_t idx = head.size() > 6 ? SIZE_MAX : std::stoul(head);
-      if (idx >= a.pos.size()) throw_render("Replacement index " + head + " out of range for positional args tuple");
+      if (idx >= a.pos.size()) throw_render("tuple index out of range");
       v = a.pos[idx];
     } else {
       const Value* kv = nullptr;

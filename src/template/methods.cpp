@@ -66,19 +66,17 @@ std::vector<Value> py_split(const std::string& s, const Value* sep, int64_t maxs
       words.emplace_back(i, j);
       i = j;
     }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
+      // The remainder keeps its inner and far-side whitespace: ' a  b '.split(None, 1) is
+      // ['a', 'b '], '  a b  '.rsplit(None, 1) is ['  a', 'b'].
       if (!from_right) {
         auto last_start = words[static_cast<size_t>(maxsplit)].first;
-        size_t end = cps.size();
-        while (end > last_start && is_py_space(cps[end - 1])) --end;
         words.resize(static_cast<size_t>(maxsplit) + 1);
-        words.back() = {last_start, end};
+        words.back() = {last_start, cps.size()};
       } else {
         size_t keep = static_cast<size_t>(maxsplit);
         size_t first_end = words[words.size() - keep - 1].second;
-        size_t b = 0;
-        while (b < first_end && is_py_space(cps[b])) ++b;
-        std::vector<std::pair<size_t, size_t>> w2 = {{b, first_end}};
+        std::vector<std::pair<size_t, size_t>> w2 = {{0, first_end}};
         w2.insert(w2.end(), words.end() - static_cast<ptrdiff_t>(keep), words.end());
         words = w2;
       }
@@ -144,6 +142,12 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
   if (name == "startswith" || name == "endswith") {
     const Value* p = a.get(0, "prefix");
     if (!p) throw_render(name + "() takes at least 1 argument (0 given)");
+    const Value* st = a.get(1, "start");
+    const Value* en = a.get(2, "end");
+    if ((st && !st->is_none()) || (en && !en->is_none())) {  // s[start:end].startswith(p)
+      Value part = get_slice(self, st ? *st : Value(), en ? *en : Value(), Value());
+      return Value(prefix_match(part.str(), *p, name == "endswith"));
+    }
     return Value(prefix_match(s, *p, name == "endswith"));
   }
   if (name == "upper") return Value(py_case(s, CaseOp::kUpper));
@@ -409,6 +413,9 @@ Value get_attr(const Value& obj, const std::string& name) {
     if (const Value* v = obj.dict().find(name)) return *v;
     return no_attr(obj, name);
   }
+  if (obj.is_list() && obj.list().group && (name == "grouper" || name == "list")) {
+    return obj.list().items[name == "grouper" ? 0 : 1];
+  }
   if (has_method(obj, name)) return bound(obj, name);
   if ((obj.is_list() && kListUnsafe.count(name)) || (obj.is_dict() && kDictUnsafe.count(name))) return unsafe(obj, name);
   if (obj.is_dict()) {
@@ -474,7 +481,8 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
       utf8_append(s, cps[static_cast<size_t>(i)]);
     }
   }
-  return obj.is_list() ? Value::make_list(std::move(items)) : Value(std::move(s));
+  if (obj.is_list()) return obj.list().tuple ? Value::make_tuple(std::move(items)) : Value::make_list(std::move(items));
+  return Value(std::move(s));
 }
 
 std::vector<Value> iterate(const Value& v) {

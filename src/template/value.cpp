@@ -404,6 +404,9 @@ std::string repr(const Value& v) {
     case Kind::kString: return v.is_safe() ? "Markup(" + repr_string(v.str()) + ")" : repr_string(v.str());
     case Kind::kList: {
       if (v.list().generator) return "<generator object>";
+      if (v.list().group && v.list().items.size() == 2) {
+        return "_GroupTuple(grouper=" + repr(v.list().items[0]) + ", list=" + repr(v.list().items[1]) + ")";
+      }
       const bool tuple = v.list().tuple;
       std::string out = tuple ? "(" : "[";
       for (size_t i = 0; i < v.list().items.size(); ++i) {
@@ -498,6 +501,9 @@ bool equals(const Value& a, const Value& b) {
     return a.as_float() == b.as_float();
   }
   if (a.kind() != b.kind()) return false;
+  if (a.is_list() && (a.list().tuple != b.list().tuple || a.list().generator || b.list().generator)) {
+    return a.is_list() && &a.list() == &b.list();  // a tuple never equals a list; generators by identity
+  }
   switch (a.kind()) {
     case Kind::kUndefined:
     case Kind::kNone: return true;

@@ -60,6 +60,7 @@ struct List {
   std::vector<Value> items;
   bool generator = false;  // result of map/select/...: Python generator (not JSON serializable)
   bool tuple = false;      // a Python tuple: repr "(a, b)"
+  bool group = false;      // groupby's (grouper, list) named tuple: also .grouper / .list
 };
 
 // Insertion-ordered dict with Python key semantics: keys are None, bool, int, float, str or
