@@ -29,7 +29,7 @@ size_t parse_number(const std::string& s, size_t& i) {
   size_t n = 0;
   while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
     n = n * 10 + static_cast<size_t>(s[i] - '0');
-    if (n > kMaxValueBytes) throw_limit("format width " + std::to_string(n) + " exceeds the limit");
+    if (n > kMaxValueBytes) throw_limit("format width exceeds the limit of " + std::to_string(kMaxValueBytes));
     ++i;
   }
   return n;

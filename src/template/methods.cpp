@@ -374,7 +374,7 @@ Value unsafe(const Value& obj, const std::string& name) {
 
 Value no_attr(const Value& obj, const std::string& name) {
   std::string t = object_type_repr(obj);
-  return Value::undefined((obj.is_none() ? t : "'" + t + "'") + " has no attribute '" + name + "'");
+  return Value::undefined("'" + t + "' has no attribute '" + name + "'");  // jinja2 3.1 quotes 'None' too
 }
 
 Value bound(const Value& obj, const std::string& name) {

@@ -91,7 +91,12 @@ TEST(TemplateRender, AllTemplatesMatchJinja2) {
       if (want.contains("error")) {
         ++errors;
         ok = !err.empty();
-        if (ok && err.find(want["error"].get<std::string>()) != std::string::npos) ++error_text_same;
+        if (ok && err.find(want["error"].get<std::string>()) != std::string::npos) {
+          ++error_text_same;
+        } else if (ok) {
+          std::printf("error text differs: %s x %s: jinja2 '%s', hearth '%s'\n", stem.c_str(), name.c_str(),
+                      want["error"].get<std::string>().c_str(), err.c_str());
+        }
         if (!ok) failures.push_back(stem + " x " + name + ": jinja2 raised '" + want["error"].get<std::string>() + "' but hearth rendered");
       } else {
         ok = err.empty() && got == want["output"].get<std::string>();
