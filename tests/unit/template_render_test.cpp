@@ -128,4 +128,51 @@ TEST(TemplateRender, AllTemplatesMatchJinja2) {
   EXPECT_EQ(static_cast<size_t>(templates_ok) + kAllowedFailures.size(), templates.size());
 }
 
+// The default model's embedded template (its own bos/eos) and the Qwen3 tokenizer_config's
+// template, over the same conversations (the end-to-end tests run these through `hearth template`).
+TEST(TemplateRender, EmbeddedTemplatesMatchJinja2) {
+  auto convs = load_conversations();
+  json model = json::parse(hearth::read_text_file((kFixtures / "expected/_default_model.json").string()));
+  json qwen = json::parse(hearth::read_text_file((kFixtures / "expected/_qwen3_tokenizer_config.json").string()));
+  json cfg = json::parse(hearth::read_text_file(
+      (fs::path(HEARTH_SHARED_DIR) / "data" / qwen["tokenizer_config"].get<std::string>()).string()));
+  struct Case {
+    const char* what;
+    std::string source;
+    const json* expected;
+    bool own_tokens;
+  } cases[] = {{"default model", model["chat_template"].get<std::string>(), &model, true},
+               {"qwen3 tokenizer_config", cfg["chat_template"].get<std::string>(), &qwen, false}};
+  int pairs = 0, ok = 0;
+  for (const auto& c : cases) {
+    ChatTemplate tmpl(c.source);
+    ChatRenderOptions opts;
+    opts.now = hearth::tmpl::parse_iso_datetime((*c.expected)["now"].get<std::string>());
+    for (auto [name, conv] : convs) {
+      SCOPED_TRACE(std::string(c.what) + " x " + name);
+      if (c.own_tokens) {
+        conv["bos_token"] = (*c.expected)["bos_token"];
+        conv["eos_token"] = (*c.expected)["eos_token"];
+      }
+      const json& want = (*c.expected)["results"][name];
+      std::string got, err;
+      try {
+        got = tmpl.apply(conv, opts);
+      } catch (const hearth::Error& e) {
+        err = e.what();
+      }
+      ++pairs;
+      if (want.contains("error")) {
+        EXPECT_NE(err, "") << "jinja2 raised " << want["error"];
+        ok += !err.empty();
+      } else {
+        EXPECT_EQ(err, "");
+        EXPECT_EQ(got, want["output"].get<std::string>());
+        ok += err.empty() && got == want["output"].get<std::string>();
+      }
+    }
+  }
+  std::printf("embedded templates matched: %d / %d pairs\n", ok, pairs);
+}
+
 }  // namespace
