@@ -155,16 +155,7 @@ Value filter_indent(const Value& v, const Args& a) {
   std::string ind = !w ? "    " : w->is_string() ? w->str() : std::string(checked_width(w->as_int(), "indent width"), ' ');
   bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
   std::string s = to_str(v) + "\n";
-  std::vector<std::string> lines;  // str.splitlines on \n, \r\n, \r
-  size_t b = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\n' || s[i] == '\r') {
-      lines.push_back(s.substr(b, i - b));
-      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-      b = i + 1;
-    }
-  }
-  if (b < s.size()) lines.push_back(s.substr(b));
+  std::vector<std::string> lines = py_splitlines(s);
   if (!ind.empty() && lines.size() > kMaxValueBytes / ind.size()) {
     throw_limit("indent result too large (" + std::to_string(lines.size()) + " lines x " + std::to_string(ind.size()) +
                 " bytes of indentation)");

@@ -213,16 +213,9 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
     return Value(out);
   }
   if (name == "splitlines") {
+    const Value* keep = a.get(0, "keepends");
     std::vector<Value> out;
-    size_t b = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        out.emplace_back(s.substr(b, i - b));
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        b = i + 1;
-      }
-    }
-    if (b < s.size()) out.emplace_back(s.substr(b));
+    for (auto& line : py_splitlines(s, keep && truthy(*keep))) out.emplace_back(std::move(line));
     return Value::make_list(std::move(out));
   }
   if (name == "removeprefix" || name == "removesuffix") {

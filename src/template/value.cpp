@@ -255,6 +255,29 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
+std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;  // bytes of the line break at i
+    if (c == '\r') n = (i + 1 < s.size() && s[i + 1] == '\n') ? 2 : 1;
+    else if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E)) n = 1;
+    else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) n = 2;
+    else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+             (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) n = 3;
+    if (n == 0) {
+      ++i;
+      continue;
+    }
+    out.push_back(s.substr(b, (keepends ? i + n : i) - b));
+    i += n;
+    b = i;
+  }
+  if (b < s.size()) out.push_back(s.substr(b));
+  return out;
+}
+
 bool is_py_space(char32_t c) {
   return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c == 0x85 ||
          c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||

@@ -181,6 +181,9 @@ void utf8_append(std::string& out, char32_t cp);
 size_t utf8_length(std::string_view s);
 bool is_py_space(char32_t c);
 
+// Python str.splitlines: breaks at \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029.
+std::vector<std::string> py_splitlines(const std::string& s, bool keepends = false);
+
 // Python's case mapping for Latin, Greek, Cyrillic and fullwidth letters (one code point to
 // one; the few that expand, like U+00DF -> "SS", are handled by py_case).
 char32_t py_upper(char32_t c);
