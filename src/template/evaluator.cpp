@@ -24,6 +24,15 @@ using ast::StmtKind;
 struct Scope {
   Scope* parent = nullptr;
   std::vector<std::pair<std::string, Value>> vars;
+  // Made when a macro defined here captures this scope; false once the scope has ended.
+  std::shared_ptr<bool> alive;
+  Scope(Scope* p, std::vector<std::pair<std::string, Value>> v) : parent(p), vars(std::move(v)) {}
+  Scope() = default;
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  ~Scope() {
+    if (alive) *alive = false;
+  }
   Value* find(const std::string& name) {
     for (Scope* s = this; s; s = s->parent) {
       for (auto& [k, v] : s->vars) {
@@ -341,9 +350,15 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  // A macro sees the scope it was defined in (a loop body, another macro's frame), as a
+  // Python closure does; called after that scope ended, it falls back to the template's root.
   Value make_macro(const Stmt& s) {
     const Stmt* m = &s;
-    return Value::func("<Macro '" + s.text + "'>", [this, m](Args& a) { return call_macro(*m, a, &root_); });
+    Scope* home = scope_;
+    if (!home->alive) home->alive = std::make_shared<bool>(true);
+    return Value::func("<Macro '" + s.text + "'>", [this, m, home, alive = home->alive](Args& a) {
+      return call_macro(*m, a, *alive ? home : &root_);
+    });
   }
 
   // Runs macro `m` (or a call block's caller) in a new frame below `parent`: parameters from
