@@ -710,7 +710,8 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "%" && a.is_string()) return Value(percent_format(a.str(), b));
   if (!a.is_number() || !b.is_number()) {
-    throw_render("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+    throw_render("unsupported operand type(s) for " + (op == "**" ? std::string("** or pow()") : op) + ": '" +
+                 type_name(a) + "' and '" + type_name(b) + "'");
   }
   bool ints = !a.is_float() && !b.is_float();
   if (op == "/") {

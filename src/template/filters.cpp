@@ -243,10 +243,29 @@ Value filter_round(const Value& v, const Args& a) {
   std::string method = m && m->is_string() ? m->str() : "common";
   int64_t prec = p ? p->as_int() : 0;
   if (!v.is_number()) throw_render("type " + type_name(v) + " doesn't define __round__ method");
+  prec = std::clamp<int64_t>(prec, -400, 400);
   double x = v.as_float(), scale = std::pow(10.0, static_cast<double>(prec));
   if (method == "ceil") return Value(std::ceil(x * scale) / scale);
   if (method == "floor") return Value(std::floor(x * scale) / scale);
   if (method != "common") throw_render("method must be 'common', 'ceil' or 'floor'");
+  if (!v.is_float()) {  // Python round(int, n) stays an int; n < 0 rounds half to even at 10**-n
+    int64_t i = v.as_int();
+    if (prec >= 0) return Value(i);
+    if (prec < -18) return Value(int64_t{0});
+    int64_t unit = 1;
+    for (int64_t k = 0; k < -prec; ++k) unit *= 10;
+    int64_t q = i / unit, r = i % unit;
+    if (r < 0) {
+      r += unit;
+      --q;
+    }
+    if (2 * r > unit || (2 * r == unit && (q % 2 != 0))) ++q;
+    return Value(int_mul(q, unit));
+  }
+  if (prec < 0) {
+    const double unit = std::pow(10.0, static_cast<double>(-prec));
+    return Value(std::nearbyint(x / unit) * unit);
+  }
   if (prec == 0) return Value(std::nearbyint(x));
   char buf[512];
   std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::clamp<int64_t>(prec, 0, 300)), x);

@@ -232,10 +232,21 @@ std::string format_value(const Value& v, const std::string& spec_text) {
   throw_render("unsupported format string passed to " + type_name(v) + ".__format__");
 }
 
-std::string str_format(const std::string& fmt, const Args& a) {
+namespace {
+
+// Field numbering state shared by a format string and the fields nested in its specs.
+struct Numbering {
+  size_t next = 0;
+  bool used_auto = false;
+  bool used_manual = false;
+};
+
+std::string format_fields(const std::string& fmt, const Args& a, Numbering& num, int depth) {
+  if (depth > 2) throw_render("Max string recursion exceeded");
   std::string out;
-  size_t auto_idx = 0;
-  bool used_auto = false, used_manual = false;
+  size_t& auto_idx = num.next;
+  bool& used_auto = num.used_auto;
+  bool& used_manual = num.used_manual;
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
@@ -322,7 +333,7 @@ std::string str_format(const std::string& fmt, const Args& a) {
         k = e + 1;
       }
     }
-    if (spec.find('{') != std::string::npos) spec = str_format(spec, a);
+    if (spec.find('{') != std::string::npos) spec = format_fields(spec, a, num, depth + 1);
     if (conv == "r" || conv == "a") v = Value(repr(v));
     else if (conv == "s") v = Value(to_str(v));
     if (v.is_undefined() && !spec.empty()) v.check_defined();
@@ -330,6 +341,13 @@ std::string str_format(const std::string& fmt, const Args& a) {
     if (out.size() > kMaxValueBytes) throw_limit("format() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
   }
   return out;
+}
+
+}  // namespace
+
+std::string str_format(const std::string& fmt, const Args& a) {
+  Numbering num;
+  return format_fields(fmt, a, num, 0);
 }
 
 std::string percent_format(const std::string& fmt, const Value& rhs) {
