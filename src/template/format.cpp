@@ -29,7 +29,8 @@ size_t parse_number(const std::string& s, size_t& i) {
   size_t n = 0;
   while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
     n = n * 10 + static_cast<size_t>(s[i] - '0');
-    if (n > kMaxValueBytes) throw_limit("format width exceeds the limit of " + std::to_string(kMaxValueBytes));
+    if (n > kMaxValueBytes)
+      throw_limit("format width exceeds the limit of " + std::to_string(kMaxValueBytes));
     ++i;
   }
   return n;
@@ -77,7 +78,8 @@ Spec parse_spec(const std::string& text) {
   return sp;
 }
 
-std::string pad(const std::string& body, const std::string& sign_prefix, const Spec& sp, char default_align) {
+std::string pad(const std::string& body, const std::string& sign_prefix, const Spec& sp,
+                char default_align) {
   size_t len = utf8_length(body) + sign_prefix.size();
   if (len >= sp.width) return sign_prefix + body;
   size_t total = sp.width - len;
@@ -90,10 +92,14 @@ std::string pad(const std::string& body, const std::string& sign_prefix, const S
   };
   char align = sp.align ? sp.align : default_align;
   switch (align) {
-    case '<': return sign_prefix + body + rep(total);
-    case '^': return rep(total / 2) + sign_prefix + body + rep(total - total / 2);
-    case '=': return sign_prefix + rep(total) + body;
-    default: return rep(total) + sign_prefix + body;
+    case '<':
+      return sign_prefix + body + rep(total);
+    case '^':
+      return rep(total / 2) + sign_prefix + body + rep(total - total / 2);
+    case '=':
+      return sign_prefix + rep(total) + body;
+    default:
+      return rep(total) + sign_prefix + body;
   }
 }
 
@@ -118,7 +124,8 @@ std::string sign_of(bool neg, char sign) {
 std::string format_int(int64_t v, const Spec& sp) {
   if (sp.precision >= 0) throw_render("Precision not allowed in integer format specifier");
   bool neg = v < 0;
-  uint64_t mag = neg ? static_cast<uint64_t>(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  uint64_t mag =
+      neg ? static_cast<uint64_t>(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
   std::string digits, prefix;
   char t = sp.type ? sp.type : 'd';
   if (t == 'c') {
@@ -127,7 +134,8 @@ std::string format_int(int64_t v, const Spec& sp) {
     return pad(s, "", sp, '<');
   }
   int base = t == 'x' || t == 'X' ? 16 : t == 'o' ? 8 : t == 'b' ? 2 : 10;
-  if (t != 'd' && t != 'n' && base == 10) throw_render(std::string("Unknown format code '") + t + "' for object of type 'int'");
+  if (t != 'd' && t != 'n' && base == 10)
+    throw_render(std::string("Unknown format code '") + t + "' for object of type 'int'");
   if (mag == 0) digits = "0";
   while (mag) {
     int d = static_cast<int>(mag % static_cast<uint64_t>(base));
@@ -136,7 +144,8 @@ std::string format_int(int64_t v, const Spec& sp) {
   }
   std::reverse(digits.begin(), digits.end());
   digits = group_digits(digits, sp.grouping, base == 10 ? 3 : 4);
-  if (sp.alt && base != 10) prefix = base == 16 ? (t == 'X' ? "0X" : "0x") : base == 8 ? "0o" : "0b";
+  if (sp.alt && base != 10)
+    prefix = base == 16 ? (t == 'X' ? "0X" : "0x") : base == 8 ? "0o" : "0b";
   return pad(digits, sign_of(neg, sp.sign) + prefix, sp, '>');
 }
 
@@ -197,7 +206,8 @@ std::string format_float(double v, const Spec& sp) {
   }
   if (sp.grouping) {
     size_t end = body.find_first_not_of("0123456789");
-    body = group_digits(body.substr(0, end), sp.grouping, 3) + (end == std::string::npos ? "" : body.substr(end));
+    body = group_digits(body.substr(0, end), sp.grouping, 3) +
+           (end == std::string::npos ? "" : body.substr(end));
   }
   return pad(body, sign_of(neg, sp.sign), sp, '>');
 }
@@ -208,7 +218,8 @@ std::string format_value(const Value& v, const std::string& spec_text) {
   if (spec_text.empty()) return to_str(v);
   Spec sp = parse_spec(spec_text);
   if (v.is_int() || v.is_bool()) {
-    if (sp.type && std::string("eEfFgG%").find(sp.type) != std::string::npos) return format_float(v.as_float(), sp);
+    if (sp.type && std::string("eEfFgG%").find(sp.type) != std::string::npos)
+      return format_float(v.as_float(), sp);
     return format_int(v.as_int(), sp);
   }
   if (v.is_float()) {
@@ -218,7 +229,8 @@ std::string format_value(const Value& v, const std::string& spec_text) {
     return format_float(v.as_float(), sp);
   }
   if (v.is_string()) {
-    if (sp.type && sp.type != 's') throw_render(std::string("Unknown format code '") + sp.type + "' for object of type 'str'");
+    if (sp.type && sp.type != 's')
+      throw_render(std::string("Unknown format code '") + sp.type + "' for object of type 'str'");
     if (sp.sign != '-') throw_render("Sign not allowed in string format specifier");
     if (sp.align == '=') throw_render("'=' alignment not allowed in string format specifier");
     std::string s = v.str();
@@ -270,8 +282,10 @@ std::string format_fields(const std::string& fmt, const Args& a, Numbering& num,
     size_t j = i + 1;
     int depth = 1;
     while (j < fmt.size() && depth > 0) {
-      if (fmt[j] == '{') ++depth;
-      else if (fmt[j] == '}') --depth;
+      if (fmt[j] == '{')
+        ++depth;
+      else if (fmt[j] == '}')
+        --depth;
       if (depth > 0) ++j;
     }
     if (j >= fmt.size()) throw_render("expected '}' before end of string");
@@ -280,10 +294,14 @@ std::string format_fields(const std::string& fmt, const Args& a, Numbering& num,
     std::string spec, conv;
     size_t colon = std::string::npos, bang = std::string::npos;
     for (size_t k = 0, br = 0; k < field.size(); ++k) {
-      if (field[k] == '[') ++br;
-      else if (field[k] == ']' && br) --br;
-      else if (!br && field[k] == '!' && bang == std::string::npos && colon == std::string::npos) bang = k;
-      else if (!br && field[k] == ':' && colon == std::string::npos) colon = k;
+      if (field[k] == '[')
+        ++br;
+      else if (field[k] == ']' && br)
+        --br;
+      else if (!br && field[k] == '!' && bang == std::string::npos && colon == std::string::npos)
+        bang = k;
+      else if (!br && field[k] == ':' && colon == std::string::npos)
+        colon = k;
     }
     if (colon != std::string::npos) {
       spec = field.substr(colon + 1);
@@ -292,19 +310,23 @@ std::string format_fields(const std::string& fmt, const Args& a, Numbering& num,
     if (bang != std::string::npos) {
       conv = field.substr(bang + 1);
       field = field.substr(0, bang);
-      if (conv != "r" && conv != "s" && conv != "a") throw_render("Unknown conversion specifier " + conv);
+      if (conv != "r" && conv != "s" && conv != "a")
+        throw_render("Unknown conversion specifier " + conv);
     }
     size_t k = 0;
     while (k < field.size() && field[k] != '.' && field[k] != '[') ++k;
     std::string head = field.substr(0, k);
     Value v;
     if (head.empty()) {
-      if (used_manual) throw_render("cannot switch from manual field specification to automatic field numbering");
+      if (used_manual)
+        throw_render("cannot switch from manual field specification to automatic field numbering");
       used_auto = true;
       if (auto_idx >= a.pos.size()) throw_render("tuple index out of range");
       v = a.pos[auto_idx++];
-    } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      if (used_auto) throw_render("cannot switch from automatic field numbering to manual field specification");
+    } else if (std::all_of(head.begin(), head.end(),
+                           [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      if (used_auto)
+        throw_render("cannot switch from automatic field numbering to manual field specification");
       used_manual = true;
       size_t idx = head.size() > 6 ? SIZE_MAX : std::stoul(head);
       if (idx >= a.pos.size()) throw_render("tuple index out of range");
@@ -327,18 +349,22 @@ std::string format_fields(const std::string& fmt, const Args& a, Numbering& num,
         size_t e = field.find(']', k);
         if (e == std::string::npos) throw_render("Missing ']' in format string");
         std::string key = field.substr(k + 1, e - k - 1);
-        bool digits = !key.empty() && key.size() < 18 &&
-                      std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        bool digits =
+            !key.empty() && key.size() < 18 &&
+            std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
         v = get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(key))) : Value(key));
         k = e + 1;
       }
     }
     if (spec.find('{') != std::string::npos) spec = format_fields(spec, a, num, depth + 1);
-    if (conv == "r" || conv == "a") v = Value(repr(v));
-    else if (conv == "s") v = Value(to_str(v));
+    if (conv == "r" || conv == "a")
+      v = Value(repr(v));
+    else if (conv == "s")
+      v = Value(to_str(v));
     if (v.is_undefined() && !spec.empty()) v.check_defined();
     out += format_value(v, spec);
-    if (out.size() > kMaxValueBytes) throw_limit("format() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
+    if (out.size() > kMaxValueBytes)
+      throw_limit("format() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
   }
   return out;
 }
@@ -389,12 +415,18 @@ std::string percent_format(const std::string& fmt, const Value& rhs) {
     sp.align = '>';
     for (; i < fmt.size(); ++i) {
       char f = fmt[i];
-      if (f == '-') sp.align = '<';
-      else if (f == '+') sp.sign = '+';
-      else if (f == ' ') sp.sign = sp.sign == '+' ? '+' : ' ';
-      else if (f == '#') sp.alt = true;
-      else if (f == '0') sp.zero = true;
-      else break;
+      if (f == '-')
+        sp.align = '<';
+      else if (f == '+')
+        sp.sign = '+';
+      else if (f == ' ')
+        sp.sign = sp.sign == '+' ? '+' : ' ';
+      else if (f == '#')
+        sp.alt = true;
+      else if (f == '0')
+        sp.zero = true;
+      else
+        break;
     }
     if (i < fmt.size() && fmt[i] == '*') {
       Value w = take();
@@ -440,7 +472,8 @@ std::string percent_format(const std::string& fmt, const Value& rhs) {
       piece = pad(s, "", ps, '>');
     } else if (t == 'd' || t == 'i' || t == 'u' || t == 'x' || t == 'X' || t == 'o') {
       if (!v.is_number()) {
-        throw_render(std::string("%") + t + " format: " + (t == 'd' || t == 'i' || t == 'u' ? "a real number" : "an integer") +
+        throw_render(std::string("%") + t + " format: " +
+                     (t == 'd' || t == 'i' || t == 'u' ? "a real number" : "an integer") +
                      " is required, not " + type_name(v));
       }
       if (v.is_float() && t != 'd' && t != 'i' && t != 'u') {
@@ -452,10 +485,13 @@ std::string percent_format(const std::string& fmt, const Value& rhs) {
       int prec = is.precision;
       is.precision = -1;
       if (prec > 0) {  // %.3d pads the digits with zeros
-        std::string digits = format_int(n < 0 ? -n : n, Spec{' ', 0, '-', false, false, 0, 0, -1, is.type});
-        if (static_cast<int>(digits.size()) < prec) digits = std::string(static_cast<size_t>(prec) - digits.size(), '0') + digits;
+        std::string digits =
+            format_int(n < 0 ? -n : n, Spec{' ', 0, '-', false, false, 0, 0, -1, is.type});
+        if (static_cast<int>(digits.size()) < prec)
+          digits = std::string(static_cast<size_t>(prec) - digits.size(), '0') + digits;
         std::string prefix = sign_of(n < 0, is.sign);
-        if (is.alt && is.type != 'd') prefix += is.type == 'o' ? "0o" : is.type == 'X' ? "0X" : "0x";
+        if (is.alt && is.type != 'd')
+          prefix += is.type == 'o' ? "0o" : is.type == 'X' ? "0X" : "0x";
         piece = pad(digits, prefix, is, '>');
       } else {
         piece = format_int(n, is);
@@ -468,17 +504,22 @@ std::string percent_format(const std::string& fmt, const Value& rhs) {
       piece = format_float(v.as_float(), fs);
     } else if (t == 'c') {
       std::string s;
-      if (v.is_int()) utf8_append(s, static_cast<char32_t>(v.as_int()));
-      else if (v.is_string() && utf8_length(v.str()) == 1) s = v.str();
-      else throw_render("%c requires int or char");
+      if (v.is_int())
+        utf8_append(s, static_cast<char32_t>(v.as_int()));
+      else if (v.is_string() && utf8_length(v.str()) == 1)
+        s = v.str();
+      else
+        throw_render("%c requires int or char");
       piece = pad(s, "", sp, '>');
     } else {
       throw_render(std::string("unsupported format character '") + t + "'");
     }
     out += piece;
-    if (out.size() > kMaxValueBytes) throw_limit("% format result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
+    if (out.size() > kMaxValueBytes)
+      throw_limit("% format result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
   }
-  if (!mapping && next < args.size()) throw_render("not all arguments converted during string formatting");
+  if (!mapping && next < args.size())
+    throw_render("not all arguments converted during string formatting");
   return out;
 }
 
