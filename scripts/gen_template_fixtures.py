@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/templates/expected/*.json: what Python jinja2 renders for every chat
-template in shared/data/chat-templates/ x every conversation in tests/data/templates/conversations/.
+template in shared/data/chat-templates/ and tests/data/templates/chat-templates-extra/ x every
+conversation in tests/data/templates/conversations/.
 
 jinja2 is set up the way Hugging Face transformers sets it up for chat templates
 (transformers/utils/chat_template_utils.py): ImmutableSandboxedEnvironment with
@@ -33,6 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 TEMPLATES = SHARED / "data" / "chat-templates"
 DATA = ROOT / "tests" / "data" / "templates"
+EXTRA_TEMPLATES = DATA / "chat-templates-extra"
 FIXED_NOW = datetime.datetime(2025, 6, 15, 10, 30, 0)
 FIXED_NOW_ISO = "2025-06-15T10:30:00"
 
@@ -126,6 +128,48 @@ SNIPPETS = [
     ("err_add_types", "{{ 1 + 'a' }}"),
     ("err_div_zero", "{{ 1 / 0 }}"),
     ("err_items_filter", "{{ xs | items | list }}"),
+    # Python / jinja2 semantics that real chat templates reach (issue 14).
+    ("str_format", "{{ '<{}|{}>'.format(n, s.strip()) }} {{ '{0}-{0}-{1}'.format('a', 2) }} {{ '{x}/{y!r}'.format(x=1, y='q') }} {{ '{:>6}|{:<4}|{:^7}|'.format('ab', 'c', 'mid') }} {{ '{:05.2f} {:.3e} {:,} {:_} {:x} {:#b} {:+d} {:%}'.format(f, 12345.678, 1234567, 1000000, 255, 5, n, 0.25) }} {{ '{0[role]} {0.content} {1[0]}'.format(msgs[0], xs) }} {{ '{{literal}} {}'.format(none) }} {{ '{:*^9}'.format('mid') }} {{ '{:.2}'.format('abcdef') }} {{ '{:g} {:g} {}'.format(1e20, 0.0001, 1e20) }} {{ '{:.1f}'.format(t) }} {{ '{}'.format(d) }} {{ '{:d}'.format(t) }}"),
+    ("percent_format", "{{ '%s=%d' % ('k', 7) }} {{ '%05.1f|%-4s|%4s|%x|%o|%e|%g' % (f, 'a', 'b', 255, 8, 12345.678, 0.5) }} {{ '%(a)s+%(b)s' % {'a': 1, 'b': 'two'} }} {{ '%s' % none }} {{ '%r %%' % 'q' }} {{ '%s' % [1, 2] }} {{ '%3d|%-3d|%+d|%.3d' % (5, 5, 5, 5) }} {{ '%s' | format('x') }} {{ '%s-%s' | format(1, none) }} {{ '%(k)s' | format(k='v') }} {{ '%c%c' % (65, 'b') }} {{ '%i %u' % (3.9, -2) }}"),
+    ("err_format_missing", "{{ '{} {}'.format(1) }}"),
+    ("err_percent_args", "{{ '%s %s' % ('a',) }}"),
+    ("err_percent_extra", "{{ '%s' % ('a', 'b') }}"),
+    ("int_keys", "{% set m = {0: 'zero', 512: 'half', 1.5: 'f', none: 'n', true: 't', 'k': 1} %}{{ m[0] }} {{ m[512] }} {{ m.get(512) }} {{ m[1.5] }} {{ m[none] }} {{ m[1] }} {{ 512 in m }} {{ 3 in m }} {{ m | length }} {{ m }} {{ m | tojson }} {% for k, v in {3: 'c', 1: 'a', 2: 'b'} | dictsort %}{{ k }}{{ v }}{% endfor %} {{ {(1, 2): 'tup'}[(1, 2)] }} {{ {1: 'a', 1.0: 'b'} }}"),
+    ("err_unhashable", "{{ {[1]: 2} }}"),
+    ("unicode_case", "{{ 'straße ÀÉÎõü ΑΒΓ αβγ Привет' | upper }} {{ 'ÀÉÎ ΑΒΓ ПРИВЕТ' | lower }} {{ 'élan vital über' | title }} {{ 'élan' | capitalize }} {{ \"they're bill's 3rd_case\".title() }} {{ 'hello world'.capitalize() }} {{ 'ÀbC'.swapcase() }} {{ 'Hello World'.istitle() }} {{ 'hello'.istitle() }} {{ 'ǅ x'.upper() | length }}"),
+    ("str_methods_more", "{{ '42'.zfill(5) }} {{ '-7'.zfill(4) }} {{ 'ab'.center(7, '*') }} {{ 'ab'.ljust(5, '.') }}| {{ 'ab'.rjust(5) }} {{ 'a\\tb\\tc'.expandtabs(4) }} {{ '123'.isnumeric() }} {{ 'abc'.isdecimal() }} {{ 'a b c'.split(none, 1) }} {{ '  a b  '.rsplit(none, 1) }} {{ 'a-b-c'.rsplit('-', maxsplit=1) }} {{ 'xxabxx'.lstrip('x') }} {{ 'xxabxx'.rstrip('x') }} {{ 'aaa'.replace('a', 'b', 1) }} {{ 'a.b.c'.rfind('.') }} {{ 'hello'.startswith('ell', 1) }} {{ 'hello'.endswith(('x', 'lo')) }} {{ 'Tool: x'.removeprefix('Tool: ') }} {{ 'a,b'.partition(',') }} {{ 'line1\\nline2\\r\\nline3'.splitlines() }} {{ 'abc'.index('c') }} {{ 'abcabc'.count('bc') }}"),
+    ("list_dict_methods", "{{ xs.index(2) }} {{ xs.count(3) }} {{ xs.copy() }} {{ d.get('zz') is none }} {{ d.get('a', 5) }} {{ d.keys() | list | length }} {{ d.items() | list }} {{ d.values() | list }} {{ d.copy() }} {{ 'b' in d.keys() }} {{ 1 in d.values() }} {{ (d | list)[0] }} {{ msgs | map('tojson') | join('|') }}"),
+    ("membership", "{{ 'ell' in 'hello' }} {{ '' in 'x' }} {{ 'a' in ['a', 'b'] }} {{ 1 in [1.0] }} {{ 'a' in {'a': 1} }} {{ 'z' not in d }} {{ none in [none] }} {{ [1] in [[1], 2] }} {{ 'x' in zz }} {{ 'role' in msgs[0] }} {{ 2 in (1, 2) }}"),
+    ("slicing_more", "{{ xs[-2:] }} {{ xs[::2] }} {{ xs[-1::-2] }} {{ xs[5:1:-1] }} {{ 'hello'[-3:] }} {{ 'hello'[:-10] }} {{ 'hello'[::-2] }} {{ (1, 2, 3)[1:] }} {{ msgs[1:] | length }} {{ xs[1:2][0] }} {{ 'abc'[-1] }} {{ xs[-10:10] }}"),
+    ("loop_vars_more", "{% for m in msgs %}{{ loop.index0 }}:{{ m.role }}{{ '|' if not loop.last }}{% if loop.previtem is defined %}<{{ loop.previtem.role }}{% endif %}{% if loop.nextitem is defined %}>{{ loop.nextitem.role }}{% endif %} {% endfor %} {% for x in [1, 1, 2, 3, 3] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %} {% for a in xs %}{% for b in 'xy' %}{{ loop.index }}{{ b }}{% endfor %}{{ loop.index }};{% endfor %} {% for x in xs %}{{ loop.cycle('odd', 'even') }}{% endfor %} {% for k, v in d | dictsort %}{{ loop.length }}{{ k }}{% endfor %}"),
+    ("recursive_loop", "{% set tree = [{'n': 'a', 'c': [{'n': 'b', 'c': []}, {'n': 'c', 'c': [{'n': 'd', 'c': []}]}]}] %}{% for node in tree recursive %}[{{ node.n }}:{{ loop.depth }}{{ loop.depth0 }}{% if node.c %}{{ loop(node.c) }}{% endif %}]{% endfor %}"),
+    ("call_block", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}inner {{ n }}{% endcall %} {% macro each(items) %}{% for i in items %}{{ caller(i) }}{% endfor %}{% endmacro %}{% call(x) each(xs) %}({{ x }}){% endcall %} {% macro m2() %}{{ caller is defined }}{% endmacro %}{{ m2() }}"),
+    ("macro_args", "{% macro f(a, b=2) %}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ f(1) }} {{ f(1, 3, 4, 5) }} {{ f(1, z=9) }} {% macro g(x, y=x ~ '!') %}{{ y }}{% endmacro %}{{ g('hi') }} {% macro h() %}{{ n }}{% endmacro %}{% set n = 99 %}{{ h() }}"),
+    ("with_block", "{% with a = 1, b = n %}{{ a + b }}{% endwith %} {% with %}{% set q = 3 %}{{ q }}{% endwith %}[{{ q }}]"),
+    ("filters_more", "{{ 'hello world foo' | truncate(9) }} {{ 'hello world' | truncate(20) }} {{ 'abcdefgh' | truncate(5, true, '~', 0) }} {{ '<b>x</b> <i>y</i>' | striptags }} {{ 'a b' | urlencode }} {{ {'q': 'a b', 'n': 1} | urlencode }} {{ xs | slice(2) | list }} {{ [{'k': 'a', 'v': 1}, {'k': 'b', 'v': 2}, {'k': 'a', 'v': 3}] | groupby('k') | map(attribute='grouper') | list }} {% for g, items in msgs | groupby('role') %}{{ g }}={{ items | length }};{% endfor %} {{ 1536 | filesizeformat }} {{ 1536 | filesizeformat(true) }} {{ 'x' | center(5) }}| {{ [3, 1] | sort | first }} {{ msgs | sort(attribute='role', reverse=true) | map(attribute='role') | join }} {{ [1, 2.5] | sum }} {{ ['b', 'A', 'c'] | sort }} {{ ['b', 'A', 'c'] | sort(case_sensitive=true) }} {{ {'a': 2, 'b': 1, 'c': 3} | dictsort(by='value', reverse=true) | first }} {{ none | string }} {{ [1, 2] | string }} {{ 3 | float }} {{ 3.7 | int }} {{ -3.5 | round }} {{ 2.675 | round(2) }} {{ 5 | round(1, 'floor') }} {{ '10' | int + 1 }} {{ '0x1A' | int(base=16) }} {{ 'abc' | float(1.5) }} {{ [[1, 2], [3]] | sum(start=[]) }}"),
+    ("filters_select", "{{ msgs | selectattr('role', 'in', ['user', 'system']) | list | length }} {{ msgs | selectattr('role', '==', 'assistant') | map(attribute='content') | first }} {{ msgs | rejectattr('role', 'equalto', 'user') | list | length }} {{ [none, 1, '', 'a', 0, []] | select | list }} {{ [1, none, 2] | reject('none') | list }} {{ xs | select('gt', 1) | list }} {{ xs | select('in', [1, 3]) | list }} {{ ['a', 1, none] | select('string') | list }} {{ msgs | map(attribute='x', default=0) | list }} {{ [[1, 2], [3, 4]] | map('first') | list }} {{ ['1', '2'] | map('int') | sum }} {{ msgs | selectattr('x', 'defined') | list | length }} {{ msgs | selectattr('x', 'undefined') | list | length }} {{ [1, 2, 2, 'a', 'A'] | unique | list }} {{ msgs | unique(attribute='role') | list | length }} {{ msgs | join(', ', attribute='role') }} {{ xs | map('string') | join }} {{ msgs | map(attribute='role') | map('upper') | list }}"),
+    ("tests_more", "{{ none is not none }} {{ n is not string }} {{ xs is not mapping }} {{ d is iterable }} {{ 'x' is iterable }} {{ 5 is iterable }} {{ none is iterable }} {{ d is sequence }} {{ t is sameas true }} {{ 1 is sameas true }} {{ 1.0 is number }} {{ t is integer }} {{ 'a' is lower }} {{ 'A' is upper }} {{ range is callable }} {{ xs is callable }} {{ 'x' is in 'xyz' }} {{ n is divisibleby(7) }} {{ msgs[0] is mapping }} {{ zz is none }} {{ zz is not defined }} {{ none is defined }} {{ f is float }} {{ 'x' is escaped }} {{ ('x' | e) is escaped }} {{ 3 is eq 3.0 }} {{ 'x' is filter }} {{ 'upper' is filter }} {{ 'odd' is test }}"),
+    ("undefined_more", "[{{ zz }}] [{{ d.zz }}] [{{ msgs[0].zz }}] {{ zz | default('a') }} {{ d.zz | default('b') }} {{ (d.zz or 'c') }} {{ zz is defined }} {{ d.zz is none }} {% if d.zz %}y{% else %}n{% endif %} {% for x in d.zz %}{{ x }}{% else %}e{% endfor %} {{ zz | length }} {{ d.zz ~ 'x' }} {{ [zz] | length }} {{ msgs[9] is defined }} {{ zz == none }} {{ not zz }} {{ zz | list }} {{ zz | join(',') }} {{ zz | string }} {{ zz | tojson if zz is defined else 'u' }}"),
+    ("err_undefined_call", "{{ zz() }}"),
+    ("err_undefined_item", "{{ d.zz.yy }}"),
+    ("err_undefined_iter_attr", "{% for x in d.zz.items() %}{% endfor %}"),
+    ("err_undefined_compare", "{{ zz > 1 }}"),
+    ("err_undefined_tojson", "{{ zz | tojson }}"),
+    ("values_print", "{{ 1.0 }} {{ 3 / 1 }} {{ 2 ** 0.5 }} {{ 10 // 3 }} {{ 10.0 // 3 }} {{ -0.0 }} {{ 1e300 * 10 }} {{ 5 / 2 }} {{ 0.1 * 3 }} {{ 100.0 }} {{ 1.5e-7 }} {{ [1.0, 2] }} {{ {'a': 1.0} }} {{ (1,) }} {{ () }} {{ true + 1 }} {{ true ~ '' }} {{ none ~ '' }} {{ [none] }} {{ 'a' ~ 1.0 }} {{ 7 % -3 }} {{ 2 ** -1 }} {{ 1_000 }} {{ 0.5 | round }} {{ 1.5 | round }} {{ 1.2345 | round(2) }}"),
+    ("tojson_more", "{{ msgs | tojson(indent=2) }} {{ {'b': [1, {'c': []}], 'a': {}} | tojson(indent=1, sort_keys=true) }} {{ ['é', '\\u2028', '\\x7f', '</script>'] | tojson }} {{ 1.0 | tojson }} {{ 1e20 | tojson }} {{ 'x' | tojson | safe }} {{ d | tojson(separators=(',', ':')) }} {{ (1, 2) | tojson }} {{ d.items() | list | tojson }} {{ {'k': ('a', none)} | tojson }} {{ xs | tojson(indent='\\t') }}"),
+    ("namespace_more", "{% set ns = namespace(found=false, items=[], d={}) %}{% for m in msgs %}{% if m.role == 'assistant' %}{% set ns.found = true %}{% endif %}{% set ns.items = ns.items + [m.role] %}{% endfor %}{{ ns.found }} {{ ns.items }} {% set ns2 = namespace({'a': 1}, b=2) %}{{ ns2.a }}{{ ns2.b }} {{ ns.missing is defined }} {% set ns.d = dict(ns.d, k='v') %}{{ ns.d }}"),
+    ("globals_more", "{% set c = cycler('a', 'b') %}{{ c.next() }}{{ c.next() }}{{ c.next() }}{{ c.current }} {% set j = joiner(', ') %}{% for x in xs %}{{ j() }}{{ x }}{% endfor %} {{ range(2, 8, 2) | list }} {{ range(3) | reverse | list }} {{ dict(a=1) | items | list }}"),
+    ("string_ops", "{{ 'a' + 'b' ~ 'c' }} {{ 'ab' * 2 }} {{ 2 * 'ab' }} {{ 'x' ~ [1] }} {{ 'q' ~ {'a': 'b'} }} {{ 'a' < 'b' }} {{ 'B' < 'a' }} {{ 'é' > 'z' }} {{ '10' < '9' }} {{ 'a' == 'a' }} {{ [1, 'a'] == [1, 'a'] }} {{ (1, 2) == [1, 2] }} {{ 'abc' is string and 'abc'[0] == 'a' }} {{ ('%s' % 1) + '!' }}"),
+    ("whitespace_more", "{%- for m in msgs -%}\n  {{- m.role -}}\n  {%- if not loop.last %},{% endif -%}\n{%- endfor %}\n{% if true -%}\n    x\n{%- endif %}\n  {% set a = 1 %}\n  y\n"),
+    ("precedence", "{{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ not 1 in [1] }} {{ 'a' ~ 'b' | upper }} {{ -1 | abs }} {{ 'x' if false else 'y' | upper }} {{ 3 - 1 - 1 }} {{ 12 / 2 / 3 }} {{ 2 * 3 % 4 }} {{ 1 < 2 == true }} {{ (1, 2,) }} {{ [1, 2,] }} {{ {'a': 1,} }} {{ not not 0 }} {{ 1 if 0 else 2 if 0 else 3 }} {{ 'ab'[0] ~ 'cd'[-1] }} {{ xs[0] + xs[-1] * 2 }} {{ msgs | length > 1 and msgs[0].role == 'user' }} {{ n is odd and n is not even }} {{ 10 // 3 * 3 + 10 % 3 }} {{ - n }} {{ + f }}"),
+    ("whitespace_edge", "{%- if t -%}\n  A\n{%- endif -%}\n  {# c #}\n  B\n{% for x in xs -%}\n  {{ x }}\n{%- endfor %}\n  {%- if t %}\n  C {%+ if t %}D{% endif +%}\n  E\n  {%- endif %}\n{{ '  ' }}F\n{%- raw %} {{ G }} {% endraw -%}\n   H"),
+    ("loop_filter_scope", "{% for m in msgs if m.role != 'system' %}{{ loop.index }}/{{ loop.length }}{{ m.role[0] }}{{ ',' if not loop.last }}{% endfor %} {% set outer = 'o' %}{% for x in xs %}{% set outer = x %}{% set inner = x %}{% endfor %}{{ outer }}[{{ inner }}] {% for x in [] %}{% else %}{{ loop is defined }}{% endfor %} {% for i in range(3) %}{% for j in range(i) %}{{ i }}{{ j }}{% if loop.last %};{% endif %}{% endfor %}{% endfor %}"),
+    ("content_parts", "{% set parts = [{'type': 'text', 'text': 'a'}, {'type': 'image'}, {'type': 'text', 'text': 'b'}] %}{{ parts | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('\\n') }} {% for p in parts %}{% if p['type'] == 'text' %}{{ p.text }}{% elif p.type in ['image', 'image_url'] %}<img>{% endif %}{% endfor %} {{ parts is not string }} {{ parts[0] is mapping }} {{ (parts | first).text }} {{ parts | map(attribute='type') | unique | list }} {{ parts | selectattr('text', 'defined') | list | length }}"),
+    ("splitlines", "{{ 'a\\nb\\r\\nc\\rd\\x0be\\x0cf\\x1cg\\u2028h\\u2029i\\x85j'.splitlines() }} {{ 'a\\nb\\n'.splitlines(true) }} {{ 'x\\u2028y' | indent(2) }} {{ ''.splitlines() }} {{ '\\n'.splitlines() }}"),
+    ("macro_closures", "{% for x in xs %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% endfor %} {% for x in [1] %}{% set z = 3 %}{% macro m2() %}{{ z }}{{ x }}{% endmacro %}{{ m2() }}{% endfor %} {% macro outer(a) %}{% macro inner() %}{{ a }}!{% endmacro %}{{ inner() }}{% endmacro %}{{ outer('o') }} {% set y = 1 %}{% macro m3() %}{{ y }}{% endmacro %}{% for y in [5] %}{{ m3() }}{% endfor %} {% macro m4(x) %}{% set y = x * 2 %}{{ y }}{% endmacro %}{{ m4(2) }}{{ y }}"),
+    ("round_format_more", "{{ 7 | round }} {{ 7 | round(-1) }} {{ 15 | round(-1) }} {{ 25 | round(-1) }} {{ -15 | round(-1) }} {{ 1234.5 | round(-2) }} {{ 2.5 | round(0, 'ceil') }} {{ -2.5 | round(0, 'floor') }} {{ '{:>{w}}'.format('x', w=4) }}{{ '{:{}}'.format('y', 3) }}| {{ '{0!s:>5}{1!r}'.format(none, 'q') }} {{ '{:,.2f}'.format(1234567.891) }} {{ '{:e}'.format(0) }} {{ '{:.0f}'.format(0.5) }} {{ '{:08.3f}'.format(-3.14159) }} {{ '{:=+8d}'.format(42) }} {{ '{:^+9.2f}'.format(2.5) }} {{ '{:o} {:X} {:b} {:c}'.format(64, 255, 5, 9731) }} {{ '{}'.format(1e22) }} {{ '{:.3}'.format(3.14159) }} {{ '{:.3}'.format(1234.5) }} {{ '{:5}'.format(t) }} {{ '%5.2f%%' % 12.345 }} {{ '%+.1e' % 12345 }} {{ '%#x %#o' % (255, 8) }} {{ '%-10s|' % 'ab' }}{{ '%.1s' % 'xyz' }}"),
+    ("tojson_indent_nesting", "{{ {'z': 1, 'a': {'c': 2, 'b': [1, {'y': none}]}} | tojson(indent=2, sort_keys=true) }} {{ [1, [2, [3, []]], {}] | tojson(indent=2) }} {{ 3.0 | tojson }}{{ -0.0 | tojson }}{{ 1e-7 | tojson }}{{ 123456789.123 | tojson }}{{ (2 ** 62) | tojson }} {{ 'x' | tojson(4) }} {{ msgs | tojson(separators=(',', ': ')) }}"),
+    ("conditionals", "{{ 'a' if n > 5 else 'b' }} {{ 'c' if none }}{% if n is defined and n > 5 and not none %} yes{% elif n %} mid{% else %} no{% endif %} {{ n > 5 and 'and-value' }} {{ 0 or none or 'last' }} {{ (n == 7) == true }} {{ not (n < 3 or n > 9) }} {{ 1 if [] else 2 }} {{ 1 if {} else 2 }} {{ 1 if '0' else 2 }} {{ 1 if 0.0 else 2 }}"),
 ]
 
 
@@ -202,7 +246,10 @@ def main():
     out_dir = DATA / "expected"
     out_dir.mkdir(parents=True, exist_ok=True)
     n_err = 0
-    for tpath in sorted(TEMPLATES.glob("*.jinja")):
+    template_paths = sorted(TEMPLATES.glob("*.jinja")) + sorted(EXTRA_TEMPLATES.glob("*.jinja"))
+    stems = [p.stem for p in template_paths]
+    assert len(stems) == len(set(stems)), "template names must be unique across both folders"
+    for tpath in template_paths:
         source = tpath.read_text(encoding="utf-8")
         results = {}
         for name, conv in convs.items():
@@ -238,7 +285,7 @@ def main():
            "chat_template": source, "results": results}
     (out_dir / "_default_model.json").write_text(
         json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(list(TEMPLATES.glob('*.jinja')))} templates x {len(convs)} conversations, "
+    print(f"{len(template_paths)} templates x {len(convs)} conversations, "
           f"{n_err} expected errors")
 
 

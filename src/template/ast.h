@@ -60,6 +60,8 @@ enum class StmtKind {
   kBreak,
   kContinue,
   kScope,     // body rendered as is ({% generation %})
+  kWith,      // with params (name = expr, evaluated outside) body, in its own scope
+  kCallBlock, // call[(params)] expr (a kCall): body is the `caller` macro passed to it
 };
 
 // Name the filter chain of a filter block / set block reads the body text from.
@@ -79,7 +81,10 @@ struct Stmt {
   Body body;
   Body else_body;
   std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters; default may be null
-  bool recursive = false;
+  bool recursive = false;     // for: `recursive` (the body may call loop(items))
+  bool uses_varargs = false;  // macro: the body reads `varargs` (extra positional args allowed)
+  bool uses_kwargs = false;   // macro: the body reads `kwargs` (extra keyword args allowed)
+  bool uses_caller = false;   // macro: the body reads `caller`
 };
 
 }  // namespace hearth::tmpl::ast

@@ -12,6 +12,9 @@ namespace hearth::tmpl {
 // `value | name(args)`. Unknown name: RenderError "unknown filter 'name'" (unsupported).
 Value call_filter(const std::string& name, const Value& value, const Args& args);
 
+// Whether `name` is a filter this interpreter has (jinja2's `is filter` test).
+bool is_filter_name(const std::string& name);
+
 // `value is name(args)`. Unknown name: RenderError "unknown test 'name'" (unsupported).
 bool call_test(const std::string& name, const Value& value, const Args& args);
 
@@ -33,5 +36,15 @@ std::vector<Value> iterate(const Value& v);
 
 // jinja2 object_type_repr: "dict object", "None", ...
 std::string object_type_repr(const Value& v);
+
+// Python format(v, spec): the format-spec mini-language for int, float, bool and str.
+std::string format_value(const Value& v, const std::string& spec);
+
+// Python fmt.format(*a.pos, **a.kw) as jinja2's sandboxed formatter runs it ({0.x} and {0[k]}
+// through get_attr / get_item).
+std::string str_format(const std::string& fmt, const Args& a);
+
+// Python fmt % rhs (printf style; a tuple is the argument list, a dict feeds %(key)s).
+std::string percent_format(const std::string& fmt, const Value& rhs);
 
 }  // namespace hearth::tmpl

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <new>
+#include <optional>
 
 #include "core/error.h"
 #include "template/builtins.h"
@@ -23,6 +24,15 @@ using ast::StmtKind;
 struct Scope {
   Scope* parent = nullptr;
   std::vector<std::pair<std::string, Value>> vars;
+  // Made when a macro defined here captures this scope; false once the scope has ended.
+  std::shared_ptr<bool> alive;
+  Scope(Scope* p, std::vector<std::pair<std::string, Value>> v) : parent(p), vars(std::move(v)) {}
+  Scope() = default;
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  ~Scope() {
+    if (alive) *alive = false;
+  }
   Value* find(const std::string& name) {
     for (Scope* s = this; s; s = s->parent) {
       for (auto& [k, v] : s->vars) {
@@ -43,6 +53,17 @@ struct Scope {
 };
 
 enum class Flow { kNormal, kBreak, kContinue };
+
+// Key of the loop object's entry that makes `loop(items)` callable in a recursive for loop
+// (no template name can spell it).
+constexpr const char* kLoopCallKey = "\x01" "call";
+
+// Marks a closure's frame dead when the block that made it ends (the closure may escape,
+// e.g. into a namespace, and must not touch the frame afterwards).
+struct AliveFlag {
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  ~AliveFlag() { *alive = false; }
+};
 
 constexpr int kMaxValueDepth = 256;  // nesting of lists / dicts / namespaces
 
@@ -168,6 +189,38 @@ class Renderer {
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
       case StmtKind::kScope: return exec_body(s.body);
+      case StmtKind::kWith: {
+        Scope with{scope_, {}};
+        for (const auto& [name, expr] : s.params) with.vars.emplace_back(name, eval(*expr));  // outer scope
+        Scope* saved = scope_;
+        scope_ = &with;
+        struct Restore {
+          Scope** slot;
+          Scope* value;
+          ~Restore() { *slot = value; }
+        } restore{&scope_, saved};
+        return exec_body(s.body);
+      }
+      case StmtKind::kCallBlock: {
+        AliveFlag flag;
+        Scope* site = scope_;
+        const Stmt* cs = &s;
+        Value caller = Value::func("<Macro 'caller'>", [this, cs, site, alive = flag.alive](Args& a) -> Value {
+          if (!*alive) throw_render("caller() used after its call block ended");
+          return call_macro(*cs, a, site);
+        });
+        const Expr& call = *s.expr;
+        Value f = eval(*call.args[0]);
+        Args a = eval_args(call, 1);
+        a.kw.emplace_back("caller", caller);
+        if (!f.is_func()) {
+          f.check_defined();
+          throw_render("'" + type_name(f) + "' object is not callable");
+        }
+        Value v = f.func()(a);
+        write(to_str(v));
+        return Flow::kNormal;
+      }
     }
     return Flow::kNormal;
   }
@@ -202,12 +255,19 @@ class Renderer {
     for (size_t i = 0; i < targets.size(); ++i) scope_->set(targets[i], items[i]);
   }
 
-  Flow exec_for(const Stmt& s) {
-    Value seq = eval(*s.expr);
+  static std::vector<Value> loop_items(const Value& seq) {
     if (seq.is_none() || seq.is_number() || seq.is_func() || seq.is_namespace()) {
       throw_render("'" + type_name(seq) + "' object is not iterable");
     }
-    std::vector<Value> items = iterate(seq);
+    return iterate(seq);
+  }
+
+  Flow exec_for(const Stmt& s) { return run_loop(s, loop_items(eval(*s.expr)), 0); }
+
+  // One level of a for loop; a recursive loop's loop(items) runs the next level (depth0 + 1)
+  // into a string.
+  Flow run_loop(const Stmt& s, std::vector<Value> items, int64_t depth0) {
+    AliveFlag flag;
     Scope loop_scope{scope_, {}};
     Scope* saved = scope_;
     scope_ = &loop_scope;
@@ -225,6 +285,7 @@ class Renderer {
       items = std::move(kept);
     }
     const auto n = static_cast<int64_t>(items.size());
+    auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed(*values) state
     for (int64_t i = 0; i < n; ++i) {
       if (++iterations_ > lim_.max_loop_iterations) {
         limit_error("loop iterations exceed the limit of " + std::to_string(lim_.max_loop_iterations));
@@ -240,13 +301,43 @@ class Renderer {
       d.set("first", Value(i == 0));
       d.set("last", Value(i == n - 1));
       d.set("length", Value(n));
-      d.set("depth", Value(1));
-      d.set("depth0", Value(0));
+      d.set("depth", Value(depth0 + 1));
+      d.set("depth0", Value(depth0));
+      if (s.recursive) {
+        d.set(kLoopCallKey, Value::func("loop", [this, &s, depth0, alive = flag.alive](Args& a) -> Value {
+                if (!*alive) throw_render("loop() called after its loop ended");
+                if (a.pos.size() != 1) throw_render("loop() takes exactly one argument");
+                if (depth_ >= lim_.max_call_depth) {
+                  limit_error("recursive loop depth exceeds the limit of " + std::to_string(lim_.max_call_depth));
+                }
+                std::vector<Value> sub = loop_items(a.pos[0]);
+                ++depth_;
+                std::string buf;
+                std::string* saved = out_;
+                out_ = &buf;
+                struct Restore {
+                  Renderer* r;
+                  std::string* out;
+                  ~Restore() {
+                    r->out_ = out;
+                    --r->depth_;
+                  }
+                } restore{this, saved};
+                run_loop(s, std::move(sub), depth0 + 1);
+                return Value(std::move(buf));
+              }));
+      }
       d.set("previtem", i > 0 ? items[idx - 1] : Value::undefined("there is no previous item"));
       d.set("nextitem", i + 1 < n ? items[idx + 1] : Value::undefined("there is no next item"));
       d.set("cycle", Value::func("loop.cycle", [i](Args& a) -> Value {
               if (a.pos.empty()) throw_render("no items for cycling given");
               return a.pos[static_cast<size_t>(i) % a.pos.size()];
+            }));
+      d.set("changed", Value::func("loop.changed", [last_changed](Args& a) -> Value {
+              Value now = Value::make_tuple(a.pos);
+              if (*last_changed && equals(**last_changed, now)) return Value(false);
+              *last_changed = now;
+              return Value(true);
             }));
       loop_scope.set("loop", loop);
       Flow f = exec_body(s.body);
@@ -259,20 +350,28 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  // A macro sees the scope it was defined in (a loop body, another macro's frame), as a
+  // Python closure does; called after that scope ended, it falls back to the template's root.
   Value make_macro(const Stmt& s) {
     const Stmt* m = &s;
-    return Value::func("<Macro '" + s.text + "'>", [this, m](Args& a) { return call_macro(*m, a); });
+    Scope* home = scope_;
+    if (!home->alive) home->alive = std::make_shared<bool>(true);
+    return Value::func("<Macro '" + s.text + "'>", [this, m, home, alive = home->alive](Args& a) {
+      return call_macro(*m, a, *alive ? home : &root_);
+    });
   }
 
-  Value call_macro(const Stmt& m, Args& a) {
+  // Runs macro `m` (or a call block's caller) in a new frame below `parent`: parameters from
+  // `a`, extra ones into varargs / kwargs when the body reads them, `caller` when it reads it.
+  Value call_macro(const Stmt& m, Args& a, Scope* parent) {
     if (depth_ >= lim_.max_call_depth) {
       limit_error("macro call depth exceeds the limit of " + std::to_string(lim_.max_call_depth));
     }
-    if (a.pos.size() > m.params.size()) {
+    if (a.pos.size() > m.params.size() && !m.uses_varargs) {
       throw_render("macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) +
                    " argument(s)");
     }
-    Scope frame{&root_, {}};
+    Scope frame{parent, {}};
     Scope* saved_scope = scope_;
     scope_ = &frame;
     ++depth_;
@@ -284,10 +383,26 @@ class Renderer {
         --r->depth_;
       }
     } restore{this, saved_scope};
+    Value extra_kw = Value::make_dict();
+    Value caller = Value::undefined("No caller defined");
     for (const auto& [k, v] : a.kw) {
       bool known = false;
       for (const auto& p : m.params) known = known || p.first == k;
-      if (!known) throw_render("macro '" + m.text + "' takes no keyword argument '" + k + "'");
+      if (known) continue;
+      if (k == "caller" && m.uses_caller) {
+        caller = v;
+      } else if (m.uses_kwargs) {
+        extra_kw.dict().set(k, v);
+      } else {
+        throw_render("macro '" + m.text + "' takes no keyword argument '" + k + "'");
+      }
+    }
+    if (m.uses_caller) frame.set("caller", caller);
+    if (m.uses_kwargs) frame.set("kwargs", extra_kw);
+    if (m.uses_varargs) {
+      std::vector<Value> rest;
+      for (size_t i = m.params.size(); i < a.pos.size(); ++i) rest.push_back(a.pos[i]);
+      frame.set("varargs", Value::make_tuple(std::move(rest)));
     }
     for (size_t i = 0; i < m.params.size(); ++i) {
       const auto& [pname, pdef] = m.params[i];
@@ -333,6 +448,44 @@ class Renderer {
         }
         for (const auto& [k, v] : a.kw) ns.dict().set(k, v);
         return ns;
+      });
+    }
+    if (name == "cycler") {
+      return Value::func("cycler", [this](Args& a) {
+        // A namespace holding next()/reset() and `current`; registered so the render end
+        // breaks the reference cycle through the closures.
+        Value c = Value::namespace_();
+        namespaces_.push_back(c);
+        if (a.pos.empty()) throw_render("cycler() needs at least one item");
+        auto items = std::make_shared<std::vector<Value>>(a.pos);
+        auto pos = std::make_shared<size_t>(0);
+        Dict* d = &c.dict();
+        d->set("current", (*items)[0]);
+        d->set("next", Value::func("next", [items, pos, d](Args&) {
+                 Value rv = (*items)[*pos];
+                 *pos = (*pos + 1) % items->size();
+                 d->set("current", (*items)[*pos]);
+                 return rv;
+               }));
+        d->set("reset", Value::func("reset", [items, pos, d](Args&) {
+                 *pos = 0;
+                 d->set("current", (*items)[0]);
+                 return Value::none();
+               }));
+        return c;
+      });
+    }
+    if (name == "joiner") {
+      return Value::func("joiner", [](Args& a) {
+        std::string sep = a.pos.empty() ? ", " : to_str(a.pos[0]);
+        auto used = std::make_shared<bool>(false);
+        return Value::func("joiner", [sep, used](Args&) {
+          if (!*used) {
+            *used = true;
+            return Value("");
+          }
+          return Value(sep);
+        });
       });
     }
     if (name == "dict") {
@@ -398,8 +551,7 @@ class Renderer {
         Value d = Value::make_dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i]);
-          if (!k.is_string()) throw_render("dict keys must be strings in templates (got " + type_name(k) + ")");
-          d.dict().set(k.str(), eval(*e.args[i + 1]));
+          d.dict().set(k, eval(*e.args[i + 1]));
         }
         return d;
       }
@@ -416,6 +568,9 @@ class Renderer {
       case ExprKind::kCall: {
         Value f = eval(*e.args[0]);
         Args a = eval_args(e, 1);
+        if (f.is_dict()) {  // a recursive loop's loop(items)
+          if (const Value* c = f.dict().find(kLoopCallKey)) f = *c;
+        }
         if (f.is_func()) {
           Value v = f.func()(a);
           check_size(v);
@@ -553,8 +708,10 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
       return Value::make_list(std::move(out));
     }
   }
+  if (op == "%" && a.is_string()) return Value(percent_format(a.str(), b));
   if (!a.is_number() || !b.is_number()) {
-    throw_render("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+    throw_render("unsupported operand type(s) for " + (op == "**" ? std::string("** or pow()") : op) + ": '" +
+                 type_name(a) + "' and '" + type_name(b) + "'");
   }
   bool ints = !a.is_float() && !b.is_float();
   if (op == "/") {

@@ -155,16 +155,7 @@ Value filter_indent(const Value& v, const Args& a) {
   std::string ind = !w ? "    " : w->is_string() ? w->str() : std::string(checked_width(w->as_int(), "indent width"), ' ');
   bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
   std::string s = to_str(v) + "\n";
-  std::vector<std::string> lines;  // str.splitlines on \n, \r\n, \r
-  size_t b = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\n' || s[i] == '\r') {
-      lines.push_back(s.substr(b, i - b));
-      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-      b = i + 1;
-    }
-  }
-  if (b < s.size()) lines.push_back(s.substr(b));
+  std::vector<std::string> lines = py_splitlines(s);
   if (!ind.empty() && lines.size() > kMaxValueBytes / ind.size()) {
     throw_limit("indent result too large (" + std::to_string(lines.size()) + " lines x " + std::to_string(ind.size()) +
                 " bytes of indentation)");
@@ -180,19 +171,21 @@ Value filter_indent(const Value& v, const Args& a) {
   return Value(rv, v.is_safe());
 }
 
+// jinja2 do_title: words split at runs of [-\s({[<], each word's first character upper-cased
+// and the rest lower-cased; do_capitalize: str.capitalize().
 Value filter_title(const std::string& s, bool title) {
+  if (!title) return Value(py_case(s, CaseOp::kCapitalize));
   std::string out;
   bool start = true;
-  for (char c : s) {
-    bool sep = title && (c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '(' || c == '{' ||
-                         c == '[' || c == '<' || c == '\v' || c == '\f');
-    if (start && !sep) {
-      out += (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c;
-      start = false;
+  for (char32_t c : utf8_decode(s)) {
+    bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_py_space(c);
+    if (sep) {
+      utf8_append(out, c);
+      start = true;
     } else {
-      out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+      utf8_append(out, start ? py_upper(c) : py_lower(c));
+      start = false;
     }
-    if (sep) start = true;
   }
   return Value(out);
 }
@@ -250,10 +243,29 @@ Value filter_round(const Value& v, const Args& a) {
   std::string method = m && m->is_string() ? m->str() : "common";
   int64_t prec = p ? p->as_int() : 0;
   if (!v.is_number()) throw_render("type " + type_name(v) + " doesn't define __round__ method");
+  prec = std::clamp<int64_t>(prec, -400, 400);
   double x = v.as_float(), scale = std::pow(10.0, static_cast<double>(prec));
   if (method == "ceil") return Value(std::ceil(x * scale) / scale);
   if (method == "floor") return Value(std::floor(x * scale) / scale);
   if (method != "common") throw_render("method must be 'common', 'ceil' or 'floor'");
+  if (!v.is_float()) {  // Python round(int, n) stays an int; n < 0 rounds half to even at 10**-n
+    int64_t i = v.as_int();
+    if (prec >= 0) return Value(i);
+    if (prec < -18) return Value(int64_t{0});
+    int64_t unit = 1;
+    for (int64_t k = 0; k < -prec; ++k) unit *= 10;
+    int64_t q = i / unit, r = i % unit;
+    if (r < 0) {
+      r += unit;
+      --q;
+    }
+    if (2 * r > unit || (2 * r == unit && (q % 2 != 0))) ++q;
+    return Value(int_mul(q, unit));
+  }
+  if (prec < 0) {
+    const double unit = std::pow(10.0, static_cast<double>(-prec));
+    return Value(std::nearbyint(x / unit) * unit);
+  }
   if (prec == 0) return Value(std::nearbyint(x));
   char buf[512];
   std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::clamp<int64_t>(prec, 0, 300)), x);
@@ -274,6 +286,172 @@ Value min_max(const Value& v, const Args& a, bool want_max) {
   return items[best];
 }
 
+// jinja2 do_truncate (leeway: the default policy, 5).
+Value filter_truncate(const Value& v, const Args& a) {
+  std::string s = to_str(v);
+  const Value* len_v = arg(a, 0, "length");
+  int64_t length = len_v ? len_v->as_int() : 255;
+  bool killwords = arg_bool(a, 1, "killwords", false);
+  const Value* end_v = arg(a, 2, "end");
+  std::string end = end_v ? to_str(*end_v) : "...";
+  const Value* lw = arg(a, 3, "leeway");
+  int64_t leeway = lw && !lw->is_none() ? lw->as_int() : 5;
+  const auto end_len = static_cast<int64_t>(utf8_length(end));
+  if (length < end_len) throw_render("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
+  if (leeway < 0) throw_render("expected leeway >= 0, got " + std::to_string(leeway));
+  std::vector<char32_t> cps = utf8_decode(s);
+  if (static_cast<int64_t>(cps.size()) <= length + leeway) return Value(s);
+  std::string head = utf8_encode(cps, 0, static_cast<size_t>(length - end_len));
+  if (killwords) return Value(head + end);
+  size_t sp = head.rfind(' ');
+  return Value((sp == std::string::npos ? head : head.substr(0, sp)) + end);
+}
+
+// markupsafe Markup.striptags: drop <!-- comments --> and <tags>, collapse whitespace,
+// unescape the common HTML entities.
+Value filter_striptags(const Value& v) {
+  std::string s = to_str(v);
+  for (size_t b; (b = s.find("<!--")) != std::string::npos;) {
+    size_t e = s.find("-->", b);
+    if (e == std::string::npos) break;
+    s.erase(b, e + 3 - b);
+  }
+  for (size_t b; (b = s.find('<')) != std::string::npos;) {
+    size_t e = s.find('>', b);
+    if (e == std::string::npos) break;
+    s.erase(b, e + 1 - b);
+  }
+  std::vector<Value> words = call_method(Value(s), "split", Args{}).list().items;
+  std::string joined;
+  for (size_t i = 0; i < words.size(); ++i) joined += (i ? " " : "") + words[i].str();
+  std::string out;
+  for (size_t i = 0; i < joined.size(); ++i) {
+    if (joined[i] == '&') {
+      size_t e = joined.find(';', i);
+      if (e != std::string::npos && e - i <= 10) {
+        std::string ent = joined.substr(i + 1, e - i - 1);
+        static const std::pair<const char*, const char*> kNamed[] = {
+            {"amp", "&"}, {"lt", "<"}, {"gt", ">"}, {"quot", "\""}, {"apos", "'"}, {"nbsp", "\xc2\xa0"}};
+        bool done = false;
+        for (const auto& [n, r] : kNamed) {
+          if (ent == n) {
+            out += r;
+            done = true;
+          }
+        }
+        if (!done && ent.size() > 1 && ent[0] == '#') {
+          bool hex = ent[1] == 'x' || ent[1] == 'X';
+          char* endp = nullptr;
+          long cp = std::strtol(ent.c_str() + (hex ? 2 : 1), &endp, hex ? 16 : 10);
+          if (endp && *endp == '\0' && cp > 0 && cp < 0x110000) {
+            utf8_append(out, static_cast<char32_t>(cp));
+            done = true;
+          }
+        }
+        if (done) {
+          i = e;
+          continue;
+        }
+      }
+    }
+    out += joined[i];
+  }
+  return Value(out);
+}
+
+// werkzeug-style url_quote as jinja2 uses it: UTF-8 bytes, unreserved A-Za-z0-9_.-~ kept,
+// '/' kept unless for a query string (where %20 becomes '+').
+std::string url_quote(const Value& v, bool for_qs) {
+  std::string s = to_str(v), out;
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-' ||
+        c == '~' || (c == '/' && !for_qs)) {
+      out += static_cast<char>(c);
+    } else if (c == ' ' && for_qs) {
+      out += '+';
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Value filter_urlencode(const Value& v) {
+  if (v.is_string()) return Value(url_quote(v, false));
+  std::vector<Value> pairs = v.is_dict() ? call_method(v, "items", Args{}).list().items : iterate(v);
+  std::string out;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    std::vector<Value> kv = iterate(pairs[i]);
+    if (kv.size() != 2) throw_render("urlencode needs (key, value) pairs");
+    out += (i ? "&" : "") + url_quote(kv[0], true) + "=" + url_quote(kv[1], true);
+  }
+  return Value(out);
+}
+
+Value filter_slice(const Value& v, const Args& a) {
+  const Value* n = arg(a, 0, "slices");
+  if (!n || !n->is_int() || n->as_int() <= 0) throw_render("slice count must be a positive integer");
+  const Value* fill = arg(a, 1, "fill_with");
+  std::vector<Value> seq = iterate(v);
+  const auto slices = static_cast<size_t>(std::min<int64_t>(n->as_int(), static_cast<int64_t>(kMaxValueBytes)));
+  const size_t per = seq.size() / slices, extra = seq.size() % slices;
+  size_t offset = 0;
+  std::vector<Value> out;
+  for (size_t k = 0; k < slices; ++k) {
+    size_t start = offset + k * per;
+    if (k < extra) ++offset;
+    size_t end = offset + (k + 1) * per;
+    std::vector<Value> part(seq.begin() + static_cast<ptrdiff_t>(start), seq.begin() + static_cast<ptrdiff_t>(end));
+    if (fill && !fill->is_none() && k >= extra) part.push_back(*fill);
+    out.push_back(Value::make_list(std::move(part)));
+  }
+  return generator(std::move(out));
+}
+
+Value filter_groupby(const Value& v, const Args& a) {
+  const Value* attribute = arg(a, 0, "attribute");
+  if (!attribute) throw_render("groupby() missing required argument 'attribute'");
+  const Value* def = arg(a, 1, "default");
+  bool cs = arg_bool(a, 2, "case_sensitive", false);
+  auto key = [&](const Value& x) { return lowered(attr_path(x, *attribute, def), cs); };
+  std::vector<Value> items = sorted_items(iterate(v), false, cs, attribute);
+  std::vector<Value> out;
+  for (size_t i = 0; i < items.size();) {
+    Value k = key(items[i]);
+    std::vector<Value> group;
+    size_t j = i;
+    while (j < items.size() && equals(key(items[j]), k)) group.push_back(items[j++]);
+    Value grouper = attr_path(group[0], *attribute, def);
+    Value t = Value::make_tuple({grouper, Value::make_list(std::move(group))});
+    t.list().group = true;
+    out.push_back(t);
+    i = j;
+  }
+  return Value::make_list(std::move(out));
+}
+
+Value filter_filesizeformat(const Value& v, const Args& a) {
+  bool binary = arg_bool(a, 0, "binary", false);
+  double bytes = to_float(v, Args{}).as_float();
+  const double base = binary ? 1024 : 1000;
+  static const char* const kDec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  static const char* const kBin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  if (bytes == 1) return Value("1 Byte");
+  if (bytes < base) return Value(std::to_string(static_cast<int64_t>(bytes)) + " Bytes");
+  double unit = base;
+  for (int i = 0; i < 8; ++i) {
+    unit *= base;
+    if (bytes < unit || i == 7) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.1f %s", base * bytes / unit, binary ? kBin[i] : kDec[i]);
+      return Value(std::string(buf));
+    }
+  }
+  return Value("");
+}
+
 [[noreturn]] void unsupported_filter(const std::string& name) {
   RenderError e{"unknown filter '" + name + "'"};
   e.unsupported = true;
@@ -282,8 +460,38 @@ Value min_max(const Value& v, const Args& a, bool want_max) {
 
 }  // namespace
 
+bool is_filter_name(const std::string& name) {
+  static const char* const kNames[] = {
+      "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
+      "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join",
+      "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round",
+      "safe", "select", "selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
+      "truncate", "unique", "upper", "urlencode", "wordcount"};
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
 Value call_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "tojson") return filter_tojson(v, a);
+  if (name == "truncate") return filter_truncate(v, a);
+  if (name == "striptags") return filter_striptags(v);
+  if (name == "urlencode") return filter_urlencode(v);
+  if (name == "slice") return filter_slice(v, a);
+  if (name == "groupby") return filter_groupby(v, a);
+  if (name == "filesizeformat") return filter_filesizeformat(v, a);
+  if (name == "format") {  // jinja2 do_format: soft_str(value) % (kwargs or args)
+    if (!a.pos.empty() && !a.kw.empty()) throw_render("can't handle positional and keyword arguments at the same time");
+    Value rhs;
+    if (!a.kw.empty()) {
+      rhs = Value::make_dict();
+      for (const auto& [k, x] : a.kw) rhs.dict().set(k, x);
+    } else {
+      rhs = Value::make_tuple(a.pos);
+    }
+    return Value(percent_format(to_str(v), rhs));
+  }
   if (name == "length" || name == "count") return Value(py_len(v));
   if (name == "default" || name == "d") {
     const Value* def = arg(a, 0, "default_value");
@@ -395,7 +603,15 @@ Value call_filter(const std::string& name, const Value& v, const Args& a) {
     Value total = start ? *start : Value(0);
     for (const auto& item : iterate(v)) {
       Value x = attribute ? attr_path(item, *attribute, nullptr) : item;
-      if (!x.is_number() || !total.is_number()) throw_render("unsupported operand type(s) for +");
+      if (x.is_list() && total.is_list()) {  // sum(lists, start=[]) concatenates
+        std::vector<Value> joined = total.list().items;
+        joined.insert(joined.end(), x.list().items.begin(), x.list().items.end());
+        total = Value::make_list(std::move(joined));
+        continue;
+      }
+      if (!x.is_number() || !total.is_number()) {
+        throw_render("unsupported operand type(s) for +: '" + type_name(total) + "' and '" + type_name(x) + "'");
+      }
       total = (x.is_float() || total.is_float()) ? Value(total.as_float() + x.as_float()) : Value(total.as_int() + x.as_int());
     }
     return total;

@@ -14,7 +14,8 @@ const std::set<std::string>& str_methods() {
       "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower",
       "title", "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "isdigit",
       "isalpha", "isalnum", "isspace", "isupper", "islower", "splitlines", "removeprefix", "removesuffix",
-      "casefold", "partition", "rpartition"};
+      "casefold", "partition", "rpartition", "format", "zfill", "center", "ljust", "rjust", "swapcase",
+      "expandtabs", "istitle", "isnumeric", "isdecimal", "format_map"};
   return m;
 }
 const std::set<std::string> kListSafe = {"index", "count", "copy"};
@@ -65,19 +66,17 @@ std::vector<Value> py_split(const std::string& s, const Value* sep, int64_t maxs
       words.emplace_back(i, j);
       i = j;
     }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
+      // The remainder keeps its inner and far-side whitespace: ' a  b '.split(None, 1) is
+      // ['a', 'b '], '  a b  '.rsplit(None, 1) is ['  a', 'b'].
       if (!from_right) {
         auto last_start = words[static_cast<size_t>(maxsplit)].first;
-        size_t end = cps.size();
-        while (end > last_start && is_py_space(cps[end - 1])) --end;
         words.resize(static_cast<size_t>(maxsplit) + 1);
-        words.back() = {last_start, end};
+        words.back() = {last_start, cps.size()};
       } else {
         size_t keep = static_cast<size_t>(maxsplit);
         size_t first_end = words[words.size() - keep - 1].second;
-        size_t b = 0;
-        while (b < first_end && is_py_space(cps[b])) ++b;
-        std::vector<std::pair<size_t, size_t>> w2 = {{b, first_end}};
+        std::vector<std::pair<size_t, size_t>> w2 = {{0, first_end}};
         w2.insert(w2.end(), words.end() - static_cast<ptrdiff_t>(keep), words.end());
         words = w2;
       }
@@ -116,14 +115,6 @@ std::vector<Value> py_split(const std::string& s, const Value* sep, int64_t maxs
   return out;
 }
 
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) {
-    if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-    if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-  }
-  return s;
-}
-
 bool prefix_match(const std::string& s, const Value& p, bool suffix) {
   auto one = [&](const std::string& x) {
     if (x.size() > s.size()) return false;
@@ -151,11 +142,18 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
   if (name == "startswith" || name == "endswith") {
     const Value* p = a.get(0, "prefix");
     if (!p) throw_render(name + "() takes at least 1 argument (0 given)");
+    const Value* st = a.get(1, "start");
+    const Value* en = a.get(2, "end");
+    if ((st && !st->is_none()) || (en && !en->is_none())) {  // s[start:end].startswith(p)
+      Value part = get_slice(self, st ? *st : Value(), en ? *en : Value(), Value());
+      return Value(prefix_match(part.str(), *p, name == "endswith"));
+    }
     return Value(prefix_match(s, *p, name == "endswith"));
   }
-  if (name == "upper") return Value(ascii_case(s, true));
-  if (name == "lower" || name == "casefold") return Value(ascii_case(s, false));
-  if (name == "title" || name == "capitalize") return call_filter(name, self, Args{});
+  if (name == "upper") return Value(py_case(s, CaseOp::kUpper));
+  if (name == "lower" || name == "casefold") return Value(py_case(s, CaseOp::kLower));
+  if (name == "title") return Value(py_case(s, CaseOp::kTitle));
+  if (name == "capitalize") return Value(py_case(s, CaseOp::kCapitalize));
   if (name == "replace") {
     std::string from = arg_str(a, 0, "old", name), to = arg_str(a, 1, "new", name);
     const Value* cnt = a.get(2, "count");
@@ -215,16 +213,9 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
     return Value(out);
   }
   if (name == "splitlines") {
+    const Value* keep = a.get(0, "keepends");
     std::vector<Value> out;
-    size_t b = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        out.emplace_back(s.substr(b, i - b));
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        b = i + 1;
-      }
-    }
-    if (b < s.size()) out.emplace_back(s.substr(b));
+    for (auto& line : py_splitlines(s, keep && truthy(*keep))) out.emplace_back(std::move(line));
     return Value::make_list(std::move(out));
   }
   if (name == "removeprefix" || name == "removesuffix") {
@@ -257,6 +248,76 @@ Value str_method(const Value& self, const std::string& name, const Args& a) {
     }
     return Value::make_tuple({Value(s.substr(0, f)), Value(sep), Value(s.substr(f + sep.size()))});
   }
+  if (name == "format") return Value(str_format(s, a));
+  if (name == "format_map") {
+    const Value* m = a.get(0, "mapping");
+    if (!m || !m->is_dict()) throw_render("format_map() argument must be a mapping");
+    Args kw;
+    for (const auto& [k, v] : m->dict().items) {
+      if (k.is_string()) kw.kw.emplace_back(k.str(), v);
+    }
+    return Value(str_format(s, kw));
+  }
+  if (name == "zfill" || name == "center" || name == "ljust" || name == "rjust") {
+    const Value* w = a.get(0, "width");
+    if (!w || !(w->is_int() || w->is_bool())) throw_render(name + "() argument must be an integer");
+    const size_t width = checked_width(w->as_int(), "width");
+    const size_t len = utf8_length(s);
+    if (len >= width) return self.is_safe() ? Value(s) : self;
+    const size_t total = width - len;
+    if (name == "zfill") {
+      size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+      return Value(s.substr(0, sign) + std::string(total, '0') + s.substr(sign));
+    }
+    std::string fill = " ";
+    if (const Value* f = a.get(1, "fillchar")) {
+      if (!f->is_string() || utf8_length(f->str()) != 1) throw_render("The fill character must be exactly one character long");
+      fill = f->str();
+    }
+    auto rep = [&](size_t n) {
+      std::string out;
+      for (size_t k = 0; k < n; ++k) out += fill;
+      return out;
+    };
+    if (name == "ljust") return Value(s + rep(total));
+    if (name == "rjust") return Value(rep(total) + s);
+    // Python's center puts the odd extra space on the left when the width is odd.
+    size_t left = total / 2 + (total & width & 1);
+    return Value(rep(left) + s + rep(total - left));
+  }
+  if (name == "swapcase") return Value(py_case(s, CaseOp::kSwap));
+  if (name == "expandtabs") {
+    const Value* t = a.get(0, "tabsize");
+    const int64_t tab = t ? t->as_int() : 8;
+    std::string out;
+    size_t col = 0;
+    for (char32_t c : utf8_decode(s)) {
+      if (c == '\t') {
+        if (tab > 0) {
+          size_t n = static_cast<size_t>(tab) - col % static_cast<size_t>(tab);
+          out.append(checked_width(static_cast<int64_t>(n), "expandtabs"), ' ');
+          col += n;
+        }
+      } else {
+        utf8_append(out, c);
+        col = (c == '\n' || c == '\r') ? 0 : col + 1;
+      }
+      if (out.size() > kMaxValueBytes) throw_limit("expandtabs() result exceeds " + std::to_string(kMaxValueBytes) + " bytes");
+    }
+    return Value(out);
+  }
+  if (name == "isnumeric" || name == "isdecimal") {
+    if (s.empty()) return Value(false);
+    for (char c : s) {
+      if (c < '0' || c > '9') return Value(false);
+    }
+    return Value(true);
+  }
+  if (name == "istitle") {
+    bool any = false;
+    for (char32_t c : utf8_decode(s)) any = any || py_cased(c);
+    return Value(any && py_case(s, CaseOp::kTitle) == s);
+  }
   throw_render("str method '" + name + "' is not supported");
 }
 
@@ -282,9 +343,8 @@ Value dict_method(const Value& self, const std::string& name, const Args& a) {
     const Value* k = a.get(0, "key");
     if (!k) throw_render("get expected at least 1 argument, got 0");
     const Value* def = a.get(1, "default");
-    if (k->is_string()) {
-      if (const Value* v = d.find(k->str())) return *v;
-    }
+    if (!is_hashable(*k)) throw_render("unhashable type: '" + type_name(*k) + "'");
+    if (const Value* v = d.find(*k)) return *v;
     return def ? *def : Value::none();
   }
   if (name == "copy") {
@@ -296,7 +356,7 @@ Value dict_method(const Value& self, const std::string& name, const Args& a) {
   for (const auto& [k, v] : d.items) {
     if (name == "keys") out.emplace_back(k);
     else if (name == "values") out.push_back(v);
-    else out.push_back(Value::make_tuple({Value(k), v}));
+    else out.push_back(Value::make_tuple({k, v}));
   }
   return Value::make_list(std::move(out));
 }
@@ -307,7 +367,7 @@ Value unsafe(const Value& obj, const std::string& name) {
 
 Value no_attr(const Value& obj, const std::string& name) {
   std::string t = object_type_repr(obj);
-  return Value::undefined((obj.is_none() ? t : "'" + t + "'") + " has no attribute '" + name + "'");
+  return Value::undefined("'" + t + "' has no attribute '" + name + "'");  // jinja2 3.1 quotes 'None' too
 }
 
 Value bound(const Value& obj, const std::string& name) {
@@ -346,6 +406,9 @@ Value get_attr(const Value& obj, const std::string& name) {
     if (const Value* v = obj.dict().find(name)) return *v;
     return no_attr(obj, name);
   }
+  if (obj.is_list() && obj.list().group && (name == "grouper" || name == "list")) {
+    return obj.list().items[name == "grouper" ? 0 : 1];
+  }
   if (has_method(obj, name)) return bound(obj, name);
   if ((obj.is_list() && kListUnsafe.count(name)) || (obj.is_dict() && kDictUnsafe.count(name))) return unsafe(obj, name);
   if (obj.is_dict()) {
@@ -357,8 +420,8 @@ Value get_attr(const Value& obj, const std::string& name) {
 Value get_item(const Value& obj, const Value& key) {
   obj.check_defined();
   if (key.is_security_undefined()) key.check_defined();
-  if (obj.is_dict() && key.is_string()) {
-    if (const Value* v = obj.dict().find(key.str())) return *v;
+  if (obj.is_dict()) {  // an unhashable key is a TypeError, which jinja2's getitem turns into undefined
+    if (const Value* v = obj.dict().find(key)) return *v;
   }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t n = obj.is_list() ? static_cast<int64_t>(obj.list().items.size()) : static_cast<int64_t>(utf8_length(obj.str()));
@@ -411,7 +474,8 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
       utf8_append(s, cps[static_cast<size_t>(i)]);
     }
   }
-  return obj.is_list() ? Value::make_list(std::move(items)) : Value(std::move(s));
+  if (obj.is_list()) return obj.list().tuple ? Value::make_tuple(std::move(items)) : Value::make_list(std::move(items));
+  return Value(std::move(s));
 }
 
 std::vector<Value> iterate(const Value& v) {

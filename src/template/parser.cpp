@@ -175,7 +175,9 @@ class Parser {
       fail_at(tag, "'" + n + "' is not allowed: chat templates are sandboxed (no file or module access)",
               ErrorKind::kUnsupported);
     }
-    if (n == "call" || n == "with" || n == "do" || n == "autoescape" || n == "trans") {
+    if (n == "with") return parse_with(tag);
+    if (n == "call") return parse_call_block(tag);
+    if (n == "do" || n == "autoescape" || n == "trans") {
       fail_at(tag, "unsupported tag '" + n + "'", ErrorKind::kUnsupported);
     }
     std::string hint;
@@ -219,7 +221,7 @@ class Parser {
     if (!skip_name("in")) fail_at(cur(), "expected 'in' in for loop, got " + describe(cur()));
     s->expr = parse_tuple(false, true);
     if (skip_name("if")) s->cond = parse_expression();
-    if (skip_name("recursive")) fail_at(tag, "recursive for loops are not supported", ErrorKind::kUnsupported);
+    if (skip_name("recursive")) s->recursive = true;
     expect(Tok::kBlockEnd, "'%}'");
     std::string found;
     s->body = subparse({"endfor", "else"}, &found);
@@ -278,9 +280,7 @@ class Parser {
     return s;
   }
 
-  StmtPtr parse_macro(const Token& tag) {
-    auto s = new_stmt(StmtKind::kMacro, tag);
-    s->text = expect_name();
+  void parse_params(Stmt* s) {
     expect_op("(");
     while (!is_op(")")) {
       if (!s->params.empty()) expect_op(",");
@@ -291,10 +291,83 @@ class Parser {
       s->params.emplace_back(p, std::move(def));
     }
     expect_op(")");
+  }
+
+  // Which of varargs / kwargs / caller the macro body reads (jinja2 accepts extra arguments,
+  // and a caller, only then).
+  static void mark_uses(Stmt* m) {
+    for (const auto& st : m->body) scan_stmt(*st, m);
+    for (const auto& p : m->params) {
+      if (p.second) scan_expr(*p.second, m);
+    }
+  }
+  static void scan_expr(const Expr& e, Stmt* m) {
+    if (e.kind == ExprKind::kName) {
+      m->uses_varargs = m->uses_varargs || e.name == "varargs";
+      m->uses_kwargs = m->uses_kwargs || e.name == "kwargs";
+      m->uses_caller = m->uses_caller || e.name == "caller";
+    }
+    for (const auto& a : e.args) {
+      if (a) scan_expr(*a, m);
+    }
+    for (const auto& kw : e.kwargs) scan_expr(*kw.second, m);
+  }
+  static void scan_stmt(const Stmt& s, Stmt* m) {
+    for (const Expr* e : {s.expr.get(), s.cond.get()}) {
+      if (e) scan_expr(*e, m);
+    }
+    for (const auto& c : s.conds) scan_expr(*c, m);
+    for (const auto& p : s.params) {
+      if (p.second) scan_expr(*p.second, m);
+    }
+    for (const auto& b : s.bodies) {
+      for (const auto& x : b) scan_stmt(*x, m);
+    }
+    for (const ast::Body* b : {&s.body, &s.else_body}) {
+      for (const auto& x : *b) scan_stmt(*x, m);
+    }
+  }
+
+  StmtPtr parse_macro(const Token& tag) {
+    auto s = new_stmt(StmtKind::kMacro, tag);
+    s->text = expect_name();
+    parse_params(s.get());
     expect(Tok::kBlockEnd, "'%}'");
     std::string found;
     s->body = subparse({"endmacro"}, &found);
     if (cur().type == Tok::kName && cur().value == s->text) next();
+    expect(Tok::kBlockEnd, "'%}'");
+    mark_uses(s.get());
+    return s;
+  }
+
+  // {% call[(params)] macro(args) %}body{% endcall %}
+  StmtPtr parse_call_block(const Token& tag) {
+    auto s = new_stmt(StmtKind::kCallBlock, tag);
+    s->text = "caller";
+    if (is_op("(")) parse_params(s.get());
+    s->expr = parse_expression();
+    if (s->expr->kind != ExprKind::kCall) fail_at(tag, "expected a call after 'call'");
+    expect(Tok::kBlockEnd, "'%}'");
+    std::string found;
+    s->body = subparse({"endcall"}, &found);
+    expect(Tok::kBlockEnd, "'%}'");
+    mark_uses(s.get());
+    return s;
+  }
+
+  // {% with a = x, b = y %}body{% endwith %}
+  StmtPtr parse_with(const Token& tag) {
+    auto s = new_stmt(StmtKind::kWith, tag);
+    while (cur().type != Tok::kBlockEnd) {
+      if (!s->params.empty()) expect_op(",");
+      std::string name = expect_name();
+      expect_op("=");
+      s->params.emplace_back(name, parse_expression());
+    }
+    expect(Tok::kBlockEnd, "'%}'");
+    std::string found;
+    s->body = subparse({"endwith"}, &found);
     expect(Tok::kBlockEnd, "'%}'");
     return s;
   }

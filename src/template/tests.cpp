@@ -67,6 +67,19 @@ bool call_test(const std::string& name, const Value& v, const Args& a) {
     if (v.is_dict() || v.is_namespace()) return &v.dict() == &o.dict();
     return equals(v, o);
   }
+  if (name == "filter") return v.is_string() && is_filter_name(v.str());
+  if (name == "test") {
+    static const char* const kTests[] = {
+        "odd", "even", "divisibleby", "defined", "undefined", "filter", "test", "none", "boolean", "false", "true",
+        "integer", "float", "lower", "upper", "string", "mapping", "number", "sequence", "iterable", "callable",
+        "sameas", "escaped", "in", "==", "eq", "equalto", "!=", "ne", ">", "gt", "greaterthan", "ge", ">=", "<", "lt",
+        "lessthan", "<=", "le"};
+    if (!v.is_string()) return false;
+    for (const char* t : kTests) {
+      if (v.str() == t) return true;
+    }
+    return false;
+  }
   if (name == "startingwith") {
     const Value& p = arg0(name, a);
     return v.is_string() && p.is_string() && v.str().compare(0, p.str().size(), p.str()) == 0;

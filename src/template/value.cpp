@@ -85,23 +85,59 @@ const Value* Args::get(size_t idx, std::string_view name) const {
 
 const Value* Dict::find(std::string_view key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (k.is_string() && k.str() == key) return &v;
   }
   return nullptr;
 }
 
 Value* Dict::find(std::string_view key) {
-  for (auto& [k, v] : items) {
-    if (k == key) return &v;
+  return const_cast<Value*>(static_cast<const Dict*>(this)->find(key));
+}
+
+const Value* Dict::find(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.str()));
+  if (!is_hashable(key)) return nullptr;
+  for (const auto& [k, v] : items) {
+    if (!k.is_string() && equals(k, key)) return &v;
   }
   return nullptr;
 }
 
+Value* Dict::find(const Value& key) { return const_cast<Value*>(static_cast<const Dict*>(this)->find(key)); }
+
 void Dict::set(const std::string& key, Value v) {
+  if (Value* slot = find(std::string_view(key))) {
+    *slot = std::move(v);
+  } else {
+    items.emplace_back(Value(key), std::move(v));
+  }
+}
+
+void Dict::set(const char* key, Value v) { set(std::string(key), std::move(v)); }
+
+void Dict::set(const Value& key, Value v) {
+  if (!is_hashable(key)) throw_render("unhashable type: '" + type_name(key) + "'");
   if (Value* slot = find(key)) {
     *slot = std::move(v);
   } else {
     items.emplace_back(key, std::move(v));
+  }
+}
+
+bool is_hashable(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kString: return true;
+    case Kind::kList:
+      if (!v.list().tuple) return false;
+      for (const Value& x : v.list().items) {
+        if (!is_hashable(x)) return false;
+      }
+      return true;
+    default: return false;
   }
 }
 
@@ -219,10 +255,108 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
+std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;  // bytes of the line break at i
+    if (c == '\r') n = (i + 1 < s.size() && s[i + 1] == '\n') ? 2 : 1;
+    else if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E)) n = 1;
+    else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) n = 2;
+    else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+             (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) n = 3;
+    if (n == 0) {
+      ++i;
+      continue;
+    }
+    out.push_back(s.substr(b, (keepends ? i + n : i) - b));
+    i += n;
+    b = i;
+  }
+  if (b < s.size()) out.push_back(s.substr(b));
+  return out;
+}
+
 bool is_py_space(char32_t c) {
   return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c == 0x85 ||
          c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
          c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// ---------------------------------------------------------------- case
+char32_t py_upper(char32_t c) {
+  if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
+  if (c == 0xB5) return 0x39C;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17F) return 'S';
+    if (c == 0x130 || c == 0x138 || c == 0x149) return c;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 0) ? c - 1 : c;
+    return (c % 2 == 1) ? c - 1 : c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+  if (c == 0x3C2) return 0x3A3;
+  if (c == 0x3AC) return 0x386;
+  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
+  if (c == 0x3CC) return 0x38C;
+  if (c == 0x3CD || c == 0x3CE) return c - 63;
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x52F)) return (c % 2 == 1) ? c - 1 : c;
+  if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
+  return c;
+}
+
+char32_t py_lower(char32_t c) {
+  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x130) return 'i';  // Python gives "i̇" (two code points); close enough for prompts
+    if (c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F) return c;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 1) ? c + 1 : c;
+    return (c % 2 == 0) ? c + 1 : c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 37;
+  if (c == 0x38C) return 0x3CC;
+  if (c == 0x38E || c == 0x38F) return c + 63;
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x52F)) return (c % 2 == 0) ? c + 1 : c;
+  if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
+  return c;
+}
+
+bool py_cased(char32_t c) { return py_upper(c) != c || py_lower(c) != c || c == 0xDF || c == 0x138 || c == 0x149; }
+
+std::string py_case(const std::string& s, CaseOp op) {
+  std::string out;
+  out.reserve(s.size());
+  bool prev_cased = false;
+  bool first = true;
+  for (char32_t c : utf8_decode(s)) {
+    bool up;
+    switch (op) {
+      case CaseOp::kUpper: up = true; break;
+      case CaseOp::kLower: up = false; break;
+      case CaseOp::kSwap: up = py_upper(c) != c || c == 0xDF; break;  // lower-case letters go up
+      case CaseOp::kTitle: up = !prev_cased; break;
+      default: up = first; break;
+    }
+    first = false;
+    prev_cased = py_cased(c);
+    if (up && c == 0xDF) {
+      out += (op == CaseOp::kTitle || op == CaseOp::kCapitalize) ? "Ss" : "SS";
+      continue;
+    }
+    utf8_append(out, up ? py_upper(c) : py_lower(c));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- str / repr
@@ -293,6 +427,9 @@ std::string repr(const Value& v) {
     case Kind::kString: return v.is_safe() ? "Markup(" + repr_string(v.str()) + ")" : repr_string(v.str());
     case Kind::kList: {
       if (v.list().generator) return "<generator object>";
+      if (v.list().group && v.list().items.size() == 2) {
+        return "_GroupTuple(grouper=" + repr(v.list().items[0]) + ", list=" + repr(v.list().items[1]) + ")";
+      }
       const bool tuple = v.list().tuple;
       std::string out = tuple ? "(" : "[";
       for (size_t i = 0; i < v.list().items.size(); ++i) {
@@ -308,7 +445,7 @@ std::string repr(const Value& v) {
       for (const auto& [k, val] : v.dict().items) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + repr(val);
+        out += repr(k) + ": " + repr(val);
       }
       return out + "}";
     }
@@ -387,6 +524,9 @@ bool equals(const Value& a, const Value& b) {
     return a.as_float() == b.as_float();
   }
   if (a.kind() != b.kind()) return false;
+  if (a.is_list() && (a.list().tuple != b.list().tuple || a.list().generator || b.list().generator)) {
+    return a.is_list() && &a.list() == &b.list();  // a tuple never equals a list; generators by identity
+  }
   switch (a.kind()) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
@@ -403,7 +543,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kDict: {
       if (a.dict().items.size() != b.dict().items.size()) return false;
       for (const auto& [k, v] : a.dict().items) {
-        const Value* o = b.dict().find(k);
+        const Value* o = b.dict().find(k);  // any key type
         if (!o || !equals(v, *o)) return false;
       }
       return true;
@@ -451,7 +591,9 @@ bool contains(const Value& c, const Value& item) {
         if (equals(x, item)) return true;
       }
       return false;
-    case Kind::kDict: return item.is_string() && c.dict().find(item.str()) != nullptr;
+    case Kind::kDict:
+      if (!is_hashable(item)) throw_render("unhashable type: '" + type_name(item) + "'");
+      return c.dict().find(item) != nullptr;
     default: throw_render("argument of type '" + type_name(c) + "' is not iterable");
   }
 }
@@ -529,20 +671,30 @@ static void json_dump(std::string& out, const Value& v, const JsonOptions& o, in
       return;
     }
     case Kind::kDict: {
-      std::vector<const std::pair<std::string, Value>*> items;
+      std::vector<const std::pair<Value, Value>*> items;
       for (const auto& kv : v.dict().items) items.push_back(&kv);
       if (items.empty()) {
         out += "{}";
         return;
       }
-      if (o.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      if (o.sort_keys) {  // Python sorts the keys before converting them
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return compare(a->first, b->first) < 0; });
       }
       out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += o.item_sep;
         newline(depth + 1);
-        json_string(out, items[i]->first, o.ensure_ascii);
+        const Value& k = items[i]->first;
+        if (k.is_string()) {
+          json_string(out, k.str(), o.ensure_ascii);
+        } else if (k.is_none() || k.is_bool() || k.is_int() || k.is_float()) {
+          // json.dumps turns these keys into strings: None -> "null", True -> "true", 1.5 -> "1.5"
+          std::string ks;
+          json_dump(ks, k, JsonOptions{}, depth + 1);
+          json_string(out, ks, o.ensure_ascii);
+        } else {
+          throw_render("keys must be str, int, float, bool or None, not " + type_name(k));
+        }
         out += o.key_sep;
         json_dump(out, items[i]->second, o, depth + 1);
       }
@@ -596,7 +748,7 @@ struct Measurer {
           path.push_back(d);
         }
         for (const auto& [k, x] : d->items) {
-          r.bytes += 16 + k.size();
+          r.bytes += 16 + (k.is_string() ? k.str().size() : 8);
           walk(x, depth + 1);
           if (over()) break;
         }

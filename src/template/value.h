@@ -60,15 +60,28 @@ struct List {
   std::vector<Value> items;
   bool generator = false;  // result of map/select/...: Python generator (not JSON serializable)
   bool tuple = false;      // a Python tuple: repr "(a, b)"
+  bool group = false;      // groupby's (grouper, list) named tuple: also .grouper / .list
 };
 
-// Insertion-ordered string-keyed dict (Python dict semantics for str keys).
+// Insertion-ordered dict with Python key semantics: keys are None, bool, int, float, str or
+// tuples of those; equal keys are one key (1 == 1.0 == True), the first one given is kept.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> items;
-  const Value* find(std::string_view key) const;
+  std::vector<std::pair<Value, Value>> items;
+  const Value* find(std::string_view key) const;  // the str key `key`
   Value* find(std::string_view key);
+  const Value* find(const Value& key) const;  // any key; an unhashable one finds nothing
+  Value* find(const Value& key);
   void set(const std::string& key, Value v);
+  void set(const Value& key, Value v);  // throws RenderError "unhashable type" for a list/dict key
+  const Value* find(const char* key) const { return find(std::string_view(key)); }
+  Value* find(const char* key) { return find(std::string_view(key)); }
+  Value* find(const std::string& key) { return find(std::string_view(key)); }
+  const Value* find(const std::string& key) const { return find(std::string_view(key)); }
+  void set(const char* key, Value v);
 };
+
+// Whether `v` can be a dict key (Python hashable among template values).
+bool is_hashable(const Value& v);
 
 class Value {
  public:
@@ -167,5 +180,17 @@ std::string utf8_encode(const std::vector<char32_t>& cps, size_t begin, size_t e
 void utf8_append(std::string& out, char32_t cp);
 size_t utf8_length(std::string_view s);
 bool is_py_space(char32_t c);
+
+// Python str.splitlines: breaks at \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029.
+std::vector<std::string> py_splitlines(const std::string& s, bool keepends = false);
+
+// Python's case mapping for Latin, Greek, Cyrillic and fullwidth letters (one code point to
+// one; the few that expand, like U+00DF -> "SS", are handled by py_case).
+char32_t py_upper(char32_t c);
+char32_t py_lower(char32_t c);
+bool py_cased(char32_t c);  // has a case (upper or lower differs)
+enum class CaseOp { kUpper, kLower, kSwap, kTitle, kCapitalize };
+// str.upper() / lower() / swapcase() / title() / capitalize() of UTF-8 text.
+std::string py_case(const std::string& s, CaseOp op);
 
 }  // namespace hearth::tmpl

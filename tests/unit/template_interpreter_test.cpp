@@ -193,6 +193,53 @@ TEST(TemplateInterpreter, OutputSizeLimit) {
   EXPECT_THROW(render("{{ 'x' * 100000000 }}"), Error);
 }
 
+// Every limit error names where in the template it happened.
+void expect_limit_at(const std::string& src, const std::string& where, const std::string& what, const Limits& lim = {}) {
+  ErrorKind kind{};
+  std::string e = error_of(src, json::object(), lim, &kind);
+  EXPECT_EQ(kind, ErrorKind::kResource) << src << " -> " << e;
+  EXPECT_EQ(e.rfind("[template] " + where + ": ", 0), 0u) << src << " -> " << e;
+  EXPECT_NE(e.find(what), std::string::npos) << src << " -> " << e;
+}
+
+TEST(TemplateInterpreter, LimitsCoverRecursiveLoopsCallersAndFormatting) {
+  // A recursive loop that never stops recursing.
+  expect_limit_at("{% for x in [1] recursive %}\n  {{ loop([x]) }}{% endfor %}", "line 2, column 6",
+                  "recursive loop depth exceeds the limit of 64");
+  // A macro and its call block calling each other forever.
+  expect_limit_at("{% macro m() %}{{ caller() }}{% endmacro %}\n{% macro again() %}{% call m() %}{{ again() }}{% endcall %}"
+                  "{% endmacro %}{{ again() }}",
+                  "line 2, column 23", "macro call depth exceeds the limit");
+  // Nested loops over the iteration budget, in a with block and a call block.
+  Limits lim;
+  lim.max_loop_iterations = 500;
+  expect_limit_at("{% with r = range(30) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}{% endwith %}",
+                  "line 1, column 44", "loop iterations exceed the limit of 500", lim);
+  // Huge values built by formatting are refused before they are allocated.
+  expect_limit_at("{{ '{:>999999999}'.format(1) }}", "line 1, column 19", "exceeds the limit");
+  expect_limit_at("{{ '%*d' % (999999999, 1) }}", "line 1, column 10", "exceeds the limit");
+  expect_limit_at("{{ 'x'.center(999999999) }}", "line 1, column 7", "exceeds the limit");
+  expect_limit_at("{{ 'x'.zfill(999999999) }}", "line 1, column 7", "exceeds the limit");
+  // Output that grows past the output limit through a recursive loop.
+  Limits out;
+  out.max_output_bytes = 4096;
+  expect_limit_at("{% set t = [[[[[1]]]]] %}{% for n in range(100) %}{% for x in t recursive %}{{ '0123456789' * 10 }}"
+                  "{% if x is iterable %}{{ loop(x) }}{% endif %}{% endfor %}{% endfor %}",
+                  "line 1, column 77", "exceeds the limit of 4096 bytes", out);
+}
+
+TEST(TemplateInterpreter, ClosuresDoNotOutliveTheirBlock) {
+  // loop / caller kept past the block that made them: an error, not a dangling frame.
+  EXPECT_NE(error_of("{% set ns = namespace(f=none) %}{% for x in [1] recursive %}{% set ns.f = loop %}{% endfor %}"
+                     "{{ ns.f([2]) }}")
+                .find("loop() called after its loop ended"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(f=none) %}{% macro keep() %}{% set ns.f = caller %}{% endmacro %}"
+                     "{% call keep() %}x{% endcall %}{{ ns.f() }}")
+                .find("caller() used after its call block ended"),
+            std::string::npos);
+}
+
 TEST(TemplateInterpreter, NamespaceAndSharedMutation) {
   EXPECT_EQ(render("{% set ns = namespace(items=[], n=0) %}{% for m in [1, 2] %}{% set ns.n = ns.n + m %}"
                    "{% set ns.items = ns.items + [m] %}{% endfor %}{{ ns.n }} {{ ns.items }}"),
