@@ -104,7 +104,8 @@ struct ConstraintCompiler::Impl {
           fail(ErrorKind::kInvalidInput, "json_schema", std::string("the schema is not valid JSON: ") + e.what());
         }
         check_schema_supported(schema);
-        return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, /*indent=*/std::nullopt, kCompact,
+        const std::string text = enforceable_schema(nlohmann::ordered_json::parse(spec.text)).dump();
+        return compiler.CompileJSONSchema(text, /*any_whitespace=*/false, /*indent=*/std::nullopt, kCompact,
                                           spec.strict);
       }
       case ConstraintKind::kJsonObject:

@@ -116,4 +116,57 @@ void check(const Json& schema, const std::string& where, int depth) {
 
 void check_schema_supported(const Json& schema) { check(schema, "", 0); }
 
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+// One JSON string character, as JSON allows it: anything but '"', '\\' and the control
+// characters, or an escape (each counts as one character, as JSON schema counts them).
+constexpr const char* kJsonChar = R"(([^"\\\x00-\x1f]|\\(["\\/bfnrt]|u[0-9a-fA-F]{4})))";
+
+void rewrite(OJson& schema) {
+  if (!schema.is_object()) return;
+  const bool bounded = schema.contains("minLength") || schema.contains("maxLength");
+  if (bounded && !schema.contains("pattern") && !schema.contains("format")) {
+    auto bound = [&](const char* key) -> std::string {
+      auto it = schema.find(key);
+      if (it == schema.end() || !it->is_number()) return "";
+      const double d = it->get<double>();
+      if (!(d >= 0) || d > 1e6) return "";
+      return std::to_string(static_cast<int64_t>(d));
+    };
+    const std::string lo = bound("minLength"), hi = bound("maxLength");
+    schema["pattern"] = std::string(kJsonChar) + "{" + (lo.empty() ? "0" : lo) + "," + hi + "}";
+    schema.erase("minLength");
+    schema.erase("maxLength");
+  }
+  for (const char* keyword : {"additionalProperties", "unevaluatedProperties", "propertyNames", "additionalItems",
+                              "unevaluatedItems", "items"}) {
+    if (auto it = schema.find(keyword); it != schema.end()) {
+      if (it->is_array()) {
+        for (OJson& s : *it) rewrite(s);
+      } else {
+        rewrite(*it);
+      }
+    }
+  }
+  for (const char* keyword : {"properties", "patternProperties", "$defs", "definitions", "prefixItems", "anyOf",
+                              "oneOf", "allOf"}) {
+    auto it = schema.find(keyword);
+    if (it == schema.end()) continue;
+    if (it->is_object()) {
+      for (auto& el : it->items()) rewrite(el.value());
+    } else if (it->is_array()) {
+      for (OJson& s : *it) rewrite(s);
+    }
+  }
+}
+
+}  // namespace
+
+OJson enforceable_schema(OJson schema) {
+  rewrite(schema);
+  return schema;
+}
+
 }  // namespace hearth::grammar

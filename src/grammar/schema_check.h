@@ -16,4 +16,12 @@ inline constexpr int kMaxSchemaDepth = 64;
 // the schema is not an object or boolean, or nests deeper than kMaxSchemaDepth.
 void check_schema_supported(const nlohmann::json& schema);
 
+// The schema as handed to xgrammar: every string schema with minLength / maxLength (and
+// no pattern or format) gets the same bounds as an equivalent "pattern" instead. xgrammar
+// 0.2.9 compiles length-bounded strings to "any byte but \" \\ \r \n" repeated, which
+// lets raw control characters into the JSON (invalid) and forbids escapes; its pattern
+// path uses the proper JSON string characters. Key order is kept (the output follows it).
+// Call after check_schema_supported.
+nlohmann::ordered_json enforceable_schema(nlohmann::ordered_json schema);
+
 }  // namespace hearth::grammar

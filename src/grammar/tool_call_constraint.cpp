@@ -8,7 +8,7 @@
 namespace hearth::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 Json const_string(std::string value) { return Json{{"type", "const_string"}, {"value", std::move(value)}}; }
 
@@ -16,7 +16,7 @@ Json const_string(std::string value) { return Json{{"type", "const_string"}, {"v
 Json arguments_schema(const ToolSchema& tool) {
   if (tool.parameters.is_null()) return Json{{"type", "object"}, {"properties", Json::object()}};
   try {
-    check_schema_supported(tool.parameters);
+    check_schema_supported(nlohmann::json(tool.parameters));
   } catch (const Error& e) {
     throw Error(e.kind(), std::string(e.what()) + " (in the parameters of tool '" + tool.name + "')");
   }
@@ -26,7 +26,7 @@ Json arguments_schema(const ToolSchema& tool) {
 // Compact JSON for the arguments, as an EBNF grammar: structural tags' own json_schema
 // format allows free whitespace, which a small model fills until max_tokens.
 Json compact_json(const ToolSchema& tool) {
-  const Json schema = arguments_schema(tool);
+  const Json schema = enforceable_schema(arguments_schema(tool));
   std::string ebnf;
   try {
     ebnf = xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false, /*indent=*/std::nullopt,

@@ -23,11 +23,11 @@ enum class ToolCallFormat {
   kLlama3Json,
 };
 
-// One callable tool: its name and the JSON schema of its arguments (null or absent
-// properties: an object with no arguments).
+// One callable tool: its name and the JSON schema of its arguments (null: an object with
+// no arguments). Ordered: the arguments are generated in the schema's property order.
 struct ToolSchema {
   std::string name;
-  nlohmann::json parameters;
+  nlohmann::ordered_json parameters;
 };
 
 // A kStructuralTag spec whose output is exactly one call to one of `tools` (with

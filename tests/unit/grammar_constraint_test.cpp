@@ -337,9 +337,9 @@ class ToolCallTest : public ::testing::Test {
   static std::vector<ToolSchema> tools() {
     return {
         {"get_weather",
-         Json::parse(R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},
+         nlohmann::ordered_json::parse(R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},
                         "required":["city"]})")},
-        {"list_files", Json()},
+        {"list_files", nlohmann::ordered_json()},
     };
   }
   // The matcher after `text`; `n_ok` gets how many tokens were accepted of how many.
@@ -429,9 +429,9 @@ TEST_F(ToolCallTest, QwenXmlAndLlamaJson) {
 
 TEST_F(ToolCallTest, BadToolsAreRefused) {
   EXPECT_THROW(hearth::grammar::tool_call_constraint({}, ToolCallFormat::kHermesJson, false), Error);
-  std::vector<ToolSchema> unnamed = {{"", Json()}};
+  std::vector<ToolSchema> unnamed = {{"", nlohmann::ordered_json()}};
   EXPECT_THROW(hearth::grammar::tool_call_constraint(unnamed, ToolCallFormat::kHermesJson, false), Error);
-  std::vector<ToolSchema> unique = {{"f", Json::parse(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})")}};
+  std::vector<ToolSchema> unique = {{"f", nlohmann::ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})")}};
   try {
     hearth::grammar::tool_call_constraint(unique, ToolCallFormat::kHermesJson, false);
     ADD_FAILURE() << "no error";
