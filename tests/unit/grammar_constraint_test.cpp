@@ -227,6 +227,37 @@ TEST_F(GrammarTest, RandomWalksThroughTheMaskGiveValidJson) {
   }
 }
 
+// Length-bounded strings: JSON's own string characters (escapes allowed, each counted
+// once; raw control characters never), bounds kept.
+TEST_F(GrammarTest, LengthBoundedStringsAreProperJsonStrings) {
+  auto c = compiler_->compile(schema_spec(R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":4}},"required":["s"]})"));
+  auto fits = [&](const std::string& text) {
+    ConstraintMatcher m(c);
+    return feed(m, text) == encode(text).size() && m.completed();
+  };
+  EXPECT_TRUE(fits(R"({"s":"ab"})"));
+  EXPECT_TRUE(fits(R"({"s":"a"\b"})"));    // 4 characters, two of them escapes
+  EXPECT_TRUE(fits(R"({"s":"été"})"));
+  EXPECT_TRUE(fits("{\"s\":\"\xc3\xa9t\xc3\xa9\"}"));  // 3 characters, 5 bytes
+  EXPECT_FALSE(fits(R"({"s":"a"})"));        // too short
+  EXPECT_FALSE(fits(R"({"s":"abcde"})"));    // too long
+  EXPECT_FALSE(fits("{\"s\":\"a\tb\"}"));  // a raw tab
+  EXPECT_FALSE(fits("{\"s\":\"a\x07" "b\"}"));  // a raw BEL
+}
+
+TEST(GrammarSchemaRewrite, BoundsMoveIntoAPatternAndOrderIsKept) {
+  const auto in = nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"z":{"type":"string","maxLength":3},"a":{"type":"array","items":{"type":"string","minLength":1}}, "p":{"type":"string","pattern":"^x+$"}}})");
+  const auto out = hearth::grammar::enforceable_schema(in);
+  std::vector<std::string> keys;
+  for (auto it = out["properties"].begin(); it != out["properties"].end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"z", "a", "p"}));
+  EXPECT_FALSE(out["properties"]["z"].contains("maxLength"));
+  EXPECT_NE(out["properties"]["z"]["pattern"].get<std::string>().find("{0,3}"), std::string::npos);
+  EXPECT_NE(out["properties"]["a"]["items"]["pattern"].get<std::string>().find("{1,}"), std::string::npos);
+  EXPECT_EQ(out["properties"]["p"], in["properties"]["p"]);
+}
+
 TEST_F(GrammarTest, JsonObjectAllowsAnyCompactObject) {
   ConstraintSpec obj;
   obj.kind = ConstraintKind::kJsonObject;
