@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from serve_util import Server, assert_error_shape, http_post
+from serve_util import Server, assert_error_shape, http_get, http_post
 
 THREADS = ["--threads", "2"]
 HTTP_TIMEOUT = 90
@@ -43,6 +43,11 @@ def server(hearth_bin, default_model):
 
 
 @pytest.fixture(scope="module")
+def model_id(server):
+    return http_get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+
+
+@pytest.fixture(scope="module")
 def client(server):
     c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=HTTP_TIMEOUT, max_retries=0)
     yield c
@@ -55,9 +60,9 @@ def ask(text):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_json_schema_validates(client, temperature):
+def test_json_schema_validates(client, temperature, model_id):
     for seed in (1, 2) if temperature > 0 else (1,):
-        r = client.chat.completions.create(model="m", messages=ask("Describe a software engineer."),
+        r = client.chat.completions.create(model=model_id, messages=ask("Describe a software engineer."),
                                            response_format=person_format(), temperature=temperature,
                                            seed=seed, max_tokens=400)
         choice = r.choices[0]
@@ -66,9 +71,9 @@ def test_json_schema_validates(client, temperature):
         jsonschema.validate(data, PERSON)
 
 
-def test_json_schema_streamed_validates(client):
+def test_json_schema_streamed_validates(client, model_id):
     parts, finish = [], None
-    for chunk in client.chat.completions.create(model="m", messages=ask("Describe a designer."),
+    for chunk in client.chat.completions.create(model=model_id, messages=ask("Describe a designer."),
                                                 response_format=person_format(), temperature=1.0, seed=5,
                                                 max_tokens=400, stream=True):
         for c in chunk.choices:
@@ -78,8 +83,8 @@ def test_json_schema_streamed_validates(client):
     jsonschema.validate(json.loads("".join(parts)), PERSON)
 
 
-def test_json_object_parses(client):
-    r = client.chat.completions.create(model="m", messages=ask("Give me a JSON object describing a cat."),
+def test_json_object_parses(client, model_id):
+    r = client.chat.completions.create(model=model_id, messages=ask("Give me a JSON object describing a cat."),
                                        response_format={"type": "json_object"}, temperature=0, max_tokens=300)
     content = r.choices[0].message.content
     assert content.startswith("{"), content
@@ -89,12 +94,12 @@ def test_json_object_parses(client):
         assert r.choices[0].finish_reason == "length"
 
 
-def test_json_object_sampled_parses(client):
+def test_json_object_sampled_parses(client, model_id):
     # A schema with nothing but "type": "object" would let a tiny model ramble; sampled
     # outputs that finish must still parse.
     n_stop = 0
     for seed in (1, 2, 3):
-        r = client.chat.completions.create(model="m", messages=ask("A JSON object with a name and a number."),
+        r = client.chat.completions.create(model=model_id, messages=ask("A JSON object with a name and a number."),
                                            response_format={"type": "json_object"}, temperature=1.0, seed=seed,
                                            max_tokens=300)
         c = r.choices[0]
@@ -105,14 +110,14 @@ def test_json_object_sampled_parses(client):
     assert n_stop >= 1
 
 
-def test_text_format_is_free(client):
-    r = client.chat.completions.create(model="m", messages=ask("Say hello."), response_format={"type": "text"},
+def test_text_format_is_free(client, model_id):
+    r = client.chat.completions.create(model=model_id, messages=ask("Say hello."), response_format={"type": "text"},
                                        temperature=0, max_tokens=8)
     assert r.choices[0].message.content
 
 
-def test_cut_by_max_tokens_is_length(client):
-    r = client.chat.completions.create(model="m", messages=ask("Describe an engineer."),
+def test_cut_by_max_tokens_is_length(client, model_id):
+    r = client.chat.completions.create(model=model_id, messages=ask("Describe an engineer."),
                                        response_format=person_format(), temperature=0, max_tokens=6)
     c = r.choices[0]
     assert c.finish_reason == "length"
@@ -126,9 +131,9 @@ def test_cut_by_max_tokens_is_length(client):
       "then": {"required": ["b"]}}, "'if'"),
     ({"type": "object", "properties": {"x": {"type": "number", "multipleOf": 0.25}}}, "multipleOf"),
 ])
-def test_unsupported_schema_feature_is_400(client, schema, needle):
+def test_unsupported_schema_feature_is_400(client, schema, needle, model_id):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="m", messages=ask("x"), response_format=person_format(schema),
+        client.chat.completions.create(model=model_id, messages=ask("x"), response_format=person_format(schema),
                                        max_tokens=8)
     assert e.value.status_code == 400
     body = e.value.body
@@ -145,17 +150,17 @@ def test_unsupported_schema_feature_is_400(client, schema, needle):
     ("json", "response_format"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "frobnicate"}}}, "response_format"),
 ])
-def test_malformed_response_format_is_400(server, fmt, param):
+def test_malformed_response_format_is_400(server, fmt, param, model_id):
     r = http_post(server.url + "/v1/chat/completions",
-                  json={"model": "m", "messages": ask("x"), "response_format": fmt, "max_tokens": 4}, timeout=30)
+                  json={"model": model_id, "messages": ask("x"), "response_format": fmt, "max_tokens": 4}, timeout=30)
     assert r.status_code == 400, r.text
     assert_error_shape(r.json())
     assert r.json()["error"]["param"] == param, r.text
 
 
-def test_completions_endpoint_takes_response_format(server):
+def test_completions_endpoint_takes_response_format(server, model_id):
     r = http_post(server.url + "/v1/completions",
-                  json={"model": "m", "prompt": "A person as JSON:", "max_tokens": 300, "temperature": 0,
+                  json={"model": model_id, "prompt": "A person as JSON:", "max_tokens": 300, "temperature": 0,
                         "response_format": person_format()}, timeout=HTTP_TIMEOUT)
     assert r.status_code == 200, r.text
     c = r.json()["choices"][0]
@@ -163,15 +168,15 @@ def test_completions_endpoint_takes_response_format(server):
     jsonschema.validate(json.loads(c["text"]), PERSON)
 
 
-def test_concurrent_constrained_and_free_streams(client):
+def test_concurrent_constrained_and_free_streams(client, model_id):
     free_prompt = ask("Write a sentence about rivers.")
-    solo = client.chat.completions.create(model="m", messages=free_prompt, temperature=0, max_tokens=24)
+    solo = client.chat.completions.create(model=model_id, messages=free_prompt, temperature=0, max_tokens=24)
     solo_text = solo.choices[0].message.content
     results, errors = {}, []
 
     def run(i):
         try:
-            kw = dict(model="m", max_tokens=400, stream=True)
+            kw = dict(model=model_id, max_tokens=400, stream=True)
             if i % 2 == 0:
                 kw.update(messages=ask(f"Describe person number {i}."), response_format=person_format(),
                           temperature=1.0, seed=100 + i)
