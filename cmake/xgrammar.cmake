@@ -18,26 +18,60 @@ set(HEARTH_XGRAMMAR_URL
     "https://files.pythonhosted.org/packages/3a/2f/5bf8e8fa6619cff534932f79b0abc81a417d354bc5093252c1a6081d0a93/xgrammar-0.2.9.tar.gz")
 set(HEARTH_XGRAMMAR_SHA256 87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90)
 
+# The download is done here, not by FetchContent, so that a failure says what went wrong
+# and how to get past it (FetchContent's own error is a generic "each download failed").
+if(NOT FETCHCONTENT_SOURCE_DIR_XGRAMMAR)
+  set(_xg_archive "${CMAKE_BINARY_DIR}/_downloads/xgrammar-${HEARTH_XGRAMMAR_VERSION}.tar.gz")
+  if(EXISTS "${_xg_archive}")
+    file(SHA256 "${_xg_archive}" _xg_have)
+    if(NOT _xg_have STREQUAL HEARTH_XGRAMMAR_SHA256)
+      file(REMOVE "${_xg_archive}")
+    endif()
+  endif()
+  if(NOT EXISTS "${_xg_archive}")
+    message(STATUS "hearth: downloading xgrammar ${HEARTH_XGRAMMAR_VERSION} from PyPI")
+    file(DOWNLOAD "${HEARTH_XGRAMMAR_URL}" "${_xg_archive}.part" STATUS _xg_status TLS_VERIFY ON
+         INACTIVITY_TIMEOUT 60 TIMEOUT 600)
+    list(GET _xg_status 0 _xg_code)
+    list(GET _xg_status 1 _xg_why)
+    if(NOT _xg_code EQUAL 0)
+      file(REMOVE "${_xg_archive}.part")
+      message(FATAL_ERROR
+        "hearth: could not download xgrammar ${HEARTH_XGRAMMAR_VERSION} (needed for constrained decoding) "
+        "from ${HEARTH_XGRAMMAR_URL}: ${_xg_why} (curl code ${_xg_code}). Give the configure step network "
+        "access to files.pythonhosted.org, or download that file (sha256 ${HEARTH_XGRAMMAR_SHA256}), unpack "
+        "it and pass -DFETCHCONTENT_SOURCE_DIR_XGRAMMAR=<the unpacked xgrammar-${HEARTH_XGRAMMAR_VERSION} folder>.")
+    endif()
+    file(SHA256 "${_xg_archive}.part" _xg_have)
+    if(NOT _xg_have STREQUAL HEARTH_XGRAMMAR_SHA256)
+      file(REMOVE "${_xg_archive}.part")
+      message(FATAL_ERROR
+        "hearth: the xgrammar ${HEARTH_XGRAMMAR_VERSION} download from ${HEARTH_XGRAMMAR_URL} has sha256 "
+        "${_xg_have}, not the pinned ${HEARTH_XGRAMMAR_SHA256}: refusing to build it.")
+    endif()
+    file(RENAME "${_xg_archive}.part" "${_xg_archive}")
+  endif()
+  set(_xg_url "${_xg_archive}")
+else()
+  set(_xg_url "${HEARTH_XGRAMMAR_URL}")
+endif()
+
 FetchContent_Declare(
   xgrammar
-  URL ${HEARTH_XGRAMMAR_URL}
+  URL ${_xg_url}
   URL_HASH SHA256=${HEARTH_XGRAMMAR_SHA256}
   DOWNLOAD_EXTRACT_TIMESTAMP ON
-  # A folder the sdist does not have: FetchContent only downloads and unpacks,
-  # it never runs xgrammar's own CMakeLists (see above).
+  # A folder the sdist does not have: FetchContent only unpacks, it never runs
+  # xgrammar's own CMakeLists (see above).
   SOURCE_SUBDIR hearth-no-cmake)
-# FetchContent reports a failed download or a hash mismatch as a configure error
-# already; the check below names the cause (and the way out) when it comes back
-# without the sources, e.g. FETCHCONTENT_SOURCE_DIR_XGRAMMAR pointing at a wrong folder.
 FetchContent_MakeAvailable(xgrammar)
 if(NOT EXISTS "${xgrammar_SOURCE_DIR}/include/xgrammar/xgrammar.h"
    OR NOT EXISTS "${xgrammar_SOURCE_DIR}/3rdparty/dlpack/include/dlpack/dlpack.h"
    OR NOT EXISTS "${xgrammar_SOURCE_DIR}/3rdparty/picojson/picojson.h")
   message(FATAL_ERROR
-    "hearth: xgrammar ${HEARTH_XGRAMMAR_VERSION} sources are missing from '${xgrammar_SOURCE_DIR}'. "
-    "The build downloads them from ${HEARTH_XGRAMMAR_URL} (sha256 ${HEARTH_XGRAMMAR_SHA256}); "
-    "give the configure step network access to files.pythonhosted.org, or unpack that file "
-    "yourself and pass -DFETCHCONTENT_SOURCE_DIR_XGRAMMAR=<folder>.")
+    "hearth: xgrammar ${HEARTH_XGRAMMAR_VERSION} sources are missing from '${xgrammar_SOURCE_DIR}' "
+    "(FETCHCONTENT_SOURCE_DIR_XGRAMMAR must name the unpacked sdist folder, the one holding "
+    "include/, cpp/ and 3rdparty/).")
 endif()
 
 file(GLOB_RECURSE _xgrammar_srcs CONFIGURE_DEPENDS "${xgrammar_SOURCE_DIR}/cpp/*.cc")

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -256,6 +258,31 @@ TEST(GrammarSchemaRewrite, BoundsMoveIntoAPatternAndOrderIsKept) {
   EXPECT_NE(out["properties"]["z"]["pattern"].get<std::string>().find("{0,3}"), std::string::npos);
   EXPECT_NE(out["properties"]["a"]["items"]["pattern"].get<std::string>().find("{1,}"), std::string::npos);
   EXPECT_EQ(out["properties"]["p"], in["properties"]["p"]);
+}
+
+// What one mask costs on this vocabulary (49152 tokens), on the benchmark's schema
+// (benchmarks/bench_structured.py): printed for docs/BENCHMARKS.md, bounded well under a
+// decode step (tens of milliseconds at 8 streams on 2 threads) so it hides behind it.
+TEST_F(GrammarTest, MaskCostPerToken) {
+  auto c = compiler_->compile(schema_spec(
+      R"({"type":"object","properties":{"words":{"type":"array","items":{"type":"string","maxLength":12},"minItems":200}},"required":["words"]})"));
+  ConstraintMatcher m(c);
+  std::vector<uint32_t> mask(static_cast<size_t>(hearth::grammar::mask_words(m.n_vocab())));
+  std::mt19937 rng(3);
+  std::vector<double> us;
+  for (int step = 0; step < 128; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    m.fill_mask(mask);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    auto ok = allowed(mask, m.n_vocab());
+    ASSERT_FALSE(ok.empty());
+    ASSERT_TRUE(m.accept(ok[std::uniform_int_distribution<size_t>(0, ok.size() - 1)(rng)]));
+  }
+  std::sort(us.begin(), us.end());
+  const double median = us[us.size() / 2];
+  std::printf("fill_mask: median %.1f us, p90 %.1f us, max %.1f us over %zu tokens\n", median,
+              us[us.size() * 9 / 10], us.back(), us.size());
+  EXPECT_LT(median, 2000.0);
 }
 
 TEST_F(GrammarTest, JsonObjectAllowsAnyCompactObject) {
