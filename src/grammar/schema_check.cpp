@@ -120,9 +120,10 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-// One JSON string character, as JSON allows it: anything but '"', '\\' and the control
-// characters, or an escape (each counts as one character, as JSON schema counts them).
-constexpr const char* kJsonChar = R"(([^"\\\x00-\x1f]|\\(["\\/bfnrt]|u[0-9a-fA-F]{4})))";
+// One character of a JSON string that needs no escape: anything but '"', '\\' and the
+// control characters (xgrammar's pattern path excludes those three anyway; it has no
+// escapes, so a length-bounded string never holds a quote or a backslash).
+constexpr const char* kJsonChar = R"([^"\\\x00-\x1f])";
 
 void rewrite(OJson& schema) {
   if (!schema.is_object()) return;

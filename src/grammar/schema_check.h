@@ -18,10 +18,10 @@ void check_schema_supported(const nlohmann::json& schema);
 
 // The schema as handed to xgrammar: every string schema with minLength / maxLength (and
 // no pattern or format) gets the same bounds as an equivalent "pattern" instead. xgrammar
-// 0.2.9 compiles length-bounded strings to "any byte but \" \\ \r \n" repeated, which
-// lets raw control characters into the JSON (invalid) and forbids escapes; its pattern
-// path uses the proper JSON string characters. Key order is kept (the output follows it).
-// Call after check_schema_supported.
+// 0.2.9 compiles length-bounded strings to "any byte but quote, backslash, CR, LF"
+// repeated, which lets raw control characters (invalid JSON) through; its pattern path
+// keeps to characters that need no escape. (Neither path generates escapes inside a
+// length-bounded string.) Key order is kept. Call after check_schema_supported.
 nlohmann::ordered_json enforceable_schema(nlohmann::ordered_json schema);
 
 }  // namespace hearth::grammar
