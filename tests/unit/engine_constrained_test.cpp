@@ -190,7 +190,7 @@ TEST_F(ConstrainedEngineTest, JsonObjectParses) {
   engine.start();
   ConstraintSpec obj;
   obj.kind = ConstraintKind::kJsonObject;
-  GenRequest r = request("Reply with a JSON object about cats.", 200, 0.0f, 1);
+  GenRequest r = request("Reply with a JSON object about cats.", 100, 0.0f, 1);
   r.constraint = engine.compile_constraint(obj);
   const auto out = run(engine, {std::move(r)});
   if (out[0].fin.finish_reason == "stop") {
