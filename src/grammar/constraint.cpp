@@ -1,5 +1,7 @@
 #include "grammar/constraint.h"
 
+#include <xgrammar/xgrammar.h>
+
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -9,7 +11,6 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
-#include <xgrammar/xgrammar.h>
 
 #include "core/error.h"
 #include "grammar/schema_check.h"
@@ -67,7 +68,8 @@ const char* kind_name(ConstraintKind kind) {
 std::vector<std::string> decoded_vocab(const tokenizer::Tokenizer& tok) {
   const auto& tokens = tok.vocab().tokens;
   std::vector<std::string> out(tokens.size());
-  constexpr uint32_t kNeverText = tokenizer::kAttrControl | tokenizer::kAttrUnknown | tokenizer::kAttrUnused;
+  constexpr uint32_t kNeverText =
+      tokenizer::kAttrControl | tokenizer::kAttrUnknown | tokenizer::kAttrUnused;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if ((tokens[i].attr & kNeverText) != 0) continue;
     out[i] = tok.token_to_piece(static_cast<int32_t>(i));
@@ -87,7 +89,8 @@ std::string ConstraintSpec::key() const {
 }
 
 struct ConstraintCompiler::Impl {
-  Impl(const tokenizer::Tokenizer& tok, int32_t n_vocab, std::vector<int32_t> stop_tokens, size_t max_cached_)
+  Impl(const tokenizer::Tokenizer& tok, int32_t n_vocab, std::vector<int32_t> stop_tokens,
+       size_t max_cached_)
       : info(decoded_vocab(tok), xgrammar::VocabType::RAW, n_vocab, std::move(stop_tokens)),
         // Our cache (below) keeps compiled grammars; xgrammar's would hold a second copy.
         compiler(info, static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)),
@@ -101,24 +104,29 @@ struct ConstraintCompiler::Impl {
         try {
           schema = nlohmann::json::parse(spec.text);
         } catch (const nlohmann::json::exception& e) {
-          fail(ErrorKind::kInvalidInput, "json_schema", std::string("the schema is not valid JSON: ") + e.what());
+          fail(ErrorKind::kInvalidInput, "json_schema",
+               std::string("the schema is not valid JSON: ") + e.what());
         }
         check_schema_supported(schema);
-        const std::string text = enforceable_schema(nlohmann::ordered_json::parse(spec.text)).dump();
-        return compiler.CompileJSONSchema(text, /*any_whitespace=*/false, /*indent=*/std::nullopt, kCompact,
-                                          spec.strict);
+        const std::string text =
+            enforceable_schema(nlohmann::ordered_json::parse(spec.text)).dump();
+        return compiler.CompileJSONSchema(text, /*any_whitespace=*/false, /*indent=*/std::nullopt,
+                                          kCompact, spec.strict);
       }
       case ConstraintKind::kJsonObject:
-        return compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt, kCompact,
+        return compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false,
+                                          std::nullopt, kCompact,
                                           /*strict_mode=*/false);
       case ConstraintKind::kStructuralTag: {
         nlohmann::json tag;
         try {
           tag = nlohmann::json::parse(spec.text);
         } catch (const nlohmann::json::exception& e) {
-          fail(ErrorKind::kInvalidInput, "structural_tag", std::string("not valid JSON: ") + e.what());
+          fail(ErrorKind::kInvalidInput, "structural_tag",
+               std::string("not valid JSON: ") + e.what());
         }
-        if (!tag.is_object()) fail(ErrorKind::kInvalidInput, "structural_tag", "must be a JSON object");
+        if (!tag.is_object())
+          fail(ErrorKind::kInvalidInput, "structural_tag", "must be a JSON object");
         if (tag.value("type", "") != "structural_tag") {
           tag = nlohmann::json{{"type", "structural_tag"}, {"format", std::move(tag)}};
         }
@@ -135,9 +143,10 @@ struct ConstraintCompiler::Impl {
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
   size_t max_cached;
-  std::mutex mu;  // guards lru, cache
+  std::mutex mu;               // guards lru, cache
   std::list<std::string> lru;  // most recent first
-  std::unordered_map<std::string, std::pair<std::shared_ptr<const Constraint>, std::list<std::string>::iterator>>
+  std::unordered_map<std::string,
+                     std::pair<std::shared_ptr<const Constraint>, std::list<std::string>::iterator>>
       cache;
   std::atomic<uint64_t> n_compiled{0};
 };
@@ -146,7 +155,8 @@ ConstraintCompiler::ConstraintCompiler(const tokenizer::Tokenizer& tok, int32_t 
                                        std::vector<int32_t> stop_tokens, size_t max_cached)
     : n_vocab_(std::max(n_vocab, static_cast<int32_t>(tok.n_tokens()))) {
   std::sort(stop_tokens.begin(), stop_tokens.end());
-  impl_ = std::make_unique<Impl>(tok, n_vocab_, std::move(stop_tokens), std::max<size_t>(1, max_cached));
+  impl_ = std::make_unique<Impl>(tok, n_vocab_, std::move(stop_tokens),
+                                 std::max<size_t>(1, max_cached));
 }
 
 ConstraintCompiler::~ConstraintCompiler() = default;
@@ -189,12 +199,15 @@ size_t ConstraintCompiler::n_cached() const {
   return impl_->cache.size();
 }
 
-uint64_t ConstraintCompiler::n_compiled() const { return impl_->n_compiled.load(std::memory_order_relaxed); }
+uint64_t ConstraintCompiler::n_compiled() const {
+  return impl_->n_compiled.load(std::memory_order_relaxed);
+}
 
 int32_t mask_words(int32_t n_vocab) { return xgrammar::GetBitmaskSize(n_vocab); }
 
 struct ConstraintMatcher::Impl {
-  explicit Impl(std::shared_ptr<const Constraint> c) : constraint(std::move(c)), matcher(constraint->compiled()) {}
+  explicit Impl(std::shared_ptr<const Constraint> c)
+      : constraint(std::move(c)), matcher(constraint->compiled()) {}
   std::shared_ptr<const Constraint> constraint;
   xgrammar::GrammarMatcher matcher;
 };
@@ -251,7 +264,8 @@ void apply_mask(std::span<float> logits, std::span<const uint32_t> mask) {
   for (size_t i = covered; i < n; ++i) logits[i] = kNeg;
 }
 
-bool only_stop_allowed(std::span<const uint32_t> mask, std::span<const int32_t> stop_tokens, int32_t n_vocab) {
+bool only_stop_allowed(std::span<const uint32_t> mask, std::span<const int32_t> stop_tokens,
+                       int32_t n_vocab) {
   const size_t words = std::min(mask.size(), (static_cast<size_t>(std::max(0, n_vocab)) + 31) / 32);
   bool any = false;
   for (size_t w = 0; w < words; ++w) {

@@ -51,8 +51,8 @@ class ConstraintCompiler {
   // `n_vocab`: the model's logits width (>= the tokenizer's token count; ids past the
   // tokenizer are never allowed). `stop_tokens`: the ids that end a generation (allowed
   // once the constraint is complete). Control / unknown / unused tokens are never allowed.
-  ConstraintCompiler(const tokenizer::Tokenizer& tok, int32_t n_vocab, std::vector<int32_t> stop_tokens,
-                     size_t max_cached = 64);
+  ConstraintCompiler(const tokenizer::Tokenizer& tok, int32_t n_vocab,
+                     std::vector<int32_t> stop_tokens, size_t max_cached = 64);
   ~ConstraintCompiler();
   ConstraintCompiler(const ConstraintCompiler&) = delete;
   ConstraintCompiler& operator=(const ConstraintCompiler&) = delete;
@@ -106,6 +106,7 @@ void apply_mask(std::span<float> logits, std::span<const uint32_t> mask);
 
 // True when the only tokens the mask allows are among `stop_tokens` (sorted): the
 // constrained output is finished.
-bool only_stop_allowed(std::span<const uint32_t> mask, std::span<const int32_t> stop_tokens, int32_t n_vocab);
+bool only_stop_allowed(std::span<const uint32_t> mask, std::span<const int32_t> stop_tokens,
+                       int32_t n_vocab);
 
 }  // namespace hearth::grammar

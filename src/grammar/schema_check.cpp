@@ -25,7 +25,8 @@ std::string pointer_token(std::string_view key) {
   return out;
 }
 
-[[noreturn]] void unsupported(const std::string& keyword, const std::string& where, const std::string& why) {
+[[noreturn]] void unsupported(const std::string& keyword, const std::string& where,
+                              const std::string& why) {
   fail(ErrorKind::kUnsupported, "json_schema",
        "'" + keyword + "' at " + (where.empty() ? "/" : where) + " is not supported: " + why);
 }
@@ -50,7 +51,8 @@ void check_each(const Json& container, const std::string& where, int depth) {
       check(it.value(), where + "/" + pointer_token(it.key()), depth + 1);
     }
   } else if (container.is_array()) {
-    for (size_t i = 0; i < container.size(); ++i) check(container[i], where + "/" + std::to_string(i), depth + 1);
+    for (size_t i = 0; i < container.size(); ++i)
+      check(container[i], where + "/" + std::to_string(i), depth + 1);
   }
 }
 
@@ -62,31 +64,38 @@ void check(const Json& schema, const std::string& where, int depth) {
   if (schema.is_boolean()) return;
   if (!schema.is_object()) {
     fail(ErrorKind::kInvalidInput, "json_schema",
-         "the schema at " + (where.empty() ? std::string("/") : where) + " must be an object or a boolean, not " +
-             schema.type_name());
+         "the schema at " + (where.empty() ? std::string("/") : where) +
+             " must be an object or a boolean, not " + schema.type_name());
   }
   // Keywords xgrammar does not enforce (it would drop them and accept output they reject).
-  for (const char* keyword : {"not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-                              "contains", "minContains", "maxContains"}) {
-    if (schema.contains(keyword)) unsupported(keyword, where, "constrained decoding cannot enforce it");
+  for (const char* keyword : {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                              "dependencies", "contains", "minContains", "maxContains"}) {
+    if (schema.contains(keyword))
+      unsupported(keyword, where, "constrained decoding cannot enforce it");
   }
-  if (auto it = schema.find("uniqueItems"); it != schema.end() && it->is_boolean() && it->get<bool>()) {
+  if (auto it = schema.find("uniqueItems");
+      it != schema.end() && it->is_boolean() && it->get<bool>()) {
     unsupported("uniqueItems", where, "constrained decoding cannot enforce unique array items");
   }
   if (auto it = schema.find("allOf"); it != schema.end() && it->is_array() && it->size() > 1) {
-    unsupported("allOf", where, "only an allOf with a single schema can be enforced (merge the schemas)");
+    unsupported("allOf", where,
+                "only an allOf with a single schema can be enforced (merge the schemas)");
   }
   if (auto it = schema.find("$ref"); it != schema.end() && it->is_string()) {
     const std::string& ref = it->get_ref<const std::string&>();
     if (ref != "#" && ref.rfind("#/", 0) != 0) {
-      unsupported("$ref", where, "only references inside the schema ('#' or '#/...') are resolved, not '" + ref + "'");
+      unsupported(
+          "$ref", where,
+          "only references inside the schema ('#' or '#/...') are resolved, not '" + ref + "'");
     }
   }
   if (auto it = schema.find("multipleOf"); it != schema.end()) {
-    const bool integral = it->is_number_integer() || it->is_number_unsigned() ||
-                          (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
+    const bool integral =
+        it->is_number_integer() || it->is_number_unsigned() ||
+        (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
     if (!has_type(schema, "integer") || has_type(schema, "number") || !integral) {
-      unsupported("multipleOf", where, "only an integer multipleOf on \"type\": \"integer\" can be enforced");
+      unsupported("multipleOf", where,
+                  "only an integer multipleOf on \"type\": \"integer\" can be enforced");
     }
   }
   if ((schema.contains("pattern") || schema.contains("format")) &&
@@ -95,9 +104,10 @@ void check(const Json& schema, const std::string& where, int depth) {
                 "string lengths cannot be enforced together with 'pattern' or 'format'");
   }
   // Subschemas.
-  for (const char* keyword : {"additionalProperties", "unevaluatedProperties", "propertyNames", "additionalItems",
-                              "unevaluatedItems"}) {
-    if (auto it = schema.find(keyword); it != schema.end()) check(*it, where + "/" + keyword, depth + 1);
+  for (const char* keyword : {"additionalProperties", "unevaluatedProperties", "propertyNames",
+                              "additionalItems", "unevaluatedItems"}) {
+    if (auto it = schema.find(keyword); it != schema.end())
+      check(*it, where + "/" + keyword, depth + 1);
   }
   if (auto it = schema.find("items"); it != schema.end()) {
     if (it->is_array()) {
@@ -106,9 +116,10 @@ void check(const Json& schema, const std::string& where, int depth) {
       check(*it, where + "/items", depth + 1);
     }
   }
-  for (const char* keyword : {"properties", "patternProperties", "$defs", "definitions", "prefixItems", "anyOf",
-                              "oneOf", "allOf"}) {
-    if (auto it = schema.find(keyword); it != schema.end()) check_each(*it, where + "/" + keyword, depth);
+  for (const char* keyword : {"properties", "patternProperties", "$defs", "definitions",
+                              "prefixItems", "anyOf", "oneOf", "allOf"}) {
+    if (auto it = schema.find(keyword); it != schema.end())
+      check_each(*it, where + "/" + keyword, depth);
   }
 }
 
@@ -141,8 +152,8 @@ void rewrite(OJson& schema) {
     schema.erase("minLength");
     schema.erase("maxLength");
   }
-  for (const char* keyword : {"additionalProperties", "unevaluatedProperties", "propertyNames", "additionalItems",
-                              "unevaluatedItems", "items"}) {
+  for (const char* keyword : {"additionalProperties", "unevaluatedProperties", "propertyNames",
+                              "additionalItems", "unevaluatedItems", "items"}) {
     if (auto it = schema.find(keyword); it != schema.end()) {
       if (it->is_array()) {
         for (OJson& s : *it) rewrite(s);
@@ -151,8 +162,8 @@ void rewrite(OJson& schema) {
       }
     }
   }
-  for (const char* keyword : {"properties", "patternProperties", "$defs", "definitions", "prefixItems", "anyOf",
-                              "oneOf", "allOf"}) {
+  for (const char* keyword : {"properties", "patternProperties", "$defs", "definitions",
+                              "prefixItems", "anyOf", "oneOf", "allOf"}) {
     auto it = schema.find(keyword);
     if (it == schema.end()) continue;
     if (it->is_object()) {

@@ -10,7 +10,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-Json const_string(std::string value) { return Json{{"type", "const_string"}, {"value", std::move(value)}}; }
+Json const_string(std::string value) {
+  return Json{{"type", "const_string"}, {"value", std::move(value)}};
+}
 
 // The tool's arguments schema; a missing / null one is an object without arguments.
 Json arguments_schema(const ToolSchema& tool) {
@@ -18,7 +20,8 @@ Json arguments_schema(const ToolSchema& tool) {
   try {
     check_schema_supported(nlohmann::json(tool.parameters));
   } catch (const Error& e) {
-    throw Error(e.kind(), std::string(e.what()) + " (in the parameters of tool '" + tool.name + "')");
+    throw Error(e.kind(),
+                std::string(e.what()) + " (in the parameters of tool '" + tool.name + "')");
   }
   return tool.parameters;
 }
@@ -29,7 +32,8 @@ Json compact_json(const ToolSchema& tool) {
   const Json schema = enforceable_schema(arguments_schema(tool));
   std::string ebnf;
   try {
-    ebnf = xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false, /*indent=*/std::nullopt,
+    ebnf = xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false,
+                                             /*indent=*/std::nullopt,
                                              std::make_pair(std::string(","), std::string(":")),
                                              /*strict_mode=*/true)
                .ToString();
@@ -45,19 +49,23 @@ Json one_call(const ToolSchema& tool, ToolCallFormat format) {
   switch (format) {
     case ToolCallFormat::kHermesJson:
       return Json{{"type", "sequence"},
-                  {"elements", Json::array({const_string("<tool_call>\n{\"name\": " + quoted_name + ", \"arguments\": "),
+                  {"elements", Json::array({const_string("<tool_call>\n{\"name\": " + quoted_name +
+                                                         ", \"arguments\": "),
                                             compact_json(tool), const_string("}\n</tool_call>")})}};
     case ToolCallFormat::kLlama3Json:
       return Json{{"type", "sequence"},
-                  {"elements", Json::array({const_string("{\"name\": " + quoted_name + ", \"parameters\": "),
-                                            compact_json(tool), const_string("}")})}};
+                  {"elements",
+                   Json::array({const_string("{\"name\": " + quoted_name + ", \"parameters\": "),
+                                compact_json(tool), const_string("}")})}};
     case ToolCallFormat::kQwenXml:
       return Json{{"type", "tag"},
                   {"begin", "<tool_call>\n<function=" + tool.name + ">\n"},
                   // One whitespace character at most where the XML allows any: the values
                   // are the model's to write, the layout is not.
                   {"content",
-                   {{"type", "json_schema"}, {"json_schema", arguments_schema(tool)}, {"style", "qwen_xml"},
+                   {{"type", "json_schema"},
+                    {"json_schema", arguments_schema(tool)},
+                    {"style", "qwen_xml"},
                     {"max_whitespace_cnt", 1}}},
                   {"end", "\n</function>\n</tool_call>"}};
   }
@@ -66,8 +74,10 @@ Json one_call(const ToolSchema& tool, ToolCallFormat format) {
 
 }  // namespace
 
-ConstraintSpec tool_call_constraint(std::span<const ToolSchema> tools, ToolCallFormat format, bool parallel) {
-  if (tools.empty()) fail(ErrorKind::kInvalidInput, "tools", "a tool-call constraint needs at least one tool");
+ConstraintSpec tool_call_constraint(std::span<const ToolSchema> tools, ToolCallFormat format,
+                                    bool parallel) {
+  if (tools.empty())
+    fail(ErrorKind::kInvalidInput, "tools", "a tool-call constraint needs at least one tool");
   Json calls = Json::array();
   for (const ToolSchema& tool : tools) {
     if (tool.name.empty()) fail(ErrorKind::kInvalidInput, "tools", "a tool has an empty name");
@@ -77,7 +87,8 @@ ConstraintSpec tool_call_constraint(std::span<const ToolSchema> tools, ToolCallF
   Json root = call;
   if (parallel && format != ToolCallFormat::kLlama3Json) {
     const Json more{{"type", "sequence"}, {"elements", Json::array({const_string("\n"), call})}};
-    root = Json{{"type", "sequence"}, {"elements", Json::array({call, Json{{"type", "star"}, {"content", more}}})}};
+    root = Json{{"type", "sequence"},
+                {"elements", Json::array({call, Json{{"type", "star"}, {"content", more}}})}};
   }
   ConstraintSpec spec;
   spec.kind = ConstraintKind::kStructuralTag;

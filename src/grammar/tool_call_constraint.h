@@ -34,6 +34,7 @@ struct ToolSchema {
 // `parallel`: one or more calls) in `format`. Throws Error(kInvalidInput) when `tools` is
 // empty or a name is empty, and the errors of check_schema_supported for a parameters
 // schema that cannot be enforced (the message names the tool).
-ConstraintSpec tool_call_constraint(std::span<const ToolSchema> tools, ToolCallFormat format, bool parallel);
+ConstraintSpec tool_call_constraint(std::span<const ToolSchema> tools, ToolCallFormat format,
+                                    bool parallel);
 
 }  // namespace hearth::grammar

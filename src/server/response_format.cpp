@@ -15,7 +15,8 @@ using json = nlohmann::ordered_json;
 
 grammar::ConstraintSpec schema_spec(const json& schema, const std::string& path, bool strict) {
   if (!schema.is_object() && !schema.is_boolean()) {
-    bad("'" + path + "' must be a JSON schema (an object or a boolean), got " + schema.type_name(), path);
+    bad("'" + path + "' must be a JSON schema (an object or a boolean), got " + schema.type_name(),
+        path);
   }
   grammar::ConstraintSpec spec;
   spec.kind = grammar::ConstraintKind::kJsonSchema;
@@ -27,16 +28,20 @@ grammar::ConstraintSpec schema_spec(const json& schema, const std::string& path,
 }  // namespace
 
 std::optional<grammar::ConstraintSpec> parse_response_format(const json& v) {
-  if (!v.is_object()) bad(std::string("'response_format' must be an object, got ") + v.type_name(), "response_format");
+  if (!v.is_object())
+    bad(std::string("'response_format' must be an object, got ") + v.type_name(),
+        "response_format");
   auto type_it = v.find("type");
   if (type_it == v.end() || !type_it->is_string()) {
-    bad("'response_format.type' must be one of \"text\", \"json_object\", \"json_schema\"", "response_format.type");
+    bad("'response_format.type' must be one of \"text\", \"json_object\", \"json_schema\"",
+        "response_format.type");
   }
   const std::string type = type_it->get<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
     auto schema = v.find("schema");  // llama.cpp's extension
-    if (schema != v.end() && !schema->is_null()) return schema_spec(*schema, "response_format.schema", true);
+    if (schema != v.end() && !schema->is_null())
+      return schema_spec(*schema, "response_format.schema", true);
     grammar::ConstraintSpec spec;
     spec.kind = grammar::ConstraintKind::kJsonObject;
     return spec;
@@ -44,10 +49,12 @@ std::optional<grammar::ConstraintSpec> parse_response_format(const json& v) {
   if (type == "json_schema") {
     auto js = v.find("json_schema");
     if (js == v.end() || !js->is_object()) {
-      bad("'response_format.json_schema' must be an object with the schema in 'schema'", "response_format.json_schema");
+      bad("'response_format.json_schema' must be an object with the schema in 'schema'",
+          "response_format.json_schema");
     }
     if (auto name = js->find("name"); name != js->end() && !name->is_null() && !name->is_string()) {
-      bad(std::string("'response_format.json_schema.name' must be a string, got ") + name->type_name(),
+      bad(std::string("'response_format.json_schema.name' must be a string, got ") +
+              name->type_name(),
           "response_format.json_schema.name");
     }
     // Strict unless the request says otherwise: object schemas then allow only the
@@ -55,7 +62,8 @@ std::optional<grammar::ConstraintSpec> parse_response_format(const json& v) {
     bool strict = true;
     if (auto s = js->find("strict"); s != js->end() && !s->is_null()) {
       if (!s->is_boolean()) {
-        bad(std::string("'response_format.json_schema.strict' must be a boolean, got ") + s->type_name(),
+        bad(std::string("'response_format.json_schema.strict' must be a boolean, got ") +
+                s->type_name(),
             "response_format.json_schema.strict");
       }
       strict = s->get<bool>();
@@ -68,7 +76,8 @@ std::optional<grammar::ConstraintSpec> parse_response_format(const json& v) {
     }
     return schema_spec(*schema, "response_format.json_schema.schema", strict);
   }
-  bad("'response_format.type' must be one of \"text\", \"json_object\", \"json_schema\", got \"" + type + "\"",
+  bad("'response_format.type' must be one of \"text\", \"json_object\", \"json_schema\", got \"" +
+          type + "\"",
       "response_format.type");
 }
 

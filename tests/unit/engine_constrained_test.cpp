@@ -60,7 +60,9 @@ struct Loaded {
   hearth::model::LlamaModel model;
   hearth::tokenizer::Tokenizer tok;
   explicit Loaded(const std::string& path)
-      : file(hearth::gguf::File::open(path)), model(file, backend), tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
+      : file(hearth::gguf::File::open(path)),
+        model(file, backend),
+        tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
 };
 
 struct Outcome {
@@ -117,10 +119,12 @@ class ConstrainedEngineTest : public ::testing::Test {
     if (!loaded_) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
   }
   static std::vector<int32_t> chat(const std::string& user) {
-    return loaded_->tok.encode("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n" +
-                               user + "<|im_end|>\n<|im_start|>assistant\n");
+    return loaded_->tok.encode(
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n" + user +
+        "<|im_end|>\n<|im_start|>assistant\n");
   }
-  static GenRequest request(const std::string& user, int32_t max_tokens, float temperature, uint64_t seed) {
+  static GenRequest request(const std::string& user, int32_t max_tokens, float temperature,
+                            uint64_t seed) {
     GenRequest r;
     r.prompt = chat(user);
     r.max_tokens = max_tokens;

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -65,9 +65,11 @@ class GrammarTest : public ::testing::Test {
     if (p == nullptr || *p == '\0') return;
     tok_ = std::make_unique<Tokenizer>(Tokenizer::load(p));
     stop_ = {tok_->vocab().eos};
-    if (int32_t im_end = tok_->vocab().find("<|im_end|>"); im_end >= 0 && im_end != stop_[0]) stop_.push_back(im_end);
+    if (int32_t im_end = tok_->vocab().find("<|im_end|>"); im_end >= 0 && im_end != stop_[0])
+      stop_.push_back(im_end);
     std::sort(stop_.begin(), stop_.end());
-    compiler_ = std::make_unique<ConstraintCompiler>(*tok_, static_cast<int32_t>(tok_->n_tokens()), stop_);
+    compiler_ =
+        std::make_unique<ConstraintCompiler>(*tok_, static_cast<int32_t>(tok_->n_tokens()), stop_);
   }
   static void TearDownTestSuite() {
     compiler_.reset();
@@ -202,8 +204,9 @@ TEST_F(GrammarTest, RandomWalksThroughTheMaskGiveValidJson) {
       }
       auto ok = allowed(mask, m.n_vocab());
       // Prefer non-stop tokens so the walk explores the structure.
-      ok.erase(std::remove_if(ok.begin(), ok.end(),
-                              [](int32_t id) { return std::binary_search(stop_.begin(), stop_.end(), id); }),
+      ok.erase(std::remove_if(
+                   ok.begin(), ok.end(),
+                   [](int32_t id) { return std::binary_search(stop_.begin(), stop_.end(), id); }),
                ok.end());
       ASSERT_FALSE(ok.empty());
       const int32_t id = ok[std::uniform_int_distribution<size_t>(0, ok.size() - 1)(rng)];
@@ -224,7 +227,9 @@ TEST_F(GrammarTest, RandomWalksThroughTheMaskGiveValidJson) {
       EXPECT_LE(j.at("tags").size(), 3u) << text;
     }
     for (auto it = j.begin(); it != j.end(); ++it) {
-      EXPECT_TRUE(it.key() == "name" || it.key() == "age" || it.key() == "role" || it.key() == "tags") << text;
+      EXPECT_TRUE(it.key() == "name" || it.key() == "age" || it.key() == "role" ||
+                  it.key() == "tags")
+          << text;
     }
   }
 }
@@ -232,7 +237,8 @@ TEST_F(GrammarTest, RandomWalksThroughTheMaskGiveValidJson) {
 // Length-bounded strings: characters that need no escape (raw control characters
 // never; xgrammar has no escapes there), counted as characters, bounds kept.
 TEST_F(GrammarTest, LengthBoundedStringsAreProperJsonStrings) {
-  auto c = compiler_->compile(schema_spec(R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":4}},"required":["s"]})"));
+  auto c = compiler_->compile(schema_spec(
+      R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":4}},"required":["s"]})"));
   auto fits = [&](const std::string& text) {
     ConstraintMatcher m(c);
     return feed(m, text) == encode(text).size() && m.completed();
@@ -240,10 +246,12 @@ TEST_F(GrammarTest, LengthBoundedStringsAreProperJsonStrings) {
   EXPECT_TRUE(fits(R"({"s":"ab"})"));
   EXPECT_TRUE(fits(R"({"s":"a b?"})"));
   EXPECT_TRUE(fits("{\"s\":\"\xc3\xa9t\xc3\xa9\"}"));  // 3 characters, 5 bytes
-  EXPECT_FALSE(fits(R"({"s":"a"})"));        // too short
-  EXPECT_FALSE(fits(R"({"s":"abcde"})"));    // too long
-  EXPECT_FALSE(fits("{\"s\":\"a\tb\"}"));  // a raw tab
-  EXPECT_FALSE(fits("{\"s\":\"a\x07" "b\"}"));  // a raw BEL
+  EXPECT_FALSE(fits(R"({"s":"a"})"));                  // too short
+  EXPECT_FALSE(fits(R"({"s":"abcde"})"));              // too long
+  EXPECT_FALSE(fits("{\"s\":\"a\tb\"}"));              // a raw tab
+  EXPECT_FALSE(
+      fits("{\"s\":\"a\x07"
+           "b\"}"));  // a raw BEL
 }
 
 TEST(GrammarSchemaRewrite, BoundsMoveIntoAPatternAndOrderIsKept) {
@@ -251,11 +259,13 @@ TEST(GrammarSchemaRewrite, BoundsMoveIntoAPatternAndOrderIsKept) {
       R"({"type":"object","properties":{"z":{"type":"string","maxLength":3},"a":{"type":"array","items":{"type":"string","minLength":1}}, "p":{"type":"string","pattern":"^x+$"}}})");
   const auto out = hearth::grammar::enforceable_schema(in);
   std::vector<std::string> keys;
-  for (auto it = out["properties"].begin(); it != out["properties"].end(); ++it) keys.push_back(it.key());
+  for (auto it = out["properties"].begin(); it != out["properties"].end(); ++it)
+    keys.push_back(it.key());
   EXPECT_EQ(keys, (std::vector<std::string>{"z", "a", "p"}));
   EXPECT_FALSE(out["properties"]["z"].contains("maxLength"));
   EXPECT_NE(out["properties"]["z"]["pattern"].get<std::string>().find("{0,3}"), std::string::npos);
-  EXPECT_NE(out["properties"]["a"]["items"]["pattern"].get<std::string>().find("{1,}"), std::string::npos);
+  EXPECT_NE(out["properties"]["a"]["items"]["pattern"].get<std::string>().find("{1,}"),
+            std::string::npos);
   EXPECT_EQ(out["properties"]["p"], in["properties"]["p"]);
 }
 
@@ -272,7 +282,8 @@ TEST_F(GrammarTest, MaskCostPerToken) {
   for (int step = 0; step < 128; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     m.fill_mask(mask);
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     auto ok = allowed(mask, m.n_vocab());
     ASSERT_FALSE(ok.empty());
     ASSERT_TRUE(m.accept(ok[std::uniform_int_distribution<size_t>(0, ok.size() - 1)(rng)]));
@@ -324,14 +335,16 @@ TEST_F(GrammarTest, UnsupportedSchemaFeaturesAreRefusedByName) {
   };
   expect_error(R"({"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}})",
                ErrorKind::kUnsupported, "'uniqueItems' at /properties/tags");
-  expect_error(R"({"type":"object","if":{"required":["a"]},"then":{"required":["b"]}})", ErrorKind::kUnsupported,
-               "'if' at /");
-  expect_error(R"({"allOf":[{"type":"object"},{"required":["a"]}]})", ErrorKind::kUnsupported, "'allOf'");
-  expect_error(R"({"$defs":{"x":{"not":{"type":"string"}}},"$ref":"#/$defs/x"})", ErrorKind::kUnsupported,
-               "'not' at /$defs/x");
+  expect_error(R"({"type":"object","if":{"required":["a"]},"then":{"required":["b"]}})",
+               ErrorKind::kUnsupported, "'if' at /");
+  expect_error(R"({"allOf":[{"type":"object"},{"required":["a"]}]})", ErrorKind::kUnsupported,
+               "'allOf'");
+  expect_error(R"({"$defs":{"x":{"not":{"type":"string"}}},"$ref":"#/$defs/x"})",
+               ErrorKind::kUnsupported, "'not' at /$defs/x");
   expect_error(R"({"$ref":"https://example.com/s.json"})", ErrorKind::kUnsupported, "'$ref'");
   expect_error(R"({"type":"number","multipleOf":0.5})", ErrorKind::kUnsupported, "'multipleOf'");
-  expect_error(R"({"type":"string","pattern":"^a+$","maxLength":3})", ErrorKind::kUnsupported, "'maxLength'");
+  expect_error(R"({"type":"string","pattern":"^a+$","maxLength":3})", ErrorKind::kUnsupported,
+               "'maxLength'");
   expect_error(R"({"type":"object",)", ErrorKind::kInvalidInput, "not valid JSON");
   expect_error(R"(42)", ErrorKind::kInvalidInput, "must be an object or a boolean");
   // xgrammar's own refusals come through as invalid input, without its file:line prefix.
@@ -349,13 +362,14 @@ TEST_F(GrammarTest, UnsupportedSchemaFeaturesAreRefusedByName) {
   EXPECT_THROW(compiler_->compile(bad_ebnf), Error);
   // Integer multipleOf and in-schema references are fine.
   EXPECT_NO_THROW(compiler_->compile(schema_spec(R"({"type":"integer","multipleOf":5})")));
-  EXPECT_NO_THROW(compiler_->compile(
-      schema_spec(R"({"$defs":{"p":{"type":"integer"}},"type":"object","properties":{"a":{"$ref":"#/$defs/p"}}})")));
+  EXPECT_NO_THROW(compiler_->compile(schema_spec(
+      R"({"$defs":{"p":{"type":"integer"}},"type":"object","properties":{"a":{"$ref":"#/$defs/p"}}})")));
 }
 
 TEST(GrammarSchemaCheck, DeepSchemasAreRefusedNotRecursed) {
   Json s = Json{{"type", "string"}};
-  for (int i = 0; i < hearth::grammar::kMaxSchemaDepth + 5; ++i) s = Json{{"type", "array"}, {"items", s}};
+  for (int i = 0; i < hearth::grammar::kMaxSchemaDepth + 5; ++i)
+    s = Json{{"type", "array"}, {"items", s}};
   EXPECT_THROW(hearth::grammar::check_schema_supported(s), Error);
 }
 
@@ -382,10 +396,12 @@ TEST(GrammarMask, ApplyMaskAndOnlyStopAllowed) {
 class ToolCallTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    tok_ = std::make_unique<Tokenizer>(Tokenizer::load(HEARTH_SHARED_DIR "/data/tokenizers/qwen3/tokenizer.json"));
+    tok_ = std::make_unique<Tokenizer>(
+        Tokenizer::load(HEARTH_SHARED_DIR "/data/tokenizers/qwen3/tokenizer.json"));
     stop_ = {tok_->vocab().find("<|im_end|>"), tok_->vocab().find("<|endoftext|>")};
     std::sort(stop_.begin(), stop_.end());
-    compiler_ = std::make_unique<ConstraintCompiler>(*tok_, static_cast<int32_t>(tok_->n_tokens()), stop_);
+    compiler_ =
+        std::make_unique<ConstraintCompiler>(*tok_, static_cast<int32_t>(tok_->n_tokens()), stop_);
   }
   static void TearDownTestSuite() {
     compiler_.reset();
@@ -394,13 +410,15 @@ class ToolCallTest : public ::testing::Test {
   static std::vector<ToolSchema> tools() {
     return {
         {"get_weather",
-         nlohmann::ordered_json::parse(R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},
+         nlohmann::ordered_json::parse(
+             R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},
                         "required":["city"]})")},
         {"list_files", nlohmann::ordered_json()},
     };
   }
   // The matcher after `text`; `n_ok` gets how many tokens were accepted of how many.
-  static ConstraintMatcher walk(const ConstraintSpec& spec, const std::string& text, size_t* n_ok, size_t* n_all) {
+  static ConstraintMatcher walk(const ConstraintSpec& spec, const std::string& text, size_t* n_ok,
+                                size_t* n_all) {
     ConstraintMatcher m(compiler_->compile(spec));
     const auto ids = tok_->encode(text);
     *n_all = ids.size();
@@ -425,39 +443,50 @@ class ToolCallTest : public ::testing::Test {
 
 TEST_F(ToolCallTest, HermesJsonOneCall) {
   const auto t = tools();
-  const ConstraintSpec spec = hearth::grammar::tool_call_constraint(t, ToolCallFormat::kHermesJson, false);
+  const ConstraintSpec spec =
+      hearth::grammar::tool_call_constraint(t, ToolCallFormat::kHermesJson, false);
   size_t ok = 0, all = 0;
   {
-    auto m = walk(spec, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"days\":3}}\n</tool_call>",
+    auto m = walk(spec,
+                  "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                  "{\"city\":\"Paris\",\"days\":3}}\n</tool_call>",
                   &ok, &all);
     EXPECT_EQ(ok, all);
     EXPECT_TRUE(m.completed());
     EXPECT_TRUE(finished(m));  // one call only
   }
   {
-    auto m = walk(spec, "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>", &ok, &all);
+    auto m = walk(spec, "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>",
+                  &ok, &all);
     EXPECT_EQ(ok, all);
     EXPECT_TRUE(finished(m));
   }
   walk(spec, "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>", &ok, &all);
   EXPECT_LT(ok, all) << "an unknown tool name";
-  walk(spec, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\":3}}\n</tool_call>", &ok, &all);
+  walk(spec, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\":3}}\n</tool_call>",
+       &ok, &all);
   EXPECT_LT(ok, all) << "a required argument missing";
-  walk(spec, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", &ok, &all);
+  walk(spec,
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Paris\"}}\n</tool_call>",
+       &ok, &all);
   EXPECT_LT(ok, all) << "free whitespace inside the arguments";
   walk(spec, "Sure! <tool_call>", &ok, &all);
   EXPECT_EQ(ok, 0u) << "text before the call";
-  const std::string two = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>\n"
-                          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>";
+  const std::string two =
+      "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>";
   walk(spec, two, &ok, &all);
   EXPECT_LT(ok, all) << "a second call without parallel";
 }
 
 TEST_F(ToolCallTest, HermesJsonParallelCalls) {
   const auto t = tools();
-  const ConstraintSpec spec = hearth::grammar::tool_call_constraint(t, ToolCallFormat::kHermesJson, true);
-  const std::string two = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>\n"
-                          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>";
+  const ConstraintSpec spec =
+      hearth::grammar::tool_call_constraint(t, ToolCallFormat::kHermesJson, true);
+  const std::string two =
+      "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>";
   size_t ok = 0, all = 0;
   auto m = walk(spec, two, &ok, &all);
   EXPECT_EQ(ok, all);
@@ -468,27 +497,36 @@ TEST_F(ToolCallTest, HermesJsonParallelCalls) {
 TEST_F(ToolCallTest, QwenXmlAndLlamaJson) {
   const auto t = tools();
   size_t ok = 0, all = 0;
-  const ConstraintSpec xml = hearth::grammar::tool_call_constraint(t, ToolCallFormat::kQwenXml, false);
+  const ConstraintSpec xml =
+      hearth::grammar::tool_call_constraint(t, ToolCallFormat::kQwenXml, false);
   auto m = walk(xml,
                 "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                 "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
                 &ok, &all);
   EXPECT_EQ(ok, all);
   EXPECT_TRUE(m.completed());
-  walk(xml, "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", &ok,
-       &all);
+  walk(xml,
+       "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</"
+       "tool_call>",
+       &ok, &all);
   EXPECT_LT(ok, all) << "a required parameter missing";
-  const ConstraintSpec llama = hearth::grammar::tool_call_constraint(t, ToolCallFormat::kLlama3Json, true);
-  auto l = walk(llama, "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Rome\"}}", &ok, &all);
+  const ConstraintSpec llama =
+      hearth::grammar::tool_call_constraint(t, ToolCallFormat::kLlama3Json, true);
+  auto l =
+      walk(llama, "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Rome\"}}", &ok, &all);
   EXPECT_EQ(ok, all);
   EXPECT_TRUE(finished(l));
 }
 
 TEST_F(ToolCallTest, BadToolsAreRefused) {
-  EXPECT_THROW(hearth::grammar::tool_call_constraint({}, ToolCallFormat::kHermesJson, false), Error);
+  EXPECT_THROW(hearth::grammar::tool_call_constraint({}, ToolCallFormat::kHermesJson, false),
+               Error);
   std::vector<ToolSchema> unnamed = {{"", nlohmann::ordered_json()}};
-  EXPECT_THROW(hearth::grammar::tool_call_constraint(unnamed, ToolCallFormat::kHermesJson, false), Error);
-  std::vector<ToolSchema> unique = {{"f", nlohmann::ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})")}};
+  EXPECT_THROW(hearth::grammar::tool_call_constraint(unnamed, ToolCallFormat::kHermesJson, false),
+               Error);
+  std::vector<ToolSchema> unique = {
+      {"f", nlohmann::ordered_json::parse(
+                R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})")}};
   try {
     hearth::grammar::tool_call_constraint(unique, ToolCallFormat::kHermesJson, false);
     ADD_FAILURE() << "no error";
