@@ -83,9 +83,27 @@ target_include_directories(xgrammar SYSTEM PUBLIC "${xgrammar_SOURCE_DIR}/3rdpar
 target_include_directories(xgrammar PRIVATE "${xgrammar_SOURCE_DIR}/cpp")
 target_compile_definitions(xgrammar PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0 XGRAMMAR_ENABLE_INTERNAL_CHECK=0)
 # Its own code, its own warnings: none of ours (-Wall -Wextra) and never -Werror.
-# -O3 as upstream builds it (the mask computation is on the decode path) unless
-# this is a Debug build.
-target_compile_options(xgrammar PRIVATE -w $<$<NOT:$<CONFIG:Debug>>:-O3>)
+# -O3 as upstream builds it (the mask computation is on the decode path) unless this is a
+# Debug or an instrumented build.
+if(HEARTH_SANITIZE OR HEARTH_FUZZ)
+  target_compile_options(xgrammar PRIVATE -w)
+else()
+  target_compile_options(xgrammar PRIVATE -w $<$<NOT:$<CONFIG:Debug>>:-O3>)
+endif()
 set_target_properties(xgrammar PROPERTIES CXX_STANDARD 17 POSITION_INDEPENDENT_CODE ON
                                           INTERPROCEDURAL_OPTIMIZATION OFF)
 target_link_libraries(xgrammar PUBLIC Threads::Threads)
+
+# The asan and fuzz presets instrument our code; xgrammar is treated like the system
+# libraries we link (pcre2, cpp-httplib): built without instrumentation, which ASan,
+# UBSan and libFuzzer all work with. Instrumented, its template-heavy sources compile for
+# tens of minutes each; HEARTH_XGRAMMAR_SANITIZE=ON instruments it anyway (e.g. to hunt a
+# crash inside it).
+option(HEARTH_XGRAMMAR_SANITIZE "Instrument xgrammar too in sanitizer / fuzz builds (slow to build)" OFF)
+if(NOT HEARTH_XGRAMMAR_SANITIZE)
+  get_target_property(_xg_opts xgrammar COMPILE_OPTIONS)
+  if(_xg_opts)
+    list(FILTER _xg_opts EXCLUDE REGEX "^-f(no-)?sanitize")
+    set_property(TARGET xgrammar PROPERTY COMPILE_OPTIONS ${_xg_opts})
+  endif()
+endif()
