@@ -22,6 +22,7 @@
 #include "engine/chat_prompt.h"
 #include "engine/generator.h"
 #include "format/gguf.h"
+#include "grammar/constraint.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +45,8 @@ struct RunOptions {
   int32_t logprobs = 0;
   bool json_out = false;
   std::string kv_type = "f16";
+  std::string json_schema_file;  // constrained output: a JSON schema file
+  bool json_object = false;      // constrained output: any JSON object
 };
 
 std::string build_prompt(const RunOptions& o, const gguf::File& file, const engine::ChatPrompt& chat) {
@@ -100,6 +103,23 @@ void run(RunOptions o) {
   go.max_tokens = o.max_tokens;
   go.n_logprobs = o.logprobs;
   go.sampler = o.sampler;
+  if (!o.json_schema_file.empty() || o.json_object) {
+    if (!o.json_schema_file.empty() && o.json_object) {
+      fail(ErrorKind::kInvalidInput, "run", "give --json-schema or --json-object, not both");
+    }
+    grammar::ConstraintSpec spec;
+    if (!o.json_schema_file.empty()) {
+      spec.kind = grammar::ConstraintKind::kJsonSchema;
+      spec.text = read_text_file(o.json_schema_file);
+    }
+    grammar::ConstraintCompiler compiler(tok, static_cast<int32_t>(model.hparams().n_vocab),
+                                         engine::end_of_generation_tokens(tok), 1);
+    try {
+      go.constraint = compiler.compile(spec);
+    } catch (const Error& e) {
+      throw Error(e.kind(), (o.json_schema_file.empty() ? std::string() : o.json_schema_file + ": ") + e.what());
+    }
+  }
   auto on_text = [&](const std::string& s) {
     if (o.json_out) return;
     std::fwrite(s.data(), 1, s.size(), stdout);
@@ -180,6 +200,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");
   cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");
   cmd->add_flag("--json", o->json_out, "Print one JSON object instead of text and statistics");
+  cmd->add_option("--json-schema", o->json_schema_file, "Constrain the output to JSON that follows this schema file");
+  cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
   cmd->callback([o]() { run(*o); });
 }
 

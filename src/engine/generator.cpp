@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <string_view>
 
 #include "core/error.h"
@@ -56,6 +57,12 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   decode_options.strip_space_prefix = false;  // a continuation keeps its leading space
   tokenizer::StreamDecoder stream(tok, decode_options);
   std::vector<int32_t> history = prompt;
+  std::optional<grammar::ConstraintMatcher> matcher;
+  std::vector<uint32_t> mask;
+  if (options.constraint) {
+    matcher.emplace(options.constraint);
+    mask.assign(static_cast<size_t>(grammar::mask_words(matcher->n_vocab())), 0u);
+  }
 
   const auto t0 = Clock::now();
   std::vector<float> logits;  // reused for every token: no per-token allocation
@@ -68,7 +75,23 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   while (static_cast<int32_t>(r.tokens.size()) < options.max_tokens) {
     std::vector<float> raw;  // copied only when log-probabilities are asked for
     if (options.n_logprobs > 0) raw = logits;  // log-probabilities of the model, before penalties
+    if (matcher) {
+      matcher->fill_mask(mask);
+      grammar::apply_mask(logits, mask);
+    }
     const int32_t next = sampler.sample(logits, history);
+    bool grammar_done = false;
+    if (matcher) {
+      if (!matcher->accept(next)) {
+        fail(ErrorKind::kInternal, "run", "the output constraint allows no next token after " +
+                                               std::to_string(r.tokens.size()) + " tokens");
+      }
+      grammar_done = matcher->terminated();
+      if (!grammar_done && matcher->completed()) {
+        matcher->fill_mask(mask);
+        grammar_done = grammar::only_stop_allowed(mask, eog, matcher->n_vocab());
+      }
+    }
     const auto now = Clock::now();
     if (r.tokens.empty()) {
       t_first = now;
@@ -88,6 +111,10 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
     if (!piece.empty()) {
       r.text += piece;
       if (on_text) on_text(piece);
+    }
+    if (grammar_done) {
+      r.stop_reason = "stop";
+      break;
     }
     if (static_cast<int32_t>(r.tokens.size()) >= options.max_tokens) break;
     if (cache.n_past() >= cache.n_ctx()) {

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/constraint.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,6 +20,8 @@ struct GenerateOptions {
   int32_t max_tokens = 256;   // generated tokens at most (end-of-generation not counted)
   int32_t n_logprobs = 0;     // > 0: record the top-k log-probabilities at each step
   SamplerParams sampler;
+  // Constrained decoding: only tokens the grammar allows; ends ("stop") when complete.
+  std::shared_ptr<const grammar::Constraint> constraint;
 };
 
 struct StepLogprobs {

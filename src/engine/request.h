@@ -9,12 +9,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/constraint.h"
 
 namespace hearth::engine {
 
@@ -70,6 +72,9 @@ struct GenRequest {
   std::vector<std::string> stop;    // stop strings, not included in the output
   int32_t top_logprobs = -1;        // < 0: no log-probabilities; >= 0: token logprob + top k
   bool ignore_eos = false;
+  // Constrained decoding (ServeEngine::compile_constraint): only tokens the grammar allows
+  // are sampled and the request ends ("stop") when the grammar is complete. null: free text.
+  std::shared_ptr<const grammar::Constraint> constraint;
 };
 
 // The channel of one request. The engine pushes deltas and then exactly one Final;

@@ -129,6 +129,11 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     acc += probs_[i];
     if (r < acc) return candidates_[i];
   }
+  // Rounding left r at the very top: the last candidate that can be drawn (a token a
+  // grammar mask set to -inf has probability 0 and is never returned).
+  for (size_t i = n; i-- > 0;) {
+    if (probs_[i] > 0.0f) return candidates_[i];
+  }
   return candidates_[n - 1];
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "engine/generator.h"
@@ -23,6 +24,8 @@ struct ServeEngine::Live {
   Sampler sampler;
   tokenizer::StreamDecoder decoder;
   StopMatcher stop;
+  std::optional<grammar::ConstraintMatcher> matcher;  // constrained requests only
+  std::vector<uint32_t> mask;                         // tokens the matcher allows next
   int32_t n_generated = 0;
   Clock::time_point t_scheduled{}, t_first{}, t_last{};
   bool scheduled = false;
@@ -36,7 +39,12 @@ struct ServeEngine::Live {
           o.strip_space_prefix = false;  // a continuation keeps its leading space
           return o;
         }()),
-        stop(request.stop) {}
+        stop(request.stop) {
+    if (request.constraint) {
+      matcher.emplace(request.constraint);
+      mask.assign(static_cast<size_t>(grammar::mask_words(matcher->n_vocab())), 0u);
+    }
+  }
 };
 
 ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok, EngineConfig config,
@@ -107,6 +115,13 @@ ServeEngine::Admit ServeEngine::submit(GenRequest request, std::shared_ptr<Reque
   }
   cv_.notify_all();
   return Admit::kOk;
+}
+
+std::shared_ptr<const grammar::Constraint> ServeEngine::compile_constraint(const grammar::ConstraintSpec& spec) {
+  std::call_once(grammar_once_, [this] {
+    grammar_ = std::make_unique<grammar::ConstraintCompiler>(tok_, static_cast<int32_t>(model_.hparams().n_vocab), eog_);
+  });
+  return grammar_->compile(spec);
 }
 
 EngineStats ServeEngine::stats() const {
@@ -240,12 +255,35 @@ void ServeEngine::step() {
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits});
     }
+    // The grammar masks of this step's samples depend only on the tokens accepted so
+    // far: computed on the mask worker while the forward pass runs.
+    masked_.clear();
+    for (const StepItem& item : plan.items) {
+      Live& live = *live_.at(item.seq->id);
+      if (item.logits && live.matcher) masked_.push_back(&live);
+    }
+    if (!masked_.empty()) {
+      mask_worker_.start([this] {
+        for (Live* live : masked_) live->matcher->fill_mask(live->mask);
+      });
+    }
+    struct WaitMasks {  // the job reads Live objects: never leave with it still running
+      MaskWorker& w;
+      ~WaitMasks() {
+        try {
+          w.wait();
+        } catch (...) {
+        }
+      }
+    } wait_masks{mask_worker_};
     apply(plan.state_before);
     model_.forward_batch(pool_, batch_, logits_);
+    if (!masked_.empty()) mask_worker_.wait();
     apply(scheduler_.commit(plan));
     const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
     size_t row = 0;
     std::vector<uint64_t> done_stop, done_length;
+    std::vector<std::pair<uint64_t, std::string>> done_error;
     for (const StepItem& item : plan.items) {
       if (!item.logits) continue;
       SeqSlot& seq = *item.seq;
@@ -254,9 +292,26 @@ void ServeEngine::step() {
       ++row;
       std::vector<float> raw;
       if (live.request.top_logprobs >= 0) raw.assign(lg.begin(), lg.end());
+      if (live.matcher) grammar::apply_mask(lg, live.mask);
       const int32_t next = live.sampler.sample(lg, seq.tokens);
       const auto now = Clock::now();
-      const bool eog = !live.request.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), next);
+      bool grammar_done = false;
+      if (live.matcher) {
+        if (!live.matcher->accept(next)) {
+          // Only when the grammar allowed no token at all (a grammar that cannot go on).
+          done_error.emplace_back(seq.id, "the output constraint allows no next token after " +
+                                              std::to_string(live.n_generated) + " tokens");
+          continue;
+        }
+        // Complete with nothing but a stop token to follow: the output is finished now,
+        // without a forward pass just to sample end-of-generation.
+        grammar_done = live.matcher->terminated();
+        if (!grammar_done && live.matcher->completed()) {
+          live.matcher->fill_mask(live.mask);
+          grammar_done = grammar::only_stop_allowed(live.mask, eog_, live.matcher->n_vocab());
+        }
+      }
+      const bool eog = (!live.request.ignore_eos || live.matcher) && std::binary_search(eog_.begin(), eog_.end(), next);
       if (eog) {
         if (live.n_generated == 0) live.t_first = live.t_last = now;
         done_stop.push_back(seq.id);
@@ -282,7 +337,7 @@ void ServeEngine::step() {
       d.text = live.stop.push(live.decoder.push(next));
       const bool stopped = live.stop.stopped();
       live.channel->push(std::move(d));
-      if (stopped) {
+      if (stopped || grammar_done) {
         done_stop.push_back(seq.id);
       } else if (live.n_generated >= live.request.max_tokens ||
                  static_cast<int64_t>(seq.tokens.size()) >= max_seq_tokens_) {
@@ -291,6 +346,7 @@ void ServeEngine::step() {
     }
     for (uint64_t id : done_stop) end(id, "stop");
     for (uint64_t id : done_length) end(id, "length");
+    for (const auto& [id, why] : done_error) end(id, "error", why);
     if (observer_ != nullptr) {
       observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
                          ms_between(t0, Clock::now()) / 1000.0);

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/mask_worker.h"
+#include "grammar/constraint.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
@@ -84,6 +86,11 @@ class ServeEngine {
   const EngineConfig& config() const { return config_; }
   EngineStats stats() const;
 
+  // Compiles a constraint for GenRequest::constraint against the model's vocabulary
+  // (cached by spec). Thread-safe; call it on the HTTP thread before submit(). Throws
+  // Error (kInvalidInput / kUnsupported) naming what is wrong with the spec.
+  std::shared_ptr<const grammar::Constraint> compile_constraint(const grammar::ConstraintSpec& spec);
+
  private:
   struct Live;  // engine-side state of one sequence (sampler, decoder, channel, timings)
   void loop();
@@ -108,6 +115,11 @@ class ServeEngine {
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
   std::vector<model::BatchSeq> batch_;
+
+  std::once_flag grammar_once_;
+  std::unique_ptr<grammar::ConstraintCompiler> grammar_;  // made on first use (vocabulary scan)
+  MaskWorker mask_worker_;  // grammar masks of a step, computed during its forward pass
+  std::vector<Live*> masked_;  // this step's constrained sequences (engine thread)
 
   mutable std::mutex mu_;   // guards incoming_, stats_, stop_
   std::condition_variable cv_;

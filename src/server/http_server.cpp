@@ -261,6 +261,13 @@ struct HttpServer::Impl {
       g.sampler.seed = pr.seed ? *pr.seed : std::random_device{}();
       g.stop = pr.stop;
       g.top_logprobs = pr.engine_top_logprobs();
+      if (pr.constraint) {
+        try {  // compiled now: a schema xgrammar cannot enforce is a 400, never a queued request
+          g.constraint = engine.compile_constraint(*pr.constraint);
+        } catch (const Error& e) {
+          throw ApiException(invalid_request(e.what(), "response_format"));
+        }
+      }
       channel = std::make_shared<engine::RequestChannel>();
       switch (engine.submit(std::move(g), channel)) {
         case engine::ServeEngine::Admit::kOk:

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "server/openai_protocol.h"
+#include "server/response_format.h"
 #include "template/chat_template.h"
 
 namespace hearth::server {
@@ -234,6 +235,7 @@ void parse_common(const json& j, ParsedRequest& r) {
     }
   }
   if (const json* v = field(j, "stream")) r.stream = get_bool(*v, "stream");
+  if (const json* v = field(j, "response_format")) r.constraint = parse_response_format(*v);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) bad_type("stream_options", "an object", *v);
     if (const json* u = field(*v, "include_usage")) {

@@ -18,6 +18,7 @@
 
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "grammar/constraint.h"
 
 namespace hearth::server {
 
@@ -92,6 +93,8 @@ struct ParsedRequest {
   int32_t top_logprobs = 0;  // 0..20
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // response_format (json_object / json_schema); unset: free text (response_format.h).
+  std::optional<grammar::ConstraintSpec> constraint;
 
   // GenRequest::top_logprobs: -1 without logprobs, else the top count.
   int32_t engine_top_logprobs() const { return logprobs ? top_logprobs : -1; }
