@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/reasoning_budget.h"
 #include "engine/sampler.h"
 
 namespace hearth::engine {
@@ -69,6 +70,7 @@ struct GenRequest {
   std::vector<std::string> stop;    // stop strings, not included in the output
   int32_t top_logprobs = -1;        // < 0: no log-probabilities; >= 0: token logprob + top k
   bool ignore_eos = false;
+  ReasoningLimit reasoning;         // --reasoning-budget: close <think> after N tokens
 };
 
 // The channel of one request. The engine pushes deltas and then exactly one Final;

@@ -23,6 +23,7 @@ struct ServeEngine::Live {
   Sampler sampler;
   tokenizer::StreamDecoder decoder;
   StopMatcher stop;
+  ReasoningBudget reasoning;
   int32_t n_generated = 0;
   Clock::time_point t_scheduled{}, t_first{}, t_last{};
   bool scheduled = false;
@@ -36,7 +37,8 @@ struct ServeEngine::Live {
           o.strip_space_prefix = false;  // a continuation keeps its leading space
           return o;
         }()),
-        stop(request.stop) {}
+        stop(request.stop),
+        reasoning(request.reasoning) {}
 };
 
 ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok, EngineConfig config,
@@ -253,7 +255,9 @@ void ServeEngine::step() {
       ++row;
       std::vector<float> raw;
       if (live.request.top_logprobs >= 0) raw.assign(lg.begin(), lg.end());
-      const int32_t next = live.sampler.sample(lg, seq.tokens);
+      // A spent reasoning budget writes the closing tag instead of the sampler.
+      const std::optional<int32_t> forced = live.reasoning.forced();
+      const int32_t next = forced ? *forced : live.sampler.sample(lg, seq.tokens);
       const auto now = Clock::now();
       const bool eog = !live.request.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), next);
       if (eog) {
@@ -278,7 +282,9 @@ void ServeEngine::step() {
         if (live.request.top_logprobs > 0) out.top = top_logprobs(raw, live.request.top_logprobs);
       }
       d.tokens.push_back(std::move(out));
-      d.text = live.stop.push(live.decoder.push(next));
+      const std::string piece = live.decoder.push(next);
+      live.reasoning.accept(piece);
+      d.text = live.stop.push(piece);
       const bool stopped = live.stop.stopped();
       live.channel->push(std::move(d));
       if (stopped) {
