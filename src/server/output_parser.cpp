@@ -20,6 +20,7 @@ bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kBareFunction = "<function=";
 
 class Parser final : public OutputParser, private CallSink {
  public:
@@ -273,6 +274,8 @@ class Parser final : public OutputParser, private CallSink {
       if (mode_ == Mode::kReasoning) markers.push_back(kThinkClose);
       if (mode_ == Mode::kContent && implicit_close_) markers.push_back(kThinkClose);
       if (!call_marker_.empty()) markers.push_back(call_marker_);
+      // Qwen XML models sometimes leave out <tool_call>: a bare <function= starts a call too.
+      if (!call_marker_.empty() && opts_.tool_format == ToolFormat::kQwenXml) markers.push_back(kBareFunction);
 
       Found found;
       for (std::string_view m : markers) {
@@ -323,6 +326,9 @@ class Parser final : public OutputParser, private CallSink {
     } else if (m == kThinkClose) {  // a stray </think> after a call ended the reasoning
       implicit_close_ = false;
       skip_ws_ = true;
+    } else if (m == kBareFunction) {
+      start_call(m, make_tagged_call_parser(schemas_));
+      for (const char c : m) call_->push(c, *this);  // (the marker is the call's own start)
     } else {
       start_call(m, parser_for_marker());
     }

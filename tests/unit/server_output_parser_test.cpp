@@ -316,6 +316,17 @@ TEST(OutputParser, QwenXmlParallelAndInsideThink) {
         {"", "", {{"edit", json::object()}, {"write_file", json::object()}}});
 }
 
+TEST(OutputParser, QwenXmlWithoutToolCallTag) {
+  // Seen from small Qwen-format models: the <tool_call> line left out.
+  check(opts(ToolFormat::kQwenXml, coder_tools(), true),
+        "Thinking.\n<function=edit>\n<parameter=line>\n7\n</parameter>\n</function>\n</tool_call>",
+        {"Thinking.", "", {{"edit", {{"line", 7}}}}});
+  check(opts(ToolFormat::kQwenXml, coder_tools()), "Use\n<function=edit>\n</function>",
+        {"", "Use", {{"edit", json::object()}}});
+  const std::string text = "A <function=x y";
+  check(opts(ToolFormat::kQwenXml, coder_tools()), text, {"", text, {}});
+}
+
 TEST(OutputParser, QwenXmlMalformedAndTruncated) {
   const auto o = opts(ToolFormat::kQwenXml, coder_tools());
   for (const std::string text : {"<tool_call>\n<functio name=x>\n</tool_call>", "<tool_call>\n<function=",
