@@ -117,6 +117,20 @@ std::string hermes_tools_text(const json& tools, const ToolChoice& choice, bool 
   return out;
 }
 
+engine::ReasoningLimit reasoning_limit(const PreparedChat& prepared, const ChatSettings& settings,
+                                       const tokenizer::Tokenizer& tok) {
+  engine::ReasoningLimit limit;
+  if (prepared.reasoning_budget < 0 || !settings.parse_reasoning) return limit;
+  if (!settings.caps.knows_reasoning && !prepared.output.starts_in_reasoning) return limit;
+  limit.budget = prepared.reasoning_budget;
+  limit.starts_inside = prepared.output.starts_in_reasoning;
+  tokenizer::EncodeOptions enc;
+  enc.parse_special = true;
+  enc.add_special = false;
+  limit.close_tokens = tok.encode("\n</think>\n\n", enc);
+  return limit;
+}
+
 ChatInputs chat_inputs(const ParsedRequest& r) {
   ChatInputs in;
   in.messages = messages_for_template(r);
@@ -180,6 +194,8 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
   out.output.tools = use_tools ? in.tools : json(nullptr);
   out.output.parse_reasoning = settings.parse_reasoning;
   out.output.starts_in_reasoning = settings.parse_reasoning && prompt_opens_reasoning(out.prompt);
+
+  out.reasoning_budget = in.reasoning_budget >= 0 ? in.reasoning_budget : settings.reasoning_budget;
 
   out.constraint.format = format;
   out.constraint.parallel = in.parallel_tool_calls;

@@ -12,8 +12,10 @@
 #include <string>
 
 #include "engine/chat_prompt.h"
+#include "engine/reasoning_budget.h"
 #include "server/chat_output.h"
 #include "server/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
 
@@ -32,6 +34,8 @@ struct ChatInputs {
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
   nlohmann::ordered_json kwargs;  // chat_template_kwargs of the request (object or null)
+  int32_t reasoning_budget = -1;  // this request's cap on reasoning tokens (e.g. Anthropic's
+                                  //   thinking.budget_tokens); < 0: the server's --reasoning-budget
 };
 
 // What the request demands of the model's tool calls. This is the one place it is
@@ -51,12 +55,19 @@ struct PreparedChat {
   OutputOptions output;        // how the model's answer is parsed
   ToolConstraint constraint;
   bool tools_injected = false;  // the Hermes tool list was written into the system message
+  int32_t reasoning_budget = -1;  // the cap that applies (request, else server; < 0: none)
 };
 
 ChatInputs chat_inputs(const ParsedRequest& request);
 
 PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
                           const ChatSettings& settings);
+
+// The engine's reasoning cut for a prepared chat: after `prepared.reasoning_budget`
+// tokens inside <think>, the tokens of "\n</think>\n\n" (nothing when there is no
+// budget, reasoning is not parsed, or the template knows no <think>).
+engine::ReasoningLimit reasoning_limit(const PreparedChat& prepared, const ChatSettings& settings,
+                                       const tokenizer::Tokenizer& tok);
 
 // The system-message text listing `tools` in the Hermes style (for templates without
 // tool support), with the tool_choice / parallel instruction.

@@ -349,7 +349,7 @@ struct HttpServer::Impl {
       g.sampler.seed = pr.seed ? *pr.seed : std::random_device{}();
       g.stop = pr.stop;
       g.top_logprobs = pr.engine_top_logprobs();
-      if (is_chat) g.reasoning = reasoning_limit(prepared);
+      if (is_chat) g.reasoning = reasoning_limit(prepared, opt.chat, tok);
       channel = std::make_shared<engine::RequestChannel>();
       switch (engine.submit(std::move(g), channel)) {
         case engine::ServeEngine::Admit::kOk:
@@ -383,21 +383,6 @@ struct HttpServer::Impl {
     } else {
       whole(res, is_chat, *channel, ctx, *watch, parser.get());
     }
-  }
-
-  // --reasoning-budget for a chat request: the engine writes "\n</think>\n\n" after
-  // the budget's tokens inside the block (templates that know <think> only).
-  engine::ReasoningLimit reasoning_limit(const PreparedChat& prepared) const {
-    engine::ReasoningLimit limit;
-    if (opt.chat.reasoning_budget < 0 || !opt.chat.parse_reasoning) return limit;
-    if (!opt.chat.caps.knows_reasoning && !prepared.output.starts_in_reasoning) return limit;
-    limit.budget = opt.chat.reasoning_budget;
-    limit.starts_inside = prepared.output.starts_in_reasoning;
-    tokenizer::EncodeOptions enc;
-    enc.parse_special = true;
-    enc.add_special = false;
-    limit.close_tokens = tok.encode("\n</think>\n\n", enc);
-    return limit;
   }
 
   // Waits for the next deltas or the end; cancels when the client is gone or the engine

@@ -219,6 +219,33 @@ TEST_F(PrepareChat, LateSystemMessagesAreFoldedWhenTheTemplateRefusesThem) {
   EXPECT_LT(p.prompt.find("Rule two."), p.prompt.find("hi"));
 }
 
+TEST_F(PrepareChat, ReasoningLimitFromServerOrRequest) {
+  const auto thinking = prompt("Qwen3.5-4B.jinja");
+  ChatSettings s;
+  s.caps = detect_template_caps(thinking->source());
+  s.reasoning_budget = 5;
+  ChatInputs in = chat_inputs(parse_chat_request(body(R"("temperature": 1)")));
+  PreparedChat p = prepare_chat(in, *thinking, s);
+  auto limit = reasoning_limit(p, s, *tok_);
+  EXPECT_EQ(limit.budget, 5);
+  EXPECT_TRUE(limit.starts_inside);
+  EXPECT_EQ(tok_->decode(limit.close_tokens), "\n</think>\n\n");
+  in.reasoning_budget = 2;  // e.g. Anthropic's thinking.budget_tokens
+  EXPECT_EQ(reasoning_limit(prepare_chat(in, *thinking, s), s, *tok_).budget, 2);
+  // No budget; reasoning not parsed; a template that knows no <think>: no cut.
+  s.reasoning_budget = -1;
+  in.reasoning_budget = -1;
+  EXPECT_LT(reasoning_limit(prepare_chat(in, *thinking, s), s, *tok_).budget, 0);
+  s.reasoning_budget = 5;
+  s.parse_reasoning = false;
+  EXPECT_LT(reasoning_limit(prepare_chat(in, *thinking, s), s, *tok_).budget, 0);
+  const auto chatml = prompt("");
+  ChatSettings plain;
+  plain.caps = detect_template_caps(chatml->source());
+  plain.reasoning_budget = 5;
+  EXPECT_LT(reasoning_limit(prepare_chat(in, *chatml, plain), plain, *tok_).budget, 0);
+}
+
 TEST_F(PrepareChat, TemplateErrorsAre400) {
   const auto chat = prompt("Qwen3.5-4B.jinja");
   try {
