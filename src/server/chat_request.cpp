@@ -53,7 +53,8 @@ json hermes_history(const json& messages) {
       std::string content = a.value("content", "");
       for (const json& c : m["tool_calls"]) {
         const json& fn = c.contains("function") ? c["function"] : c;
-        json call = {{"name", fn.value("name", "")}, {"arguments", fn.contains("arguments") ? fn["arguments"] : json::object()}};
+        json call = {{"name", fn.value("name", "")},
+                     {"arguments", fn.contains("arguments") ? fn["arguments"] : json::object()}};
         if (!content.empty()) content += '\n';
         content += "<tool_call>\n" + dump(call) + "\n</tool_call>";
       }
@@ -62,7 +63,8 @@ json hermes_history(const json& messages) {
       out.push_back(std::move(a));
     } else if (role == "tool") {
       const std::string text = "<tool_response>\n" + m.value("content", "") + "\n</tool_response>";
-      if (!out.empty() && out.back().value("role", "") == "user" && out.back().value("_tool", false)) {
+      if (!out.empty() && out.back().value("role", "") == "user" &&
+          out.back().value("_tool", false)) {
         out.back()["content"] = out.back()["content"].get<std::string>() + "\n" + text;
       } else {
         out.push_back(json{{"role", "user"}, {"content", text}, {"_tool", true}});
@@ -105,7 +107,8 @@ bool has_late_system(const json& messages) {
 
 std::string hermes_tools_text(const json& tools, const ToolChoice& choice, bool parallel) {
   std::string out =
-      "# Tools\n\nYou may call functions to help with the user's request. The functions you can call "
+      "# Tools\n\nYou may call functions to help with the user's request. The functions you can "
+      "call "
       "are described by JSON schemas inside <tools></tools>:\n<tools>";
   for (const json& t : tools) out += "\n" + dump(t);
   out +=
@@ -157,16 +160,20 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
 
   const bool has_tools = in.tools.is_array() && !in.tools.empty();
   const bool use_tools = has_tools && in.tool_choice.mode != ToolChoice::Mode::kNone;
+  const bool template_tools =
+      settings.caps.renders_tools && settings.caps.tool_format != ToolFormat::kNone;
+  // A template without tool support gets the history's calls and results as Hermes text
+  // (with tools or not: the conversation may hold them from earlier turns).
+  if (!template_tools) messages = hermes_history(messages);
   ToolFormat format = ToolFormat::kNone;
   if (use_tools) {
-    if (settings.caps.renders_tools && settings.caps.tool_format != ToolFormat::kNone) {
+    if (template_tools) {
       format = settings.caps.tool_format;
       extra["tools"] = in.tools;
       add_to_system(messages, choice_text(in.tool_choice, in.parallel_tool_calls));
     } else {
       format = ToolFormat::kHermes;
       out.tools_injected = true;
-      messages = hermes_history(messages);
       add_to_system(messages, hermes_tools_text(in.tools, in.tool_choice, in.parallel_tool_calls));
     }
   } else {
@@ -201,7 +208,8 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
   out.constraint.parallel = in.parallel_tool_calls;
   if (use_tools) {
     out.constraint.tools = in.tools;
-    if (in.tool_choice.mode == ToolChoice::Mode::kRequired) out.constraint.kind = ToolConstraint::Kind::kRequired;
+    if (in.tool_choice.mode == ToolChoice::Mode::kRequired)
+      out.constraint.kind = ToolConstraint::Kind::kRequired;
     if (in.tool_choice.mode == ToolChoice::Mode::kNamed) {
       out.constraint.kind = ToolConstraint::Kind::kNamed;
       out.constraint.name = in.tool_choice.name;

@@ -21,10 +21,11 @@ namespace hearth::server {
 
 // Server-wide chat settings (flags and the template in use), fixed at start-up.
 struct ChatSettings {
-  TemplateCaps caps;                                                 // of the template in use
-  nlohmann::ordered_json default_kwargs = nlohmann::ordered_json::object();  // --chat-template-kwargs
-  bool parse_reasoning = true;                                       // --reasoning-format auto
-  int32_t reasoning_budget = -1;                                     // --reasoning-budget (< 0: off)
+  TemplateCaps caps;  // of the template in use
+  nlohmann::ordered_json default_kwargs =
+      nlohmann::ordered_json::object();  // --chat-template-kwargs
+  bool parse_reasoning = true;           // --reasoning-format auto
+  int32_t reasoning_budget = -1;         // --reasoning-budget (< 0: off)
 };
 
 // One request's conversation, in OpenAI's shape.
@@ -43,18 +44,18 @@ struct ChatInputs {
 // `format`, to one of `tools` / to `name`, arguments valid for its schema).
 struct ToolConstraint {
   enum class Kind { kFree, kRequired, kNamed };
-  Kind kind = Kind::kFree;     // kFree: free text, calls optional (or no tools)
-  std::string name;            // kNamed
+  Kind kind = Kind::kFree;       // kFree: free text, calls optional (or no tools)
+  std::string name;              // kNamed
   nlohmann::ordered_json tools;  // the request's tools
   ToolFormat format = ToolFormat::kNone;
-  bool parallel = true;        // more than one call allowed
+  bool parallel = true;  // more than one call allowed
 };
 
 struct PreparedChat {
-  std::string prompt;          // the rendered prompt text
-  OutputOptions output;        // how the model's answer is parsed
+  std::string prompt;    // the rendered prompt text
+  OutputOptions output;  // how the model's answer is parsed
   ToolConstraint constraint;
-  bool tools_injected = false;  // the Hermes tool list was written into the system message
+  bool tools_injected = false;    // the Hermes tool list was written into the system message
   int32_t reasoning_budget = -1;  // the cap that applies (request, else server; < 0: none)
 };
 

@@ -275,7 +275,8 @@ class Parser final : public OutputParser, private CallSink {
       if (mode_ == Mode::kContent && implicit_close_) markers.push_back(kThinkClose);
       if (!call_marker_.empty()) markers.push_back(call_marker_);
       // Qwen XML models sometimes leave out <tool_call>: a bare <function= starts a call too.
-      if (!call_marker_.empty() && opts_.tool_format == ToolFormat::kQwenXml) markers.push_back(kBareFunction);
+      if (!call_marker_.empty() && opts_.tool_format == ToolFormat::kQwenXml)
+        markers.push_back(kBareFunction);
 
       Found found;
       for (std::string_view m : markers) {
@@ -387,7 +388,8 @@ ParsedOutput fold_events(const std::vector<OutputEvent>& events) {
   }
   for (ToolCall& call : out.tool_calls) {
     try {
-      call.arguments = json::parse(call.arguments).dump(-1, ' ', false, json::error_handler_t::replace);
+      call.arguments =
+          json::parse(call.arguments).dump(-1, ' ', false, json::error_handler_t::replace);
     } catch (const json::exception&) {
     }
   }

@@ -51,7 +51,8 @@ class ToolSchemas {
  public:
   explicit ToolSchemas(const nlohmann::ordered_json& tools) : tools_(tools) {}
   // The schema of parameter `param` of function `name`; nullptr when unknown.
-  const nlohmann::ordered_json* param_schema(const std::string& name, const std::string& param) const;
+  const nlohmann::ordered_json* param_schema(const std::string& name,
+                                             const std::string& param) const;
 
  private:
   const nlohmann::ordered_json& tools_;

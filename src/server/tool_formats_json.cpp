@@ -71,9 +71,9 @@ class JsonObjectCall final : public CallParser {
         return Status::kMore;
       case St::kValueStart:
         if (is_ws(c)) return Status::kMore;
-        kind_ = key_name_ == "name"                                         ? Kind::kName
+        kind_ = key_name_ == "name"                                       ? Kind::kName
                 : (key_name_ == "arguments" || key_name_ == "parameters") ? Kind::kArgs
-                                                                            : Kind::kSkip;
+                                                                          : Kind::kSkip;
         val_ = JsonScanner();
         streaming_ = kind_ == Kind::kArgs && begun_ && !args_done_ && c == '{';
         emitted_ = 0;
@@ -129,7 +129,17 @@ class JsonObjectCall final : public CallParser {
   bool committed() const override { return begun_; }
 
  private:
-  enum class St { kOpen, kKeyOrClose, kKey, kKeyText, kColon, kValueStart, kValue, kCommaOrClose, kDone };
+  enum class St {
+    kOpen,
+    kKeyOrClose,
+    kKey,
+    kKeyText,
+    kColon,
+    kValueStart,
+    kValue,
+    kCommaOrClose,
+    kDone
+  };
   enum class Kind { kName, kArgs, kSkip };
 
   // A value ended: record the name / arguments. False: the name is not a string.

@@ -180,7 +180,8 @@ class XmlCall final : public CallParser {
     avail = utf8_whole_prefix(std::string_view(value_).substr(0, avail));
     if (avail <= streamed_ && opened_) return;
     std::string out = open_string();
-    if (avail > streamed_) out += json_escape(std::string_view(value_).substr(streamed_, avail - streamed_));
+    if (avail > streamed_)
+      out += json_escape(std::string_view(value_).substr(streamed_, avail - streamed_));
     streamed_ = std::max(streamed_, avail);
     if (!out.empty()) sink.args(out);
   }
@@ -220,7 +221,8 @@ class XmlCall final : public CallParser {
       out += '"';
       sink.args(out);
     } else {
-      sink.args(separator() + "\"" + json_escape(key_) + "\":" + dump(convert_param_value(v, schema_)));
+      sink.args(separator() + "\"" + json_escape(key_) +
+                "\":" + dump(convert_param_value(v, schema_)));
       ++n_params_;
     }
     value_.clear();
@@ -401,7 +403,8 @@ json convert_param_value(const std::string& raw, const json* schema) {
   if (types.count("object") > 0 || types.count("array") > 0) {
     try {
       json j = json::parse(t);
-      if ((j.is_object() && types.count("object") > 0) || (j.is_array() && types.count("array") > 0)) {
+      if ((j.is_object() && types.count("object") > 0) ||
+          (j.is_array() && types.count("array") > 0)) {
         return j;
       }
     } catch (const json::exception&) {

@@ -45,13 +45,16 @@ TEST(ChatRequestParse, ToolsAndToolChoice) {
   ASSERT_TRUE(r.tools.is_array());
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_TRUE(r.parallel_tool_calls);
-  r = parse_chat_request(body(kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false)"));
+  r = parse_chat_request(
+      body(kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false)"));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kRequired);
   EXPECT_FALSE(r.parallel_tool_calls);
-  r = parse_chat_request(body(kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})"));
+  r = parse_chat_request(body(
+      kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNamed);
   EXPECT_EQ(r.tool_choice.name, "get_weather");
-  r = parse_chat_request(body(R"("tool_choice": "none", "chat_template_kwargs": {"enable_thinking": false})"));
+  r = parse_chat_request(
+      body(R"("tool_choice": "none", "chat_template_kwargs": {"enable_thinking": false})"));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNone);
   EXPECT_EQ(r.chat_template_kwargs["enable_thinking"], false);
 }
@@ -63,14 +66,16 @@ TEST(ChatRequestParse, ErrorsNameTheField) {
       {R"("tools": {})", "must be an array", "tools"},
       {R"("tools": [{"type": "retrieval"}])", "must be 'function'", "tools[0].type"},
       {R"("tools": [{"type": "function"}])", "is required", "tools[0].function"},
-      {R"("tools": [{"type": "function", "function": {"name": 3}}])", "must be a string", "tools[0].function.name"},
-      {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])", "JSON schema",
-       "tools[0].function.parameters"},
+      {R"("tools": [{"type": "function", "function": {"name": 3}}])", "must be a string",
+       "tools[0].function.name"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])",
+       "JSON schema", "tools[0].function.parameters"},
       {R"("tool_choice": "always")", "must be 'auto'", "tool_choice"},
       {R"("tool_choice": "required")", "needs a non-empty 'tools'", "tool_choice"},
-      {kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})", "not in 'tools'",
-       "tool_choice.function.name"},
-      {kTools + R"(, "tool_choice": {"type": "function"})", "must be an object", "tool_choice.function"},
+      {kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})",
+       "not in 'tools'", "tool_choice.function.name"},
+      {kTools + R"(, "tool_choice": {"type": "function"})", "must be an object",
+       "tool_choice.function"},
       {R"("parallel_tool_calls": "yes")", "must be a boolean", "parallel_tool_calls"},
       {R"("chat_template_kwargs": [1])", "must be an object", "chat_template_kwargs"},
   };
@@ -100,8 +105,11 @@ TEST(ChatRequestParse, HistoryCallsAndReasoning) {
   EXPECT_EQ(m[1]["tool_calls"][1]["type"], "function");
   EXPECT_EQ(m[1]["tool_calls"][2]["function"]["arguments"], json({{"b", 2}}));
   EXPECT_EQ(m[3]["reasoning_content"], "think B");
-  EXPECT_EQ(chat_error(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]}]})").param,
-            "messages[0].tool_calls[0].function");
+  EXPECT_EQ(
+      chat_error(
+          R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]}]})")
+          .param,
+      "messages[0].tool_calls[0].function");
 }
 
 // prepare_chat on real templates with the default model's tokenizer.
@@ -111,7 +119,8 @@ class PrepareChat : public ::testing::Test {
     const char* p = std::getenv("HEARTH_DEFAULT_MODEL");
     if (p == nullptr || *p == '\0') return;
     file_ = std::make_unique<hearth::gguf::File>(hearth::gguf::File::open(p));
-    tok_ = std::make_unique<hearth::tokenizer::Tokenizer>(hearth::tokenizer::Tokenizer::from_gguf(*file_));
+    tok_ = std::make_unique<hearth::tokenizer::Tokenizer>(
+        hearth::tokenizer::Tokenizer::from_gguf(*file_));
   }
   static void TearDownTestSuite() {
     tok_.reset();
@@ -123,7 +132,8 @@ class PrepareChat : public ::testing::Test {
   // The ChatPrompt of the model's own template (name empty) or of a shared template.
   static std::unique_ptr<hearth::engine::ChatPrompt> prompt(const std::string& name) {
     std::optional<std::string> src;
-    if (!name.empty()) src = hearth::read_text_file(std::string(HEARTH_SHARED_DIR) + "/data/chat-templates/" + name);
+    if (!name.empty())
+      src = hearth::read_text_file(std::string(HEARTH_SHARED_DIR) + "/data/chat-templates/" + name);
     return std::make_unique<hearth::engine::ChatPrompt>(*file_, *tok_, src);
   }
   static PreparedChat prepare(const hearth::engine::ChatPrompt& chat, const std::string& body_text,
@@ -137,7 +147,9 @@ class PrepareChat : public ::testing::Test {
 std::unique_ptr<hearth::gguf::File> PrepareChat::file_;
 std::unique_ptr<hearth::tokenizer::Tokenizer> PrepareChat::tok_;
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST_F(PrepareChat, ChatMLGetsAHermesToolList) {
   const auto chat = prompt("");
@@ -167,7 +179,9 @@ TEST_F(PrepareChat, RequiredAndNamedReachThePromptAndTheConstraint) {
   EXPECT_TRUE(has(p.prompt, "You must answer with a call to one of the functions.")) << p.prompt;
   EXPECT_EQ(p.constraint.kind, ToolConstraint::Kind::kRequired);
   EXPECT_EQ(p.constraint.format, ToolFormat::kHermes);
-  p = prepare(*chat, body(kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+  p = prepare(
+      *chat,
+      body(kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
       "parallel_tool_calls": false)"));
   EXPECT_TRUE(has(p.prompt, "call to the function \"get_weather\"")) << p.prompt;
   EXPECT_TRUE(has(p.prompt, "at most one function")) << p.prompt;
@@ -181,10 +195,23 @@ TEST_F(PrepareChat, HermesHistoryForChatML) {
   const PreparedChat p = prepare(*chat, R"({"messages": [{"role": "user", "content": "weather?"},
     {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], )" + kTools + "}");
-  EXPECT_TRUE(has(p.prompt, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>"))
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], )" +
+                                            kTools + "}");
+  EXPECT_TRUE(has(
+      p.prompt,
+      "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>"))
       << p.prompt;
   EXPECT_TRUE(has(p.prompt, "<tool_response>\nsunny\n</tool_response>")) << p.prompt;
+  // Without tools in this request, the history's calls are still written out.
+  const PreparedChat q = prepare(*chat, R"({"messages": [{"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": "Checking.", "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "a"}, {"role": "tool", "tool_call_id": "c2", "content": "b"}]})");
+  EXPECT_TRUE(has(q.prompt, "Checking.\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{}}\n</tool_call>"))
+      << q.prompt;
+  EXPECT_TRUE(has(q.prompt, "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>"))
+      << q.prompt;
+  EXPECT_FALSE(q.output.parse_tools);
 }
 
 TEST_F(PrepareChat, TemplatesThatKnowToolsRenderThem) {
@@ -192,10 +219,12 @@ TEST_F(PrepareChat, TemplatesThatKnowToolsRenderThem) {
   const PreparedChat p = prepare(*chat, R"({"messages": [{"role": "user", "content": "weather?"},
     {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], )" + kTools + "}");
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], )" +
+                                            kTools + "}");
   EXPECT_FALSE(p.tools_injected);
   EXPECT_EQ(p.output.tool_format, ToolFormat::kQwenXml);
-  EXPECT_TRUE(has(p.prompt, "<function=get_weather>")) << p.prompt;  // arguments iterated as an object
+  EXPECT_TRUE(has(p.prompt, "<function=get_weather>"))
+      << p.prompt;  // arguments iterated as an object
   EXPECT_TRUE(has(p.prompt, "<parameter=city>")) << p.prompt;
   EXPECT_TRUE(p.output.starts_in_reasoning);  // Qwen3.5 opens <think>
   // enable_thinking false (per request, or as the server default) closes it.

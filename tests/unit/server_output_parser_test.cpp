@@ -38,7 +38,8 @@ OutputOptions opts(ToolFormat f, json tools = nullptr, bool starts_in_reasoning 
   return o;
 }
 
-std::vector<OutputEvent> run_pieces(const OutputOptions& o, const std::vector<std::string>& pieces) {
+std::vector<OutputEvent> run_pieces(const OutputOptions& o,
+                                    const std::vector<std::string>& pieces) {
   auto p = make_output_parser(o);
   std::vector<OutputEvent> all;
   for (const auto& s : pieces) {
@@ -154,7 +155,8 @@ json coder_tools() {
 TEST(OutputParser, PlainTextIsContentAsWritten) {
   for (auto f : {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kQwenXml,
                  ToolFormat::kLlama3Json, ToolFormat::kMistral}) {
-    check(opts(f), "Hello,\n\n world! <b>x</b> [1] {\"a\"} \n", {"", "Hello,\n\n world! <b>x</b> [1] {\"a\"} \n", {}});
+    check(opts(f), "Hello,\n\n world! <b>x</b> [1] {\"a\"} \n",
+          {"", "Hello,\n\n world! <b>x</b> [1] {\"a\"} \n", {}});
   }
   check(opts(ToolFormat::kNone), "caf\xc3\xa9 \xe2\x82\xac", {"", "caf\xc3\xa9 \xe2\x82\xac", {}});
 }
@@ -211,10 +213,12 @@ TEST(OutputParser, HermesCall) {
 
 TEST(OutputParser, HermesParallelCalls) {
   const auto o = opts(ToolFormat::kHermes, weather_tools());
-  check(o,
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
-        {"", "", {{"get_weather", {{"city", "Paris"}}}, {"get_weather", {{"city", "Oslo"}}}}});
+  check(
+      o,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+      {"", "", {{"get_weather", {{"city", "Paris"}}}, {"get_weather", {{"city", "Oslo"}}}}});
 }
 
 TEST(OutputParser, HermesAfterReasoningAndInsideUnclosedThink) {
@@ -234,16 +238,18 @@ TEST(OutputParser, HermesAfterReasoningAndInsideUnclosedThink) {
 TEST(OutputParser, HermesMalformedIsContent) {
   const auto o = opts(ToolFormat::kHermes, weather_tools());
   for (const std::string text :
-       {"<tool_call>\n{not json}\n</tool_call>", "See <tool_call> tags.", "<tool_call>\n{\"name\": 5}",
-        "<tool_call>\n{\"arguments\": {}}\n</tool_call>", "x <tool_call>\n{\"name\": \"get_wea",
-        "<tool_call>", "<tool_call>\n[1, 2]\n</tool_call>"}) {
+       {"<tool_call>\n{not json}\n</tool_call>", "See <tool_call> tags.",
+        "<tool_call>\n{\"name\": 5}", "<tool_call>\n{\"arguments\": {}}\n</tool_call>",
+        "x <tool_call>\n{\"name\": \"get_wea", "<tool_call>",
+        "<tool_call>\n[1, 2]\n</tool_call>"}) {
     check(o, text, {"", text, {}});
   }
 }
 
 TEST(OutputParser, HermesTruncatedAfterNameIsHealed) {
   const auto o = opts(ToolFormat::kHermes, weather_tools());
-  check(o, "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": \"a.txt\", \"text\": \"hel",
+  check(o,
+        "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": \"a.txt\", \"text\": \"hel",
         {"", "", {{"write", {{"path", "a.txt"}, {"text", "hel"}}}}});
   check(o, "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"n\": [1, 2",
         {"", "", {{"write", {{"n", {1}}}}}});
@@ -258,7 +264,8 @@ TEST(OutputParser, HermesTruncatedAfterNameIsHealed) {
 TEST(OutputParser, ToolsOffLeavesCallsInContent) {
   OutputOptions o = opts(ToolFormat::kHermes, weather_tools());
   o.parse_tools = false;
-  const std::string text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
+  const std::string text =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
   check(o, text, {"", text, {}});
 }
 
@@ -280,11 +287,13 @@ TEST(OutputParser, QwenXmlTypedBySchema) {
             "opts": {"a": [1]}, "tags": ["x"], "note": null, "version": "1.000001", "mode": "b",
             "limit": 5})")}}});
   // Failed conversions and unknown parameters / tools stay strings.
+  check(
+      o,
+      "<tool_call>\n<function=edit>\n<parameter=line>\nforty\n</parameter>\n<parameter=extra>\n7\n"
+      "</parameter>\n</function>\n</tool_call>",
+      {"", "", {{"edit", {{"line", "forty"}, {"extra", "7"}}}}});
   check(o,
-        "<tool_call>\n<function=edit>\n<parameter=line>\nforty\n</parameter>\n<parameter=extra>\n7\n"
-        "</parameter>\n</function>\n</tool_call>",
-        {"", "", {{"edit", {{"line", "forty"}, {"extra", "7"}}}}});
-  check(o, "<tool_call>\n<function=other>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=other>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>",
         {"", "", {{"other", {{"n", "1"}}}}});
 }
 
@@ -292,28 +301,33 @@ TEST(OutputParser, QwenXmlMultilineAndMissingCloseTags) {
   const auto o = opts(ToolFormat::kQwenXml, coder_tools());
   check(o,
         "I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n"
-        "<parameter=content>\ndef f():\n    return \"<x>\" < 3\n\n</parameter>\n</function>\n</tool_call>",
-        {"", "I'll write it.", {{"write_file", {{"path", "a.py"}, {"content", "def f():\n    return \"<x>\" < 3\n"}}}}});
+        "<parameter=content>\ndef f():\n    return \"<x>\" < "
+        "3\n\n</parameter>\n</function>\n</tool_call>",
+        {"",
+         "I'll write it.",
+         {{"write_file", {{"path", "a.py"}, {"content", "def f():\n    return \"<x>\" < 3\n"}}}}});
   // Missing </parameter> before the next parameter and before </function>; missing
   // </tool_call> at the end.
-  check(o,
-        "<tool_call>\n<function=edit>\n<parameter=path>\nx.c\n<parameter=line>\n3\n</function>",
+  check(o, "<tool_call>\n<function=edit>\n<parameter=path>\nx.c\n<parameter=line>\n3\n</function>",
         {"", "", {{"edit", {{"path", "x.c"}, {"line", 3}}}}});
   // No parameters.
-  check(o, "<tool_call>\n<function=edit>\n</function>\n</tool_call>", {"", "", {{"edit", json::object()}}});
+  check(o, "<tool_call>\n<function=edit>\n</function>\n</tool_call>",
+        {"", "", {{"edit", json::object()}}});
 }
 
 TEST(OutputParser, QwenXmlParallelAndInsideThink) {
   const auto o = opts(ToolFormat::kQwenXml, coder_tools(), true);
-  check(o,
-        "Read both.\n<tool_call>\n<function=edit>\n<parameter=path>\na\n</parameter>\n</function>\n"
-        "</tool_call>\n<tool_call>\n<function=edit>\n<parameter=path>\nb\n</parameter>\n</function>\n"
-        "</tool_call>",
-        {"Read both.", "", {{"edit", {{"path", "a"}}}, {"edit", {{"path", "b"}}}}});
+  check(
+      o,
+      "Read both.\n<tool_call>\n<function=edit>\n<parameter=path>\na\n</parameter>\n</function>\n"
+      "</tool_call>\n<tool_call>\n<function=edit>\n<parameter=path>\nb\n</parameter>\n</function>\n"
+      "</tool_call>",
+      {"Read both.", "", {{"edit", {{"path", "a"}}}, {"edit", {{"path", "b"}}}}});
   // Two functions inside one <tool_call>.
-  check(opts(ToolFormat::kQwenXml, coder_tools()),
-        "<tool_call>\n<function=edit>\n</function>\n<function=write_file>\n</function>\n</tool_call>",
-        {"", "", {{"edit", json::object()}, {"write_file", json::object()}}});
+  check(
+      opts(ToolFormat::kQwenXml, coder_tools()),
+      "<tool_call>\n<function=edit>\n</function>\n<function=write_file>\n</function>\n</tool_call>",
+      {"", "", {{"edit", json::object()}, {"write_file", json::object()}}});
 }
 
 TEST(OutputParser, QwenXmlWithoutToolCallTag) {
@@ -329,15 +343,17 @@ TEST(OutputParser, QwenXmlWithoutToolCallTag) {
 
 TEST(OutputParser, QwenXmlMalformedAndTruncated) {
   const auto o = opts(ToolFormat::kQwenXml, coder_tools());
-  for (const std::string text : {"<tool_call>\n<functio name=x>\n</tool_call>", "<tool_call>\n<function=",
-                                 "<tool_call>\n<function=a\nb>", "<tool_call> hello"}) {
+  for (const std::string text :
+       {"<tool_call>\n<functio name=x>\n</tool_call>",
+        "<tool_call>\n<function=", "<tool_call>\n<function=a\nb>", "<tool_call> hello"}) {
     check(o, text, {"", text, {}});
   }
   // Truncated after the name / inside a value: the call closes with what it has.
   check(o, "<tool_call>\n<function=write_file>\n<parameter=content>\nhello wor",
         {"", "", {{"write_file", {{"content", "hello wor"}}}}});
   check(o, "<tool_call>\n<function=edit>\n<parameter=li", {"", "", {{"edit", json::object()}}});
-  check(o, "<tool_call>\n<function=edit>\n<parameter=line>\n12", {"", "", {{"edit", {{"line", 12}}}}});
+  check(o, "<tool_call>\n<function=edit>\n<parameter=line>\n12",
+        {"", "", {{"edit", {{"line", 12}}}}});
   // Junk where a parameter should start: the call closes, the junk is content.
   check(o, "<tool_call>\n<function=edit>\n<parameter=line>\n1\n</parameter>\noops",
         {"", "oops", {{"edit", {{"line", 1}}}}});
@@ -346,7 +362,8 @@ TEST(OutputParser, QwenXmlMalformedAndTruncated) {
 TEST(OutputParser, QwenXmlStreamsLongStringParameters) {
   // A long write_file content arrives while it is written, not in one piece at the end.
   auto p = make_output_parser(opts(ToolFormat::kQwenXml, coder_tools()));
-  std::vector<OutputEvent> ev = p->feed("<tool_call>\n<function=write_file>\n<parameter=content>\n");
+  std::vector<OutputEvent> ev =
+      p->feed("<tool_call>\n<function=write_file>\n<parameter=content>\n");
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev[0].kind, Kind::kToolCallBegin);
   EXPECT_EQ(ev[0].name, "write_file");
@@ -363,7 +380,8 @@ TEST(OutputParser, QwenXmlStreamsLongStringParameters) {
   EXPECT_GE(n_fragments, 4);
   EXPECT_NE(args.find("line 3"), std::string::npos) << args;
   for (const auto& e : p->feed("</parameter>\n</function>\n</tool_call>")) args += e.text;
-  EXPECT_EQ(json::parse(ev[1].text + args), json::parse(R"({"content": "line 0\nline 1\nline 2\nline 3\nline 4"})"));
+  EXPECT_EQ(json::parse(ev[1].text + args),
+            json::parse(R"({"content": "line 0\nline 1\nline 2\nline 3\nline 4"})"));
 }
 
 TEST(OutputParser, JsonArgumentsStreamProgressively) {
@@ -401,7 +419,8 @@ TEST(OutputParser, Llama3Json) {
         {"", "", {{"a", json::object()}, {"b", {{"x", 1}}}}});
   // Not calls: JSON that is no call object, text first.
   check(o, "{\"answer\": 42}", {"", "{\"answer\": 42}", {}});
-  check(o, "The JSON {\"name\": \"x\", \"parameters\": {}}", {"", "The JSON {\"name\": \"x\", \"parameters\": {}}", {}});
+  check(o, "The JSON {\"name\": \"x\", \"parameters\": {}}",
+        {"", "The JSON {\"name\": \"x\", \"parameters\": {}}", {}});
 }
 
 // ---------------------------------------------------------------------------
@@ -413,12 +432,16 @@ TEST(OutputParser, MistralArrayAndNameForms) {
         "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
         "\"abc123def\"}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\"}}]",
         {"", "", {{"get_weather", {{"city", "Paris"}}}, {"get_weather", {{"city", "Nice"}}}}});
-  check(o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Lyon\"}",
+  check(o,
+        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": "
+        "\"Lyon\"}",
         {"", "", {{"get_weather", {{"city", "Paris"}}}, {"get_weather", {{"city", "Lyon"}}}}});
   check(o, "Sure.[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{\"city\": \"Paris\"}",
         {"", "Sure.", {{"get_weather", {{"city", "Paris"}}}}});
-  check(o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Par", {"", "", {{"get_weather", {{"city", "Par"}}}}});
-  for (const std::string text : {"[TOOL_CALLS] oops", "[TOOL_CALLS][oops]", "[TOOL_CALLS]a b[ARGS]{}"}) {
+  check(o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Par",
+        {"", "", {{"get_weather", {{"city", "Par"}}}}});
+  for (const std::string text :
+       {"[TOOL_CALLS] oops", "[TOOL_CALLS][oops]", "[TOOL_CALLS]a b[ARGS]{}"}) {
     check(o, text, {"", text, {}});
   }
 }
