@@ -17,7 +17,9 @@
 // valid JSON object.
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -497,6 +499,61 @@ TEST(TemplateCaps, PromptOpensReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+}
+
+}  // namespace
+
+namespace {
+
+// Random outputs built from the formats' own pieces (fixed seed): whatever the mix, the
+// parser never throws, events keep their order, every call's arguments are one JSON object,
+// and feeding byte by byte or in random pieces folds to the whole-feed result.
+TEST(OutputParser, RandomMixturesAreSplitInvariant) {
+  static const char* kPieces[] = {
+      "<tool_call>", "</tool_call>", "<function=edit>", "<function=", "</function>", "<parameter=path>",
+      "<parameter=line>", "</parameter>", "{", "}", "[", "]", "\"name\"", "\"arguments\"", "\"parameters\"",
+      ":", ",", "\"get_weather\"", "\"x\\\"y\"", "12", "true", "null", "\n", " ", "<think>", "</think>",
+      "[TOOL_CALLS]", "[ARGS]", "get_weather", "<|python_tag|>", "text", "\xc3\xa9", "\xe2\x82", "<", "</"};
+  std::mt19937 rng(1234);
+  const ToolFormat formats[] = {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kQwenXml,
+                                ToolFormat::kLlama3Json, ToolFormat::kMistral};
+  int n_calls = 0, n_reasoning = 0;
+  for (int n = 0; n < 400; ++n) {
+    std::string text;
+    const int len = 1 + static_cast<int>(rng() % 24);
+    for (int i = 0; i < len; ++i) text += kPieces[rng() % std::size(kPieces)];
+    OutputOptions o = opts(formats[n % 5], coder_tools(), n % 3 == 0);
+    o.parse_reasoning = n % 7 != 0;
+    std::vector<OutputEvent> whole;
+    ASSERT_NO_THROW(whole = run_pieces(o, {text})) << text;
+    check_events(whole, text);
+    const ParsedOutput want = fold_events(whole);
+    n_calls += want.tool_calls.empty() ? 0 : 1;
+    n_reasoning += want.reasoning.empty() ? 0 : 1;
+    std::vector<std::string> bytes;
+    for (char c : text) bytes.emplace_back(1, c);
+    std::vector<std::vector<std::string>> splits = {bytes, {}};
+    for (size_t i = 0; i < text.size();) {
+      const size_t k = 1 + rng() % 9;
+      splits[1].push_back(text.substr(i, k));
+      i += k;
+    }
+    for (const auto& pieces : splits) {
+      const auto ev = run_pieces(o, pieces);
+      check_events(ev, text);
+      const ParsedOutput got = fold_events(ev);
+      ASSERT_EQ(got.reasoning, want.reasoning) << text;
+      ASSERT_EQ(got.content, want.content) << text;
+      ASSERT_EQ(got.tool_calls.size(), want.tool_calls.size()) << text;
+      for (size_t i = 0; i < got.tool_calls.size(); ++i) {
+        ASSERT_EQ(got.tool_calls[i].name, want.tool_calls[i].name) << text;
+        ASSERT_EQ(got.tool_calls[i].arguments, want.tool_calls[i].arguments) << text;
+      }
+    }
+  }
+  // The mixtures reach the interesting paths.
+  EXPECT_GT(n_calls, 20);
+  EXPECT_GT(n_reasoning, 20);
 }
 
 }  // namespace
