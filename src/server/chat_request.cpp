@@ -123,7 +123,7 @@ std::string hermes_tools_text(const json& tools, const ToolChoice& choice, bool 
 engine::ReasoningLimit reasoning_limit(const PreparedChat& prepared, const ChatSettings& settings,
                                        const tokenizer::Tokenizer& tok) {
   engine::ReasoningLimit limit;
-  if (prepared.reasoning_budget < 0 || !settings.parse_reasoning) return limit;
+  if (prepared.reasoning_budget < 0 || !prepared.output.parse_reasoning) return limit;
   if (!settings.caps.knows_reasoning && !prepared.output.starts_in_reasoning) return limit;
   limit.budget = prepared.reasoning_budget;
   limit.starts_inside = prepared.output.starts_in_reasoning;
@@ -141,6 +141,7 @@ ChatInputs chat_inputs(const ParsedRequest& r) {
   in.tool_choice = r.tool_choice;
   in.parallel_tool_calls = r.parallel_tool_calls;
   in.kwargs = r.chat_template_kwargs;
+  in.parse_reasoning = r.parse_reasoning;
   return in;
 }
 
@@ -199,8 +200,9 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
   out.output.tool_format = format;
   out.output.parse_tools = use_tools && format != ToolFormat::kNone;
   out.output.tools = use_tools ? in.tools : json(nullptr);
-  out.output.parse_reasoning = settings.parse_reasoning;
-  out.output.starts_in_reasoning = settings.parse_reasoning && prompt_opens_reasoning(out.prompt);
+  const bool parse_reasoning = in.parse_reasoning.value_or(settings.parse_reasoning);
+  out.output.parse_reasoning = parse_reasoning;
+  out.output.starts_in_reasoning = parse_reasoning && prompt_opens_reasoning(out.prompt);
 
   out.reasoning_budget = in.reasoning_budget >= 0 ? in.reasoning_budget : settings.reasoning_budget;
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "engine/chat_prompt.h"
@@ -35,6 +36,7 @@ struct ChatInputs {
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
   nlohmann::ordered_json kwargs;  // chat_template_kwargs of the request (object or null)
+  std::optional<bool> parse_reasoning;  // this request's reasoning_format (unset: the server's)
   int32_t reasoning_budget = -1;  // this request's cap on reasoning tokens (e.g. Anthropic's
                                   //   thinking.budget_tokens); < 0: the server's --reasoning-budget
 };

@@ -390,6 +390,16 @@ ParsedRequest parse_chat_request(std::string_view body) {
   }
   if (const json* tc = field(j, "tool_choice")) r.tool_choice = parse_tool_choice(*tc, r.tools);
   if (const json* v = field(j, "parallel_tool_calls")) r.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
+  if (const json* v = field(j, "reasoning_format")) {  // llama.cpp's per-request override
+    const std::string f = get_string(*v, "reasoning_format");
+    if (f == "none") {
+      r.parse_reasoning = false;
+    } else if (f == "auto" || f == "deepseek" || f == "deepseek-legacy") {
+      r.parse_reasoning = true;
+    } else {
+      bad("'reasoning_format' must be 'none' or 'auto', got '" + f + "'", "reasoning_format");
+    }
+  }
   if (const json* v = field(j, "chat_template_kwargs")) {
     if (!v->is_object()) bad_type("chat_template_kwargs", "an object", *v);
     r.chat_template_kwargs = *v;

@@ -94,6 +94,7 @@ struct ParsedRequest {
   ToolChoice tool_choice;              // chat: validated against tools
   bool parallel_tool_calls = true;
   nlohmann::ordered_json chat_template_kwargs;  // chat: an object, or null
+  std::optional<bool> parse_reasoning;  // chat: "reasoning_format" none (false) / auto (true)
   std::string prompt_text;             // completions: the prompt as text, or
   std::vector<int32_t> prompt_tokens;  //   as token ids (then prompt_is_tokens)
   bool prompt_is_tokens = false;

@@ -78,6 +78,7 @@ TEST(ChatRequestParse, ErrorsNameTheField) {
        "tool_choice.function"},
       {R"("parallel_tool_calls": "yes")", "must be a boolean", "parallel_tool_calls"},
       {R"("chat_template_kwargs": [1])", "must be an object", "chat_template_kwargs"},
+      {R"("reasoning_format": "fancy")", "must be 'none' or 'auto'", "reasoning_format"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.extra);
@@ -237,6 +238,9 @@ TEST_F(PrepareChat, TemplatesThatKnowToolsRenderThem) {
   none.parse_reasoning = false;  // --reasoning-format none: the <think> text stays content
   EXPECT_FALSE(prepare(*chat, body(R"("temperature": 1)"), none).output.starts_in_reasoning);
   EXPECT_FALSE(prepare(*chat, body(R"("temperature": 1)"), none).output.parse_reasoning);
+  // ... and per request (llama.cpp's reasoning_format), either way.
+  EXPECT_TRUE(prepare(*chat, body(R"("reasoning_format": "auto")"), none).output.starts_in_reasoning);
+  EXPECT_FALSE(prepare(*chat, body(R"("reasoning_format": "none")")).output.parse_reasoning);
 }
 
 TEST_F(PrepareChat, LateSystemMessagesAreFoldedWhenTheTemplateRefusesThem) {
