@@ -10,8 +10,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
@@ -19,10 +22,13 @@
 #include "cli/default_model.h"
 #include "convert/hf_import.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
 #include "engine/serve_engine.h"
 #include "format/gguf.h"
 #include "model/causal_lm.h"
+#include "server/chat_output.h"
+#include "server/chat_request.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -45,7 +51,52 @@ struct ServeOptions {
   std::string kv_type = "f16";
   std::string model_id;
   int32_t state_snapshots = 32;
+  std::string chat_template;         // --chat-template FILE
+  std::string chat_template_kwargs;  // --chat-template-kwargs JSON
+  std::string reasoning_format = "auto";
+  int32_t reasoning_budget = -1;
+  bool strict_model_names = false;
+  std::vector<std::string> aliases;
 };
+
+// --chat-template FILE: a Jinja file, or a tokenizer_config.json holding "chat_template".
+std::string load_chat_template(const std::string& path) {
+  std::string text = read_text_file(path);
+  if (!text.empty() && text[0] == '{') {
+    try {
+      const auto j = nlohmann::json::parse(text);
+      if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string()) {
+        return j["chat_template"].get<std::string>();
+      }
+    } catch (const nlohmann::json::exception&) {
+      // a template that starts with '{': use it as it is
+    }
+  }
+  return text;
+}
+
+server::ChatSettings chat_settings(const ServeOptions& o, const engine::ChatPrompt& chat) {
+  server::ChatSettings cs;
+  cs.caps = server::detect_template_caps(chat.source());
+  if (o.reasoning_format == "none") {
+    cs.parse_reasoning = false;
+  } else if (o.reasoning_format != "auto" && o.reasoning_format != "deepseek") {
+    fail(ErrorKind::kInvalidInput, "serve", "--reasoning-format must be none or auto, got '" + o.reasoning_format + "'");
+  }
+  if (o.reasoning_budget < -1) fail(ErrorKind::kInvalidInput, "serve", "--reasoning-budget must be >= 0 (or -1: off)");
+  cs.reasoning_budget = o.reasoning_budget;
+  if (!o.chat_template_kwargs.empty()) {
+    nlohmann::ordered_json kw;
+    try {
+      kw = nlohmann::ordered_json::parse(o.chat_template_kwargs);
+    } catch (const nlohmann::json::exception& e) {
+      fail(ErrorKind::kInvalidInput, "serve", std::string("--chat-template-kwargs is not valid JSON: ") + e.what());
+    }
+    if (!kw.is_object()) fail(ErrorKind::kInvalidInput, "serve", "--chat-template-kwargs must be a JSON object");
+    cs.default_kwargs = std::move(kw);
+  }
+  return cs;
+}
 
 void serve(ServeOptions o) {
   if (o.model.empty()) o.model = find_default_model();
@@ -107,7 +158,10 @@ void serve(ServeOptions o) {
   cpu::CpuBackend backend(o.threads);
   const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
   model::CausalLm& model = *loaded;
-  const engine::ChatPrompt chat(file, tok);
+  std::optional<std::string> template_source;
+  if (!o.chat_template.empty()) template_source = load_chat_template(o.chat_template);
+  const engine::ChatPrompt chat(file, tok, template_source);
+  const server::ChatSettings chat_cfg = chat_settings(o, chat);
 
   engine::EngineConfig ec;
   ec.n_ctx = n_ctx;
@@ -141,6 +195,9 @@ void serve(ServeOptions o) {
   ho.model_id = o.model_id.empty() ? stem : o.model_id;
   ho.model_aliases = {stem, std::filesystem::path(o.model).stem().string(),
                       std::filesystem::path(o.model).filename().string(), o.model};
+  ho.aliases = o.aliases;
+  ho.strict_model_names = o.strict_model_names;
+  ho.chat = chat_cfg;
   ho.http_threads = std::max(32, o.max_seqs + o.max_queue + 16);
   ho.log_file = o.log_file;
   server::HttpServer http(eng, tok, chat, metrics, ho);
@@ -171,6 +228,12 @@ void serve(ServeOptions o) {
               static_cast<long long>(n_blocks), static_cast<long long>(block_size),
               static_cast<double>(n_blocks) * static_cast<double>(block_bytes) / (1 << 20), ops::kv_type_name(kv_type),
               o.max_seqs);
+  std::printf("hearth: chat template%s: tool calls %s%s, reasoning %s\n", o.chat_template.empty() ? "" : " (--chat-template)",
+              server::tool_format_name(chat_cfg.caps.tool_format),
+              chat_cfg.caps.renders_tools && chat_cfg.caps.tool_format != server::ToolFormat::kNone
+                  ? ""
+                  : " (tool list injected, Hermes)",
+              chat_cfg.parse_reasoning ? "split" : "left in content");
   std::printf("hearth: listening on http://%s:%d (OpenAI API at http://%s:%d/v1)\n", o.host.c_str(), port,
               o.host.c_str(), port);
   std::fflush(stdout);
@@ -208,6 +271,20 @@ void add_serve_command(CLI::App& app) {
                   "Hybrid models: recurrent-state snapshots kept for prefix reuse (each one sequence's state)")
       ->default_val(32);
   cmd->add_option("--model-id", o->model_id, "Model id to report (default: the file name without .gguf)");
+  cmd->add_option("--alias", o->aliases, "Another name for the model, listed by /v1/models (repeatable)");
+  cmd->add_flag("--strict-model-names", o->strict_model_names,
+                "Answer 404 to a 'model' that is not the model's id or alias (default: any name is served)");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Use this Jinja chat template file (or tokenizer_config.json) instead of the model's");
+  cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
+                  "Default chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}' "
+                  "(requests' chat_template_kwargs override them)");
+  cmd->add_option("--reasoning-format", o->reasoning_format,
+                  "auto: <think> text goes to reasoning_content; none: it stays in content")
+      ->default_val("auto");
+  cmd->add_option("--reasoning-budget", o->reasoning_budget,
+                  "Close the <think> block after this many tokens (-1: no limit; 0: no reasoning)")
+      ->default_val(-1);
   cmd->callback([o]() { serve(*o); });
 }
 

@@ -13,13 +13,19 @@ std::string token_text(const gguf::File& file, const char* key, const tokenizer:
 
 }  // namespace
 
-ChatPrompt::ChatPrompt(const gguf::File& file, const tokenizer::Tokenizer& tok)
+ChatPrompt::ChatPrompt(const gguf::File& file, const tokenizer::Tokenizer& tok,
+                       std::optional<std::string> template_source)
     : tok_(tok),
       bos_text_(token_text(file, "tokenizer.ggml.bos_token_id", tok)),
       eos_text_(token_text(file, "tokenizer.ggml.eos_token_id", tok)) {
-  if (auto source = file.find_string("tokenizer.chat_template")) {
-    tmpl_ = std::make_unique<tmpl::ChatTemplate>(std::string(*source));
+  if (template_source) {
+    source_ = std::move(*template_source);
+  } else if (auto source = file.find_string("tokenizer.chat_template")) {
+    source_ = std::string(*source);
+  } else {
+    return;
   }
+  tmpl_ = std::make_unique<tmpl::ChatTemplate>(source_);
 }
 
 std::string ChatPrompt::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& extra) const {

@@ -18,11 +18,15 @@ namespace hearth::engine {
 
 class ChatPrompt {
  public:
-  // Reads the template of `file` (none: has_template() is false). Throws Error when the
+  // Reads the template of `file` (none: has_template() is false), or uses
+  // `template_source` instead when given (--chat-template). Throws Error when the
   // template does not parse.
-  ChatPrompt(const gguf::File& file, const tokenizer::Tokenizer& tok);
+  ChatPrompt(const gguf::File& file, const tokenizer::Tokenizer& tok,
+             std::optional<std::string> template_source = std::nullopt);
 
   bool has_template() const { return tmpl_ != nullptr; }
+  // The template's Jinja source ("" without a template).
+  const std::string& source() const { return source_; }
   // Renders {"messages": messages, "add_generation_prompt": true, bos/eos texts,
   // plus `extra` keys}. Throws Error (kInvalidInput) with the template's message.
   std::string render(const nlohmann::ordered_json& messages,
@@ -34,6 +38,7 @@ class ChatPrompt {
  private:
   const tokenizer::Tokenizer& tok_;
   std::unique_ptr<tmpl::ChatTemplate> tmpl_;
+  std::string source_;
   std::string bos_text_, eos_text_;
 };
 

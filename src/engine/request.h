@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/reasoning_budget.h"
 #include "engine/sampler.h"
 #include "grammar/constraint.h"
 
@@ -75,6 +76,7 @@ struct GenRequest {
   // Constrained decoding (ServeEngine::compile_constraint): only tokens the grammar allows
   // are sampled and the request ends ("stop") when the grammar is complete. null: free text.
   std::shared_ptr<const grammar::Constraint> constraint;
+  ReasoningLimit reasoning;         // --reasoning-budget: close <think> after N tokens
 };
 
 // The channel of one request. The engine pushes deltas and then exactly one Final;

@@ -26,6 +26,7 @@ struct ServeEngine::Live {
   StopMatcher stop;
   std::optional<grammar::ConstraintMatcher> matcher;  // constrained requests only
   std::vector<uint32_t> mask;                         // tokens the matcher allows next
+  ReasoningBudget reasoning;
   int32_t n_generated = 0;
   Clock::time_point t_scheduled{}, t_first{}, t_last{};
   bool scheduled = false;
@@ -39,7 +40,8 @@ struct ServeEngine::Live {
           o.strip_space_prefix = false;  // a continuation keeps its leading space
           return o;
         }()),
-        stop(request.stop) {
+        stop(request.stop),
+        reasoning(request.reasoning) {
     if (request.constraint) {
       matcher.emplace(request.constraint);
       mask.assign(static_cast<size_t>(grammar::mask_words(matcher->n_vocab())), 0u);
@@ -293,7 +295,10 @@ void ServeEngine::step() {
       std::vector<float> raw;
       if (live.request.top_logprobs >= 0) raw.assign(lg.begin(), lg.end());
       if (live.matcher) grammar::apply_mask(lg, live.mask);
-      const int32_t next = live.sampler.sample(lg, seq.tokens);
+      // A spent reasoning budget writes the closing tag instead of the sampler (not under a
+      // grammar: the constraint decides every token of a constrained answer).
+      const std::optional<int32_t> forced = live.matcher ? std::nullopt : live.reasoning.forced();
+      const int32_t next = forced ? *forced : live.sampler.sample(lg, seq.tokens);
       const auto now = Clock::now();
       bool grammar_done = false;
       if (live.matcher) {
@@ -334,7 +339,9 @@ void ServeEngine::step() {
         if (live.request.top_logprobs > 0) out.top = top_logprobs(raw, live.request.top_logprobs);
       }
       d.tokens.push_back(std::move(out));
-      d.text = live.stop.push(live.decoder.push(next));
+      const std::string piece = live.decoder.push(next);
+      live.reasoning.accept(piece);
+      d.text = live.stop.push(piece);
       const bool stopped = live.stop.stopped();
       live.channel->push(std::move(d));
       if (stopped || grammar_done) {

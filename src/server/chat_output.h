@@ -76,7 +76,26 @@ class OutputParser {
 
 std::unique_ptr<OutputParser> make_output_parser(const OutputOptions& options);
 
-// Folds events (in order) into a whole turn.
+// Folds events (in order) into a whole turn. Each call's arguments are re-written as
+// compact JSON (left as sent if they do not parse, which the parser never produces).
 ParsedOutput fold_events(const std::vector<OutputEvent>& events);
+
+// What a chat template's source says about tools and reasoning.
+struct TemplateCaps {
+  ToolFormat tool_format = ToolFormat::kNone;  // the syntax its tool calls use
+  bool renders_tools = false;  // it reads `tools` (else the server injects a Hermes tool list)
+  bool knows_reasoning = false;  // it mentions <think> (reasoning_content / enable_thinking)
+};
+// Detects from the template source text (never the model name): XML <function=... ->
+// kQwenXml, <tool_call> -> kHermes, [TOOL_CALLS] -> kMistral, <|python_tag|> or Llama 3
+// headers with "parameters" -> kLlama3Json.
+TemplateCaps detect_template_caps(std::string_view template_source);
+
+// True when a rendered generation prompt ends inside an open <think> block (Qwen3.5,
+// Qwen3 with thinking on): the output then starts in reasoning.
+bool prompt_opens_reasoning(std::string_view prompt);
+
+// "hermes" / "qwen_xml" / "llama3_json" / "mistral" / "none".
+const char* tool_format_name(ToolFormat format);
 
 }  // namespace hearth::server

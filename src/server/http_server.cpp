@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "server/anthropic_routes.h"
@@ -66,6 +67,8 @@ struct HttpServer::Impl {
   int64_t created = unix_time_now();
   std::mutex prefix_mu;
   uint64_t seen_queries = 0, seen_hits = 0;
+  std::mutex names_mu;
+  std::set<std::string> names_seen;  // requested model names already logged
 
   Impl(engine::ServeEngine& e, const tokenizer::Tokenizer& t, const engine::ChatPrompt& c, ServerMetrics& m,
        HttpOptions o)
@@ -150,13 +153,24 @@ struct HttpServer::Impl {
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
-      nlohmann::ordered_json m = {{"id", opt.model_id},
-                                  {"object", "model"},
-                                  {"created", created},
-                                  {"owned_by", "hearth"},
-                                  {"context_length", engine.n_ctx()},
-                                  {"max_model_len", engine.n_ctx()}};
-      nlohmann::ordered_json body = {{"object", "list"}, {"data", nlohmann::ordered_json::array({m})}};
+      auto entry = [&](const std::string& id) {
+        return nlohmann::ordered_json{{"id", id},
+                                      {"object", "model"},
+                                      {"created", created},
+                                      {"owned_by", "hearth"},
+                                      {"context_length", engine.n_ctx()},
+                                      {"max_model_len", engine.n_ctx()}};
+      };
+      nlohmann::ordered_json data = nlohmann::ordered_json::array();
+      nlohmann::ordered_json main = entry(opt.model_id);
+      main["aliases"] = opt.aliases;
+      data.push_back(std::move(main));
+      for (const auto& a : opt.aliases) {
+        nlohmann::ordered_json e = entry(a);
+        e["alias_of"] = opt.model_id;
+        data.push_back(std::move(e));
+      }
+      nlohmann::ordered_json body = {{"object", "list"}, {"data", std::move(data)}};
       res.set_content(dump_json(body), "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
@@ -176,6 +190,92 @@ struct HttpServer::Impl {
     svr.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
       if (authorized(req, res)) anthropic.count_tokens(req, res);
     });
+    svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+    svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+  }
+
+  // POST /tokenize (llama.cpp's shape): {"content": str, "add_special"?: bool,
+  // "with_pieces"?: bool} -> {"tokens": [id, ...]} (with_pieces: [{"id", "piece"}]);
+  // or {"messages": [...], "tools"?: [...], ...chat fields}: the rendered chat prompt's tokens.
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      const nlohmann::ordered_json body = parse_json_object(req.body);
+      bool with_pieces = false;
+      if (auto it = body.find("with_pieces"); it != body.end() && !it->is_null()) {
+        if (!it->is_boolean()) throw ApiException(invalid_request("'with_pieces' must be a boolean", "with_pieces"));
+        with_pieces = it->get<bool>();
+      }
+      std::vector<int32_t> ids;
+      if (body.contains("messages")) {
+        const ParsedRequest pr = parse_chat_request(req.body);
+        ids = chat.encode(prepare_chat(chat_inputs(pr), chat, opt.chat).prompt);
+      } else {
+        auto it = body.find("content");
+        if (it == body.end() || !it->is_string()) {
+          throw ApiException(invalid_request("'content' (a string) or 'messages' is required", "content"));
+        }
+        tokenizer::EncodeOptions enc;
+        enc.parse_special = true;
+        enc.add_special = false;
+        if (auto a = body.find("add_special"); a != body.end() && !a->is_null()) {
+          if (!a->is_boolean()) throw ApiException(invalid_request("'add_special' must be a boolean", "add_special"));
+          enc.add_special = a->get<bool>();
+        }
+        ids = tok.encode(it->get<std::string>(), enc);
+      }
+      nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+      for (int32_t id : ids) {
+        if (!with_pieces) {
+          tokens.push_back(id);
+          continue;
+        }
+        const std::string piece = tok.token_to_piece(id);
+        nlohmann::ordered_json p = {{"id", id}};
+        if (sanitize_utf8(piece) == piece) {
+          p["piece"] = piece;
+        } else {  // part of a character: its bytes, as llama.cpp sends them
+          nlohmann::ordered_json bytes = nlohmann::ordered_json::array();
+          for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+          p["piece"] = std::move(bytes);
+        }
+        tokens.push_back(std::move(p));
+      }
+      res.set_content(dump_json(nlohmann::ordered_json{{"tokens", std::move(tokens)}}), "application/json");
+    } catch (const ApiException& e) {
+      send_error(res, e.error());
+    } catch (const Error& e) {
+      send_error(res, invalid_request(e.what()));
+    }
+  }
+
+  // POST /detokenize: {"tokens": [id, ...]} -> {"content": str}.
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      const nlohmann::ordered_json body = parse_json_object(req.body);
+      auto it = body.find("tokens");
+      if (it == body.end() || !it->is_array()) {
+        throw ApiException(invalid_request("'tokens' (an array of token ids) is required", "tokens"));
+      }
+      const auto n_vocab = static_cast<int64_t>(tok.n_tokens());
+      std::string text;
+      for (size_t i = 0; i < it->size(); ++i) {
+        const auto& t = (*it)[i];
+        const std::string path = "tokens[" + std::to_string(i) + "]";
+        if (!t.is_number_integer()) throw ApiException(invalid_request("'" + path + "' must be a token id (an integer)", path));
+        const int64_t id = t.get<int64_t>();
+        if (id < 0 || id >= n_vocab) {
+          throw ApiException(invalid_request("'" + path + "' is token id " + std::to_string(id) +
+                                                 ", outside the vocabulary [0, " + std::to_string(n_vocab) + ")",
+                                             path));
+        }
+        text += tok.token_to_piece(static_cast<int32_t>(id));
+      }
+      res.set_content(dump_json(nlohmann::ordered_json{{"content", sanitize_utf8(text)}}), "application/json");
+    } catch (const ApiException& e) {
+      send_error(res, e.error());
+    }
   }
 
   void refresh_gauges() {
@@ -194,24 +294,29 @@ struct HttpServer::Impl {
 
   bool model_known(const std::string& name) const {
     if (name == opt.model_id) return true;
-    for (const auto& a : opt.model_aliases) {
-      if (name == a) return true;
+    for (const auto* list : {&opt.model_aliases, &opt.aliases}) {
+      for (const auto& a : *list) {
+        if (name == a) return true;
+      }
     }
     return false;
   }
 
-  std::vector<int32_t> prompt_tokens(const ParsedRequest& pr) {
+  // One model serves every name (agents send their own configured one) unless
+  // --strict-model-names; each new name is logged once.
+  void check_model(const std::string& name) {
+    if (model_known(name)) return;
+    if (opt.strict_model_names) throw ApiException(model_not_found(name));
+    std::lock_guard<std::mutex> lock(names_mu);
+    if (names_seen.size() < 1000 && names_seen.insert(name).second) {
+      log_line("hearth: requests for model '" + sanitize_utf8(name) + "' are served by " + opt.model_id);
+    }
+  }
+
+  std::vector<int32_t> prompt_tokens(const ParsedRequest& pr, PreparedChat& prepared) {
     if (pr.chat) {
-      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-      if (!pr.tools.is_null()) extra["tools"] = pr.tools;
-      std::string text;
-      try {
-        text = chat.render(messages_for_template(pr), extra);
-      } catch (const Error& e) {
-        throw ApiException(invalid_request(std::string("the chat template failed on these messages: ") + e.what(),
-                                           "messages"));
-      }
-      return chat.encode(text);
+      prepared = prepare_chat(chat_inputs(pr), chat, opt.chat);
+      return chat.encode(prepared.prompt);
     }
     if (pr.prompt_is_tokens) {
       const auto n_vocab = static_cast<int64_t>(tok.n_tokens());
@@ -235,10 +340,11 @@ struct HttpServer::Impl {
     std::shared_ptr<engine::RequestChannel> channel;
     ResponseContext ctx;
     ParsedRequest pr;
+    PreparedChat prepared;
     try {
       pr = is_chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
-      if (pr.model && !model_known(*pr.model)) throw ApiException(model_not_found(*pr.model));
-      std::vector<int32_t> prompt = prompt_tokens(pr);
+      if (pr.model) check_model(*pr.model);
+      std::vector<int32_t> prompt = prompt_tokens(pr, prepared);
       if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", is_chat ? "messages" : "prompt"));
       const int64_t n_ctx = engine.n_ctx(), cap = engine.max_sequence_tokens();
       const auto n_prompt = static_cast<int64_t>(prompt.size());
@@ -268,6 +374,7 @@ struct HttpServer::Impl {
           throw ApiException(invalid_request(e.what(), "response_format"));
         }
       }
+      if (is_chat) g.reasoning = reasoning_limit(prepared, opt.chat, tok);
       channel = std::make_shared<engine::RequestChannel>();
       switch (engine.submit(std::move(g), channel)) {
         case engine::ServeEngine::Admit::kOk:
@@ -294,10 +401,12 @@ struct HttpServer::Impl {
     ctx.include_usage = pr.include_usage;
     ctx.token_text = [this](int32_t id) { return tok.token_to_piece(id); };
     auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
+    std::shared_ptr<OutputParser> parser;
+    if (is_chat) parser = make_output_parser(prepared.output);
     if (pr.stream) {
-      stream(res, is_chat, std::move(channel), std::move(ctx), std::move(watch));
+      stream(res, is_chat, std::move(channel), std::move(ctx), std::move(watch), std::move(parser));
     } else {
-      whole(res, is_chat, *channel, ctx, *watch);
+      whole(res, is_chat, *channel, ctx, *watch, parser.get());
     }
   }
 
@@ -318,7 +427,7 @@ struct HttpServer::Impl {
   }
 
   void whole(httplib::Response& res, bool is_chat, engine::RequestChannel& ch, const ResponseContext& ctx,
-             ClientWatch& watch) {
+             ClientWatch& watch, OutputParser* parser) {
     std::string text;
     std::vector<engine::TokenOut> tokens;
     std::optional<engine::Final> fin;
@@ -340,24 +449,30 @@ struct HttpServer::Impl {
       send_error(res, e);
       return;
     }
-    res.set_content(is_chat ? chat_completion(ctx, text, tokens, *fin) : text_completion(ctx, text, tokens, *fin),
-                    "application/json");
+    if (!is_chat) {
+      res.set_content(text_completion(ctx, text, tokens, *fin), "application/json");
+      return;
+    }
+    std::vector<OutputEvent> events = parser->feed(text);
+    for (auto& e : parser->finish()) events.push_back(std::move(e));
+    res.set_content(chat_completion(ctx, fold_events(events), tokens, *fin), "application/json");
   }
 
   void stream(httplib::Response& res, bool is_chat, std::shared_ptr<engine::RequestChannel> ch, ResponseContext ctx,
-              std::shared_ptr<ClientWatch> watch) {
+              std::shared_ptr<ClientWatch> watch, std::shared_ptr<OutputParser> parser) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto context = std::make_shared<ResponseContext>(std::move(ctx));
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, is_chat, ch, context, watch](size_t, httplib::DataSink& sink) {
+        [this, is_chat, ch, context, watch, parser](size_t, httplib::DataSink& sink) {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           if (is_chat && !write(sse_data(chat_chunk_role(*context)))) {
             ch->cancel();
             return false;
           }
           size_t text_offset = 0;
+          bool had_calls = false;
           auto quiet_since = Clock::now();
           for (;;) {
             std::vector<engine::Delta> ds;
@@ -369,17 +484,32 @@ struct HttpServer::Impl {
               return true;
             }
             for (const auto& d : ds) {
+              if (is_chat) {
+                std::vector<OutputEvent> events = parser->feed(d.text);
+                for (const auto& e : events) had_calls = had_calls || e.kind == OutputEvent::Kind::kToolCallBegin;
+                for (const std::string& chunk : chat_chunks_events(*context, events, d.tokens)) {
+                  if (!write(sse_data(chunk))) {
+                    ch->cancel();
+                    return false;
+                  }
+                }
+                continue;
+              }
               if (d.text.empty() && !(context->logprobs && !d.tokens.empty())) continue;
-              const std::string chunk =
-                  is_chat ? chat_chunk_delta(*context, d) : text_chunk_delta(*context, d, text_offset);
-              if (!write(sse_data(chunk))) {
+              if (!write(sse_data(text_chunk_delta(*context, d, text_offset)))) {
                 ch->cancel();
                 return false;
               }
             }
             if (fin) {
               if (finish_reason(*fin)) {
-                write(sse_data(is_chat ? chat_chunk_finish(*context, *fin) : text_chunk_finish(*context, *fin)));
+                if (is_chat) {
+                  std::vector<OutputEvent> events = parser->finish();
+                  for (const auto& e : events) had_calls = had_calls || e.kind == OutputEvent::Kind::kToolCallBegin;
+                  for (const std::string& chunk : chat_chunks_events(*context, events, {})) write(sse_data(chunk));
+                }
+                write(sse_data(is_chat ? chat_chunk_finish(*context, *fin, had_calls)
+                                       : text_chunk_finish(*context, *fin)));
                 if (context->include_usage) {
                   write(sse_data(is_chat ? chat_chunk_usage(*context, *fin) : text_chunk_usage(*context, *fin)));
                 }

@@ -11,6 +11,7 @@
 
 #include "engine/chat_prompt.h"
 #include "engine/serve_engine.h"
+#include "server/chat_request.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,7 +22,10 @@ struct HttpOptions {
   int port = 8080;
   std::string api_key;                 // empty: no authentication
   std::string model_id;                // the id /v1/models reports
-  std::vector<std::string> model_aliases;  // other names accepted in "model"
+  std::vector<std::string> model_aliases;  // other names accepted in "model" (file names)
+  std::vector<std::string> aliases;        // --alias: listed by /v1/models too
+  bool strict_model_names = false;         // unknown "model" -> 404 (default: served, logged once)
+  ChatSettings chat;                       // tools / reasoning / template kwargs
   size_t max_body_bytes = 16u << 20;
   int http_threads = 64;
   std::string log_file;                // empty: request log on stderr

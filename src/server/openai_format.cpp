@@ -298,6 +298,78 @@ std::string chat_completion(const ResponseContext& ctx, std::string_view content
   return dump_json(j);
 }
 
+std::string chat_completion(const ResponseContext& ctx, const ParsedOutput& out,
+                            std::span<const engine::TokenOut> tokens, const engine::Final& f) {
+  json j = base(ctx, "chat.completion");
+  json choice = json::object();
+  choice["index"] = 0;
+  json message = json::object();
+  message["role"] = "assistant";
+  message["content"] = out.content.empty() && !out.tool_calls.empty() ? json(nullptr)
+                                                                      : json(sanitize_utf8(out.content));
+  if (!out.reasoning.empty()) {
+    message["reasoning_content"] = sanitize_utf8(out.reasoning);
+    message["reasoning"] = sanitize_utf8(out.reasoning);
+  }
+  if (!out.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCall& c : out.tool_calls) {
+      calls.push_back(json{{"id", c.id},
+                           {"type", "function"},
+                           {"function", {{"name", sanitize_utf8(c.name)}, {"arguments", sanitize_utf8(c.arguments)}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  choice["message"] = std::move(message);
+  choice["logprobs"] =
+      ctx.logprobs ? json{{"content", chat_logprobs_content(ctx, tokens)}} : json(nullptr);
+  choice["finish_reason"] = !out.tool_calls.empty() && f.finish_reason == "stop" ? json("tool_calls") : finish_json(f);
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = usage_json(f);
+  j["timings"] = timings_json(f.timings);
+  return dump_json(j);
+}
+
+std::vector<std::string> chat_chunks_events(const ResponseContext& ctx, std::span<const OutputEvent> events,
+                                            std::span<const engine::TokenOut> tokens) {
+  std::vector<std::string> out;
+  json logprobs =
+      ctx.logprobs && !tokens.empty() ? json{{"content", chat_logprobs_content(ctx, tokens)}} : json(nullptr);
+  auto emit = [&](json delta) {
+    out.push_back(dump_json(chat_chunk(ctx, std::move(delta), std::move(logprobs), nullptr)));
+    logprobs = nullptr;
+  };
+  for (const OutputEvent& e : events) {
+    switch (e.kind) {
+      case OutputEvent::Kind::kContent:
+        emit(json{{"content", sanitize_utf8(e.text)}});
+        break;
+      case OutputEvent::Kind::kReasoning: {
+        const std::string t = sanitize_utf8(e.text);
+        emit(json{{"reasoning_content", t}, {"reasoning", t}});
+        break;
+      }
+      case OutputEvent::Kind::kToolCallBegin: {
+        json call = {{"index", e.index},
+                     {"id", e.id},
+                     {"type", "function"},
+                     {"function", {{"name", sanitize_utf8(e.name)}, {"arguments", ""}}}};
+        emit(json{{"tool_calls", json::array({std::move(call)})}});
+        break;
+      }
+      case OutputEvent::Kind::kToolCallArgs: {
+        json call = {{"index", e.index}, {"function", {{"arguments", sanitize_utf8(e.text)}}}};
+        emit(json{{"tool_calls", json::array({std::move(call)})}});
+        break;
+      }
+      case OutputEvent::Kind::kToolCallEnd:
+        break;
+    }
+  }
+  if (!logprobs.is_null()) emit(json{{"content", ""}});
+  return out;
+}
+
 std::string chat_chunk_role(const ResponseContext& ctx) {
   return dump_json(chat_chunk(ctx, json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
 }
@@ -309,8 +381,9 @@ std::string chat_chunk_delta(const ResponseContext& ctx, const engine::Delta& d)
       chat_chunk(ctx, json{{"content", sanitize_utf8(d.text)}}, std::move(logprobs), nullptr));
 }
 
-std::string chat_chunk_finish(const ResponseContext& ctx, const engine::Final& f) {
-  json j = chat_chunk(ctx, json::object(), nullptr, finish_json(f));
+std::string chat_chunk_finish(const ResponseContext& ctx, const engine::Final& f, bool had_tool_calls) {
+  json j = chat_chunk(ctx, json::object(), nullptr,
+                      had_tool_calls && f.finish_reason == "stop" ? json("tool_calls") : finish_json(f));
   j["timings"] = timings_json(f.timings);
   return dump_json(j);
 }

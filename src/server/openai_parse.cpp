@@ -150,6 +150,34 @@ std::string parse_content(const json& v, const std::string& path) {
   return out;
 }
 
+// An assistant tool call in the history, normalized for the templates: `arguments`
+// parsed into an object when the string holds one (a string that is not JSON stays a
+// string: the template may print it; it must not turn into a 500).
+json parse_history_call(const json& c, const std::string& path) {
+  if (!c.is_object()) bad_type(path, "an object", c);
+  json call = c;
+  const json* fn = field(c, "function");
+  if (!fn) bad("'" + path + ".function' is required", path + ".function");
+  if (!fn->is_object()) bad_type(path + ".function", "an object", *fn);
+  const json* name = field(*fn, "name");
+  if (!name) bad("'" + path + ".function.name' is required", path + ".function.name");
+  get_string(*name, path + ".function.name");
+  if (!call.contains("type")) call["type"] = "function";
+  json& args = call["function"]["arguments"];
+  if (args.is_null()) {
+    args = json::object();
+  } else if (args.is_string()) {
+    try {
+      json parsed = json::parse(args.get<std::string>());
+      if (parsed.is_object()) args = std::move(parsed);
+    } catch (const json::exception&) {
+    }
+  } else if (!args.is_object()) {
+    bad_type(path + ".function.arguments", "a JSON string or an object", args);
+  }
+  return call;
+}
+
 ChatMessage parse_message(const json& m, const std::string& path) {
   if (!m.is_object()) bad_type(path, "an object", m);
   ChatMessage msg;
@@ -170,11 +198,86 @@ ChatMessage parse_message(const json& m, const std::string& path) {
   if (const json* name = field(m, "name")) msg.name = get_string(*name, path + ".name");
   if (const json* calls = field(m, "tool_calls")) {
     if (!calls->is_array()) bad_type(path + ".tool_calls", "an array", *calls);
-    msg.tool_calls = *calls;
+    msg.tool_calls = json::array();
+    for (size_t i = 0; i < calls->size(); ++i) {
+      msg.tool_calls.push_back(parse_history_call((*calls)[i], path + ".tool_calls[" + std::to_string(i) + "]"));
+    }
   }
   if (const json* id = field(m, "tool_call_id"))
     msg.tool_call_id = get_string(*id, path + ".tool_call_id");
+  // Reasoning echoed back by agents: either name (llama.cpp / DeepSeek, vLLM).
+  for (const char* key : {"reasoning", "reasoning_content"}) {
+    if (const json* r = field(m, key)) msg.reasoning_content = get_string(*r, path + "." + key);
+  }
   return msg;
+}
+
+// A tool definition: {"type": "function", "function": {"name", "description"?, "parameters"?}}.
+json parse_tool(const json& t, const std::string& path) {
+  if (!t.is_object()) bad_type(path, "an object", t);
+  const json* type = field(t, "type");
+  if (!type) bad("'" + path + ".type' is required", path + ".type");
+  if (get_string(*type, path + ".type") != "function") {
+    bad("'" + path + ".type' must be 'function', got '" + type->get<std::string>() + "'", path + ".type");
+  }
+  const json* fn = field(t, "function");
+  if (!fn) bad("'" + path + ".function' is required", path + ".function");
+  if (!fn->is_object()) bad_type(path + ".function", "an object", *fn);
+  const json* name = field(*fn, "name");
+  if (!name) bad("'" + path + ".function.name' is required", path + ".function.name");
+  const std::string n = get_string(*name, path + ".function.name");
+  if (n.empty() || n.size() > 256) {
+    bad("'" + path + ".function.name' must be 1 to 256 characters", path + ".function.name");
+  }
+  if (const json* d = field(*fn, "description")) get_string(*d, path + ".function.description");
+  if (const json* p = field(*fn, "parameters")) {
+    if (!p->is_object()) bad_type(path + ".function.parameters", "an object (a JSON schema)", *p);
+  }
+  return t;
+}
+
+ToolChoice parse_tool_choice(const json& v, const json& tools) {
+  ToolChoice tc;
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "auto") {
+      tc.mode = ToolChoice::Mode::kAuto;
+    } else if (s == "none") {
+      tc.mode = ToolChoice::Mode::kNone;
+    } else if (s == "required") {
+      tc.mode = ToolChoice::Mode::kRequired;
+    } else {
+      bad("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", "
+          "\"function\": {\"name\": ...}}, got '" + s + "'",
+          "tool_choice");
+    }
+  } else if (v.is_object()) {
+    const json* type = field(v, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "function") {
+      bad("'tool_choice.type' must be 'function'", "tool_choice.type");
+    }
+    const json* fn = field(v, "function");
+    if (!fn || !fn->is_object()) bad("'tool_choice.function' must be an object with a name", "tool_choice.function");
+    const json* name = field(*fn, "name");
+    if (!name) bad("'tool_choice.function.name' is required", "tool_choice.function.name");
+    tc.mode = ToolChoice::Mode::kNamed;
+    tc.name = get_string(*name, "tool_choice.function.name");
+  } else {
+    bad_type("tool_choice", "a string or an object", v);
+  }
+  if (tc.mode == ToolChoice::Mode::kRequired || tc.mode == ToolChoice::Mode::kNamed) {
+    if (!tools.is_array() || tools.empty()) {
+      bad("'tool_choice' '" + std::string(tc.mode == ToolChoice::Mode::kNamed ? "function" : "required") +
+              "' needs a non-empty 'tools' array",
+          "tool_choice");
+    }
+  }
+  if (tc.mode == ToolChoice::Mode::kNamed) {
+    bool found = false;
+    for (const json& t : tools) found = found || t["function"]["name"] == tc.name;
+    if (!found) bad("'tool_choice' names function '" + tc.name + "', which is not in 'tools'", "tool_choice.function.name");
+  }
+  return tc;
 }
 
 // The fields both endpoints share.
@@ -264,6 +367,8 @@ engine::SamplerParams server_sampler_defaults() {
   return p;
 }
 
+json parse_json_object(std::string_view body) { return parse_body(body); }
+
 ParsedRequest parse_chat_request(std::string_view body) {
   const json j = parse_body(body);
   ParsedRequest r;
@@ -279,7 +384,27 @@ ParsedRequest parse_chat_request(std::string_view body) {
   }
   if (const json* tools = field(j, "tools")) {
     if (!tools->is_array()) bad_type("tools", "an array", *tools);
-    r.tools = *tools;
+    r.tools = json::array();
+    for (size_t i = 0; i < tools->size(); ++i) {
+      r.tools.push_back(parse_tool((*tools)[i], "tools[" + std::to_string(i) + "]"));
+    }
+    if (r.tools.empty()) r.tools = nullptr;  // [] is no tools
+  }
+  if (const json* tc = field(j, "tool_choice")) r.tool_choice = parse_tool_choice(*tc, r.tools);
+  if (const json* v = field(j, "parallel_tool_calls")) r.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
+  if (const json* v = field(j, "reasoning_format")) {  // llama.cpp's per-request override
+    const std::string f = get_string(*v, "reasoning_format");
+    if (f == "none") {
+      r.parse_reasoning = false;
+    } else if (f == "auto" || f == "deepseek" || f == "deepseek-legacy") {
+      r.parse_reasoning = true;
+    } else {
+      bad("'reasoning_format' must be 'none' or 'auto', got '" + f + "'", "reasoning_format");
+    }
+  }
+  if (const json* v = field(j, "chat_template_kwargs")) {
+    if (!v->is_object()) bad_type("chat_template_kwargs", "an object", *v);
+    r.chat_template_kwargs = *v;
   }
 
   parse_common(j, r);
@@ -359,10 +484,11 @@ json messages_for_template(const ParsedRequest& request) {
   for (const ChatMessage& m : request.messages) {
     json msg = json::object();
     msg["role"] = m.role;
-    msg["content"] = m.content ? json(*m.content) : json(nullptr);
+    msg["content"] = m.content ? *m.content : std::string();
     if (m.name) msg["name"] = *m.name;
     if (!m.tool_calls.is_null()) msg["tool_calls"] = m.tool_calls;
     if (m.tool_call_id) msg["tool_call_id"] = *m.tool_call_id;
+    if (m.reasoning_content) msg["reasoning_content"] = *m.reasoning_content;
     out.push_back(std::move(msg));
   }
   return out;

@@ -19,6 +19,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "grammar/constraint.h"
+#include "server/chat_output.h"
 
 namespace hearth::server {
 
@@ -66,8 +67,19 @@ struct ChatMessage {
   std::string role;                    // system | user | assistant | tool | developer
   std::optional<std::string> content;  // unset: null/absent (assistant messages only)
   std::optional<std::string> name;
-  nlohmann::ordered_json tool_calls;  // null when absent; passed through unchanged
+  // Assistant calls, null when absent: [{id, type: "function", function: {name,
+  // arguments}}], `arguments` an object when the request's JSON string parsed as one (the
+  // templates iterate over it), else the string as sent.
+  nlohmann::ordered_json tool_calls;
   std::optional<std::string> tool_call_id;
+  std::optional<std::string> reasoning_content;  // "reasoning_content" or "reasoning"
+};
+
+// tool_choice: "auto" (default with tools), "none", "required", or a named function.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed
 };
 
 // OpenAI's sampling defaults, not `hearth run`'s: temperature 1, top_p 1, top_k 0 (off),
@@ -79,7 +91,11 @@ struct ParsedRequest {
   std::optional<std::string> model;
 
   std::vector<ChatMessage> messages;   // chat: non-empty
-  nlohmann::ordered_json tools;        // chat: "tools" array passed through; null if absent
+  nlohmann::ordered_json tools;        // chat: "tools" (validated function tools); null if absent
+  ToolChoice tool_choice;              // chat: validated against tools
+  bool parallel_tool_calls = true;
+  nlohmann::ordered_json chat_template_kwargs;  // chat: an object, or null
+  std::optional<bool> parse_reasoning;  // chat: "reasoning_format" none (false) / auto (true)
   std::string prompt_text;             // completions: the prompt as text, or
   std::vector<int32_t> prompt_tokens;  //   as token ids (then prompt_is_tokens)
   bool prompt_is_tokens = false;
@@ -105,10 +121,12 @@ struct ParsedRequest {
 // an object, nesting deeper than tmpl::kMaxJsonDepth, a wrong type or a value out of
 // range. Unknown fields are ignored; null means unset.
 ParsedRequest parse_chat_request(std::string_view body);
+// A request body that must be a JSON object (same checks and errors as above).
+nlohmann::ordered_json parse_json_object(std::string_view body);
 ParsedRequest parse_completion_request(std::string_view body);
 
-// The "messages" value for the chat template: [{role, content (string or null),
-// name?, tool_calls?, tool_call_id?}, ...]. (Pass request.tools as "tools" when not null.)
+// The "messages" value for the chat template: [{role, content (a string; null is ""),
+// name?, tool_calls?, tool_call_id?, reasoning_content?}, ...]. (Tools: see chat_request.h.)
 nlohmann::ordered_json messages_for_template(const ParsedRequest& request);
 
 // ---------------------------------------------------------------------------
@@ -151,11 +169,25 @@ nlohmann::ordered_json usage_json(const engine::Final& final);
 // Chat, non-streamed: the whole completion (`tokens`: every generated token, for logprobs).
 std::string chat_completion(const ResponseContext& ctx, std::string_view content,
                             std::span<const engine::TokenOut> tokens, const engine::Final& final);
-// Chat stream, in order: chat_chunk_role, chat_chunk_delta per Delta (skip empty ones),
-// chat_chunk_finish, chat_chunk_usage when ctx.include_usage, then sse_done().
+// The same from a parsed turn: message.content (null when there are tool calls and no
+// text), reasoning_content and reasoning (when any), tool_calls; finish_reason
+// "tool_calls" when the turn stopped on its own after calls.
+std::string chat_completion(const ResponseContext& ctx, const ParsedOutput& output,
+                            std::span<const engine::TokenOut> tokens, const engine::Final& final);
+// Chat stream, in order: chat_chunk_role, chat_chunk_delta per Delta (skip empty ones) or
+// chat_chunks_events per Delta's parsed events, chat_chunk_finish, chat_chunk_usage when
+// ctx.include_usage, then sse_done().
 std::string chat_chunk_role(const ResponseContext& ctx);
 std::string chat_chunk_delta(const ResponseContext& ctx, const engine::Delta& delta);
-std::string chat_chunk_finish(const ResponseContext& ctx, const engine::Final& final);
+// One chunk per event: {"content"}, {"reasoning_content", "reasoning"}, a tool call's
+// {"tool_calls": [{index, id, type, function: {name, arguments: ""}}]} and then its
+// {"tool_calls": [{index, function: {arguments}}]} fragments. `tokens` (this Delta's)
+// carry the logprobs on the first chunk (an empty-content chunk when there is no event).
+std::vector<std::string> chat_chunks_events(const ResponseContext& ctx,
+                                            std::span<const OutputEvent> events,
+                                            std::span<const engine::TokenOut> tokens);
+std::string chat_chunk_finish(const ResponseContext& ctx, const engine::Final& final,
+                              bool had_tool_calls = false);
 std::string chat_chunk_usage(const ResponseContext& ctx, const engine::Final& final);
 
 // Text completion, non-streamed.

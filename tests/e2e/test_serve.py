@@ -507,11 +507,22 @@ def test_n_must_be_one(server):
     assert assert_error_shape(r.json())["param"] == "n"
 
 
-def test_unknown_model(server):
-    r = post(server, "/v1/chat/completions", {"model": "gpt-9-ultra", "messages": chat_msgs("hi")})
-    assert r.status_code == 404
-    err = assert_error_shape(r.json())
-    assert err["code"] == "model_not_found" and err["param"] == "model" and "gpt-9-ultra" in err["message"]
+def test_unknown_model(hearth_bin, default_model):
+    # Only with --strict-model-names: by default any name is served (test_any_model_name_served).
+    srv = Server(hearth_bin, default_model, "--ctx", 512, "--strict-model-names", *THREADS)
+    try:
+        r = post(srv, "/v1/chat/completions", {"model": "gpt-9-ultra", "messages": chat_msgs("hi")})
+        assert r.status_code == 404
+        err = assert_error_shape(r.json())
+        assert err["code"] == "model_not_found" and err["param"] == "model" and "gpt-9-ultra" in err["message"]
+    finally:
+        assert srv.stop(timeout=8)[0] == 0
+
+
+def test_any_model_name_served(server):
+    r = post(server, "/v1/chat/completions", {"model": "gpt-9-ultra", "messages": chat_msgs("hi"), "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "gpt-9-ultra"
 
 
 def test_context_length_exceeded(server):

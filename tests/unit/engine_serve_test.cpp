@@ -387,3 +387,28 @@ TEST_F(ServeEngineTest, SubmitRejectsTooLongAndFullQueue) {
   }
   EXPECT_EQ(engine.submit(greedy(prompt, 4), std::make_shared<RequestChannel>()), ServeEngine::Admit::kQueueFull);
 }
+
+// --reasoning-budget: after `budget` tokens inside the open <think> block the engine
+// writes the closing tokens instead of sampling, then samples again.
+TEST_F(ServeEngineTest, ReasoningBudgetForcesTheClosingTokens) {
+  const std::vector<int32_t> prompt = encode("Let me think about the capital of France.");
+  hearth::tokenizer::EncodeOptions enc;
+  enc.add_special = false;
+  const std::vector<int32_t> close = tok().encode("\n</think>\n\n", enc);
+  ASSERT_FALSE(close.empty());
+  GenRequest r = greedy(prompt, 12);
+  r.reasoning.budget = 4;
+  r.reasoning.starts_inside = true;
+  r.reasoning.close_tokens = close;
+  ServeEngine engine(model(), tok(), base_config(ops::KvType::F32));
+  auto ch = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(std::move(r), ch), ServeEngine::Admit::kOk);
+  engine.start();
+  const Outcome out = collect({ch})[0];
+  const auto& ref = reference(prompt, 4, ops::KvType::F32);
+  ASSERT_GE(out.tokens.size(), 4 + close.size());
+  if (ref.tokens.size() < 4) GTEST_SKIP() << "the model ended before the budget";
+  EXPECT_EQ(std::vector<int32_t>(out.tokens.begin(), out.tokens.begin() + 4), ref.tokens);
+  EXPECT_EQ(std::vector<int32_t>(out.tokens.begin() + 4, out.tokens.begin() + 4 + close.size()), close);
+  EXPECT_NE(out.text.find("</think>"), std::string::npos) << out.text;
+}

@@ -354,3 +354,117 @@ TEST(ServerFormat, TextOffsetsCountCharacters) {
   const json j = json::parse(text_completion(context(true), "\xe2\x82\xac world Hel", toks, final_record()));
   EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], (json{0, 1, 1, 7}));
 }
+
+// ---------------------------------------------------------------------------
+// Parsed turns: tool calls and reasoning
+
+namespace {
+
+ParsedOutput parsed_with_call() {
+  ParsedOutput out;
+  out.reasoning = "I need the weather.";
+  out.tool_calls.push_back({"call_abc", "get_weather", R"({"city":"Paris"})"});
+  out.tool_calls.push_back({"call_def", "get_time", "{}"});
+  return out;
+}
+
+}  // namespace
+
+TEST(ServerFormatTools, WholeCompletionWithCallsAndReasoning) {
+  const json j = json::parse(chat_completion(context(), parsed_with_call(), {}, final_record()));
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const json& m = choice["message"];
+  EXPECT_EQ(m["role"], "assistant");
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["reasoning_content"], "I need the weather.");
+  EXPECT_EQ(m["reasoning"], "I need the weather.");
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][0],
+            json::parse(R"({"id": "call_abc", "type": "function", "function": {"name": "get_weather",
+              "arguments": "{\"city\":\"Paris\"}"}})"));
+  EXPECT_EQ(m["tool_calls"][1]["function"]["arguments"], "{}");
+  // Cut by max_tokens: "length" stays.
+  const json cut = json::parse(chat_completion(context(), parsed_with_call(), {}, final_record("length")));
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "length");
+  // Plain content: no reasoning / tool_calls keys, finish "stop".
+  ParsedOutput plain;
+  plain.content = "Hi";
+  const json p = json::parse(chat_completion(context(), plain, {}, final_record()));
+  EXPECT_EQ(p["choices"][0]["message"], json::parse(R"({"role": "assistant", "content": "Hi"})"));
+  EXPECT_EQ(p["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ServerFormatTools, StreamedEventsFoldLikeTheWholeResponse) {
+  // The parser's events for reasoning, text and two calls, as chunks.
+  OutputOptions o;
+  o.tool_format = ToolFormat::kHermes;
+  auto parser = make_output_parser(o);
+  const std::string text =
+      "<think>\nhmm\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+      "</tool_call>";
+  std::vector<std::string> chunks;
+  for (size_t i = 0; i < text.size(); i += 7) {
+    auto ev = parser->feed(text.substr(i, 7));
+    for (auto& c : chat_chunks_events(context(), ev, {})) chunks.push_back(c);
+  }
+  for (auto& c : chat_chunks_events(context(), parser->finish(), {})) chunks.push_back(c);
+  chunks.push_back(chat_chunk_finish(context(), final_record(), true));
+
+  std::string reasoning, reasoning2, content;
+  std::map<int, json> calls;
+  std::string finish;
+  for (const auto& c : chunks) {
+    const json j = json::parse(c);
+    EXPECT_EQ(j["object"], "chat.completion.chunk");
+    const json& ch = j["choices"][0];
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    const json& d = ch["delta"];
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("reasoning")) reasoning2 += d["reasoning"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("tool_calls")) {
+      for (const json& tc : d["tool_calls"]) {
+        const int idx = tc["index"];
+        if (tc.contains("id")) {
+          EXPECT_FALSE(calls.count(idx)) << "second header for index " << idx;
+          EXPECT_EQ(tc["type"], "function");
+          EXPECT_EQ(tc["function"]["arguments"], "");
+          calls[idx] = {{"name", tc["function"]["name"]}, {"arguments", ""}};
+        } else {
+          ASSERT_TRUE(calls.count(idx)) << "arguments before the header";
+          EXPECT_FALSE(tc.contains("type"));
+          calls[idx]["arguments"] = calls[idx]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+        }
+      }
+    }
+  }
+  EXPECT_EQ(reasoning, "hmm");
+  EXPECT_EQ(reasoning2, "hmm");
+  EXPECT_EQ(content, "Checking.");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["name"], "get_weather");
+  EXPECT_EQ(json::parse(calls[0]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(calls[1]["name"], "get_time");
+  EXPECT_EQ(json::parse(calls[1]["arguments"].get<std::string>()), json::object());
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST(ServerFormatTools, LogprobsRideOnTheFirstChunkOrAnEmptyOne) {
+  std::vector<TokenOut> toks(1);
+  toks[0].token = 1;
+  std::vector<OutputEvent> ev(2);
+  ev[0].kind = OutputEvent::Kind::kReasoning;
+  ev[0].text = "a";
+  ev[1].kind = OutputEvent::Kind::kContent;
+  ev[1].text = "b";
+  auto chunks = chat_chunks_events(context(true), ev, toks);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(json::parse(chunks[0])["choices"][0]["logprobs"]["content"][0]["token"], "Hel");
+  EXPECT_TRUE(json::parse(chunks[1])["choices"][0]["logprobs"].is_null());
+  chunks = chat_chunks_events(context(true), {}, toks);  // text held back by the parser
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(json::parse(chunks[0])["choices"][0]["delta"]["content"], "");
+  EXPECT_TRUE(chat_chunks_events(context(false), {}, toks).empty());
+}

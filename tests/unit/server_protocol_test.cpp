@@ -127,8 +127,9 @@ TEST(ServerProtocolParse, ChatAllFields) {
   EXPECT_EQ(m[0], (json{{"role", "system"}, {"content", "be brief"}}));
   EXPECT_EQ(m[1]["content"], "a\nb");
   EXPECT_EQ(m[2]["name"], "bob");
-  EXPECT_TRUE(m[3]["content"].is_null());
+  EXPECT_EQ(m[3]["content"], "");  // null content renders as ""
   EXPECT_EQ(m[3]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(m[3]["tool_calls"][0]["function"]["arguments"], json::object());  // parsed
   EXPECT_EQ(m[4]["tool_call_id"], "c1");
   EXPECT_FALSE(m[0].contains("name"));
 }
