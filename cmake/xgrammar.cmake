@@ -7,7 +7,8 @@
 # cannot link its LTO objects; a new compiler warning must not break our build), so
 # the static library is defined here from the same file list it uses: cpp/*.cc
 # without the tvm_ffi Python bridge, plus the dlpack and picojson headers that come
-# inside the same sdist. Our own flags (sanitizers, fuzzer instrumentation) apply.
+# inside the same sdist, compiled with our compiler and build type (sanitizer and fuzzer
+# instrumentation left out unless HEARTH_XGRAMMAR_SANITIZE, see the end of this file).
 #
 # To move to a new release: take the sdist URL and sha256 from
 # https://pypi.org/pypi/xgrammar/json ("urls", packagetype "sdist").
