@@ -555,7 +555,7 @@ TEST(CudaParity, LlamaFamilyModels) {
     for (size_t i = 0; i < gg.logits.size() && gg.tokens[i] == gc.tokens[i]; ++i) {
       e_decode = std::max(e_decode, max_abs(gg.logits[i].data(), gc.logits[i].data(), V) / scale);
     }
-    const std::string what = c.arch + " " + hearth::ggml_type_name(c.t) + "/" + hearth::ggml_type_name(c.t_out);
+    const std::string what = c.arch + " " + std::string(hearth::ggml_type_name(c.t)) + "/" + std::string(hearth::ggml_type_name(c.t_out));
     EXPECT_LE(e_prefill, 0.05) << what;
     EXPECT_LE(e_decode, 0.05) << what;
     expect_same_greedy(gc, gg, 0.1 * scale, what);
