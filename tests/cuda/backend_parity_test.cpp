@@ -157,13 +157,14 @@ std::vector<float> exact_matmul(const WeightPair& w, const std::vector<float>& x
 }
 
 // The GPU's products against the exact ones: f32 arithmetic on f32 activations for up
-// to 8 tokens (quantized matrix-vector kernels; cuBLAS SGEMM for F32 weights) must be
-// within 1e-4; the f16 tensor-core path for more tokens rounds the activations to f16
+// to 8 tokens (quantized matrix-vector kernels), for F32 weights and for matrices of at
+// most 4M elements (dequantized to f32, cuBLAS SGEMM) must be within 1e-4; the f16
+// tensor-core path (larger matrices, more than 8 tokens) rounds the activations to f16
 // (11-bit mantissa): within 2e-3. The CPU (8-bit activations for quantized weights) is
 // reported, not bounded here (backend_cpu_test bounds it).
 TEST(CudaParity, MatmulAllTypes) {
   NEED_GPU();
-  const int64_t rows = 384, cols = 1024;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{384, 1024}, {16, 256}, {1088, 4096}})
   for (GgmlType type : kTypes) {
     if (!gpu().supports_weight(type)) {
       ADD_FAILURE() << "CUDA back-end does not take " << hearth::ggml_type_name(type);
@@ -177,7 +178,7 @@ TEST(CudaParity, MatmulAllTypes) {
       gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
       const auto exact = exact_matmul(*w, x, n_tok);
       const double eg = rel_err(yb.gv(), exact), ec = rel_err(yb.cv(), exact);
-      const double tol = (n_tok <= 8 || type == GgmlType::F32) ? 1e-4 : 2e-3;
+      const double tol = (n_tok <= 8 || type == GgmlType::F32 || rows * cols <= (4 << 20)) ? 1e-4 : 2e-3;
       EXPECT_LE(eg, tol) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
       std::cout << "matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] n=" << n_tok
                 << ": gpu vs exact " << eg << ", cpu vs exact " << ec << "\n";
@@ -521,11 +522,14 @@ tiny::Spec llama_spec(const std::string& arch, GgmlType t, GgmlType t_out) {
 }
 
 // Random-weight Llama-family models quantized like the GGUFs people run (Q4_K with
-// Q6_K for V / down / output, as Q4_K_M; Q8_0; Q4_0): logits of a 40-token prompt
-// (batched: the f16 GEMM path) and of 24 greedy decode steps (the matrix-vector path)
-// CUDA vs CPU within 5 % of the largest logit (the CPU multiplies 8-bit activations,
-// the GPU f32 / f16 ones), greedy identical up to a near-tie (CPU top-2 gap < 0.1 of
-// the largest logit).
+// Q6_K for V / down / output, as Q4_K_M; Q8_0; Q4_0; Q5_K; a qwen3moe with 8 experts),
+// 40-token prompt then 24 greedy steps, f32 KV cache. Both back-ends against the
+// independent double-precision forward pass of the same dequantized weights
+// (tests/unit/model_tiny_builder.h), error relative to the largest logit: the GPU
+// multiplies f32 activations (matrix-vector kernels, and SGEMM for these small
+// matrices), so it must be within 1e-3 at every prompt position and decode step; the
+// CPU multiplies 8-bit activations and is reported. Greedy GPU = CPU up to a near-tie
+// (CPU top-2 gap < 5 % of the largest logit).
 TEST(CudaParity, LlamaFamilyModels) {
   NEED_GPU();
   struct Case {
@@ -537,30 +541,46 @@ TEST(CudaParity, LlamaFamilyModels) {
                         Case{"qwen3moe", GgmlType::Q4_K, GgmlType::Q6_K}}) {
     const tiny::Spec s = llama_spec(c.arch, c.t, c.t_out);
     const auto built = tiny::parse(tiny::build_writer(s), s.name + ".gguf");
-    const auto mg = model::load_causal_lm(*built->file, gpu());
-    const auto mc = model::load_causal_lm(*built->file, cpu());
-    const int64_t V = mg->hparams().n_vocab;
+    const tiny::FloatForward oracle(*built->file, s);
+    const std::string what = c.arch + " " + std::string(hearth::ggml_type_name(c.t)) + "/" +
+                             std::string(hearth::ggml_type_name(c.t_out));
     std::vector<int32_t> prompt(40);
     std::mt19937 rng(3);
-    for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
-    model::KvCache cg(gpu(), mg->hparams(), 128, ops::KvType::F16), cc(cpu(), mc->hparams(), 128, ops::KvType::F16);
-    const auto lg = mg->forward(cg, prompt, true), lc = mc->forward(cc, prompt, true);
-    double scale = 0;
-    for (float v : lc) scale = std::max(scale, static_cast<double>(std::abs(v)));
-    const double e_prefill = max_abs(lg.data(), lc.data(), static_cast<int64_t>(lc.size())) / scale;
-    cg.clear();
-    cc.clear();
-    const Greedy gg = greedy(*mg, cg, prompt, 24), gc = greedy(*mc, cc, prompt, 24);
-    double e_decode = 0;
-    for (size_t i = 0; i < gg.logits.size() && gg.tokens[i] == gc.tokens[i]; ++i) {
-      e_decode = std::max(e_decode, max_abs(gg.logits[i].data(), gc.logits[i].data(), V) / scale);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % s.n_vocab);
+    Greedy runs[2];
+    double errs[2][2] = {};
+    for (int i = 0; i < 2; ++i) {
+      ops::Backend& be = i == 0 ? gpu() : static_cast<ops::Backend&>(cpu());
+      const auto m = model::load_causal_lm(*built->file, be);
+      const int64_t V = m->hparams().n_vocab;
+      model::KvCache cache(be, m->hparams(), 128, ops::KvType::F32);
+      const auto all = m->forward(cache, prompt, true);
+      cache.clear();
+      runs[i] = greedy(*m, cache, prompt, 24);
+      std::vector<int32_t> seq = prompt;
+      seq.insert(seq.end(), runs[i].tokens.begin(), runs[i].tokens.end() - 1);
+      const auto want = oracle.logits(seq);
+      double scale = 0;
+      for (const auto& row : want) {
+        for (double v : row) scale = std::max(scale, std::abs(v));
+      }
+      auto diff = [&](const float* got, const std::vector<double>& w) {
+        double d = 0;
+        for (int64_t k = 0; k < V; ++k) d = std::max(d, std::abs(got[k] - w[static_cast<size_t>(k)]));
+        return d / scale;
+      };
+      for (size_t t = 0; t < prompt.size(); ++t) errs[i][0] = std::max(errs[i][0], diff(&all[t * V], want[t]));
+      for (size_t k = 0; k < runs[i].logits.size(); ++k) {
+        errs[i][1] = std::max(errs[i][1], diff(runs[i].logits[k].data(), want[prompt.size() - 1 + k]));
+      }
     }
-    const std::string what = c.arch + " " + std::string(hearth::ggml_type_name(c.t)) + "/" + std::string(hearth::ggml_type_name(c.t_out));
-    EXPECT_LE(e_prefill, 0.05) << what;
-    EXPECT_LE(e_decode, 0.05) << what;
-    expect_same_greedy(gc, gg, 0.1 * scale, what);
-    std::cout << "model " << what << ": GPU vs CPU logits (relative to max |logit| " << scale << ") prefill "
-              << e_prefill << ", decode " << e_decode << "\n";
+    EXPECT_LE(errs[0][0], 1e-3) << what << ": GPU prefill vs double forward";
+    EXPECT_LE(errs[0][1], 1e-3) << what << ": GPU decode vs double forward";
+    double scale = 0;
+    for (float v : runs[1].logits[0]) scale = std::max(scale, static_cast<double>(std::abs(v)));
+    expect_same_greedy(runs[1], runs[0], 0.05 * scale, what);
+    std::cout << "model " << what << ": vs double forward (relative to max |logit|): GPU prefill " << errs[0][0]
+              << ", decode " << errs[0][1] << "; CPU prefill " << errs[1][0] << ", decode " << errs[1][1] << "\n";
   }
 }
 

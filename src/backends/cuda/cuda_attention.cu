@@ -125,6 +125,7 @@ void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const
 
 void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  OpTimer timer(*this, "attention");
   if (head_dim > 256 || head_dim <= 0) {
     fail(ErrorKind::kUnsupported, "cuda", "attention: head size " + std::to_string(head_dim) +
                                               " (the CUDA back-end takes 1 to 256)");

@@ -5,6 +5,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -20,6 +23,10 @@ namespace {
 constexpr size_t kStageBytes = size_t{8} << 20;
 // f16 weight rows dequantized per GEMM: at most this many elements (128 MiB).
 constexpr int64_t kGemmTileElems = int64_t{64} << 20;
+// Matrices up to this many elements take the f32 path for many tokens (dequantized to
+// f32, cuBLAS SGEMM): routers, recurrent gates and small experts, whose outputs pick
+// experts or gate states and must not carry the f16 rounding of the activations.
+constexpr int64_t kF32GemmMaxElems = int64_t{4} << 20;
 
 const char* cublas_message(cublasStatus_t s) {
   switch (s) {
@@ -101,7 +108,34 @@ void CudaBackend::check(int rc, const char* op, const char* what) {
   fail(kind, "cuda", std::string(op) + ": " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+CudaBackend::OpTimer::OpTimer(CudaBackend& be, const char* op) : be_(be.timing_ ? &be : nullptr), op_(op) {
+  if (be_ != nullptr) t0_ns_ = now_ns();
+}
+
+CudaBackend::OpTimer::~OpTimer() {
+  if (be_ == nullptr) return;
+  cudaStreamSynchronize(be_->stream_);
+  const int64_t dt = now_ns() - t0_ns_;
+  for (auto& e : be_->op_times_) {
+    if (e.first == op_) {
+      e.second.first += 1;
+      e.second.second += dt;
+      return;
+    }
+  }
+  be_->op_times_.push_back({op_, {1, dt}});
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
+  const char* timing = std::getenv("HEARTH_CUDA_OP_TIMING");
+  timing_ = timing != nullptr && std::string(timing) == "1";
   int n = 0;
   HEARTH_CUDA_CHECK("init", cudaGetDeviceCount(&n));
   if (device < 0 || device >= n) {
@@ -130,6 +164,18 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  if (timing_ && !op_times_.empty()) {
+    std::sort(op_times_.begin(), op_times_.end(),
+              [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    int64_t total = 0;
+    for (const auto& e : op_times_) total += e.second.second;
+    std::fprintf(stderr, "hearth: CUDA op timing (each op synchronised): %.1f ms in all\n", total / 1e6);
+    for (const auto& e : op_times_) {
+      std::fprintf(stderr, "  %-22s %8lld calls %10.2f ms %5.1f %%  %8.1f us/call\n", e.first.c_str(),
+                   static_cast<long long>(e.second.first), e.second.second / 1e6, 100.0 * e.second.second / total,
+                   e.second.second / 1e3 / e.second.first);
+    }
+  }
   for (void* p : weights_) cudaFree(p);
   for (void* p : scratch_) cudaFree(p);
   cudaFree(stage_dev_);
@@ -263,6 +309,7 @@ const float* CudaBackend::f32_values(const ops::WeightView& w, int64_t n, const 
 }
 
 void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
+  OpTimer timer(*this, "get_rows");
   for (int64_t i = 0; i < n_ids; ++i) {
     if (ids[i] < 0 || ids[i] >= table.n_rows) {
       fail(ErrorKind::kInvalidInput, "cuda", "token id " + std::to_string(ids[i]) + " out of range for '" +
@@ -276,9 +323,11 @@ void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int
 }
 
 void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  OpTimer timer(*this, "matmul");
   if (n_tokens <= 0) return;
   const DeviceWeight dw = device_weight(w, "matmul");
   if (w.type == GgmlType::F32) {
+    timer.rename("matmul sgemm f32");
     const float one = 1.0f, zero = 0.0f;
     const auto ld = static_cast<int>(w.row_bytes / 4);
     check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
@@ -288,10 +337,24 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     return;
   }
   if (n_tokens <= kMaxMatvecTokens) {
+    timer.rename("matmul matvec");
     quant_matvec(dw, x, n_tokens, y, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
     return;
   }
+  if (w.n_rows * w.n_cols <= kF32GemmMaxElems) {
+    timer.rename("matmul dequant+sgemm");
+    auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
+    dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+    const float one = 1.0f, zero = 0.0f;
+    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
+                             static_cast<int>(w.n_cols), &one, w32, static_cast<int>(w.n_cols), x,
+                             static_cast<int>(w.n_cols), &zero, y, static_cast<int>(w.n_rows)),
+                 "matmul", w.name.c_str());
+    return;
+  }
+  timer.rename("matmul dequant+f16 gemm");
   matmul_gemm(w, x, n_tokens, y);
 }
 

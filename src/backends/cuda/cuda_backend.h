@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/backend.h"
@@ -70,6 +71,21 @@ class CudaBackend final : public ops::Backend {
   // Bytes of device memory held by prepared weights.
   uint64_t weight_bytes() const { return weight_bytes_; }
 
+  // Internal: with HEARTH_CUDA_OP_TIMING=1 each operation waits for the device and its
+  // time is added to a table printed to stderr when the back-end is destroyed (a
+  // profile of where a step's time goes; off by default: it serialises host and device).
+  class OpTimer {
+   public:
+    OpTimer(CudaBackend& be, const char* op);
+    ~OpTimer();
+    void rename(const char* op) { op_ = op; }
+
+   private:
+    CudaBackend* be_;
+    const char* op_;
+    int64_t t0_ns_ = 0;
+  };
+
   // Internal: device memory accounting for the buffers this back-end hands out.
   void note_alloc(int64_t bytes);
   // Internal: throws Error "[cuda] <op>: <what>" when rc is not cudaSuccess.
@@ -104,6 +120,8 @@ class CudaBackend final : public ops::Backend {
   std::vector<void*> weights_;  // device copies made by prepare_weight
   uint64_t weight_bytes_ = 0;
   uint64_t used_ = 0, peak_ = 0;
+  bool timing_ = false;
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
 };
 
 }  // namespace hearth::cuda

@@ -123,6 +123,7 @@ const float* need_f32(const ops::WeightView& w, int64_t n, const char* what) {
 
 void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
                                 int64_t n_seqs, float* out) {
+  OpTimer timer(*this, "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.n_rows != channels || K < 1) {
     fail(ErrorKind::kInvalidInput, "cuda", "conv weight '" + w.name + "' must be F32 [" + std::to_string(channels) +
@@ -140,6 +141,7 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
 void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
                                   const ops::WeightView& dt_bias, const ops::GdnShape& sh, const ops::GdnSeq* seqs,
                                   int64_t n_seqs, float* o) {
+  OpTimer timer(*this, "gated_delta_net");
   if (sh.n_k_heads <= 0 || sh.n_v_heads % sh.n_k_heads != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "gated_delta_net: value heads must be a multiple of key heads");
   }

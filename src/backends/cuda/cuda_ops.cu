@@ -119,6 +119,7 @@ int row_threads(int64_t n) {
 }  // namespace
 
 void CudaBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
+  OpTimer timer(*this, "add_bias");
   const int64_t n = bias.n_cols;
   const float* b = f32_values(bias, n, "add_bias");
   if (n_tokens <= 0) return;
@@ -128,6 +129,7 @@ void CudaBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_toke
 
 void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                            float* y) {
+  OpTimer timer(*this, "rms_norm");
   const float* w = f32_values(weight, n, "rms_norm");
   if (n_rows <= 0) return;
   rms_norm_kernel<<<static_cast<unsigned>(n_rows), row_threads(n), 0, stream_>>>(x, w, n, eps, y);
@@ -136,6 +138,7 @@ void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_
 
 void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                                  float eps) {
+  OpTimer timer(*this, "gated_rms_norm");
   const float* wt = f32_values(w, n, "gated_rms_norm");
   if (n_rows <= 0) return;
   gated_rms_norm_kernel<<<static_cast<unsigned>(n_rows), row_threads(n), 0, stream_>>>(x, z, wt, n, eps);
@@ -144,6 +147,7 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                        const ops::RopeParams& p) {
+  OpTimer timer(*this, "rope");
   if (n_tokens <= 0 || p.n_rot <= 0) return;
   if (p.n_rot > head_dim || p.n_rot % 2 != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
@@ -159,6 +163,7 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
 
 void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
                            const ops::KvLayer& cache) {
+  OpTimer timer(*this, "store_kv");
   if (n_tokens <= 0) return;
   const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
   const unsigned grid = grid_for(n_tokens * n_kv_dim);
@@ -174,35 +179,41 @@ void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int
 }
 
 void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
+  OpTimer timer(*this, "sigmoid_mul");
   if (n <= 0) return;
   sigmoid_mul_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, gate, n);
   HEARTH_CUDA_LAUNCHED("sigmoid_mul");
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  OpTimer timer(*this, "swiglu");
   if (n <= 0) return;
   swiglu_kernel<<<grid_for(n), kThreads, 0, stream_>>>(gate, up, n, out);
   HEARTH_CUDA_LAUNCHED("swiglu");
 }
 
 void CudaBackend::add(float* x, const float* y, int64_t n) {
+  OpTimer timer(*this, "add");
   if (n <= 0) return;
   add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, y, n);
   HEARTH_CUDA_LAUNCHED("add");
 }
 
 void CudaBackend::copy(const float* src, int64_t n, float* dst) {
+  OpTimer timer(*this, "copy");
   if (n <= 0 || src == dst) return;
   HEARTH_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
+  OpTimer timer(*this, "fill");
   if (n <= 0) return;
   fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, value, n);
   HEARTH_CUDA_LAUNCHED("fill");
 }
 
 void CudaBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
+  OpTimer timer(*this, "gather_rows");
   if (n_ids <= 0 || n <= 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "gather_rows");
   gather_rows_kernel<<<grid_for(n_ids * n), kThreads, 0, stream_>>>(src, n, d_ids, n_ids, dst);
@@ -211,6 +222,7 @@ void CudaBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, i
 
 void CudaBackend::scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights,
                                    int64_t n_ids, float* dst) {
+  OpTimer timer(*this, "scatter_add_rows");
   if (n_ids <= 0 || n <= 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "scatter_add_rows");
   const float* d_w = stage_array(weights, n_ids, "scatter_add_rows");
