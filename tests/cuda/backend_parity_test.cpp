@@ -157,10 +157,10 @@ std::vector<float> exact_matmul(const WeightPair& w, const std::vector<float>& x
 }
 
 // The GPU's products against the exact ones: f32 arithmetic on f32 activations for up
-// to 8 tokens (quantized matrix-vector kernels), for F32 weights and for matrices of at
-// most 4M elements (dequantized to f32, cuBLAS SGEMM) must be within 1e-4; the f16
-// tensor-core path (larger matrices, more than 8 tokens) rounds the activations to f16
-// (11-bit mantissa): within 2e-3. The CPU (8-bit activations for quantized weights) is
+// to 8 tokens (quantized matrix-vector kernels), for F32 weights, matrices of at most
+// 512 rows and F16 / BF16 ones of at most 4M elements (dequantized to f32, cuBLAS SGEMM)
+// must be within 1e-4; the f16 tensor-core path (other matrices, more than 8 tokens)
+// rounds the activations to f16 (11-bit mantissa): within 2e-3. The CPU (8-bit activations for quantized weights) is
 // reported, not bounded here (backend_cpu_test bounds it).
 TEST(CudaParity, MatmulAllTypes) {
   NEED_GPU();
@@ -178,7 +178,9 @@ TEST(CudaParity, MatmulAllTypes) {
       gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
       const auto exact = exact_matmul(*w, x, n_tok);
       const double eg = rel_err(yb.gv(), exact), ec = rel_err(yb.cv(), exact);
-      const double tol = (n_tok <= 8 || type == GgmlType::F32 || rows * cols <= (4 << 20)) ? 1e-4 : 2e-3;
+      const bool half = type == GgmlType::F16 || type == GgmlType::BF16;
+      const bool f32_path = n_tok <= 8 || type == GgmlType::F32 || rows <= 512 || (half && rows * cols <= (4 << 20));
+      const double tol = f32_path ? 1e-4 : 2e-3;
       EXPECT_LE(eg, tol) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
       std::cout << "matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] n=" << n_tok
                 << ": gpu vs exact " << eg << ", cpu vs exact " << ec << "\n";
@@ -526,9 +528,10 @@ tiny::Spec llama_spec(const std::string& arch, GgmlType t, GgmlType t_out) {
 // 40-token prompt then 24 greedy steps, f32 KV cache. Both back-ends against the
 // independent double-precision forward pass of the same dequantized weights
 // (tests/unit/model_tiny_builder.h), error relative to the largest logit: the GPU
-// multiplies f32 activations (matrix-vector kernels, and SGEMM for these small
-// matrices), so it must be within 1e-3 at every prompt position and decode step; the
-// CPU multiplies 8-bit activations and is reported. Greedy GPU = CPU up to a near-tie
+// decodes with f32 activations (matrix-vector kernels): within 1e-3 at every decode
+// step; the prompt's 1024-row gate / up and 1000-row output go through the f16 GEMM
+// path: within 5e-3 at every prompt position. The CPU multiplies 8-bit activations and
+// is reported. Greedy GPU = CPU up to a near-tie
 // (CPU top-2 gap < 5 % of the largest logit).
 TEST(CudaParity, LlamaFamilyModels) {
   NEED_GPU();
@@ -574,7 +577,7 @@ TEST(CudaParity, LlamaFamilyModels) {
         errs[i][1] = std::max(errs[i][1], diff(runs[i].logits[k].data(), want[prompt.size() - 1 + k]));
       }
     }
-    EXPECT_LE(errs[0][0], 1e-3) << what << ": GPU prefill vs double forward";
+    EXPECT_LE(errs[0][0], 5e-3) << what << ": GPU prefill vs double forward";
     EXPECT_LE(errs[0][1], 1e-3) << what << ": GPU decode vs double forward";
     double scale = 0;
     for (float v : runs[1].logits[0]) scale = std::max(scale, static_cast<double>(std::abs(v)));

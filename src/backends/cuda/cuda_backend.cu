@@ -23,9 +23,11 @@ namespace {
 constexpr size_t kStageBytes = size_t{8} << 20;
 // f16 weight rows dequantized per GEMM: at most this many elements (128 MiB).
 constexpr int64_t kGemmTileElems = int64_t{64} << 20;
-// Matrices up to this many elements take the f32 path for many tokens (dequantized to
-// f32, cuBLAS SGEMM): routers, recurrent gates and small experts, whose outputs pick
-// experts or gate states and must not carry the f16 rounding of the activations.
+// For many tokens, matrices of at most this many rows (routers, recurrent gates, the
+// gate / up of small experts), and F16 / BF16 matrices of at most this many elements,
+// take the f32 path (dequantized to f32, cuBLAS SGEMM): their outputs pick experts or
+// gate states and must not carry the f16 rounding of the activations.
+constexpr int64_t kF32GemmMaxRows = 512;
 constexpr int64_t kF32GemmMaxElems = int64_t{4} << 20;
 
 const char* cublas_message(cublasStatus_t s) {
@@ -326,28 +328,29 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   OpTimer timer(*this, "matmul");
   if (n_tokens <= 0) return;
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (w.type == GgmlType::F32) {
-    timer.rename("matmul sgemm f32");
-    const float one = 1.0f, zero = 0.0f;
-    const auto ld = static_cast<int>(w.row_bytes / 4);
-    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
-                             static_cast<int>(w.n_cols), &one, static_cast<const float*>(dw.data), ld, x,
-                             static_cast<int>(w.n_cols), &zero, y, static_cast<int>(w.n_rows)),
-                 "matmul", w.name.c_str());
-    return;
-  }
   if (n_tokens <= kMaxMatvecTokens) {
+    // Decode: one pass over the weights, dequantized in registers, f32 activations.
     timer.rename("matmul matvec");
     quant_matvec(dw, x, n_tokens, y, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
     return;
   }
-  if (w.n_rows * w.n_cols <= kF32GemmMaxElems) {
+  const float one = 1.0f, zero = 0.0f;
+  if (w.type == GgmlType::F32) {
+    timer.rename("matmul sgemm f32");
+    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
+                             static_cast<int>(w.n_cols), &one, static_cast<const float*>(dw.data),
+                             static_cast<int>(w.row_bytes / 4), x, static_cast<int>(w.n_cols), &zero, y,
+                             static_cast<int>(w.n_rows)),
+                 "matmul", w.name.c_str());
+    return;
+  }
+  const bool half_type = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+  if (w.n_rows <= kF32GemmMaxRows || (half_type && w.n_rows * w.n_cols <= kF32GemmMaxElems)) {
     timer.rename("matmul dequant+sgemm");
     auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
     dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
-    const float one = 1.0f, zero = 0.0f;
     check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
                              static_cast<int>(w.n_cols), &one, w32, static_cast<int>(w.n_cols), x,
                              static_cast<int>(w.n_cols), &zero, y, static_cast<int>(w.n_rows)),
