@@ -67,10 +67,12 @@ for s in "${steps[@]}"; do
         continue
       fi
       # Decode speed: 128 tokens after the 512-token prompt, greedy; prefill speed of the prompt.
-      for dev in cuda; do
-        "$here/hearth" run -m "$f" --device "$dev" --raw -f "$here/prompt512.txt" -n 128 --temp 0 --ctx 2048 \
-          >"$out/run-$s-$dev.txt" 2>&1
-        say "run $s --device $dev: rc=$? $(grep -E '^(Prompt|Generation|Peak)|loaded on' "$out/run-$s-$dev.txt" | tr '\n' ' ')"
+      # Twice: as a user runs it (CUDA loads kernels lazily, on their first use, inside the
+      # prompt's timing), and with CUDA_MODULE_LOADING=EAGER (loaded at start-up).
+      for load in LAZY EAGER; do
+        CUDA_MODULE_LOADING=$load "$here/hearth" run -m "$f" --device cuda --raw -f "$here/prompt512.txt" -n 128 \
+          --temp 0 --ctx 2048 >"$out/run-$s-$load.txt" 2>&1
+        say "run $s --device cuda ($load module loading): rc=$? $(grep -E '^(Prompt|Generation|Peak)|loaded on' "$out/run-$s-$load.txt" | tr '\n' ' ')"
       done
       ;;
   esac
