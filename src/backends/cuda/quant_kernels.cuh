@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "backends/cuda/quant_blocks.cuh"
+#include "backends/cuda/quant_dot.cuh"
 #include "backends/cuda/quant_cuda.h"
 
 namespace hearth::cuda::qk {
@@ -26,7 +27,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // y[t, row] = sum_c w[row, c] * x[t, c] for NT tokens and RPW consecutive rows per warp.
 // Lane l of a warp takes units l, l + 32, ... of its rows (consecutive lanes read
-// consecutive bytes), decodes them in registers and multiplies with every token's x.
+// consecutive bytes), decodes them in registers (QDot: integers, scale, min) and
+// multiplies with every token's x, which it reads once for all RPW rows.
 template <class Q, int NT, int RPW>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -47,36 +49,48 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 
   for (int u = lane; u < n_units; u += 32) {
     const int b = u / Q::kSubs, s = u % Q::kSubs;
-    float v[RPW][Q::kPer];
+    typename Q::Raw raw[RPW];
 #pragma unroll
-    for (int r = 0; r < RPW; ++r) Q::decode(rows[r] + static_cast<int64_t>(b) * Q::kBytes, s, v[r]);
+    for (int r = 0; r < RPW; ++r) raw[r] = Q::load(rows[r] + static_cast<int64_t>(b) * Q::kBytes, s);
     const float* xb = x + static_cast<int64_t>(b) * Q::kElems;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float* xt = xb + t * n_cols;
+    for (int run = 0; run < Q::kRuns; ++run) {
+      float q[RPW][Q::kRunLen], sc[RPW], mn[RPW];
 #pragma unroll
-      for (int run = 0; run < Q::kRuns; ++run) {
-        const float* xr = xt + Q::run_col(s, run);
+      for (int r = 0; r < RPW; ++r) Q::run(raw[r], run, q[r], &sc[r], &mn[r]);
+      const float* xr = xb + Q::run_col(s, run);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float xv[Q::kRunLen];
         if constexpr (Q::kRunLen % 4 == 0) {
 #pragma unroll
           for (int i = 0; i < Q::kRunLen; i += 4) {
-            const float4 xv = __ldg(reinterpret_cast<const float4*>(xr + i));
-#pragma unroll
-            for (int r = 0; r < RPW; ++r) {
-              const float* vr = v[r] + run * Q::kRunLen + i;
-              acc[r][t] = fmaf(vr[0], xv.x, acc[r][t]);
-              acc[r][t] = fmaf(vr[1], xv.y, acc[r][t]);
-              acc[r][t] = fmaf(vr[2], xv.z, acc[r][t]);
-              acc[r][t] = fmaf(vr[3], xv.w, acc[r][t]);
-            }
+            const float4 x4 = __ldg(reinterpret_cast<const float4*>(xr + t * n_cols + i));
+            xv[i] = x4.x;
+            xv[i + 1] = x4.y;
+            xv[i + 2] = x4.z;
+            xv[i + 3] = x4.w;
           }
         } else {
 #pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) {
-            const float xv = __ldg(xr + i);
+          for (int i = 0; i < Q::kRunLen; ++i) xv[i] = __ldg(xr + t * n_cols + i);
+        }
+        float xs = 0.f;
+        if constexpr (Q::kHasMin) {
 #pragma unroll
-            for (int r = 0; r < RPW; ++r) acc[r][t] = fmaf(v[r][run * Q::kRunLen + i], xv, acc[r][t]);
+          for (int i = 0; i < Q::kRunLen; ++i) xs += xv[i];
+        }
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+          float dot = 0.f;
+#pragma unroll
+          for (int i = 0; i < Q::kRunLen; ++i) dot = fmaf(q[r][i], xv[i], dot);
+          if constexpr (Q::kHasScale) {
+            acc[r][t] = fmaf(sc[r], dot, acc[r][t]);
+          } else {
+            acc[r][t] += dot;
           }
+          if constexpr (Q::kHasMin) acc[r][t] = fmaf(-mn[r], xs, acc[r][t]);
         }
       }
     }
@@ -100,7 +114,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 
 template <class Q, int NT>
 void launch_matvec_nt(const DeviceWeight& w, const float* x, float* y, cudaStream_t stream) {
-  constexpr int kRpw = 2;
+  constexpr int kRpw = NT <= 2 ? 4 : 2;
   const int n_units = static_cast<int>(w.n_cols / Q::kElems) * Q::kSubs;
   const int64_t rows_per_block = kMatvecWarps * kRpw;
   const auto blocks = static_cast<unsigned>((w.n_rows + rows_per_block - 1) / rows_per_block);
