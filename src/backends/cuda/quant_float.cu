@@ -8,9 +8,9 @@ namespace {
 template <GgmlType T>
 void run_float(const DeviceWeight& w, const OpArgs& a, cudaStream_t stream) {
   if (w.n_cols % 8 == 0) {
-    run_op<FloatType<T, 8>>(w, a, stream);
+    run_op<FloatDot<T, 8>>(w, a, stream);
   } else {
-    run_op<FloatType<T, 1>>(w, a, stream);
+    run_op<FloatDot<T, 1>>(w, a, stream);
   }
 }
 

@@ -12,11 +12,14 @@
 #include <type_traits>
 
 #include "backends/cuda/quant_blocks.cuh"
+#include "backends/cuda/quant_dot.cuh"
 #include "backends/cuda/quant_cuda.h"
 
 namespace hearth::cuda::qk {
 
-inline constexpr int kMatvecWarps = 4;  // warps per block of the matvec kernel
+// The matvec block: kRowGroups groups of RPW rows; each group's units are split over KS
+// warps (more loads in flight per row), whose sums are added in a fixed order.
+inline constexpr int kRowGroups = 4;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -24,16 +27,18 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// y[t, row] = sum_c w[row, c] * x[t, c] for NT tokens and RPW consecutive rows per warp.
-// Lane l of a warp takes units l, l + 32, ... of its rows (consecutive lanes read
-// consecutive bytes), decodes them in registers and multiplies with every token's x.
-template <class Q, int NT, int RPW>
-__global__ void __launch_bounds__(kMatvecWarps * 32)
+// y[t, row] = sum_c w[row, c] * x[t, c] for NT tokens; RPW consecutive rows per row group.
+// Lane l of warp k of a group takes units 32k + l, 32k + l + 32 KS, ... of its rows
+// (consecutive lanes read consecutive bytes), decodes them in registers (QDot: integers,
+// scale, min) and multiplies with every token's x, read once for all RPW rows (and from
+// L1 by the other groups of the block).
+template <class Q, int NT, int RPW, int KS>
+__global__ void __launch_bounds__(kRowGroups * KS * 32)
     matvec_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                   int n_units, const float* __restrict__ x, float* __restrict__ y) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMatvecWarps + threadIdx.x / 32) * RPW;
-  if (row0 >= n_rows) return;  // a whole warp leaves: no shuffle is left waiting
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = warp % kRowGroups, ks = warp / kRowGroups;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kRowGroups + group) * RPW;
   const uint8_t* rows[RPW];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) rows[r] = w + min(row0 + r, n_rows - 1) * row_bytes;
@@ -45,38 +50,51 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
 
-  for (int u = lane; u < n_units; u += 32) {
+  const int u_end = row0 < n_rows ? n_units : 0;  // a group past the last row does nothing
+  for (int u = 32 * ks + lane; u < u_end; u += 32 * KS) {
     const int b = u / Q::kSubs, s = u % Q::kSubs;
-    float v[RPW][Q::kPer];
+    typename Q::Raw raw[RPW];
 #pragma unroll
-    for (int r = 0; r < RPW; ++r) Q::decode(rows[r] + static_cast<int64_t>(b) * Q::kBytes, s, v[r]);
+    for (int r = 0; r < RPW; ++r) raw[r] = Q::load(rows[r] + static_cast<int64_t>(b) * Q::kBytes, s);
     const float* xb = x + static_cast<int64_t>(b) * Q::kElems;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float* xt = xb + t * n_cols;
+    for (int run = 0; run < Q::kRuns; ++run) {
+      float q[RPW][Q::kRunLen], sc[RPW], mn[RPW];
 #pragma unroll
-      for (int run = 0; run < Q::kRuns; ++run) {
-        const float* xr = xt + Q::run_col(s, run);
+      for (int r = 0; r < RPW; ++r) Q::run(raw[r], run, q[r], &sc[r], &mn[r]);
+      const float* xr = xb + Q::run_col(s, run);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float xv[Q::kRunLen];
         if constexpr (Q::kRunLen % 4 == 0) {
 #pragma unroll
           for (int i = 0; i < Q::kRunLen; i += 4) {
-            const float4 xv = __ldg(reinterpret_cast<const float4*>(xr + i));
-#pragma unroll
-            for (int r = 0; r < RPW; ++r) {
-              const float* vr = v[r] + run * Q::kRunLen + i;
-              acc[r][t] = fmaf(vr[0], xv.x, acc[r][t]);
-              acc[r][t] = fmaf(vr[1], xv.y, acc[r][t]);
-              acc[r][t] = fmaf(vr[2], xv.z, acc[r][t]);
-              acc[r][t] = fmaf(vr[3], xv.w, acc[r][t]);
-            }
+            const float4 x4 = __ldg(reinterpret_cast<const float4*>(xr + t * n_cols + i));
+            xv[i] = x4.x;
+            xv[i + 1] = x4.y;
+            xv[i + 2] = x4.z;
+            xv[i + 3] = x4.w;
           }
         } else {
 #pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) {
-            const float xv = __ldg(xr + i);
+          for (int i = 0; i < Q::kRunLen; ++i) xv[i] = __ldg(xr + t * n_cols + i);
+        }
+        float xs = 0.f;
+        if constexpr (Q::kHasMin) {
 #pragma unroll
-            for (int r = 0; r < RPW; ++r) acc[r][t] = fmaf(v[r][run * Q::kRunLen + i], xv, acc[r][t]);
+          for (int i = 0; i < Q::kRunLen; ++i) xs += xv[i];
+        }
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+          float dot = 0.f;
+#pragma unroll
+          for (int i = 0; i < Q::kRunLen; ++i) dot = fmaf(q[r][i], xv[i], dot);
+          if constexpr (Q::kHasScale) {
+            acc[r][t] = fmaf(sc[r], dot, acc[r][t]);
+          } else {
+            acc[r][t] += dot;
           }
+          if constexpr (Q::kHasMin) acc[r][t] = fmaf(-mn[r], xs, acc[r][t]);
         }
       }
     }
@@ -86,6 +104,26 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   for (int r = 0; r < RPW; ++r) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+  }
+  if constexpr (KS > 1) {
+    __shared__ float partial[KS - 1][kRowGroups][RPW][NT];
+    if (ks > 0 && lane == 0) {
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) partial[ks - 1][group][r][t] = acc[r][t];
+      }
+    }
+    __syncthreads();
+    if (ks > 0) return;
+#pragma unroll
+    for (int k = 0; k < KS - 1; ++k) {
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] += partial[k][group][r][t];
+      }
+    }
   }
   if (lane == 0) {
 #pragma unroll
@@ -98,14 +136,39 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 }
 
+// Multiprocessors of the current device (cached per device).
+inline int sm_count() {
+  static int cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (cached[dev] == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    cached[dev] = n > 0 ? n : 132;
+  }
+  return cached[dev];
+}
+
+template <class Q, int NT, int RPW>
+void launch_matvec_rpw(const DeviceWeight& w, const float* x, float* y, cudaStream_t stream) {
+  constexpr int kSplit = 2;
+  const int n_units = static_cast<int>(w.n_cols / Q::kElems) * Q::kSubs;
+  const int64_t rows_per_block = kRowGroups * RPW;
+  const auto blocks = static_cast<unsigned>((w.n_rows + rows_per_block - 1) / rows_per_block);
+  matvec_kernel<Q, NT, RPW, kSplit><<<blocks, kRowGroups * kSplit * 32, 0, stream>>>(
+      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, n_units, x, y);
+}
+
+// Several rows per group (x read once for them) when that still gives every
+// multiprocessor two blocks, one row per group otherwise.
 template <class Q, int NT>
 void launch_matvec_nt(const DeviceWeight& w, const float* x, float* y, cudaStream_t stream) {
-  constexpr int kRpw = 2;
-  const int n_units = static_cast<int>(w.n_cols / Q::kElems) * Q::kSubs;
-  const int64_t rows_per_block = kMatvecWarps * kRpw;
-  const auto blocks = static_cast<unsigned>((w.n_rows + rows_per_block - 1) / rows_per_block);
-  matvec_kernel<Q, NT, kRpw><<<blocks, kMatvecWarps * 32, 0, stream>>>(
-      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, n_units, x, y);
+  constexpr int kRpw = NT <= 2 ? 4 : 2;
+  if (w.n_rows >= static_cast<int64_t>(2) * sm_count() * kRowGroups * kRpw) {
+    launch_matvec_rpw<Q, NT, kRpw>(w, x, y, stream);
+  } else {
+    launch_matvec_rpw<Q, NT, 1>(w, x, y, stream);
+  }
 }
 
 // The product for any number of tokens, in launches of up to kMaxMatvecTokens.

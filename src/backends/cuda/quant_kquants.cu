@@ -6,11 +6,11 @@ namespace hearth::cuda::qk {
 
 bool run_kquant_op(const DeviceWeight& w, const OpArgs& a, cudaStream_t stream) {
   switch (w.type) {
-    case GgmlType::Q2_K: run_op<QType<GgmlType::Q2_K>>(w, a, stream); return true;
-    case GgmlType::Q3_K: run_op<QType<GgmlType::Q3_K>>(w, a, stream); return true;
-    case GgmlType::Q4_K: run_op<QType<GgmlType::Q4_K>>(w, a, stream); return true;
-    case GgmlType::Q5_K: run_op<QType<GgmlType::Q5_K>>(w, a, stream); return true;
-    case GgmlType::Q6_K: run_op<QType<GgmlType::Q6_K>>(w, a, stream); return true;
+    case GgmlType::Q2_K: run_op<QDot<GgmlType::Q2_K>>(w, a, stream); return true;
+    case GgmlType::Q3_K: run_op<QDot<GgmlType::Q3_K>>(w, a, stream); return true;
+    case GgmlType::Q4_K: run_op<QDot<GgmlType::Q4_K>>(w, a, stream); return true;
+    case GgmlType::Q5_K: run_op<QDot<GgmlType::Q5_K>>(w, a, stream); return true;
+    case GgmlType::Q6_K: run_op<QDot<GgmlType::Q6_K>>(w, a, stream); return true;
     default: return false;
   }
 }
