@@ -1,42 +1,46 @@
-// Fast decoding for the matrix-vector product: each run of a unit (see
-// quant_blocks.cuh) as small integers q held exactly in floats, with the run's
-// scale and min, so that element = scale * q - min (equal as real numbers to the
-// exact decode, not rounded the same way). The product then needs per element only
-// a byte permute, a subtract and one FMA per token, and per run one or two FMAs.
-// Integers become floats through the exponent trick (2^23 + byte, read as a float,
-// minus 2^23), cheaper than the conversion unit.
+// Fast decoding for the matrix-vector product. A unit's run (see quant_blocks.cuh) is
+// given as its quants q packed four to a word, one per byte, with the run's scale and
+// min: element = scale * q - minv, equal as a real number to the exact decode (not
+// rounded the same way). Quants of up to 7 bits are stored aligned to bit 6 of their
+// byte (byte = q << (7 - kBits)); the product reads each byte as the float
+// 2 + byte / 64 (one byte permute: 0x40 above it, the byte as the top of the mantissa)
+// and multiplies with x by one FMA per token; per run,
+// sum(q x) = (sum((2 + byte / 64) x) - 2 sum(x)) * 2^(kBits - 1). Aligned quants keep
+// the quant part of every float comparable to the constant 2, so the subtraction loses
+// a bit or two at most. 8-bit quants (kBits 8) are read exactly (2^23 + byte - 2^23).
 //
-// For each type, QDot<T> has:
-//   kHasScale / kHasMin   whether the scale / min apply (float types: neither),
-//   Raw                   the unit's bytes and header, loaded by load(blk, s),
-//   run(raw, r, q, &scale, &minv)  run r's kRunLen values q and its scale and min.
-// The unit layout (kSubs, kRuns, kRunLen, run_col) is that of QType<T>.
+// For each quantized type QDot<T> has kBits, Raw (the unit's bytes and header, loaded
+// by load(blk, s)) and run(raw, r, words, &scale, &minv) giving run r's kRunLen / 4
+// words. The float types (FloatDot) instead give their values (kFloat).
 #pragma once
 
 #include "backends/cuda/quant_blocks.cuh"
 
 namespace hearth::cuda::qk {
 
-// Byte k (0..3) of w, minus `off`, as an exact float.
-__device__ __forceinline__ float byte_f(uint32_t w, int k, float off) {
-  return __uint_as_float(__byte_perm(w, 0x4b000000u, 0x7650u | static_cast<uint32_t>(k))) - (8388608.f + off);
+// Byte k (0..3) of w (below 128) as the float 2 + byte / 64.
+__device__ __forceinline__ float byte_f(uint32_t w, int k) {
+  return __uint_as_float(__byte_perm(w, 0x40000000u, 0x7044u | (static_cast<uint32_t>(k) << 8)));
 }
-// The 4 bytes of w (k = 0..3) as floats minus off, into q[0..3].
-__device__ __forceinline__ void bytes_f(uint32_t w, float off, float* q) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) q[k] = byte_f(w, k, off);
+// Byte k (0..3) of w as an exact float.
+__device__ __forceinline__ float byte_exact(uint32_t w, int k) {
+  return __uint_as_float(__byte_perm(w, 0x4b000000u, 0x7650u | static_cast<uint32_t>(k))) - 8388608.f;
 }
 // Bits 0..3 of x moved to bit 0 of bytes 0..3.
 __device__ __forceinline__ uint32_t spread4(uint32_t x) { return (x * 0x00204081u) & 0x01010101u; }
 
 constexpr uint32_t kLo4 = 0x0f0f0f0fu;
+// Low (r = 0) or high (r = 1) nibbles of w, each at bits 3..6 of its byte.
+__device__ __forceinline__ uint32_t nibbles(uint32_t w, int r) {
+  return (r ? (w >> 1) : (w << 3)) & 0x78787878u;
+}
 
 template <GgmlType T>
 struct QDot;
 
 template <GgmlType T, int E>
 struct FloatDot : FloatType<T, E> {
-  static constexpr bool kHasScale = false, kHasMin = false;
+  static constexpr bool kFloat = true;
   struct Raw {
     float v[E];
   };
@@ -54,23 +58,25 @@ struct FloatDot : FloatType<T, E> {
 // Q4_0 / IQ4_NL / MXFP4 / Q8_0 / Q4_1 / Q5_0 / Q5_1.
 template <>
 struct QDot<GgmlType::Q4_0> : QType<GgmlType::Q4_0> {
-  static constexpr bool kHasScale = true, kHasMin = false;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 4;
   struct Raw {
     float d;
     uint2 q;
   };
   __device__ static Raw load(const uint8_t* blk, int s) { return {ld_f16(blk), ld_8_al2(blk + 2 + 8 * s)}; }
-  __device__ static void run(const Raw& raw, int r, float* q, float* scale, float*) {
-    const int sh = 4 * r;
-    bytes_f((raw.q.x >> sh) & kLo4, 8.f, q);
-    bytes_f((raw.q.y >> sh) & kLo4, 8.f, q + 4);
+  __device__ static void run(const Raw& raw, int r, uint32_t* q, float* scale, float* minv) {
+    q[0] = nibbles(raw.q.x, r);
+    q[1] = nibbles(raw.q.y, r);
     *scale = raw.d;
+    *minv = 8.f * raw.d;
   }
 };
 
 template <>
 struct QDot<GgmlType::Q4_1> : QType<GgmlType::Q4_1> {
-  static constexpr bool kHasScale = true, kHasMin = true;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 4;
   struct Raw {
     float d, m;
     uint2 q;
@@ -80,10 +86,9 @@ struct QDot<GgmlType::Q4_1> : QType<GgmlType::Q4_1> {
     return {f16_bits_to_f32(dm & 0xffff), f16_bits_to_f32(dm >> 16),
             make_uint2(ld_u32(blk + 4 + 8 * s), ld_u32(blk + 8 + 8 * s))};
   }
-  __device__ static void run(const Raw& raw, int r, float* q, float* scale, float* minv) {
-    const int sh = 4 * r;
-    bytes_f((raw.q.x >> sh) & kLo4, 0.f, q);
-    bytes_f((raw.q.y >> sh) & kLo4, 0.f, q + 4);
+  __device__ static void run(const Raw& raw, int r, uint32_t* q, float* scale, float* minv) {
+    q[0] = nibbles(raw.q.x, r);
+    q[1] = nibbles(raw.q.y, r);
     *scale = raw.d;
     *minv = -raw.m;
   }
@@ -92,7 +97,8 @@ struct QDot<GgmlType::Q4_1> : QType<GgmlType::Q4_1> {
 template <GgmlType T>
 struct Q5Dot : QType<T> {
   static constexpr bool kOne = T == GgmlType::Q5_1;
-  static constexpr bool kHasScale = true, kHasMin = kOne;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 5;
   struct Raw {
     float d, m;
     uint2 q;
@@ -116,14 +122,13 @@ struct Q5Dot : QType<T> {
     r.qh = ((qh >> (8 * s)) & 0xffu) | (((qh >> (16 + 8 * s)) & 0xffu) << 8);
     return r;
   }
-  __device__ static void run(const Raw& raw, int r, float* q, float* scale, float* minv) {
+  __device__ static void run(const Raw& raw, int r, uint32_t* q, float* scale, float* minv) {
     const int sh = 4 * r;
     const uint32_t hb = raw.qh >> (8 * r);
-    const float off = kOne ? 0.f : 16.f;
-    bytes_f(((raw.q.x >> sh) & kLo4) | (spread4(hb & 0xf) << 4), off, q);
-    bytes_f(((raw.q.y >> sh) & kLo4) | (spread4((hb >> 4) & 0xf) << 4), off, q + 4);
+    q[0] = (((raw.q.x >> sh) & kLo4) | (spread4(hb & 0xf) << 4)) << 2;
+    q[1] = (((raw.q.y >> sh) & kLo4) | (spread4((hb >> 4) & 0xf) << 4)) << 2;
     *scale = raw.d;
-    if constexpr (kOne) *minv = -raw.m;
+    *minv = kOne ? -raw.m : 16.f * raw.d;
   }
 };
 template <>
@@ -136,7 +141,8 @@ struct QDot<GgmlType::Q5_1> : Q5Dot<GgmlType::Q5_1> {};
 template <GgmlType T>
 struct LutDot : QType<T> {
   static constexpr bool kMx = T == GgmlType::MXFP4;
-  static constexpr bool kHasScale = true, kHasMin = false;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 8;
   struct Raw {
     float d;
     uint2 q;
@@ -152,15 +158,18 @@ struct LutDot : QType<T> {
     const uint32_t lo = __byte_perm(t0, t1, n & 7), hi = __byte_perm(t2, t3, n & 7);
     return ((n & 8) ? hi : lo) & 0xffu;
   }
-  __device__ static void run(const Raw& raw, int r, float* q, float* scale, float*) {
+  __device__ static void run(const Raw& raw, int r, uint32_t* q, float* scale, float* minv) {
     const int sh = 4 * r;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t w = i < 4 ? raw.q.x : raw.q.y;
-      const uint32_t n = (w >> (8 * (i & 3) + sh)) & 0xf;
-      q[i] = __uint_as_float(0x4b000000u | entry(n)) - (8388608.f + 128.f);
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t w = k ? raw.q.y : raw.q.x;
+      uint32_t out = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out |= entry((w >> (8 * i + sh)) & 0xf) << (8 * i);
+      q[k] = out;
     }
     *scale = raw.d;
+    *minv = 128.f * raw.d;
   }
 };
 template <>
@@ -170,7 +179,8 @@ struct QDot<GgmlType::MXFP4> : LutDot<GgmlType::MXFP4> {};
 
 template <>
 struct QDot<GgmlType::Q8_0> : QType<GgmlType::Q8_0> {
-  static constexpr bool kHasScale = true, kHasMin = false;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 8;
   struct Raw {
     float d;
     uint2 q0, q1;
@@ -178,20 +188,22 @@ struct QDot<GgmlType::Q8_0> : QType<GgmlType::Q8_0> {
   __device__ static Raw load(const uint8_t* blk, int s) {
     return {ld_f16(blk), ld_8_al2(blk + 2 + 16 * s), ld_8_al2(blk + 10 + 16 * s)};
   }
-  __device__ static void run(const Raw& raw, int, float* q, float* scale, float*) {
+  __device__ static void run(const Raw& raw, int, uint32_t* q, float* scale, float* minv) {
     constexpr uint32_t kFlip = 0x80808080u;  // int8 -> int8 + 128 as unsigned
-    bytes_f(raw.q0.x ^ kFlip, 128.f, q);
-    bytes_f(raw.q0.y ^ kFlip, 128.f, q + 4);
-    bytes_f(raw.q1.x ^ kFlip, 128.f, q + 8);
-    bytes_f(raw.q1.y ^ kFlip, 128.f, q + 12);
+    q[0] = raw.q0.x ^ kFlip;
+    q[1] = raw.q0.y ^ kFlip;
+    q[2] = raw.q1.x ^ kFlip;
+    q[3] = raw.q1.y ^ kFlip;
     *scale = raw.d;
+    *minv = 128.f * raw.d;
   }
 };
 
 // K-quants.
 template <>
 struct QDot<GgmlType::Q2_K> : QType<GgmlType::Q2_K> {
-  static constexpr bool kHasScale = true, kHasMin = true;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 2;
   struct Raw {
     float d, dmin;
     uint32_t sc;  // scale bytes of planes 0..3
@@ -207,9 +219,9 @@ struct QDot<GgmlType::Q2_K> : QType<GgmlType::Q2_K> {
     return {f16_bits_to_f32(dd & 0xffff), f16_bits_to_f32(dd >> 16), sc,
             make_uint2(ld_u32(blk + off), ld_u32(blk + off + 4))};
   }
-  __device__ static void run(const Raw& raw, int p, float* q, float* scale, float* minv) {
-    bytes_f((raw.q.x >> (2 * p)) & 0x03030303u, 0.f, q);
-    bytes_f((raw.q.y >> (2 * p)) & 0x03030303u, 0.f, q + 4);
+  __device__ static void run(const Raw& raw, int p, uint32_t* q, float* scale, float* minv) {
+    q[0] = (p < 3 ? raw.q.x << (5 - 2 * p) : raw.q.x >> 1) & 0x60606060u;
+    q[1] = (p < 3 ? raw.q.y << (5 - 2 * p) : raw.q.y >> 1) & 0x60606060u;
     const uint32_t sc = byte_of(raw.sc, p);
     *scale = raw.d * static_cast<float>(sc & 0xf);
     *minv = raw.dmin * static_cast<float>(sc >> 4);
@@ -218,7 +230,8 @@ struct QDot<GgmlType::Q2_K> : QType<GgmlType::Q2_K> {
 
 template <>
 struct QDot<GgmlType::Q3_K> : QType<GgmlType::Q3_K> {
-  static constexpr bool kHasScale = true, kHasMin = false;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 3;
   struct Raw {
     float ds[4];
     uint2 q, hm;
@@ -242,19 +255,21 @@ struct QDot<GgmlType::Q3_K> : QType<GgmlType::Q3_K> {
     r.hshift = 4 * half;
     return r;
   }
-  __device__ static void run(const Raw& raw, int p, float* q, float* scale, float*) {
+  __device__ static void run(const Raw& raw, int p, uint32_t* q, float* scale, float* minv) {
     const int hs = raw.hshift + p;
     // low 2 bits | high bit << 2: value + 4.
-    bytes_f(((raw.q.x >> (2 * p)) & 0x03030303u) | (((raw.hm.x >> hs) & 0x01010101u) << 2), 4.f, q);
-    bytes_f(((raw.q.y >> (2 * p)) & 0x03030303u) | (((raw.hm.y >> hs) & 0x01010101u) << 2), 4.f, q + 4);
+    q[0] = (((raw.q.x >> (2 * p)) & 0x03030303u) | (((raw.hm.x >> hs) & 0x01010101u) << 2)) << 4;
+    q[1] = (((raw.q.y >> (2 * p)) & 0x03030303u) | (((raw.hm.y >> hs) & 0x01010101u) << 2)) << 4;
     *scale = raw.ds[p];
+    *minv = 4.f * raw.ds[p];
   }
 };
 
 template <GgmlType T>
 struct K45Dot : QType<T> {
   static constexpr bool kFive = T == GgmlType::Q5_K;
-  static constexpr bool kHasScale = true, kHasMin = true;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = kFive ? 5 : 4;
   struct Raw {
     float d[2], m[2];
     uint4 q, qh;
@@ -278,14 +293,16 @@ struct K45Dot : QType<T> {
     r.p = p;
     return r;
   }
-  __device__ static void run(const Raw& raw, int k, float* q, float* scale, float* minv) {
+  __device__ static void run(const Raw& raw, int k, uint32_t* q, float* scale, float* minv) {
     const uint32_t w[4] = {raw.q.x, raw.q.y, raw.q.z, raw.q.w};
     const uint32_t hw[4] = {raw.qh.x, raw.qh.y, raw.qh.z, raw.qh.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      uint32_t b = (w[j] >> (4 * k)) & kLo4;
-      if constexpr (kFive) b |= ((hw[j] >> (2 * raw.p + k)) & 0x01010101u) << 4;
-      bytes_f(b, 0.f, q + 4 * j);
+      if constexpr (kFive) {
+        q[j] = (((w[j] >> (4 * k)) & kLo4) | (((hw[j] >> (2 * raw.p + k)) & 0x01010101u) << 4)) << 2;
+      } else {
+        q[j] = nibbles(w[j], k);
+      }
     }
     *scale = raw.d[k];
     *minv = raw.m[k];
@@ -298,7 +315,8 @@ struct QDot<GgmlType::Q5_K> : K45Dot<GgmlType::Q5_K> {};
 
 template <>
 struct QDot<GgmlType::Q6_K> : QType<GgmlType::Q6_K> {
-  static constexpr bool kHasScale = true, kHasMin = false;
+  static constexpr bool kFloat = false;
+  static constexpr int kBits = 6;
   struct Raw {
     float ds[4];
     uint2 qa, qb, qh;
@@ -317,15 +335,16 @@ struct QDot<GgmlType::Q6_K> : QType<GgmlType::Q6_K> {
     r.qh = ld_8_al2(blk + 128 + 32 * h + 8 * c);
     return r;
   }
-  __device__ static void run(const Raw& raw, int k, float* q, float* scale, float*) {
+  __device__ static void run(const Raw& raw, int k, uint32_t* q, float* scale, float* minv) {
     const uint2 lo = (k & 1) ? raw.qb : raw.qa;
     const int lsh = (k >> 1) * 4;  // runs 2, 3: high nibbles
     const int hsh = 2 * k;          // qh bits 2k, 2k + 1
     const uint32_t x0 = ((lo.x >> lsh) & kLo4) | (((raw.qh.x >> hsh) & 0x03030303u) << 4);
     const uint32_t x1 = ((lo.y >> lsh) & kLo4) | (((raw.qh.y >> hsh) & 0x03030303u) << 4);
-    bytes_f(x0, 32.f, q);
-    bytes_f(x1, 32.f, q + 4);
+    q[0] = x0 << 1;
+    q[1] = x1 << 1;
     *scale = raw.ds[k];
+    *minv = 32.f * raw.ds[k];
   }
 };
 

@@ -27,6 +27,24 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// N consecutive floats of x (16-byte loads when N is a multiple of 4).
+template <int N>
+__device__ __forceinline__ void load_x(const float* p, float* v) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const float4 x4 = __ldg(reinterpret_cast<const float4*>(p + i));
+      v[i] = x4.x;
+      v[i + 1] = x4.y;
+      v[i + 2] = x4.z;
+      v[i + 3] = x4.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = __ldg(p + i);
+  }
+}
+
 // y[t, row] = sum_c w[row, c] * x[t, c] for NT tokens; RPW consecutive rows per row group.
 // Lane l of warp k of a group takes units 32k + l, 32k + l + 32 KS, ... of its rows
 // (consecutive lanes read consecutive bytes), decodes them in registers (QDot: integers,
@@ -59,42 +77,52 @@ __global__ void __launch_bounds__(kRowGroups * KS * 32)
     const float* xb = x + static_cast<int64_t>(b) * Q::kElems;
 #pragma unroll
     for (int run = 0; run < Q::kRuns; ++run) {
-      float q[RPW][Q::kRunLen], sc[RPW], mn[RPW];
-#pragma unroll
-      for (int r = 0; r < RPW; ++r) Q::run(raw[r], run, q[r], &sc[r], &mn[r]);
       const float* xr = xb + Q::run_col(s, run);
+      if constexpr (Q::kFloat) {
+        float q[RPW][Q::kRunLen];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        float xv[Q::kRunLen];
-        if constexpr (Q::kRunLen % 4 == 0) {
+        for (int r = 0; r < RPW; ++r) Q::run(raw[r], run, q[r], nullptr, nullptr);
 #pragma unroll
-          for (int i = 0; i < Q::kRunLen; i += 4) {
-            const float4 x4 = __ldg(reinterpret_cast<const float4*>(xr + t * n_cols + i));
-            xv[i] = x4.x;
-            xv[i + 1] = x4.y;
-            xv[i + 2] = x4.z;
-            xv[i + 3] = x4.w;
+        for (int t = 0; t < NT; ++t) {
+          float xv[Q::kRunLen];
+          load_x<Q::kRunLen>(xr + t * n_cols, xv);
+#pragma unroll
+          for (int r = 0; r < RPW; ++r) {
+#pragma unroll
+            for (int i = 0; i < Q::kRunLen; ++i) acc[r][t] = fmaf(q[r][i], xv[i], acc[r][t]);
           }
-        } else {
-#pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) xv[i] = __ldg(xr + t * n_cols + i);
         }
-        float xs = 0.f;
-        if constexpr (Q::kHasMin) {
-#pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) xs += xv[i];
-        }
+      } else {
+        constexpr bool kExact = Q::kBits == 8;
+        constexpr float kMul = kExact ? 1.f : static_cast<float>(1 << Q::kBits) / 2.f;  // 2^(kBits - 1)
+        uint32_t q[RPW][Q::kRunLen / 4];
+        float sc[RPW], mn[RPW];
 #pragma unroll
         for (int r = 0; r < RPW; ++r) {
-          float dot = 0.f;
+          Q::run(raw[r], run, q[r], &sc[r], &mn[r]);
+          sc[r] *= kMul;
+        }
 #pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) dot = fmaf(q[r][i], xv[i], dot);
-          if constexpr (Q::kHasScale) {
-            acc[r][t] = fmaf(sc[r], dot, acc[r][t]);
-          } else {
-            acc[r][t] += dot;
+        for (int t = 0; t < NT; ++t) {
+          float xv[Q::kRunLen];
+          load_x<Q::kRunLen>(xr + t * n_cols, xv);
+          float xs = 0.f;
+#pragma unroll
+          for (int i = 0; i < Q::kRunLen; ++i) xs += xv[i];
+#pragma unroll
+          for (int r = 0; r < RPW; ++r) {
+            float dot = 0.f;  // sum q x (8-bit) or sum (2 + byte / 64) x
+            if constexpr (kExact) {
+#pragma unroll
+              for (int i = 0; i < Q::kRunLen; ++i) dot = fmaf(byte_exact(q[r][i / 4], i % 4), xv[i], dot);
+              acc[r][t] = fmaf(sc[r], dot, acc[r][t]);
+            } else {
+#pragma unroll
+              for (int i = 0; i < Q::kRunLen; ++i) dot = fmaf(byte_f(q[r][i / 4], i % 4), xv[i], dot);
+              acc[r][t] = fmaf(sc[r], fmaf(-2.f, xs, dot), acc[r][t]);
+            }
+            acc[r][t] = fmaf(-mn[r], xs, acc[r][t]);
           }
-          if constexpr (Q::kHasMin) acc[r][t] = fmaf(-mn[r], xs, acc[r][t]);
         }
       }
     }
