@@ -2,7 +2,7 @@
 # The CUDA back-end's checks on a GPU machine, from binaries built elsewhere (this
 # script builds nothing). Run from the folder holding what scripts/cuda_device_pack.sh
 # put there:
-#   hearth, backend_parity_test, cuda_quant_test (optional), make_random_gguf.py,
+#   hearth, backend_parity_test (or bin.tar.gz holding them), cuda_quant_test (optional), make_random_gguf.py,
 #   tok.gguf (tokenizer metadata), prompt512.txt, data/qwen35/ (fixtures), lib/ (shared
 #   libraries the machine may lack)
 # Usage: cuda_device_check.sh [parity] [bench SHAPE...] [profile SHAPE...] [serve SHAPE...]
@@ -14,6 +14,9 @@
 # Writes logs to $OUT (or ./out) and prints a summary last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+for a in "$here"/bin.tar.gz "$here"/bin.tar.xz; do
+  if [ -f "$a" ]; then tar -C "$here" -xf "$a"; fi
+done
 out=${OUT:-$here/out}
 mkdir -p "$out"
 cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
