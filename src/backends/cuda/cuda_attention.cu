@@ -42,48 +42,34 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int32_t* table = tables + sd.table_off;
   const int64_t kv_off = static_cast<int64_t>(h / group) * head_dim;
   const float* qr = q + (static_cast<int64_t>(row) * n_head + h) * head_dim;
-  // The query in shared memory (read by every lane for its own key).
-  __shared__ float qs[32 * EPL];
-  for (int d = threadIdx.x; d < 32 * EPL; d += blockDim.x) qs[d] = d < head_dim ? qr[d] * scale : 0.0f;
-  __syncthreads();
-  float acc[EPL];
+  float qv[EPL], acc[EPL];
 #pragma unroll
-  for (int e = 0; e < EPL; ++e) acc[e] = 0.0f;
+  for (int e = 0; e < EPL; ++e) {
+    const int d = lane + 32 * e;
+    qv[e] = d < head_dim ? qr[d] : 0.0f;
+    acc[e] = 0.0f;
+  }
   float m = -INFINITY, l = 0.0f;
   const int bs_mask = (1 << bs_log2) - 1;
-  // Warp w takes keys c .. c + 31 for c = 32 w, 32 (w + n_warps), ...: lane j scores key
-  // c + j on its own (no reduction per key), one max and one sum per 32 keys, then the
-  // value rows of the 32 keys are summed with lanes over dimensions.
-  for (int c = warp * 32; c < n_keys; c += kAttnWarps * 32) {
-    const int key = c + lane;
-    float s = -INFINITY;
-    if (key < n_keys) {
-      const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
-      const T* kp = kc + r * kv_stride + kv_off;
-      float dot = 0.0f;
-#pragma unroll 8
-      for (int d = 0; d < head_dim; ++d) dot += qs[d] * kv_load(kp + d);
-      s = dot;
+  for (int j = warp; j < n_keys; j += kAttnWarps) {
+    const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
+    const T* kp = kc + r * kv_stride + kv_off;
+    const T* vp = vc + r * kv_stride + kv_off;
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane + 32 * e;
+      if (d < head_dim) s += qv[e] * kv_load(kp + d);
     }
-    float cm = s;
-    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-    const float m_new = fmaxf(m, cm);
-    const float corr = expf(m - m_new);
-    const float p = key < n_keys ? expf(s - m_new) : 0.0f;
-    l = l * corr + warp_sum(p);
+    s = warp_sum(s) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) acc[e] *= corr;
-    const int nj = min(32, n_keys - c);
-    for (int j = 0; j < nj; ++j) {
-      const float pj = __shfl_sync(0xffffffffu, p, j);
-      const int kj = c + j;
-      const int64_t r = static_cast<int64_t>(table[kj >> bs_log2]) * (bs_mask + 1) + (kj & bs_mask);
-      const T* vp = vc + r * kv_stride + kv_off;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) {
-        const int d = lane + 32 * e;
-        if (d < head_dim) acc[e] += pj * kv_load(vp + d);
-      }
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane + 32 * e;
+      const float v = d < head_dim ? kv_load(vp + d) : 0.0f;
+      acc[e] = acc[e] * corr + p * v;
     }
     m = m_new;
   }
