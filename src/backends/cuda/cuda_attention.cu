@@ -1,6 +1,7 @@
-// CudaBackend::attention: causal grouped-query attention over the paged KV cache,
-// decode and prefill alike. One block per (query row, query head); its warps take keys
-// j = warp, warp + n_warps, ... and keep an online softmax (running max, sum and
+// CudaBackend::attention: causal grouped-query attention over the paged KV cache.
+// Decode: one block per (query row, query head, range of 64 keys: split-K, merged by a
+// second kernel); its warps take keys j = warp, warp + n_warps, ... of the range and
+// keep an online softmax (running max, sum and
 // weighted value sum, each lane holding head_dim / 32 dimensions); the warps' partial
 // results are merged at the end. Keys are read through the sequence's block table.
 // f32 arithmetic throughout (scores and softmax in f32 with expf).
@@ -32,7 +33,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
                      const SeqDesc* __restrict__ seqs, const int32_t* __restrict__ row_seq,
                      const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
-                     int bs_log2, float scale, float* __restrict__ out) {
+                     int bs_log2, float scale, float* __restrict__ out, int split_keys,
+                     float* __restrict__ part) {
   const int row = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int si = row_seq[row];
@@ -51,7 +53,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
   float m = -INFINITY, l = 0.0f;
   const int bs_mask = (1 << bs_log2) - 1;
-  for (int j = warp; j < n_keys; j += kAttnWarps) {
+  // Split over keys (part != null): this block takes keys [z * split_keys, (z + 1) * split_keys).
+  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * split_keys : 0;
+  const int k_end = part != nullptr ? min(n_keys, k_begin + split_keys) : n_keys;
+  for (int j = k_begin + warp; j < k_end; j += kAttnWarps) {
     const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
     const T* kp = kc + r * kv_stride + kv_off;
     const T* vp = vc + r * kv_stride + kv_off;
@@ -90,11 +95,52 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     f[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
     L += sl[w] * f[w];
   }
+  if (part != nullptr) {
+    // Partial result of this key range: [max, sum, unnormalised acc[head_dim]].
+    const int64_t stride = head_dim + 2;
+    float* pp = part + ((static_cast<int64_t>(row) * n_head + h) * gridDim.z + blockIdx.z) * stride;
+    if (threadIdx.x == 0) {
+      pp[0] = M;
+      pp[1] = L;
+    }
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+      float s = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) s += sacc[w][d] * f[w];
+      pp[2 + d] = s;
+    }
+    return;
+  }
   const float inv = 1.0f / L;
   float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float s = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) s += sacc[w][d] * f[w];
+    o[d] = s * inv;
+  }
+}
+
+// Merges the key ranges' partial results of one (row, head): block (row, head).
+__global__ void attention_combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ row_seq,
+                                         int n_split, int n_head, int head_dim, float* __restrict__ out) {
+  const int row = blockIdx.x, h = blockIdx.y;
+  if (row_seq[row] < 0) return;
+  const int64_t stride = head_dim + 2;
+  const float* pp = part + (static_cast<int64_t>(row) * n_head + h) * n_split * stride;
+  float M = -INFINITY;
+  for (int z = 0; z < n_split; ++z) M = fmaxf(M, pp[z * stride]);
+  float L = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float mz = pp[z * stride];
+    if (mz != -INFINITY) L += pp[z * stride + 1] * expf(mz - M);
+  }
+  const float inv = 1.0f / L;
+  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float s = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float mz = pp[z * stride];
+      if (mz != -INFINITY) s += pp[z * stride + 2 + d] * expf(mz - M);
+    }
     o[d] = s * inv;
   }
 }
@@ -253,22 +299,23 @@ void launch_prefill(int epl, dim3 grid, cudaStream_t st, const float* q, const v
 template <class T>
 void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v,
                       const SeqDesc* seqs, const int32_t* row_seq, const int32_t* tables, int n_head, int group,
-                      int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out) {
+                      int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, int split_keys,
+                      float* part) {
   const auto* kc = static_cast<const T*>(k);
   const auto* vc = static_cast<const T*>(v);
   const int threads = kAttnWarps * 32;
   switch (epl) {
     case 2:
       attention_kernel<T, 2><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out);
+                                                       kv_stride, bs_log2, scale, out, split_keys, part);
       break;
     case 4:
       attention_kernel<T, 4><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out);
+                                                       kv_stride, bs_log2, scale, out, split_keys, part);
       break;
     default:
       attention_kernel<T, 8><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out);
+                                                       kv_stride, bs_log2, scale, out, split_keys, part);
       break;
   }
 }
@@ -341,15 +388,33 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     return;
   }
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
-  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head));
+  // Decode: the keys are split over blocks of kSplitKeys (at most kMaxSplits of them per
+  // row and head), whose partial softmax results one more kernel merges; a short
+  // context runs in one block per row and head.
+  int64_t max_keys = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
+  constexpr int64_t kSplitKeys = 64, kMaxSplits = 64;
+  const int64_t n_split = std::min(kMaxSplits, (max_keys + kSplitKeys - 1) / kSplitKeys);
+  const auto split_keys = static_cast<int>((max_keys + n_split - 1) / n_split);
+  float* part = nullptr;
+  if (n_split > 1) {
+    part = static_cast<float*>(
+        scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+  }
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head), static_cast<unsigned>(n_split));
   if (cache.type == ops::KvType::F16) {
     launch_attention<__half>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
-                             scale, out);
+                             scale, out, split_keys, part);
   } else {
     launch_attention<float>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                             static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
-                            scale, out);
+                            scale, out, split_keys, part);
+  }
+  HEARTH_CUDA_LAUNCHED("attention");
+  if (part != nullptr) {
+    attention_combine_kernel<<<dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_>>>(
+        part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
   }
   HEARTH_CUDA_LAUNCHED("attention");
 }

@@ -114,7 +114,7 @@ class CudaBackend final : public ops::Backend {
   uint8_t* stage_host_ = nullptr;
   uint8_t* stage_dev_ = nullptr;
   size_t stage_cap_ = 0, stage_off_ = 0;
-  static constexpr int kScratch = 4;
+  static constexpr int kScratch = 5;
   void* scratch_[kScratch] = {};
   size_t scratch_bytes_[kScratch] = {};
   std::vector<void*> weights_;  // device copies made by prepare_weight
