@@ -6,7 +6,7 @@
 // like real GGUFs) CUDA vs CPU, logits close and greedy identical up to a near-tie.
 // Skips cleanly when no CUDA device is visible. Errors are measured as
 //   rel = max |gpu - cpu| / max(max |cpu|, 1e-6)
-// and each test prints what it measured (tests/cuda/README.md; docs record a run).
+// and each test prints what it measured (docs/BENCHMARKS.md records a run on an H200).
 #include <gtest/gtest.h>
 
 #include <algorithm>
