@@ -117,7 +117,16 @@ int64_t now_ns() {
 }
 }  // namespace
 
+void CudaBackend::bind() const {
+  thread_local int current = -1;
+  if (current != device_) {
+    check(cudaSetDevice(device_), "bind", "cudaSetDevice");
+    current = device_;
+  }
+}
+
 CudaBackend::OpTimer::OpTimer(CudaBackend& be, const char* op) : be_(be.timing_ ? &be : nullptr), op_(op) {
+  be.bind();
   if (be_ != nullptr) t0_ns_ = now_ns();
 }
 
@@ -195,9 +204,13 @@ void CudaBackend::note_alloc(int64_t bytes) {
   peak_ = std::max(peak_, used_);
 }
 
-void CudaBackend::synchronize() { HEARTH_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  bind();
+  HEARTH_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+}
 
 ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
+  bind();
   if (!supports_weight(w.type)) {
     fail(ErrorKind::kUnsupported, "cuda",
          "tensor '" + w.name + "' has type " + std::string(ggml_type_name(w.type)) +
@@ -225,14 +238,17 @@ ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
 }
 
 std::unique_ptr<ops::Buffer> CudaBackend::alloc(int64_t n_floats) {
+  bind();
   return std::make_unique<DeviceBuffer>(*this, n_floats, true);
 }
 
 std::unique_ptr<ops::Buffer> CudaBackend::alloc_lazy(int64_t n_floats) {
+  bind();
   return std::make_unique<DeviceBuffer>(*this, n_floats, false);
 }
 
 void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) {
+  bind();
   if (offset < 0 || n < 0 || offset + n > src.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_to_host: range out of the buffer");
   }
@@ -242,6 +258,7 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
 }
 
 void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) {
+  bind();
   if (offset < 0 || n < 0 || offset + n > dst.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_from_host: range out of the buffer");
   }

@@ -86,6 +86,9 @@ class CudaBackend final : public ops::Backend {
     int64_t t0_ns_ = 0;
   };
 
+  // Internal: makes this back-end's device the calling thread's current one (the
+  // engine thread of `serve` is not the thread that made the back-end).
+  void bind() const;
   // Internal: device memory accounting for the buffers this back-end hands out.
   void note_alloc(int64_t bytes);
   // Internal: throws Error "[cuda] <op>: <what>" when rc is not cudaSuccess.
