@@ -47,6 +47,7 @@ struct RunOptions {
   std::string kv_type = "f16";
   std::string json_schema_file;  // constrained output: a JSON schema file
   bool json_object = false;      // constrained output: any JSON object
+  std::string device = "auto";
 };
 
 std::string build_prompt(const RunOptions& o, const gguf::File& file, const engine::ChatPrompt& chat) {
@@ -81,8 +82,11 @@ void run(RunOptions o) {
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");
-  // Fail before loading when the machine cannot hold the model and its cache.
-  const uint64_t need = file.file_size() + model::KvCache::bytes_needed(hp, n_ctx, kv_type) + (uint64_t{100} << 20);
+  const uint64_t kv_bytes = model::KvCache::bytes_needed(hp, n_ctx, kv_type);
+  const backends::Device device = choose_device(o.device, file.file_size() + kv_bytes, "run");
+  // Fail before loading when the machine cannot hold the model and its cache (on a GPU
+  // the weights and cache live in device memory, checked by choose_device).
+  const uint64_t need = device.cuda ? (uint64_t{1} << 30) : file.file_size() + kv_bytes + (uint64_t{100} << 20);
   if (const uint64_t avail = available_memory(); avail != 0 && need > avail) {
     fail(ErrorKind::kResource, "run",
          o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV cache for " +
@@ -90,10 +94,12 @@ void run(RunOptions o) {
              " MiB are available; lower --ctx or use a smaller model");
   }
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
-  cpu::CpuBackend backend(o.threads);
+  const std::unique_ptr<ops::Backend> backend_ptr = backends::make_backend(device, o.threads);
+  ops::Backend& backend = *backend_ptr;
   const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
   model::CausalLm& model = *loaded;
   model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
+  log_device_memory(backend, device);
 
   const engine::ChatPrompt chat(file, tok);
   const std::string prompt_text = build_prompt(o, file, chat);
@@ -144,7 +150,10 @@ void run(RunOptions o) {
     out["peak_memory_gb"] = peak;
     out["stop_reason"] = r.stop_reason;
     out["seed"] = o.sampler.seed;
-    out["threads"] = backend.n_threads();
+    const auto* cpu_be = dynamic_cast<const cpu::CpuBackend*>(&backend);
+    out["threads"] = cpu_be != nullptr ? cpu_be->n_threads() : 0;
+    out["device"] = device.str();
+    out["peak_device_memory_gb"] = static_cast<double>(backend.device_memory_peak()) / 1e9;
     out["ctx"] = n_ctx;
     out["kv_type"] = ops::kv_type_name(kv_type);
     if (o.logprobs > 0) {
@@ -173,6 +182,10 @@ void run(RunOptions o) {
     std::fprintf(stderr, "Prompt: %d tokens, %.3f tokens-per-sec\n", r.n_prompt, r.prompt_tps());
     std::fprintf(stderr, "Generation: %zu tokens, %.3f tokens-per-sec\n", r.tokens.size(), r.generation_tps());
     std::fprintf(stderr, "Peak memory: %.3f GB\n", peak);
+    if (device.cuda) {
+      std::fprintf(stderr, "Peak device memory: %.3f GB (%s)\n",
+                   static_cast<double>(backend.device_memory_peak()) / 1e9, backend.name().c_str());
+    }
   }
 }
 
@@ -199,6 +212,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
   cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");
   cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");
+  cmd->add_option("--device", o->device,
+                  "cpu, cuda, cuda:N or auto (the first GPU when one is visible and the model fits)")
+      ->default_val("auto");
   cmd->add_flag("--json", o->json_out, "Print one JSON object instead of text and statistics");
   cmd->add_option("--json-schema", o->json_schema_file, "Constrain the output to JSON that follows this schema file");
   cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");

@@ -57,6 +57,7 @@ struct ServeOptions {
   int32_t reasoning_budget = -1;
   bool strict_model_names = false;
   std::vector<std::string> aliases;
+  std::string device = "auto";
 };
 
 // --chat-template FILE: a Jinja file, or a tokenizer_config.json holding "chat_template".
@@ -124,14 +125,35 @@ void serve(ServeOptions o) {
 
   const int64_t block_size = 16;
   const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, kv_type, block_size);
+  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV.
+  const uint64_t state_bytes = hp.n_recurrent_layers() > 0
+                                   ? model::KvPool::bytes_per_state(hp) *
+                                         static_cast<uint64_t>(o.max_seqs + o.state_snapshots)
+                                   : 0;
+  const uint64_t full_budget =
+      static_cast<uint64_t>(o.max_seqs) * static_cast<uint64_t>((n_ctx + block_size - 1) / block_size) * block_bytes;
+  // The device: auto checks that the weights, states and a minimal cache fit.
+  const backends::Device device = choose_device(
+      o.device,
+      file.file_size() + state_bytes +
+          (o.kv_cache_bytes.empty() ? 2 * block_bytes : parse_byte_size(o.kv_cache_bytes, "--kv-cache-bytes")),
+      "serve");
   uint64_t budget = 0;
-  const uint64_t avail = available_memory();
+  // Where the weights and cache live: host RAM, or the GPU's free memory.
+  const uint64_t avail = device.cuda ? backends::device_free_memory(device) : available_memory();
+  const uint64_t reserve = device.cuda ? kDeviceReserveBytes : 0;
   if (!o.kv_cache_bytes.empty()) {
     budget = parse_byte_size(o.kv_cache_bytes, "--kv-cache-bytes");
+  } else if (device.cuda) {
+    // On a GPU: room for every sequence at full context, at most 90% of the device
+    // memory left after the weights, the states and the reserve.
+    budget = full_budget;
+    const uint64_t fixed = file.file_size() + state_bytes + reserve;
+    budget = avail > fixed ? std::min<uint64_t>(budget, (avail - fixed) / 10 * 9) : 0;
   } else {
     // Room for every sequence at full context, but never more than 40% of the memory
     // left after the model.
-    budget = static_cast<uint64_t>(o.max_seqs) * static_cast<uint64_t>((n_ctx + block_size - 1) / block_size) * block_bytes;
+    budget = full_budget;
     if (avail > file.file_size()) budget = std::min<uint64_t>(budget, (avail - file.file_size()) / 5 * 2);
   }
   const auto n_blocks = static_cast<int64_t>(budget / block_bytes);
@@ -140,28 +162,26 @@ void serve(ServeOptions o) {
          "--kv-cache-bytes " + std::to_string(budget) + " holds fewer than 2 KV blocks of " +
              std::to_string(block_bytes) + " bytes (" + std::to_string(block_size) + " tokens) for this model");
   }
-  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV.
-  const uint64_t state_bytes = hp.n_recurrent_layers() > 0
-                                   ? model::KvPool::bytes_per_state(hp) *
-                                         static_cast<uint64_t>(o.max_seqs + o.state_snapshots)
-                                   : 0;
-  if (const uint64_t need =
-          file.file_size() + static_cast<uint64_t>(n_blocks) * block_bytes + state_bytes + (uint64_t{100} << 20);
+  if (const uint64_t need = file.file_size() + static_cast<uint64_t>(n_blocks) * block_bytes + state_bytes +
+                            (device.cuda ? reserve : uint64_t{100} << 20);
       avail != 0 && need > avail) {
     fail(ErrorKind::kResource, "serve",
          o.model + ": needs about " + std::to_string(need >> 20) + " MiB (model + KV budget" +
-             (state_bytes ? " + recurrent states" : "") + ") but only " + std::to_string(avail >> 20) +
-             " MiB are available; lower --kv-cache-bytes" + (state_bytes ? " or --state-snapshots" : ""));
+             (state_bytes ? " + recurrent states" : "") + ") but only " + std::to_string(avail >> 20) + " MiB " +
+             (device.cuda ? "of device memory are free on " + device.str() : std::string("are available")) +
+             "; lower --kv-cache-bytes" + (state_bytes ? " or --state-snapshots" : ""));
   }
 
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
-  cpu::CpuBackend backend(o.threads);
+  const std::unique_ptr<ops::Backend> backend_ptr = backends::make_backend(device, o.threads);
+  ops::Backend& backend = *backend_ptr;
   const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
   model::CausalLm& model = *loaded;
   std::optional<std::string> template_source;
   if (!o.chat_template.empty()) template_source = load_chat_template(o.chat_template);
   const engine::ChatPrompt chat(file, tok, template_source);
   const server::ChatSettings chat_cfg = chat_settings(o, chat);
+  log_device_memory(backend, device);
 
   engine::EngineConfig ec;
   ec.n_ctx = n_ctx;
@@ -260,7 +280,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-seqs", o->max_seqs, "Sequences decoded together")->default_val(8);
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes,
                   "Hard budget for all KV memory, e.g. 512M, 2G (default: max-seqs full contexts, at most 40% of "
-                  "free memory)");
+                  "free memory; on a GPU at most 90% of its free memory after the weights)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
@@ -270,6 +290,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--state-snapshots", o->state_snapshots,
                   "Hybrid models: recurrent-state snapshots kept for prefix reuse (each one sequence's state)")
       ->default_val(32);
+  cmd->add_option("--device", o->device,
+                  "cpu, cuda, cuda:N or auto (the first GPU when one is visible and the model fits)")
+      ->default_val("auto");
   cmd->add_option("--model-id", o->model_id, "Model id to report (default: the file name without .gguf)");
   cmd->add_option("--alias", o->aliases, "Another name for the model, listed by /v1/models (repeatable)");
   cmd->add_flag("--strict-model-names", o->strict_model_names,

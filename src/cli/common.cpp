@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cctype>
+#include <cstdio>
 #include <fstream>
 
 #include "core/error.h"
@@ -55,6 +56,28 @@ uint64_t parse_byte_size(const std::string& text, const std::string& option) {
     fail(ErrorKind::kInvalidInput, "cli", option + " must be a size such as 512M or 2G, got '" + text + "'");
   }
   return static_cast<uint64_t>(bytes);
+}
+
+backends::Device choose_device(const std::string& spec, uint64_t need_bytes, const std::string& command) {
+  std::string note;
+  const backends::Device d = backends::resolve_device(spec, need_bytes + kDeviceReserveBytes, &note);
+  if (!note.empty()) std::fprintf(stderr, "hearth: running on the CPU: %s\n", note.c_str());
+  if (d.cuda && spec != "auto") {
+    const uint64_t free_b = backends::device_free_memory(d);
+    if (free_b != 0 && need_bytes + kDeviceReserveBytes > free_b) {
+      fail(ErrorKind::kResource, command,
+           "the model and its cache need about " + std::to_string(need_bytes >> 20) + " MiB (+ " +
+               std::to_string(kDeviceReserveBytes >> 20) + " MiB reserve) but " + d.str() + " has " +
+               std::to_string(free_b >> 20) + " MiB free; lower --ctx / --kv-cache-bytes or use --device cpu");
+    }
+  }
+  return d;
+}
+
+void log_device_memory(const ops::Backend& be, const backends::Device& d) {
+  if (!d.cuda) return;
+  std::fprintf(stderr, "hearth: loaded on %s: %.1f MiB of device memory in use\n", be.name().c_str(),
+               static_cast<double>(be.device_memory_used()) / (1 << 20));
 }
 
 }  // namespace hearth::cli

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/backend_factory.h"
 #include "ops/backend.h"
 
 namespace hearth::cli {
@@ -17,5 +18,15 @@ ops::KvType parse_kv_type(const std::string& name);
 // "123", "512K", "512M", "1.5G", "2GiB", "1T" (binary multiples) -> bytes; throws Error
 // naming `option` on anything else.
 uint64_t parse_byte_size(const std::string& text, const std::string& option);
+
+// Device memory kept free beyond weights and cache (CUDA context, cuBLAS workspace,
+// scratch of the largest step).
+constexpr uint64_t kDeviceReserveBytes = uint64_t{1} << 30;
+// Resolves --device for a model that needs `need_bytes` of device memory (weights + KV
+// cache): auto falls back to the CPU with a log line saying why; an explicit CUDA
+// device that cannot hold it is refused before loading, with the numbers.
+backends::Device choose_device(const std::string& spec, uint64_t need_bytes, const std::string& command);
+// After loading: one stderr line with the device memory the back-end holds (CUDA only).
+void log_device_memory(const ops::Backend& be, const backends::Device& d);
 
 }  // namespace hearth::cli

@@ -111,6 +111,11 @@ class Backend {
   // is first written (CPU: untouched pages cost no resident memory): the KV pool.
   virtual std::unique_ptr<Buffer> alloc_lazy(int64_t n_floats) = 0;
   virtual void copy_to_host(Buffer& src, int64_t offset, int64_t n, float* dst) = 0;
+  // Writes n floats from host memory into dst at offset (tests, state restore).
+  virtual void copy_from_host(const float* src, int64_t n, Buffer& dst, int64_t offset) = 0;
+  // Device memory this back-end holds now / at most so far, in bytes (0 for host back-ends).
+  virtual uint64_t device_memory_used() const { return 0; }
+  virtual uint64_t device_memory_peak() const { return 0; }
 
   // out: [n_ids, table.n_cols] = rows ids[] of table (dequantized).
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out) = 0;

@@ -300,6 +300,10 @@ void CpuBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float
   std::memcpy(dst, src.data() + offset, sizeof(float) * n);
 }
 
+void CpuBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) {
+  std::memcpy(dst.data() + offset, src, sizeof(float) * n);
+}
+
 void CpuBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
   for (int64_t i = 0; i < n_ids; ++i) {
     if (ids[i] < 0 || ids[i] >= table.n_rows) {

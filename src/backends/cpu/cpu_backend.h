@@ -25,6 +25,7 @@ class CpuBackend final : public ops::Backend {
   std::unique_ptr<ops::Buffer> alloc(int64_t n_floats) override;
   std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
+  void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;

@@ -3,6 +3,14 @@
 // the CUDA back-end (cuda_backend.*) and the weight kernels (quant_*.cu). Every
 // function enqueues work on `stream` and returns at once; pointers are device memory
 // unless said otherwise. Host-only code may include this header (no CUDA syntax).
+// Requirements (checked; a violation throws Error(kInvalidInput), an unsupported type
+// Error(kUnsupported)): n_cols a multiple of the type's block; weight data and
+// row_bytes aligned as the block layout allows (16 bytes for Q4_K / Q5_K and for float
+// rows of a multiple of 8 elements); x, dst and out 16-byte aligned (cudaMalloc's are).
+// Results: dequantize_rows_f32 / get_rows_f32 are bit-identical with the CPU reference
+// dequantizer, dequantize_rows_f16 is that value rounded to nearest; quant_matvec
+// accumulates in f32 (error about 1e-7 of sum |w x| measured) in a fixed order, so its
+// result does not depend on anything but its inputs.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,422 @@
+// CudaBackend::attention: causal grouped-query attention over the paged KV cache.
+// Decode: one block per (query row, query head, range of 64 keys: split-K, merged by a
+// second kernel); its warps take keys j = warp, warp + n_warps, ... of the range and
+// keep an online softmax (running max, sum and
+// weighted value sum, each lane holding head_dim / 32 dimensions); the warps' partial
+// results are merged at the end. Keys are read through the sequence's block table.
+// f32 arithmetic throughout (scores and softmax in f32 with expf).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.cuh"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kAttnWarps = 8;
+
+struct SeqDesc {
+  int32_t first_row, n_tokens, pos0, table_off;
+};
+
+__device__ __forceinline__ float kv_load(const float* p) { return *p; }
+__device__ __forceinline__ float kv_load(const __half* p) { return __half2float(*p); }
+
+// EPL: dimensions per lane (head_dim <= 32 * EPL).
+template <class T, int EPL>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
+                     const SeqDesc* __restrict__ seqs, const int32_t* __restrict__ row_seq,
+                     const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
+                     int bs_log2, float scale, float* __restrict__ out, int split_keys,
+                     float* __restrict__ part) {
+  const int row = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int si = row_seq[row];
+  if (si < 0) return;  // a row of no sequence (the whole block leaves)
+  const SeqDesc sd = seqs[si];
+  const int n_keys = sd.pos0 + (row - sd.first_row) + 1;
+  const int32_t* table = tables + sd.table_off;
+  const int64_t kv_off = static_cast<int64_t>(h / group) * head_dim;
+  const float* qr = q + (static_cast<int64_t>(row) * n_head + h) * head_dim;
+  float qv[EPL], acc[EPL];
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    const int d = lane + 32 * e;
+    qv[e] = d < head_dim ? qr[d] : 0.0f;
+    acc[e] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int bs_mask = (1 << bs_log2) - 1;
+  // Split over keys (part != null): this block takes keys [z * split_keys, (z + 1) * split_keys).
+  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * split_keys : 0;
+  const int k_end = part != nullptr ? min(n_keys, k_begin + split_keys) : n_keys;
+  for (int j = k_begin + warp; j < k_end; j += kAttnWarps) {
+    const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
+    const T* kp = kc + r * kv_stride + kv_off;
+    const T* vp = vc + r * kv_stride + kv_off;
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane + 32 * e;
+      if (d < head_dim) s += qv[e] * kv_load(kp + d);
+    }
+    s = warp_sum(s) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane + 32 * e;
+      const float v = d < head_dim ? kv_load(vp + d) : 0.0f;
+      acc[e] = acc[e] * corr + p * v;
+    }
+    m = m_new;
+  }
+  __shared__ float sm[kAttnWarps], sl[kAttnWarps];
+  __shared__ float sacc[kAttnWarps][32 * EPL];
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) sacc[warp][lane + 32 * e] = acc[e];
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm[w]);
+  float L = 0.0f;
+  float f[kAttnWarps];
+  for (int w = 0; w < kAttnWarps; ++w) {
+    f[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
+    L += sl[w] * f[w];
+  }
+  if (part != nullptr) {
+    // Partial result of this key range: [max, sum, unnormalised acc[head_dim]].
+    const int64_t stride = head_dim + 2;
+    float* pp = part + ((static_cast<int64_t>(row) * n_head + h) * gridDim.z + blockIdx.z) * stride;
+    if (threadIdx.x == 0) {
+      pp[0] = M;
+      pp[1] = L;
+    }
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+      float s = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) s += sacc[w][d] * f[w];
+      pp[2 + d] = s;
+    }
+    return;
+  }
+  const float inv = 1.0f / L;
+  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float s = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) s += sacc[w][d] * f[w];
+    o[d] = s * inv;
+  }
+}
+
+// Merges the key ranges' partial results of one (row, head): block (row, head).
+__global__ void attention_combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ row_seq,
+                                         int n_split, int n_head, int head_dim, float* __restrict__ out) {
+  const int row = blockIdx.x, h = blockIdx.y;
+  if (row_seq[row] < 0) return;
+  const int64_t stride = head_dim + 2;
+  const float* pp = part + (static_cast<int64_t>(row) * n_head + h) * n_split * stride;
+  float M = -INFINITY;
+  for (int z = 0; z < n_split; ++z) M = fmaxf(M, pp[z * stride]);
+  float L = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float mz = pp[z * stride];
+    if (mz != -INFINITY) L += pp[z * stride + 1] * expf(mz - M);
+  }
+  const float inv = 1.0f / L;
+  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float s = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float mz = pp[z * stride];
+      if (mz != -INFINITY) s += pp[z * stride + 2 + d] * expf(mz - M);
+    }
+    o[d] = s * inv;
+  }
+}
+
+// Prompts: one block per (tile of query rows of one sequence, KV head) computes the
+// kPrefillQ query vectors of those rows and of the heads sharing the KV head, over
+// chunks of 32 keys staged in shared memory (converted to f32) and read once for all of
+// them. Lane j scores key j of the chunk (K rows padded by one float: no bank
+// conflicts), the chunk's softmax update is one warp max and sum, and the value sum has
+// lanes over dimensions (V rows broadcast per key). Warp w owns queries w, w + 4, ...
+constexpr int kPrefillQ = 16, kPrefillWarps = 4, kChunk = 32;
+
+struct Tile {
+  int32_t seq, row0, n_rows;  // rows row0 .. row0 + n_rows - 1 of the sequence (relative)
+};
+
+template <class T, int EPL>
+__global__ void __launch_bounds__(kPrefillWarps * 32)
+    attention_prefill_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
+                             const SeqDesc* __restrict__ seqs, const Tile* __restrict__ tiles,
+                             const int32_t* __restrict__ tables, int n_head, int group, int head_dim,
+                             int64_t kv_stride, int bs_log2, float scale, float* __restrict__ out) {
+  extern __shared__ float smem[];
+  const int D = head_dim, DP = head_dim + 1;
+  float* Ks = smem;                   // [kChunk][D + 1]
+  float* Vs = Ks + kChunk * DP;       // [kChunk][D]
+  float* Qs = Vs + kChunk * D;        // [kPrefillQ][D], scaled
+  const Tile tile = tiles[blockIdx.x];
+  const SeqDesc sd = seqs[tile.seq];
+  const int hkv = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nq = tile.n_rows * group;
+  const int32_t* table = tables + sd.table_off;
+  const int64_t kv_off = static_cast<int64_t>(hkv) * D;
+  // Query qq: row tile.row0 + qq / group, head hkv * group + qq % group.
+  for (int i = threadIdx.x; i < kPrefillQ * D; i += blockDim.x) {
+    const int qq = i / D, d = i % D;
+    float v = 0.0f;
+    if (qq < nq) {
+      const int64_t row = sd.first_row + tile.row0 + qq / group;
+      v = q[(row * n_head + hkv * group + qq % group) * D + d] * scale;
+    }
+    Qs[i] = v;
+  }
+  constexpr int kPerWarp = kPrefillQ / kPrefillWarps;
+  float m[kPerWarp], l[kPerWarp], acc[kPerWarp][EPL];
+  int limit[kPerWarp];
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int qq = warp + i * kPrefillWarps;
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+    limit[i] = qq < nq ? sd.pos0 + tile.row0 + qq / group + 1 : 0;  // keys this query sees
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) acc[i][e] = 0.0f;
+  }
+  const int n_keys = sd.pos0 + tile.row0 + tile.n_rows;  // the tile's last row sees these
+  const int bs_mask = (1 << bs_log2) - 1;
+  for (int c0 = 0; c0 < n_keys; c0 += kChunk) {
+    __syncthreads();  // the previous chunk is no longer read
+    for (int i = threadIdx.x; i < kChunk * D; i += blockDim.x) {
+      const int j = i / D, d = i % D, key = c0 + j;
+      float kv = 0.0f, vv = 0.0f;
+      if (key < n_keys) {
+        const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
+        kv = kv_load(kc + r * kv_stride + kv_off + d);
+        vv = kv_load(vc + r * kv_stride + kv_off + d);
+      }
+      Ks[j * DP + d] = kv;
+      Vs[j * D + d] = vv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int qq = warp + i * kPrefillWarps;
+      if (qq >= nq || c0 >= limit[i]) continue;  // warp-uniform
+      const float* qv = Qs + qq * D;
+      const float* kr = Ks + lane * DP;
+      float s = 0.0f;
+      for (int d = 0; d < D; ++d) s += qv[d] * kr[d];
+      if (c0 + lane >= limit[i]) s = -INFINITY;
+      float cm = s;
+      for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+      const float m_new = fmaxf(m[i], cm);
+      const float corr = expf(m[i] - m_new);
+      const float p = expf(s - m_new);
+      l[i] = l[i] * corr + warp_sum(p);
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) acc[i][e] *= corr;
+      const int nj = min(kChunk, limit[i] - c0);
+      for (int j = 0; j < nj; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+        const float* vr = Vs + j * D;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) {
+          const int d = lane + 32 * e;
+          if (d < D) acc[i][e] += pj * vr[d];
+        }
+      }
+      m[i] = m_new;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int qq = warp + i * kPrefillWarps;
+    if (qq >= nq) continue;
+    const int64_t row = sd.first_row + tile.row0 + qq / group;
+    float* o = out + (row * n_head + hkv * group + qq % group) * D;
+    const float inv = 1.0f / l[i];
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane + 32 * e;
+      if (d < D) o[d] = acc[i][e] * inv;
+    }
+  }
+}
+
+template <class T, int EPL>
+void launch_prefill_t(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
+                      const Tile* tiles, const int32_t* tables, int n_head, int group, int head_dim, int64_t kv_stride,
+                      int bs_log2, float scale, float* out) {
+  const size_t smem = sizeof(float) * (static_cast<size_t>(kChunk) * (head_dim + 1) + kChunk * head_dim +
+                                       static_cast<size_t>(kPrefillQ) * head_dim);
+  static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
+  if (!raised) {
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_kernel<T, EPL>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
+                       "attention", "cudaFuncSetAttribute");
+    raised = true;
+  }
+  attention_prefill_kernel<T, EPL><<<grid, kPrefillWarps * 32, smem, st>>>(
+      q, static_cast<const T*>(k), static_cast<const T*>(v), seqs, tiles, tables, n_head, group, head_dim, kv_stride,
+      bs_log2, scale, out);
+}
+
+template <class T>
+void launch_prefill(int epl, dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v,
+                    const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group, int head_dim,
+                    int64_t kv_stride, int bs_log2, float scale, float* out) {
+  switch (epl) {
+    case 2:
+      launch_prefill_t<T, 2>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, head_dim, kv_stride, bs_log2, scale,
+                             out);
+      break;
+    case 4:
+      launch_prefill_t<T, 4>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, head_dim, kv_stride, bs_log2, scale,
+                             out);
+      break;
+    default:
+      launch_prefill_t<T, 8>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, head_dim, kv_stride, bs_log2, scale,
+                             out);
+      break;
+  }
+}
+
+template <class T>
+void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v,
+                      const SeqDesc* seqs, const int32_t* row_seq, const int32_t* tables, int n_head, int group,
+                      int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, int split_keys,
+                      float* part) {
+  const auto* kc = static_cast<const T*>(k);
+  const auto* vc = static_cast<const T*>(v);
+  const int threads = kAttnWarps * 32;
+  switch (epl) {
+    case 2:
+      attention_kernel<T, 2><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
+                                                       kv_stride, bs_log2, scale, out, split_keys, part);
+      break;
+    case 4:
+      attention_kernel<T, 4><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
+                                                       kv_stride, bs_log2, scale, out, split_keys, part);
+      break;
+    default:
+      attention_kernel<T, 8><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
+                                                       kv_stride, bs_log2, scale, out, split_keys, part);
+      break;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
+                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  OpTimer timer(*this, "attention");
+  if (head_dim > 256 || head_dim <= 0) {
+    fail(ErrorKind::kUnsupported, "cuda", "attention: head size " + std::to_string(head_dim) +
+                                              " (the CUDA back-end takes 1 to 256)");
+  }
+  if (n_head_kv <= 0 || n_head % n_head_kv != 0) {
+    fail(ErrorKind::kInvalidInput, "cuda", "attention: query heads must be a multiple of the KV heads");
+  }
+  int bs_log2 = 0;
+  while ((int64_t{1} << bs_log2) < cache.block_size) ++bs_log2;
+  if ((int64_t{1} << bs_log2) != cache.block_size) {
+    fail(ErrorKind::kInvalidInput, "cuda", "attention: block size is not a power of two");
+  }
+  // The batch description: per sequence its rows, start and block table offset; per
+  // query row its sequence; the block tables one after another.
+  std::vector<SeqDesc> desc;
+  std::vector<int32_t> row_seq, tables;
+  int64_t n_rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const ops::AttentionSeq& a = seqs[s];
+    const int64_t n_blocks = (a.pos0 + a.n_tokens + cache.block_size - 1) / cache.block_size;
+    desc.push_back(SeqDesc{static_cast<int32_t>(a.first_row), static_cast<int32_t>(a.n_tokens),
+                           static_cast<int32_t>(a.pos0), static_cast<int32_t>(tables.size())});
+    tables.insert(tables.end(), a.block_table, a.block_table + n_blocks);
+    n_rows = std::max(n_rows, a.first_row + a.n_tokens);
+  }
+  if (n_rows == 0) return;
+  row_seq.assign(static_cast<size_t>(n_rows), -1);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = static_cast<int32_t>(s);
+  }
+  const SeqDesc* d_desc = stage_array(desc.data(), n_seqs, "attention");
+  const int32_t* d_tables = stage_array(tables.data(), static_cast<int64_t>(tables.size()), "attention");
+  const int epl = head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
+  const auto group = static_cast<int>(n_head / n_head_kv);
+  bool prompt = false;
+  for (int64_t s = 0; s < n_seqs; ++s) prompt = prompt || seqs[s].n_tokens > 1;
+  if (prompt && group <= kPrefillQ) {
+    // Some sequence brings several query rows: tiles of kPrefillQ / group rows.
+    timer.rename("attention prefill");
+    const int rows_per_tile = kPrefillQ / group;
+    std::vector<Tile> tiles;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      for (int64_t r = 0; r < seqs[s].n_tokens; r += rows_per_tile) {
+        tiles.push_back(Tile{static_cast<int32_t>(s), static_cast<int32_t>(r),
+                             static_cast<int32_t>(std::min<int64_t>(rows_per_tile, seqs[s].n_tokens - r))});
+      }
+    }
+    if (tiles.empty()) return;
+    const Tile* d_tiles = stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "attention");
+    const dim3 pgrid(static_cast<unsigned>(tiles.size()), static_cast<unsigned>(n_head_kv));
+    if (cache.type == ops::KvType::F16) {
+      launch_prefill<__half>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
+                             static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
+                             scale, out);
+    } else {
+      launch_prefill<float>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
+                            static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
+                            scale, out);
+    }
+    HEARTH_CUDA_LAUNCHED("attention");
+    return;
+  }
+  const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
+  // Decode: the keys are split over blocks of kSplitKeys (at most kMaxSplits of them per
+  // row and head), whose partial softmax results one more kernel merges; a short
+  // context runs in one block per row and head.
+  int64_t max_keys = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
+  constexpr int64_t kSplitKeys = 64, kMaxSplits = 64;
+  const int64_t n_split = std::min(kMaxSplits, (max_keys + kSplitKeys - 1) / kSplitKeys);
+  const auto split_keys = static_cast<int>((max_keys + n_split - 1) / n_split);
+  float* part = nullptr;
+  if (n_split > 1) {
+    part = static_cast<float*>(
+        scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+  }
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head), static_cast<unsigned>(n_split));
+  if (cache.type == ops::KvType::F16) {
+    launch_attention<__half>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
+                             static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
+                             scale, out, split_keys, part);
+  } else {
+    launch_attention<float>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
+                            static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
+                            scale, out, split_keys, part);
+  }
+  HEARTH_CUDA_LAUNCHED("attention");
+  if (part != nullptr) {
+    attention_combine_kernel<<<dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_>>>(
+        part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
+  }
+  HEARTH_CUDA_LAUNCHED("attention");
+}
+
+}  // namespace hearth::cuda

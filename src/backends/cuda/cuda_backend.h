@@ -1,0 +1,130 @@
+// The CUDA back-end: every operation of ops/backend.h on one NVIDIA GPU, in order on
+// one stream. Buffers and prepared weights live in device memory (weights keep their
+// GGUF block layout); host-memory arguments (ids, positions, KV slots, block tables,
+// expert weights) are copied per call through a pinned staging ring on the same stream.
+// Only copy_to_host waits for the device. Every CUDA / cuBLAS failure becomes an Error
+// naming the operation. Host-only code may include this header (no CUDA syntax).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/backend.h"
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct cublasContext* cublasHandle_t;
+
+namespace hearth::cuda {
+
+class CudaBackend final : public ops::Backend {
+ public:
+  // Uses CUDA device `device` (throws Error when it is absent or the runtime fails).
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override;
+  bool supports_weight(GgmlType type) const override;
+  ops::WeightView prepare_weight(const ops::WeightView& w) override;
+  std::unique_ptr<ops::Buffer> alloc(int64_t n_floats) override;
+  std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
+  void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
+  void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
+  uint64_t device_memory_used() const override { return used_; }
+  uint64_t device_memory_peak() const override { return peak_; }
+
+  void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
+  void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
+  void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) override;
+  void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                float* y) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const ops::RopeParams& p) override;
+  void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+                const ops::KvLayer& cache) override;
+  void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
+                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
+  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
+                     int64_t n_seqs, float* out) override;
+  void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
+                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
+                       int64_t n_seqs, float* o) override;
+  void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
+                      float eps) override;
+  void sigmoid_mul(float* x, const float* gate, int64_t n) override;
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void copy(const float* src, int64_t n, float* dst) override;
+  void fill(float* dst, float value, int64_t n) override;
+  void gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) override;
+  void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
+                        float* dst) override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  // Waits for all queued work (tests, timing).
+  void synchronize();
+  // Bytes of device memory held by prepared weights.
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+  // Internal: with HEARTH_CUDA_OP_TIMING=1 each operation waits for the device and its
+  // time is added to a table printed to stderr when the back-end is destroyed (a
+  // profile of where a step's time goes; off by default: it serialises host and device).
+  class OpTimer {
+   public:
+    OpTimer(CudaBackend& be, const char* op);
+    ~OpTimer();
+    void rename(const char* op) { op_ = op; }
+
+   private:
+    CudaBackend* be_;
+    const char* op_;
+    int64_t t0_ns_ = 0;
+  };
+
+  // Internal: makes this back-end's device the calling thread's current one (the
+  // engine thread of `serve` is not the thread that made the back-end).
+  void bind() const;
+  // Internal: device memory accounting for the buffers this back-end hands out.
+  void note_alloc(int64_t bytes);
+  // Internal: throws Error "[cuda] <op>: <what>" when rc is not cudaSuccess.
+  static void check(int rc, const char* op, const char* what);
+
+ private:
+  // Copies n bytes of host memory to device memory valid for the work queued next on
+  // the stream (until the ring wraps, which first waits for the stream).
+  const void* stage(const void* host, size_t n, const char* op);
+  template <class T>
+  const T* stage_array(const T* host, int64_t n, const char* op) {
+    return static_cast<const T*>(stage(host, sizeof(T) * static_cast<size_t>(n), op));
+  }
+  // Device f32 values of a one-row (or small) weight: its own memory when F32, else a
+  // dequantized copy made now in scratch (valid until the next call that uses it).
+  const float* f32_values(const ops::WeightView& w, int64_t n, const char* op);
+  // Grow-only device scratch of at least `bytes` (slot 0..kScratch-1).
+  void* scratch(int slot, size_t bytes, const char* op);
+  void matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
+
+  int device_ = 0;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  // Staging ring: pinned host memory mirrored by device memory of the same size.
+  uint8_t* stage_host_ = nullptr;
+  uint8_t* stage_dev_ = nullptr;
+  size_t stage_cap_ = 0, stage_off_ = 0;
+  static constexpr int kScratch = 5;
+  void* scratch_[kScratch] = {};
+  size_t scratch_bytes_[kScratch] = {};
+  std::vector<void*> weights_;  // device copies made by prepare_weight
+  uint64_t weight_bytes_ = 0;
+  uint64_t used_ = 0, peak_ = 0;
+  bool timing_ = false;
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
+};
+
+}  // namespace hearth::cuda

@@ -1,0 +1,233 @@
+// CudaBackend element-wise and row operations: bias, RMS norms, RoPE, KV writes,
+// SwiGLU, sigmoid gates, add / copy / fill, and the row gathers and weighted
+// scatter-adds of routed experts. Memory-bound and simple: grid-stride loops, one
+// block per row where a row reduction is needed.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.cuh"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+#define GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+
+__global__ void add_bias_kernel(float* x, const float* b, int64_t n_cols, int64_t total) {
+  GRID_LOOP(i, total) x[i] += b[i % n_cols];
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  GRID_LOOP(i, n) x[i] += y[i];
+}
+
+__global__ void fill_kernel(float* x, float v, int64_t n) {
+  GRID_LOOP(i, n) x[i] = v;
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float* out) {
+  GRID_LOOP(i, n) out[i] = silu_f(g[i]) * u[i];
+}
+
+__global__ void sigmoid_mul_kernel(float* x, const float* g, int64_t n) {
+  GRID_LOOP(i, n) x[i] *= sigmoid_f(g[i]);
+}
+
+// One block per row: y = x / sqrt(mean(x^2) + eps) * w.
+__global__ void rms_norm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
+  __shared__ float red[32];
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+// x = x / sqrt(mean(x^2) + eps) * w * silu(z), one block per row.
+__global__ void gated_rms_norm_kernel(float* x, const float* z, const float* w, int64_t n, float eps) {
+  __shared__ float red[32];
+  float* xr = x + blockIdx.x * n;
+  const float* zr = z + blockIdx.x * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] = xr[i] * inv * w[i] * silu_f(zr[i]);
+}
+
+// One thread per (token, head, pair): the angle as the CPU computes it (repeated
+// multiplication by `step`), then the rotation with the same fused multiply-adds.
+__global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                            int64_t n_rot, float step, float freq_scale, bool neox) {
+  const int64_t half = n_rot / 2;
+  GRID_LOOP(idx, n_tokens * n_heads * half) {
+    const int64_t i = idx % half, th = idx / half, t = th / n_heads;
+    float theta = static_cast<float>(pos[t]);
+    for (int64_t k = 0; k < i; ++k) theta *= step;
+    const float a = freq_scale * theta;
+    const float c = cosf(a), s = sinf(a);
+    float* v = x + th * head_dim;
+    const int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+    const float x0 = v[ia], x1 = v[ib];
+    v[ia] = fmaf(x0, c, -(x1 * s));
+    v[ib] = fmaf(x0, s, x1 * c);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T to_kv(float v);
+template <>
+__device__ __forceinline__ float to_kv<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half to_kv<__half>(float v) { return __float2half_rn(v); }
+
+template <class T>
+__global__ void store_kv_kernel(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim,
+                                const int32_t* slots, T* kc, T* vc) {
+  GRID_LOOP(i, n_tokens * n_kv_dim) {
+    const int64_t t = i / n_kv_dim, e = i % n_kv_dim;
+    const int64_t row = slots[t];
+    kc[row * n_kv_dim + e] = to_kv<T>(k[i]);
+    vc[row * n_kv_dim + e] = to_kv<T>(v[i]);
+  }
+}
+
+__global__ void gather_rows_kernel(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
+  GRID_LOOP(i, n_ids * n) dst[i] = src[static_cast<int64_t>(ids[i / n]) * n + i % n];
+}
+
+__global__ void scatter_add_rows_kernel(const float* src, int64_t n, const int32_t* ids, const float* w,
+                                        int64_t n_ids, float* dst) {
+  GRID_LOOP(i, n_ids * n) {
+    const int64_t r = i / n;
+    dst[static_cast<int64_t>(ids[r]) * n + i % n] += w[r] * src[i];
+  }
+}
+
+int row_threads(int64_t n) {
+  int t = 32;
+  while (t < 1024 && t < n) t *= 2;
+  return t > 256 ? 256 : t;
+}
+
+}  // namespace
+
+void CudaBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
+  OpTimer timer(*this, "add_bias");
+  const int64_t n = bias.n_cols;
+  const float* b = f32_values(bias, n, "add_bias");
+  if (n_tokens <= 0) return;
+  add_bias_kernel<<<grid_for(n * n_tokens), kThreads, 0, stream_>>>(x, b, n, n * n_tokens);
+  HEARTH_CUDA_LAUNCHED("add_bias");
+}
+
+void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                           float* y) {
+  OpTimer timer(*this, "rms_norm");
+  const float* w = f32_values(weight, n, "rms_norm");
+  if (n_rows <= 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), row_threads(n), 0, stream_>>>(x, w, n, eps, y);
+  HEARTH_CUDA_LAUNCHED("rms_norm");
+}
+
+void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
+                                 float eps) {
+  OpTimer timer(*this, "gated_rms_norm");
+  const float* wt = f32_values(w, n, "gated_rms_norm");
+  if (n_rows <= 0) return;
+  gated_rms_norm_kernel<<<static_cast<unsigned>(n_rows), row_threads(n), 0, stream_>>>(x, z, wt, n, eps);
+  HEARTH_CUDA_LAUNCHED("gated_rms_norm");
+}
+
+void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                       const ops::RopeParams& p) {
+  OpTimer timer(*this, "rope");
+  if (n_tokens <= 0 || p.n_rot <= 0) return;
+  if (p.n_rot > head_dim || p.n_rot % 2 != 0) {
+    fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
+                                               std::to_string(head_dim));
+  }
+  const int32_t* pos = stage_array(positions, n_tokens, "rope");
+  const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  const int64_t total = n_tokens * n_heads * (p.n_rot / 2);
+  rope_kernel<<<grid_for(total), kThreads, 0, stream_>>>(x, n_tokens, n_heads, head_dim, pos, p.n_rot, step,
+                                                         p.freq_scale, p.neox);
+  HEARTH_CUDA_LAUNCHED("rope");
+}
+
+void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
+                           const ops::KvLayer& cache) {
+  OpTimer timer(*this, "store_kv");
+  if (n_tokens <= 0) return;
+  const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
+  const unsigned grid = grid_for(n_tokens * n_kv_dim);
+  if (cache.type == ops::KvType::F16) {
+    store_kv_kernel<__half><<<grid, kThreads, 0, stream_>>>(k, v, n_tokens, n_kv_dim, d_slots,
+                                                            static_cast<__half*>(cache.k),
+                                                            static_cast<__half*>(cache.v));
+  } else {
+    store_kv_kernel<float><<<grid, kThreads, 0, stream_>>>(k, v, n_tokens, n_kv_dim, d_slots,
+                                                           static_cast<float*>(cache.k), static_cast<float*>(cache.v));
+  }
+  HEARTH_CUDA_LAUNCHED("store_kv");
+}
+
+void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
+  OpTimer timer(*this, "sigmoid_mul");
+  if (n <= 0) return;
+  sigmoid_mul_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, gate, n);
+  HEARTH_CUDA_LAUNCHED("sigmoid_mul");
+}
+
+void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  OpTimer timer(*this, "swiglu");
+  if (n <= 0) return;
+  swiglu_kernel<<<grid_for(n), kThreads, 0, stream_>>>(gate, up, n, out);
+  HEARTH_CUDA_LAUNCHED("swiglu");
+}
+
+void CudaBackend::add(float* x, const float* y, int64_t n) {
+  OpTimer timer(*this, "add");
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, y, n);
+  HEARTH_CUDA_LAUNCHED("add");
+}
+
+void CudaBackend::copy(const float* src, int64_t n, float* dst) {
+  OpTimer timer(*this, "copy");
+  if (n <= 0 || src == dst) return;
+  HEARTH_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::fill(float* dst, float value, int64_t n) {
+  OpTimer timer(*this, "fill");
+  if (n <= 0) return;
+  fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, value, n);
+  HEARTH_CUDA_LAUNCHED("fill");
+}
+
+void CudaBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
+  OpTimer timer(*this, "gather_rows");
+  if (n_ids <= 0 || n <= 0) return;
+  const int32_t* d_ids = stage_array(ids, n_ids, "gather_rows");
+  gather_rows_kernel<<<grid_for(n_ids * n), kThreads, 0, stream_>>>(src, n, d_ids, n_ids, dst);
+  HEARTH_CUDA_LAUNCHED("gather_rows");
+}
+
+void CudaBackend::scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights,
+                                   int64_t n_ids, float* dst) {
+  OpTimer timer(*this, "scatter_add_rows");
+  if (n_ids <= 0 || n <= 0) return;
+  const int32_t* d_ids = stage_array(ids, n_ids, "scatter_add_rows");
+  const float* d_w = stage_array(weights, n_ids, "scatter_add_rows");
+  scatter_add_rows_kernel<<<grid_for(n_ids * n), kThreads, 0, stream_>>>(src, n, d_ids, d_w, n_ids, dst);
+  HEARTH_CUDA_LAUNCHED("scatter_add_rows");
+}
+
+}  // namespace hearth::cuda

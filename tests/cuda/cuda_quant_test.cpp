@@ -1,0 +1,438 @@
+// GPU check of the quantized-weight kernels (src/backends/cuda/quant_cuda.h) against
+// the CPU reference dequantizer (src/quant/dequant_ref.h), for every supported type:
+//  - quant_matvec for 1..8 tokens vs a float64 product of the CPU-dequantized weights,
+//    per output |y - ref| <= kMatvecTol * sum_c |w_rc * x_tc| (f32 accumulation: the error
+//    bound scales with the sum of magnitudes, not with |ref|, which may cancel), and
+//    ||y - ref|| / ||ref|| <= kMatvecTol for the whole output; the same for every type since
+//    the kernels decode exactly and accumulate in f32;
+//  - dequantize_rows_f32 and get_rows_f32 bit-identical with the CPU dequantizer,
+//    dequantize_rows_f16 bit-identical with that value rounded to f16 (ties to even).
+// Weights come from the CPU reference quantizers (realistic blocks) or are random bytes
+// with finite random scales (every bit pattern of the quants). Outputs are poisoned (NaN)
+// before every run. Exit 0: all passed; 1: a failure; 77: no GPU (skipped).
+//
+// --perf [--rows R --cols C]: times quant_matvec (CUDA events around each launch, median of
+// 50, weight buffers rotated so the set exceeds L2) per type for n_tokens 1, 4, 8 and
+// dequantize_rows_f16, and prints GB/s and the share of 4.0 TB/s.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cuda/quant_cuda.h"
+#include "core/half.h"
+#include "format/ggml_types.h"
+#include "quant/dequant_ref.h"
+#include "quant/quant_ref.h"
+
+using hearth::GgmlType;
+using hearth::cuda::DeviceWeight;
+
+namespace {
+
+constexpr double kMatvecTol = 2e-5;
+
+#define CUDA_OK(call)                                                                            \
+  do {                                                                                           \
+    const cudaError_t rc_ = (call);                                                              \
+    if (rc_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(rc_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,  GgmlType::Q4_0,
+                              GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,  GgmlType::Q8_0,
+                              GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,  GgmlType::Q5_K,
+                              GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::MXFP4};
+
+std::string type_name(GgmlType t) { return std::string(hearth::ggml_type_name(t)); }
+int block_elems(GgmlType t) { return static_cast<int>(hearth::ggml_traits(t).block_size); }
+uint64_t row_bytes_of(GgmlType t, int64_t cols) { return *hearth::ggml_row_bytes(t, cols); }
+
+// Runs f(i) for i in [0, n) on all cores.
+template <class F>
+void parallel_for(int64_t n, F f) {
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (int64_t k = 0; k < threads; ++k) {
+    pool.emplace_back([&, k] {
+      for (int64_t i = k; i < n; i += threads) f(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+// Little-endian f16 bits of a random finite value of magnitude in [lo, hi).
+uint16_t random_scale_f16(std::mt19937_64& rng, float lo, float hi, bool allow_negative) {
+  std::uniform_real_distribution<float> mag(lo, hi);
+  float v = mag(rng);
+  if (allow_negative && (rng() & 1)) v = -v;
+  return hearth::f32_to_f16(v);
+}
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v & 0xff);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+// A random matrix of `type`: quantized by the CPU reference from random floats, or random
+// block bytes with finite random scales.
+std::vector<uint8_t> make_weights(GgmlType type, int64_t rows, int64_t cols, bool quantized,
+                                  std::mt19937_64& rng) {
+  const uint64_t rb = row_bytes_of(type, cols);
+  std::vector<uint8_t> w(rb * rows);
+  if (quantized || type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
+    std::vector<uint64_t> seeds(rows);
+    for (auto& s : seeds) s = rng();
+    parallel_for(rows, [&](int64_t r) {
+      std::mt19937_64 g(seeds[r]);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      std::vector<float> src(cols);
+      const float scale = 0.02f * (1.f + static_cast<float>(g() % 8));
+      for (auto& v : src) v = nd(g) * scale;
+      hearth::quantize_row_ref(type, src.data(), w.data() + r * rb, cols);
+    });
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const int64_t bs = hearth::ggml_traits(type).type_size;
+  const int64_t nb = static_cast<int64_t>(w.size()) / bs;
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t* blk = w.data() + i * bs;
+    switch (type) {
+      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL:
+        put_u16(blk, random_scale_f16(rng, 1e-3f, 3e-2f, true));
+        break;
+      case GgmlType::Q4_1: case GgmlType::Q5_1:
+        put_u16(blk, random_scale_f16(rng, 1e-3f, 3e-2f, false));
+        put_u16(blk + 2, random_scale_f16(rng, 1e-3f, 0.3f, true));
+        break;
+      case GgmlType::MXFP4: blk[0] = static_cast<uint8_t>(118 + rng() % 12); break;
+      case GgmlType::Q2_K:
+        put_u16(blk + 80, random_scale_f16(rng, 1e-4f, 3e-3f, false));
+        put_u16(blk + 82, random_scale_f16(rng, 1e-4f, 3e-3f, false));
+        break;
+      case GgmlType::Q3_K: put_u16(blk + 108, random_scale_f16(rng, 1e-4f, 3e-3f, true)); break;
+      case GgmlType::Q4_K: case GgmlType::Q5_K:
+        put_u16(blk, random_scale_f16(rng, 1e-4f, 3e-3f, false));
+        put_u16(blk + 2, random_scale_f16(rng, 1e-4f, 3e-3f, false));
+        break;
+      case GgmlType::Q6_K: put_u16(blk + 208, random_scale_f16(rng, 1e-5f, 3e-4f, true)); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+struct Failures {
+  int count = 0;
+  void add(const std::string& what) {
+    if (++count <= 40) std::printf("  FAIL %s\n", what.c_str());
+  }
+};
+
+template <class T>
+T* device_copy(const std::vector<T>& v) {
+  T* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
+  CUDA_OK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+void check_launch(cudaStream_t s) {
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaStreamSynchronize(s));
+}
+
+// One (type, shape) case: matvec for 1..8 tokens, dequantize_rows f32/f16, get_rows.
+void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt19937_64& rng,
+              cudaStream_t stream, Failures& fails, double* worst_err) {
+  const std::string tag = type_name(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                          (quantized ? " (quantized)" : " (random blocks)");
+  const uint64_t rb = row_bytes_of(type, cols);
+  const std::vector<uint8_t> w = make_weights(type, rows, cols, quantized, rng);
+  std::vector<float> wf(static_cast<size_t>(rows * cols));
+  parallel_for(rows, [&](int64_t r) {
+    hearth::dequantize_row_ref(type, w.data() + r * rb, wf.data() + r * cols, cols);
+  });
+
+  constexpr int kTokens = 8;
+  std::vector<float> x(static_cast<size_t>(kTokens * cols));
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  for (auto& v : x) v = ud(rng);
+  std::vector<double> ref(static_cast<size_t>(kTokens * rows)), mag(ref.size());
+  parallel_for(rows, [&](int64_t r) {
+    const float* wr = wf.data() + r * cols;
+    for (int t = 0; t < kTokens; ++t) {
+      const float* xt = x.data() + t * cols;
+      double s = 0, m = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = static_cast<double>(wr[c]) * static_cast<double>(xt[c]);
+        s += p;
+        m += std::fabs(p);
+      }
+      ref[t * rows + r] = s;
+      mag[t * rows + r] = m;
+    }
+  });
+
+  uint8_t* d_w = device_copy(w);
+  float* d_x = device_copy(x);
+  float* d_y = nullptr;
+  CUDA_OK(cudaMalloc(&d_y, sizeof(float) * kTokens * rows));
+  const DeviceWeight dw{type, d_w, rows, cols, rb};
+  std::vector<float> y(static_cast<size_t>(kTokens * rows));
+  for (int nt = 1; nt <= kTokens; ++nt) {
+    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTokens * rows, stream));
+    hearth::cuda::quant_matvec(dw, d_x, nt, d_y, stream);
+    check_launch(stream);
+    CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * kTokens * rows, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0, worst = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < nt * rows; ++i) {
+      const double e = std::fabs(static_cast<double>(y[i]) - ref[i]);
+      num += e * e;
+      den += ref[i] * ref[i];
+      const double rel = mag[i] > 0 ? e / mag[i] : e;
+      if (!(rel <= kMatvecTol)) {  // NaN fails too
+        if (bad++ < 3) {
+          fails.add(tag + " matvec nt=" + std::to_string(nt) + " token " + std::to_string(i / rows) +
+                    " row " + std::to_string(i % rows) + ": got " + std::to_string(y[i]) + " want " +
+                    std::to_string(ref[i]) + " (rel " + std::to_string(rel) + ")");
+        }
+      }
+      if (rel > worst || std::isnan(rel)) worst = std::isnan(rel) ? INFINITY : rel;
+    }
+    // Rows past the tokens asked for must be left alone (still poison).
+    for (int64_t i = nt * rows; i < kTokens * rows; ++i) {
+      if (!std::isnan(y[i])) {
+        fails.add(tag + " matvec nt=" + std::to_string(nt) + " wrote past its tokens at " + std::to_string(i));
+        break;
+      }
+    }
+    const double norm_rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    if (!(norm_rel <= kMatvecTol)) {
+      fails.add(tag + " matvec nt=" + std::to_string(nt) + ": ||y-ref||/||ref|| = " + std::to_string(norm_rel));
+    }
+    *worst_err = std::max(*worst_err, worst);
+  }
+
+  // dequantize_rows: an inner range of rows, bit-exact.
+  const int64_t row0 = rows / 3, n = std::max<int64_t>(1, rows - row0 - 1);
+  std::vector<float> got(static_cast<size_t>(n * cols));
+  float* d_f = nullptr;
+  CUDA_OK(cudaMalloc(&d_f, sizeof(float) * n * cols));
+  CUDA_OK(cudaMemsetAsync(d_f, 0xff, sizeof(float) * n * cols, stream));
+  hearth::cuda::dequantize_rows_f32(dw, row0, n, d_f, stream);
+  check_launch(stream);
+  CUDA_OK(cudaMemcpy(got.data(), d_f, sizeof(float) * n * cols, cudaMemcpyDeviceToHost));
+  if (std::memcmp(got.data(), wf.data() + row0 * cols, sizeof(float) * n * cols) != 0) {
+    for (int64_t i = 0; i < n * cols; ++i) {
+      if (hearth::f32_bits(got[i]) != hearth::f32_bits(wf[row0 * cols + i])) {
+        fails.add(tag + " dequantize_rows_f32 row " + std::to_string(row0 + i / cols) + " col " +
+                  std::to_string(i % cols) + ": got " + std::to_string(got[i]) + " want " +
+                  std::to_string(wf[row0 * cols + i]));
+        break;
+      }
+    }
+  }
+  std::vector<uint16_t> got16(static_cast<size_t>(n * cols));
+  CUDA_OK(cudaMemsetAsync(d_f, 0xff, sizeof(uint16_t) * n * cols, stream));
+  hearth::cuda::dequantize_rows_f16(dw, row0, n, d_f, stream);
+  check_launch(stream);
+  CUDA_OK(cudaMemcpy(got16.data(), d_f, sizeof(uint16_t) * n * cols, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n * cols; ++i) {
+    const uint16_t want = hearth::f32_to_f16(wf[row0 * cols + i]);
+    if (got16[i] != want) {
+      fails.add(tag + " dequantize_rows_f16 row " + std::to_string(row0 + i / cols) + " col " +
+                std::to_string(i % cols) + ": got 0x" + std::to_string(got16[i]) + " want 0x" +
+                std::to_string(want));
+      break;
+    }
+  }
+  CUDA_OK(cudaFree(d_f));
+
+  // get_rows: random ids with repeats, the first and the last row.
+  const int64_t n_ids = 67;
+  std::vector<int32_t> ids(n_ids);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % rows);
+  ids[0] = 0;
+  ids[n_ids - 1] = static_cast<int32_t>(rows - 1);
+  ids[5] = ids[6];
+  int32_t* d_ids = device_copy(ids);
+  float* d_g = nullptr;
+  CUDA_OK(cudaMalloc(&d_g, sizeof(float) * n_ids * cols));
+  CUDA_OK(cudaMemsetAsync(d_g, 0xff, sizeof(float) * n_ids * cols, stream));
+  hearth::cuda::get_rows_f32(dw, d_ids, n_ids, d_g, stream);
+  check_launch(stream);
+  std::vector<float> gr(static_cast<size_t>(n_ids * cols));
+  CUDA_OK(cudaMemcpy(gr.data(), d_g, sizeof(float) * n_ids * cols, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n_ids; ++i) {
+    if (std::memcmp(gr.data() + i * cols, wf.data() + static_cast<int64_t>(ids[i]) * cols,
+                    sizeof(float) * cols) != 0) {
+      fails.add(tag + " get_rows_f32 id " + std::to_string(ids[i]) + " (output row " + std::to_string(i) + ")");
+      break;
+    }
+  }
+  CUDA_OK(cudaFree(d_g));
+  CUDA_OK(cudaFree(d_ids));
+  CUDA_OK(cudaFree(d_w));
+  CUDA_OK(cudaFree(d_x));
+  CUDA_OK(cudaFree(d_y));
+}
+
+struct Shape {
+  int64_t rows, cols;
+  bool quantized;
+};
+
+int run_tests(const std::string& only) {
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  std::mt19937_64 rng(20261201);
+  Failures fails;
+  for (GgmlType type : kAllTypes) {
+    if (!only.empty() && only != type_name(type)) continue;
+    if (!hearth::cuda::quant_supported(type)) {
+      fails.add(type_name(type) + " reported unsupported");
+      continue;
+    }
+    std::vector<Shape> shapes;
+    if (block_elems(type) <= 32) {
+      shapes = {{1000, 576, true}, {49152, 576, false}, {300, 2048, false}, {1000, 12288, false},
+                {37, 4096, true}};
+      if (block_elems(type) == 1) {  // the element-wise path: rows not a multiple of 8 (or 4)
+        shapes.push_back({100, 100, false});
+        shapes.push_back({33, 37, false});
+      }
+    } else {
+      shapes = {{1000, 1536, true}, {300, 2048, false}, {1000, 12288, false}, {37, 4096, true},
+                {4099, 4096, false}};
+    }
+    const int before = fails.count;
+    double worst = 0;
+    for (const Shape& s : shapes) run_case(type, s.rows, s.cols, s.quantized, rng, stream, fails, &worst);
+    std::printf("%-7s %s  (matvec worst |y-ref|/sum|w*x| = %.2e, tolerance %.0e; dequantize/get_rows "
+                "bit-exact)\n",
+                type_name(type).c_str(), fails.count == before ? "ok  " : "FAIL", worst, kMatvecTol);
+    std::fflush(stdout);
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  std::printf(fails.count == 0 ? "all passed\n" : "%d failure(s)\n", fails.count);
+  return fails.count == 0 ? 0 : 1;
+}
+
+int run_perf(int64_t rows, int64_t cols, const std::string& only) {
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("perf: %s, L2 %d MiB, matrix %lld x %lld, median of 50 launches (CUDA events)\n", prop.name,
+              prop.l2CacheSize >> 20, static_cast<long long>(rows), static_cast<long long>(cols));
+  std::printf("%-7s %9s | %18s | %18s | %18s | %18s\n", "type", "MiB", "matvec t=1 GB/s %", "t=4", "t=8",
+              "dequant f16 GB/s %");
+  std::mt19937_64 rng(7);
+  constexpr double kPeak = 4.0e12;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  for (GgmlType type : kAllTypes) {
+    if (!only.empty() && only != type_name(type)) continue;
+    const uint64_t rb = row_bytes_of(type, cols);
+    const uint64_t bytes = rb * rows;
+    const int n_buf = static_cast<int>(std::max<uint64_t>(3, (3ull * prop.l2CacheSize) / bytes + 1));
+    // Random blocks (not zeros); one host matrix copied into every buffer.
+    const std::vector<uint8_t> w = make_weights(type, rows, cols, false, rng);
+    std::vector<uint8_t*> bufs(n_buf);
+    for (auto& b : bufs) b = device_copy(w);
+    std::vector<float> x(static_cast<size_t>(8 * cols));
+    std::uniform_real_distribution<float> ud(-1.f, 1.f);
+    for (auto& v : x) v = ud(rng);
+    float* d_x = device_copy(x);
+    float* d_y = nullptr;
+    CUDA_OK(cudaMalloc(&d_y, sizeof(float) * 8 * rows));
+    void* d_h = nullptr;
+    const int64_t deq_rows = std::min<int64_t>(rows, 1024);
+    CUDA_OK(cudaMalloc(&d_h, sizeof(uint16_t) * deq_rows * cols));
+
+    auto time_it = [&](auto&& launch) {
+      std::vector<float> ms;
+      for (int rep = -5; rep < 50; ++rep) {
+        const int k = (rep + 5) % n_buf;
+        CUDA_OK(cudaEventRecord(e0, stream));
+        launch(k);
+        CUDA_OK(cudaEventRecord(e1, stream));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaGetLastError());
+        float t = 0;
+        CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+        if (rep >= 0) ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[ms.size() / 2] * 1e-3;  // seconds
+    };
+    std::printf("%-7s %9.1f", type_name(type).c_str(), bytes / 1048576.0);
+    for (int nt : {1, 4, 8}) {
+      const double s = time_it([&](int k) {
+        hearth::cuda::quant_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, nt, d_y, stream);
+      });
+      const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
+      std::printf(" | %7.0f %5.1f%% %3.0fus", moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
+    }
+    {
+      const double s = time_it([&](int k) {
+        hearth::cuda::dequantize_rows_f16(DeviceWeight{type, bufs[k], rows, cols, rb}, 0, deq_rows, d_h, stream);
+      });
+      const double moved = static_cast<double>(rb) * deq_rows + 2.0 * deq_rows * cols;
+      std::printf(" | %7.0f %5.1f%% %3.0fus", moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    for (auto* b : bufs) CUDA_OK(cudaFree(b));
+    CUDA_OK(cudaFree(d_x));
+    CUDA_OK(cudaFree(d_y));
+    CUDA_OK(cudaFree(d_h));
+  }
+  CUDA_OK(cudaEventDestroy(e0));
+  CUDA_OK(cudaEventDestroy(e1));
+  CUDA_OK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool perf = false;
+  int64_t rows = 4096, cols = 14336;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--perf") {
+      perf = true;
+    } else if (a == "--rows" && i + 1 < argc) {
+      rows = std::atoll(argv[++i]);
+    } else if (a == "--cols" && i + 1 < argc) {
+      cols = std::atoll(argv[++i]);
+    } else if (a == "--type" && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--type NAME] [--perf [--rows R] [--cols C]]\n", argv[0]);
+      return 2;
+    }
+  }
+  int n_dev = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n_dev);
+  if (rc != cudaSuccess || n_dev == 0) {
+    std::printf("SKIP: no CUDA device visible (%s)\n", rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices");
+    return 77;
+  }
+  return perf ? run_perf(rows, cols, only) : run_tests(only);
+}
