@@ -129,6 +129,7 @@ std::string format_int(int64_t v, const Spec& sp) {
   std::string digits, prefix;
   char t = sp.type ? sp.type : 'd';
   if (t == 'c') {
+    if (neg || mag >= 0x110000) throw_render("%c arg not in range(0x110000)");
     std::string s;
     utf8_append(s, static_cast<char32_t>(mag));
     return pad(s, "", sp, '<');
@@ -343,6 +344,7 @@ std::string format_fields(const std::string& fmt, const Args& a, Numbering& num,
       if (field[k] == '.') {
         size_t e = k + 1;
         while (e < field.size() && field[e] != '.' && field[e] != '[') ++e;
+        if (e == k + 1) throw_render("Empty attribute in format string");
         v = get_attr(v, field.substr(k + 1, e - k - 1));
         k = e;
       } else {
@@ -504,9 +506,10 @@ std::string percent_format(const std::string& fmt, const Value& rhs) {
       piece = format_float(v.as_float(), fs);
     } else if (t == 'c') {
       std::string s;
-      if (v.is_int())
+      if (v.is_int()) {
+        if (v.as_int() < 0 || v.as_int() >= 0x110000) throw_render("%c arg not in range(0x110000)");
         utf8_append(s, static_cast<char32_t>(v.as_int()));
-      else if (v.is_string() && utf8_length(v.str()) == 1)
+      } else if (v.is_string() && utf8_length(v.str()) == 1)
         s = v.str();
       else
         throw_render("%c requires int or char");
