@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "server/client_socket.h"
+#include "server/response_format.h"
+#include "server/tool_constraint.h"
 
 namespace hearth::server {
 
@@ -22,74 +24,17 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 // clients and proxies see the connection alive.
 constexpr auto kPingEvery = std::chrono::seconds(1);
 
-// The local stand-in for make_output_parser: <think>...</think> becomes reasoning, the
-// rest content; tool calls are not recognized (they stay content). A tag split across
-// feeds is held back until it resolves.
-class ThinkSplitter final : public OutputParser {
- public:
-  explicit ThinkSplitter(const OutputOptions& o)
-      : parse_(o.parse_reasoning), in_reasoning_(o.parse_reasoning && o.starts_in_reasoning) {}
-
-  std::vector<OutputEvent> feed(std::string_view text) override {
-    held_ += text;
-    std::vector<OutputEvent> out;
-    for (;;) {
-      const std::string_view tag = in_reasoning_ ? "</think>" : "<think>";
-      const size_t at = parse_ ? held_.find(tag) : std::string::npos;
-      if (at == std::string::npos) break;
-      emit(out, held_.substr(0, at));
-      held_.erase(0, at + tag.size());
-      in_reasoning_ = !in_reasoning_;
-      trim_newlines_ = true;
-    }
-    size_t keep = 0;  // the longest tail that may still become the tag
-    if (parse_) {
-      const std::string_view tag = in_reasoning_ ? "</think>" : "<think>";
-      for (size_t n = std::min(tag.size() - 1, held_.size()); n > 0; --n) {
-        if (held_.compare(held_.size() - n, n, tag.substr(0, n)) == 0) {
-          keep = n;
-          break;
-        }
-      }
-    }
-    emit(out, held_.substr(0, held_.size() - keep));
-    held_.erase(0, held_.size() - keep);
-    return out;
+// Anthropic's tool_choice, as the parser left it in OpenAI's shape ("auto" | "none" |
+// "required" | {"type": "function", "function": {"name"}}; null: absent).
+ToolChoice tool_choice_of(const json& v) {
+  ToolChoice tc;
+  if (v == "none") tc.mode = ToolChoice::Mode::kNone;
+  if (v == "required") tc.mode = ToolChoice::Mode::kRequired;
+  if (v.is_object()) {
+    tc.mode = ToolChoice::Mode::kNamed;
+    tc.name = v.at("function").at("name").get<std::string>();
   }
-
-  std::vector<OutputEvent> finish() override {
-    std::vector<OutputEvent> out;
-    emit(out, held_);
-    held_.clear();
-    return out;
-  }
-
- private:
-  void emit(std::vector<OutputEvent>& out, std::string text) {
-    if (trim_newlines_) {  // the "\n" after a <think> / </think> tag belongs to the tag
-      const size_t n = text.find_first_not_of('\n');
-      text.erase(0, n == std::string::npos ? text.size() : n);
-      if (!text.empty()) trim_newlines_ = false;
-    }
-    if (text.empty()) return;
-    OutputEvent e;
-    e.kind = in_reasoning_ ? OutputEvent::Kind::kReasoning : OutputEvent::Kind::kContent;
-    e.text = std::move(text);
-    out.push_back(std::move(e));
-  }
-
-  bool parse_;
-  bool in_reasoning_;
-  bool trim_newlines_ = false;
-  std::string held_;
-};
-
-// Whether the rendered prompt leaves the model inside an open <think> block.
-bool ends_inside_think(const std::string& prompt) {
-  const size_t end = prompt.find_last_not_of(" \n");
-  if (end == std::string::npos) return false;
-  const std::string_view head = std::string_view(prompt).substr(0, end + 1);
-  return head.size() >= 7 && head.substr(head.size() - 7) == "<think>";
+  return tc;
 }
 
 // Waits for the next deltas or the end; cancels when the client is gone. False when the
@@ -115,10 +60,6 @@ ApiError failed_final_error(const engine::Final& f) {
 
 }  // namespace
 
-std::unique_ptr<OutputParser> anthropic_output_parser(const OutputOptions& options) {
-  return std::make_unique<ThinkSplitter>(options);
-}
-
 bool is_anthropic_path(std::string_view path) {
   return path == "/v1/messages" || path.substr(0, 13) == "/v1/messages/" ||
          path.substr(0, 13) == "/v1/messages?";
@@ -131,31 +72,37 @@ void send_anthropic_error(httplib::Response& res, const ApiError& error) {
   res.set_content(anthropic_error_body(a), "application/json");
 }
 
-AnthropicRoutes::AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat,
+AnthropicRoutes::AnthropicRoutes(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok,
+                                 const engine::ChatPrompt& chat, const ChatSettings& settings,
                                  ServerMetrics& metrics, std::string model_id,
                                  std::function<void(const std::string&)> check_model)
     : engine_(engine),
+      tok_(tok),
       chat_(chat),
+      settings_(settings),
       metrics_(metrics),
       model_id_(std::move(model_id)),
       check_model_(std::move(check_model)) {}
 
 AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) const {
-  std::string text;
-  try {
-    text = chat_.render(r.messages, anthropic_template_extra(r));
-  } catch (const Error& e) {
-    throw ApiException(invalid_request(
-        std::string("the chat template failed on these messages: ") + e.what(), "messages"));
-  }
-  text += r.prefill;
+  ChatInputs in;
+  in.messages = r.messages;
+  in.tools = r.tools;
+  in.tool_choice = tool_choice_of(r.tool_choice);
+  in.parallel_tool_calls = r.parallel_tool_calls;
+  in.kwargs = r.chat_template_kwargs;
+  if (r.thinking_budget) in.reasoning_budget = *r.thinking_budget;
   Prompt p;
-  p.tokens = chat_.encode(text);
+  p.prepared = prepare_chat(in, chat_, settings_);
+  p.output = p.prepared.output;
+  if (!r.prefill.empty()) {  // the model continues the prefill: it may open or close <think>
+    p.prepared.prompt += r.prefill;
+    p.output.starts_in_reasoning =
+        p.output.parse_reasoning && prompt_opens_reasoning(p.prepared.prompt);
+  }
+  p.tokens = chat_.encode(p.prepared.prompt);
   if (p.tokens.empty())
     throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
-  p.output.tools = r.tools;
-  p.output.parse_tools = !r.tools.is_null() && !r.tools.empty() && r.tool_choice != "none";
-  p.output.starts_in_reasoning = ends_inside_think(text);
   return p;
 }
 
@@ -192,6 +139,19 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();
     g.stop = r.stop_sequences;
+    g.reasoning = reasoning_limit(p.prepared, settings_, tok_);
+    // tool_choice any / tool: a grammar makes the answer a call with valid input;
+    // output_config.format: the answer follows the schema. Compiled now (errors are 400s).
+    std::optional<grammar::ConstraintSpec> spec = tool_constraint_spec(p.prepared.constraint);
+    const bool for_tools = spec.has_value();
+    if (!spec && !r.response_format.is_null()) spec = parse_response_format(r.response_format);
+    if (spec) {
+      try {
+        g.constraint = engine_.compile_constraint(*spec);
+      } catch (const Error& e) {
+        throw ApiException(invalid_request(e.what(), for_tools ? "tools" : "output_config.format"));
+      }
+    }
     channel = std::make_shared<engine::RequestChannel>();
     switch (engine_.submit(std::move(g), channel)) {
       case engine::ServeEngine::Admit::kOk:
@@ -213,7 +173,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     return;
   }
 
-  std::shared_ptr<OutputParser> parser = anthropic_output_parser(p.output);
+  std::shared_ptr<OutputParser> parser = make_output_parser(p.output);
   AnthropicContext ctx{make_response_id("msg_"), r.model.value_or(model_id_)};
   auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
 

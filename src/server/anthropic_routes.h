@@ -15,6 +15,7 @@
 #include "engine/serve_engine.h"
 #include "server/anthropic_protocol.h"
 #include "server/chat_output.h"
+#include "server/chat_request.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 
@@ -32,17 +33,14 @@ bool is_anthropic_path(std::string_view path);
 // 429 / 529.
 void send_anthropic_error(httplib::Response& res, const ApiError& error);
 
-// The parser of the assistant's output that the Anthropic routes format from.
-// INTEGRATION POINT: until make_output_parser (chat_output.h) is merged this returns a
-// local one that only splits <think>...</think> from the content (no tool calls);
-// replace its body with `return make_output_parser(options);`.
-std::unique_ptr<OutputParser> anthropic_output_parser(const OutputOptions& options);
-
 class AnthropicRoutes {
  public:
   // check_model: throws ApiException (404) when a requested "model" name is not served
   // (the server's policy, shared with the OpenAI routes).
-  AnthropicRoutes(engine::ServeEngine& engine, const engine::ChatPrompt& chat,
+  // `settings`: the server's chat settings (tools, reasoning, template kwargs), as the
+  // OpenAI route uses them.
+  AnthropicRoutes(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok,
+                  const engine::ChatPrompt& chat, const ChatSettings& settings,
                   ServerMetrics& metrics, std::string model_id,
                   std::function<void(const std::string&)> check_model);
   // POST /v1/messages, already authorized. Thread-safe (called from many HTTP threads).
@@ -52,19 +50,19 @@ class AnthropicRoutes {
   void count_tokens(const httplib::Request& req, httplib::Response& res);
 
  private:
-  // The prompt tokens of a request and how its answer is parsed.
-  // INTEGRATION POINT: with chat_request.h merged this becomes prepare_chat(ChatInputs{
-  // messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs}, chat,
-  // settings) (tool injection, system folding, the template's tool format), the prefill
-  // appended to its prompt.
+  // The prompt tokens of a request (prepare_chat's prompt, the prefill appended), how its
+  // answer is parsed and what its tool_choice demands.
   struct Prompt {
     std::vector<int32_t> tokens;
+    PreparedChat prepared;
     OutputOptions output;
   };
   Prompt prepare(const AnthropicRequest& request) const;
 
   engine::ServeEngine& engine_;
+  const tokenizer::Tokenizer& tok_;
   const engine::ChatPrompt& chat_;
+  const ChatSettings& settings_;
   ServerMetrics& metrics_;
   std::string model_id_;
   std::function<void(const std::string&)> check_model_;

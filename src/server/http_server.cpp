@@ -12,6 +12,7 @@
 #include "server/anthropic_routes.h"
 #include "server/client_socket.h"
 #include "server/openai_protocol.h"
+#include "server/tool_constraint.h"
 
 namespace hearth::server {
 namespace {
@@ -58,9 +59,8 @@ struct HttpServer::Impl {
   const engine::ChatPrompt& chat;
   ServerMetrics& metrics;
   HttpOptions opt;
-  AnthropicRoutes anthropic{engine, chat, metrics, opt.model_id, [this](const std::string& name) {
-                              if (!model_known(name)) throw ApiException(model_not_found(name));
-                            }};
+  AnthropicRoutes anthropic{engine, tok, chat, opt.chat, metrics, opt.model_id,
+                            [this](const std::string& name) { check_model(name); }};
   httplib::Server svr;
   std::mutex log_mu;
   FILE* log = stderr;
@@ -367,11 +367,15 @@ struct HttpServer::Impl {
       g.sampler.seed = pr.seed ? *pr.seed : std::random_device{}();
       g.stop = pr.stop;
       g.top_logprobs = pr.engine_top_logprobs();
-      if (pr.constraint) {
+      // tool_choice "required" / a named function is enforced by a grammar (it wins over a
+      // response_format: the answer is then a tool call).
+      std::optional<grammar::ConstraintSpec> tool_spec;
+      if (is_chat) tool_spec = tool_constraint_spec(prepared.constraint);
+      if (tool_spec || pr.constraint) {
         try {  // compiled now: a schema xgrammar cannot enforce is a 400, never a queued request
-          g.constraint = engine.compile_constraint(*pr.constraint);
+          g.constraint = engine.compile_constraint(tool_spec ? *tool_spec : *pr.constraint);
         } catch (const Error& e) {
-          throw ApiException(invalid_request(e.what(), "response_format"));
+          throw ApiException(invalid_request(e.what(), tool_spec ? "tools" : "response_format"));
         }
       }
       if (is_chat) g.reasoning = reasoning_limit(prepared, opt.chat, tok);

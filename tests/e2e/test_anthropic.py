@@ -231,6 +231,80 @@ def test_tools_and_a_tool_round_trip_are_accepted(client, model_id):
     assert msg.usage.output_tokens >= 1
 
 
+FILE_TOOLS = [
+    {"name": "get_weather", "description": "The weather in a city now",
+     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    {"name": "write_file", "description": "Write a file",
+     "input_schema": {"type": "object", "additionalProperties": False, "required": ["path", "content", "mode"],
+                      "properties": {"path": {"type": "string", "maxLength": 30},
+                                     "content": {"type": "string", "maxLength": 60},
+                                     "mode": {"type": "string", "enum": ["create", "append"]},
+                                     "lines": {"type": "integer", "minimum": 0}}}},
+]
+
+
+@pytest.mark.parametrize("tool_choice", [{"type": "tool", "name": "write_file"}, {"type": "any"}])
+def test_tool_choice_gives_a_tool_use_that_validates(client, model_id, tool_choice):
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = {t["name"]: t["input_schema"] for t in FILE_TOOLS}
+    kw = dict(model=model_id, max_tokens=150, tools=FILE_TOOLS, messages=user("Save a note saying hello."),
+              tool_choice={**tool_choice, "disable_parallel_tool_use": True}, extra_body=GREEDY)
+    msg = client.messages.create(**kw)
+    assert msg.stop_reason == "tool_use", msg
+    uses = [b for b in msg.content if b.type == "tool_use"]
+    assert len(uses) == 1, msg.content
+    if tool_choice["type"] == "tool":
+        assert uses[0].name == "write_file"
+    assert uses[0].id.startswith("toolu_")
+    jsonschema.validate(uses[0].input, schemas[uses[0].name])
+
+    # Streamed: the input_json_delta fragments assemble to the same valid JSON.
+    starts, fragments, stop_reason = [], [], None
+    with client.messages.stream(**kw) as stream:
+        for event in stream:
+            if event.type == "content_block_start" and event.content_block.type == "tool_use":
+                starts.append(event.content_block)
+            elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                fragments.append(event.delta.partial_json)
+            elif event.type == "message_delta":
+                stop_reason = event.delta.stop_reason
+        final = stream.get_final_message()
+    assert stop_reason == "tool_use" and final.stop_reason == "tool_use"
+    assert len(starts) == 1 and starts[0].name == uses[0].name
+    streamed_input = json.loads("".join(fragments))
+    jsonschema.validate(streamed_input, schemas[starts[0].name])
+    assert streamed_input == uses[0].input  # greedy: the same call
+    assert [b.input for b in final.content if b.type == "tool_use"] == [streamed_input]
+
+
+def test_output_config_format_is_enforced(server, model_id):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "object", "additionalProperties": False, "required": ["answer", "confidence"],
+              "properties": {"answer": {"type": "string", "maxLength": 40},
+                             "confidence": {"type": "number", "minimum": 0, "maximum": 1}}}
+    r = post(server, "/v1/messages", {"model": model_id, "max_tokens": 100, "temperature": 0,
+                                      "messages": user("Is the sky blue? Answer in JSON."),
+                                      "output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["stop_reason"] == "end_turn", body
+    jsonschema.validate(json.loads("".join(b["text"] for b in body["content"] if b["type"] == "text")), schema)
+
+
+def test_unenforceable_tool_schema_is_a_400(client, model_id):
+    tools = [{"name": "f", "input_schema": {"type": "object", "properties": {"x": {"not": {"type": "string"}}}}}]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model=model_id, max_tokens=10, tools=tools, messages=user("hi"),
+                               tool_choice={"type": "tool", "name": "f"})
+    assert info.value.body["error"]["type"] == "invalid_request_error"
+    assert "'not'" in info.value.body["error"]["message"], info.value.body
+
+
+def test_any_model_name_is_served(client):
+    msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=3, messages=user("Hi"))
+    assert msg.model == "claude-sonnet-4-5" and msg.usage.output_tokens >= 1
+
+
 def test_assistant_prefill_is_continued(client, model_id):
     msgs = user("List three fruits as a JSON array.")
     prefill = msgs + [{"role": "assistant", "content": '["apple",'}]

@@ -310,3 +310,106 @@ def test_bad_flags_fail_at_start(run_hearth, default_model):
     assert r.returncode != 0 and "--reasoning-format" in r.stderr
     r = run_hearth("serve", "-m", default_model, "--port", "0", "--chat-template", "/nonexistent.jinja")
     assert r.returncode != 0
+
+
+# ---------------------------------------------------------------------------
+# tool_choice "required" / a named function: enforced by a grammar, so even the 135M model
+# returns a call whose arguments validate against the tool's schema.
+
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_files",
+        "description": "Search files for a pattern",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "maxLength": 20},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 50},
+                "regex": {"type": "boolean"},
+            },
+            "required": ["pattern", "max_results", "regex"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def streamed_calls(stream):
+    """(calls as [{"id", "name", "arguments"}] by index, finish_reason) of a chat stream."""
+    calls, finish = {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        for tc in choice.delta.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+            if tc.id:
+                c["id"] = tc.id
+            if tc.function and tc.function.name:
+                c["name"] = tc.function.name
+            if tc.function and tc.function.arguments:
+                c["arguments"] += tc.function.arguments
+        if choice.finish_reason:
+            finish = choice.finish_reason
+    return [calls[i] for i in sorted(calls)], finish
+
+
+@pytest.mark.parametrize("choice", ["required", "named"])
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_tool_choice_is_enforced(client, choice, temperature):
+    jsonschema = pytest.importorskip("jsonschema")
+    tools = [WEATHER_TOOL, SEARCH_TOOL]
+    tool_choice = "required" if choice == "required" else {"type": "function",
+                                                            "function": {"name": "search_files"}}
+    kw = dict(model="m", messages=[{"role": "user", "content": "Find TODO comments in the code."}],
+              tools=tools, tool_choice=tool_choice, parallel_tool_calls=False, max_tokens=120,
+              temperature=temperature, seed=7)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+
+    r = client.chat.completions.create(**kw)
+    choice0 = r.choices[0]
+    assert choice0.finish_reason == "tool_calls", choice0
+    calls = choice0.message.tool_calls
+    assert calls is not None and len(calls) == 1, choice0.message
+    if choice == "named":
+        assert calls[0].function.name == "search_files"
+    assert calls[0].function.name in schemas
+    assert calls[0].id and calls[0].type == "function"
+    jsonschema.validate(json.loads(calls[0].function.arguments), schemas[calls[0].function.name])
+
+    got, finish = streamed_calls(client.chat.completions.create(**kw, stream=True))
+    assert finish == "tool_calls"
+    assert len(got) == 1, got
+    assert got[0]["id"] and got[0]["name"] in schemas
+    jsonschema.validate(json.loads(got[0]["arguments"]), schemas[got[0]["name"]])
+    if temperature == 0:  # greedy: the stream folds to the same call
+        assert got[0]["name"] == calls[0].function.name
+        assert json.loads(got[0]["arguments"]) == json.loads(calls[0].function.arguments)
+
+
+def test_tool_choice_required_with_parallel_calls(client):
+    jsonschema = pytest.importorskip("jsonschema")
+    r = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Weather in Paris and in Rome?"}],
+        tools=[WEATHER_TOOL], tool_choice="required", max_tokens=60, temperature=0)
+    assert r.choices[0].finish_reason in ("tool_calls", "length")
+    if r.choices[0].finish_reason == "tool_calls":
+        assert len(r.choices[0].message.tool_calls) >= 1
+        for c in r.choices[0].message.tool_calls:
+            assert c.function.name == "get_weather"
+            jsonschema.validate(json.loads(c.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def test_tool_choice_with_an_unenforceable_schema_is_400(client):
+    bad_tool = {"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=[bad_tool],
+                                       tool_choice="required", max_tokens=10)
+    assert info.value.status_code == 400
+    assert "uniqueItems" in info.value.body["message"] and "'f'" in info.value.body["message"]
+    # The same tools with tool_choice auto are not constrained: no error.
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=[bad_tool],
+                                       tool_choice="auto", max_tokens=5)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")

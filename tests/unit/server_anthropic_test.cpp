@@ -614,35 +614,3 @@ TEST(AnthropicFormat, StreamOpenTextBlockClosesAtFinishAndFailuresAreErrorEvents
   EXPECT_EQ(events.back().data["error"],
             json::parse(R"({"type": "api_error", "message": "the engine failed"})"));
 }
-
-// ---------------------------------------------------------------------------
-// The local output parser (stand-in for make_output_parser)
-
-TEST(AnthropicOutputAdapter, SplitsThinkAtEveryByteBoundary) {
-  const std::string out = "<think>\nplan it</think>\n\nThe answer < 5 is <th>4</th>.";
-  for (size_t cut = 0; cut <= out.size(); ++cut) {
-    SCOPED_TRACE(cut);
-    auto p = anthropic_output_parser(OutputOptions{});
-    std::vector<OutputEvent> all;
-    for (auto& e : p->feed(out.substr(0, cut))) all.push_back(e);
-    for (auto& e : p->feed(out.substr(cut))) all.push_back(e);
-    for (auto& e : p->finish()) all.push_back(e);
-    std::string reasoning, content;
-    for (const auto& e : all) (e.kind == Kind::kReasoning ? reasoning : content) += e.text;
-    EXPECT_EQ(reasoning, "plan it");
-    EXPECT_EQ(content, "The answer < 5 is <th>4</th>.");
-  }
-  OutputOptions in_think;
-  in_think.starts_in_reasoning = true;
-  auto p = anthropic_output_parser(in_think);
-  auto a = p->feed("still thinking</think>done");
-  ASSERT_EQ(a.size(), 2u);
-  EXPECT_EQ(a[0].kind, Kind::kReasoning);
-  EXPECT_EQ(a[1].text, "done");
-  OutputOptions raw;
-  raw.parse_reasoning = false;
-  p = anthropic_output_parser(raw);
-  a = p->feed("<think>x</think>y");
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].text, "<think>x</think>y");
-}
