@@ -1,6 +1,7 @@
 // GPU check of the quantized-weight kernels (src/backends/cuda/quant_cuda.h) against
 // the CPU reference dequantizer (src/quant/dequant_ref.h), for every supported type:
-//  - quant_matvec for 1..8 tokens vs a float64 product of the CPU-dequantized weights,
+//  - the argument checks (no device needed: they run, then the test skips, without a GPU);
+//  - quant_matvec for 1..8 and 11 tokens vs a float64 product of the CPU-dequantized weights,
 //    per output |y - ref| <= kMatvecTol * sum_c |w_rc * x_tc| (f32 accumulation: the error
 //    bound scales with the sum of magnitudes, not with |ref|, which may cancel), and
 //    ||y - ref|| / ||ref|| <= kMatvecTol for the whole output; the same for every type since
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <thread>
@@ -164,7 +166,7 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
     hearth::dequantize_row_ref(type, w.data() + r * rb, wf.data() + r * cols, cols);
   });
 
-  constexpr int kTokens = 8;
+  constexpr int kTokens = 11;  // 1..8 in one launch, 11 in two
   std::vector<float> x(static_cast<size_t>(kTokens * cols));
   std::uniform_real_distribution<float> ud(-1.f, 1.f);
   for (auto& v : x) v = ud(rng);
@@ -190,7 +192,7 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
   CUDA_OK(cudaMalloc(&d_y, sizeof(float) * kTokens * rows));
   const DeviceWeight dw{type, d_w, rows, cols, rb};
   std::vector<float> y(static_cast<size_t>(kTokens * rows));
-  for (int nt = 1; nt <= kTokens; ++nt) {
+  for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
     CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTokens * rows, stream));
     hearth::cuda::quant_matvec(dw, d_x, nt, d_y, stream);
     check_launch(stream);
@@ -293,6 +295,44 @@ struct Shape {
   int64_t rows, cols;
   bool quantized;
 };
+
+// The argument checks need no device: they throw before any CUDA call.
+int run_argument_checks() {
+  int bad = 0;
+  auto expect_throw = [&](const char* what, auto&& f) {
+    try {
+      f();
+      std::printf("  FAIL %s: no error\n", what);
+      ++bad;
+    } catch (const std::exception&) {
+    }
+  };
+  alignas(16) static float buf[64];
+  const auto* data = reinterpret_cast<const uint8_t*>(buf);
+  expect_throw("unsupported type", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::IQ2_XXS, data, 1, 256, 66}, buf, 1, buf, nullptr);
+  });
+  expect_throw("n_cols not a whole number of blocks", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::Q4_K, data, 1, 200, 144}, buf, 1, buf, nullptr);
+  });
+  expect_throw("row_bytes too small", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::Q8_0, data, 2, 64, 34}, buf, 1, buf, nullptr);
+  });
+  expect_throw("misaligned Q4_K rows", [&] {
+    hearth::cuda::dequantize_rows_f32(DeviceWeight{GgmlType::Q4_K, data + 4, 1, 256, 144}, 0, 1, buf, nullptr);
+  });
+  expect_throw("misaligned x", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::Q8_0, data, 1, 32, 34}, buf + 1, 1, buf, nullptr);
+  });
+  expect_throw("rows out of range", [&] {
+    hearth::cuda::dequantize_rows_f16(DeviceWeight{GgmlType::Q8_0, data, 4, 32, 34}, 3, 2, buf, nullptr);
+  });
+  expect_throw("negative n_tokens", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::F32, data, 1, 8, 32}, buf, -1, buf, nullptr);
+  });
+  std::printf("argument checks: %s\n", bad == 0 ? "ok" : "FAIL");
+  return bad;
+}
 
 int run_tests(const std::string& only) {
   cudaStream_t stream;
@@ -428,6 +468,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!perf && run_argument_checks() != 0) return 1;
   int n_dev = 0;
   const cudaError_t rc = cudaGetDeviceCount(&n_dev);
   if (rc != cudaSuccess || n_dev == 0) {
