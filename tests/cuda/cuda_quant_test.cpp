@@ -291,6 +291,57 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
   CUDA_OK(cudaFree(d_y));
 }
 
+// quant_matvec_multi over weights of mixed types and row counts (grouped into launches
+// by type) against one float64 reference each.
+void run_multi_case(std::mt19937_64& rng, cudaStream_t stream, Failures& fails) {
+  const int64_t cols = 2048;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::Q4_K,
+                            GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q8_0};
+  const int64_t rows[] = {1000, 256, 300, 0, 77, 512, 33, 129};
+  constexpr int kN = 8;
+  std::vector<float> x(static_cast<size_t>(3 * cols));
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  for (auto& v : x) v = ud(rng);
+  float* d_x = device_copy(x);
+  DeviceWeight ws[kN];
+  float* ys[kN];
+  std::vector<std::vector<float>> wf(kN);
+  for (int i = 0; i < kN; ++i) {
+    const uint64_t rb = row_bytes_of(types[i], cols);
+    const std::vector<uint8_t> w = make_weights(types[i], rows[i], cols, false, rng);
+    wf[i].resize(static_cast<size_t>(rows[i] * cols));
+    for (int64_t r = 0; r < rows[i]; ++r) {
+      hearth::dequantize_row_ref(types[i], w.data() + r * rb, wf[i].data() + r * cols, cols);
+    }
+    ws[i] = DeviceWeight{types[i], device_copy(w), rows[i], cols, rb};
+    CUDA_OK(cudaMalloc(&ys[i], sizeof(float) * 3 * std::max<int64_t>(1, rows[i])));
+    CUDA_OK(cudaMemsetAsync(ys[i], 0xff, sizeof(float) * 3 * std::max<int64_t>(1, rows[i]), stream));
+  }
+  hearth::cuda::quant_matvec_multi(ws, kN, d_x, 3, ys, stream);
+  check_launch(stream);
+  for (int i = 0; i < kN; ++i) {
+    std::vector<float> y(static_cast<size_t>(3 * rows[i]));
+    CUDA_OK(cudaMemcpy(y.data(), ys[i], sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+    for (int64_t k = 0; k < 3 * rows[i]; ++k) {
+      const int64_t t = k / rows[i], r = k % rows[i];
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = static_cast<double>(wf[i][r * cols + c]) * x[t * cols + c];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      if (!(std::fabs(y[k] - ref) <= kMatvecTol * mag)) {
+        fails.add("quant_matvec_multi weight " + std::to_string(i) + " token " + std::to_string(t) + " row " +
+                  std::to_string(r) + ": got " + std::to_string(y[k]) + " want " + std::to_string(ref));
+        break;
+      }
+    }
+    CUDA_OK(cudaFree(const_cast<void*>(ws[i].data)));
+    CUDA_OK(cudaFree(ys[i]));
+  }
+  CUDA_OK(cudaFree(d_x));
+}
+
 struct Shape {
   int64_t rows, cols;
   bool quantized;
@@ -364,6 +415,12 @@ int run_tests(const std::string& only) {
                 "bit-exact)\n",
                 type_name(type).c_str(), fails.count == before ? "ok  " : "FAIL", worst, kMatvecTol);
     std::fflush(stdout);
+  }
+  if (only.empty()) {
+    const int before = fails.count;
+    run_multi_case(rng, stream, fails);
+    std::printf("multi   %s  (quant_matvec_multi: 8 weights of 3 types, 3 tokens)\n",
+                fails.count == before ? "ok  " : "FAIL");
   }
   CUDA_OK(cudaStreamDestroy(stream));
   std::printf(fails.count == 0 ? "all passed\n" : "%d failure(s)\n", fails.count);
