@@ -327,51 +327,73 @@ void launch_matvec(const DeviceWeight* ws, int n, const float* x, int64_t n_toke
 }
 
 // dst[i, :] = row src_row(i) of w dequantized, src_row(i) = ids ? ids[i] : row0 + i; one
-// thread per (output row, unit), grid-stride. OUT is float or __half.
+// thread per (output row, unit), grid-stride by whole warps. The 32 units of a warp are
+// consecutive, so their output is one contiguous range of dst: each lane writes its
+// values into the warp's shared-memory tile in column order, and the warp then stores
+// the tile with contiguous 16-byte writes (the units' own runs lie up to 64 columns
+// apart). OUT is float or __half.
 template <class Q, class OUT>
-__global__ void dequant_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_cols,
-                               int n_units, const int32_t* __restrict__ ids, int64_t row0,
-                               int64_t n_out_rows, OUT* __restrict__ dst) {
+__global__ void __launch_bounds__(256)
+    dequant_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_cols, int n_units,
+                   const int32_t* __restrict__ ids, int64_t row0, int64_t n_out_rows, OUT* __restrict__ dst) {
+  constexpr int kTile = 32 * Q::kPer;  // elements of a warp's 32 units
+  constexpr bool kVec = (kTile * sizeof(OUT)) % (32 * 16) == 0;
+  __shared__ __align__(16) OUT tile[8][kVec ? kTile : 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t total = n_out_rows * n_units;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t out_row = idx / n_units;
-    const int u = static_cast<int>(idx - out_row * n_units);
-    const int64_t src_row = ids != nullptr ? static_cast<int64_t>(__ldg(ids + out_row)) : row0 + out_row;
-    const int b = u / Q::kSubs, s = u % Q::kSubs;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + warp * 32); base < total; base += stride) {
+    const int64_t idx = base + lane;
     float v[Q::kPer];
-    Q::decode(w + src_row * row_bytes + static_cast<int64_t>(b) * Q::kBytes, s, v);
-    OUT* out = dst + out_row * n_cols + static_cast<int64_t>(b) * Q::kElems;
+    int s = 0;
+    int64_t out_elem = 0;  // index in dst of the unit's block start
+    const bool valid = idx < total;
+    if (valid) {
+      const int64_t out_row = idx / n_units;
+      const int u = static_cast<int>(idx - out_row * n_units);
+      const int64_t src_row = ids != nullptr ? static_cast<int64_t>(__ldg(ids + out_row)) : row0 + out_row;
+      const int b = u / Q::kSubs;
+      s = u % Q::kSubs;
+      Q::decode(w + src_row * row_bytes + static_cast<int64_t>(b) * Q::kBytes, s, v);
+      out_elem = out_row * n_cols + static_cast<int64_t>(b) * Q::kElems;
+    }
+    // The warp's units cover dst[first, first + valid_units * kPer) without gaps when the
+    // warp is full and unit 0 starts a block; otherwise write directly.
+    const int64_t first = __shfl_sync(0xffffffffu, out_elem, 0);
+    const bool whole = kVec && base + 32 <= total && (base % Q::kSubs) == 0;
+    if (whole) {
+      OUT* t = tile[warp];
+      const int blk_in_tile = lane / Q::kSubs;
 #pragma unroll
-    for (int run = 0; run < Q::kRuns; ++run) {
-      OUT* o = out + Q::run_col(s, run);
-      const float* vr = v + run * Q::kRunLen;
-      if constexpr (std::is_same_v<OUT, float>) {
-        if constexpr (Q::kRunLen % 4 == 0) {
+      for (int run = 0; run < Q::kRuns; ++run) {
 #pragma unroll
-          for (int i = 0; i < Q::kRunLen; i += 4) {
-            *reinterpret_cast<float4*>(o + i) = make_float4(vr[i], vr[i + 1], vr[i + 2], vr[i + 3]);
+        for (int i = 0; i < Q::kRunLen; ++i) {
+          const int e = blk_in_tile * Q::kElems + Q::run_col(s, run) + i;
+          if constexpr (std::is_same_v<OUT, float>) {
+            t[e] = v[run * Q::kRunLen + i];
+          } else {
+            t[e] = __float2half_rn(v[run * Q::kRunLen + i]);
           }
-        } else {
-#pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) o[i] = vr[i];
         }
-      } else {
-        if constexpr (Q::kRunLen % 8 == 0) {
+      }
+      __syncwarp();
+      constexpr int kChunks = kTile * static_cast<int>(sizeof(OUT)) / 16;
+      const uint4* src = reinterpret_cast<const uint4*>(t);
+      uint4* out = reinterpret_cast<uint4*>(dst + first);
 #pragma unroll
-          for (int i = 0; i < Q::kRunLen; i += 8) {
-            uint4 packed;
-            uint32_t* pw = reinterpret_cast<uint32_t*>(&packed);
+      for (int k = lane; k < kChunks; k += 32) out[k] = src[k];
+      __syncwarp();
+    } else if (valid) {
+      OUT* out = dst + out_elem;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const __half2 h2 = __floats2half2_rn(vr[i + 2 * k], vr[i + 2 * k + 1]);
-              pw[k] = *reinterpret_cast<const uint32_t*>(&h2);
-            }
-            *reinterpret_cast<uint4*>(o + i) = packed;
+      for (int run = 0; run < Q::kRuns; ++run) {
+#pragma unroll
+        for (int i = 0; i < Q::kRunLen; ++i) {
+          if constexpr (std::is_same_v<OUT, float>) {
+            out[Q::run_col(s, run) + i] = v[run * Q::kRunLen + i];
+          } else {
+            out[Q::run_col(s, run) + i] = __float2half_rn(v[run * Q::kRunLen + i]);
           }
-        } else {
-#pragma unroll
-          for (int i = 0; i < Q::kRunLen; ++i) o[i] = __float2half_rn(vr[i]);
         }
       }
     }
