@@ -46,23 +46,26 @@ void check_weight(const DeviceWeight& w, const char* op) {
          std::string(op) + ": no CUDA kernel for tensor type id " +
              std::to_string(static_cast<uint32_t>(w.type)));
   }
-  const std::string where = std::string(op) + " (" + t->name + ", " + std::to_string(w.n_rows) + " x " +
-                            std::to_string(w.n_cols) + "): ";
+  // The message prefix is built only on failure (this runs on every launch).
+  auto where = [&] {
+    return std::string(op) + " (" + t->name + ", " + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) +
+           "): ";
+  };
   if (w.n_rows < 0 || w.n_cols <= 0 || w.n_cols % t->block_elems != 0) {
-    bad(where + "n_cols must be a positive multiple of " + std::to_string(t->block_elems));
+    bad(where() + "n_cols must be a positive multiple of " + std::to_string(t->block_elems));
   }
   int align = t->align;
   // The float types are read 8 elements (16 bytes) at a time when rows allow it.
   if (t->block_elems == 1 && w.n_cols % 8 == 0) align = 16;
   const uint64_t min_bytes = static_cast<uint64_t>(w.n_cols / t->block_elems) * t->block_bytes;
   if (w.row_bytes < min_bytes) {
-    bad(where + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row's " +
+    bad(where() + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row's " +
         std::to_string(min_bytes));
   }
   if ((reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % static_cast<uint64_t>(align) != 0) {
-    bad(where + "data and row_bytes must be multiples of " + std::to_string(align) + " bytes");
+    bad(where() + "data and row_bytes must be multiples of " + std::to_string(align) + " bytes");
   }
-  if (w.n_rows > 0 && w.data == nullptr) bad(where + "data is null");
+  if (w.n_rows > 0 && w.data == nullptr) bad(where() + "data is null");
 }
 
 void run(const DeviceWeight& w, const qk::OpArgs& a, cudaStream_t stream) {
