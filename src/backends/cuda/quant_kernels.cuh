@@ -45,20 +45,6 @@ __device__ __forceinline__ void load_x(const float* p, float* v) {
   }
 }
 
-// Run `run` of unit u of token t from the staged x (see matvec_kernel).
-template <class Q, int NT>
-__device__ __forceinline__ void stage_x(const float4* xs, int t, int run, int u, int n_units, float* v) {
-  constexpr int kQ4 = Q::kRunLen / 4;
-#pragma unroll
-  for (int i4 = 0; i4 < kQ4; ++i4) {
-    const float4 x4 = xs[((t * Q::kRuns + run) * kQ4 + i4) * n_units + u];
-    v[4 * i4] = x4.x;
-    v[4 * i4 + 1] = x4.y;
-    v[4 * i4 + 2] = x4.z;
-    v[4 * i4 + 3] = x4.w;
-  }
-}
-
 // y[t, row] = sum_c w[row, c] * x[t, c] for NT tokens; RPW consecutive rows per row group.
 // Lane l of warp k of a group takes units 32k + l, 32k + l + 32 KS, ... of its rows
 // (consecutive lanes read consecutive bytes), decodes them in registers (QDot: integers,
@@ -76,30 +62,9 @@ struct MatvecTargets {
   int n;
 };
 
-// STAGE: x is first copied into shared memory in the order the lanes read it (float4
-// (t, run, i4, unit) at ((t * kRuns + run) * kRunLen / 4 + i4) * n_units + unit), so that
-// a warp's x loads are 512 contiguous bytes instead of 32 scattered pieces (the runs of
-// consecutive units are up to 64 columns apart); needs NT * n_cols floats of shared
-// memory and kRunLen a multiple of 4.
-template <class Q, int NT, int RPW, int KS, bool STAGE>
+template <class Q, int NT, int RPW, int KS>
 __global__ void __launch_bounds__(kRowGroups * KS * 32)
     matvec_kernel(const MatvecTargets tg, int64_t n_cols, int n_units, const float* __restrict__ x) {
-  extern __shared__ float4 xs[];
-  constexpr int kQ4 = Q::kRunLen / 4;  // float4 per run
-  if constexpr (STAGE) {
-    const int total = NT * Q::kRuns * kQ4 * n_units;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int u = idx % n_units;
-      int rest = idx / n_units;
-      const int i4 = rest % kQ4;
-      rest /= kQ4;
-      const int run = rest % Q::kRuns, t = rest / Q::kRuns;
-      const int b = u / Q::kSubs, s = u % Q::kSubs;
-      const int64_t col = static_cast<int64_t>(b) * Q::kElems + Q::run_col(s, run) + 4 * i4;
-      xs[idx] = __ldg(reinterpret_cast<const float4*>(x + t * n_cols + col));
-    }
-    __syncthreads();
-  }
   // This block's weight, chosen with constant indices only (no local-memory copy).
   const uint8_t* w = tg.w[0];
   uint64_t row_bytes = tg.row_bytes[0];
@@ -147,11 +112,7 @@ __global__ void __launch_bounds__(kRowGroups * KS * 32)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           float xv[Q::kRunLen];
-          if constexpr (STAGE) {
-            stage_x<Q, NT>(xs, t, run, u, n_units, xv);
-          } else {
-            load_x<Q::kRunLen>(xr + t * n_cols, xv);
-          }
+          load_x<Q::kRunLen>(xr + t * n_cols, xv);
 #pragma unroll
           for (int r = 0; r < RPW; ++r) {
 #pragma unroll
@@ -171,11 +132,7 @@ __global__ void __launch_bounds__(kRowGroups * KS * 32)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           float xv[Q::kRunLen];
-          if constexpr (STAGE) {
-            stage_x<Q, NT>(xs, t, run, u, n_units, xv);
-          } else {
-            load_x<Q::kRunLen>(xr + t * n_cols, xv);
-          }
+          load_x<Q::kRunLen>(xr + t * n_cols, xv);
           float xsum = 0.f;
 #pragma unroll
           for (int i = 0; i < Q::kRunLen; ++i) xsum += xv[i];
@@ -247,10 +204,7 @@ inline int sm_count() {
   return cached[dev];
 }
 
-// Shared memory the staged matvec may use for x (above 48 KiB needs an opt-in per kernel).
-inline constexpr int kMaxStageBytes = 96 * 1024;
-
-template <class Q, int NT, int RPW, bool STAGE>
+template <class Q, int NT, int RPW>
 void launch_matvec_rpw(const DeviceWeight* ws, int n, const float* x, int64_t t0, float* const* ys,
                        cudaStream_t stream) {
   constexpr int kSplit = 2;
@@ -268,17 +222,8 @@ void launch_matvec_rpw(const DeviceWeight* ws, int n, const float* x, int64_t t0
     blocks += static_cast<unsigned>((ws[i].n_rows + rows_per_block - 1) / rows_per_block);
     tg.block_end[i] = blocks;
   }
-  size_t smem = 0;
-  if constexpr (STAGE) {
-    static const bool opted_in = [] {
-      return cudaFuncSetAttribute(matvec_kernel<Q, NT, RPW, kSplit, true>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStageBytes) == cudaSuccess;
-    }();
-    (void)opted_in;
-    smem = static_cast<size_t>(NT) * n_cols * sizeof(float);
-  }
-  matvec_kernel<Q, NT, RPW, kSplit, STAGE><<<blocks, kRowGroups * kSplit * 32, smem, stream>>>(
-      tg, n_cols, n_units, x + t0 * n_cols);
+  matvec_kernel<Q, NT, RPW, kSplit><<<blocks, kRowGroups * kSplit * 32, 0, stream>>>(tg, n_cols, n_units,
+                                                                                    x + t0 * n_cols);
 }
 
 // Several rows per group (x read once for them) when that still gives every
@@ -289,21 +234,10 @@ void launch_matvec_nt(const DeviceWeight* ws, int n, const float* x, int64_t t0,
   constexpr int kRpw = NT <= 2 ? 4 : 2;
   int64_t rows = 0;
   for (int i = 0; i < n; ++i) rows += ws[i].n_rows;
-  const bool many_rows = rows >= static_cast<int64_t>(2) * sm_count() * kRowGroups * kRpw;
-  if constexpr (NT <= 2 && Q::kRunLen % 4 == 0) {
-    if (static_cast<int64_t>(NT) * ws[0].n_cols * sizeof(float) <= kMaxStageBytes) {
-      if (many_rows) {
-        launch_matvec_rpw<Q, NT, kRpw, true>(ws, n, x, t0, ys, stream);
-      } else {
-        launch_matvec_rpw<Q, NT, 1, true>(ws, n, x, t0, ys, stream);
-      }
-      return;
-    }
-  }
-  if (many_rows) {
-    launch_matvec_rpw<Q, NT, kRpw, false>(ws, n, x, t0, ys, stream);
+  if (rows >= static_cast<int64_t>(2) * sm_count() * kRowGroups * kRpw) {
+    launch_matvec_rpw<Q, NT, kRpw>(ws, n, x, t0, ys, stream);
   } else {
-    launch_matvec_rpw<Q, NT, 1, false>(ws, n, x, t0, ys, stream);
+    launch_matvec_rpw<Q, NT, 1>(ws, n, x, t0, ys, stream);
   }
 }
 
