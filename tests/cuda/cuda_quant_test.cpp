@@ -1,6 +1,7 @@
 // GPU check of the quantized-weight kernels (src/backends/cuda/quant_cuda.h) against
 // the CPU reference dequantizer (src/quant/dequant_ref.h), for every supported type:
-//  - quant_matvec for 1..8 tokens vs a float64 product of the CPU-dequantized weights,
+//  - the argument checks (no device needed: they run, then the test skips, without a GPU);
+//  - quant_matvec for 1..8 and 11 tokens vs a float64 product of the CPU-dequantized weights,
 //    per output |y - ref| <= kMatvecTol * sum_c |w_rc * x_tc| (f32 accumulation: the error
 //    bound scales with the sum of magnitudes, not with |ref|, which may cancel), and
 //    ||y - ref|| / ||ref|| <= kMatvecTol for the whole output; the same for every type since
@@ -11,8 +12,8 @@
 // with finite random scales (every bit pattern of the quants). Outputs are poisoned (NaN)
 // before every run. Exit 0: all passed; 1: a failure; 77: no GPU (skipped).
 //
-// --perf [--rows R --cols C]: times quant_matvec (CUDA events around each launch, median of
-// 50, weight buffers rotated so the set exceeds L2) per type for n_tokens 1, 4, 8 and
+// --perf [--rows R --cols C]: times quant_matvec (CUDA events around batches of 10 launches,
+// median of 50 batches, weight buffers rotated so the set exceeds L2) per type for n_tokens 1, 4, 8 and
 // dequantize_rows_f16, and prints GB/s and the share of 4.0 TB/s.
 #include <cuda_runtime.h>
 
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <thread>
@@ -164,7 +166,7 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
     hearth::dequantize_row_ref(type, w.data() + r * rb, wf.data() + r * cols, cols);
   });
 
-  constexpr int kTokens = 8;
+  constexpr int kTokens = 11;  // 1..8 in one launch, 11 in two
   std::vector<float> x(static_cast<size_t>(kTokens * cols));
   std::uniform_real_distribution<float> ud(-1.f, 1.f);
   for (auto& v : x) v = ud(rng);
@@ -190,7 +192,7 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
   CUDA_OK(cudaMalloc(&d_y, sizeof(float) * kTokens * rows));
   const DeviceWeight dw{type, d_w, rows, cols, rb};
   std::vector<float> y(static_cast<size_t>(kTokens * rows));
-  for (int nt = 1; nt <= kTokens; ++nt) {
+  for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
     CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTokens * rows, stream));
     hearth::cuda::quant_matvec(dw, d_x, nt, d_y, stream);
     check_launch(stream);
@@ -289,10 +291,99 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
   CUDA_OK(cudaFree(d_y));
 }
 
+// quant_matvec_multi over weights of mixed types and row counts (grouped into launches
+// by type) against one float64 reference each.
+void run_multi_case(std::mt19937_64& rng, cudaStream_t stream, Failures& fails) {
+  const int64_t cols = 2048;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::Q4_K,
+                            GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q8_0};
+  const int64_t rows[] = {1000, 256, 300, 0, 77, 512, 33, 129};
+  constexpr int kN = 8;
+  std::vector<float> x(static_cast<size_t>(3 * cols));
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  for (auto& v : x) v = ud(rng);
+  float* d_x = device_copy(x);
+  DeviceWeight ws[kN];
+  float* ys[kN];
+  std::vector<std::vector<float>> wf(kN);
+  for (int i = 0; i < kN; ++i) {
+    const uint64_t rb = row_bytes_of(types[i], cols);
+    const std::vector<uint8_t> w = make_weights(types[i], rows[i], cols, false, rng);
+    wf[i].resize(static_cast<size_t>(rows[i] * cols));
+    for (int64_t r = 0; r < rows[i]; ++r) {
+      hearth::dequantize_row_ref(types[i], w.data() + r * rb, wf[i].data() + r * cols, cols);
+    }
+    ws[i] = DeviceWeight{types[i], device_copy(w), rows[i], cols, rb};
+    CUDA_OK(cudaMalloc(&ys[i], sizeof(float) * 3 * std::max<int64_t>(1, rows[i])));
+    CUDA_OK(cudaMemsetAsync(ys[i], 0xff, sizeof(float) * 3 * std::max<int64_t>(1, rows[i]), stream));
+  }
+  hearth::cuda::quant_matvec_multi(ws, kN, d_x, 3, ys, stream);
+  check_launch(stream);
+  for (int i = 0; i < kN; ++i) {
+    std::vector<float> y(static_cast<size_t>(3 * rows[i]));
+    CUDA_OK(cudaMemcpy(y.data(), ys[i], sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+    for (int64_t k = 0; k < 3 * rows[i]; ++k) {
+      const int64_t t = k / rows[i], r = k % rows[i];
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = static_cast<double>(wf[i][r * cols + c]) * x[t * cols + c];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      if (!(std::fabs(y[k] - ref) <= kMatvecTol * mag)) {
+        fails.add("quant_matvec_multi weight " + std::to_string(i) + " token " + std::to_string(t) + " row " +
+                  std::to_string(r) + ": got " + std::to_string(y[k]) + " want " + std::to_string(ref));
+        break;
+      }
+    }
+    CUDA_OK(cudaFree(const_cast<void*>(ws[i].data)));
+    CUDA_OK(cudaFree(ys[i]));
+  }
+  CUDA_OK(cudaFree(d_x));
+}
+
 struct Shape {
   int64_t rows, cols;
   bool quantized;
 };
+
+// The argument checks need no device: they throw before any CUDA call.
+int run_argument_checks() {
+  int bad = 0;
+  auto expect_throw = [&](const char* what, auto&& f) {
+    try {
+      f();
+      std::printf("  FAIL %s: no error\n", what);
+      ++bad;
+    } catch (const std::exception&) {
+    }
+  };
+  alignas(16) static float buf[64];
+  const auto* data = reinterpret_cast<const uint8_t*>(buf);
+  expect_throw("unsupported type", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::IQ2_XXS, data, 1, 256, 66}, buf, 1, buf, nullptr);
+  });
+  expect_throw("n_cols not a whole number of blocks", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::Q4_K, data, 1, 200, 144}, buf, 1, buf, nullptr);
+  });
+  expect_throw("row_bytes too small", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::Q8_0, data, 2, 64, 34}, buf, 1, buf, nullptr);
+  });
+  expect_throw("misaligned Q4_K rows", [&] {
+    hearth::cuda::dequantize_rows_f32(DeviceWeight{GgmlType::Q4_K, data + 4, 1, 256, 144}, 0, 1, buf, nullptr);
+  });
+  expect_throw("misaligned x", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::Q8_0, data, 1, 32, 34}, buf + 1, 1, buf, nullptr);
+  });
+  expect_throw("rows out of range", [&] {
+    hearth::cuda::dequantize_rows_f16(DeviceWeight{GgmlType::Q8_0, data, 4, 32, 34}, 3, 2, buf, nullptr);
+  });
+  expect_throw("negative n_tokens", [&] {
+    hearth::cuda::quant_matvec(DeviceWeight{GgmlType::F32, data, 1, 8, 32}, buf, -1, buf, nullptr);
+  });
+  std::printf("argument checks: %s\n", bad == 0 ? "ok" : "FAIL");
+  return bad;
+}
 
 int run_tests(const std::string& only) {
   cudaStream_t stream;
@@ -325,6 +416,12 @@ int run_tests(const std::string& only) {
                 type_name(type).c_str(), fails.count == before ? "ok  " : "FAIL", worst, kMatvecTol);
     std::fflush(stdout);
   }
+  if (only.empty()) {
+    const int before = fails.count;
+    run_multi_case(rng, stream, fails);
+    std::printf("multi   %s  (quant_matvec_multi: 8 weights of 3 types, 3 tokens)\n",
+                fails.count == before ? "ok  " : "FAIL");
+  }
   CUDA_OK(cudaStreamDestroy(stream));
   std::printf(fails.count == 0 ? "all passed\n" : "%d failure(s)\n", fails.count);
   return fails.count == 0 ? 0 : 1;
@@ -335,7 +432,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
   CUDA_OK(cudaStreamCreate(&stream));
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("perf: %s, L2 %d MiB, matrix %lld x %lld, median of 50 launches (CUDA events)\n", prop.name,
+  std::printf("perf: %s, L2 %d MiB, matrix %lld x %lld, median of 50 batches of 10 launches (CUDA events)\n", prop.name,
               prop.l2CacheSize >> 20, static_cast<long long>(rows), static_cast<long long>(cols));
   std::printf("%-7s %9s | %18s | %18s | %18s | %18s\n", "type", "MiB", "matvec t=1 GB/s %", "t=4", "t=8",
               "dequant f16 GB/s %");
@@ -363,18 +460,22 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
     const int64_t deq_rows = std::min<int64_t>(rows, 1024);
     CUDA_OK(cudaMalloc(&d_h, sizeof(uint16_t) * deq_rows * cols));
 
+    // Batches of kBatch back-to-back launches between two events (so the host's launch
+    // time overlaps the device's work, as in a real decode step), over rotating weight
+    // buffers; the median batch over kReps, per launch.
+    constexpr int kBatch = 10, kReps = 50;
     auto time_it = [&](auto&& launch) {
       std::vector<float> ms;
-      for (int rep = -5; rep < 50; ++rep) {
-        const int k = (rep + 5) % n_buf;
+      int k = 0;
+      for (int rep = -2; rep < kReps; ++rep) {
         CUDA_OK(cudaEventRecord(e0, stream));
-        launch(k);
+        for (int j = 0; j < kBatch; ++j) launch(k++ % n_buf);
         CUDA_OK(cudaEventRecord(e1, stream));
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaGetLastError());
         float t = 0;
         CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
-        if (rep >= 0) ms.push_back(t);
+        if (rep >= 0) ms.push_back(t / kBatch);
       }
       std::sort(ms.begin(), ms.end());
       return ms[ms.size() / 2] * 1e-3;  // seconds
@@ -428,6 +529,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!perf && run_argument_checks() != 0) return 1;
   int n_dev = 0;
   const cudaError_t rc = cudaGetDeviceCount(&n_dev);
   if (rc != cudaSuccess || n_dev == 0) {

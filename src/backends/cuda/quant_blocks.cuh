@@ -105,7 +105,11 @@ __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b);
 // 6-bit scale and min j (0..7) of a Q4_K / Q5_K block, from its 12 scale bytes
 // given as three little-endian words.
 __device__ __forceinline__ void k4_scale_min(int j, const uint32_t s[3], uint32_t* sc, uint32_t* m) {
-  auto b = [&](int i) { return byte_of(s[i >> 2], i & 3); };
+  // Words chosen by selects, not by a run-time array index (which would go to local memory).
+  auto b = [&](int i) {
+    const int k = i >> 2;
+    return byte_of(k == 0 ? s[0] : k == 1 ? s[1] : s[2], i & 3);
+  };
   if (j < 4) {
     *sc = b(j) & 63;
     *m = b(j + 4) & 63;

@@ -46,23 +46,26 @@ void check_weight(const DeviceWeight& w, const char* op) {
          std::string(op) + ": no CUDA kernel for tensor type id " +
              std::to_string(static_cast<uint32_t>(w.type)));
   }
-  const std::string where = std::string(op) + " (" + t->name + ", " + std::to_string(w.n_rows) + " x " +
-                            std::to_string(w.n_cols) + "): ";
+  // The message prefix is built only on failure (this runs on every launch).
+  auto where = [&] {
+    return std::string(op) + " (" + t->name + ", " + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) +
+           "): ";
+  };
   if (w.n_rows < 0 || w.n_cols <= 0 || w.n_cols % t->block_elems != 0) {
-    bad(where + "n_cols must be a positive multiple of " + std::to_string(t->block_elems));
+    bad(where() + "n_cols must be a positive multiple of " + std::to_string(t->block_elems));
   }
   int align = t->align;
   // The float types are read 8 elements (16 bytes) at a time when rows allow it.
   if (t->block_elems == 1 && w.n_cols % 8 == 0) align = 16;
   const uint64_t min_bytes = static_cast<uint64_t>(w.n_cols / t->block_elems) * t->block_bytes;
   if (w.row_bytes < min_bytes) {
-    bad(where + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row's " +
+    bad(where() + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row's " +
         std::to_string(min_bytes));
   }
   if ((reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % static_cast<uint64_t>(align) != 0) {
-    bad(where + "data and row_bytes must be multiples of " + std::to_string(align) + " bytes");
+    bad(where() + "data and row_bytes must be multiples of " + std::to_string(align) + " bytes");
   }
-  if (w.n_rows > 0 && w.data == nullptr) bad(where + "data is null");
+  if (w.n_rows > 0 && w.data == nullptr) bad(where() + "data is null");
 }
 
 void run(const DeviceWeight& w, const qk::OpArgs& a, cudaStream_t stream) {
@@ -77,17 +80,46 @@ void run(const DeviceWeight& w, const qk::OpArgs& a, cudaStream_t stream) {
 bool quant_supported(GgmlType type) { return find_type(type) != nullptr; }
 
 void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream) {
-  check_weight(w, "quant_matvec");
+  quant_matvec_multi(&w, 1, x, n_tokens, &y, stream);
+}
+
+void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  for (int i = 0; i < n; ++i) {
+    check_weight(ws[i], "quant_matvec");
+    if (ws[i].n_cols != ws[0].n_cols) {
+      bad("quant_matvec_multi: weight " + std::to_string(i) + " has " + std::to_string(ws[i].n_cols) +
+          " columns, weight 0 " + std::to_string(ws[0].n_cols));
+    }
+  }
   if (n_tokens < 0) bad("quant_matvec: negative n_tokens " + std::to_string(n_tokens));
-  if (n_tokens == 0 || w.n_rows == 0) return;
-  if (w.n_cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+  if (n_tokens == 0) return;
+  if (ws[0].n_cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 != 0) {
     bad("quant_matvec: x must be 16-byte aligned");
   }
-  qk::OpArgs a{qk::Op::kMatvec};
-  a.x = x;
-  a.n_tokens = n_tokens;
-  a.y = y;
-  run(w, a, stream);
+  // One launch per run of consecutive weights of one type (at most qk::kMaxMulti each);
+  // weights without rows are skipped.
+  int i = 0;
+  while (i < n) {
+    DeviceWeight group[qk::kMaxMulti];
+    float* group_y[qk::kMaxMulti];
+    int k = 0;
+    for (; i < n && k < qk::kMaxMulti && (k == 0 || ws[i].type == group[0].type); ++i) {
+      if (ws[i].n_rows == 0) continue;
+      group[k] = ws[i];
+      group_y[k] = ys[i];
+      ++k;
+    }
+    if (k == 0) continue;
+    qk::OpArgs a{qk::Op::kMatvec};
+    a.x = x;
+    a.n_tokens = n_tokens;
+    a.ws = group;
+    a.n_ws = k;
+    a.ys = group_y;
+    run(group[0], a, stream);
+  }
 }
 
 void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, void* dst_f16,

@@ -39,6 +39,12 @@ struct DeviceWeight {
 constexpr int64_t kMaxMatvecTokens = 8;
 void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
 
+// ys[i]: [n_tokens, ws[i].n_rows] = x times ws[i] transposed, for n weights with equal
+// n_cols that share x (q/k/v, gate/up): as n quant_matvec calls, with one launch for each
+// run of consecutive weights of one type (up to 4).
+void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
+                        cudaStream_t stream);
+
 // dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
 // tensor-core products of many tokens) or f32.
 void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, void* dst_f16, cudaStream_t stream);
