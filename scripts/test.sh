@@ -4,7 +4,10 @@
 #   2. end-to-end tests (pytest) that run the real hearth binary on real files
 #   3. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   4. short libFuzzer runs (GGUF reader, chat templates, tokenizers) over the kept corpora
-# HEARTH_TEST_QUICK=1 skips 3 and 4.
+#   5. when the CUDA toolkit (nvcc) is there: the CUDA preset compiled for one architecture
+#      (sm_90a) and its GPU tests, which skip without a GPU (they run on a GPU machine through
+#      scripts/cuda_device_check.sh); HEARTH_TEST_CUDA=0 skips it
+# HEARTH_TEST_QUICK=1 skips 3, 4 and 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -46,5 +49,19 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
     fi
     tail -n 2 "$scratch/$part.log"
   done
+
+  if [ "${HEARTH_TEST_CUDA:-1}" != "0" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+    export PATH="$PATH:/usr/local/cuda/bin"
+    if [ ! -f build-cuda/build.ninja ]; then
+      hearth_log "configuring build-cuda (one architecture: sm_90a)"
+      cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a-real >/dev/null
+    fi
+    hearth_log "building build-cuda (hearth and the GPU tests)"
+    cmake --build build-cuda --target hearth backend_parity_test cuda_quant_test
+    hearth_log "GPU tests (skip without a GPU)"
+    ctest --test-dir build-cuda --output-on-failure -L cuda
+  else
+    hearth_log "no CUDA toolkit (nvcc): the CUDA preset is not compiled"
+  fi
 fi
 hearth_log "all tests passed"
