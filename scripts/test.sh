@@ -56,8 +56,8 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
       hearth_log "configuring build-cuda (one architecture: sm_90a)"
       cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a-real >/dev/null
     fi
-    hearth_log "building build-cuda (hearth and the GPU tests)"
-    cmake --build build-cuda --target hearth backend_parity_test cuda_quant_test
+    hearth_log "building build-cuda (the CUDA back-end and its GPU tests)"
+    cmake --build build-cuda --target backend_parity_test cuda_quant_test
     hearth_log "GPU tests (skip without a GPU)"
     ctest --test-dir build-cuda --output-on-failure -L cuda
   else
