@@ -4,9 +4,9 @@
 #   2. end-to-end tests (pytest) that run the real hearth binary on real files
 #   3. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   4. short libFuzzer runs (GGUF reader, chat templates, tokenizers) over the kept corpora
-#   5. when the CUDA toolkit (nvcc) is there: the CUDA preset compiled for one architecture
-#      (sm_90a) and its GPU tests, which skip without a GPU (they run on a GPU machine through
-#      scripts/cuda_device_check.sh); HEARTH_TEST_CUDA=0 skips it
+#   5. with HEARTH_TEST_CUDA=1 and the CUDA toolkit (nvcc): the CUDA back-end and its GPU tests
+#      compiled for one architecture (sm_90a) and run (they skip without a GPU; on a GPU machine
+#      scripts/cuda_device_check.sh runs them). Off by default until CI's time allows it.
 # HEARTH_TEST_QUICK=1 skips 3, 4 and 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +50,7 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
     tail -n 2 "$scratch/$part.log"
   done
 
-  if [ "${HEARTH_TEST_CUDA:-1}" != "0" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  if [ "${HEARTH_TEST_CUDA:-0}" = "1" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
     export PATH="$PATH:/usr/local/cuda/bin"
     if [ ! -f build-cuda/build.ninja ]; then
       hearth_log "configuring build-cuda (one architecture: sm_90a)"
@@ -61,7 +61,7 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
     hearth_log "GPU tests (skip without a GPU)"
     ctest --test-dir build-cuda --output-on-failure -L cuda
   else
-    hearth_log "no CUDA toolkit (nvcc): the CUDA preset is not compiled"
+    hearth_log "CUDA stage skipped (HEARTH_TEST_CUDA=1 and nvcc compile the CUDA back-end and its tests)"
   fi
 fi
 hearth_log "all tests passed"
