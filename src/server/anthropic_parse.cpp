@@ -5,7 +5,6 @@
 #include <set>
 
 #include "server/anthropic_protocol.h"
-#include "template/chat_template.h"
 
 namespace hearth::server {
 
@@ -87,32 +86,6 @@ float number_in(const json& v, const std::string& path, double lo, double hi,
         path);
   }
   return static_cast<float>(d);
-}
-
-json parse_body(std::string_view body) {
-  if (body.empty()) bad("the request body is empty (expected a JSON object)", "");
-  // Deep nesting is rejected while parsing, before anything recurses over it.
-  const json::parser_callback_t check_depth = [](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth + 1 > tmpl::kMaxJsonDepth) {
-      bad("the request body nests arrays/objects deeper than " +
-              std::to_string(tmpl::kMaxJsonDepth) + " levels",
-          "");
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(body.begin(), body.end(), check_depth);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line ..."
-    const size_t cut = what.find("] ");
-    if (cut != std::string::npos) what = what.substr(cut + 2);
-    bad("the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + what, "");
-  }
-  if (!j.is_object())
-    bad(std::string("the request body must be a JSON object, got ") + j.type_name(), "");
-  return j;
 }
 
 // The "type" of a content block at `path` (an object).
@@ -428,7 +401,7 @@ void parse_output_format(const json& j, AnthropicRequest& r) {
 }  // namespace
 
 AnthropicRequest parse_anthropic_request(std::string_view body, AnthropicEndpoint endpoint) {
-  const json j = parse_body(body);
+  const json j = parse_json_object(body);  // the OpenAI parser's: same limits and messages
   AnthropicRequest r;
   if (const json* v = field(j, "model")) r.model = get_string(*v, "model");
   parse_messages(j, r);
