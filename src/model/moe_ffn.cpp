@@ -39,6 +39,18 @@ std::vector<ops::WeightView> slice_experts(ops::Backend& be, const gguf::TensorI
   return out;
 }
 
+// All experts of a [cols, rows, n_expert] tensor as one weight of rows * n_expert rows.
+ops::WeightView whole_experts(ops::Backend& be, const gguf::TensorInfo& t, const std::string& name) {
+  ops::WeightView w;
+  w.name = name;
+  w.type = t.type;
+  w.data = t.data;
+  w.n_cols = static_cast<int64_t>(t.shape[0]);
+  w.n_rows = static_cast<int64_t>(t.shape[1] * t.shape[2]);
+  w.row_bytes = t.n_bytes / (t.shape[1] * t.shape[2]);
+  return be.prepare_weight(w);
+}
+
 }  // namespace
 
 MoeWeights bind_moe(const gguf::File& f, ops::Backend& be, const std::string& p, const MoeParams& mp) {
@@ -53,9 +65,19 @@ MoeWeights bind_moe(const gguf::File& f, ops::Backend& be, const std::string& p,
   w.router.n_rows = static_cast<int64_t>(X);
   w.router.row_bytes = router.n_bytes / X;
   w.router = be.prepare_weight(w.router);
-  w.gate = slice_experts(be, need(f, p + "ffn_gate_exps.weight", {E, F, X}), p + "ffn_gate_exps.weight");
-  w.up = slice_experts(be, need(f, p + "ffn_up_exps.weight", {E, F, X}), p + "ffn_up_exps.weight");
-  w.down = slice_experts(be, need(f, p + "ffn_down_exps.weight", {F, E, X}), p + "ffn_down_exps.weight");
+  const auto& gate = need(f, p + "ffn_gate_exps.weight", {E, F, X});
+  const auto& up = need(f, p + "ffn_up_exps.weight", {E, F, X});
+  const auto& down = need(f, p + "ffn_down_exps.weight", {F, E, X});
+  if (be.fused_moe()) {
+    w.fused = true;
+    w.gate_all = whole_experts(be, gate, gate.name);
+    w.up_all = whole_experts(be, up, up.name);
+    w.down_all = whole_experts(be, down, down.name);
+    return w;
+  }
+  w.gate = slice_experts(be, gate, gate.name);
+  w.up = slice_experts(be, up, up.name);
+  w.down = slice_experts(be, down, down.name);
   return w;
 }
 
@@ -87,6 +109,20 @@ void route_top_k(const float* logits, int64_t n, const MoeParams& p, std::vector
 }
 
 void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out) {
+  if (w.fused) {
+    ops::MoeLayer layer;
+    layer.router = &w.router;
+    layer.gate = &w.gate_all;
+    layer.up = &w.up_all;
+    layer.down = &w.down_all;
+    layer.n_expert = p.n_expert;
+    layer.n_used = p.n_used;
+    layer.n_embd = p.n_embd;
+    layer.n_ff = p.n_ff;
+    layer.norm_weights = p.norm_weights;
+    be.moe_ffn(layer, x, n, out);
+    return;
+  }
   auto router = be.alloc(n * p.n_expert);
   be.matmul(w.router, x, n, router->data());
   std::vector<float> host(static_cast<size_t>(n * p.n_expert));

@@ -22,11 +22,15 @@ struct MoeParams {
 
 struct MoeWeights {
   ops::WeightView router;                          // [n_embd -> n_expert]
-  std::vector<ops::WeightView> gate, up, down;     // per expert
+  std::vector<ops::WeightView> gate, up, down;     // per expert (back-ends without fused_moe)
+  // Back-ends with fused_moe(): each projection's experts as one weight (ops::MoeLayer).
+  bool fused = false;
+  ops::WeightView gate_all, up_all, down_all;
 };
 
 // Binds blk.N.ffn_{gate_inp,gate_exps,up_exps,down_exps}.weight, slicing the 3-D
-// expert tensors into one view per expert. Throws Error naming the tensor.
+// expert tensors into one view per expert (or, for a back-end with fused_moe(), one
+// view per tensor). Throws Error naming the tensor.
 MoeWeights bind_moe(const gguf::File& file, ops::Backend& backend, const std::string& prefix, const MoeParams& p);
 
 // Routing decisions for n tokens from router logits ([n, n_expert], host memory):

@@ -96,6 +96,19 @@ struct GdnSeq {
   float* ssm_state = nullptr;
 };
 
+// The routed experts of one MoE layer for a back-end that runs them as one operation
+// (Backend::moe_ffn): the router and each projection's experts as one weight whose
+// rows are expert 0's, then expert 1's, ... (n_expert * n_ff rows for gate / up,
+// n_expert * n_embd for down), prepared with prepare_weight like any other.
+struct MoeLayer {
+  const WeightView* router = nullptr;  // [n_embd -> n_expert]
+  const WeightView* gate = nullptr;    // all experts' [n_embd -> n_ff]
+  const WeightView* up = nullptr;
+  const WeightView* down = nullptr;    // all experts' [n_ff -> n_embd]
+  int64_t n_expert = 0, n_used = 0, n_embd = 0, n_ff = 0;
+  bool norm_weights = true;  // divide the chosen experts' probabilities by their sum
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -178,6 +191,14 @@ class Backend {
   // weights are host memory; ids may repeat only across calls, not within one.
   virtual void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights,
                                 int64_t n_ids, float* dst) = 0;
+
+  // Whether moe_ffn is implemented; then models bind each projection's experts as one
+  // weight (MoeLayer) and call it instead of routing on the host.
+  virtual bool fused_moe() const { return false; }
+  // out: [n, n_embd] (overwritten) = sum over each token's n_used best experts (softmax
+  // of the router's logits, ties to the lower index; optionally renormalised) of
+  // weight * down_e(silu(gate_e x) * up_e x), x: [n, n_embd].
+  virtual void moe_ffn(const MoeLayer& layer, const float* x, int64_t n, float* out);
 };
 
 }  // namespace hearth::ops

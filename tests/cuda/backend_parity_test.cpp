@@ -24,12 +24,14 @@
 
 #include "../unit/model_tiny_builder.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/quant_cuda.h"
 #include "backends/cuda_info.h"
 #include "convert/hf_import.h"
 #include "model/causal_lm.h"
 #include "ops/backend.h"
 #include "quant/dequant_ref.h"
 #include "quant/quant_ref.h"
+#include "q8_ref.h"
 
 namespace {
 
@@ -142,7 +144,8 @@ const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlT
                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::MXFP4};
 
 // Exact products of the dequantized weights with the f32 inputs, in double.
-std::vector<float> exact_matmul(const WeightPair& w, const std::vector<float>& x, int64_t n_tok) {
+template <class X>
+std::vector<float> exact_matmul(const WeightPair& w, const std::vector<X>& x, int64_t n_tok) {
   const int64_t rows = w.c.n_rows, cols = w.c.n_cols;
   std::vector<float> row(static_cast<size_t>(cols)), y(static_cast<size_t>(n_tok * rows));
   for (int64_t r = 0; r < rows; ++r) {
@@ -156,8 +159,11 @@ std::vector<float> exact_matmul(const WeightPair& w, const std::vector<float>& x
   return y;
 }
 
-// The GPU's products against the exact ones: f32 arithmetic on f32 activations for up
-// to 8 tokens (quantized matrix-vector kernels), for F32 weights, matrices of at most
+// The GPU's products against the exact ones. Up to 8 tokens (matrix-vector kernels):
+// for the types with 8-bit activation kernels (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K) the exact
+// product with x quantized as those kernels do (q8_ref.h) within 1e-4, and the f32 one
+// within 1e-2 (the CPU's 8-bit activations are reported); other types f32 arithmetic on
+// f32 activations. For F32 weights, matrices of at most
 // 512 rows and F16 / BF16 ones of at most 4M elements (dequantized to f32, cuBLAS SGEMM)
 // must be within 1e-4; the f16 tensor-core path (other matrices, more than 8 tokens)
 // rounds the activations to f16 (11-bit mantissa): within 2e-3. The CPU (8-bit activations for quantized weights) is
@@ -178,6 +184,15 @@ TEST(CudaParity, MatmulAllTypes) {
       gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
       const auto exact = exact_matmul(*w, x, n_tok);
       const double eg = rel_err(yb.gv(), exact), ec = rel_err(yb.cv(), exact);
+      if (n_tok <= 8 && hearth::cuda::q8_matvec_supported(type)) {
+        const double eq = rel_err(yb.gv(), exact_matmul(*w, q8_values(x), n_tok));
+        EXPECT_LE(eq, 1e-4) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok << " (vs quantized x)";
+        EXPECT_LE(eg, 1e-2) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
+        std::cout << "matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] n=" << n_tok
+                  << ": gpu (8-bit x) vs exact of quantized x " << eq << ", vs exact " << eg << ", cpu vs exact "
+                  << ec << "\n";
+        continue;
+      }
       const bool half = type == GgmlType::F16 || type == GgmlType::BF16;
       const bool f32_path = n_tok <= 8 || type == GgmlType::F32 || rows <= 512 || (half && rows * cols <= (4 << 20));
       const double tol = f32_path ? 1e-4 : 2e-3;
@@ -578,7 +593,9 @@ TEST(CudaParity, LlamaFamilyModels) {
       }
     }
     EXPECT_LE(errs[0][0], 5e-3) << what << ": GPU prefill vs double forward";
-    EXPECT_LE(errs[0][1], 1e-3) << what << ": GPU decode vs double forward";
+    // Decode multiplies 8-bit activations for the quantized types (as the CPU does):
+    // bounded like a quantized-activation forward, not like the f32 one.
+    EXPECT_LE(errs[0][1], 3e-2) << what << ": GPU decode vs double forward";
     double scale = 0;
     for (float v : runs[1].logits[0]) scale = std::max(scale, static_cast<double>(std::abs(v)));
     expect_same_greedy(runs[1], runs[0], 0.05 * scale, what);

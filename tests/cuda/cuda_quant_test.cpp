@@ -34,6 +34,7 @@
 #include "format/ggml_types.h"
 #include "quant/dequant_ref.h"
 #include "quant/quant_ref.h"
+#include "q8_ref.h"
 
 using hearth::GgmlType;
 using hearth::cuda::DeviceWeight;
@@ -154,9 +155,71 @@ void check_launch(cudaStream_t s) {
   CUDA_OK(cudaStreamSynchronize(s));
 }
 
+// q8_matvec for 1..8 and 11 tokens against the exact product with the quantized x
+// (kMatvecTol of sum |w xq|), and within kQ8VsF32Tol of sum |w x| of the f32 product.
+constexpr double kQ8VsF32Tol = 5e-3;
+void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vector<float>& wf,
+                 const std::vector<float>& x, const std::vector<double>& ref32, const std::vector<double>& mag32,
+                 int k_tokens, cudaStream_t stream, Failures& fails, double* worst_err) {
+  const int64_t rows = dw.n_rows, cols = dw.n_cols;
+  const std::vector<double> xq = q8_values(x);
+  std::vector<double> ref(static_cast<size_t>(k_tokens * rows)), mag(ref.size());
+  parallel_for(rows, [&](int64_t r) {
+    const float* wr = wf.data() + r * cols;
+    for (int t = 0; t < k_tokens; ++t) {
+      double s = 0, m = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = static_cast<double>(wr[c]) * xq[t * cols + c];
+        s += p;
+        m += std::fabs(p);
+      }
+      ref[t * rows + r] = s;
+      mag[t * rows + r] = m;
+    }
+  });
+  float* d_x = device_copy(x);
+  float* d_y = nullptr;
+  CUDA_OK(cudaMalloc(&d_y, sizeof(float) * k_tokens * rows));
+  const size_t sb = hearth::cuda::q8_matvec_scratch_bytes(cols, k_tokens);
+  void* d_s = nullptr;
+  CUDA_OK(cudaMalloc(&d_s, sb));
+  std::vector<float> y(static_cast<size_t>(k_tokens * rows));
+  for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+    if (nt > k_tokens) break;
+    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+    hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+    check_launch(stream);
+    CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t i = 0; i < nt * rows; ++i) {
+      const double e = std::fabs(static_cast<double>(y[i]) - ref[i]);
+      const double rel = mag[i] > 0 ? e / mag[i] : e;
+      const double e32 = std::fabs(static_cast<double>(y[i]) - ref32[i]);
+      const double rel32 = mag32[i] > 0 ? e32 / mag32[i] : e32;
+      if (!(rel <= kMatvecTol) || !(rel32 <= kQ8VsF32Tol)) {
+        if (bad++ < 3) {
+          fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + " token " + std::to_string(i / rows) + " row " +
+                    std::to_string(i % rows) + ": got " + std::to_string(y[i]) + " want " + std::to_string(ref[i]) +
+                    " (rel " + std::to_string(rel) + ", vs f32 " + std::to_string(rel32) + ")");
+        }
+      }
+      if (rel > *worst_err || std::isnan(rel)) *worst_err = std::isnan(rel) ? INFINITY : rel;
+    }
+    for (int64_t i = nt * rows; i < k_tokens * rows; ++i) {
+      if (!std::isnan(y[i])) {
+        fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + " wrote past its tokens at " + std::to_string(i));
+        break;
+      }
+    }
+  }
+  CUDA_OK(cudaFree(d_s));
+  CUDA_OK(cudaFree(d_x));
+  CUDA_OK(cudaFree(d_y));
+}
+
 // One (type, shape) case: matvec for 1..8 tokens, dequantize_rows f32/f16, get_rows.
 void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt19937_64& rng,
-              cudaStream_t stream, Failures& fails, double* worst_err) {
+              cudaStream_t stream, Failures& fails, double* worst_err, double* q8_worst) {
   const std::string tag = type_name(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
                           (quantized ? " (quantized)" : " (random blocks)");
   const uint64_t rb = row_bytes_of(type, cols);
@@ -225,6 +288,10 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
       fails.add(tag + " matvec nt=" + std::to_string(nt) + ": ||y-ref||/||ref|| = " + std::to_string(norm_rel));
     }
     *worst_err = std::max(*worst_err, worst);
+  }
+
+  if (hearth::cuda::q8_matvec_supported(type)) {
+    run_q8_case(tag, dw, wf, x, ref, mag, kTokens, stream, fails, q8_worst);
   }
 
   // dequantize_rows: an inner range of rows, bit-exact.
@@ -409,11 +476,15 @@ int run_tests(const std::string& only) {
                 {4099, 4096, false}};
     }
     const int before = fails.count;
-    double worst = 0;
-    for (const Shape& s : shapes) run_case(type, s.rows, s.cols, s.quantized, rng, stream, fails, &worst);
+    double worst = 0, q8_worst = 0;
+    for (const Shape& s : shapes) {
+      run_case(type, s.rows, s.cols, s.quantized, rng, stream, fails, &worst, &q8_worst);
+    }
     std::printf("%-7s %s  (matvec worst |y-ref|/sum|w*x| = %.2e, tolerance %.0e; dequantize/get_rows "
-                "bit-exact)\n",
+                "bit-exact",
                 type_name(type).c_str(), fails.count == before ? "ok  " : "FAIL", worst, kMatvecTol);
+    if (hearth::cuda::q8_matvec_supported(type)) std::printf("; q8_matvec vs quantized x %.2e", q8_worst);
+    std::printf(")\n");
     std::fflush(stdout);
   }
   if (only.empty()) {
@@ -487,6 +558,19 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
       });
       const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
       std::printf(" | %7.0f %5.1f%% %3.0fus", moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
+    }
+    if (hearth::cuda::q8_matvec_supported(type)) {
+      const size_t sb = hearth::cuda::q8_matvec_scratch_bytes(cols, 8);
+      void* d_s = nullptr;
+      CUDA_OK(cudaMalloc(&d_s, sb));
+      for (int nt : {1, 4, 8}) {
+        const double s = time_it([&](int k) {
+          hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, nt, d_y, d_s, sb, stream);
+        });
+        const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
+        std::printf(" | q8 t=%d %7.0f %5.1f%% %3.0fus", nt, moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
+      }
+      CUDA_OK(cudaFree(d_s));
     }
     {
       const double s = time_it([&](int k) {

@@ -147,6 +147,8 @@ CudaBackend::OpTimer::~OpTimer() {
 CudaBackend::CudaBackend(int device) : device_(device) {
   const char* timing = std::getenv("HEARTH_CUDA_OP_TIMING");
   timing_ = timing != nullptr && std::string(timing) == "1";
+  const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
+  q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
   int n = 0;
   HEARTH_CUDA_CHECK("init", cudaGetDeviceCount(&n));
   if (device < 0 || device >= n) {
@@ -282,16 +284,27 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
     HEARTH_CUDA_CHECK(op, cudaMalloc(reinterpret_cast<void**>(&stage_dev_), stage_cap_));
     note_alloc(static_cast<int64_t>(stage_cap_));
     stage_off_ = 0;
+    ++stage_epoch_;
+  }
+  // The same bytes staged recently (positions, slots, tables: the same for every layer of
+  // a step) are still in the ring, on both sides, unless it wrapped since: reuse them.
+  for (const StageMemo& m : stage_memo_) {
+    if (m.n == n && n > 0 && m.epoch == stage_epoch_ && std::memcmp(stage_host_ + m.off, host, n) == 0) {
+      return stage_dev_ + m.off;
+    }
   }
   if (stage_off_ + bytes > stage_cap_) {
     // Work queued earlier may still read the start of the ring: let it finish.
     HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
     stage_off_ = 0;
+    ++stage_epoch_;
   }
   if (n > 0) std::memcpy(stage_host_ + stage_off_, host, n);
   uint8_t* dev = stage_dev_ + stage_off_;
   if (n > 0) {
     HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(dev, stage_host_ + stage_off_, n, cudaMemcpyHostToDevice, stream_));
+    stage_memo_[stage_memo_next_] = StageMemo{stage_off_, n, stage_epoch_};
+    stage_memo_next_ = (stage_memo_next_ + 1) % kStageMemo;
   }
   stage_off_ += bytes;
   return dev;
@@ -346,7 +359,15 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   if (n_tokens <= 0) return;
   const DeviceWeight dw = device_weight(w, "matmul");
   if (n_tokens <= kMaxMatvecTokens) {
-    // Decode: one pass over the weights, dequantized in registers, f32 activations.
+    // Decode: one pass over the weights, dequantized in registers; 8-bit activations
+    // for the types that have that kernel, f32 ones otherwise.
+    if (q8_matvec_ && q8_matvec_supported(w.type)) {
+      timer.rename("matmul matvec q8");
+      const size_t bytes = q8_matvec_scratch_bytes(w.n_cols, n_tokens);
+      q8_matvec(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
+      HEARTH_CUDA_LAUNCHED("matmul");
+      return;
+    }
     timer.rename("matmul matvec");
     quant_matvec(dw, x, n_tokens, y, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
@@ -376,6 +397,25 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   }
   timer.rename("matmul dequant+f16 gemm");
   matmul_gemm(w, x, n_tokens, y);
+}
+
+void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                               float* const* ys) {
+  // Decode products sharing x (q/k/v, gate/up): x quantized to 8 bits once for all.
+  bool shared = q8_matvec_ && n > 1 && n <= 8 && n_tokens > 0 && n_tokens <= kMaxMatvecTokens;
+  for (int i = 0; shared && i < n; ++i) {
+    shared = q8_matvec_supported(ws[i]->type) && ws[i]->n_cols == ws[0]->n_cols;
+  }
+  if (!shared) {
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+    return;
+  }
+  OpTimer timer(*this, "matmul matvec q8");
+  DeviceWeight dws[8];
+  for (int i = 0; i < n; ++i) dws[i] = device_weight(*ws[i], "matmul");
+  const size_t bytes = q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens);
+  q8_matvec_multi(dws, n, x, n_tokens, ys, scratch(5, bytes, "matmul"), bytes, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
 }
 
 void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {

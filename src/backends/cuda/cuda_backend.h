@@ -39,6 +39,10 @@ class CudaBackend final : public ops::Backend {
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
+  void matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                    float* const* ys) override;
+  bool fused_moe() const override { return true; }
+  void moe_ffn(const ops::MoeLayer& layer, const float* x, int64_t n, float* out) override;
   void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) override;
   void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                 float* y) override;
@@ -117,13 +121,23 @@ class CudaBackend final : public ops::Backend {
   uint8_t* stage_host_ = nullptr;
   uint8_t* stage_dev_ = nullptr;
   size_t stage_cap_ = 0, stage_off_ = 0;
-  static constexpr int kScratch = 5;
+  // The last kStageMemo stagings (ring offset, bytes, ring epoch: +1 at each wrap or growth).
+  struct StageMemo {
+    size_t off = 0, n = 0;
+    uint64_t epoch = ~uint64_t{0};
+  };
+  static constexpr int kStageMemo = 8;
+  StageMemo stage_memo_[kStageMemo];
+  int stage_memo_next_ = 0;
+  uint64_t stage_epoch_ = 0;
+  static constexpr int kScratch = 7;  // 5: 8-bit activations; 6: MoE routing
   void* scratch_[kScratch] = {};
   size_t scratch_bytes_[kScratch] = {};
   std::vector<void*> weights_;  // device copies made by prepare_weight
   uint64_t weight_bytes_ = 0;
   uint64_t used_ = 0, peak_ = 0;
   bool timing_ = false;
+  bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
 };
 

@@ -13,6 +13,7 @@
 // result does not depend on anything but its inputs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "format/ggml_types.h"
@@ -38,6 +39,38 @@ struct DeviceWeight {
 // the weights once for all tokens (decode: n_tokens small, up to kMaxMatvecTokens).
 constexpr int64_t kMaxMatvecTokens = 8;
 void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
+
+// The same product on 8-bit activations, the fast decode path for Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q4_K, Q5_K and Q6_K: each token's x is quantized in chunks of 32 (d = max
+// |x| / 127, q = round(x / d)) into `scratch` (device, 256-byte aligned, at least
+// q8_matvec_scratch_bytes), then multiplied with the weights' integer quants (dp4a), the
+// scales applied in f32. Its result equals the exact product of the dequantized weights
+// with those quantized activations to f32 rounding (about 1e-3 of sum |w x| from the f32
+// product, as on the CPU back-end).
+bool q8_matvec_supported(GgmlType type);
+size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
+void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+               size_t scratch_bytes, cudaStream_t stream);
+// ys[i] = x times ws[i] transposed for weights of equal n_cols (any supported types), x
+// quantized once for all of them.
+void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+// Bytes of scratch that 8-bit activations of n_rows rows of n_cols take (no token cap).
+size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows);
+
+// The routed experts' decode products on 8-bit activations. Weights hold n_expert
+// experts stacked (expert e's rows from row e * rows_per_expert); pair p of the
+// n_tokens * n_used pairs is token p / n_used with expert ids[p] (device int32).
+// q8_moe_gate_up: h: [n_pairs, rows_per_expert] = silu(gate_e x) * (up_e x), gate and
+//   up of one type and shape; scratch of q8_scratch_bytes(n_cols, n_tokens).
+// q8_moe_down: y: [n_pairs, rows_per_expert] = down_e h[p]; scratch of
+//   q8_scratch_bytes(down.n_cols, n_pairs).
+void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
+                    int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
+                    cudaStream_t stream);
+void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
+                 const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
 // ys[i]: [n_tokens, ws[i].n_rows] = x times ws[i] transposed, for n weights with equal
 // n_cols that share x (q/k/v, gate/up): as n quant_matvec calls, with one launch for each

@@ -1,0 +1,189 @@
+// CudaBackend::moe_ffn: the routed experts of a MoE layer without leaving the device
+// for decode. The router's logits are turned into each token's experts and weights by
+// one kernel (softmax, top-k with ties to the lower index, renormalisation); for up to
+// kMaxMatvecTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
+// run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*), and
+// a last kernel sums each token's experts in a fixed order. Prompts (more tokens) copy
+// the routing to the host once per layer and run one matrix product per used expert.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/quant_cuda.h"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kMaxPerLane = 16;  // experts per lane: n_expert <= 512
+constexpr int kMaxUsed = 32;
+
+__device__ __forceinline__ float warp_max_f(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One warp per token: probabilities = softmax(logits); the n_used best (ties: lower
+// index first), weights = their probabilities (divided by their sum when norm).
+__global__ void moe_route_kernel(const float* __restrict__ logits, int n_expert, int n_used, bool norm,
+                                 int32_t* __restrict__ ids, float* __restrict__ weights) {
+  const int t = blockIdx.x, lane = threadIdx.x;
+  const float* l = logits + static_cast<int64_t>(t) * n_expert;
+  float v[kMaxPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < n_expert ? l[e] : -INFINITY;
+    mx = fmaxf(mx, v[i]);
+  }
+  mx = warp_max_f(mx);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < n_expert ? expf(v[i] - mx) : 0.f;
+    sum += v[i];
+  }
+  sum = warp_sum(sum);
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) v[i] /= sum;
+  uint32_t taken = 0;
+  float chosen = 0.f;
+  for (int k = 0; k < n_used; ++k) {
+    float best = -1.f;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < n_expert && !((taken >> i) & 1u) && v[i] > best) {
+        best = v[i];
+        bi = e;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ob > best || (ob == best && oi < bi)) {
+        best = ob;
+        bi = oi;
+      }
+    }
+    if (bi % 32 == lane) taken |= 1u << (bi / 32);
+    chosen += best;
+    if (lane == 0) {
+      ids[t * n_used + k] = bi;
+      weights[t * n_used + k] = best;
+    }
+  }
+  if (norm && lane == 0) {
+    for (int k = 0; k < n_used; ++k) weights[t * n_used + k] /= chosen;
+  }
+}
+
+// out[t, c] = sum over k < n_used (in order) of weights[t, k] * y[t * n_used + k, c].
+__global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ weights, int64_t n,
+                                   int n_used, int64_t n_embd, float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * n_embd;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / n_embd, c = i % n_embd;
+    float s = 0.f;
+    for (int k = 0; k < n_used; ++k) s += weights[t * n_used + k] * y[(t * n_used + k) * n_embd + c];
+    out[i] = s;
+  }
+}
+
+DeviceWeight device_weight_of(const ops::WeightView& w) {
+  if (w.backend_data == nullptr) fail(ErrorKind::kInternal, "cuda", "moe_ffn: weight '" + w.name + "' not prepared");
+  return DeviceWeight{w.type, w.backend_data, w.n_rows, w.n_cols, w.row_bytes};
+}
+
+// Expert e's rows of a stacked weight as a weight of its own.
+ops::WeightView expert_slice(const ops::WeightView& all, int64_t rows, int64_t e) {
+  ops::WeightView w = all;
+  w.name = all.name + "[" + std::to_string(e) + "]";
+  w.n_rows = rows;
+  const uint64_t off = static_cast<uint64_t>(e * rows) * all.row_bytes;
+  w.data = static_cast<const uint8_t*>(all.data) + off;
+  w.backend_data = static_cast<const uint8_t*>(all.backend_data) + off;
+  return w;
+}
+
+}  // namespace
+
+void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, float* out) {
+  OpTimer timer(*this, "moe_ffn");
+  const int64_t X = L.n_expert, K = L.n_used, E = L.n_embd, F = L.n_ff;
+  if (X <= 0 || X > 32 * kMaxPerLane || K <= 0 || K > std::min<int64_t>(X, kMaxUsed)) {
+    fail(ErrorKind::kUnsupported, "cuda", "moe_ffn: " + std::to_string(X) + " experts, " + std::to_string(K) +
+                                              " used (at most " + std::to_string(32 * kMaxPerLane) + " / " +
+                                              std::to_string(kMaxUsed) + ")");
+  }
+  if (L.router->n_rows != X || L.gate->n_rows != X * F || L.up->n_rows != X * F || L.down->n_rows != X * E ||
+      L.gate->n_cols != E || L.down->n_cols != F) {
+    fail(ErrorKind::kInvalidInput, "cuda", "moe_ffn: expert weights do not match the layer's shape");
+  }
+  if (n <= 0) return;
+  auto logits = alloc(n * X);
+  matmul(*L.router, x, n, logits->data());
+  auto* route = static_cast<uint8_t*>(scratch(6, static_cast<size_t>(n * K) * 8, "moe_ffn"));
+  auto* ids = reinterpret_cast<int32_t*>(route);
+  auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(n * K) * 4);
+  moe_route_kernel<<<static_cast<unsigned>(n), 32, 0, stream_>>>(logits->data(), static_cast<int>(X),
+                                                                   static_cast<int>(K), L.norm_weights, ids, wts);
+  HEARTH_CUDA_LAUNCHED("moe_ffn");
+
+  const bool q8 = q8_matvec_ && n <= kMaxMatvecTokens && q8_matvec_supported(L.gate->type) &&
+                  L.up->type == L.gate->type && L.up->row_bytes == L.gate->row_bytes &&
+                  q8_matvec_supported(L.down->type);
+  if (q8) {
+    const int64_t pairs = n * K;
+    auto h = alloc(pairs * F), y = alloc(pairs * E);
+    const size_t bytes = std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs));
+    void* s = scratch(5, bytes, "moe_ffn");
+    q8_moe_gate_up(device_weight_of(*L.gate), device_weight_of(*L.up), F, ids, n, static_cast<int>(K), x, h->data(),
+                   s, bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("moe_ffn");
+    q8_moe_down(device_weight_of(*L.down), E, ids, pairs, h->data(), y->data(), s, bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("moe_ffn");
+    moe_combine_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), wts, n, static_cast<int>(K), E, out);
+    HEARTH_CUDA_LAUNCHED("moe_ffn");
+    return;
+  }
+
+  // Many tokens: the routing to the host, then each used expert over its tokens.
+  std::vector<int32_t> h_ids(static_cast<size_t>(n * K));
+  std::vector<float> h_w(static_cast<size_t>(n * K));
+  HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_ids.data(), ids, 4 * h_ids.size(), cudaMemcpyDeviceToHost, stream_));
+  HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_w.data(), wts, 4 * h_w.size(), cudaMemcpyDeviceToHost, stream_));
+  HEARTH_CUDA_CHECK("moe_ffn", cudaStreamSynchronize(stream_));
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(X));
+  std::vector<std::vector<float>> token_w(static_cast<size_t>(X));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = h_ids[t * K + k];
+      tokens[e].push_back(static_cast<int32_t>(t));
+      token_w[e].push_back(h_w[t * K + k]);
+    }
+  }
+  fill(out, 0.0f, n * E);
+  auto xs = alloc(n * E), gate = alloc(n * F), up = alloc(n * F), down = alloc(n * E);
+  for (int64_t e = 0; e < X; ++e) {
+    const auto m = static_cast<int64_t>(tokens[e].size());
+    if (m == 0) continue;
+    gather_rows(x, E, tokens[e].data(), m, xs->data());
+    const ops::WeightView g = expert_slice(*L.gate, F, e), u = expert_slice(*L.up, F, e);
+    const ops::WeightView* gu[] = {&g, &u};
+    float* gu_out[] = {gate->data(), up->data()};
+    matmul_multi(gu, 2, xs->data(), m, gu_out);
+    swiglu(gate->data(), up->data(), m * F, gate->data());
+    matmul(expert_slice(*L.down, E, e), gate->data(), m, down->data());
+    scatter_add_rows(down->data(), E, tokens[e].data(), token_w[e].data(), m, out);
+  }
+}
+
+}  // namespace hearth::cuda

@@ -1,0 +1,370 @@
+// The decode matrix-vector product on 8-bit activations (quant_cuda.h: q8_matvec):
+// x is quantized once per call in chunks of 32 (as the CPU back-end and llama.cpp do
+// for these weight types), then each block of kThreads threads computes kRows rows,
+// its threads striding over the rows' 32-element units and multiplying with dp4a
+// (quant_q8_dot.cuh). Weights are read once for all tokens of the call.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/quant_q8_dot.cuh"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+using q8::Q8Dot;
+
+constexpr int kThreads = 128;
+constexpr int kChunk = 32;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+template <class V>
+__device__ __forceinline__ V warp_add(V v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// One warp per chunk of 32 values: d = max |x| / 127, q = round(x / d) (ties to even),
+// xd = (d, d * sum q). An all-zero chunk has d = 0 and q = 0.
+__global__ void __launch_bounds__(256)
+    quantize_chunks(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ xq, float2* __restrict__ xd) {
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (chunk >= n_chunks) return;
+  const int lane = threadIdx.x & 31;
+  const float v = x[chunk * kChunk + lane];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.f;
+  const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+  const int sum = warp_add(q);
+  xq[chunk * kChunk + lane] = static_cast<int8_t>(q);
+  if (lane == 0) xd[chunk] = make_float2(d, d * static_cast<float>(sum));
+}
+
+template <class T, int NT, int R>
+__global__ void __launch_bounds__(kThreads)
+    q8_matvec_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int n_units,
+                     const int8_t* __restrict__ xq, const float2* __restrict__ xd, int64_t n_cols,
+                     float* __restrict__ y) {
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = w + min(row0 + r, n_rows - 1) * row_bytes;
+  float acc[R][NT];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+  }
+  const int64_t chunks = n_cols / kChunk;
+  for (int u = threadIdx.x; u < n_units; u += kThreads) {
+    const int b = u / T::kUnits, s = u % T::kUnits;
+    typename T::Dec dec[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) dec[r] = T::decode(rows[r] + static_cast<int64_t>(b) * T::kBytes, s);
+    const int8_t* xb = xq + static_cast<int64_t>(b) * T::kElems;
+    const float2* db = xd + static_cast<int64_t>(b) * (T::kElems / kChunk);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][t] += T::dot(dec[r], s, xb + t * n_cols, db + t * chunks);
+    }
+  }
+  // Warp sums, then the kThreads / 32 warps' sums in a fixed order.
+  __shared__ float part[kThreads / 32][R][NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_add(acc[r][t]);
+      if (lane == 0) part[warp][r][t] = v;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < R * NT) {
+    const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (row0 + r < n_rows) {
+      float v = part[0][r][t];
+#pragma unroll
+      for (int k = 1; k < kThreads / 32; ++k) v += part[k][r][t];
+      y[t * n_rows + row0 + r] = v;
+    }
+  }
+}
+
+// Sum of v over the TPR threads of a row group (32: one warp; kThreads: the block),
+// in a fixed order; valid in the group's first thread.
+template <int TPR>
+__device__ __forceinline__ float group_sum(float v) {
+  v = warp_add(v);
+  if constexpr (TPR == 32) {
+    return v;
+  } else {
+    __shared__ float part[kThreads / 32];
+    __syncthreads();  // part may still be read from a previous call
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = part[0];
+#pragma unroll
+    for (int k = 1; k < kThreads / 32; ++k) s += part[k];
+    return s;
+  }
+}
+
+// Routed experts, one (row, pair) per group of TPR threads: pair p = blockIdx.y is token
+// p / n_used with expert ids[p]; expert e's rows start at row e * rows_per_expert.
+// kGateUp: out[p, r] = silu(w[r] . x) * (w2[r] . x) with x the token's quantized input;
+// else out[p, r] = w[r] . x with x pair p's own quantized row.
+template <class T, int TPR, bool kGateUp>
+__global__ void __launch_bounds__(kThreads)
+    q8_expert_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w2, uint64_t row_bytes,
+                     int64_t rows_per_expert, int n_units, const int32_t* __restrict__ ids, int n_used,
+                     const int8_t* __restrict__ xq, const float2* __restrict__ xd, int64_t n_cols,
+                     float* __restrict__ out) {
+  const int p = blockIdx.y;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
+  const int64_t e = ids[p];
+  const int x_row = kGateUp ? p / n_used : p;
+  const int8_t* xb = xq + x_row * n_cols;
+  const float2* db = xd + x_row * (n_cols / kChunk);
+  const bool live = r < rows_per_expert;
+  const uint64_t off = static_cast<uint64_t>(e * rows_per_expert + (live ? r : 0)) * row_bytes;
+  float acc = 0.f, acc2 = 0.f;
+  for (int u = live ? static_cast<int>(threadIdx.x % TPR) : n_units; u < n_units; u += TPR) {
+    const int b = u / T::kUnits, s = u % T::kUnits;
+    const int8_t* xu = xb + static_cast<int64_t>(b) * T::kElems;
+    const float2* du = db + static_cast<int64_t>(b) * (T::kElems / kChunk);
+    acc += T::dot(T::decode(w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, xu, du);
+    if constexpr (kGateUp) acc2 += T::dot(T::decode(w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, xu, du);
+  }
+  acc = group_sum<TPR>(acc);
+  if constexpr (kGateUp) acc2 = group_sum<TPR>(acc2);
+  if (live && threadIdx.x % TPR == 0) {
+    out[static_cast<int64_t>(p) * rows_per_expert + r] = kGateUp ? acc / (1.f + expf(-acc)) * acc2 : acc;
+  }
+}
+
+template <class T, bool kGateUp>
+void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids, int n_used,
+                   int64_t n_pairs, const int8_t* xq, const float2* xd, float* out, cudaStream_t stream) {
+  const int n_units = static_cast<int>(w.n_cols / T::kElems) * T::kUnits;
+  const auto* a = static_cast<const uint8_t*>(w.data);
+  const auto* b = static_cast<const uint8_t*>(w2);
+  if (n_units <= 64) {  // a warp per row: short rows (a 512-wide down projection is 16 units)
+    const dim3 grid(static_cast<unsigned>((rows_per_expert + kThreads / 32 - 1) / (kThreads / 32)),
+                    static_cast<unsigned>(n_pairs));
+    q8_expert_kernel<T, 32, kGateUp><<<grid, kThreads, 0, stream>>>(a, b, w.row_bytes, rows_per_expert, n_units, ids,
+                                                                     n_used, xq, xd, w.n_cols, out);
+  } else {
+    const dim3 grid(static_cast<unsigned>(rows_per_expert), static_cast<unsigned>(n_pairs));
+    q8_expert_kernel<T, kThreads, kGateUp><<<grid, kThreads, 0, stream>>>(a, b, w.row_bytes, rows_per_expert, n_units,
+                                                                           ids, n_used, xq, xd, w.n_cols, out);
+  }
+}
+
+template <class T, int NT>
+void launch_nt(const DeviceWeight& w, const int8_t* xq, const float2* xd, float* y, cudaStream_t stream) {
+  const int n_units = static_cast<int>(w.n_cols / T::kElems) * T::kUnits;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  // Two rows per block once several tokens share each decoded unit.
+  constexpr int R = NT >= 3 ? 2 : 1;
+  const auto blocks = static_cast<unsigned>((w.n_rows + R - 1) / R);
+  q8_matvec_kernel<T, NT, R><<<blocks, kThreads, 0, stream>>>(data, w.row_bytes, w.n_rows, n_units, xq, xd,
+                                                               w.n_cols, y);
+}
+
+template <class T>
+void launch(const DeviceWeight& w, int64_t n_tokens, const int8_t* xq, const float2* xd, float* y,
+            cudaStream_t stream) {
+  switch (n_tokens) {
+    case 1: launch_nt<T, 1>(w, xq, xd, y, stream); break;
+    case 2: launch_nt<T, 2>(w, xq, xd, y, stream); break;
+    case 3: launch_nt<T, 3>(w, xq, xd, y, stream); break;
+    case 4: launch_nt<T, 4>(w, xq, xd, y, stream); break;
+    case 5: launch_nt<T, 5>(w, xq, xd, y, stream); break;
+    case 6: launch_nt<T, 6>(w, xq, xd, y, stream); break;
+    case 7: launch_nt<T, 7>(w, xq, xd, y, stream); break;
+    default: launch_nt<T, 8>(w, xq, xd, y, stream); break;
+  }
+}
+
+[[noreturn]] void bad(const std::string& what) { fail(ErrorKind::kInvalidInput, "cuda q8_matvec", what); }
+
+// Block bytes and the alignment the decoders assume for data and row_bytes.
+bool layout(GgmlType t, int* block_elems, int* block_bytes, int* align) {
+  switch (t) {
+    case GgmlType::Q4_0: *block_elems = 32, *block_bytes = 18, *align = 2; return true;
+    case GgmlType::Q4_1: *block_elems = 32, *block_bytes = 20, *align = 4; return true;
+    case GgmlType::Q5_0: *block_elems = 32, *block_bytes = 22, *align = 2; return true;
+    case GgmlType::Q5_1: *block_elems = 32, *block_bytes = 24, *align = 4; return true;
+    case GgmlType::Q8_0: *block_elems = 32, *block_bytes = 34, *align = 2; return true;
+    case GgmlType::Q4_K: *block_elems = 256, *block_bytes = 144, *align = 16; return true;
+    case GgmlType::Q5_K: *block_elems = 256, *block_bytes = 176, *align = 16; return true;
+    case GgmlType::Q6_K: *block_elems = 256, *block_bytes = 210, *align = 2; return true;
+    default: return false;
+  }
+}
+
+size_t align_up(size_t v) { return (v + 255) & ~static_cast<size_t>(255); }
+
+// Checks w against the decoders' assumptions; returns false when it has no rows.
+bool check(const DeviceWeight& w, int64_t n_cols) {
+  int elems = 0, bytes = 0, align = 0;
+  if (!layout(w.type, &elems, &bytes, &align)) {
+    fail(ErrorKind::kUnsupported, "cuda q8_matvec",
+         "no 8-bit activation kernel for tensor type id " + std::to_string(static_cast<uint32_t>(w.type)));
+  }
+  const std::string where = "q8_matvec (" + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) + "): ";
+  if (w.n_rows < 0 || w.n_cols <= 0 || w.n_cols % elems != 0) {
+    bad(where + "n_cols must be a positive multiple of " + std::to_string(elems));
+  }
+  if (w.n_cols != n_cols) bad(where + "weights sharing x must have equal n_cols (" + std::to_string(n_cols) + ")");
+  if (w.row_bytes < static_cast<uint64_t>(w.n_cols / elems) * bytes) bad(where + "row_bytes too small");
+  if ((reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % static_cast<uint64_t>(align) != 0) {
+    bad(where + "data and row_bytes must be multiples of " + std::to_string(align) + " bytes");
+  }
+  if (w.n_rows > 0 && w.data == nullptr) bad(where + "data is null");
+  return w.n_rows > 0;
+}
+
+void launch_type(const DeviceWeight& w, int64_t nt, const int8_t* xq, const float2* xd, float* y,
+                 cudaStream_t stream) {
+  switch (w.type) {
+    case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q4_K: launch<Q8Dot<GgmlType::Q4_K>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q5_K: launch<Q8Dot<GgmlType::Q5_K>>(w, nt, xq, xd, y, stream); break;
+    case GgmlType::Q6_K: launch<Q8Dot<GgmlType::Q6_K>>(w, nt, xq, xd, y, stream); break;
+    default: break;
+  }
+}
+
+template <bool kGateUp>
+void launch_expert_type(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids,
+                        int n_used, int64_t n_pairs, const int8_t* xq, const float2* xd, float* out,
+                        cudaStream_t stream) {
+#define HEARTH_Q8_EXPERT(T) \
+  launch_expert<Q8Dot<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
+  switch (w.type) {
+    case GgmlType::Q4_0: HEARTH_Q8_EXPERT(Q4_0); break;
+    case GgmlType::Q4_1: HEARTH_Q8_EXPERT(Q4_1); break;
+    case GgmlType::Q5_0: HEARTH_Q8_EXPERT(Q5_0); break;
+    case GgmlType::Q5_1: HEARTH_Q8_EXPERT(Q5_1); break;
+    case GgmlType::Q8_0: HEARTH_Q8_EXPERT(Q8_0); break;
+    case GgmlType::Q4_K: HEARTH_Q8_EXPERT(Q4_K); break;
+    case GgmlType::Q5_K: HEARTH_Q8_EXPERT(Q5_K); break;
+    case GgmlType::Q6_K: HEARTH_Q8_EXPERT(Q6_K); break;
+    default: break;
+  }
+#undef HEARTH_Q8_EXPERT
+}
+
+// x: [n_rows, n_cols] quantized into scratch; returns the (xq, xd) pair.
+void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch, int8_t** xq, float2** xd,
+                   cudaStream_t stream) {
+  *xq = static_cast<int8_t*>(scratch);
+  *xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(n_rows * n_cols)));
+  const int64_t n_chunks = n_rows * n_cols / kChunk;
+  quantize_chunks<<<static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream>>>(x, n_chunks, *xq, *xd);
+}
+
+}  // namespace
+
+bool q8_matvec_supported(GgmlType type) {
+  int e, b, a;
+  return layout(type, &e, &b, &a);
+}
+
+size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens) {
+  const auto tokens = static_cast<size_t>(std::min<int64_t>(n_tokens, kMaxMatvecTokens));
+  const auto cols = static_cast<size_t>(n_cols);
+  return align_up(tokens * cols) + align_up(tokens * (cols / kChunk) * sizeof(float2));
+}
+
+void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+               size_t scratch_bytes, cudaStream_t stream) {
+  q8_matvec_multi(&w, 1, x, n_tokens, &y, scratch, scratch_bytes, stream);
+}
+
+void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t n_cols = ws[0].n_cols;
+  bool any = false;
+  for (int i = 0; i < n; ++i) any = check(ws[i], n_cols) || any;
+  if (n_tokens < 0) bad("negative n_tokens " + std::to_string(n_tokens));
+  if (n_tokens == 0 || !any) return;
+  if (x == nullptr) bad("x is null");
+  if (scratch_bytes < q8_matvec_scratch_bytes(n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    bad("scratch must hold q8_matvec_scratch_bytes and be 256-byte aligned");
+  }
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMatvecTokens) {
+    const int64_t nt = std::min<int64_t>(kMaxMatvecTokens, n_tokens - t0);
+    auto* xq = static_cast<int8_t*>(scratch);
+    auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(nt * n_cols)));
+    const int64_t n_chunks = nt * n_cols / kChunk;
+    quantize_chunks<<<static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream>>>(x + t0 * n_cols, n_chunks, xq, xd);
+    for (int i = 0; i < n; ++i) {
+      if (ws[i].n_rows == 0) continue;
+      if (ys[i] == nullptr) bad("y " + std::to_string(i) + " is null");
+      launch_type(ws[i], nt, xq, xd, ys[i] + t0 * ws[i].n_rows, stream);
+    }
+  }
+}
+
+size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows) {
+  const auto rows = static_cast<size_t>(n_rows), cols = static_cast<size_t>(n_cols);
+  return align_up(rows * cols) + align_up(rows * (cols / kChunk) * sizeof(float2));
+}
+
+void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
+                    int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
+                    cudaStream_t stream) {
+  check(gate, gate.n_cols);
+  check(up, gate.n_cols);
+  if (up.type != gate.type || up.row_bytes != gate.row_bytes || up.n_rows != gate.n_rows) {
+    bad("q8_moe_gate_up: gate and up must have one type and shape");
+  }
+  if (rows_per_expert <= 0 || gate.n_rows % rows_per_expert != 0 || n_used <= 0) {
+    bad("q8_moe_gate_up: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
+        std::to_string(gate.n_rows) + " rows");
+  }
+  if (n_tokens <= 0) return;
+  if (scratch_bytes < q8_scratch_bytes(gate.n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    bad("q8_moe_gate_up: scratch must hold q8_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* xq = nullptr;
+  float2* xd = nullptr;
+  quantize_into(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
+  launch_expert_type<true>(gate, up.data, rows_per_expert, ids, n_used, n_tokens * n_used, xq, xd, h, stream);
+}
+
+void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
+                 const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  check(down, down.n_cols);
+  if (rows_per_expert <= 0 || down.n_rows % rows_per_expert != 0) {
+    bad("q8_moe_down: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
+        std::to_string(down.n_rows) + " rows");
+  }
+  if (n_pairs <= 0) return;
+  if (scratch_bytes < q8_scratch_bytes(down.n_cols, n_pairs) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    bad("q8_moe_down: scratch must hold q8_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* hq = nullptr;
+  float2* hd = nullptr;
+  quantize_into(h, n_pairs, down.n_cols, scratch, &hq, &hd, stream);
+  launch_expert_type<false>(down, nullptr, rows_per_expert, ids, 1, n_pairs, hq, hd, y, stream);
+}
+
+}  // namespace hearth::cuda

@@ -1,0 +1,255 @@
+// Integer dot products of GGUF weight blocks with 8-bit activations, for the decode
+// matrix-vector product of quant_q8.cu. The activations come quantized in chunks of
+// 32 values: int8 quants q and, per chunk, (d, d * sum q) with value = d * q. A weight
+// block is split into kUnits units of 32 elements each; a thread decodes one unit's
+// quants into packed int8 words (decode) and multiplies them with each token's chunk by
+// dp4a (dot), applying the block's scales and mins in f32.
+//
+// Per type: kElems / kBytes (the block), kUnits, struct Dec, decode(blk, s) and
+// dot(dec, s, xq, xd) with xq / xd at the block's first chunk of one token.
+// Internal to quant_q8.cu.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "format/ggml_types.h"
+
+namespace hearth::cuda::q8 {
+
+// 32 bits at a 2-byte aligned address (two 16-bit loads).
+__device__ __forceinline__ int ld2(const uint8_t* p) {
+  const auto* q = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 16));
+}
+// 32 bits at a 4-byte aligned address.
+__device__ __forceinline__ int ld4(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
+// 16 activation quants at a 16-byte aligned address.
+__device__ __forceinline__ int4 ldx(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return __half2float(*reinterpret_cast<const __half*>(p));
+}
+
+// sum over 16 bytes: w (4 words, each 4 quants) times x (16 int8).
+__device__ __forceinline__ int dot16(const int* w, const int4 x) {
+  int s = __dp4a(w[0], x.x, 0);
+  s = __dp4a(w[1], x.y, s);
+  s = __dp4a(w[2], x.z, s);
+  return __dp4a(w[3], x.w, s);
+}
+// Sum of the 16 int8 quants of x.
+__device__ __forceinline__ int sum16(const int4 x) {
+  constexpr int kOnes = 0x01010101;
+  int s = __dp4a(kOnes, x.x, 0);
+  s = __dp4a(kOnes, x.y, s);
+  s = __dp4a(kOnes, x.z, s);
+  return __dp4a(kOnes, x.w, s);
+}
+
+constexpr int kLo4 = 0x0f0f0f0f;
+
+// Bits 0..3 of v moved to bit 4 of bytes 0..3.
+__device__ __forceinline__ int spread_bit4(uint32_t v) {
+  return static_cast<int>(((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25));
+}
+
+template <GgmlType T>
+struct Q8Dot;
+
+// Q8_0: half d, int8 q[32].
+template <>
+struct Q8Dot<GgmlType::Q8_0> {
+  static constexpr int kElems = 32, kBytes = 34, kUnits = 1;
+  struct Dec {
+    float d;
+    int q[8];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int) {
+    Dec r;
+    r.d = half_at(blk);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = ld2(blk + 2 + 4 * i);
+    return r;
+  }
+  __device__ static float dot(const Dec& w, int, const int8_t* xq, const float2* xd) {
+    const int s = dot16(w.q, ldx(xq)) + dot16(w.q + 4, ldx(xq + 16));
+    return w.d * xd[0].x * static_cast<float>(s);
+  }
+};
+
+// Q4_0 (value q - 8) and Q4_1 (d q + m): byte i holds element i (low) and i + 16 (high).
+template <GgmlType T, int kQsAt, bool kMin>
+struct Q4Legacy {
+  static constexpr int kElems = 32, kBytes = kQsAt + 16, kUnits = 1;
+  struct Dec {
+    float d, m;
+    int lo[4], hi[4];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int) {
+    Dec r;
+    r.d = half_at(blk);
+    r.m = kMin ? half_at(blk + 2) : 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int v = kMin ? ld4(blk + kQsAt + 4 * i) : ld2(blk + kQsAt + 4 * i);
+      r.lo[i] = v & kLo4;
+      r.hi[i] = (v >> 4) & kLo4;
+    }
+    return r;
+  }
+  __device__ static float dot(const Dec& w, int, const int8_t* xq, const float2* xd) {
+    const int s = dot16(w.lo, ldx(xq)) + dot16(w.hi, ldx(xq + 16));
+    if constexpr (kMin) return w.d * xd[0].x * static_cast<float>(s) + w.m * xd[0].y;
+    return w.d * (xd[0].x * static_cast<float>(s) - 8.f * xd[0].y);
+  }
+};
+template <>
+struct Q8Dot<GgmlType::Q4_0> : Q4Legacy<GgmlType::Q4_0, 2, false> {};
+template <>
+struct Q8Dot<GgmlType::Q4_1> : Q4Legacy<GgmlType::Q4_1, 4, true> {};
+
+// Q5_0 (value q - 16) and Q5_1 (d q + m): 32 high bits qh, element i's at bit i.
+template <GgmlType T, int kQhAt, bool kMin>
+struct Q5Legacy {
+  static constexpr int kElems = 32, kBytes = kQhAt + 20, kUnits = 1;
+  struct Dec {
+    float d, m;
+    int lo[4], hi[4];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int) {
+    Dec r;
+    r.d = half_at(blk);
+    r.m = kMin ? half_at(blk + 2) : 0.f;
+    const uint32_t qh = static_cast<uint32_t>(kMin ? ld4(blk + kQhAt) : ld2(blk + kQhAt));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int v = kMin ? ld4(blk + kQhAt + 4 + 4 * i) : ld2(blk + kQhAt + 4 + 4 * i);
+      r.lo[i] = (v & kLo4) | spread_bit4(qh >> (4 * i));
+      r.hi[i] = ((v >> 4) & kLo4) | spread_bit4(qh >> (16 + 4 * i));
+    }
+    return r;
+  }
+  __device__ static float dot(const Dec& w, int, const int8_t* xq, const float2* xd) {
+    const int s = dot16(w.lo, ldx(xq)) + dot16(w.hi, ldx(xq + 16));
+    if constexpr (kMin) return w.d * xd[0].x * static_cast<float>(s) + w.m * xd[0].y;
+    return w.d * (xd[0].x * static_cast<float>(s) - 16.f * xd[0].y);
+  }
+};
+template <>
+struct Q8Dot<GgmlType::Q5_0> : Q5Legacy<GgmlType::Q5_0, 2, false> {};
+template <>
+struct Q8Dot<GgmlType::Q5_1> : Q5Legacy<GgmlType::Q5_1, 4, true> {};
+
+// Byte k (0..11) of the three words s.
+__device__ __forceinline__ int byte_of3(const int* s, int k) {
+  const int w = k < 4 ? s[0] : (k < 8 ? s[1] : s[2]);
+  return (w >> (8 * (k & 3))) & 0xff;
+}
+// Scale and min of sub-block j (0..7) of a Q4_K / Q5_K block, 6 bits each.
+__device__ __forceinline__ void scale_min_k4(const int* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = byte_of3(s, j) & 63;
+    *m = byte_of3(s, j + 4) & 63;
+  } else {
+    *sc = (byte_of3(s, j + 4) & 0xf) | ((byte_of3(s, j - 4) >> 6) << 4);
+    *m = (byte_of3(s, j + 4) >> 4) | ((byte_of3(s, j) >> 6) << 4);
+  }
+}
+
+// Q4_K (kHigh false) and Q5_K: half d, dmin; 12 bytes of 6-bit scales and mins for 8
+// sub-blocks of 32; [Q5_K: 32 bytes qh, element 64 g + 32 k + i's high bit at bit 2 g + k
+// of qh[i]]; 128 bytes qs, byte 32 g + i holding elements 64 g + i (low) and 64 g + 32 + i
+// (high). Unit s = 2 g + h: the 16 bytes qs[32 g + 16 h ..], elements 64 g + 16 h + i and
+// 64 g + 32 + 16 h + i (sub-blocks 2 g and 2 g + 1). element = d sc q - dmin m.
+template <bool kHigh>
+struct QK45 {
+  static constexpr int kElems = 256, kBytes = kHigh ? 176 : 144, kUnits = 8;
+  static constexpr int kQsAt = kHigh ? 48 : 16;
+  struct Dec {
+    float dl_lo, ml_lo, dl_hi, ml_hi;
+    int lo[4], hi[4];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int s) {
+    const int g = s >> 1, h = s & 1;
+    const int4 q4 = *reinterpret_cast<const int4*>(blk + kQsAt + 32 * g + 16 * h);
+    const int q[4] = {q4.x, q4.y, q4.z, q4.w};
+    const int sc3[3] = {ld4(blk + 4), ld4(blk + 8), ld4(blk + 12)};
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(blk));
+    int sc_lo, m_lo, sc_hi, m_hi;
+    scale_min_k4(sc3, 2 * g, &sc_lo, &m_lo);
+    scale_min_k4(sc3, 2 * g + 1, &sc_hi, &m_hi);
+    Dec r;
+    r.dl_lo = dm.x * static_cast<float>(sc_lo);
+    r.ml_lo = dm.y * static_cast<float>(m_lo);
+    r.dl_hi = dm.x * static_cast<float>(sc_hi);
+    r.ml_hi = dm.y * static_cast<float>(m_hi);
+    if constexpr (kHigh) {
+      const int4 h4 = *reinterpret_cast<const int4*>(blk + 16 + 16 * h);
+      const int qh[4] = {h4.x, h4.y, h4.z, h4.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        r.lo[i] = (q[i] & kLo4) | (((qh[i] >> (2 * g)) & 0x01010101) << 4);
+        r.hi[i] = ((q[i] >> 4) & kLo4) | (((qh[i] >> (2 * g + 1)) & 0x01010101) << 4);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        r.lo[i] = q[i] & kLo4;
+        r.hi[i] = (q[i] >> 4) & kLo4;
+      }
+    }
+    return r;
+  }
+  __device__ static float dot(const Dec& w, int s, const int8_t* xq, const float2* xd) {
+    const int g = s >> 1, h = s & 1;
+    const int4 xl = ldx(xq + 64 * g + 16 * h), xh = ldx(xq + 64 * g + 32 + 16 * h);
+    const float lo = w.dl_lo * static_cast<float>(dot16(w.lo, xl)) - w.ml_lo * static_cast<float>(sum16(xl));
+    const float hi = w.dl_hi * static_cast<float>(dot16(w.hi, xh)) - w.ml_hi * static_cast<float>(sum16(xh));
+    return xd[2 * g].x * lo + xd[2 * g + 1].x * hi;
+  }
+};
+template <>
+struct Q8Dot<GgmlType::Q4_K> : QK45<false> {};
+template <>
+struct Q8Dot<GgmlType::Q5_K> : QK45<true> {};
+
+// Q6_K: ql[128], qh[64], int8 scales[16], half d. Half n (128 elements) uses ql[64 n ..],
+// qh[32 n ..], scales[8 n ..]; for l < 32: ql[l] low / high nibble -> elements l / l + 64
+// (qh[l] bits 0-1 / 4-5), ql[l + 32] -> l + 32 / l + 96 (bits 2-3 / 6-7); scale index
+// l / 16 + 0, 4, 2, 6 in that order; element = d sc (q - 32). Unit s = 4 n + 2 j + k:
+// ql[64 n + 32 j + 16 k ..] (16 bytes) with qh[32 n + 16 k ..].
+template <>
+struct Q8Dot<GgmlType::Q6_K> {
+  static constexpr int kElems = 256, kBytes = 210, kUnits = 8;
+  struct Dec {
+    float d_lo, d_hi;
+    int lo[4], hi[4];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int s) {
+    const int n = s >> 2, j = (s >> 1) & 1, k = s & 1;
+    const uint8_t* ql = blk + 64 * n + 32 * j + 16 * k;
+    const uint8_t* qh = blk + 128 + 32 * n + 16 * k;
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * n + k + 2 * j);
+    const float d = half_at(blk + 208);
+    Dec r;
+    r.d_lo = d * static_cast<float>(sc[0]);
+    r.d_hi = d * static_cast<float>(sc[4]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int l = ld2(ql + 4 * i), hb = ld2(qh + 4 * i);
+      r.lo[i] = __vsub4((l & kLo4) | (((hb >> (2 * j)) & 0x03030303) << 4), 0x20202020);
+      r.hi[i] = __vsub4(((l >> 4) & kLo4) | (((hb >> (4 + 2 * j)) & 0x03030303) << 4), 0x20202020);
+    }
+    return r;
+  }
+  __device__ static float dot(const Dec& w, int s, const int8_t* xq, const float2* xd) {
+    const int n = s >> 2, j = (s >> 1) & 1, k = s & 1;
+    const int e = 128 * n + 32 * j + 16 * k;  // first low element; high ones at e + 64
+    const float lo = static_cast<float>(dot16(w.lo, ldx(xq + e)));
+    const float hi = static_cast<float>(dot16(w.hi, ldx(xq + e + 64)));
+    return w.d_lo * xd[4 * n + j].x * lo + w.d_hi * xd[4 * n + 2 + j].x * hi;
+  }
+};
+
+}  // namespace hearth::cuda::q8
