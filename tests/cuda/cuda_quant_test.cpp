@@ -386,6 +386,38 @@ void run_multi_case(std::mt19937_64& rng, cudaStream_t stream, Failures& fails) 
   }
   hearth::cuda::quant_matvec_multi(ws, kN, d_x, 3, ys, stream);
   check_launch(stream);
+  // The 8-bit activation path over the same weights (one launch per run of one type).
+  std::vector<float*> ys8(kN);
+  for (int i = 0; i < kN; ++i) {
+    CUDA_OK(cudaMalloc(&ys8[i], sizeof(float) * 3 * std::max<int64_t>(1, rows[i])));
+    CUDA_OK(cudaMemsetAsync(ys8[i], 0xff, sizeof(float) * 3 * std::max<int64_t>(1, rows[i]), stream));
+  }
+  const size_t sb = hearth::cuda::q8_matvec_scratch_bytes(cols, 3);
+  void* d_s = nullptr;
+  CUDA_OK(cudaMalloc(&d_s, sb));
+  hearth::cuda::q8_matvec_multi(ws, kN, d_x, 3, ys8.data(), d_s, sb, stream);
+  check_launch(stream);
+  const std::vector<double> xq = q8_values(x);
+  for (int i = 0; i < kN; ++i) {
+    std::vector<float> y(static_cast<size_t>(3 * rows[i]));
+    CUDA_OK(cudaMemcpy(y.data(), ys8[i], sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+    for (int64_t k = 0; k < 3 * rows[i]; ++k) {
+      const int64_t t = k / rows[i], r = k % rows[i];
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = static_cast<double>(wf[i][r * cols + c]) * xq[t * cols + c];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      if (!(std::fabs(y[k] - ref) <= kMatvecTol * mag)) {
+        fails.add("q8_matvec_multi weight " + std::to_string(i) + " token " + std::to_string(t) + " row " +
+                  std::to_string(r) + ": got " + std::to_string(y[k]) + " want " + std::to_string(ref));
+        break;
+      }
+    }
+    CUDA_OK(cudaFree(ys8[i]));
+  }
+  CUDA_OK(cudaFree(d_s));
   for (int i = 0; i < kN; ++i) {
     std::vector<float> y(static_cast<size_t>(3 * rows[i]));
     CUDA_OK(cudaMemcpy(y.data(), ys[i], sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
@@ -490,7 +522,7 @@ int run_tests(const std::string& only) {
   if (only.empty()) {
     const int before = fails.count;
     run_multi_case(rng, stream, fails);
-    std::printf("multi   %s  (quant_matvec_multi: 8 weights of 3 types, 3 tokens)\n",
+    std::printf("multi   %s  (quant_matvec_multi and q8_matvec_multi: 8 weights of 3 types, 3 tokens)\n",
                 fails.count == before ? "ok  " : "FAIL");
   }
   CUDA_OK(cudaStreamDestroy(stream));
