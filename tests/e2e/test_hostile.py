@@ -491,3 +491,79 @@ def test_too_many_connections_get_503_and_others_recover(server):
             pass
         assert time.monotonic() < deadline, "the server did not recover after the connections closed"
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------
+# Hostile chat templates inside a GGUF: the sandbox's limits stop them with a clear
+# error, quickly, and the server goes on serving. One converted tiny model carries a
+# template that turns hostile depending on the user's message.
+
+HOSTILE_TEMPLATE = (
+    "{%- macro deep(n) -%}{{ deep(n + 1) }}{%- endmacro -%}"
+    "{%- set m = messages[-1]['content'] -%}"
+    "{%- if m == 'loop' -%}{%- for i in range(999999) -%}{%- for j in range(999999) -%}x{%- endfor -%}{%- endfor -%}"
+    "{%- elif m == 'range' -%}{%- for i in range(10 ** 12) -%}x{%- endfor -%}"
+    "{%- elif m == 'recurse' -%}{{ deep(0) }}"
+    "{%- elif m == 'huge' -%}{{ 'x' * (10 ** 9) }}"
+    "{%- elif m == 'double' -%}{%- set ns = namespace(s='ab') -%}"
+    "{%- for i in range(64) -%}{%- set ns.s = ns.s ~ ns.s -%}{%- endfor -%}{{ ns.s }}"
+    "{%- elif m == 'raise' -%}{{ raise_exception('this template refuses the conversation') }}"
+    "{%- else -%}{%- for x in messages -%}<|im_start|>{{ x['role'] }}\n{{ x['content'] }}<|im_end|>\n{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}{%- endif -%}"
+)
+
+
+@pytest.fixture(scope="module")
+def hostile_template_server(hearth_bin, shared_dir, tmp_path_factory):
+    import subprocess
+    import sys
+    repo = __import__("pathlib").Path(__file__).resolve().parents[2]
+    hf = tmp_path_factory.mktemp("hostile_tpl") / "hf"
+    subprocess.run([sys.executable, str(repo / "benchmarks/make_qwen35_model.py"), str(hf),
+                    "--shared", str(shared_dir / "data"), "--hidden", "64", "--layers", "4",
+                    "--intermediate", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "32",
+                    "--linear-key-heads", "2", "--linear-key-dim", "16", "--linear-value-dim", "16",
+                    "--dtype", "f32", "--std", "0.5", "--seed", "3"], check=True, capture_output=True, text=True, timeout=300)
+    cfg_path = hf / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = HOSTILE_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg))
+    gguf = hf.parent / "hostile.gguf"
+    p = subprocess.run([str(hearth_bin), "convert", str(hf), "-o", str(gguf), "--type", "f32"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    s = Server(hearth_bin, gguf, "--ctx", 256, "--max-seqs", 2)
+    yield s
+    s.stop()
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    import os
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("trigger,expect", [
+    ("loop", "limit"), ("range", "limit"), ("recurse", "depth"), ("huge", "limit"), ("double", "limit"),
+    ("raise", "refuses the conversation"),
+])
+def test_hostile_template_in_gguf_is_stopped(hostile_template_server, trigger, expect):
+    url = hostile_template_server.url
+    cpu0 = cpu_seconds(hostile_template_server.proc.pid)
+    r = requests.post(url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": trigger}], "max_tokens": 1}, timeout=120)
+    took = cpu_seconds(hostile_template_server.proc.pid) - cpu0
+    assert r.status_code == 400, r.text
+    msg = r.json()["error"]["message"]
+    assert "chat template" in msg and expect in msg, msg
+    # CPU time, not wall time: the test machine may be shared and loaded.
+    assert took < 10, f"the sandbox took {took:.1f} CPU-s to stop '{trigger}'"
+    # Anthropic route: the same template, Anthropic's error shape.
+    r = requests.post(url + "/v1/messages", json={"model": "m", "max_tokens": 1,
+                                                  "messages": [{"role": "user", "content": trigger}]}, timeout=120)
+    assert r.status_code == 400 and r.json()["type"] == "error", r.text
+    # The server still serves a conversation the template handles.
+    r = requests.post(url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 1}, timeout=60)
+    assert r.status_code == 200, r.text
