@@ -107,15 +107,22 @@ std::string error_response(int status, const std::string& body, bool retry) {
 
 // Closes after reading what the client already sent (closing with unread bytes makes
 // the kernel send a reset, which can destroy the error response before it is read).
-void drain_and_close(int sock) {
+// `wait`: how long to wait for the client's end of stream (0 on the listener thread,
+// which must not be held up by a client that never closes).
+void drain_and_close(int sock, std::chrono::milliseconds wait) {
   shutdown(sock, SHUT_WR);
   char buf[4096];
-  const auto until = Clock::now() + std::chrono::milliseconds(100);
-  while (Clock::now() < until) {
+  const auto until = Clock::now() + wait;
+  size_t drained = 0;
+  for (;;) {
     const ssize_t n = recv(sock, buf, sizeof buf, MSG_DONTWAIT);
     if (n == 0) break;
-    if (n < 0) {
+    if (n > 0) {
+      drained += static_cast<size_t>(n);
+      if (drained > (1u << 20) || Clock::now() >= until + std::chrono::milliseconds(50)) break;
+    } else {
       if (errno != EAGAIN && errno != EINTR) break;
+      if (Clock::now() >= until) break;
       pollfd p{sock, POLLIN, 0};
       if (poll(&p, 1, ms_until(until)) <= 0) break;
     }
@@ -320,7 +327,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
                             std::to_string(limits_.max_connections) + "); retry later";
     send_now(sock, error_response(503, error_body_("", 503, msg), true));
     if (log_) log_(503, msg, peer_of(sock));
-    drain_and_close(sock);
+    drain_and_close(sock, std::chrono::milliseconds(0));
     return false;
   }
   const int one = 1;
@@ -337,7 +344,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     --left;
   }
   if (strm.failed()) {
-    drain_and_close(sock);
+    drain_and_close(sock, std::chrono::milliseconds(200));
   } else {
     ::shutdown(sock, SHUT_RDWR);
     close(sock);
