@@ -115,6 +115,16 @@ FIELDS = [
     (C, "response_format", "object", [{"type": "xml"}, {"type": "json_schema"}]),
     (C, "stream_options", "object", []),
     (C, "stream_options.include_usage", "bool", []),
+    (C, "messages.0.tool_call_id", "str", []),
+    (C, "messages.0.tool_calls", "array", [[1], [{"type": "function"}], [{"function": {"name": 1}}],
+                                           [{"function": {"name": "f", "arguments": 5}}]]),
+    (C, "tools.0", "object", [{"type": "function", "function": {"name": "f", "parameters": "x"}},
+                              {"type": "function", "function": {"name": ""}},
+                              {"type": "function", "function": {"name": "f", "description": 1}},
+                              {"type": "function", "function": {"name": "x" * 300}}]),
+    (C, "response_format", "object", [{"type": "json_schema", "json_schema": 1},
+                                      {"type": "json_schema", "json_schema": {"name": "x", "schema": 1}},
+                                      {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}]),
     (C, "logprobs", "bool", []),
     (C, "top_logprobs", "int", [21, -1]),
     (T, "model", "str", []),
@@ -142,7 +152,13 @@ FIELDS = [
     (M, "stream", "bool", []),
     (M, "tools", "array", [[1], [{}], [{"name": 1}]]),
     (M, "tool_choice", "object", [{"type": "sometimes"}, {"type": "tool"}]),
-    (M, "thinking", "object", [{"type": "maybe"}]),
+    (M, "thinking", "object", [{"type": "maybe"}, {"type": "enabled", "budget_tokens": -1},
+                               {"type": "enabled", "budget_tokens": "x"}]),
+    (M, "output_config", "object", [{"format": {"type": "json_schema"}}, {"format": {"type": "json_schema", "schema": 1}},
+                                    {"format": {"type": "xml"}}]),
+    (M, "messages.0.content", "str", [[{"type": "tool_result", "content": "x"}], [{"type": "image", "source": {}}],
+                                      [{"type": "tool_use", "id": "t", "name": "f", "input": 1}]]),
+    (M, "tool_choice", "object", [{"type": "tool", "name": "nope"}, {"type": "auto", "disable_parallel_tool_use": "x"}]),
     (N, "model", "str", []),
     (N, "messages", "array", [[]]),
     (N, "messages.0.role", "str", ["wizard"]),
@@ -164,7 +180,7 @@ def set_path(body, path, value):
     node = body
     for k in keys[:-1]:
         if isinstance(node, dict) and k not in node:
-            node[k] = {}
+            node[k] = [None] if keys[keys.index(k) + 1].isdigit() else {}
         node = node[int(k)] if isinstance(node, list) else node[k]
     last = keys[-1]
     if isinstance(node, list):
