@@ -112,7 +112,9 @@ json parse_body(std::string_view body) {
   }
   // The callback sees each container open before it is filled: reject deep nesting
   // there, so neither this parse nor the chat template recurses without bound.
-  const json::parser_callback_t check_depth = [](int depth, json::parse_event_t event, json&) {
+  std::string last_key;  // the key whose value is being parsed (for a number overflow's message)
+  const json::parser_callback_t check_depth = [&last_key](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && parsed.is_string()) last_key = parsed.get<std::string>();
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth + 1 > tmpl::kMaxJsonDepth) {
       bad("the request body nests arrays/objects deeper than " +
@@ -129,6 +131,18 @@ json parse_body(std::string_view body) {
     const size_t cut = what.find("] ");
     if (cut != std::string::npos) what = what.substr(cut + 2);
     bad("the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + what, "");
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double's range ("1e400"): nlohmann throws out_of_range.406,
+    // naming the number but no offset; find it in the body for one.
+    std::string what = e.what();
+    const size_t q0 = what.find('\''), q1 = q0 == std::string::npos ? q0 : what.find('\'', q0 + 1);
+    const std::string number = q1 == std::string::npos ? "" : what.substr(q0 + 1, q1 - q0 - 1);
+    const size_t at = number.empty() ? std::string_view::npos : body.find(number);
+    const std::string where = last_key.empty() ? std::string() : " in '" + last_key + "'";
+    bad("the request body is not valid JSON" +
+            (at == std::string_view::npos ? std::string() : " (byte " + std::to_string(at + 1) + ")") +
+            ": the number " + number + where + " is out of range (beyond a 64-bit float)",
+        last_key);
   }
   if (!j.is_object()) {
     bad(std::string("the request body must be a JSON object, got ") + j.type_name(), "");

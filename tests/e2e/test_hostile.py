@@ -583,3 +583,21 @@ def test_hostile_template_in_gguf_is_stopped(hostile_template_server, trigger, e
     r = requests.post(url + "/v1/chat/completions",
                       json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 1}, timeout=60)
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("endpoint,field", [(C, "temperature"), (C, "max_tokens"), (T, "top_p"), (M, "temperature"),
+                                            (M, "max_tokens"), ("/detokenize", "tokens")])
+@pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"1" + b"0" * 400, b"1e-400"])
+def test_numbers_beyond_double(server, session, endpoint, field, number):
+    # JSON has no limit on a number's size; a value that does not fit a double (or an
+    # integer field's 64 bits) must be a 400 naming the field, never inf reaching a sampler.
+    body = json.loads(json.dumps(BASE[endpoint]))
+    body[field] = "@@"
+    raw = json.dumps(body).replace('"@@"', "[@@]" if field == "tokens" else "@@").encode().replace(b"@@", number)
+    r = session.post(server.url + endpoint, data=raw, timeout=30)
+    if number == b"1e-400" and field in ("temperature", "top_p"):
+        # Underflows to 0: a valid temperature (greedy); top_p must be > 0.
+        assert r.status_code == (400 if field == "top_p" else 200), r.text
+        return
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    check_error_shape(endpoint, r, field)
