@@ -371,7 +371,7 @@ def test_slowloris_header_trickle_is_dropped_and_others_served(server):
         status, _, body = read_response(socks[0], timeout=REQUEST_TIMEOUT + 5)
         took = time.monotonic() - t0
         assert status == 408, (status, body)
-        assert REQUEST_TIMEOUT - 0.5 <= took <= REQUEST_TIMEOUT + 3, took
+        assert REQUEST_TIMEOUT - 0.5 <= took <= REQUEST_TIMEOUT + 5, took
         assert "--request-timeout" in json.loads(body)["error"]["message"]
     finally:
         stop.set()
