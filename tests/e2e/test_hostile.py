@@ -601,3 +601,20 @@ def test_numbers_beyond_double(server, session, endpoint, field, number):
         return
     assert r.status_code == 400, (r.status_code, r.text[:300])
     check_error_shape(endpoint, r, field)
+
+
+def test_pipelined_requests_are_framed_apart(server):
+    body = json.dumps({"content": "hi"}).encode()
+    raw = (post_head("/tokenize", length=len(body)) + body + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" +
+           post_head("/tokenize", length=len(body), extra="Connection: close\r\n") + body)
+    with connect(server) as s:
+        s.sendall(raw)
+        s.settimeout(10)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    assert data.count(b"HTTP/1.1 200") == 3, data[:500]
+    assert data.count(b'"tokens"') == 2 and b'"status":"ok"' in data
