@@ -30,33 +30,23 @@ Clock::duration seconds(double s) {
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 400:
+      return "Bad Request";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
-}
-
-std::string peer_of(int sock) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (getpeername(sock, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  char text[INET6_ADDRSTRLEN] = {};
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-    port = ntohs(a->sin6_port);
-  }
-  return std::string(text) + ":" + std::to_string(port);
 }
 
 void address_of(int sock, bool peer, std::string& ip, int& port) {
@@ -78,12 +68,20 @@ void address_of(int sock, bool peer, std::string& ip, int& port) {
   ip = text;
 }
 
+std::string peer_of(int sock) {
+  std::string ip = "?";
+  int port = 0;
+  address_of(sock, true, ip, port);
+  return ip + ":" + std::to_string(port);
+}
+
 // Sends a whole small response without blocking for long (it fits the socket buffer).
 void send_now(int sock, const std::string& bytes) {
   size_t off = 0;
   const auto until = Clock::now() + std::chrono::milliseconds(200);
   while (off < bytes.size()) {
-    const ssize_t n = send(sock, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        send(sock, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       off += static_cast<size_t>(n);
       continue;
@@ -98,9 +96,10 @@ void send_now(int sock, const std::string& bytes) {
 }
 
 std::string error_response(int status, const std::string& body, bool retry) {
-  std::string r = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
-                  "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                  "\r\nConnection: close\r\n";
+  std::string r =
+      "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\nConnection: close\r\n";
   if (retry) r += "Retry-After: 1\r\n";
   return r + "\r\n" + body;
 }
@@ -135,8 +134,12 @@ void drain_and_close(int sock, std::chrono::milliseconds wait) {
 // error response is sent here and every later read and write fails).
 class GuardedStream final : public httplib::Stream {
  public:
-  GuardedStream(int sock, const HttpLimits& limits, const ErrorBodyFn& error_body, const GuardLogFn& log)
-      : sock_(sock), lim_(limits), error_body_(error_body), log_(log),
+  GuardedStream(int sock, const HttpLimits& limits, const ErrorBodyFn& error_body,
+                const GuardLogFn& log)
+      : sock_(sock),
+        lim_(limits),
+        error_body_(error_body),
+        log_(log),
         framer_(limits.max_header_bytes, limits.max_body_bytes) {}
 
   // Waits (up to the idle timeout) for the first byte of the next request and starts
@@ -212,8 +215,12 @@ class GuardedStream final : public httplib::Stream {
     }
   }
 
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, true, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, false, ip, port); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    address_of(sock_, true, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    address_of(sock_, false, ip, port);
+  }
   socket_t socket() const override { return sock_; }
 
  private:
@@ -225,7 +232,8 @@ class GuardedStream final : public httplib::Stream {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%g", lim_.request_timeout_s);
         refuse(408, std::string("the request was not received in full within ") + secs +
-                        " s (--request-timeout); " + std::to_string(framer_.offset()) + " bytes arrived");
+                        " s (--request-timeout); " + std::to_string(framer_.offset()) +
+                        " bytes arrived");
         return -1;
       }
       const int wait = std::min(ms_until(deadline_), static_cast<int>(lim_.io_timeout_s * 1000));

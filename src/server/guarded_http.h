@@ -43,9 +43,11 @@ struct HttpLimits {
 };
 
 // Builds an error response body for a request path (OpenAI or Anthropic shape).
-using ErrorBodyFn = std::function<std::string(const std::string& path, int status, const std::string& message)>;
+using ErrorBodyFn =
+    std::function<std::string(const std::string& path, int status, const std::string& message)>;
 // Called once for each connection the guard ends itself (status, reason, peer).
-using GuardLogFn = std::function<void(int status, const std::string& reason, const std::string& peer)>;
+using GuardLogFn =
+    std::function<void(int status, const std::string& reason, const std::string& peer)>;
 
 // A TaskQueue that starts a thread per connection up to a cap (threads are reused),
 // and runs the job of a connection over the cap at once on the caller's thread with

@@ -82,12 +82,13 @@ bool RequestFramer::header_line(std::string_view line) {
   if (name == "content-length") {
     if (value.empty() || value.size() > 18 ||
         !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return fail(400, "invalid Content-Length '" + std::string(value.substr(0, 40)) + "' (decimal digits expected)");
+      return fail(400, "invalid Content-Length '" + std::string(value.substr(0, 40)) +
+                           "' (decimal digits expected)");
     }
     const uint64_t n = std::stoull(std::string(value));
     if (has_length_ && n != content_length_) {
-      return fail(400, "conflicting Content-Length headers (" + std::to_string(content_length_) + " and " +
-                           std::to_string(n) + ")");
+      return fail(400, "conflicting Content-Length headers (" + std::to_string(content_length_) +
+                           " and " + std::to_string(n) + ")");
     }
     has_length_ = true;
     content_length_ = n;
@@ -102,7 +103,8 @@ bool RequestFramer::header_line(std::string_view line) {
 }
 
 bool RequestFramer::end_of_headers() {
-  const bool has_body = method_ == "POST" || method_ == "PUT" || method_ == "PATCH" || method_ == "DELETE" ||
+  const bool has_body = method_ == "POST" || method_ == "PUT" || method_ == "PATCH" ||
+                        method_ == "DELETE" ||
                         method_ == "PRI";  // the methods httplib reads a body for
   if (!has_body) {
     state_ = State::kDone;
@@ -114,10 +116,13 @@ bool RequestFramer::end_of_headers() {
     chunk_left_ = 0;
     return true;
   }
-  if (!has_length_) return fail(411, "a " + method_ + " request needs Content-Length or Transfer-Encoding: chunked");
+  if (!has_length_)
+    return fail(411,
+                "a " + method_ + " request needs Content-Length or Transfer-Encoding: chunked");
   if (content_length_ > max_body_) {
-    return fail(413, "the request body is " + std::to_string(content_length_) + " bytes; the limit is " +
-                         std::to_string(max_body_) + " (--max-body-bytes)");
+    return fail(413, "the request body is " + std::to_string(content_length_) +
+                         " bytes; the limit is " + std::to_string(max_body_) +
+                         " (--max-body-bytes)");
   }
   state_ = content_length_ == 0 ? State::kDone : State::kBody;
   return true;
@@ -145,11 +150,13 @@ bool RequestFramer::feed_byte(char c) {
     case State::kChunkSize: {
       const int v = hex_value(c);
       if (v >= 0) {
-        if (++size_digits_ > 15) return fail(400, "malformed chunked body: chunk size has too many digits" + at);
+        if (++size_digits_ > 15)
+          return fail(400, "malformed chunked body: chunk size has too many digits" + at);
         chunk_left_ = chunk_left_ * 16 + static_cast<uint64_t>(v);
         return true;
       }
-      if (size_digits_ == 0) return fail(400, "malformed chunked body: expected a hex chunk size, got " + show(c) + at);
+      if (size_digits_ == 0)
+        return fail(400, "malformed chunked body: expected a hex chunk size, got " + show(c) + at);
       if (c == '\r') {
         state_ = State::kChunkSizeLf;
         return true;
@@ -158,11 +165,14 @@ bool RequestFramer::feed_byte(char c) {
         state_ = State::kChunkExt;
         return true;
       }
-      return fail(400, "malformed chunked body: unexpected " + show(c) + " after the chunk size" + at);
+      return fail(400,
+                  "malformed chunked body: unexpected " + show(c) + " after the chunk size" + at);
     }
     case State::kChunkExt:
-      if (c == '\r') state_ = State::kChunkSizeLf;
-      else if (c == '\n' || c == '\0') return fail(400, "malformed chunked body: bad chunk extension" + at);
+      if (c == '\r')
+        state_ = State::kChunkSizeLf;
+      else if (c == '\n' || c == '\0')
+        return fail(400, "malformed chunked body: bad chunk extension" + at);
       return true;
     case State::kChunkSizeLf:
       if (c != '\n') return fail(400, "malformed chunked body: expected LF after CR" + at);
@@ -171,26 +181,36 @@ bool RequestFramer::feed_byte(char c) {
         return true;
       }
       if (body_ + chunk_left_ > max_body_) {
-        return fail(413, "the chunked request body exceeds " + std::to_string(max_body_) + " bytes (--max-body-bytes)");
+        return fail(413, "the chunked request body exceeds " + std::to_string(max_body_) +
+                             " bytes (--max-body-bytes)");
       }
       state_ = State::kChunkData;
       return true;
     case State::kChunkDataCr:
-      if (c != '\r') return fail(400, "malformed chunked body: chunk data longer than its size (expected CRLF, got " + show(c) + ")" + at);
+      if (c != '\r')
+        return fail(400,
+                    "malformed chunked body: chunk data longer than its size (expected CRLF, got " +
+                        show(c) + ")" + at);
       state_ = State::kChunkDataLf;
       return true;
     case State::kChunkDataLf:
-      if (c != '\n') return fail(400, "malformed chunked body: expected LF after a chunk's CR" + at);
+      if (c != '\n')
+        return fail(400, "malformed chunked body: expected LF after a chunk's CR" + at);
       state_ = State::kChunkSize;
       size_digits_ = 0;
       chunk_left_ = 0;
       return true;
     case State::kLastCr:
-      if (c != '\r') return fail(400, "malformed chunked body: trailers are not supported (expected CRLF after the last chunk)" + at);
+      if (c != '\r')
+        return fail(400,
+                    "malformed chunked body: trailers are not supported (expected CRLF after the "
+                    "last chunk)" +
+                        at);
       state_ = State::kLastLf;
       return true;
     case State::kLastLf:
-      if (c != '\n') return fail(400, "malformed chunked body: expected LF after the last chunk" + at);
+      if (c != '\n')
+        return fail(400, "malformed chunked body: expected LF after the last chunk" + at);
       state_ = State::kDone;
       return true;
     case State::kDone:

@@ -44,14 +44,14 @@ class RequestFramer {
  private:
   enum class State {
     kHeaders,
-    kBody,          // Content-Length
-    kChunkSize,     // hex digits of a chunk size
-    kChunkExt,      // after the size: spaces or ';' extensions up to CR
-    kChunkSizeLf,   // LF after the size line's CR
+    kBody,         // Content-Length
+    kChunkSize,    // hex digits of a chunk size
+    kChunkExt,     // after the size: spaces or ';' extensions up to CR
+    kChunkSizeLf,  // LF after the size line's CR
     kChunkData,
-    kChunkDataCr,   // CR after a chunk's data
+    kChunkDataCr,  // CR after a chunk's data
     kChunkDataLf,
-    kLastCr,        // after "0...\r\n": the final CRLF (no trailers)
+    kLastCr,  // after "0...\r\n": the final CRLF (no trailers)
     kLastLf,
     kDone,
     kFailed,
@@ -65,14 +65,14 @@ class RequestFramer {
   size_t max_body_;
   State state_ = State::kHeaders;
   uint64_t offset_ = 0;
-  std::string head_;        // request line + headers seen so far
-  size_t line_start_ = 0;   // where the current line starts in head_
+  std::string head_;       // request line + headers seen so far
+  size_t line_start_ = 0;  // where the current line starts in head_
   bool first_line_ = true;
   std::string method_, path_;
   bool chunked_ = false;
   bool has_length_ = false;
   uint64_t content_length_ = 0;
-  uint64_t body_ = 0;       // decoded body bytes so far
+  uint64_t body_ = 0;  // decoded body bytes so far
   uint64_t chunk_left_ = 0;
   int size_digits_ = 0;
   FramingError error_;

@@ -26,7 +26,8 @@ namespace {
 
 const std::string& work_dir() {
   static const std::string dir = [] {
-    std::string d = std::filesystem::temp_directory_path().string() + "/fuzz_hf." + std::to_string(getpid());
+    std::string d =
+        std::filesystem::temp_directory_path().string() + "/fuzz_hf." + std::to_string(getpid());
     std::filesystem::create_directories(d);
     return d;
   }();

@@ -63,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
   } catch (const ApiException& e) {
-    if (e.error().status < 400 || e.error().status >= 500 || e.error().message.empty()) __builtin_trap();
+    if (e.error().status < 400 || e.error().status >= 500 || e.error().message.empty())
+      __builtin_trap();
   }
   return 0;
 }

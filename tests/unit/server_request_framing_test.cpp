@@ -64,21 +64,30 @@ TEST(RequestFramer, LimitsGiveTheirStatus) {
 
 TEST(RequestFramer, ValidChunkedBody) {
   RequestFramer f(1024, 100);
-  EXPECT_EQ(feed_bytewise(f, kPost + "Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\n"),
-            0);
+  EXPECT_EQ(
+      feed_bytewise(
+          f,
+          kPost +
+              "Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\n"),
+      0);
   f.reset();  // Transfer-Encoding wins over Content-Length, as in httplib.
-  EXPECT_EQ(feed_bytewise(f, kPost + "Content-Length: 3\r\ntransfer-encoding: Chunked\r\n\r\n1\r\na\r\n0\r\n\r\n"), 0);
+  EXPECT_EQ(
+      feed_bytewise(
+          f, kPost + "Content-Length: 3\r\ntransfer-encoding: Chunked\r\n\r\n1\r\na\r\n0\r\n\r\n"),
+      0);
 }
 
 TEST(RequestFramer, MalformedChunkedBodiesAre400WithTheOffset) {
   const std::string head = kPost + "Transfer-Encoding: chunked\r\n\r\n";
-  for (const std::string& bad : {std::string("zz\r\n"), std::string("\r\n"), std::string("2\r\nhello"),
-                                 std::string("5\nhello"), std::string("00000000000000005\r\n"),
-                                 std::string("0\r\nX-Trailer: 1\r\n\r\n"), std::string("5\r\nhello\n"),
-                                 std::string("-1\r\n")}) {
+  for (const std::string& bad :
+       {std::string("zz\r\n"), std::string("\r\n"), std::string("2\r\nhello"),
+        std::string("5\nhello"), std::string("00000000000000005\r\n"),
+        std::string("0\r\nX-Trailer: 1\r\n\r\n"), std::string("5\r\nhello\n"),
+        std::string("-1\r\n")}) {
     RequestFramer f(1024, 100);
     EXPECT_EQ(feed_bytewise(f, head + bad), 400) << bad;
-    EXPECT_NE(f.error().message.find("malformed chunked body"), std::string::npos) << f.error().message;
+    EXPECT_NE(f.error().message.find("malformed chunked body"), std::string::npos)
+        << f.error().message;
     EXPECT_NE(f.error().message.find("at byte "), std::string::npos) << f.error().message;
   }
 }
