@@ -58,6 +58,10 @@ struct ServeOptions {
   bool strict_model_names = false;
   std::vector<std::string> aliases;
   std::string device = "auto";
+  int max_connections = 256;
+  size_t max_body_bytes = 16u << 20;
+  size_t max_header_bytes = 64u << 10;
+  double request_timeout = 30;
 };
 
 // --chat-template FILE: a Jinja file, or a tokenizer_config.json holding "chat_template".
@@ -218,7 +222,10 @@ void serve(ServeOptions o) {
   ho.aliases = o.aliases;
   ho.strict_model_names = o.strict_model_names;
   ho.chat = chat_cfg;
-  ho.http_threads = std::max(32, o.max_seqs + o.max_queue + 16);
+  ho.max_connections = o.max_connections;
+  ho.max_body_bytes = o.max_body_bytes;
+  ho.max_header_bytes = o.max_header_bytes;
+  ho.request_timeout_s = o.request_timeout;
   ho.log_file = o.log_file;
   server::HttpServer http(eng, tok, chat, metrics, ho);
   const int port = http.bind();
@@ -283,6 +290,20 @@ void add_serve_command(CLI::App& app) {
                   "free memory; on a GPU at most 90% of its free memory after the weights)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
+  cmd->add_option("--max-connections", o->max_connections,
+                  "HTTP connections served at once (one thread each); more are answered 503")
+      ->default_val(256)
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 above)")
+      ->default_val(16u << 20)
+      ->check(CLI::Range(size_t{1}, size_t{1} << 34));
+  cmd->add_option("--max-header-bytes", o->max_header_bytes, "Largest request line + headers (431 above)")
+      ->default_val(64u << 10)
+      ->check(CLI::Range(size_t{256}, size_t{16} << 20));
+  cmd->add_option("--request-timeout", o->request_timeout,
+                  "Seconds a client has to send a whole request, headers and body (408 after)")
+      ->default_val(30)
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--log-file", o->log_file, "Append the request log here (default: stderr)");

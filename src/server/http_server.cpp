@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "server/anthropic_routes.h"
 #include "server/client_socket.h"
+#include "server/guarded_http.h"
 #include "server/openai_protocol.h"
 #include "server/tool_constraint.h"
 
@@ -61,7 +62,15 @@ struct HttpServer::Impl {
   HttpOptions opt;
   AnthropicRoutes anthropic{engine, tok, chat, opt.chat, metrics, opt.model_id,
                             [this](const std::string& name) { check_model(name); }};
-  httplib::Server svr;
+  GuardedServer svr{limits_of(opt), [](const std::string& path, int status, const std::string& message) {
+                       ApiError e{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", ""};
+                       if (status == 413) e.code = "request_too_large";
+                       return is_anthropic_path(path) ? anthropic_error_body(e) : error_body(e);
+                     },
+                     [this](int status, const std::string& reason, const std::string& peer) {
+                       metrics.requests_rejected.inc();
+                       log_line("hearth: connection " + peer + " refused (" + std::to_string(status) + "): " + reason);
+                     }};
   std::mutex log_mu;
   FILE* log = stderr;
   int64_t created = unix_time_now();
@@ -81,6 +90,15 @@ struct HttpServer::Impl {
   }
   ~Impl() {
     if (log != stderr && log != nullptr) std::fclose(log);
+  }
+
+  static HttpLimits limits_of(const HttpOptions& o) {
+    HttpLimits l;
+    l.max_header_bytes = o.max_header_bytes;
+    l.max_body_bytes = o.max_body_bytes;
+    l.request_timeout_s = o.request_timeout_s;
+    l.max_connections = o.max_connections;
+    return l;
   }
 
   void log_line(const std::string& line) {
@@ -109,8 +127,6 @@ struct HttpServer::Impl {
 
   void routes() {
     svr.set_payload_max_length(opt.max_body_bytes);
-    const int n_threads = opt.http_threads;
-    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
     svr.set_keep_alive_max_count(1000);
     svr.set_read_timeout(30, 0);
     svr.set_write_timeout(30, 0);

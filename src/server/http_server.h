@@ -26,8 +26,10 @@ struct HttpOptions {
   std::vector<std::string> aliases;        // --alias: listed by /v1/models too
   bool strict_model_names = false;         // unknown "model" -> 404 (default: served, logged once)
   ChatSettings chat;                       // tools / reasoning / template kwargs
-  size_t max_body_bytes = 16u << 20;
-  int http_threads = 64;
+  size_t max_body_bytes = 16u << 20;  // --max-body-bytes: larger bodies get 413
+  size_t max_header_bytes = 64u << 10; // --max-header-bytes: request line + headers (431)
+  double request_timeout_s = 30;       // --request-timeout: first to last byte of a request (408)
+  int max_connections = 256;           // --max-connections: open at once; more get 503
   std::string log_file;                // empty: request log on stderr
 };
 

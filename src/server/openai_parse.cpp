@@ -43,7 +43,8 @@ double get_number(const json& v, const std::string& path) {
   return v.get<double>();
 }
 
-// An integer (a float with an integral value is accepted), saturated to int64.
+// An integer (a float with an integral value is accepted); above INT64_MAX up to
+// UINT64_MAX saturates, anything beyond 64 bits is a 400.
 int64_t get_integer(const json& v, const std::string& path) {
   if (v.is_number_unsigned()) {
     const auto u = v.get<uint64_t>();
@@ -53,8 +54,10 @@ int64_t get_integer(const json& v, const std::string& path) {
   if (v.is_number_float()) {
     const double d = v.get<double>();
     if (std::isfinite(d) && d == std::floor(d)) {
-      if (d >= 9.2e18) return INT64_MAX;
-      if (d <= -9.2e18) return INT64_MIN;
+      // A JSON integer too big for 64 bits arrives as a float: out of range, not saturated.
+      if (d >= 9.2e18 || d <= -9.2e18) {
+        bad("'" + path + "' is out of range: " + fmt_number(d) + " does not fit in a 64-bit integer", param_of(path));
+      }
       return static_cast<int64_t>(d);
     }
     bad("'" + path + "' must be an integer, got " + fmt_number(d), param_of(path));
@@ -100,9 +103,18 @@ int32_t saturate_i32(int64_t v) {
 
 json parse_body(std::string_view body) {
   if (body.empty()) bad("the request body is empty (expected a JSON object)", "");
+  // nlohmann's lexer takes a raw NUL byte for the end of input and would ignore what
+  // follows; a raw NUL is never valid JSON (inside a string it is written \u0000).
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    bad("the request body is not valid JSON (byte " + std::to_string(nul + 1) +
+            "): a raw NUL byte (inside a string write it as \\u0000)",
+        "");
+  }
   // The callback sees each container open before it is filled: reject deep nesting
   // there, so neither this parse nor the chat template recurses without bound.
-  const json::parser_callback_t check_depth = [](int depth, json::parse_event_t event, json&) {
+  std::string last_key;  // the key whose value is being parsed (for a number overflow's message)
+  const json::parser_callback_t check_depth = [&last_key](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && parsed.is_string()) last_key = parsed.get<std::string>();
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth + 1 > tmpl::kMaxJsonDepth) {
       bad("the request body nests arrays/objects deeper than " +
@@ -119,6 +131,18 @@ json parse_body(std::string_view body) {
     const size_t cut = what.find("] ");
     if (cut != std::string::npos) what = what.substr(cut + 2);
     bad("the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + what, "");
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double's range ("1e400"): nlohmann throws out_of_range.406,
+    // naming the number but no offset; find it in the body for one.
+    std::string what = e.what();
+    const size_t q0 = what.find('\''), q1 = q0 == std::string::npos ? q0 : what.find('\'', q0 + 1);
+    const std::string number = q1 == std::string::npos ? "" : what.substr(q0 + 1, q1 - q0 - 1);
+    const size_t at = number.empty() ? std::string_view::npos : body.find(number);
+    const std::string where = last_key.empty() ? std::string() : " in '" + last_key + "'";
+    bad("the request body is not valid JSON" +
+            (at == std::string_view::npos ? std::string() : " (byte " + std::to_string(at + 1) + ")") +
+            ": the number " + number + where + " is out of range (beyond a 64-bit float)",
+        last_key);
   }
   if (!j.is_object()) {
     bad(std::string("the request body must be a JSON object, got ") + j.type_name(), "");

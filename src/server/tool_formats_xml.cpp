@@ -384,14 +384,16 @@ json convert_param_value(const std::string& raw, const json* schema) {
   }
   if (types.count("number") > 0 || types.count("integer") > 0) {
     if (is_json_scalar(t) && t != "true" && t != "false" && t != "null") {
-      const json j = json::parse(t);
+      // A number beyond a double ("1e999" from the model) makes nlohmann throw
+      // out_of_range: then the value stays the model's text, as for other mismatches.
+      const json j = json::parse(t, nullptr, false);
       if (j.is_number_float()) {
         const double d = j.get<double>();
         if (d == static_cast<double>(static_cast<long long>(d)) && std::abs(d) < 9e15) {
           return static_cast<long long>(d);
         }
       }
-      if (types.count("number") > 0) return j;
+      if (types.count("number") > 0 && j.is_number()) return j;
     }
   }
   if (types.count("boolean") > 0) {

@@ -297,6 +297,10 @@ TEST(OutputParser, QwenXmlTypedBySchema) {
   check(o,
         "<tool_call>\n<function=other>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>",
         {"", "", {{"other", {{"n", "1"}}}}});
+  // A number beyond a double (nlohmann's out_of_range used to escape from here) stays text.
+  check(o,
+        "<tool_call>\n<function=edit>\n<parameter=ratio>\n1e999\n</parameter>\n</function>\n</tool_call>",
+        {"", "", {{"edit", {{"ratio", "1e999"}}}}});
 }
 
 TEST(OutputParser, QwenXmlMultilineAndMissingCloseTags) {

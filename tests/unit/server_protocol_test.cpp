@@ -272,6 +272,10 @@ TEST(ServerProtocolParse, ParameterErrorsNameTheField) {
   expect_chat_400(R"("repetition_penalty": 1e300)", "'repetition_penalty' must be > 0",
                   "repetition_penalty");
   expect_chat_400(R"("seed": "x")", "'seed' must be an integer, got string", "seed");
+  // Beyond a double: nlohmann's out_of_range used to escape as a 500.
+  expect_chat_400(R"("temperature": 1e400)", "the number 1e400 in 'temperature' is out of range", "temperature");
+  expect_chat_400(R"("seed": -1e400)", "(byte 59)", "seed");  // 1-based, like parse errors
+  expect_chat_400(R"("seed": 1e30)", "'seed' is out of range: ", "seed");
   expect_chat_400(R"("stop": 5)", "'stop' must be a string or an array of strings, got number",
                   "stop");
   expect_chat_400(R"("stop": ["a", 1])", "'stop[1]' must be a string, got number", "stop[1]");
