@@ -65,7 +65,10 @@ std::string status_line(int step, int max_steps, int64_t context_used, int64_t w
 Agent::Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Terminal& term,
              TranscriptWriter* transcript)
     : o_(std::move(o)), client_(client), server_(server), term_(term), transcript_(transcript),
-      tools_(tool_schemas()) {
+      tools_(tool_schemas()) {}
+
+void Agent::begin() {
+  messages_ = json::array();
   if (!o_.system_prompt.empty()) append(json{{"role", "system"}, {"content", o_.system_prompt}});
 }
 
@@ -83,7 +86,7 @@ void Agent::clear() {
   messages_ = json::array();
   usage_total_ = -1;
   if (transcript_ != nullptr) transcript_->clear();
-  if (!o_.system_prompt.empty()) append(json{{"role", "system"}, {"content", o_.system_prompt}});
+  begin();
 }
 
 json Agent::request_body(int step, std::optional<bool> think) const {

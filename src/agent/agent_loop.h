@@ -42,6 +42,8 @@ class Agent {
   // `server` may be null (--url / --no-server); `transcript` may be null.
   Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Terminal& term, TranscriptWriter* transcript);
 
+  // Starts a new conversation: the system prompt, written to the transcript.
+  void begin();
   // Replaces the conversation (from --resume); not written to the transcript again.
   void load(nlohmann::json messages);
   // Runs one user message; `think_once` overrides the thinking mode for it.

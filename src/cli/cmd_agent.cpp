@@ -124,7 +124,8 @@ int run_agent(AgentCliOptions o) {
   if (!o.resume.empty()) resumed = agent::load_transcript(o.resume);
   agent::TranscriptWriter transcript(transcript_path);
   agent::Agent agent(ao, client, server.get(), term, &transcript);
-  if (!o.resume.empty() && !resumed.empty()) agent.load(resumed);
+  if (!resumed.empty()) agent.load(resumed);
+  else agent.begin();
   std::fprintf(stderr, "hearth agent: model %s, window %lld tokens, transcript %s\n", ao.model.c_str(),
                static_cast<long long>(ao.context_window), transcript_path.c_str());
 
