@@ -166,6 +166,7 @@ std::optional<ChatResult> Agent::request_with_retries(const json& body) {
         term_.notice("[restarting the server]");
         try {
           server_->start();
+          client_.set_origin(server_->url());
           term_.notice("[server restarted: pid " + std::to_string(server_->pid()) + " at " + server_->url() + "]");
         } catch (const Error& e) {
           term_.notice(std::string("[restart failed: ") + e.what() + "]");

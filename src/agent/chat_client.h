@@ -66,6 +66,12 @@ class ChatClient {
   ModelInfo model_info() const;
 
   const bench::Endpoint& endpoint() const { return ep_; }
+  // Points the client at another origin (a restarted server's new port); keeps the API key.
+  void set_origin(const std::string& url) {
+    bench::Endpoint ep = bench::parse_endpoint(url, "server");
+    ep.api_key = ep_.api_key;
+    ep_ = std::move(ep);
+  }
 
  private:
   bench::Endpoint ep_;
