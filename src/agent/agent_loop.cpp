@@ -237,7 +237,7 @@ TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once) {
       if (interrupt_flag().load()) {
         result = "error: not run (the user interrupted)";
       } else {
-        term_.notice("> " + name + " " + args);
+        term_.notice("[tool] " + name + " " + args);
         result = run_tool(name, args, o_.tools, [this](const std::string& q) { return term_.confirm(q); },
                           &interrupt_flag());
         term_.status(cap_preview(result));

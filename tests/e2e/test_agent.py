@@ -6,6 +6,7 @@ trimming past 80 % of the window, and a tmux-driven interactive session."""
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,7 +33,12 @@ def run_agent(hearth_bin, model, tmp_path, *extra, timeout=120):
 def transcript(tmp_path):
     files = sorted((tmp_path / "logs").glob("agent-*.jsonl"))
     assert files, "no transcript written"
-    return files[-1], [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
+    msgs = []
+    for line in files[-1].read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            msgs = [] if entry.get("event") == "clear" else msgs + [entry]
+    return files[-1], msgs
 
 
 def pid_alive(pid):
@@ -181,9 +187,10 @@ def test_tmux_session(hearth_bin, default_model, tmp_path):
     session = f"hearth_agent_{os.getpid()}"
     sock = str(tmp_path / "tmux.sock")
     tmux = ["tmux", "-S", sock]
-    cmd = " ".join(agent_args(hearth_bin, default_model, tmp_path, "--max-tokens", "24"))
+    cmd = shlex.join(agent_args(hearth_bin, default_model, tmp_path, "--max-tokens", "24"))
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "200", "-y", "50", "-c", str(tmp_path), cmd],
                    check=True)
+    subprocess.run([*tmux, "set-option", "-t", session, "remain-on-exit", "on"], check=True)
 
     def pane():
         return subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-200", "-t", session], capture_output=True,
@@ -224,7 +231,9 @@ def test_tmux_session(hearth_bin, default_model, tmp_path):
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not pid_alive(pid)
-        _, msgs = transcript(tmp_path)  # after the clear: only the system prompt
+        path, msgs = transcript(tmp_path)  # after the clear: only the system prompt
         assert [m["role"] for m in msgs] == ["system"]
+        assert '{"event":"clear"}' in path.read_text()
+        print(text)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
