@@ -39,14 +39,15 @@ std::string cap_preview(const std::string& result) {
   pos = std::min(pos, kMaxBytes);
   std::string out = result.substr(0, pos);
   while (!out.empty() && out.back() == '\n') out.pop_back();
-  if (pos < result.size()) out += "\n  (" + std::to_string(result.size() - pos) + " more bytes sent to the model)";
+  if (pos < result.size())
+    out += "\n  (" + std::to_string(result.size() - pos) + " more bytes sent to the model)";
   return out;
 }
 
 }  // namespace
 
-std::string status_line(int step, int max_steps, int64_t context_used, int64_t window, int64_t tokens,
-                        double seconds, double first_token_s) {
+std::string status_line(int step, int max_steps, int64_t context_used, int64_t window,
+                        int64_t tokens, double seconds, double first_token_s) {
   char buf[256];
   std::string ctx = "context " + std::to_string(context_used);
   if (window > 0) {
@@ -55,16 +56,23 @@ std::string status_line(int step, int max_steps, int64_t context_used, int64_t w
     ctx += buf;
   }
   // Decode speed: tokens over the time after the first one arrived (wall time when unknown).
-  const double decode_s = first_token_s >= 0 && seconds > first_token_s ? seconds - first_token_s : seconds;
-  const double tps = tokens > 1 && decode_s > 0 ? static_cast<double>(tokens - (first_token_s >= 0 ? 1 : 0)) / decode_s : 0;
-  std::snprintf(buf, sizeof buf, "step %d/%d | %s | %lld tokens | %.1f s | %.1f tok/s", step, max_steps, ctx.c_str(),
-                static_cast<long long>(tokens), seconds, tps);
+  const double decode_s =
+      first_token_s >= 0 && seconds > first_token_s ? seconds - first_token_s : seconds;
+  const double tps = tokens > 1 && decode_s > 0
+                         ? static_cast<double>(tokens - (first_token_s >= 0 ? 1 : 0)) / decode_s
+                         : 0;
+  std::snprintf(buf, sizeof buf, "step %d/%d | %s | %lld tokens | %.1f s | %.1f tok/s", step,
+                max_steps, ctx.c_str(), static_cast<long long>(tokens), seconds, tps);
   return buf;
 }
 
 Agent::Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Terminal& term,
              TranscriptWriter* transcript)
-    : o_(std::move(o)), client_(client), server_(server), term_(term), transcript_(transcript),
+    : o_(std::move(o)),
+      client_(client),
+      server_(server),
+      term_(term),
+      transcript_(transcript),
       tools_(tool_schemas()) {}
 
 void Agent::begin() {
@@ -92,8 +100,10 @@ void Agent::clear() {
 json Agent::request_body(int step, std::optional<bool> think) const {
   json body = {{"model", o_.model}, {"messages", messages_}, {"tools", tools_}};
   if (step == 1 && o_.tool_choice != "auto") {
-    if (o_.tool_choice == "required" || o_.tool_choice == "none") body["tool_choice"] = o_.tool_choice;
-    else body["tool_choice"] = json{{"type", "function"}, {"function", {{"name", o_.tool_choice}}}};
+    if (o_.tool_choice == "required" || o_.tool_choice == "none")
+      body["tool_choice"] = o_.tool_choice;
+    else
+      body["tool_choice"] = json{{"type", "function"}, {"function", {{"name", o_.tool_choice}}}};
   }
   if (think) body["chat_template_kwargs"] = json{{"enable_thinking", *think}};
   if (o_.max_tokens > 0) body["max_tokens"] = o_.max_tokens;
@@ -109,7 +119,8 @@ int64_t Agent::measure(const json& body) {
   const json& msgs = body["messages"];
   if (usage_total_ >= 0 && usage_messages_ <= msgs.size())
     return usage_total_ + estimate_tokens(msgs, usage_messages_);
-  return estimate_tokens(msgs, 0) + static_cast<int64_t>(std::ceil(tools_.dump().size() / kCharsPerToken));
+  return estimate_tokens(msgs, 0) +
+         static_cast<int64_t>(std::ceil(tools_.dump().size() / kCharsPerToken));
 }
 
 void Agent::fit_context(json& body) {
@@ -126,10 +137,10 @@ void Agent::fit_context(json& body) {
       },
       limit);
   if (t.dropped > 0) {
-    term_.notice("[context: dropped the " + std::to_string(t.dropped) + " oldest of " + std::to_string(before) +
-                 " messages to stay under " + std::to_string(static_cast<int>(o_.trim_ratio * 100)) +
-                 "% of the window (" + std::to_string(t.tokens) + "/" + std::to_string(o_.context_window) +
-                 " tokens)]");
+    term_.notice("[context: dropped the " + std::to_string(t.dropped) + " oldest of " +
+                 std::to_string(before) + " messages to stay under " +
+                 std::to_string(static_cast<int>(o_.trim_ratio * 100)) + "% of the window (" +
+                 std::to_string(t.tokens) + "/" + std::to_string(o_.context_window) + " tokens)]");
     messages_ = msgs;
     usage_total_ = -1;  // the estimate's base no longer holds
     body["messages"] = messages_;
@@ -159,15 +170,17 @@ std::optional<ChatResult> Agent::request_with_retries(const json& body) {
     if (!r.retryable) return std::nullopt;
     if (server_ != nullptr) {
       // A dropped connection is seen a moment before the process is reaped.
-      for (int i = 0; i < 25 && server_->alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int i = 0; i < 25 && server_->alive(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       if (!server_->alive()) {
-        term_.notice("[the server died (" + server_->exit_description() + "); end of " + server_->log_path() +
-                     ":]\n" + server_->log_tail(10));
+        term_.notice("[the server died (" + server_->exit_description() + "); end of " +
+                     server_->log_path() + ":]\n" + server_->log_tail(10));
         term_.notice("[restarting the server]");
         try {
           server_->start();
           client_.set_origin(server_->url());
-          term_.notice("[server restarted: pid " + std::to_string(server_->pid()) + " at " + server_->url() + "]");
+          term_.notice("[server restarted: pid " + std::to_string(server_->pid()) + " at " +
+                       server_->url() + "]");
         } catch (const Error& e) {
           term_.notice(std::string("[restart failed: ") + e.what() + "]");
         }
@@ -179,8 +192,8 @@ std::optional<ChatResult> Agent::request_with_retries(const json& body) {
       return std::nullopt;
     }
     const double delay = o_.backoff_s * std::pow(2.0, failures - 1);
-    term_.notice("[retrying in " + std::to_string(delay).substr(0, 4) + " s (attempt " + std::to_string(failures + 1) +
-                 " of " + std::to_string(o_.max_failures) + ")]");
+    term_.notice("[retrying in " + std::to_string(delay).substr(0, 4) + " s (attempt " +
+                 std::to_string(failures + 1) + " of " + std::to_string(o_.max_failures) + ")]");
     sleep_interruptibly(delay);
     if (interrupt_flag().load()) {
       ChatResult stopped;
@@ -212,7 +225,8 @@ TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once) {
     json calls = json::array();
     for (size_t i = 0; i < r->tool_calls.size(); ++i) {
       json c = r->tool_calls[i];
-      if (c["id"].get<std::string>().empty()) c["id"] = "call_" + std::to_string(step) + "_" + std::to_string(i);
+      if (c["id"].get<std::string>().empty())
+        c["id"] = "call_" + std::to_string(step) + "_" + std::to_string(i);
       calls.push_back(std::move(c));
     }
     if (!calls.empty()) msg["tool_calls"] = calls;
@@ -226,8 +240,10 @@ TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once) {
       usage_total_ = r->prompt_tokens + completion;
       usage_messages_ = messages_.size();
     }
-    term_.status("[" + status_line(step, o_.max_steps, used, o_.context_window, completion, r->seconds,
-                                   r->first_token_s) + "]");
+    term_.status("[" +
+                 status_line(step, o_.max_steps, used, o_.context_window, completion, r->seconds,
+                             r->first_token_s) +
+                 "]");
     if (calls.empty()) return TurnEnd::kAnswered;
 
     for (size_t i = 0; i < calls.size(); ++i) {
@@ -238,11 +254,13 @@ TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once) {
         result = "error: not run (the user interrupted)";
       } else {
         term_.notice("[tool] " + name + " " + args);
-        result = run_tool(name, args, o_.tools, [this](const std::string& q) { return term_.confirm(q); },
-                          &interrupt_flag());
+        result = run_tool(
+            name, args, o_.tools, [this](const std::string& q) { return term_.confirm(q); },
+            &interrupt_flag());
         term_.status(cap_preview(result));
       }
-      append(json{{"role", "tool"}, {"tool_call_id", calls[i]["id"]}, {"name", name}, {"content", result}});
+      append(json{
+          {"role", "tool"}, {"tool_call_id", calls[i]["id"]}, {"name", name}, {"content", result}});
     }
     if (interrupt_flag().exchange(false)) {
       term_.notice("[interrupted]");

@@ -6,10 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/chat_client.h"
 #include "agent/server_supervisor.h"
@@ -20,9 +19,10 @@
 namespace hearth::agent {
 
 struct AgentOptions {
-  std::string model;                  // the model id sent in requests
-  int max_steps = 15;                 // requests per user message
-  std::optional<bool> think;          // enable_thinking for the conversation (nullopt: the template's default)
+  std::string model;   // the model id sent in requests
+  int max_steps = 15;  // requests per user message
+  std::optional<bool>
+      think;  // enable_thinking for the conversation (nullopt: the template's default)
   std::string tool_choice = "auto";   // auto | required | a tool name (first step of each message)
   int64_t max_tokens = 0;             // per request (0: the server's choice)
   std::optional<double> temperature;  // sampling temperature (nullopt: the server's)
@@ -40,7 +40,8 @@ enum class TurnEnd { kAnswered, kMaxSteps, kInterrupted, kFailed };
 class Agent {
  public:
   // `server` may be null (--url / --no-server); `transcript` may be null.
-  Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Terminal& term, TranscriptWriter* transcript);
+  Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Terminal& term,
+        TranscriptWriter* transcript);
 
   // Starts a new conversation: the system prompt, written to the transcript.
   void begin();
@@ -77,7 +78,7 @@ class Agent {
 };
 
 // The status line of a step: "step 2/15 | context 812/8192 (10%) | 57 tokens | 1.4 s | 40.7 tok/s".
-std::string status_line(int step, int max_steps, int64_t context_used, int64_t window, int64_t tokens,
-                        double seconds, double first_token_s);
+std::string status_line(int step, int max_steps, int64_t context_used, int64_t window,
+                        int64_t tokens, double seconds, double first_token_s);
 
 }  // namespace hearth::agent

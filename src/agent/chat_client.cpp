@@ -25,7 +25,8 @@ std::string str_field(const json& o, const char* key) {
 }
 
 int64_t int_field(const json& o, const char* key) {
-  return o.is_object() && o.contains(key) && o[key].is_number_integer() ? o[key].get<int64_t>() : -1;
+  return o.is_object() && o.contains(key) && o[key].is_number_integer() ? o[key].get<int64_t>()
+                                                                        : -1;
 }
 
 void merge_tool_call(json& calls, const json& delta) {
@@ -33,7 +34,8 @@ void merge_tool_call(json& calls, const json& delta) {
   const int64_t index = int_field(delta, "index");
   const size_t i = index >= 0 ? static_cast<size_t>(index) : calls.size();
   while (calls.size() <= i)
-    calls.push_back(json{{"id", ""}, {"type", "function"}, {"function", {{"name", ""}, {"arguments", ""}}}});
+    calls.push_back(
+        json{{"id", ""}, {"type", "function"}, {"function", {{"name", ""}, {"arguments", ""}}}});
   json& c = calls[i];
   if (const std::string id = str_field(delta, "id"); !id.empty()) c["id"] = id;
   if (delta.contains("function") && delta["function"].is_object()) {
@@ -41,7 +43,8 @@ void merge_tool_call(json& calls, const json& delta) {
     c["function"]["name"] = c["function"]["name"].get<std::string>() + str_field(f, "name");
     if (f.contains("arguments")) {
       // Some servers send the arguments as an object rather than text.
-      const std::string piece = f["arguments"].is_string() ? f["arguments"].get<std::string>() : f["arguments"].dump();
+      const std::string piece =
+          f["arguments"].is_string() ? f["arguments"].get<std::string>() : f["arguments"].dump();
       c["function"]["arguments"] = c["function"]["arguments"].get<std::string>() + piece;
     }
   }
@@ -91,7 +94,8 @@ bool apply_chat_event(const std::string& payload, ChatResult& r, const StreamHan
   return false;
 }
 
-ChatResult ChatClient::chat(json body, const StreamHandlers& h, const std::atomic<bool>& stop) const {
+ChatResult ChatClient::chat(json body, const StreamHandlers& h,
+                            const std::atomic<bool>& stop) const {
   ChatResult r;
   body["stream"] = true;
   body["stream_options"] = json{{"include_usage", true}};
@@ -165,8 +169,9 @@ ChatResult ChatClient::chat(json body, const StreamHandlers& h, const std::atomi
   }
   if (!res) {
     r.retryable = true;
-    r.error = r.http_status == 0 ? "cannot reach " + ep_.origin + " (" + httplib::to_string(res.error()) + ")"
-                                 : "stream broken (" + httplib::to_string(res.error()) + ")";
+    r.error = r.http_status == 0
+                  ? "cannot reach " + ep_.origin + " (" + httplib::to_string(res.error()) + ")"
+                  : "stream broken (" + httplib::to_string(res.error()) + ")";
     return r;
   }
   if (!done && r.finish_reason.empty()) {
@@ -184,11 +189,13 @@ std::optional<int64_t> ChatClient::count_tokens(const json& request) const {
   json body = json::object();
   for (const char* k : {"messages", "tools", "chat_template_kwargs"})
     if (request.contains(k)) body[k] = request[k];
-  httplib::Result res = cli.Post((ep_.prefix + "/tokenize").c_str(), headers(ep_),
-                                 body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  httplib::Result res =
+      cli.Post((ep_.prefix + "/tokenize").c_str(), headers(ep_),
+               body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   if (!res || res->status != 200) return std::nullopt;
   json j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) return std::nullopt;
+  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+    return std::nullopt;
   return static_cast<int64_t>(j["tokens"].size());
 }
 
@@ -196,12 +203,15 @@ ModelInfo ChatClient::model_info() const {
   httplib::Client cli(ep_.origin);
   bench::set_timeouts(cli, 10);
   httplib::Result res = cli.Get((ep_.prefix + "/v1/models").c_str(), headers(ep_));
-  if (!res) fail(ErrorKind::kIo, "agent", "cannot reach " + ep_.origin + " (" + httplib::to_string(res.error()) + ")");
+  if (!res)
+    fail(ErrorKind::kIo, "agent",
+         "cannot reach " + ep_.origin + " (" + httplib::to_string(res.error()) + ")");
   if (res->status != 200)
-    fail(ErrorKind::kInvalidInput, "agent", "GET /v1/models answered HTTP " + std::to_string(res->status));
+    fail(ErrorKind::kInvalidInput, "agent",
+         "GET /v1/models answered HTTP " + std::to_string(res->status));
   json j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
-      str_field(j["data"][0], "id").empty())
+  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() ||
+      j["data"].empty() || str_field(j["data"][0], "id").empty())
     fail(ErrorKind::kInvalidInput, "agent", "GET /v1/models lists no model");
   const json& m = j["data"][0];
   ModelInfo info;

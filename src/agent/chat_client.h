@@ -7,10 +7,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/sse_client.h"
 
@@ -27,9 +26,9 @@ struct ChatResult {
   nlohmann::json tool_calls = nlohmann::json::array();  // [{id, type, function: {name, arguments}}]
   std::string finish_reason;
   int64_t prompt_tokens = -1, completion_tokens = -1;  // the server's usage (-1: none)
-  int64_t chunks = 0;        // streamed events that carried text
-  double seconds = 0;        // request sent to end
-  double first_token_s = -1; // request sent to first streamed text
+  int64_t chunks = 0;                                  // streamed events that carried text
+  double seconds = 0;                                  // request sent to end
+  double first_token_s = -1;                           // request sent to first streamed text
 };
 
 // Called with each piece of streamed text (from the request's thread).
@@ -51,11 +50,13 @@ bool apply_chat_event(const std::string& payload, ChatResult& r, const StreamHan
 
 class ChatClient {
  public:
-  explicit ChatClient(bench::Endpoint ep, double timeout_s = 600) : ep_(std::move(ep)), timeout_s_(timeout_s) {}
+  explicit ChatClient(bench::Endpoint ep, double timeout_s = 600)
+      : ep_(std::move(ep)), timeout_s_(timeout_s) {}
 
   // Posts `body` with stream on; returns when the stream ends, fails, or `stop`
   // becomes true (the connection is closed then). Never throws.
-  ChatResult chat(nlohmann::json body, const StreamHandlers& h, const std::atomic<bool>& stop) const;
+  ChatResult chat(nlohmann::json body, const StreamHandlers& h,
+                  const std::atomic<bool>& stop) const;
 
   // The number of tokens of the rendered conversation (POST /tokenize with
   // messages and tools); nullopt when the server has no such endpoint or fails.

@@ -9,11 +9,13 @@ using nlohmann::json;
 namespace {
 
 std::string role_of(const json& m) {
-  return m.is_object() && m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>() : "";
+  return m.is_object() && m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>()
+                                                                      : "";
 }
 
 bool has_tool_calls(const json& m) {
-  return m.is_object() && m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+  return m.is_object() && m.contains("tool_calls") && m["tool_calls"].is_array() &&
+         !m["tool_calls"].empty();
 }
 
 }  // namespace
@@ -41,7 +43,8 @@ std::vector<std::pair<size_t, size_t>> droppable_units(const json& messages) {
   return units;
 }
 
-TrimResult trim_to_fit(json& messages, const std::function<int64_t(const json&)>& measure, int64_t limit) {
+TrimResult trim_to_fit(json& messages, const std::function<int64_t(const json&)>& measure,
+                       int64_t limit) {
   TrimResult r;
   r.tokens = measure(messages);
   while (r.tokens > limit) {
@@ -50,12 +53,14 @@ TrimResult trim_to_fit(json& messages, const std::function<int64_t(const json&)>
     // Each unit's share of the tokens, estimated from its share of the JSON text.
     size_t total_chars = 0;
     for (const json& m : messages) total_chars += m.dump().size();
-    const double tokens_per_char = total_chars > 0 ? static_cast<double>(r.tokens) / total_chars : 0;
+    const double tokens_per_char =
+        total_chars > 0 ? static_cast<double>(r.tokens) / total_chars : 0;
     const double need = static_cast<double>(r.tokens - limit);
     double freed = 0;
     size_t take = 0;
     while (take < units.size() && (take == 0 || freed < need)) {
-      for (size_t k = units[take].first; k < units[take].second; ++k) freed += messages[k].dump().size() * tokens_per_char;
+      for (size_t k = units[take].first; k < units[take].second; ++k)
+        freed += messages[k].dump().size() * tokens_per_char;
       ++take;
     }
     // Erase the chosen units, latest first so earlier indices stay valid.

@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace hearth::agent {
 
@@ -19,15 +18,15 @@ std::vector<std::pair<size_t, size_t>> droppable_units(const nlohmann::json& mes
 
 // What trim_to_fit did.
 struct TrimResult {
-  size_t dropped = 0;   // messages removed
-  int64_t tokens = 0;   // measured size afterwards
-  bool fits = true;     // tokens <= limit
+  size_t dropped = 0;  // messages removed
+  int64_t tokens = 0;  // measured size afterwards
+  bool fits = true;    // tokens <= limit
 };
 
 // Drops the oldest droppable units of `messages` until measure(messages) <=
 // limit (estimating each unit's share by its JSON length, then measuring again).
 // `measure` returns the conversation's size in tokens.
-TrimResult trim_to_fit(nlohmann::json& messages, const std::function<int64_t(const nlohmann::json&)>& measure,
-                       int64_t limit);
+TrimResult trim_to_fit(nlohmann::json& messages,
+                       const std::function<int64_t(const nlohmann::json&)>& measure, int64_t limit);
 
 }  // namespace hearth::agent

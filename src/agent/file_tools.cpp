@@ -34,13 +34,15 @@ void check_regular(const fs::path& p) {
   if (!fs::is_regular_file(st)) throw ToolError("'" + p.string() + "' is not a regular file");
   const uintmax_t size = fs::file_size(p, ec);
   if (!ec && size > kMaxReadBytes)
-    throw ToolError("'" + p.string() + "' is " + std::to_string(size) + " bytes (more than 16 MiB)");
+    throw ToolError("'" + p.string() + "' is " + std::to_string(size) +
+                    " bytes (more than 16 MiB)");
 }
 
 void spit(const fs::path& p, const std::string& content) {
   std::error_code ec;
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  if (ec) throw ToolError("cannot create folder '" + p.parent_path().string() + "': " + ec.message());
+  if (ec)
+    throw ToolError("cannot create folder '" + p.parent_path().string() + "': " + ec.message());
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   if (!f) throw ToolError("cannot open '" + p.string() + "' for writing");
   f << content;
@@ -49,7 +51,8 @@ void spit(const fs::path& p, const std::string& content) {
 
 size_t count_occurrences(const std::string& text, const std::string& needle) {
   size_t n = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++n;
   return n;
 }
 
@@ -80,7 +83,8 @@ std::string write_file_tool(const std::string& path, const std::string& content)
   return "wrote " + std::to_string(content.size()) + " bytes to " + path;
 }
 
-std::string edit_file_tool(const std::string& path, const std::string& old_text, const std::string& new_text) {
+std::string edit_file_tool(const std::string& path, const std::string& old_text,
+                           const std::string& new_text) {
   if (path.empty()) throw ToolError("'path' is empty");
   if (old_text.empty()) throw ToolError("'old_string' is empty");
   check_regular(path);
@@ -93,7 +97,9 @@ std::string edit_file_tool(const std::string& path, const std::string& old_text,
   const size_t pos = text.find(old_text);
   text.replace(pos, old_text.size(), new_text);
   spit(path, text);
-  const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(pos), '\n')) + 1;
+  const size_t line =
+      static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(pos), '\n')) +
+      1;
   return "replaced 1 occurrence in " + path + " (line " + std::to_string(line) + ")";
 }
 
@@ -119,34 +125,38 @@ std::string list_dir_tool(const std::string& path) {
   return out.empty() ? "(empty folder)\n" : out;
 }
 
-std::string search_files_tool(const std::string& pattern, const std::string& path, size_t max_results) {
+std::string search_files_tool(const std::string& pattern, const std::string& path,
+                              size_t max_results) {
   if (pattern.empty()) throw ToolError("'pattern' is empty");
   int err = 0;
   PCRE2_SIZE err_offset = 0;
-  std::unique_ptr<pcre2_code, CodeDeleter> re(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
-                                                            pattern.size(), PCRE2_UTF | PCRE2_MATCH_INVALID_UTF,
-                                                            &err, &err_offset, nullptr));
+  std::unique_ptr<pcre2_code, CodeDeleter> re(
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &err, &err_offset, nullptr));
   if (!re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
     throw ToolError("bad regular expression at offset " + std::to_string(err_offset) + ": " +
                     reinterpret_cast<const char*>(msg));
   }
-  std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(re.get(), nullptr));
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
+      pcre2_match_data_create_from_pattern(re.get(), nullptr));
   const std::string root = path.empty() ? "." : path;
   std::error_code ec;
   std::vector<fs::path> files;
   if (fs::is_regular_file(root, ec)) {
     files.push_back(root);
   } else if (fs::is_directory(root, ec)) {
-    fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+    fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec),
+        end;
     for (; !ec && it != end; it.increment(ec)) {
       if (it->is_directory() && it->path().filename() == ".git") {
         it.disable_recursion_pending();
         continue;
       }
       std::error_code e2;
-      if (it->is_regular_file(e2) && it->file_size(e2) <= kMaxReadBytes) files.push_back(it->path());
+      if (it->is_regular_file(e2) && it->file_size(e2) <= kMaxReadBytes)
+        files.push_back(it->path());
     }
   } else {
     throw ToolError("'" + root + "' does not exist");
@@ -167,8 +177,8 @@ std::string search_files_tool(const std::string& pattern, const std::string& pat
       size_t nl = text.find('\n', pos);
       if (nl == std::string::npos) nl = text.size();
       ++line_no;
-      const int rc = pcre2_match(re.get(), reinterpret_cast<PCRE2_SPTR>(text.data() + pos), nl - pos, 0, 0,
-                                 md.get(), nullptr);
+      const int rc = pcre2_match(re.get(), reinterpret_cast<PCRE2_SPTR>(text.data() + pos),
+                                 nl - pos, 0, 0, md.get(), nullptr);
       if (rc >= 0) {
         if (shown < max_results) {
           std::string line = text.substr(pos, std::min<size_t>(nl - pos, 300));

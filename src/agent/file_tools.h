@@ -21,12 +21,14 @@ std::string read_file_tool(const std::string& path);
 std::string write_file_tool(const std::string& path, const std::string& content);
 // Replaces the single occurrence of `old_text` in the file with `new_text`;
 // ToolError when it occurs 0 or more than 1 times (with the count).
-std::string edit_file_tool(const std::string& path, const std::string& old_text, const std::string& new_text);
+std::string edit_file_tool(const std::string& path, const std::string& old_text,
+                           const std::string& new_text);
 // One line per entry, sorted: "name/" for folders, "name  SIZE" for files.
 std::string list_dir_tool(const std::string& path);
 // "FILE:LINE: TEXT" for each line matching `pattern` in the files under `path`
 // (recursively; skips .git and binary files), at most `max_results` lines, then
 // a line saying how many more matches there were.
-std::string search_files_tool(const std::string& pattern, const std::string& path, size_t max_results);
+std::string search_files_tool(const std::string& pattern, const std::string& path,
+                              size_t max_results);
 
 }  // namespace hearth::agent

@@ -68,7 +68,9 @@ ServerSupervisor::~ServerSupervisor() { stop(3); }
 void ServerSupervisor::start(double timeout_s) {
   const std::streamoff log_start = file_size(log_path_);
   const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) fail(ErrorKind::kIo, "agent", "cannot write the server log " + log_path_ + ": " + std::strerror(errno));
+  if (fd < 0)
+    fail(ErrorKind::kIo, "agent",
+         "cannot write the server log " + log_path_ + ": " + std::strerror(errno));
   std::vector<std::string> argv_s = {"hearth", "serve", "--port", "0", "--host", "127.0.0.1"};
   argv_s.insert(argv_s.end(), args_.begin(), args_.end());
   std::vector<char*> argv;
@@ -78,7 +80,8 @@ void ServerSupervisor::start(double timeout_s) {
   const pid_t pid = fork();
   if (pid < 0) {
     ::close(fd);
-    fail(ErrorKind::kIo, "agent", std::string("cannot start the server: fork: ") + std::strerror(errno));
+    fail(ErrorKind::kIo, "agent",
+         std::string("cannot start the server: fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
     setpgid(0, 0);  // its own group: the terminal's Ctrl-C is the agent's, not the server's
@@ -104,8 +107,8 @@ void ServerSupervisor::start(double timeout_s) {
   while (std::chrono::steady_clock::now() < deadline) {
     if (!alive())
       fail(ErrorKind::kIo, "agent",
-           "the server exited (" + exit_description_ + ") before answering; end of " + log_path_ + ":\n" +
-               log_tail(15));
+           "the server exited (" + exit_description_ + ") before answering; end of " + log_path_ +
+               ":\n" + log_tail(15));
     if (url_.empty()) url_ = bench::find_url(read_from(log_path_, log_start));
     if (!url_.empty()) {
       bench::StreamClient client(bench::parse_endpoint(url_, "server"), bench::Clock::now());
@@ -116,8 +119,8 @@ void ServerSupervisor::start(double timeout_s) {
   }
   stop(1);
   fail(ErrorKind::kIo, "agent",
-       "the server did not answer /health within " + std::to_string(static_cast<int>(timeout_s)) + " s; end of " +
-           log_path_ + ":\n" + log_tail(15));
+       "the server did not answer /health within " + std::to_string(static_cast<int>(timeout_s)) +
+           " s; end of " + log_path_ + ":\n" + log_tail(15));
 }
 
 bool ServerSupervisor::alive() {
@@ -125,10 +128,12 @@ bool ServerSupervisor::alive() {
   int status = 0;
   const pid_t r = waitpid(pid_, &status, WNOHANG);
   if (r == pid_ || (r < 0 && errno == ECHILD)) {
-    if (r == pid_ && WIFEXITED(status)) exit_description_ = "exit status " + std::to_string(WEXITSTATUS(status));
+    if (r == pid_ && WIFEXITED(status))
+      exit_description_ = "exit status " + std::to_string(WEXITSTATUS(status));
     else if (r == pid_ && WIFSIGNALED(status))
       exit_description_ = "killed by signal " + std::to_string(WTERMSIG(status));
-    else exit_description_ = "gone";
+    else
+      exit_description_ = "gone";
     kill(-pid_, SIGKILL);  // anything left in its group
     forget(pid_);
     pid_ = -1;

@@ -17,7 +17,8 @@ namespace hearth::agent {
 
 ShellResult run_shell(const std::string& command, double timeout_s, const std::atomic<bool>* stop) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) fail(ErrorKind::kIo, "agent", std::string("shell: pipe: ") + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    fail(ErrorKind::kIo, "agent", std::string("shell: pipe: ") + std::strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -71,7 +72,8 @@ ShellResult run_shell(const std::string& command, double timeout_s, const std::a
       eof = true;
       break;
     }
-    const size_t keep = std::min<size_t>(static_cast<size_t>(got), kMaxKeptBytes - std::min(kMaxKeptBytes, r.output.size()));
+    const size_t keep = std::min<size_t>(static_cast<size_t>(got),
+                                         kMaxKeptBytes - std::min(kMaxKeptBytes, r.output.size()));
     r.output.append(buf, keep);
     r.dropped_bytes += static_cast<size_t>(got) - keep;
   }
@@ -88,7 +90,8 @@ ShellResult run_shell(const std::string& command, double timeout_s, const std::a
 
 std::string format_shell_result(const ShellResult& r, size_t max_chars, double timeout_s) {
   std::string out = r.output;
-  if (r.dropped_bytes > 0) out += "\n[... " + std::to_string(r.dropped_bytes) + " more bytes not kept ...]";
+  if (r.dropped_bytes > 0)
+    out += "\n[... " + std::to_string(r.dropped_bytes) + " more bytes not kept ...]";
   out = cap_output(out, max_chars);
   if (!out.empty() && out.back() != '\n') out += '\n';
   if (r.interrupted) {
@@ -114,7 +117,8 @@ std::string command_program(const std::string& command) {
     std::string word = command.substr(pos, end - pos);
     if (word.empty()) return "";
     const size_t eq = word.find('=');
-    if (eq != std::string::npos && eq > 0 && word.find('/') == std::string::npos) {  // VAR=value prefix
+    if (eq != std::string::npos && eq > 0 &&
+        word.find('/') == std::string::npos) {  // VAR=value prefix
       pos = end;
       continue;
     }

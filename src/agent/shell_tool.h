@@ -9,10 +9,10 @@
 namespace hearth::agent {
 
 struct ShellResult {
-  std::string output;     // combined stdout + stderr, uncapped (at most kMaxKeptBytes)
+  std::string output;        // combined stdout + stderr, uncapped (at most kMaxKeptBytes)
   size_t dropped_bytes = 0;  // bytes read past kMaxKeptBytes and not kept
-  int exit_status = -1;   // exit code; -1 when killed by a signal
-  int signal = 0;         // the signal that ended it, if any
+  int exit_status = -1;      // exit code; -1 when killed by a signal
+  int signal = 0;            // the signal that ended it, if any
   bool timed_out = false;
   bool interrupted = false;
 };

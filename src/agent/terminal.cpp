@@ -47,7 +47,9 @@ void install_signal_handlers() {
 }
 
 Terminal::Terminal(std::string history_path)
-    : history_path_(std::move(history_path)), in_tty_(isatty(STDIN_FILENO)), out_tty_(isatty(STDOUT_FILENO)) {
+    : history_path_(std::move(history_path)),
+      in_tty_(isatty(STDIN_FILENO)),
+      out_tty_(isatty(STDOUT_FILENO)) {
   if (in_tty_) {
     rl_catch_signals = 0;  // Ctrl-C stays ours (interrupt_flag)
     using_history();
@@ -105,8 +107,10 @@ void Terminal::begin(Block b) {
   end_block();
   block_ = b;
   if (b == Block::kReasoning) {
-    if (out_tty_) std::fputs(kDim, stdout);
-    else std::fputs("thinking: ", stdout);
+    if (out_tty_)
+      std::fputs(kDim, stdout);
+    else
+      std::fputs("thinking: ", stdout);
   }
   at_line_start_ = false;
 }
@@ -139,8 +143,10 @@ void Terminal::end_block() {
 
 void Terminal::status(const std::string& line) {
   end_block();
-  if (out_tty_) std::printf("%s%s%s\n", kDim, line.c_str(), kReset);
-  else std::printf("%s\n", line.c_str());
+  if (out_tty_)
+    std::printf("%s%s%s\n", kDim, line.c_str(), kReset);
+  else
+    std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
 

@@ -4,18 +4,17 @@
 
 #include <atomic>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace hearth::agent {
 
 // How tools run: output cap, shell time limit, who may run without asking.
 struct ToolPolicy {
-  size_t output_chars = 8000;     // cap on what goes back to the model (0: none)
-  double shell_timeout_s = 120;   // shell time limit
-  bool yes = false;               // never ask
+  size_t output_chars = 8000;      // cap on what goes back to the model (0: none)
+  double shell_timeout_s = 120;    // shell time limit
+  bool yes = false;                // never ask
   std::vector<std::string> allow;  // programs the shell tool runs without asking
   size_t max_search_results = 100;
 };
@@ -38,7 +37,8 @@ using ConfirmFn = std::function<bool(const std::string& question)>;
 // returns the `tool` message content; errors (bad JSON, missing field, failed
 // tool, refusal) come back as text starting with "error:" so the model can react.
 // `stop` (Ctrl-C) interrupts a running shell command.
-std::string run_tool(const std::string& name, const std::string& arguments, const ToolPolicy& policy,
-                     const ConfirmFn& confirm, const std::atomic<bool>* stop);
+std::string run_tool(const std::string& name, const std::string& arguments,
+                     const ToolPolicy& policy, const ConfirmFn& confirm,
+                     const std::atomic<bool>* stop);
 
 }  // namespace hearth::agent

@@ -10,7 +10,8 @@ using nlohmann::json;
 
 TranscriptWriter::TranscriptWriter(std::string path) : path_(std::move(path)) {
   f_ = std::fopen(path_.c_str(), "a");
-  if (f_ == nullptr) fail(ErrorKind::kIo, "agent", "cannot open transcript '" + path_ + "' for appending");
+  if (f_ == nullptr)
+    fail(ErrorKind::kIo, "agent", "cannot open transcript '" + path_ + "' for appending");
 }
 
 TranscriptWriter::~TranscriptWriter() {
@@ -34,7 +35,8 @@ json load_transcript(const std::string& path) {
   std::string text;
   size_t line_no = 0;
   const auto bad = [&](const std::string& why) {
-    fail(ErrorKind::kInvalidInput, "agent", "--resume: " + path + ":" + std::to_string(line_no) + ": " + why);
+    fail(ErrorKind::kInvalidInput, "agent",
+         "--resume: " + path + ":" + std::to_string(line_no) + ": " + why);
   };
   while (std::getline(f, text)) {
     ++line_no;
@@ -53,7 +55,8 @@ json load_transcript(const std::string& path) {
     }
     if (!j.contains("role") || !j["role"].is_string()) bad("a message needs a string 'role'");
     const std::string role = j["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool") bad("unknown role '" + role + "'");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      bad("unknown role '" + role + "'");
     messages.push_back(std::move(j));
   }
   return messages;

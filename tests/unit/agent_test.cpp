@@ -29,7 +29,8 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("hearth_agent_test_" + std::to_string(getpid()) + "_" + std::to_string(n_++));
+    path_ = fs::temp_directory_path() /
+            ("hearth_agent_test_" + std::to_string(getpid()) + "_" + std::to_string(n_++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -72,13 +73,17 @@ TEST(AgentOutputCap, CutsOnCodePointsNotBytes) {
 
 // ---- context trimming ----
 
-json msg(const std::string& role, const std::string& content) { return json{{"role", role}, {"content", content}}; }
+json msg(const std::string& role, const std::string& content) {
+  return json{{"role", role}, {"content", content}};
+}
 
 json call_msg(const std::string& id) {
-  return json{{"role", "assistant"},
-              {"content", ""},
-              {"tool_calls", json::array({{{"id", id}, {"type", "function"},
-                                           {"function", {{"name", "read_file"}, {"arguments", "{}"}}}}})}};
+  return json{
+      {"role", "assistant"},
+      {"content", ""},
+      {"tool_calls", json::array({{{"id", id},
+                                   {"type", "function"},
+                                   {"function", {{"name", "read_file"}, {"arguments", "{}"}}}}})}};
 }
 
 json tool_msg(const std::string& id, const std::string& content) {
@@ -86,9 +91,9 @@ json tool_msg(const std::string& id, const std::string& content) {
 }
 
 TEST(AgentTrim, UnitsKeepToolCallsWithTheirResults) {
-  json m = json::array({msg("system", "s"), msg("user", "u1"), call_msg("a"), tool_msg("a", "r"), tool_msg("a", "r2"),
-                        msg("assistant", "x"), msg("user", "u2"), call_msg("b"), tool_msg("b", "r3"),
-                        msg("assistant", "y")});
+  json m = json::array({msg("system", "s"), msg("user", "u1"), call_msg("a"), tool_msg("a", "r"),
+                        tool_msg("a", "r2"), msg("assistant", "x"), msg("user", "u2"),
+                        call_msg("b"), tool_msg("b", "r3"), msg("assistant", "y")});
   const auto units = droppable_units(m);
   // u1, [call a + 2 results], x, [call b + result]; u2 (the last user) and y (the last) never.
   ASSERT_EQ(units.size(), 4u);
@@ -102,16 +107,24 @@ TEST(AgentTrim, UnitsKeepToolCallsWithTheirResults) {
 int64_t content_chars(const json& messages) {
   int64_t n = 0;
   for (const json& m : messages)
-    if (m.contains("content") && m["content"].is_string()) n += static_cast<int64_t>(m["content"].get<std::string>().size());
+    if (m.contains("content") && m["content"].is_string())
+      n += static_cast<int64_t>(m["content"].get<std::string>().size());
   return n;
 }
 
 TEST(AgentTrim, DropsOldestUntilItFitsAndNeverSplitsACall) {
   const std::string big(100, 'x');
-  json m = json::array({msg("system", "sys"), msg("user", big), call_msg("a"), tool_msg("a", big),
-                        msg("assistant", big), msg("user", "now"), call_msg("b"), tool_msg("b", big)});
+  json m =
+      json::array({msg("system", "sys"), msg("user", big), call_msg("a"), tool_msg("a", big),
+                   msg("assistant", big), msg("user", "now"), call_msg("b"), tool_msg("b", big)});
   int calls = 0;
-  const TrimResult r = trim_to_fit(m, [&](const json& x) { ++calls; return content_chars(x); }, 210);
+  const TrimResult r = trim_to_fit(
+      m,
+      [&](const json& x) {
+        ++calls;
+        return content_chars(x);
+      },
+      210);
   EXPECT_TRUE(r.fits);
   EXPECT_LE(r.tokens, 210);
   EXPECT_EQ(r.tokens, content_chars(m));
@@ -136,7 +149,8 @@ TEST(AgentTrim, NothingToDoWhenItFits) {
 }
 
 TEST(AgentTrim, ReportsWhenEvenTheLastMessageIsTooBig) {
-  json m = json::array({msg("system", "s"), msg("user", "old"), msg("assistant", "a"), msg("user", std::string(500, 'q'))});
+  json m = json::array({msg("system", "s"), msg("user", "old"), msg("assistant", "a"),
+                        msg("user", std::string(500, 'q'))});
   const TrimResult r = trim_to_fit(m, content_chars, 100);
   EXPECT_FALSE(r.fits);
   EXPECT_EQ(m.size(), 2u);  // the system prompt and the question
@@ -148,8 +162,8 @@ TEST(AgentTrim, ReportsWhenEvenTheLastMessageIsTooBig) {
 TEST(AgentTranscript, RoundTripWithClear) {
   TempDir dir;
   const std::string path = dir.file("t.jsonl");
-  json kept = json::array({msg("system", "s"), msg("user", "q \xc3\xa9 \"quoted\"\nline"), call_msg("c1"),
-                           tool_msg("c1", "result"), msg("assistant", "done")});
+  json kept = json::array({msg("system", "s"), msg("user", "q \xc3\xa9 \"quoted\"\nline"),
+                           call_msg("c1"), tool_msg("c1", "result"), msg("assistant", "done")});
   {
     TranscriptWriter w(path);
     w.message(msg("user", "forgotten"));
@@ -168,7 +182,8 @@ TEST(AgentTranscript, RoundTripWithClear) {
 TEST(AgentTranscript, BadLinesAreRejectedWithLineNumbers) {
   TempDir dir;
   const std::string path = dir.file("bad.jsonl");
-  std::ofstream(path) << "{\"role\":\"user\",\"content\":\"a\"}\n\n{\"role\":\"user\",\"content\":\n";
+  std::ofstream(path)
+      << "{\"role\":\"user\",\"content\":\"a\"}\n\n{\"role\":\"user\",\"content\":\n";
   try {
     load_transcript(path);
     FAIL() << "no error";
@@ -230,7 +245,8 @@ TEST(AgentFileTools, SearchWithRegexAndCap) {
 // ---- shell tool and dispatch ----
 
 TEST(AgentShell, OutputStatusAndCap) {
-  const ShellResult r = run_shell("printf 'abcdefghij%.0s' 1 2 3; echo err >&2; exit 3", 10, nullptr);
+  const ShellResult r =
+      run_shell("printf 'abcdefghij%.0s' 1 2 3; echo err >&2; exit 3", 10, nullptr);
   EXPECT_EQ(r.exit_status, 3);
   EXPECT_EQ(r.output, "abcdefghijabcdefghijabcdefghijerr\n");
   const std::string text = format_shell_result(r, 10, 10);
@@ -272,10 +288,14 @@ TEST(AgentTools, DispatchAsksUnlessAllowedOrYes) {
   TempDir dir;
   ToolPolicy p;
   int asked = 0;
-  const auto no = [&](const std::string&) { ++asked; return false; };
+  const auto no = [&](const std::string&) {
+    ++asked;
+    return false;
+  };
   const std::string f = dir.file("w.txt");
   const json args = {{"path", f}, {"content", "hi"}};
-  EXPECT_EQ(run_tool("write_file", args.dump(), p, no, nullptr), "error: the user declined to run this");
+  EXPECT_EQ(run_tool("write_file", args.dump(), p, no, nullptr),
+            "error: the user declined to run this");
   EXPECT_EQ(asked, 1);
   EXPECT_FALSE(fs::exists(f));
   p.yes = true;
@@ -283,12 +303,16 @@ TEST(AgentTools, DispatchAsksUnlessAllowedOrYes) {
   EXPECT_EQ(asked, 1);
   p.yes = false;
   p.allow = {"echo"};
-  EXPECT_EQ(run_tool("run_shell", R"({"command":"echo hi"})", p, no, nullptr), "hi\n[exit status 0]");
+  EXPECT_EQ(run_tool("run_shell", R"({"command":"echo hi"})", p, no, nullptr),
+            "hi\n[exit status 0]");
   EXPECT_EQ(run_tool("run_shell", R"({"command":"echo hi; echo x"})", p, no, nullptr),
             "error: the user declined to run this");
-  EXPECT_EQ(run_tool("read_file", "{", p, no, nullptr).rfind("error: the arguments are not valid JSON", 0), 0u);
+  EXPECT_EQ(run_tool("read_file", "{", p, no, nullptr)
+                .rfind("error: the arguments are not valid JSON", 0),
+            0u);
   EXPECT_EQ(run_tool("read_file", "{}", p, no, nullptr), "error: missing argument 'path'");
-  EXPECT_EQ(run_tool("read_file", R"({"path": 3})", p, no, nullptr), "error: argument 'path' must be a string");
+  EXPECT_EQ(run_tool("read_file", R"({"path": 3})", p, no, nullptr),
+            "error: argument 'path' must be a string");
   EXPECT_EQ(run_tool("fly", "{}", p, no, nullptr), "error: unknown tool 'fly'");
   p.output_chars = 4;
   EXPECT_EQ(run_tool("read_file", json{{"path", f}}.dump(), p, no, nullptr), "hi");
@@ -300,16 +324,18 @@ TEST(AgentTools, DispatchAsksUnlessAllowedOrYes) {
 TEST(AgentStream, MergesToolCallFragmentsAndReasoning) {
   ChatResult r;
   std::string shown_reasoning, shown_content;
-  StreamHandlers h{[&](const std::string& s) { shown_content += s; }, [&](const std::string& s) { shown_reasoning += s; }};
-  for (const char* ev : {
-           R"({"choices":[{"delta":{"reasoning_content":"think "}}]})",
-           R"({"choices":[{"delta":{"reasoning":"more"}}]})",
-           R"({"choices":[{"delta":{"content":"Hi"}}]})",
-           R"({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read_file","arguments":""}}]}}]})",
-           R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]})",
-           R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\"}"}}]}}]})",
-           R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})",
-           R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":7}})"})
+  StreamHandlers h{[&](const std::string& s) { shown_content += s; },
+                   [&](const std::string& s) { shown_reasoning += s; }};
+  for (
+      const char* ev :
+      {R"({"choices":[{"delta":{"reasoning_content":"think "}}]})",
+       R"({"choices":[{"delta":{"reasoning":"more"}}]})",
+       R"({"choices":[{"delta":{"content":"Hi"}}]})",
+       R"({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read_file","arguments":""}}]}}]})",
+       R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]})",
+       R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\"}"}}]}}]})",
+       R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})",
+       R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":7}})"})
     EXPECT_FALSE(apply_chat_event(ev, r, h));
   EXPECT_TRUE(apply_chat_event("[DONE]", r, h));
   EXPECT_EQ(r.reasoning, "think more");
@@ -329,8 +355,10 @@ TEST(AgentStream, MergesToolCallFragmentsAndReasoning) {
 }
 
 TEST(AgentStatus, Line) {
-  EXPECT_EQ(status_line(2, 15, 819, 8192, 11, 2.0, 1.0), "step 2/15 | context 819/8192 (10%) | 11 tokens | 2.0 s | 10.0 tok/s");
-  EXPECT_EQ(status_line(1, 3, 50, 0, 0, 0.5, -1), "step 1/3 | context 50 | 0 tokens | 0.5 s | 0.0 tok/s");
+  EXPECT_EQ(status_line(2, 15, 819, 8192, 11, 2.0, 1.0),
+            "step 2/15 | context 819/8192 (10%) | 11 tokens | 2.0 s | 10.0 tok/s");
+  EXPECT_EQ(status_line(1, 3, 50, 0, 0, 0.5, -1),
+            "step 1/3 | context 50 | 0 tokens | 0.5 s | 0.0 tok/s");
 }
 
 }  // namespace
