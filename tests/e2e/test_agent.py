@@ -237,3 +237,102 @@ def test_tmux_session(hearth_bin, default_model, tmp_path):
         print(text)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+class FakeOpenAI:
+    """A scripted OpenAI-compatible server (no /tokenize, no window in /v1/models): each chat
+    request takes the next status from `script` (200 streams "hello" with usage)."""
+
+    def __init__(self, script):
+        import http.server
+
+        self.script = list(script)
+        self.bodies = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "fake"}]}))
+                else:
+                    self._send(404, "application/json", "{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path != "/v1/chat/completions":
+                    self._send(404, "application/json", '{"error":{"message":"no such route"}}')
+                    return
+                outer.bodies.append(body)
+                status = outer.script.pop(0) if outer.script else 200
+                if status != 200:
+                    self._send(status, "application/json", json.dumps({"error": {"message": f"scripted {status}"}}))
+                    return
+                events = [{"choices": [{"index": 0, "delta": {"content": "hel"}}]},
+                          {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+                          {"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 2}}]
+                text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self._send(200, "text/event-stream", text)
+
+            def _send(self, status, ctype, text):
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def test_url_mode_retries_5xx_and_gives_up_after_three(hearth_bin, tmp_path):
+    fake = FakeOpenAI([500, 503, 502, 500, 200])
+    try:
+        p = subprocess.run([str(hearth_bin), "agent", "--url", fake.url + "/v1", "--log-dir", str(tmp_path / "logs"),
+                            "--ctx", "4096", "--no-think"],
+                           input="first question\nsecond question\nquit\n", capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+    finally:
+        fake.close()
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    # Message 1: three failures -> back to the prompt; message 2: one more 500, then the answer.
+    assert out.count("[request failed: HTTP 5") == 4, out
+    assert "[retrying in 0.50 s (attempt 2 of 3)]" in out and "[retrying in 1.00 s (attempt 3 of 3)]" in out
+    assert "[3 failures in a row; giving up on this message (the conversation is kept)]" in out
+    assert "hello" in out
+    assert re.search(r"\[step 1/15 \| context 42/4096 \(1%\) \| 2 tokens \|", out), out
+    assert len(fake.bodies) == 5
+    last = fake.bodies[-1]
+    assert [m["content"] for m in last["messages"] if m["role"] == "user"] == ["first question", "second question"]
+    assert last["model"] == "fake" and last["stream"] is True
+    assert last["chat_template_kwargs"] == {"enable_thinking": False}
+    assert {t["function"]["name"] for t in last["tools"]} == {"run_shell", "read_file", "write_file", "edit_file",
+                                                              "list_dir", "search_files"}
+    assert "tool_choice" not in last
+
+
+def test_bad_options_and_bad_transcript_are_refused(hearth_bin, tmp_path):
+    def run(*args):
+        return subprocess.run([str(hearth_bin), "agent", "--log-dir", str(tmp_path / "logs"), *map(str, args)],
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+    p = run("--tool-choice", "fly", "--no-server")
+    assert p.returncode == 2 and "--tool-choice must be auto, required, none or a tool name" in p.stderr
+    p = run("--url", "http://127.0.0.1:1", "--threads", "2")
+    assert p.returncode == 2 and "--threads applies to the server the agent starts" in p.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "hi"}\n{"role": "user", "content": \n')
+    fake = FakeOpenAI([])
+    try:
+        p = run("--url", fake.url, "--resume", bad, "-p", "x")
+    finally:
+        fake.close()
+    assert p.returncode == 2 and f"--resume: {bad}:2: not JSON at offset" in p.stderr, p.stderr
