@@ -113,8 +113,11 @@ json Agent::request_body(int step, std::optional<bool> think) const {
 
 int64_t Agent::measure(const json& body) {
   if (tokenize_works_) {
-    if (auto n = client_.count_tokens(body)) return *n;
-    tokenize_works_ = false;  // not Hearth / llama.cpp: estimate from now on
+    int status = 0;
+    if (auto n = client_.count_tokens(body, &status)) return *n;
+    // No such route (not Hearth / llama.cpp): estimate from now on. Other
+    // failures (a server down for a moment) fall back to the estimate this time only.
+    if (status == 404 || status == 405 || status == 501) tokenize_works_ = false;
   }
   const json& msgs = body["messages"];
   if (usage_total_ >= 0 && usage_messages_ <= msgs.size())

@@ -183,7 +183,7 @@ ChatResult ChatClient::chat(json body, const StreamHandlers& h,
   return r;
 }
 
-std::optional<int64_t> ChatClient::count_tokens(const json& request) const {
+std::optional<int64_t> ChatClient::count_tokens(const json& request, int* status) const {
   httplib::Client cli(ep_.origin);
   bench::set_timeouts(cli, 30);
   json body = json::object();
@@ -192,6 +192,7 @@ std::optional<int64_t> ChatClient::count_tokens(const json& request) const {
   httplib::Result res =
       cli.Post((ep_.prefix + "/tokenize").c_str(), headers(ep_),
                body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  if (status != nullptr) *status = res ? res->status : 0;
   if (!res || res->status != 200) return std::nullopt;
   json j = json::parse(res->body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())

@@ -59,8 +59,9 @@ class ChatClient {
                   const std::atomic<bool>& stop) const;
 
   // The number of tokens of the rendered conversation (POST /tokenize with
-  // messages and tools); nullopt when the server has no such endpoint or fails.
-  std::optional<int64_t> count_tokens(const nlohmann::json& request) const;
+  // messages and tools); nullopt when the server has no such endpoint or fails
+  // (`*status`, when given, gets the HTTP status; 0: no answer).
+  std::optional<int64_t> count_tokens(const nlohmann::json& request, int* status = nullptr) const;
 
   // The first model of GET /v1/models with its window (context_length,
   // max_model_len or context_window); throws Error when unreachable or empty.

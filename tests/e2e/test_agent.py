@@ -336,3 +336,24 @@ def test_bad_options_and_bad_transcript_are_refused(hearth_bin, tmp_path):
     finally:
         fake.close()
     assert p.returncode == 2 and f"--resume: {bad}:2: not JSON at offset" in p.stderr, p.stderr
+
+
+def test_killed_agent_leaves_no_server(hearth_bin, default_model, tmp_path):
+    # PR_SET_PDEATHSIG: a SIGKILLed agent cannot stop its server; the kernel does.
+    proc = subprocess.Popen(agent_args(hearth_bin, default_model, tmp_path), cwd=tmp_path, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line, deadline = "", time.monotonic() + 60
+        while not SERVER_RE.search(line) and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        pid = int(SERVER_RE.search(line).group(1))
+        assert pid_alive(pid)
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
