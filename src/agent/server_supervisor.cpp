@@ -89,6 +89,7 @@ void ServerSupervisor::start(double timeout_s) {
     if (getppid() != parent) _exit(1);  // the agent died before the line above
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);  // the agent ignores it; an ignored signal survives exec
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     const int devnull = ::open("/dev/null", O_RDONLY);
