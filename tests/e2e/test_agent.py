@@ -182,51 +182,87 @@ def test_context_past_80_percent_is_trimmed(hearth_bin, default_model, tmp_path)
     assert "request failed" not in p.stdout
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
-def test_tmux_session(hearth_bin, default_model, tmp_path):
-    session = f"hearth_agent_{os.getpid()}"
-    sock = str(tmp_path / "tmux.sock")
-    tmux = ["tmux", "-S", sock]
-    cmd = shlex.join(agent_args(hearth_bin, default_model, tmp_path, "--max-tokens", "24"))
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "200", "-y", "50", "-c", str(tmp_path), cmd],
-                   check=True)
-    subprocess.run([*tmux, "set-option", "-t", session, "remain-on-exit", "on"], check=True)
+class Tmux:
+    """One detached tmux session running a command in its own server socket."""
 
-    def pane():
-        return subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-200", "-t", session], capture_output=True,
-                              text=True).stdout
+    def __init__(self, tmp_path, cmd):
+        self.tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+        self.session = f"hearth_agent_{os.getpid()}"
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", self.session, "-x", "200", "-y", "50", "-c",
+                        str(tmp_path), shlex.join(cmd)], check=True)
+        subprocess.run([*self.tmux, "set-option", "-t", self.session, "remain-on-exit", "on"], check=True)
 
-    def wait_for(pattern, timeout=90, count=1):
+    def pane(self):
+        return subprocess.run([*self.tmux, "capture-pane", "-p", "-J", "-S", "-200", "-t", self.session],
+                              capture_output=True, text=True).stdout
+
+    def wait_for(self, pattern, timeout=90, count=1):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            text = pane()
+            text = self.pane()
             if len(re.findall(pattern, text)) >= count:
                 return text
             time.sleep(0.1)
-        raise AssertionError(f"no {pattern!r} in the pane:\n{pane()}")
+        raise AssertionError(f"no {pattern!r} in the pane:\n{self.pane()}")
 
-    def send(text):
-        subprocess.run([*tmux, "send-keys", "-t", session, "-l", text], check=True)
-        subprocess.run([*tmux, "send-keys", "-t", session, "Enter"], check=True)
+    def keys(self, *keys):
+        subprocess.run([*self.tmux, "send-keys", "-t", self.session, *keys], check=True)
 
+    def send(self, text):
+        subprocess.run([*self.tmux, "send-keys", "-t", self.session, "-l", text], check=True)
+        self.keys("Enter")
+
+    def close(self):
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_tmux_ctrl_c_stops_the_shell_command_not_the_agent(hearth_bin, default_model, tmp_path):
+    # The default system prompt: with it the model copies "sleep 30" as given.
+    t = Tmux(tmp_path, [str(hearth_bin), "agent", "-m", str(default_model), "--log-dir", str(tmp_path / "logs"),
+                        "--temperature", "0", "--max-tokens", "30", "--tool-choice", "run_shell", "--allow", "sleep",
+                        "--max-steps", "1"])
     try:
-        text = wait_for(r"(?m)^> $")
+        t.wait_for(r"(?m)^> $")
+        t.send("Run the shell command: sleep 30")
+        # The tiny model may shorten the number; any sleep of 2 s or more leaves time for Ctrl-C.
+        text = t.wait_for(r"\[tool\] run_shell \{\"command\":\"sleep \d+\"\}")
+        assert int(re.search(r'"sleep (\d+)"', text).group(1)) >= 2, text
+        time.sleep(0.3)
+        start = time.monotonic()
+        t.keys("C-c")
+        t.wait_for(r"\[interrupted by the user \(Ctrl-C\)\]", timeout=10)
+        t.wait_for(r"(?m)^> $", timeout=10)
+        assert time.monotonic() - start < 10
+        t.send("quit")
+        t.wait_for(r"server stopped")
+        _, msgs = transcript(tmp_path)
+        assert msgs[-1]["role"] == "tool" and msgs[-1]["content"].endswith("[interrupted by the user (Ctrl-C)]")
+    finally:
+        t.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_tmux_session(hearth_bin, default_model, tmp_path):
+    t = Tmux(tmp_path, agent_args(hearth_bin, default_model, tmp_path, "--max-tokens", "24"))
+    try:
+        text = t.wait_for(r"(?m)^> $")
         pid = server_pids(text)[0]
         assert pid_alive(pid)
-        send("What is the capital of France?")
-        text = wait_for(STATUS_RE.pattern)
+        t.send("What is the capital of France?")
+        text = t.wait_for(STATUS_RE.pattern)
         answer = text.split("What is the capital of France?")[1].split("[step 1/15")[0]
         assert answer.strip(), text  # streamed text before the status line
-        send("think")
-        wait_for(r"\[thinking on\]")
-        send("/think Why is the sky blue?")
-        wait_for(STATUS_RE.pattern, count=2)
-        send("no_think")
-        wait_for(r"\[thinking off\]")
-        send("clear")
-        wait_for(r"\[conversation cleared\]")
-        send("quit")
-        wait_for(r"server stopped")
+        t.send("think")
+        t.wait_for(r"\[thinking on\]")
+        t.send("/think Why is the sky blue?")
+        t.wait_for(STATUS_RE.pattern, count=2)
+        t.send("no_think")
+        t.wait_for(r"\[thinking off\]")
+        t.send("clear")
+        t.wait_for(r"\[conversation cleared\]")
+        t.send("quit")
+        t.wait_for(r"server stopped")
         deadline = time.monotonic() + 10
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -234,9 +270,8 @@ def test_tmux_session(hearth_bin, default_model, tmp_path):
         path, msgs = transcript(tmp_path)  # after the clear: only the system prompt
         assert [m["role"] for m in msgs] == ["system"]
         assert '{"event":"clear"}' in path.read_text()
-        print(text)
     finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        t.close()
 
 
 class FakeOpenAI:
