@@ -114,8 +114,11 @@ json Agent::request_body(int step, std::optional<bool> think) const {
 int64_t Agent::measure(const json& body) {
   if (tokenize_works_) {
     int status = 0;
-    if (auto n = client_.count_tokens(body, &status)) return *n;
-    // No such route (not Hearth / llama.cpp): estimate from now on. Other
+    const auto n = client_.count_tokens(body, &status);
+    // llama.cpp answers a /tokenize without "content" with no tokens: not a measure.
+    if (n && *n > 0) return *n;
+    if (n) status = 404;
+    // No such route (Ollama, OpenAI): estimate from now on. Other
     // failures (a server down for a moment) fall back to the estimate this time only.
     if (status == 404 || status == 405 || status == 501) tokenize_works_ = false;
   }
