@@ -65,13 +65,13 @@ std::vector<std::string> take_sse_events(std::string& buffer) {
   return out;
 }
 
-namespace {
-
 std::string error_message(const json& e) {
   if (e.is_string()) return e.get<std::string>();
   if (e.is_object() && e.contains("message") && e["message"].is_string()) return e["message"].get<std::string>();
   return e.dump();
 }
+
+namespace {
 
 // The text of a choice's delta: content, reasoning, tool-call arguments, or the
 // legacy completions "text".
@@ -144,14 +144,14 @@ httplib::Headers auth_headers(const Endpoint& ep) {
   return h;
 }
 
+}  // namespace
+
 void set_timeouts(httplib::Client& cli, double timeout_s) {
   const auto sec = static_cast<time_t>(timeout_s);
   cli.set_connection_timeout(std::min<time_t>(sec, 10), 0);
   cli.set_read_timeout(sec, 0);
   cli.set_write_timeout(sec, 0);
 }
-
-}  // namespace
 
 RequestResult StreamClient::chat(json body) const {
   RequestResult r;

@@ -11,6 +11,10 @@
 
 #include "bench/metrics.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace hearth::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -33,6 +37,11 @@ std::vector<std::string> take_sse_events(std::string& buffer);
 // Applies one streamed event's payload to `r` (arrival time `t`): text deltas,
 // usage, finish reason, error objects. Returns true on "[DONE]".
 bool apply_event(const std::string& payload, double t, RequestResult& r);
+
+// Sets connect (at most 10 s), read and write timeouts of `cli` to `timeout_s`.
+void set_timeouts(httplib::Client& cli, double timeout_s);
+// The message of an OpenAI-style error value (a string or {"message": ...}).
+std::string error_message(const nlohmann::json& e);
 
 class StreamClient {
  public:

@@ -15,5 +15,6 @@ void add_run_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_agent_command(CLI::App& app);
 
 }  // namespace hearth::cli

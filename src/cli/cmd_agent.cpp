@@ -1,0 +1,238 @@
+// `hearth agent`: a terminal agent over an OpenAI-compatible server, by default
+// its own `hearth serve` (see src/agent/).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+
+#include "agent/agent_loop.h"
+#include "agent/chat_client.h"
+#include "agent/server_supervisor.h"
+#include "agent/terminal.h"
+#include "agent/tools.h"
+#include "agent/transcript.h"
+#include "bench/sse_client.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+
+namespace hearth::cli {
+namespace {
+
+using agent::TurnEnd;
+namespace fs = std::filesystem;
+
+struct AgentCliOptions {
+  std::string model, url, prompt, kv_cache_bytes, device, log_dir, resume, tool_choice = "auto",
+                                                                           system_prompt;
+  bool no_server = false, think = false, no_think = false, yes = false;
+  int max_steps = 15, threads = 0;
+  int64_t ctx = 0, max_tokens = 0;
+  size_t tool_output_chars = 8000;
+  double shell_timeout = 120, temperature = -1;
+  std::vector<std::string> allow;
+};
+
+std::string default_log_dir() {
+  if (const char* s = std::getenv("XDG_STATE_HOME"); s != nullptr && *s != '\0')
+    return std::string(s) + "/hearth/agent";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+    return std::string(h) + "/.local/state/hearth/agent";
+  return "/tmp/hearth-agent";
+}
+
+std::string stamp() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return std::string(buf) + "-" + std::to_string(getpid());
+}
+
+void check(const AgentCliOptions& o) {
+  const auto bad = [](const std::string& m) { fail(ErrorKind::kInvalidInput, "agent", m); };
+  if (o.max_steps < 1) bad("--max-steps must be at least 1");
+  if (o.think && o.no_think) bad("--think and --no-think exclude each other");
+  if (o.tool_choice != "auto" && o.tool_choice != "required" && o.tool_choice != "none" &&
+      !agent::is_known_tool(o.tool_choice))
+    bad("--tool-choice must be auto, required, none or a tool name (run_shell, read_file, "
+        "write_file, edit_file, "
+        "list_dir, search_files); got '" +
+        o.tool_choice + "'");
+  if (!o.url.empty() && o.no_server)
+    bad("--url already means no server of our own; drop --no-server");
+  if (o.ctx < 0) bad("--ctx must be positive");
+  if (o.max_tokens < 0) bad("--max-tokens must be positive");
+  if (o.shell_timeout <= 0) bad("--shell-timeout must be positive");
+  if (!o.url.empty() || o.no_server) {
+    for (const auto& [flag, set] :
+         {std::pair<const char*, bool>{"--kv-cache-bytes", !o.kv_cache_bytes.empty()},
+          {"--device", !o.device.empty()},
+          {"--threads", o.threads != 0}})
+      if (set)
+        bad(std::string(flag) +
+            " applies to the server the agent starts; not with --url / --no-server");
+  }
+  if (!o.kv_cache_bytes.empty()) parse_byte_size(o.kv_cache_bytes, "--kv-cache-bytes");
+}
+
+int run_agent(AgentCliOptions o) {
+  check(o);
+  if (o.log_dir.empty()) o.log_dir = default_log_dir();
+  std::error_code ec;
+  fs::create_directories(o.log_dir, ec);
+  if (ec)
+    fail(ErrorKind::kIo, "agent", "--log-dir: cannot create '" + o.log_dir + "': " + ec.message());
+  agent::install_signal_handlers();
+  const std::string id = stamp();
+
+  std::unique_ptr<agent::ServerSupervisor> server;
+  std::string url = o.url;
+  if (url.empty() && o.no_server) url = "http://127.0.0.1:8080";
+  if (url.empty()) {
+    std::vector<std::string> args = {"--max-seqs", "2"};
+    if (!o.model.empty()) args.insert(args.end(), {"-m", o.model});
+    if (!o.kv_cache_bytes.empty()) args.insert(args.end(), {"--kv-cache-bytes", o.kv_cache_bytes});
+    if (o.ctx > 0) args.insert(args.end(), {"--ctx", std::to_string(o.ctx)});
+    if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
+    if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+    server = std::make_unique<agent::ServerSupervisor>(args, o.log_dir + "/server-" + id + ".log");
+    std::fprintf(stderr, "hearth agent: starting the server (log: %s)\n",
+                 server->log_path().c_str());
+    server->start();
+    url = server->url();
+    std::fprintf(stderr, "hearth agent: server pid %d at %s\n", static_cast<int>(server->pid()),
+                 url.c_str());
+  }
+  bench::Endpoint ep = bench::parse_endpoint(url, "--url");
+  if (const char* key = std::getenv("HEARTH_API_KEY"); key != nullptr) ep.api_key = key;
+  agent::ChatClient client(ep);
+  const agent::ModelInfo info = client.model_info();
+
+  agent::AgentOptions ao;
+  ao.model = !o.url.empty() && !o.model.empty() ? o.model : info.id;
+  ao.max_steps = o.max_steps;
+  if (o.think) ao.think = true;
+  if (o.no_think) ao.think = false;
+  ao.tool_choice = o.tool_choice;
+  ao.max_tokens = o.max_tokens;
+  if (o.temperature >= 0) ao.temperature = o.temperature;
+  ao.context_window = o.ctx > 0 ? o.ctx : info.context_window;
+  ao.system_prompt = o.system_prompt;
+  ao.tools.output_chars = o.tool_output_chars;
+  ao.tools.shell_timeout_s = o.shell_timeout;
+  ao.tools.yes = o.yes;
+  ao.tools.allow = o.allow;
+  if (ao.context_window <= 0)
+    std::fprintf(stderr,
+                 "hearth agent: the server reports no context window; pass --ctx to trim the "
+                 "conversation\n");
+
+  agent::Terminal term(o.log_dir + "/history");
+  const std::string transcript_path =
+      o.resume.empty() ? o.log_dir + "/agent-" + id + ".jsonl" : o.resume;
+  nlohmann::json resumed;
+  if (!o.resume.empty()) resumed = agent::load_transcript(o.resume);
+  agent::TranscriptWriter transcript(transcript_path);
+  agent::Agent agent(ao, client, server.get(), term, &transcript);
+  if (!resumed.empty())
+    agent.load(resumed);
+  else
+    agent.begin();
+  std::fprintf(stderr, "hearth agent: model %s, window %lld tokens, transcript %s\n",
+               ao.model.c_str(), static_cast<long long>(ao.context_window),
+               transcript_path.c_str());
+
+  int rc = 0;
+  if (!o.prompt.empty()) {
+    const TurnEnd end = agent.ask(o.prompt);
+    rc = end == TurnEnd::kFailed ? 1 : (end == TurnEnd::kInterrupted ? 130 : 0);
+  } else {
+    if (term.interactive())
+      term.notice(
+          "hearth agent: type a message; commands: quit, clear, think, no_think, /think QUESTION");
+    for (;;) {
+      auto line = term.read_line("> ");
+      if (!line) break;
+      std::string s = *line;
+      s.erase(0, s.find_first_not_of(" \t"));
+      while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.pop_back();
+      if (s.empty()) continue;
+      if (s == "quit" || s == "exit" || s == "/quit") break;
+      if (s == "clear" || s == "/clear") {
+        agent.clear();
+        term.notice("[conversation cleared]");
+      } else if (s == "think" || s == "/think") {
+        agent.set_think(true);
+        term.notice("[thinking on]");
+      } else if (s == "no_think" || s == "/no_think") {
+        agent.set_think(false);
+        term.notice("[thinking off]");
+      } else if (s.rfind("/think ", 0) == 0) {
+        agent.ask(s.substr(7), true);
+      } else {
+        agent.ask(s);
+      }
+    }
+  }
+  if (server) {
+    server->stop();
+    std::fprintf(stderr, "hearth agent: server stopped\n");
+  }
+  return rc;
+}
+
+}  // namespace
+
+void add_agent_command(CLI::App& app) {
+  auto o = std::make_shared<AgentCliOptions>();
+  auto* cmd =
+      app.add_subcommand("agent", "A terminal agent with tools over its own server (or --url)");
+  cmd->add_option("-m,--model", o->model,
+                  "Model file for the server it starts (with --url: the model name to ask for)");
+  cmd->add_option("--url", o->url, "Use this OpenAI-compatible server instead of starting one");
+  cmd->add_flag("--no-server", o->no_server, "Do not start a server; use http://127.0.0.1:8080");
+  cmd->add_option("-p,--prompt", o->prompt, "Run this one message and exit");
+  cmd->add_flag("--think", o->think, "Ask for reasoning (chat_template_kwargs enable_thinking)");
+  cmd->add_flag("--no-think", o->no_think, "Ask for no reasoning");
+  cmd->add_option("--max-steps", o->max_steps, "Requests per message before stopping")
+      ->default_val(15);
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes,
+                  "KV cache budget of the server it starts, e.g. 512M");
+  cmd->add_option("--ctx", o->ctx,
+                  "Context window in tokens (for the server it starts, and for trimming)");
+  cmd->add_option("--device", o->device, "Device of the server it starts: cpu, cuda, cuda:N, auto");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads of the server it starts");
+  cmd->add_option("--tool-output-chars", o->tool_output_chars,
+                  "Cap on each tool result sent to the model")
+      ->default_val(8000);
+  cmd->add_option("--tool-choice", o->tool_choice,
+                  "auto, required, none or a tool name (forced on the first step of each message)")
+      ->default_val("auto");
+  cmd->add_option("--allow", o->allow,
+                  "A program the shell tool may run without asking (repeatable)");
+  cmd->add_option("--log-dir", o->log_dir,
+                  "Where the server log, transcripts and history go (default: "
+                  "~/.local/state/hearth/agent)");
+  cmd->add_option("--resume", o->resume,
+                  "Continue the conversation of this transcript (JSONL), appending to it");
+  cmd->add_flag("-y,--yes", o->yes, "Run shell commands and write files without asking");
+  cmd->add_option("--max-tokens", o->max_tokens,
+                  "Tokens per answer (default: the server's choice)");
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature (default: the server's)");
+  cmd->add_option("--shell-timeout", o->shell_timeout, "Time limit of a shell command in seconds")
+      ->default_val(120);
+  cmd->add_option("--system", o->system_prompt, "System prompt")
+      ->default_val(
+          "You are a helpful assistant in a terminal. Use the tools to look at and change files "
+          "and to "
+          "run commands when that helps; answer briefly.");
+  cmd->callback([o]() {
+    const int rc = run_agent(*o);
+    if (rc != 0) std::exit(rc);
+  });
+}
+
+}  // namespace hearth::cli
