@@ -8,18 +8,39 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 hearth_install_deps
-hearth_build release hearth
+# With the CUDA toolkit (nvcc) and an NVIDIA GPU visible (nvidia-smi lists one), the GPU build
+# (build-cuda/, for this GPU's architecture; HEARTH_CUDA_ARCH overrides, e.g. "80;90a"); it runs on
+# the CPU too. HEARTH_DEVICE=cpu keeps the CPU-only build.
+bin=./build/hearth
+nvcc_bin=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+if [ "${HEARTH_DEVICE:-auto}" != "cpu" ] && [ -n "$nvcc_bin" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  hearth_log "CUDA toolkit ($nvcc_bin) and a GPU found: the CUDA build"
+  export PATH="$PATH:$(dirname "$nvcc_bin")"
+  export LD_LIBRARY_PATH="$(dirname "$nvcc_bin")/../lib64:${LD_LIBRARY_PATH:-}"
+  if { [ -f build-cuda/build.ninja ] ||
+       { hearth_log "configuring build-cuda (CUDA architectures: ${HEARTH_CUDA_ARCH:-native})" &&
+         cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES="${HEARTH_CUDA_ARCH:-native}" >/dev/null; }; } &&
+     hearth_log "building build-cuda hearth" && cmake --build build-cuda --target hearth &&
+     ./build-cuda/hearth info >/dev/null 2>&1; then
+    bin=./build-cuda/hearth
+  else
+    hearth_log "the CUDA build failed or does not start here (output above); using the CPU build"
+  fi
+fi
+if [ "$bin" = ./build/hearth ]; then
+  hearth_build release hearth
+fi
 
 hearth_log "the default model"
-./build/hearth inspect models/default.gguf
+$bin inspect models/default.gguf
 hearth_log "hearth run on the default model with a sample prompt"
-./build/hearth run -m models/default.gguf -p "Write a Python function that checks whether a number is prime." -n 96
+$bin run -m models/default.gguf -p "Write a Python function that checks whether a number is prime." -n 96
 
 port=${HEARTH_PORT:-8080}
 if [ "${HEARTH_SETUP_CHECK:-0}" = "1" ]; then
   hearth_log "checking hearth serve: start, /health, one chat completion, stop"
   log=$(mktemp)
-  ./build/hearth serve -m models/default.gguf --port "$port" >"$log" 2>&1 &
+  $bin serve -m models/default.gguf --port "$port" >"$log" 2>&1 &
   pid=$!
   trap 'kill "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
   for _ in $(seq 1 120); do
@@ -61,4 +82,4 @@ print()
 PY
 
 EOT
-exec ./build/hearth serve -m models/default.gguf --port "$port"
+exec $bin serve -m models/default.gguf --port "$port"
