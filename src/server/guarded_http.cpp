@@ -329,6 +329,11 @@ GuardedServer::GuardedServer(HttpLimits limits, ErrorBodyFn error_body, GuardLog
   new_task_queue = [cap] { return new ConnectionPool(cap); };
 }
 
+void GuardedServer::set_backlog(int n) {
+  const socket_t sock = svr_sock_;
+  if (sock != INVALID_SOCKET) ::listen(sock, n);  // a second listen() only resizes the queue
+}
+
 bool GuardedServer::process_and_close_socket(socket_t sock) {
   if (ConnectionPool::over_capacity()) {
     const std::string msg = "too many open connections (--max-connections " +

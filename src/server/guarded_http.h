@@ -79,6 +79,10 @@ class GuardedServer final : public httplib::Server {
  public:
   GuardedServer(HttpLimits limits, ErrorBodyFn error_body, GuardLogFn log);
   const HttpLimits& limits() const { return limits_; }
+  // After a bind: lets the kernel queue up to `n` connections not yet accepted. cpp-httplib
+  // listens with a backlog of 5 (compiled into Debian's library), so a burst of clients
+  // connecting at once (64 streams of a benchmark) lost all but a few of its connections.
+  void set_backlog(int n);
 
  private:
   bool process_and_close_socket(socket_t sock) override;

@@ -20,6 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(50);
+// Connections the kernel queues before they are accepted (a burst of benchmark clients).
+constexpr int kListenBacklog = 1024;
 
 // Equal strings, in time that does not depend on where they differ.
 bool constant_time_equal(const std::string& a, const std::string& b) {
@@ -558,13 +560,12 @@ int HttpServer::bind() {
     const int port = m.svr.bind_to_any_port(m.opt.host);
     if (port <= 0) fail(ErrorKind::kIo, "serve", "cannot bind to " + m.opt.host + " (any port)");
     m.opt.port = port;
-    return port;
-  }
-  if (!m.svr.bind_to_port(m.opt.host, m.opt.port)) {
+  } else if (!m.svr.bind_to_port(m.opt.host, m.opt.port)) {
     fail(ErrorKind::kIo, "serve",
          "cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
              " (address in use or not valid; pick another with --host/--port)");
   }
+  m.svr.set_backlog(kListenBacklog);
   return m.opt.port;
 }
 
