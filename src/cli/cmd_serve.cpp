@@ -58,6 +58,7 @@ struct ServeOptions {
   bool strict_model_names = false;
   std::vector<std::string> aliases;
   std::string device = "auto";
+  std::string test_fault_inject;  // hidden, test only: engine::parse_fault_spec
 };
 
 // --chat-template FILE: a Jinja file, or a tokenizer_config.json holding "chat_template".
@@ -192,6 +193,11 @@ void serve(ServeOptions o) {
   ec.prefill_chunk = o.prefill_chunk;
   ec.max_queue = o.max_queue;
   ec.n_snapshots = o.state_snapshots;
+  if (!o.test_fault_inject.empty()) {
+    ec.faults = engine::parse_fault_spec(o.test_fault_inject);
+    std::fprintf(stderr, "hearth: WARNING: --test-fault-inject is on (%zu rules): for tests only, never in production\n",
+                 ec.faults.size());
+  }
   if (hp.n_recurrent_layers() > 0) {
     std::fprintf(stderr,
                  "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB of state per "
@@ -308,6 +314,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-budget", o->reasoning_budget,
                   "Close the <think> block after this many tokens (-1: no limit; 0: no reasoning)")
       ->default_val(-1);
+  // Hidden (empty group): tests only. KIND:MARKER[@N],... makes requests whose prompt
+  // contains MARKER fail inside the engine (see engine/fault_inject.h).
+  cmd->add_option("--test-fault-inject", o->test_fault_inject, "Test only: inject engine faults")->group("");
   cmd->callback([o]() { serve(*o); });
 }
 
