@@ -20,11 +20,11 @@ enum class FaultKind {
   kStop,     // its stop matcher throws
   kMask,     // its grammar-mask computation throws (constrained requests only)
   kAlloc,    // its admission fails with std::bad_alloc (after its KV blocks were taken)
-  kEngine,   // the forward pass of a batch holding it throws: a fault of the engine itself
+  kEngine,   // the forward pass of a batch holding it (from token at_token on) throws: a fault of the engine itself
 };
 
 // One rule: requests whose prompt text contains `marker` get `kind` when they are about
-// to sample their token number `at_token` (0 = the first; kAlloc and kEngine ignore it).
+// to sample their token number `at_token` (0 = the first; kAlloc ignores it).
 struct FaultRule {
   FaultKind kind = FaultKind::kNan;
   std::string marker;

@@ -351,7 +351,8 @@ void ServeEngine::step() {
     for (const StepItem& item : plan.items) {
       Live& live = *live_.at(item.seq->id);
       if (item.logits && live.matcher) masked_.push_back(&live);
-      engine_fault = engine_fault || (live.fault && live.fault->kind == FaultKind::kEngine);
+      engine_fault = engine_fault || (live.fault && live.fault->kind == FaultKind::kEngine &&
+                                      live.n_generated >= live.fault->at_token);
     }
     if (!masked_.empty()) {
       mask_worker_.start([this] {
