@@ -58,6 +58,7 @@ struct ServeOptions {
   bool strict_model_names = false;
   std::vector<std::string> aliases;
   std::string device = "auto";
+  bool kv_commit = false;
   std::string test_fault_inject;  // hidden, test only: engine::parse_fault_spec
 };
 
@@ -193,6 +194,7 @@ void serve(ServeOptions o) {
   ec.prefill_chunk = o.prefill_chunk;
   ec.max_queue = o.max_queue;
   ec.n_snapshots = o.state_snapshots;
+  ec.commit_kv = o.kv_commit;
   if (!o.test_fault_inject.empty()) {
     ec.faults = engine::parse_fault_spec(o.test_fault_inject);
     std::fprintf(stderr, "hearth: WARNING: --test-fault-inject is on (%zu rules): for tests only, never in production\n",
@@ -288,6 +290,9 @@ void add_serve_command(CLI::App& app) {
                   "Hard budget for all KV memory, e.g. 512M, 2G (default: max-seqs full contexts, at most 40% of "
                   "free memory; on a GPU at most 90% of its free memory after the weights)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
+  cmd->add_flag("--kv-commit", o->kv_commit,
+                "Commit the whole KV pool at start (written once) instead of as blocks are first used: "
+                "resident memory is flat from the start");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");

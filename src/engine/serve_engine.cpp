@@ -87,6 +87,7 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
                                  config.snapshot_every},
                  blocks_) {
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
+  if (config.commit_kv) pool_.commit();
 }
 
 ServeEngine::~ServeEngine() { stop(); }
@@ -416,6 +417,7 @@ void ServeEngine::step() {
   stats_.state_snapshots = scheduler_.n_snapshots_held();
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
+  stats_.preemptions += plan.preempted.size();
   if (!plan.empty()) ++stats_.steps;
 }
 

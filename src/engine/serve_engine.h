@@ -40,6 +40,7 @@ struct EngineConfig {
   // long prompts get one besides message boundaries.
   int32_t n_snapshots = 32;
   int32_t snapshot_every = 2048;
+  bool commit_kv = false;         // touch the whole KV pool at construction (--kv-commit)
   // Test only (--test-fault-inject): faults injected into requests chosen by a prompt marker.
   std::vector<FaultRule> faults;
 };
@@ -64,6 +65,7 @@ struct EngineStats {
   uint64_t prefix_hit_tokens = 0;
   uint64_t steps = 0;
   uint64_t admitted = 0;          // requests accepted by submit() (each ends with one Final)
+  uint64_t preemptions = 0;       // sequences sent back to the queue for want of KV blocks
   int32_t kv_blocks_cached = 0;   // blocks held by no sequence, kept for prefix reuse
   bool running_loop = false;
   std::string failure;            // why the engine stopped on its own (an engine fault), else empty

@@ -66,7 +66,7 @@ struct HttpServer::Impl {
   FILE* log = stderr;
   int64_t created = unix_time_now();
   std::mutex prefix_mu;
-  uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0;
+  uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0, seen_preemptions = 0;
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
 
@@ -296,6 +296,8 @@ struct HttpServer::Impl {
     if (s.prefix_query_tokens > seen_queries) metrics.prefix_cache_queries.inc(double(s.prefix_query_tokens - seen_queries));
     if (s.prefix_hit_tokens > seen_hits) metrics.prefix_cache_hits.inc(double(s.prefix_hit_tokens - seen_hits));
     if (s.admitted > seen_admitted) metrics.requests_admitted.inc(double(s.admitted - seen_admitted));
+    if (s.preemptions > seen_preemptions) metrics.preemptions.inc(double(s.preemptions - seen_preemptions));
+    seen_preemptions = s.preemptions;
     seen_queries = s.prefix_query_tokens;
     seen_hits = s.prefix_hit_tokens;
     seen_admitted = s.admitted;

@@ -240,6 +240,8 @@ ServerMetrics::ServerMetrics()
       kv_blocks_total(registry.gauge("hearth_kv_blocks_total", "KV-cache blocks in the pool")),
       state_snapshots(registry.gauge("hearth_state_snapshots",
                                      "Recurrent-state snapshots kept for prefix reuse (hybrid models)")),
+      preemptions(registry.counter("hearth_preemptions_total",
+                                   "Sequences sent back to the queue for want of KV blocks (recomputed later)")),
       prefix_cache_queries(registry.counter("hearth_prefix_cache_queries_total",
                                             "Prompt tokens looked up in the prefix cache")),
       prefix_cache_hits(registry.counter("hearth_prefix_cache_hits_total",
