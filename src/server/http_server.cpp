@@ -292,15 +292,19 @@ struct HttpServer::Impl {
     metrics.kv_blocks_cached.set(s.kv_blocks_cached);
     metrics.kv_blocks_total.set(s.kv_blocks_total);
     metrics.state_snapshots.set(s.state_snapshots);
+    // Two scrapes may race: each adds only what is new since the highest value seen
+    // (an older snapshot taking the lock last must not move the mark back).
     std::lock_guard<std::mutex> lock(prefix_mu);
-    if (s.prefix_query_tokens > seen_queries) metrics.prefix_cache_queries.inc(double(s.prefix_query_tokens - seen_queries));
-    if (s.prefix_hit_tokens > seen_hits) metrics.prefix_cache_hits.inc(double(s.prefix_hit_tokens - seen_hits));
-    if (s.admitted > seen_admitted) metrics.requests_admitted.inc(double(s.admitted - seen_admitted));
-    if (s.preemptions > seen_preemptions) metrics.preemptions.inc(double(s.preemptions - seen_preemptions));
-    seen_preemptions = s.preemptions;
-    seen_queries = s.prefix_query_tokens;
-    seen_hits = s.prefix_hit_tokens;
-    seen_admitted = s.admitted;
+    auto advance = [](Counter& c, uint64_t now, uint64_t& seen) {
+      if (now > seen) {
+        c.inc(double(now - seen));
+        seen = now;
+      }
+    };
+    advance(metrics.prefix_cache_queries, s.prefix_query_tokens, seen_queries);
+    advance(metrics.prefix_cache_hits, s.prefix_hit_tokens, seen_hits);
+    advance(metrics.requests_admitted, s.admitted, seen_admitted);
+    advance(metrics.preemptions, s.preemptions, seen_preemptions);
   }
 
   bool model_known(const std::string& name) const {
