@@ -264,7 +264,8 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = *it->second;
-  std::unique_ptr<SeqSlot> seq = scheduler_.finish(id);
+  // A failed sequence's blocks are not kept for prefix reuse: what it computed is suspect.
+  std::unique_ptr<SeqSlot> seq = scheduler_.finish(id, reason == "error");
   Final f;
   f.finish_reason = reason;
   f.error = error;
