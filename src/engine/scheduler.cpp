@@ -190,7 +190,8 @@ StepPlan Scheduler::plan() {
       seq.n_cached = static_cast<int32_t>(std::min<int64_t>(seq.kv.n_past, seq.n_prompt));
       seq.admitted = true;
     }
-    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(seq.kv.blocks.size()) * bs);
+    // The hit is what was matched (kv.n_past), not the blocks just allocated for the chunk.
+    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(seq.kv.n_past));
     seq.order = next_order_++;
     prefill_budget -= n;
     running_.push_back(std::move(waiting_.front()));
