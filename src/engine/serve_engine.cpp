@@ -182,7 +182,7 @@ void ServeEngine::loop() {
       stats_.failure = why;
     }
     try {
-      fail_all(why);
+      fail_all(why, "error");
     } catch (const std::exception&) {
       // Ending the requests failed too: the HTTP side notices the stopped loop and
       // answers its waiting requests itself.
@@ -210,34 +210,32 @@ void ServeEngine::take_incoming() {
 }
 
 void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel>& ch) {
-  {
-    auto seq = std::make_unique<SeqSlot>();
-    seq->id = next_id_++;
-    seq->tokens = req.prompt;
-    seq->n_prompt = static_cast<int32_t>(req.prompt.size());
-    if (scheduler_.config().recurrent) {
-      // Message boundaries for state snapshots: where the chat template's control tokens
-      // (turn markers) sit in the prompt.
-      const auto& vocab = tok_.vocab();
-      for (size_t i = 0; i < req.prompt.size(); ++i) {
-        const auto id = static_cast<size_t>(req.prompt[i]);
-        if (id < vocab.tokens.size() && (vocab.tokens[id].attr & tokenizer::kAttrControl) != 0) {
-          seq->boundaries.push_back(static_cast<int32_t>(i));
-        }
+  auto seq = std::make_unique<SeqSlot>();
+  seq->id = next_id_++;
+  seq->tokens = req.prompt;
+  seq->n_prompt = static_cast<int32_t>(req.prompt.size());
+  if (scheduler_.config().recurrent) {
+    // Message boundaries for state snapshots: where the chat template's control tokens
+    // (turn markers) sit in the prompt.
+    const auto& vocab = tok_.vocab();
+    for (size_t i = 0; i < req.prompt.size(); ++i) {
+      const auto id = static_cast<size_t>(req.prompt[i]);
+      if (id < vocab.tokens.size() && (vocab.tokens[id].attr & tokenizer::kAttrControl) != 0) {
+        seq->boundaries.push_back(static_cast<int32_t>(i));
       }
     }
-    std::optional<FaultRule> fault;
-    if (!config_.faults.empty()) fault = match_fault(config_.faults, tok_.decode(req.prompt));
-    auto live = std::make_unique<Live>(std::move(req), ch, tok_);
-    live->fault = std::move(fault);
-    const uint64_t id = seq->id;
-    live_.emplace(id, std::move(live));
-    try {
-      scheduler_.add(std::move(seq));
-    } catch (...) {
-      live_.erase(id);
-      throw;
-    }
+  }
+  std::optional<FaultRule> fault;
+  if (!config_.faults.empty()) fault = match_fault(config_.faults, tok_.decode(req.prompt));
+  auto live = std::make_unique<Live>(std::move(req), ch, tok_);
+  live->fault = std::move(fault);
+  const uint64_t id = seq->id;
+  live_.emplace(id, std::move(live));
+  try {
+    scheduler_.add(std::move(seq));
+  } catch (...) {
+    live_.erase(id);
+    throw;
   }
 }
 
@@ -307,11 +305,11 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   live_.erase(it);
 }
 
-void ServeEngine::fail_all(const std::string& error) {
+void ServeEngine::fail_all(const std::string& error, const std::string& reason) {
   take_incoming();
   std::vector<uint64_t> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
-  for (uint64_t id : ids) end(id, "cancelled", error);
+  for (uint64_t id : ids) end(id, reason, error);
 }
 
 void ServeEngine::step() {

@@ -116,7 +116,9 @@ class ServeEngine {
   // kError with `error` set; either way only this sequence ends.
   RowEnd sample_row(SeqSlot& seq, Live& live, std::span<float> lg, std::string& error);
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
-  void fail_all(const std::string& error);
+  // Ends every queued and running request with `error` (finish reason `reason`:
+  // "cancelled" when shutting down, "error" after an engine fault).
+  void fail_all(const std::string& error, const std::string& reason = "cancelled");
   // Ends a request that never became a sequence (its engine-side setup failed).
   void reject(std::shared_ptr<RequestChannel> channel, int32_t n_prompt, const std::string& error);
   static bool recurrent(const model::CausalLm& model);

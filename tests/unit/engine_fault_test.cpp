@@ -229,7 +229,7 @@ TEST_F(EngineFaultTest, EngineFaultEndsEveryRequestAndSaysWhy) {
   ServeEngine::Admit late = ServeEngine::Admit::kOk;
   const std::vector<Outcome> outs = run("engine:ZAP@3", std::move(reqs), &stats, &late);
   for (const Outcome& o : outs) {
-    EXPECT_EQ(o.fin.finish_reason, "cancelled");
+    EXPECT_EQ(o.fin.finish_reason, "error");
     EXPECT_NE(o.fin.error.find("engine failure"), std::string::npos) << o.fin.error;
     EXPECT_EQ(o.tokens.size(), 3u);  // all ran together up to the faulted step
   }
