@@ -18,12 +18,18 @@ constexpr FaultKind kKinds[] = {FaultKind::kNan,  FaultKind::kSampler, FaultKind
 
 const char* fault_kind_name(FaultKind kind) {
   switch (kind) {
-    case FaultKind::kNan: return "nan";
-    case FaultKind::kSampler: return "sampler";
-    case FaultKind::kStop: return "stop";
-    case FaultKind::kMask: return "mask";
-    case FaultKind::kAlloc: return "alloc";
-    case FaultKind::kEngine: return "engine";
+    case FaultKind::kNan:
+      return "nan";
+    case FaultKind::kSampler:
+      return "sampler";
+    case FaultKind::kStop:
+      return "stop";
+    case FaultKind::kMask:
+      return "mask";
+    case FaultKind::kAlloc:
+      return "alloc";
+    case FaultKind::kEngine:
+      return "engine";
   }
   return "?";
 }
@@ -33,7 +39,8 @@ std::vector<FaultRule> parse_fault_spec(std::string_view spec) {
   size_t pos = 0;
   while (pos <= spec.size()) {
     const size_t comma = spec.find(',', pos);
-    const std::string_view rule = spec.substr(pos, comma == std::string_view::npos ? spec.npos : comma - pos);
+    const std::string_view rule =
+        spec.substr(pos, comma == std::string_view::npos ? spec.npos : comma - pos);
     pos = comma == std::string_view::npos ? spec.size() + 1 : comma + 1;
     const size_t colon = rule.find(':');
     if (colon == std::string_view::npos) bad(rule, "expected KIND:MARKER[@N]");
@@ -47,7 +54,9 @@ std::vector<FaultRule> parse_fault_spec(std::string_view spec) {
         known = true;
       }
     }
-    if (!known) bad(rule, "unknown kind '" + std::string(kind) + "' (nan, sampler, stop, mask, alloc, engine)");
+    if (!known)
+      bad(rule,
+          "unknown kind '" + std::string(kind) + "' (nan, sampler, stop, mask, alloc, engine)");
     const size_t at = marker.rfind('@');
     if (at != std::string_view::npos) {
       const std::string_view n = marker.substr(at + 1);

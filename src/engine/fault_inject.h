@@ -20,7 +20,8 @@ enum class FaultKind {
   kStop,     // its stop matcher throws
   kMask,     // its grammar-mask computation throws (constrained requests only)
   kAlloc,    // its admission fails with std::bad_alloc (after its KV blocks were taken)
-  kEngine,   // the forward pass of a batch holding it (from token at_token on) throws: a fault of the engine itself
+  kEngine,   // the forward pass of a batch holding it (from token at_token on) throws: a fault of
+             // the engine itself
 };
 
 // One rule: requests whose prompt text contains `marker` get `kind` when they are about

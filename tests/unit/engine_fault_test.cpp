@@ -47,7 +47,8 @@ TEST(FaultSpec, ParsesRules) {
 }
 
 TEST(FaultSpec, RejectsBadRules) {
-  for (const char* bad : {"", "nan", "boom:X", "nan:", "nan:X@", "nan:X@-1", "nan:X@1z", "nan:X,", "nan:@3"}) {
+  for (const char* bad :
+       {"", "nan", "boom:X", "nan:", "nan:X@", "nan:X@-1", "nan:X@1z", "nan:X,", "nan:@3"}) {
     try {
       hearth::engine::parse_fault_spec(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -65,7 +66,9 @@ struct Loaded {
   hearth::model::LlamaModel model;
   hearth::tokenizer::Tokenizer tok;
   explicit Loaded(const std::string& path)
-      : file(hearth::gguf::File::open(path)), model(file, backend), tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
+      : file(hearth::gguf::File::open(path)),
+        model(file, backend),
+        tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
 };
 
 struct Outcome {
@@ -141,7 +144,8 @@ class EngineFaultTest : public ::testing::Test {
     }
     engine.start();
     std::vector<Outcome> outs = collect(chans);
-    for (int k = 0; k < 200 && (engine.stats().running != 0 || engine.stats().kv_blocks_used != 0); ++k) {
+    for (int k = 0; k < 200 && (engine.stats().running != 0 || engine.stats().kv_blocks_used != 0);
+         ++k) {
       std::this_thread::sleep_for(5ms);
     }
     if (stats_out != nullptr) *stats_out = engine.stats();
@@ -174,9 +178,10 @@ TEST_F(EngineFaultTest, OneFaultedSequenceEndsAloneAndOthersAreUnchanged) {
     const char* message;
     int32_t n_tokens;  // tokens the faulted request streamed before its error
   };
-  for (const Case& c : {Case{"nan:ZAP@4", "not finite", 4}, Case{"sampler:ZAP@2", "injected sampler fault", 2},
-                        Case{"stop:ZAP@3", "injected stop-matcher fault", 3},
-                        Case{"alloc:ZAP", "out of memory", 0}}) {
+  for (const Case& c :
+       {Case{"nan:ZAP@4", "not finite", 4}, Case{"sampler:ZAP@2", "injected sampler fault", 2},
+        Case{"stop:ZAP@3", "injected stop-matcher fault", 3},
+        Case{"alloc:ZAP", "out of memory", 0}}) {
     SCOPED_TRACE(c.spec);
     std::vector<GenRequest> reqs;
     for (const auto& p : clean()) reqs.push_back(greedy(p));
@@ -218,7 +223,8 @@ TEST_F(EngineFaultTest, GrammarMaskFaultEndsOnlyItsSequence) {
   EXPECT_EQ(outs[3].fin.finish_reason, "error");
   EXPECT_NE(outs[3].fin.error.find("injected mask fault"), std::string::npos) << outs[3].fin.error;
   EXPECT_EQ(outs[3].tokens.size(), 2u);
-  for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(outs[i].tokens, ref[i].tokens) << "request " << i;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_EQ(outs[i].tokens, ref[i].tokens) << "request " << i;
 }
 
 TEST_F(EngineFaultTest, EngineFaultEndsEveryRequestAndSaysWhy) {
