@@ -70,7 +70,7 @@ def start_server(args):
         cmd.append("--kv-commit")
     if args.kv_cache_bytes:
         cmd += ["--kv-cache-bytes", args.kv_cache_bytes]
-    log = tempfile.TemporaryFile(mode="w+b")
+    log = open(args.server_log, "w+b") if args.server_log else tempfile.TemporaryFile(mode="w+b")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     lines = []
     deadline = time.time() + 120
@@ -119,6 +119,7 @@ class Tally:
         self.failures = []     # anything else
         self.tokens = 0
         self.started = 0
+        self.t0 = time.monotonic()
 
 
 async def one_request(client, rng, tally, disconnector):
@@ -160,7 +161,9 @@ async def one_request(client, rng, tally, disconnector):
         tally.ok += 1
         tally.tokens += usage
     except openai.APIError as e:
-        tally.failures.append(f"{type(e).__name__}: {e}"[:300])
+        cause = e.__cause__ or e.__context__
+        tally.failures.append(f"{type(e).__name__}: {e} ({type(cause).__name__}: {cause}; "
+                              f"{'streamed' if stream else 'whole'}, at {time.monotonic() - tally.t0:.0f} s)"[:400])
 
 
 async def client_loop(idx, url, deadline, tally, seed):
@@ -283,6 +286,7 @@ def main():
     ap.add_argument("--rss-from", type=float, default=None, help="RSS baseline time in s (default min(120, T/4))")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json-out", default="")
+    ap.add_argument("--server-log", default="", help="keep the server's stderr (request log) here")
     args = ap.parse_args()
     ok = asyncio.run(soak(args))
     sys.exit(0 if ok else 1)
