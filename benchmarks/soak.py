@@ -119,6 +119,7 @@ class Tally:
         self.failures = []     # anything else
         self.tokens = 0
         self.started = 0
+        self.resets = []       # connections closed before any answer, retried once
         self.t0 = time.monotonic()
 
 
@@ -133,37 +134,56 @@ async def one_request(client, rng, tally, disconnector):
     else:
         body.update(temperature=0.8, top_p=0.95, seed=rng.randint(0, 1 << 30))
     tally.started += 1
-    try:
-        if not stream:
-            r = await client.chat.completions.create(**body)
-            if r.choices[0].finish_reason not in ("stop", "length"):
-                tally.failures.append(f"finish_reason {r.choices[0].finish_reason}")
-                return
-            tally.ok += 1
-            tally.tokens += r.usage.completion_tokens
+    for attempt in (0, 1):
+        progress = []  # chunks received in this attempt
+        try:
+            await attempt_request(client, rng, tally, body, stream, disconnector, progress)
             return
-        s = await client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **body)
-        cut = rng.randint(2, 6) if disconnector else None
-        n, finish, usage = 0, None, 0
-        async for chunk in s:
-            n += 1
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish = chunk.choices[0].finish_reason
-            if chunk.usage:
-                usage = chunk.usage.completion_tokens
-            if cut is not None and n >= cut:
-                await s.close()
-                tally.disconnects += 1
-                return
-        if finish not in ("stop", "length"):
-            tally.failures.append(f"stream ended without a finish reason ({n} chunks)")
+        except openai.APIConnectionError as e:
+            cause = e.__cause__ or e.__context__
+            if attempt == 0 and not progress:
+                # The connection was closed before any answer (an HTTP/1.1 keep-alive race: the
+                # server closed an idle connection as the client reused it). Nothing reached the
+                # engine (the totals check proves it); retried once, as the SDK would.
+                tally.resets.append(f"{type(cause).__name__}: {cause} at {time.monotonic() - tally.t0:.0f} s")
+                continue
+            tally.failures.append(f"{type(e).__name__}: {e} ({type(cause).__name__}: {cause}; "
+                                  f"{'streamed' if stream else 'whole'}, at {time.monotonic() - tally.t0:.0f} s)")
+            return
+        except openai.APIError as e:
+            tally.failures.append(f"{type(e).__name__}: {e} ({'streamed' if stream else 'whole'}, "
+                                  f"at {time.monotonic() - tally.t0:.0f} s)"[:400])
+            return
+
+
+async def attempt_request(client, rng, tally, body, stream, disconnector, progress):
+    if not stream:
+        r = await client.chat.completions.create(**body)
+        if r.choices[0].finish_reason not in ("stop", "length"):
+            tally.failures.append(f"finish_reason {r.choices[0].finish_reason}")
             return
         tally.ok += 1
-        tally.tokens += usage
-    except openai.APIError as e:
-        cause = e.__cause__ or e.__context__
-        tally.failures.append(f"{type(e).__name__}: {e} ({type(cause).__name__}: {cause}; "
-                              f"{'streamed' if stream else 'whole'}, at {time.monotonic() - tally.t0:.0f} s)"[:400])
+        tally.tokens += r.usage.completion_tokens
+        return
+    s = await client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **body)
+    cut = rng.randint(2, 6) if disconnector else None
+    n, finish, usage = 0, None, 0
+    async for chunk in s:
+        n += 1
+        progress.append(1)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+        if chunk.usage:
+            usage = chunk.usage.completion_tokens
+        if cut is not None and n >= cut:
+            await s.close()
+            tally.disconnects += 1
+            return
+    if finish not in ("stop", "length"):
+        tally.failures.append(f"stream ended without a finish reason ({n} chunks)")
+        return
+    tally.ok += 1
+    tally.tokens += usage
 
 
 async def client_loop(idx, url, deadline, tally, seed):
@@ -223,7 +243,8 @@ def report(args, tally, samples, final, wall):
     ended = out("stop") + out("length") + out("cancelled") + out("error")
     checks = {}
     checks["failures"] = (len(tally.failures) == 0, f"{len(tally.failures)} failed of {tally.started} "
-                          f"({tally.ok} ok, {tally.disconnects} intended disconnects)"
+                          f"({tally.ok} ok, {tally.disconnects} intended disconnects; {len(tally.resets)} "
+                          f"connections closed before an answer, retried)"
                           + (f"; first: {tally.failures[0]}" if tally.failures else ""))
     checks["kv_leak"] = (final["hearth_kv_blocks_used"] == 0,
                          f"idle: {final['hearth_kv_blocks_used']:.0f} blocks used by sequences, "
@@ -262,7 +283,7 @@ def report(args, tally, samples, final, wall):
     if args.json_out:
         pathlib.Path(args.json_out).write_text(json.dumps(
             {"args": vars(args), "checks": {k: {"ok": v[0], "what": v[1]} for k, v in checks.items()},
-             "failures": tally.failures[:50], "samples": [{"t": s["t"], "rss_kib": s["rss_kib"],
+             "failures": tally.failures[:50], "resets": tally.resets[:50], "samples": [{"t": s["t"], "rss_kib": s["rss_kib"],
                                                           "kv_used": s["metrics"].get("hearth_kv_blocks_used"),
                                                           "running": s["metrics"].get("hearth_requests_running"),
                                                           "waiting": s["metrics"].get("hearth_requests_waiting")}
