@@ -93,12 +93,17 @@ def start_server(args):
     return proc, url, log
 
 
-def rss_kib(pid):
+def status_kib(pid, field="VmRSS"):
+    """A memory figure of /proc/PID/status in KiB (VmRSS, RssAnon: heap, RssFile: mapped files)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_kib(pid):
+    return status_kib(pid)
 
 
 def scrape(url):
@@ -202,7 +207,8 @@ async def sampler_loop(proc, url, t0, stop, samples, every):
             m = await asyncio.get_event_loop().run_in_executor(None, scrape, url)
         except Exception as e:  # noqa: BLE001 - a missed sample is reported, not fatal
             m = {"error": str(e)}
-        samples.append({"t": round(t, 1), "rss_kib": rss_kib(proc.pid), "metrics": m})
+        samples.append({"t": round(t, 1), "rss_kib": rss_kib(proc.pid), "anon_kib": status_kib(proc.pid, "RssAnon"),
+                        "file_kib": status_kib(proc.pid, "RssFile"), "metrics": m})
         try:
             await asyncio.wait_for(stop.wait(), every)
         except asyncio.TimeoutError:
@@ -228,7 +234,9 @@ async def soak(args):
             await asyncio.sleep(0.2)
         stop.set()
         await sampler
-        samples.append({"t": round(time.monotonic() - t0, 1), "rss_kib": rss_kib(proc.pid), "metrics": m})
+        samples.append({"t": round(time.monotonic() - t0, 1), "rss_kib": rss_kib(proc.pid),
+                        "anon_kib": status_kib(proc.pid, "RssAnon"), "file_kib": status_kib(proc.pid, "RssFile"),
+                        "metrics": m})
         return report(args, tally, samples, m, wall)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -269,7 +277,9 @@ def report(args, tally, samples, final, wall):
     growth_max = (rss_max - base["rss_kib"]) / base["rss_kib"] * 100
     checks["rss"] = (growth_max < 2.0, f"{base['rss_kib'] / 1024:.1f} MiB at {base['t']:.0f} s -> "
                      f"{last['rss_kib'] / 1024:.1f} MiB at the end ({growth:+.2f} %; max {rss_max / 1024:.1f} MiB, "
-                     f"{growth_max:+.2f} %); first sample {samples[0]['rss_kib'] / 1024:.1f} MiB")
+                     f"{growth_max:+.2f} %); first sample {samples[0]['rss_kib'] / 1024:.1f} MiB; of the growth, heap "
+                     f"(RssAnon) {(last['anon_kib'] - base['anon_kib']) / 1024:+.1f} MiB, mapped files (RssFile, "
+                     f"the model) {(last['file_kib'] - base['file_kib']) / 1024:+.1f} MiB")
     if args.kv_cache_bytes:
         checks["preempted"] = (final.get("hearth_preemptions_total", 0) > 0,
                                f"{final.get('hearth_preemptions_total', 0):.0f} preemptions")
@@ -283,7 +293,8 @@ def report(args, tally, samples, final, wall):
     if args.json_out:
         pathlib.Path(args.json_out).write_text(json.dumps(
             {"args": vars(args), "checks": {k: {"ok": v[0], "what": v[1]} for k, v in checks.items()},
-             "failures": tally.failures[:50], "resets": tally.resets[:50], "samples": [{"t": s["t"], "rss_kib": s["rss_kib"],
+             "failures": tally.failures[:50], "resets": tally.resets[:50], "samples": [{"t": s["t"], "rss_kib": s["rss_kib"], "anon_kib": s.get("anon_kib"),
+                                                          "file_kib": s.get("file_kib"),
                                                           "kv_used": s["metrics"].get("hearth_kv_blocks_used"),
                                                           "running": s["metrics"].get("hearth_requests_running"),
                                                           "waiting": s["metrics"].get("hearth_requests_waiting")}
