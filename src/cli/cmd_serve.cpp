@@ -62,6 +62,8 @@ struct ServeOptions {
   size_t max_body_bytes = 16u << 20;
   size_t max_header_bytes = 64u << 10;
   double request_timeout = 30;
+  bool kv_commit = false;
+  std::string test_fault_inject;  // hidden, test only: engine::parse_fault_spec
 };
 
 // --chat-template FILE: a Jinja file, or a tokenizer_config.json holding "chat_template".
@@ -196,6 +198,12 @@ void serve(ServeOptions o) {
   ec.prefill_chunk = o.prefill_chunk;
   ec.max_queue = o.max_queue;
   ec.n_snapshots = o.state_snapshots;
+  ec.commit_kv = o.kv_commit;
+  if (!o.test_fault_inject.empty()) {
+    ec.faults = engine::parse_fault_spec(o.test_fault_inject);
+    std::fprintf(stderr, "hearth: WARNING: --test-fault-inject is on (%zu rules): for tests only, never in production\n",
+                 ec.faults.size());
+  }
   if (hp.n_recurrent_layers() > 0) {
     std::fprintf(stderr,
                  "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB of state per "
@@ -289,6 +297,9 @@ void add_serve_command(CLI::App& app) {
                   "Hard budget for all KV memory, e.g. 512M, 2G (default: max-seqs full contexts, at most 40% of "
                   "free memory; on a GPU at most 90% of its free memory after the weights)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
+  cmd->add_flag("--kv-commit", o->kv_commit,
+                "Commit the whole KV pool at start (written once) instead of as blocks are first used: "
+                "resident memory is flat from the start");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--max-connections", o->max_connections,
                   "HTTP connections served at once (one thread each); more are answered 503")
@@ -329,6 +340,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-budget", o->reasoning_budget,
                   "Close the <think> block after this many tokens (-1: no limit; 0: no reasoning)")
       ->default_val(-1);
+  // Hidden (empty group): tests only. KIND:MARKER[@N],... makes requests whose prompt
+  // contains MARKER fail inside the engine (see engine/fault_inject.h).
+  cmd->add_option("--test-fault-inject", o->test_fault_inject, "Test only: inject engine faults")->group("");
   cmd->callback([o]() { serve(*o); });
 }
 

@@ -120,13 +120,25 @@ void BlockManager::retain(BlockId id) {
   ++m.ref;
 }
 
-void BlockManager::release(BlockId id) {
+void BlockManager::release(BlockId id, bool forget) {
   meta(id);  // range check
   BlockMeta& m = meta_[static_cast<size_t>(id)];
   if (m.ref <= 0)
     broken("release of block " + std::to_string(id) + " with ref 0 (double release?)");
   if (--m.ref > 0) return;
   --n_used_;
+  if (m.hashed && forget) {
+    auto [first, last] = by_hash_.equal_range(m.hash);
+    auto it = std::find_if(first, last, [id](const auto& kv) { return kv.second == id; });
+    if (it == last) broken("hashed block " + std::to_string(id) + " missing from the hash map");
+    by_hash_.erase(it);
+    if (m.snapshot >= 0) dropped_snapshots_.push_back(m.snapshot);
+    m.snapshot = -1;
+    m.hashed = false;
+    m.hash = 0;
+    m.parent_hash = 0;
+    m.tokens.clear();
+  }
   if (m.hashed) {
     lru_pos_[static_cast<size_t>(id)] = lru_.insert(lru_.end(), id);
     in_lru_[static_cast<size_t>(id)] = true;

@@ -64,7 +64,9 @@ class BlockManager {
   // Throws Error (kInternal) for an id out of range or a block with ref 0. Release a
   // finished sequence's blocks last first: the LRU then evicts a prefix's tail before
   // its head (an evicted head leaves every block after it unreachable).
-  void release(BlockId id);
+  // forget: a block reaching ref 0 is not cached but freed with its hash (and snapshot)
+  // forgotten, e.g. the blocks of a sequence that failed (their contents are suspect).
+  void release(BlockId id, bool forget = false);
 
   // The longest run of cached full blocks that matches tokens from the start, at
   // most max_blocks of them; each returned block is retained. Counts one query of

@@ -99,10 +99,10 @@ bool Scheduler::ensure_blocks(SeqSlot& seq, int64_t n_positions) {
   return true;
 }
 
-void Scheduler::release_all(SeqSlot& seq) {
+void Scheduler::release_all(SeqSlot& seq, bool forget) {
   // Last block first: the prefix's head is then the most recently cached and the last
   // to be evicted, so what stays cached stays reachable from the start.
-  for (auto it = seq.kv.blocks.rbegin(); it != seq.kv.blocks.rend(); ++it) blocks_.release(*it);
+  for (auto it = seq.kv.blocks.rbegin(); it != seq.kv.blocks.rend(); ++it) blocks_.release(*it, forget);
   seq.kv.blocks.clear();
   seq.kv.n_past = 0;
   seq.hashes.clear();
@@ -190,7 +190,8 @@ StepPlan Scheduler::plan() {
       seq.n_cached = static_cast<int32_t>(std::min<int64_t>(seq.kv.n_past, seq.n_prompt));
       seq.admitted = true;
     }
-    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(seq.kv.blocks.size()) * bs);
+    // The hit is what was matched (kv.n_past), not the blocks just allocated for the chunk.
+    blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(seq.kv.n_past));
     seq.order = next_order_++;
     prefill_budget -= n;
     running_.push_back(std::move(waiting_.front()));
@@ -245,12 +246,12 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
   return ops;
 }
 
-std::unique_ptr<SeqSlot> Scheduler::finish(uint64_t id) {
+std::unique_ptr<SeqSlot> Scheduler::finish(uint64_t id, bool forget_blocks) {
   for (size_t i = 0; i < running_.size(); ++i) {
     if (running_[i]->id == id) {
       std::unique_ptr<SeqSlot> seq = std::move(running_[i]);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      release_all(*seq);
+      release_all(*seq, forget_blocks);
       return seq;
     }
   }
@@ -258,7 +259,7 @@ std::unique_ptr<SeqSlot> Scheduler::finish(uint64_t id) {
     if ((*it)->id == id) {
       std::unique_ptr<SeqSlot> seq = std::move(*it);
       waiting_.erase(it);
-      release_all(*seq);
+      release_all(*seq, forget_blocks);
       return seq;
     }
   }

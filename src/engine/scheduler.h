@@ -105,8 +105,10 @@ class Scheduler {
   // became full for prefix reuse. Returns the snapshot copies (recurrent models) to
   // do before the next forward pass.
   std::vector<StateOp> commit(const StepPlan& plan);
-  // Removes a sequence (running or waiting), releasing its blocks.
-  std::unique_ptr<SeqSlot> finish(uint64_t id);
+  // Removes a sequence (running or waiting), releasing its blocks. forget_blocks: its
+  // blocks that no other sequence holds are freed, not kept for prefix reuse (a failed
+  // sequence's KV may be corrupt).
+  std::unique_ptr<SeqSlot> finish(uint64_t id, bool forget_blocks = false);
 
   const std::vector<std::unique_ptr<SeqSlot>>& running() const { return running_; }
   const std::deque<std::unique_ptr<SeqSlot>>& waiting() const { return waiting_; }
@@ -118,7 +120,7 @@ class Scheduler {
 
  private:
   bool ensure_blocks(SeqSlot& seq, int64_t n_positions);
-  void release_all(SeqSlot& seq);
+  void release_all(SeqSlot& seq, bool forget = false);
   void preempt(size_t running_index);
   int64_t cut_chunk(const SeqSlot& seq, int64_t n) const;
   void resume_from_snapshot(SeqSlot& seq, StepPlan& plan);

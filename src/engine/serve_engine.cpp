@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <new>
 #include <optional>
 
 #include "core/error.h"
@@ -14,6 +17,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The message of a fault that ends one request (never the engine).
+std::string request_fault(const std::string& where, const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return "out of memory in " + where;
+  return "internal error in " + where + ": " + e.what();
+}
+
+// Index of the first non-finite value (NaN or +-infinity), or -1.
+int64_t first_non_finite(std::span<const float> v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
 }  // namespace
@@ -30,6 +47,12 @@ struct ServeEngine::Live {
   int32_t n_generated = 0;
   Clock::time_point t_scheduled{}, t_first{}, t_last{};
   bool scheduled = false;
+  std::vector<float> raw;        // top_logprobs: this step's logits before the mask and penalties
+  std::optional<FaultRule> fault;  // test only: the fault injected into this request
+  std::string mask_error;        // set by the mask job when this sequence's mask failed
+
+  // The injected fault `kind` is due now (before sampling token n_generated).
+  bool fault_due(FaultKind kind) const { return fault && fault->kind == kind && fault->at_token == n_generated; }
 
   Live(GenRequest r, std::shared_ptr<RequestChannel> c, const tokenizer::Tokenizer& tok)
       : request(std::move(r)),
@@ -64,6 +87,7 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
                                  config.snapshot_every},
                  blocks_) {
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
+  if (config.commit_kv) pool_.commit();
 }
 
 ServeEngine::~ServeEngine() { stop(); }
@@ -109,11 +133,12 @@ ServeEngine::Admit ServeEngine::submit(GenRequest request, std::shared_ptr<Reque
   if (request.prompt.empty() || total > max_seq_tokens_) return Admit::kTooLong;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return Admit::kQueueFull;
+    if (stop_) return Admit::kStopped;
     const int64_t queued = static_cast<int64_t>(incoming_.size()) + stats_.waiting;
     const int64_t free_slots = std::max<int64_t>(0, config_.max_seqs - stats_.running);
     if (queued >= config_.max_queue + free_slots) return Admit::kQueueFull;
     incoming_.emplace_back(std::move(request), std::move(channel));
+    ++stats_.admitted;
   }
   cv_.notify_all();
   return Admit::kOk;
@@ -150,11 +175,18 @@ void ServeEngine::loop() {
   } catch (const std::exception& e) {
     // A failure of the engine itself (not of one request): refuse new requests (no
     // thread is left to serve them) and end every request with it.
+    const std::string why = std::string("engine failure: ") + e.what();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
+      stats_.failure = why;
     }
-    fail_all(std::string("engine failure: ") + e.what());
+    try {
+      fail_all(why, "error");
+    } catch (const std::exception&) {
+      // Ending the requests failed too: the HTTP side notices the stopped loop and
+      // answers its waiting requests itself.
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.running_loop = false;
@@ -167,25 +199,55 @@ void ServeEngine::take_incoming() {
     in.swap(incoming_);
   }
   for (auto& [req, ch] : in) {
-    auto seq = std::make_unique<SeqSlot>();
-    seq->id = next_id_++;
-    seq->tokens = req.prompt;
-    seq->n_prompt = static_cast<int32_t>(req.prompt.size());
-    if (scheduler_.config().recurrent) {
-      // Message boundaries for state snapshots: where the chat template's control tokens
-      // (turn markers) sit in the prompt.
-      const auto& vocab = tok_.vocab();
-      for (size_t i = 0; i < req.prompt.size(); ++i) {
-        const auto id = static_cast<size_t>(req.prompt[i]);
-        if (id < vocab.tokens.size() && (vocab.tokens[id].attr & tokenizer::kAttrControl) != 0) {
-          seq->boundaries.push_back(static_cast<int32_t>(i));
-        }
+    const auto n_prompt = static_cast<int32_t>(req.prompt.size());
+    try {
+      admit_one(std::move(req), ch);
+    } catch (const std::exception& e) {
+      // Only this request's setup failed (e.g. memory for its grammar mask).
+      reject(ch, n_prompt, request_fault("the request's setup", e));
+    }
+  }
+}
+
+void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel>& ch) {
+  auto seq = std::make_unique<SeqSlot>();
+  seq->id = next_id_++;
+  seq->tokens = req.prompt;
+  seq->n_prompt = static_cast<int32_t>(req.prompt.size());
+  if (scheduler_.config().recurrent) {
+    // Message boundaries for state snapshots: where the chat template's control tokens
+    // (turn markers) sit in the prompt.
+    const auto& vocab = tok_.vocab();
+    for (size_t i = 0; i < req.prompt.size(); ++i) {
+      const auto id = static_cast<size_t>(req.prompt[i]);
+      if (id < vocab.tokens.size() && (vocab.tokens[id].attr & tokenizer::kAttrControl) != 0) {
+        seq->boundaries.push_back(static_cast<int32_t>(i));
       }
     }
-    const uint64_t id = seq->id;
-    live_.emplace(id, std::make_unique<Live>(std::move(req), std::move(ch), tok_));
-    scheduler_.add(std::move(seq));
   }
+  std::optional<FaultRule> fault;
+  if (!config_.faults.empty()) fault = match_fault(config_.faults, tok_.decode(req.prompt));
+  auto live = std::make_unique<Live>(std::move(req), ch, tok_);
+  live->fault = std::move(fault);
+  const uint64_t id = seq->id;
+  live_.emplace(id, std::move(live));
+  try {
+    scheduler_.add(std::move(seq));
+  } catch (...) {
+    live_.erase(id);
+    throw;
+  }
+}
+
+void ServeEngine::reject(std::shared_ptr<RequestChannel> channel, int32_t n_prompt, const std::string& error) {
+  Final f;
+  f.finish_reason = "error";
+  f.error = error;
+  f.prompt_tokens = n_prompt;
+  f.timings.prompt_n = n_prompt;
+  f.timings.queue_ms = ms_between(channel->created, Clock::now());
+  if (observer_ != nullptr) observer_->on_finish(f);
+  channel->finish(std::move(f));
 }
 
 void ServeEngine::drop_cancelled() {
@@ -200,18 +262,25 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = *it->second;
-  std::unique_ptr<SeqSlot> seq = scheduler_.finish(id);
-  if (reason == "stop" || reason == "length") {
-    // The text held back for a possible stop string (or an incomplete character) is sent.
-    std::string tail = live.decoder.flush();
-    std::string out = live.stop.push(tail);
-    if (!live.stop.stopped()) out += live.stop.flush();
-    if (!out.empty()) live.channel->push(Delta{std::move(out), {}});
-  }
+  // A failed sequence's blocks are not kept for prefix reuse: what it computed is suspect.
+  std::unique_ptr<SeqSlot> seq = scheduler_.finish(id, reason == "error");
   Final f;
   f.finish_reason = reason;
   f.error = error;
-  if (reason == "stop") f.stop_sequence = live.stop.matched();
+  if (reason == "stop" || reason == "length") {
+    // The text held back for a possible stop string (or an incomplete character) is sent.
+    try {
+      if (live.fault_due(FaultKind::kStop)) fail(ErrorKind::kInternal, "stop", "injected stop-matcher fault");
+      std::string tail = live.decoder.flush();
+      std::string out = live.stop.push(tail);
+      if (!live.stop.stopped()) out += live.stop.flush();
+      if (!out.empty()) live.channel->push(Delta{std::move(out), {}});
+    } catch (const std::exception& e) {
+      f.finish_reason = "error";
+      f.error = request_fault("the stop-string matcher", e);
+    }
+  }
+  if (f.finish_reason == "stop") f.stop_sequence = live.stop.matched();
   f.prompt_tokens = seq ? seq->n_prompt : static_cast<int32_t>(live.request.prompt.size());
   f.completion_tokens = live.n_generated;
   f.cached_tokens = seq ? seq->n_cached : 0;
@@ -236,37 +305,65 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   live_.erase(it);
 }
 
-void ServeEngine::fail_all(const std::string& error) {
+void ServeEngine::fail_all(const std::string& error, const std::string& reason) {
   take_incoming();
   std::vector<uint64_t> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
-  for (uint64_t id : ids) end(id, "cancelled", error);
+  for (uint64_t id : ids) end(id, reason, error);
 }
 
 void ServeEngine::step() {
   StepPlan plan = scheduler_.plan();
   const auto t0 = Clock::now();
+  const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  // A sequence's first scheduling sets up its per-step buffers; a failure there ends
+  // that sequence alone (its blocks go back before the forward pass).
+  std::vector<std::pair<uint64_t, std::string>> failed;
+  for (const StepItem& item : plan.items) {
+    Live& live = *live_.at(item.seq->id);
+    if (live.scheduled) continue;
+    live.scheduled = true;
+    live.t_scheduled = t0;
+    try {
+      if (live.fault && live.fault->kind == FaultKind::kAlloc) throw std::bad_alloc();
+      if (live.request.top_logprobs >= 0) live.raw.reserve(n_vocab);
+    } catch (const std::exception& e) {
+      failed.emplace_back(item.seq->id, request_fault("the request's admission", e));
+    }
+  }
+  if (!failed.empty()) {
+    std::erase_if(plan.items, [&](const StepItem& item) {
+      return std::any_of(failed.begin(), failed.end(), [&](const auto& f) { return f.first == item.seq->id; });
+    });
+    for (const auto& [id, why] : failed) end(id, "error", why);
+  }
   if (!plan.empty()) {
     batch_.clear();
     for (const StepItem& item : plan.items) {
-      Live& live = *live_.at(item.seq->id);
-      if (!live.scheduled) {
-        live.scheduled = true;
-        live.t_scheduled = t0;
-      }
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits});
     }
     // The grammar masks of this step's samples depend only on the tokens accepted so
-    // far: computed on the mask worker while the forward pass runs.
+    // far: computed on the mask worker while the forward pass runs. A mask that fails
+    // ends its own sequence only.
     masked_.clear();
+    bool engine_fault = false;
     for (const StepItem& item : plan.items) {
       Live& live = *live_.at(item.seq->id);
       if (item.logits && live.matcher) masked_.push_back(&live);
+      engine_fault = engine_fault || (live.fault && live.fault->kind == FaultKind::kEngine &&
+                                      live.n_generated >= live.fault->at_token);
     }
     if (!masked_.empty()) {
       mask_worker_.start([this] {
-        for (Live* live : masked_) live->matcher->fill_mask(live->mask);
+        for (Live* live : masked_) {
+          try {
+            if (live->fault_due(FaultKind::kMask)) fail(ErrorKind::kInternal, "grammar", "injected mask fault");
+            live->matcher->fill_mask(live->mask);
+          } catch (const std::exception& e) {
+            live->mask_error = request_fault("the output constraint's mask", e);
+          }
+        }
       });
     }
     struct WaitMasks {  // the job reads Live objects: never leave with it still running
@@ -279,10 +376,10 @@ void ServeEngine::step() {
       }
     } wait_masks{mask_worker_};
     apply(plan.state_before);
+    if (engine_fault) fail(ErrorKind::kInternal, "forward", "injected engine fault (test only)");
     model_.forward_batch(pool_, batch_, logits_);
     if (!masked_.empty()) mask_worker_.wait();
     apply(scheduler_.commit(plan));
-    const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
     size_t row = 0;
     std::vector<uint64_t> done_stop, done_length;
     std::vector<std::pair<uint64_t, std::string>> done_error;
@@ -292,64 +389,16 @@ void ServeEngine::step() {
       Live& live = *live_.at(seq.id);
       std::span<float> lg(logits_.data() + row * n_vocab, n_vocab);
       ++row;
-      std::vector<float> raw;
-      if (live.request.top_logprobs >= 0) raw.assign(lg.begin(), lg.end());
-      if (live.matcher) grammar::apply_mask(lg, live.mask);
-      // A spent reasoning budget writes the closing tag instead of the sampler (not under a
-      // grammar: the constraint decides every token of a constrained answer).
-      const std::optional<int32_t> forced = live.matcher ? std::nullopt : live.reasoning.forced();
-      const int32_t next = forced ? *forced : live.sampler.sample(lg, seq.tokens);
-      const auto now = Clock::now();
-      bool grammar_done = false;
-      if (live.matcher) {
-        if (!live.matcher->accept(next)) {
-          // Only when the grammar allowed no token at all (a grammar that cannot go on).
-          done_error.emplace_back(seq.id, "the output constraint allows no next token after " +
-                                              std::to_string(live.n_generated) + " tokens");
-          continue;
-        }
-        // Complete with nothing but a stop token to follow: the output is finished now,
-        // without a forward pass just to sample end-of-generation.
-        grammar_done = live.matcher->terminated();
-        if (!grammar_done && live.matcher->completed()) {
-          live.matcher->fill_mask(live.mask);
-          grammar_done = grammar::only_stop_allowed(live.mask, eog_, live.matcher->n_vocab());
-        }
+      std::string error;
+      RowEnd e = RowEnd::kError;
+      try {
+        e = sample_row(seq, live, lg, error);
+      } catch (const std::exception& ex) {
+        error = request_fault("sampling", ex);
       }
-      const bool eog = (!live.request.ignore_eos || live.matcher) && std::binary_search(eog_.begin(), eog_.end(), next);
-      if (eog) {
-        if (live.n_generated == 0) live.t_first = live.t_last = now;
-        done_stop.push_back(seq.id);
-        continue;
-      }
-      if (live.n_generated == 0) {
-        live.t_first = now;
-        if (observer_ != nullptr) observer_->on_first_token(ms_between(live.channel->created, now) / 1000.0);
-      } else if (observer_ != nullptr) {
-        observer_->on_token_interval(ms_between(live.t_last, now) / 1000.0);
-      }
-      live.t_last = now;
-      ++live.n_generated;
-      seq.tokens.push_back(next);
-      Delta d;
-      TokenOut out;
-      out.token = next;
-      if (live.request.top_logprobs >= 0) {
-        out.logprob = token_logprob(raw, next);
-        if (live.request.top_logprobs > 0) out.top = top_logprobs(raw, live.request.top_logprobs);
-      }
-      d.tokens.push_back(std::move(out));
-      const std::string piece = live.decoder.push(next);
-      live.reasoning.accept(piece);
-      d.text = live.stop.push(piece);
-      const bool stopped = live.stop.stopped();
-      live.channel->push(std::move(d));
-      if (stopped || grammar_done) {
-        done_stop.push_back(seq.id);
-      } else if (live.n_generated >= live.request.max_tokens ||
-                 static_cast<int64_t>(seq.tokens.size()) >= max_seq_tokens_) {
-        done_length.push_back(seq.id);
-      }
+      if (e == RowEnd::kStop) done_stop.push_back(seq.id);
+      if (e == RowEnd::kLength) done_length.push_back(seq.id);
+      if (e == RowEnd::kError) done_error.emplace_back(seq.id, std::move(error));
     }
     for (uint64_t id : done_stop) end(id, "stop");
     for (uint64_t id : done_length) end(id, "length");
@@ -363,10 +412,84 @@ void ServeEngine::step() {
   stats_.running = static_cast<int32_t>(scheduler_.running().size());
   stats_.waiting = static_cast<int32_t>(scheduler_.waiting().size());
   stats_.kv_blocks_used = blocks_.n_used();
+  stats_.kv_blocks_cached = blocks_.n_cached();
   stats_.state_snapshots = scheduler_.n_snapshots_held();
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
+  stats_.preemptions += plan.preempted.size();
   if (!plan.empty()) ++stats_.steps;
+}
+
+ServeEngine::RowEnd ServeEngine::sample_row(SeqSlot& seq, Live& live, std::span<float> lg, std::string& error) {
+  if (!live.mask_error.empty()) {
+    error = std::move(live.mask_error);
+    return RowEnd::kError;
+  }
+  if (live.fault_due(FaultKind::kNan)) std::fill(lg.begin(), lg.end(), std::numeric_limits<float>::quiet_NaN());
+  // A non-finite output (a numerical fault of this sequence) would make the sampler's
+  // choice meaningless: the request ends instead of emitting garbage.
+  if (const int64_t bad = first_non_finite(lg); bad >= 0) {
+    error = "the model's output for this request is not finite (logit of token " + std::to_string(bad) + " is " +
+            (std::isnan(lg[static_cast<size_t>(bad)]) ? "NaN" : "infinite") + ") at generated token " +
+            std::to_string(live.n_generated);
+    return RowEnd::kError;
+  }
+  if (live.request.top_logprobs >= 0) live.raw.assign(lg.begin(), lg.end());
+  if (live.matcher) grammar::apply_mask(lg, live.mask);
+  // A spent reasoning budget writes the closing tag instead of the sampler (not under a
+  // grammar: the constraint decides every token of a constrained answer).
+  const std::optional<int32_t> forced = live.matcher ? std::nullopt : live.reasoning.forced();
+  if (!forced && live.fault_due(FaultKind::kSampler)) fail(ErrorKind::kInternal, "sampler", "injected sampler fault");
+  const int32_t next = forced ? *forced : live.sampler.sample(lg, seq.tokens);
+  const auto now = Clock::now();
+  bool grammar_done = false;
+  if (live.matcher) {
+    if (!live.matcher->accept(next)) {
+      // Only when the grammar allowed no token at all (a grammar that cannot go on).
+      error = "the output constraint allows no next token after " + std::to_string(live.n_generated) + " tokens";
+      return RowEnd::kError;
+    }
+    // Complete with nothing but a stop token to follow: the output is finished now,
+    // without a forward pass just to sample end-of-generation.
+    grammar_done = live.matcher->terminated();
+    if (!grammar_done && live.matcher->completed()) {
+      live.matcher->fill_mask(live.mask);
+      grammar_done = grammar::only_stop_allowed(live.mask, eog_, live.matcher->n_vocab());
+    }
+  }
+  const bool eog = (!live.request.ignore_eos || live.matcher) && std::binary_search(eog_.begin(), eog_.end(), next);
+  if (eog) {
+    if (live.n_generated == 0) live.t_first = live.t_last = now;
+    return RowEnd::kStop;
+  }
+  if (live.fault_due(FaultKind::kStop)) fail(ErrorKind::kInternal, "stop", "injected stop-matcher fault");
+  if (live.n_generated == 0) {
+    live.t_first = now;
+    if (observer_ != nullptr) observer_->on_first_token(ms_between(live.channel->created, now) / 1000.0);
+  } else if (observer_ != nullptr) {
+    observer_->on_token_interval(ms_between(live.t_last, now) / 1000.0);
+  }
+  live.t_last = now;
+  ++live.n_generated;
+  seq.tokens.push_back(next);
+  Delta d;
+  TokenOut out;
+  out.token = next;
+  if (live.request.top_logprobs >= 0) {
+    out.logprob = token_logprob(live.raw, next);
+    if (live.request.top_logprobs > 0) out.top = top_logprobs(live.raw, live.request.top_logprobs);
+  }
+  d.tokens.push_back(std::move(out));
+  const std::string piece = live.decoder.push(next);
+  live.reasoning.accept(piece);
+  d.text = live.stop.push(piece);
+  const bool stopped = live.stop.stopped();
+  live.channel->push(std::move(d));
+  if (stopped || grammar_done) return RowEnd::kStop;
+  if (live.n_generated >= live.request.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_seq_tokens_) {
+    return RowEnd::kLength;
+  }
+  return RowEnd::kNone;
 }
 
 }  // namespace hearth::engine

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/fault_inject.h"
 #include "engine/mask_worker.h"
 #include "grammar/constraint.h"
 #include "engine/request.h"
@@ -38,6 +40,9 @@ struct EngineConfig {
   // long prompts get one besides message boundaries.
   int32_t n_snapshots = 32;
   int32_t snapshot_every = 2048;
+  bool commit_kv = false;         // touch the whole KV pool at construction (--kv-commit)
+  // Test only (--test-fault-inject): faults injected into requests chosen by a prompt marker.
+  std::vector<FaultRule> faults;
 };
 
 // Hooks for metrics, called on the engine thread.
@@ -59,7 +64,11 @@ struct EngineStats {
   uint64_t prefix_query_tokens = 0;
   uint64_t prefix_hit_tokens = 0;
   uint64_t steps = 0;
+  uint64_t admitted = 0;          // requests accepted by submit() (each ends with one Final)
+  uint64_t preemptions = 0;       // sequences sent back to the queue for want of KV blocks
+  int32_t kv_blocks_cached = 0;   // blocks held by no sequence, kept for prefix reuse
   bool running_loop = false;
+  std::string failure;            // why the engine stopped on its own (an engine fault), else empty
 };
 
 class ServeEngine {
@@ -75,9 +84,10 @@ class ServeEngine {
   // "cancelled" and the error "the server is shutting down".
   void stop();
 
-  enum class Admit { kOk, kQueueFull, kTooLong };
+  enum class Admit { kOk, kQueueFull, kTooLong, kStopped };
   // Queues a request. kTooLong: prompt + max_tokens can never fit (context or KV
-  // budget); kQueueFull: too many waiting. Thread-safe.
+  // budget); kQueueFull: too many waiting; kStopped: the engine has stopped (shutting
+  // down, or failed: stats().failure says why). Thread-safe.
   Admit submit(GenRequest request, std::shared_ptr<RequestChannel> channel);
 
   // Most tokens (prompt + completion) one sequence can ever hold: min(n_ctx, KV pool).
@@ -95,10 +105,22 @@ class ServeEngine {
   struct Live;  // engine-side state of one sequence (sampler, decoder, channel, timings)
   void loop();
   void take_incoming();
+  // Makes the engine-side state of one incoming request and queues its sequence; throws
+  // (leaving nothing behind) when that fails.
+  void admit_one(GenRequest req, const std::shared_ptr<RequestChannel>& ch);
   void drop_cancelled();
   void step();
+  enum class RowEnd { kNone, kStop, kLength, kError };
+  // Samples one sequence's next token from its logits row and streams it. A fault of the
+  // sequence (non-finite logits, a throwing sampler or stop matcher) throws or returns
+  // kError with `error` set; either way only this sequence ends.
+  RowEnd sample_row(SeqSlot& seq, Live& live, std::span<float> lg, std::string& error);
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
-  void fail_all(const std::string& error);
+  // Ends every queued and running request with `error` (finish reason `reason`:
+  // "cancelled" when shutting down, "error" after an engine fault).
+  void fail_all(const std::string& error, const std::string& reason = "cancelled");
+  // Ends a request that never became a sequence (its engine-side setup failed).
+  void reject(std::shared_ptr<RequestChannel> channel, int32_t n_prompt, const std::string& error);
   static bool recurrent(const model::CausalLm& model);
   void apply(const std::vector<StateOp>& ops);  // recurrent-state clears and copies
 

@@ -28,6 +28,12 @@ KvPool::KvPool(ops::Backend& backend, const Hparams& hp, ops::KvType type, int64
   }
 }
 
+void KvPool::commit() {
+  for (auto* bufs : {&k_, &v_}) {
+    for (const auto& b : *bufs) backend_->fill(b->data(), 0.0f, b->size());
+  }
+}
+
 int64_t KvPool::state_floats() const { return n_rec_layers_ * (conv_floats_ + ssm_floats_); }
 
 uint64_t KvPool::bytes_per_state(const Hparams& hp) {

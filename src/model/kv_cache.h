@@ -23,6 +23,10 @@ class KvPool {
          int64_t n_state_slots = 0);
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
+  // Writes zeros over the whole pool (K and V of every block) so that its memory is
+  // committed now rather than as blocks are first used: resident memory is then flat
+  // from the start (`hearth serve --kv-commit`).
+  void commit();
   ops::KvType type() const { return type_; }
   ops::KvLayer layer(int64_t l) const;  // l: KV layer index (Hparams::kv_index)
   // Bytes of one block across all layers (K and V).

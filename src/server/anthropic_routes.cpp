@@ -162,6 +162,8 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
                               "waiting); retry later"));
       case engine::ServeEngine::Admit::kTooLong:
         throw ApiException(prompt_too_long(n_prompt, limit - 1));
+      case engine::ServeEngine::Admit::kStopped:
+        throw ApiException(engine_stopped(engine_.stats().failure));
     }
   } catch (const ApiException& e) {
     metrics_.requests_rejected.inc();

@@ -77,7 +77,7 @@ struct HttpServer::Impl {
   FILE* log = stderr;
   int64_t created = unix_time_now();
   std::mutex prefix_mu;
-  uint64_t seen_queries = 0, seen_hits = 0;
+  uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0, seen_preemptions = 0;
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
 
@@ -165,9 +165,15 @@ struct HttpServer::Impl {
     });
 
     svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      const bool up = engine.stats().running_loop;
-      res.status = up ? 200 : 503;
-      res.set_content(up ? R"({"status":"ok"})" : R"({"status":"unavailable"})", "application/json");
+      // 503 once the engine loop is gone; after an engine fault the body says why.
+      const engine::EngineStats s = engine.stats();
+      res.status = s.running_loop ? 200 : 503;
+      nlohmann::ordered_json body = {{"status", s.running_loop ? "ok" : "unavailable"}};
+      if (!s.running_loop && !s.failure.empty()) {
+        body["status"] = "error";
+        body["error"] = s.failure;
+      }
+      res.set_content(dump_json(body), "application/json");
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
@@ -301,13 +307,22 @@ struct HttpServer::Impl {
     metrics.requests_running.set(s.running);
     metrics.requests_waiting.set(s.waiting);
     metrics.kv_blocks_used.set(s.kv_blocks_used);
+    metrics.kv_blocks_cached.set(s.kv_blocks_cached);
     metrics.kv_blocks_total.set(s.kv_blocks_total);
     metrics.state_snapshots.set(s.state_snapshots);
+    // Two scrapes may race: each adds only what is new since the highest value seen
+    // (an older snapshot taking the lock last must not move the mark back).
     std::lock_guard<std::mutex> lock(prefix_mu);
-    if (s.prefix_query_tokens > seen_queries) metrics.prefix_cache_queries.inc(double(s.prefix_query_tokens - seen_queries));
-    if (s.prefix_hit_tokens > seen_hits) metrics.prefix_cache_hits.inc(double(s.prefix_hit_tokens - seen_hits));
-    seen_queries = s.prefix_query_tokens;
-    seen_hits = s.prefix_hit_tokens;
+    auto advance = [](Counter& c, uint64_t now, uint64_t& seen) {
+      if (now > seen) {
+        c.inc(double(now - seen));
+        seen = now;
+      }
+    };
+    advance(metrics.prefix_cache_queries, s.prefix_query_tokens, seen_queries);
+    advance(metrics.prefix_cache_hits, s.prefix_hit_tokens, seen_hits);
+    advance(metrics.requests_admitted, s.admitted, seen_admitted);
+    advance(metrics.preemptions, s.preemptions, seen_preemptions);
   }
 
   bool model_known(const std::string& name) const {
@@ -406,6 +421,8 @@ struct HttpServer::Impl {
                                                "waiting); retry later"));
         case engine::ServeEngine::Admit::kTooLong:
           throw ApiException(context_length_exceeded(n_prompt, max_tokens, n_ctx));
+        case engine::ServeEngine::Admit::kStopped:
+          throw ApiException(engine_stopped(engine.stats().failure));
       }
     } catch (const ApiException& e) {
       metrics.requests_rejected.inc();

@@ -222,6 +222,9 @@ ServerMetrics::ServerMetrics()
           registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "error"}})),
       requests_rejected(
           registry.counter("hearth_requests_total", kRequestsHelp, {{"outcome", "rejected"}})),
+      requests_admitted(registry.counter(
+          "hearth_requests_admitted_total",
+          "Requests accepted by the engine (each ends as stop, length, cancelled or error)")),
       prompt_tokens(
           registry.counter("hearth_prompt_tokens_total", "Prompt tokens of finished requests")),
       generation_tokens(registry.counter("hearth_generation_tokens_total", "Tokens generated")),
@@ -231,10 +234,14 @@ ServerMetrics::ServerMetrics()
       inter_token_latency(registry.histogram(
           "hearth_inter_token_latency_seconds",
           "Time between consecutive generated tokens of a request", inter_token_buckets_seconds())),
-      kv_blocks_used(registry.gauge("hearth_kv_blocks_used", "KV-cache blocks in use")),
+      kv_blocks_used(registry.gauge("hearth_kv_blocks_used", "KV-cache blocks held by live sequences")),
+      kv_blocks_cached(registry.gauge("hearth_kv_blocks_cached",
+                                      "KV-cache blocks held by no sequence, kept for prefix reuse")),
       kv_blocks_total(registry.gauge("hearth_kv_blocks_total", "KV-cache blocks in the pool")),
       state_snapshots(registry.gauge("hearth_state_snapshots",
                                      "Recurrent-state snapshots kept for prefix reuse (hybrid models)")),
+      preemptions(registry.counter("hearth_preemptions_total",
+                                   "Sequences sent back to the queue for want of KV blocks (recomputed later)")),
       prefix_cache_queries(registry.counter("hearth_prefix_cache_queries_total",
                                             "Prompt tokens looked up in the prefix cache")),
       prefix_cache_hits(registry.counter("hearth_prefix_cache_hits_total",

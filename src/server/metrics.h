@@ -116,13 +116,18 @@ struct ServerMetrics {
   Counter& requests_cancelled;
   Counter& requests_error;
   Counter& requests_rejected;
+  // hearth_requests_admitted_total: accepted by the engine; equals the sum of the
+  // stop, length, cancelled and error outcomes plus the requests running and waiting.
+  Counter& requests_admitted;
   Counter& prompt_tokens;          // hearth_prompt_tokens_total
   Counter& generation_tokens;      // hearth_generation_tokens_total
   Histogram& time_to_first_token;  // hearth_time_to_first_token_seconds
   Histogram& inter_token_latency;  // hearth_inter_token_latency_seconds
-  Gauge& kv_blocks_used;           // hearth_kv_blocks_used
+  Gauge& kv_blocks_used;           // hearth_kv_blocks_used: held by live sequences
+  Gauge& kv_blocks_cached;         // hearth_kv_blocks_cached: unreferenced, kept for prefix reuse
   Gauge& kv_blocks_total;          // hearth_kv_blocks_total
   Gauge& state_snapshots;          // hearth_state_snapshots: recurrent-state snapshots held (hybrid models)
+  Counter& preemptions;            // hearth_preemptions_total: sequences preempted for want of KV blocks
   Counter& prefix_cache_queries;   // hearth_prefix_cache_queries_total (prompt tokens looked up)
   Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
   Histogram& batch_size;           // hearth_batch_size: sequences per engine step

@@ -51,6 +51,10 @@ ApiError server_error(std::string message) {
   return ApiError{500, std::move(message), "server_error", "", ""};
 }
 
+ApiError engine_stopped(const std::string& failure) {
+  return ApiError{503, failure.empty() ? "the server is shutting down" : failure, "server_error", "", ""};
+}
+
 std::string error_body(const ApiError& e) {
   json err = json::object();
   err["message"] = sanitize_utf8(e.message);

@@ -55,6 +55,8 @@ ApiError payload_too_large(size_t body_bytes, size_t limit_bytes);  // 413
 ApiError authentication_failed(std::string message);                // 401
 ApiError server_overloaded(std::string message);                    // 429 (send Retry-After)
 ApiError server_error(std::string message);                         // 500
+// 503: the engine no longer runs; `failure` is why (engine fault), empty when shutting down.
+ApiError engine_stopped(const std::string& failure);
 
 // {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const ApiError& error);

@@ -101,6 +101,27 @@ TEST(BlockManager, ReleasedHashedBlocksStayCached) {
   bm.check_invariants();
 }
 
+TEST(BlockManager, ForgottenBlocksAreFreedNotCached) {
+  BlockManager bm(4, kBs);
+  const auto tokens = seq(2);
+  const auto ids = fill(bm, tokens);
+  bm.retain(ids[0]);  // another sequence shares the first block
+  bm.attach_snapshot(ids[1], 7);
+  for (BlockId id : ids) bm.release(id, /*forget=*/true);
+  // The shared block is still held; the other is free, unhashed, its snapshot handed back.
+  EXPECT_EQ(bm.n_used(), 1);
+  EXPECT_EQ(bm.n_cached(), 0);
+  EXPECT_FALSE(bm.meta(ids[1]).hashed);
+  EXPECT_EQ(bm.take_dropped_snapshots(), std::vector<int32_t>{7});
+  bm.check_invariants();
+  // Released normally, the shared block stays cached; the forgotten one is never matched.
+  bm.release(ids[0]);
+  EXPECT_EQ(bm.n_cached(), 1);
+  const auto m = bm.match_prefix(tokens, 2);
+  EXPECT_EQ(m.blocks, std::vector<BlockId>{ids[0]});
+  bm.check_invariants();
+}
+
 TEST(BlockManager, PrefixMatchOfNoneOnePartialAndAllBlocks) {
   BlockManager bm(8, kBs);
   const auto t = seq(3);

@@ -649,3 +649,18 @@ TEST(SchedulerRecurrent, PreemptedSequenceGivesBackItsLiveSlot) {
   }
   for (const auto& r : sched.running()) EXPECT_GE(r->kv.state_slot, 0);
 }
+
+// The prefix-cache hit of an admission is the matched prefix only, never the blocks
+// allocated for the chunk computed next (hits can never exceed queries).
+TEST(Scheduler, PrefixHitsCountOnlyMatchedBlocks) {
+  BlockManager blocks(16, 4);
+  Scheduler s(SchedulerConfig{4, 64}, blocks);
+  s.add(make_seq(1, iota_tokens(10)));  // cold: nothing cached
+  simulate(s, s.plan());
+  EXPECT_EQ(blocks.prefix_query_tokens(), 10u);
+  EXPECT_EQ(blocks.prefix_hit_tokens(), 0u);
+  s.add(make_seq(2, iota_tokens(10)));  // its first two blocks are cached now
+  simulate(s, s.plan());
+  EXPECT_EQ(blocks.prefix_query_tokens(), 20u);
+  EXPECT_EQ(blocks.prefix_hit_tokens(), 8u);
+}

@@ -385,7 +385,7 @@ TEST_F(ServeEngineTest, SubmitRejectsTooLongAndFullQueue) {
     EXPECT_EQ(fin->finish_reason, "cancelled");
     EXPECT_TRUE(ds.empty());
   }
-  EXPECT_EQ(engine.submit(greedy(prompt, 4), std::make_shared<RequestChannel>()), ServeEngine::Admit::kQueueFull);
+  EXPECT_EQ(engine.submit(greedy(prompt, 4), std::make_shared<RequestChannel>()), ServeEngine::Admit::kStopped);
 }
 
 // --reasoning-budget: after `budget` tokens inside the open <think> block the engine

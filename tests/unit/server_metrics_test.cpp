@@ -137,7 +137,10 @@ TEST(ServerMetrics, ServerMetricSet) {
   m.time_to_first_token.observe(0.2);
   m.inter_token_latency.observe(0.015);
   m.kv_blocks_used.set(10);
+  m.kv_blocks_cached.set(7);
   m.kv_blocks_total.set(256);
+  m.requests_admitted.inc(6);
+  m.preemptions.inc(2);
   m.state_snapshots.set(5);
   m.prefix_cache_queries.inc(120);
   m.prefix_cache_hits.inc(64);
@@ -168,6 +171,9 @@ TEST(ServerMetrics, ServerMetricSet) {
            "hearth_kv_blocks_total 256",
            "hearth_state_snapshots 5",
            "hearth_prefix_cache_queries_total 120",
+           "hearth_kv_blocks_cached 7",
+           "hearth_requests_admitted_total 6",
+           "hearth_preemptions_total 2",
            "hearth_prefix_cache_hits_total 64",
            "# TYPE hearth_batch_size histogram",
            "hearth_batch_size_bucket{le=\"2\"} 0",
@@ -190,8 +196,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 14);
-  EXPECT_EQ(type, 14);
+  EXPECT_EQ(help, 17);
+  EXPECT_EQ(type, 17);
 }
 
 }  // namespace
