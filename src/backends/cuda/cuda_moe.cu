@@ -1,7 +1,7 @@
 // CudaBackend::moe_ffn: the routed experts of a MoE layer without leaving the device
 // for decode. The router's logits are turned into each token's experts and weights by
 // one kernel (softmax, top-k with ties to the lower index, renormalisation); for up to
-// kMaxMatvecTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
+// kMaxFusedTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
 // run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*), and
 // a last kernel sums each token's experts in a fixed order. Prompts (more tokens) copy
 // the routing to the host once per layer and run one matrix product per used expert.
@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kMaxPerLane = 16;  // experts per lane: n_expert <= 512
 constexpr int kMaxUsed = 32;
+constexpr int64_t kMaxFusedTokens = 64;
 
 __device__ __forceinline__ float warp_max_f(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -137,7 +138,10 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
                                                                    static_cast<int>(K), L.norm_weights, ids, wts);
   HEARTH_CUDA_LAUNCHED("moe_ffn");
 
-  const bool q8 = q8_matvec_ && n <= kMaxMatvecTokens && q8_matvec_supported(L.gate->type) &&
+  // Decode batches (up to kMaxFusedTokens tokens: many streams) stay on the device; each
+  // (token, expert) pair reads its expert's rows, so prompts (more tokens, the same experts
+  // again and again) group the tokens of each expert instead.
+  const bool q8 = q8_matvec_ && n <= kMaxFusedTokens && q8_matvec_supported(L.gate->type) &&
                   L.up->type == L.gate->type && L.up->row_bytes == L.gate->row_bytes &&
                   q8_matvec_supported(L.down->type);
   if (q8) {
