@@ -22,24 +22,6 @@
 namespace hearth::agent {
 namespace {
 
-// Process groups of live servers, for kill_supervised_servers (plain atomics:
-// read from signal handlers).
-std::array<std::atomic<pid_t>, 8> g_groups{};
-
-void remember(pid_t pid) {
-  for (auto& g : g_groups) {
-    pid_t expected = 0;
-    if (g.compare_exchange_strong(expected, pid)) return;
-  }
-}
-
-void forget(pid_t pid) {
-  for (auto& g : g_groups) {
-    pid_t expected = pid;
-    g.compare_exchange_strong(expected, 0);
-  }
-}
-
 std::string read_from(const std::string& path, std::streamoff offset) {
   std::ifstream f(path, std::ios::binary);
   f.seekg(offset);
@@ -55,10 +37,7 @@ std::streamoff file_size(const std::string& path) {
 
 }  // namespace
 
-void kill_supervised_servers() {
-  for (auto& g : g_groups)
-    if (const pid_t p = g.load(); p > 0) kill(-p, SIGKILL);
-}
+void kill_supervised_servers() { bench::kill_all_launched(); }
 
 ServerSupervisor::ServerSupervisor(std::vector<std::string> serve_args, std::string log_path)
     : args_(std::move(serve_args)), log_path_(std::move(log_path)) {}
@@ -102,7 +81,7 @@ void ServerSupervisor::start(double timeout_s) {
   pid_ = pid;
   exit_description_.clear();
   url_.clear();
-  remember(pid_);
+  bench::track_process_group(pid_);
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -136,7 +115,7 @@ bool ServerSupervisor::alive() {
     else
       exit_description_ = "gone";
     kill(-pid_, SIGKILL);  // anything left in its group
-    forget(pid_);
+    bench::untrack_process_group(pid_);
     pid_ = -1;
     return false;
   }
@@ -156,7 +135,7 @@ void ServerSupervisor::stop(double grace_s) {
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   exit_description_ = "killed";
-  forget(pid_);
+  bench::untrack_process_group(pid_);
   pid_ = -1;
 }
 

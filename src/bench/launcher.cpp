@@ -19,23 +19,6 @@
 namespace hearth::bench {
 namespace {
 
-// Process groups of live servers, for kill_all_launched (signal-safe: plain atomics).
-std::array<std::atomic<pid_t>, 64> g_groups{};
-
-void remember(pid_t pid) {
-  for (auto& g : g_groups) {
-    pid_t expected = 0;
-    if (g.compare_exchange_strong(expected, pid)) return;
-  }
-}
-
-void forget(pid_t pid) {
-  for (auto& g : g_groups) {
-    pid_t expected = pid;
-    g.compare_exchange_strong(expected, 0);
-  }
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -51,6 +34,25 @@ std::string tail(const std::string& text, size_t n) {
 }
 
 }  // namespace
+
+namespace {
+// Process groups of live servers, for kill_all_launched (signal-safe: plain atomics).
+std::array<std::atomic<pid_t>, 64> g_groups{};
+}  // namespace
+
+void track_process_group(pid_t pid) {
+  for (auto& g : g_groups) {
+    pid_t expected = 0;
+    if (g.compare_exchange_strong(expected, pid)) return;
+  }
+}
+
+void untrack_process_group(pid_t pid) {
+  for (auto& g : g_groups) {
+    pid_t expected = pid;
+    g.compare_exchange_strong(expected, 0);
+  }
+}
 
 void kill_all_launched() {
   for (auto& g : g_groups)
@@ -100,7 +102,7 @@ LaunchedServer::LaunchedServer(std::string name, std::string command, std::strin
   }
   setpgid(pid_, pid_);  // also here, so the group exists before we ever signal it
   ::close(fd);
-  remember(pid_);
+  track_process_group(pid_);
 }
 
 LaunchedServer::~LaunchedServer() { stop(5); }
@@ -109,7 +111,7 @@ bool LaunchedServer::running() {
   if (pid_ <= 0) return false;
   const pid_t r = waitpid(pid_, &status_, WNOHANG);
   if (r == pid_) {
-    forget(pid_);
+    untrack_process_group(pid_);
     kill(-pid_, SIGKILL);  // anything the shell left behind
     pid_ = -1;
     return false;
@@ -149,7 +151,7 @@ void LaunchedServer::stop(double grace_s) {
   }
   kill(-pid_, SIGKILL);
   waitpid(pid_, &status_, 0);
-  forget(pid_);
+  untrack_process_group(pid_);
   pid_ = -1;
 }
 

@@ -38,6 +38,11 @@ class LaunchedServer {
 // 127.0.0.1; "" when none.
 std::string find_url(const std::string& text);
 
+// Registers / unregisters the process group of a child server so that kill_all_launched
+// (signal-safe) ends it too; the agent's supervised servers use the same registry.
+void track_process_group(pid_t pid);
+void untrack_process_group(pid_t pid);
+
 // Stops every live launched server (kill to their process groups); safe in a
 // signal handler.
 void kill_all_launched();
