@@ -46,21 +46,21 @@ class Agent {
   // Starts a new conversation: the system prompt, written to the transcript.
   void begin();
   // Replaces the conversation (from --resume); not written to the transcript again.
-  void load(nlohmann::json messages);
+  void load(nlohmann::ordered_json messages);
   // Runs one user message; `think_once` overrides the thinking mode for it.
   TurnEnd ask(const std::string& text, std::optional<bool> think_once = std::nullopt);
   // Forgets the conversation (keeps the system prompt); marks the transcript.
   void clear();
   void set_think(std::optional<bool> think) { o_.think = think; }
   std::optional<bool> think() const { return o_.think; }
-  const nlohmann::json& messages() const { return messages_; }
+  const nlohmann::ordered_json& messages() const { return messages_; }
 
  private:
-  void append(nlohmann::json m);
-  nlohmann::json request_body(int step, std::optional<bool> think) const;
-  int64_t measure(const nlohmann::json& body);
-  void fit_context(nlohmann::json& body);
-  std::optional<ChatResult> request_with_retries(const nlohmann::json& body);
+  void append(nlohmann::ordered_json m);
+  nlohmann::ordered_json request_body(int step, std::optional<bool> think) const;
+  int64_t measure(const nlohmann::ordered_json& body);
+  void fit_context(nlohmann::ordered_json& body);
+  std::optional<ChatResult> request_with_retries(const nlohmann::ordered_json& body);
   void sleep_interruptibly(double seconds);
 
   AgentOptions o_;
@@ -68,8 +68,8 @@ class Agent {
   ServerSupervisor* server_;
   Terminal& term_;
   TranscriptWriter* transcript_;
-  nlohmann::json messages_ = nlohmann::json::array();
-  nlohmann::json tools_;
+  nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools_;
   bool tokenize_works_ = true;
   // For servers without /tokenize: the usage total of the last answer and the
   // number of messages it covered (-1: none yet).

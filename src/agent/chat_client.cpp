@@ -9,7 +9,7 @@
 
 namespace hearth::agent {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 namespace {

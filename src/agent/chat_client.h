@@ -23,7 +23,7 @@ struct ChatResult {
   int http_status = 0;       // 0: no answer
   std::string error;
   std::string content, reasoning;
-  nlohmann::json tool_calls = nlohmann::json::array();  // [{id, type, function: {name, arguments}}]
+  nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();  // [{id, type, function: {name, arguments}}]
   std::string finish_reason;
   int64_t prompt_tokens = -1, completion_tokens = -1;  // the server's usage (-1: none)
   int64_t chunks = 0;                                  // streamed events that carried text
@@ -55,13 +55,13 @@ class ChatClient {
 
   // Posts `body` with stream on; returns when the stream ends, fails, or `stop`
   // becomes true (the connection is closed then). Never throws.
-  ChatResult chat(nlohmann::json body, const StreamHandlers& h,
+  ChatResult chat(nlohmann::ordered_json body, const StreamHandlers& h,
                   const std::atomic<bool>& stop) const;
 
   // The number of tokens of the rendered conversation (POST /tokenize with
   // messages and tools); nullopt when the server has no such endpoint or fails
   // (`*status`, when given, gets the HTTP status; 0: no answer).
-  std::optional<int64_t> count_tokens(const nlohmann::json& request, int* status = nullptr) const;
+  std::optional<int64_t> count_tokens(const nlohmann::ordered_json& request, int* status = nullptr) const;
 
   // The first model of GET /v1/models with its window (context_length,
   // max_model_len or context_window); throws Error when unreachable or empty.

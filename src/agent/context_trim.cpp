@@ -4,7 +4,7 @@
 
 namespace hearth::agent {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

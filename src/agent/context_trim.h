@@ -14,7 +14,7 @@ namespace hearth::agent {
 
 // [begin, end) message ranges that may be dropped, oldest first. Leading system
 // messages, the last user message and the last unit are never listed.
-std::vector<std::pair<size_t, size_t>> droppable_units(const nlohmann::json& messages);
+std::vector<std::pair<size_t, size_t>> droppable_units(const nlohmann::ordered_json& messages);
 
 // What trim_to_fit did.
 struct TrimResult {
@@ -26,7 +26,7 @@ struct TrimResult {
 // Drops the oldest droppable units of `messages` until measure(messages) <=
 // limit (estimating each unit's share by its JSON length, then measuring again).
 // `measure` returns the conversation's size in tokens.
-TrimResult trim_to_fit(nlohmann::json& messages,
-                       const std::function<int64_t(const nlohmann::json&)>& measure, int64_t limit);
+TrimResult trim_to_fit(nlohmann::ordered_json& messages,
+                       const std::function<int64_t(const nlohmann::ordered_json&)>& measure, int64_t limit);
 
 }  // namespace hearth::agent

@@ -8,7 +8,7 @@
 
 namespace hearth::agent {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -20,7 +20,7 @@ struct ToolPolicy {
 };
 
 // The `tools` array: run_shell, read_file, write_file, edit_file, list_dir, search_files.
-nlohmann::json tool_schemas();
+nlohmann::ordered_json tool_schemas();
 
 // True when `name` is one of tool_schemas().
 bool is_known_tool(const std::string& name);

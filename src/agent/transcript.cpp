@@ -6,7 +6,7 @@
 
 namespace hearth::agent {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 TranscriptWriter::TranscriptWriter(std::string path) : path_(std::move(path)) {
   f_ = std::fopen(path_.c_str(), "a");

@@ -18,13 +18,13 @@ class TranscriptWriter {
   TranscriptWriter& operator=(const TranscriptWriter&) = delete;
 
   // Appends one message and flushes.
-  void message(const nlohmann::json& m);
+  void message(const nlohmann::ordered_json& m);
   // Appends the clear marker and flushes.
   void clear();
   const std::string& path() const { return path_; }
 
  private:
-  void line(const nlohmann::json& j);
+  void line(const nlohmann::ordered_json& j);
   std::string path_;
   std::FILE* f_ = nullptr;
 };
@@ -32,6 +32,6 @@ class TranscriptWriter {
 // The conversation a transcript ends with (messages after the last clear
 // marker; blank lines skipped). Throws Error naming the file, line and offset
 // of the first line that is not a message object or a known event.
-nlohmann::json load_transcript(const std::string& path);
+nlohmann::ordered_json load_transcript(const std::string& path);
 
 }  // namespace hearth::agent

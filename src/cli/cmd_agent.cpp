@@ -133,7 +133,7 @@ int run_agent(AgentCliOptions o) {
   agent::Terminal term(o.log_dir + "/history");
   const std::string transcript_path =
       o.resume.empty() ? o.log_dir + "/agent-" + id + ".jsonl" : o.resume;
-  nlohmann::json resumed;
+  nlohmann::ordered_json resumed;
   if (!o.resume.empty()) resumed = agent::load_transcript(o.resume);
   agent::TranscriptWriter transcript(transcript_path);
   agent::Agent agent(ao, client, server.get(), term, &transcript);

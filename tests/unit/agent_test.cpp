@@ -22,7 +22,7 @@
 namespace hearth::agent {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 // A fresh folder under the system temp dir, removed at the end of the test.
@@ -317,6 +317,18 @@ TEST(AgentTools, DispatchAsksUnlessAllowedOrYes) {
   p.output_chars = 4;
   EXPECT_EQ(run_tool("read_file", json{{"path", f}}.dump(), p, no, nullptr), "hi");
   EXPECT_EQ(tool_schemas().size(), 6u);
+}
+
+// Constrained decoding writes properties in the order the schema lists them: the path must come
+// before the (long) content, or a model cut short by max_tokens never names the file.
+TEST(AgentTools, SchemasKeepPropertyOrder) {
+  for (const auto& t : tool_schemas()) {
+    if (t["function"]["name"] != "write_file") continue;
+    const std::string s = t["function"]["parameters"]["properties"].dump();
+    EXPECT_LT(s.find("\"path\""), s.find("\"content\"")) << s;
+    return;
+  }
+  FAIL() << "no write_file tool";
 }
 
 // ---- stream parsing and status ----
