@@ -84,6 +84,7 @@ int run(int argc, char** argv) {
   }
   std::printf("bench_step: %s, %d threads, prompt %d, %d reps x %d steps\n", model_path.c_str(), threads, prompt, reps,
               steps);
+  std::printf("backend: %s; %.1f MB of weights repacked\n", backend.name().c_str(), backend.packed_bytes() / 1e6);
   std::map<int, std::vector<double>> ms;
   for (int r = 0; r < reps; ++r) {
     for (const int b : batches) {

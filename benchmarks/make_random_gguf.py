@@ -20,6 +20,7 @@ control tokens up to the model's vocabulary size.
 Usage:
   python3 benchmarks/make_random_gguf.py --extract-tokenizer SRC.gguf OUT_TOK.gguf
   python3 benchmarks/make_random_gguf.py --shape llama3-8b --tokenizer TOK.gguf OUT.gguf
+  python3 benchmarks/make_random_gguf.py --shape qwen35-35b-a3b --layers 8 --tokenizer TOK.gguf OUT.gguf
 """
 import argparse
 import struct
@@ -225,8 +226,10 @@ SHAPES = {
 }
 
 
-def build(shape, tok_kv):
-    s = SHAPES[shape]
+def build(shape, tok_kv, layers=None):
+    s = dict(SHAPES[shape])
+    if layers:
+        s["layers"] = layers
     a = s["arch"]
     w = Writer()
     w.s("general.architecture", a)
@@ -335,6 +338,8 @@ def main():
     ap.add_argument("--tokenizer", help="GGUF whose tokenizer.* metadata is used")
     ap.add_argument("--extract-tokenizer", metavar="SRC", help="write only SRC's tokenizer metadata to OUT")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, help="fewer blocks than the published shape (each block keeps its shape): "
+                    "a machine with less memory can time per-layer work, e.g. qwen35-35b-a3b with 8 blocks, ~4.6 GB")
     a = ap.parse_args()
     t0 = time.time()
     if a.extract_tokenizer:
@@ -348,7 +353,7 @@ def main():
         return
     if not a.shape or not a.tokenizer:
         ap.error("--shape and --tokenizer are needed")
-    w = build(a.shape, read_kv(a.tokenizer))
+    w = build(a.shape, read_kv(a.tokenizer), a.layers)
     pool = Pool(256 << 20, a.seed)
     size = w.write(a.out, pool)
     print(f"wrote {a.out}: {a.shape}, {len(w.tensors)} tensors, {size / 2**30:.2f} GiB in {time.time() - t0:.1f} s")

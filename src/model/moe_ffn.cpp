@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <string>
 
 #include "core/error.h"
 #include "model/weights.h"
+#include "ops/moe_route.h"
 
 namespace hearth::model {
 namespace {
@@ -48,6 +48,7 @@ ops::WeightView whole_experts(ops::Backend& be, const gguf::TensorInfo& t, const
   w.n_cols = static_cast<int64_t>(t.shape[0]);
   w.n_rows = static_cast<int64_t>(t.shape[1] * t.shape[2]);
   w.row_bytes = t.n_bytes / (t.shape[1] * t.shape[2]);
+  w.n_expert = static_cast<int64_t>(t.shape[2]);
   return be.prepare_weight(w);
 }
 
@@ -83,29 +84,7 @@ MoeWeights bind_moe(const gguf::File& f, ops::Backend& be, const std::string& p,
 
 void route_top_k(const float* logits, int64_t n, const MoeParams& p, std::vector<int32_t>& ids,
                  std::vector<float>& weights) {
-  ids.assign(static_cast<size_t>(n * p.n_used), 0);
-  weights.assign(static_cast<size_t>(n * p.n_used), 0.0f);
-  std::vector<float> prob(static_cast<size_t>(p.n_expert));
-  std::vector<int32_t> order(static_cast<size_t>(p.n_expert));
-  for (int64_t t = 0; t < n; ++t) {
-    const float* l = logits + t * p.n_expert;
-    const float max_l = *std::max_element(l, l + p.n_expert);
-    double sum = 0.0;
-    for (int64_t e = 0; e < p.n_expert; ++e) {
-      prob[e] = std::exp(l[e] - max_l);
-      sum += prob[e];
-    }
-    for (auto& v : prob) v = static_cast<float>(v / sum);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + p.n_used, order.end(),
-                      [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); });
-    float chosen = 0.0f;
-    for (int64_t k = 0; k < p.n_used; ++k) chosen += prob[order[k]];
-    for (int64_t k = 0; k < p.n_used; ++k) {
-      ids[t * p.n_used + k] = order[k];
-      weights[t * p.n_used + k] = p.norm_weights ? prob[order[k]] / chosen : prob[order[k]];
-    }
-  }
+  ops::route_top_k(logits, n, p.n_expert, p.n_used, p.norm_weights, ids, weights);
 }
 
 void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out) {

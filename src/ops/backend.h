@@ -25,6 +25,9 @@ struct WeightView {
   int64_t n_cols = 0;
   int64_t n_rows = 0;
   uint64_t row_bytes = 0;
+  // > 0: the rows are n_expert experts' matrices of n_rows / n_expert rows each, one
+  // after another (MoeLayer); a back-end keeps each expert's rows addressable alone.
+  int64_t n_expert = 0;
   // The back-end's own copy made by prepare_weight (the CPU's repacked rows, CUDA's
   // device memory); opaque to model code, null when the back-end reads `data`.
   const void* backend_data = nullptr;

@@ -63,20 +63,6 @@ class LazyHostBuffer final : public ops::Buffer {
   int64_t n_;
 };
 
-float dot(const float* a, const float* b, int64_t n) {
-  // Four partial sums let the compiler vectorise without -ffast-math.
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
 using AttendFn = void (*)(const AttendArgs&, int64_t, int64_t);
 using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
 
@@ -258,6 +244,9 @@ CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
       simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {
   const char* env = std::getenv("HEARTH_REPACK");
   set_repack(!reference_kernels && !(env != nullptr && std::string(env) == "0"));
+  // HEARTH_MOE=generic: the model's per-expert path (for comparisons).
+  const char* moe = std::getenv("HEARTH_MOE");
+  fused_moe_ = !(moe != nullptr && std::string(moe) == "generic");
 }
 
 bool CpuBackend::packed_available() { return find_packed_kernel(GgmlType::Q4_1) != nullptr; }
@@ -277,6 +266,8 @@ ops::WeightView CpuBackend::prepare_weight(const ops::WeightView& w) {
   ops::WeightView out = w;
   out.backend_data = nullptr;
   if (!repack_ || !packable(w.type, w.n_cols) || find_packed_kernel(w.type) == nullptr) return out;
+  // Several experts' rows: each expert must start a 16-row group (moe_ffn reads them alone).
+  if (w.n_expert > 0 && (w.n_rows % w.n_expert != 0 || (w.n_rows / w.n_expert) % kPackRows != 0)) return out;
   // Every call packs anew: a copy is never looked up by its source address, which a
   // freed source (OwnedWeights) can hand to the next weight. Models prepare each tensor
   // once (a tied output layer reuses the table's prepared view).
@@ -313,13 +304,6 @@ void CpuBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int6
   }
   ref::get_rows(table, ids, n_ids, out);
 }
-
-namespace {
-// Tokens per piece when quantizing activations: a decode batch's few rows take about a
-// microsecond, less than handing them to the pool, so they are quantized inline; a
-// prompt's rows are split in pieces of about 32K values.
-int64_t act_grain(int64_t n_cols) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n_cols)); }
-}  // namespace
 
 void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
@@ -403,7 +387,7 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
     std::vector<float> row(static_cast<size_t>(w.n_cols));
     for (int64_t r = begin; r < end; ++r) {
       ref::dequantize_row(w, r, row.data());
-      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.n_rows + r] = dot(row.data(), x + t * w.n_cols, w.n_cols);
+      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.n_rows + r] = ref::dot(row.data(), x + t * w.n_cols, w.n_cols);
     }
   });
 }

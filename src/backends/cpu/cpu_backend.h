@@ -3,6 +3,7 @@
 // the SIMD quantized dot products come in cpu/ kernels chosen at run time.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -12,6 +13,13 @@
 #include "ops/backend.h"
 
 namespace hearth::cpu {
+
+// Tokens per piece when quantizing activations: a decode batch's few rows take about a
+// microsecond, less than handing them to the pool, so they are quantized inline; a
+// prompt's rows are split in pieces of about 32K values.
+inline int64_t act_grain(int64_t n_cols) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n_cols)); }
+
+struct MoeScratch;  // cpu_moe.cpp
 
 class CpuBackend final : public ops::Backend {
  public:
@@ -60,6 +68,15 @@ class CpuBackend final : public ops::Backend {
   void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
                         float* dst) override;
 
+  // Routed experts as one operation (cpu_moe.cpp): every selected expert's gate and up
+  // rows in one parallel pass, then every down row in one, each row by the same kernel
+  // (so the same bits) as matmul on that expert alone. set_fused_moe(false) before the
+  // model binds its weights keeps the model's generic path (one matmul per expert and
+  // projection), the fused path's oracle in tests.
+  bool fused_moe() const override { return fused_moe_; }
+  void moe_ffn(const ops::MoeLayer& layer, const float* x, int64_t n, float* out) override;
+  void set_fused_moe(bool on) { fused_moe_ = on; }
+
   int n_threads() const { return pool_.n_threads(); }
   // Whether prepare_weight repacks Q4_0/Q4_1/Q8_0 weights for the multi-row kernels
   // (default: yes where the CPU has them, unless HEARTH_REPACK=0). Set before
@@ -91,6 +108,8 @@ class CpuBackend final : public ops::Backend {
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
   bool repack_ = false;
+  bool fused_moe_ = true;
+  std::shared_ptr<MoeScratch> moe_;  // shared_ptr: the type is complete only in cpu_moe.cpp
   HugeArena packed_arena_;  // their memory: huge pages, streamed by every token
   std::vector<std::unique_ptr<PackedWeight>> packed_;  // repacked weights
   int64_t packed_bytes_ = 0;

@@ -14,6 +14,20 @@
 
 namespace hearth::cpu::ref {
 
+float dot(const float* a, const float* b, int64_t n) {
+  // Four partial sums let the compiler vectorise without -ffast-math.
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
 void dequantize_row(const ops::WeightView& w, int64_t row, float* out) {
   const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(row) * w.row_bytes;
   dequantize_row_ref(w.type, src, out, w.n_cols);

@@ -24,6 +24,9 @@ void add(float* x, const float* y, int64_t n);
 
 // Single row helpers shared by the fast kernels.
 void dequantize_row(const ops::WeightView& w, int64_t row, float* out);  // out: [w.n_cols]
+// Float dot product in four interleaved partial sums ((s0 + s1) + (s2 + s3)): the CPU
+// back-end's product for weight types without a quantized one.
+float dot(const float* a, const float* b, int64_t n);
 float silu(float x);
 // RoPE angles of one position: cos_sin[2i], cos_sin[2i + 1] for i < p.n_rot / 2.
 void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin);
