@@ -5,9 +5,12 @@
 // figures are medians of the per-step times.
 //
 // Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
-//                             [--prompt P] [--kv f16|f32]
+//                             [--prompt P] [--kv f16|f32] [--prefill L1,L2,...] [--chunk C]
 // Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
-// step) and that speed over the first batch size's.
+// step) and that speed over the first batch size's; the first steps after load (before
+// anything else ran on the weights but the prompts) against the warm median; and with
+// --prefill, prompt processing: a fresh sequence of L tokens fed in chunks of C (default:
+// all at once, as `hearth serve` does up to its --prefill-chunk), median over R reps.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +50,8 @@ int run(int argc, char** argv) {
   int threads = hearth::physical_core_count(), reps = 10, steps = 16, prompt = 64;
   std::vector<int> batches = {1, 2, 4, 8};
   hearth::ops::KvType kv_type = hearth::ops::KvType::F16;
+  std::vector<int> prefills;
+  int chunk = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
@@ -57,6 +62,8 @@ int run(int argc, char** argv) {
     else if (a == "--steps") steps = std::atoi(v.c_str());
     else if (a == "--prompt") prompt = std::atoi(v.c_str());
     else if (a == "--kv") kv_type = v == "f32" ? hearth::ops::KvType::F32 : hearth::ops::KvType::F16;
+    else if (a == "--prefill") prefills = parse_list(v);
+    else if (a == "--chunk") chunk = std::atoi(v.c_str());
     else throw std::runtime_error("unknown option " + a);
   }
   if (threads < 1 || reps < 1 || steps < 1 || prompt < 1) throw std::runtime_error("values must be positive");
@@ -68,7 +75,11 @@ int run(int argc, char** argv) {
   const int max_b = *std::max_element(batches.begin(), batches.end());
   constexpr int64_t kBlock = 16;
   const int64_t blocks_per_seq = (prompt + steps + kBlock - 1) / kBlock;
-  hearth::model::KvPool pool(backend, hp, kv_type, kBlock, blocks_per_seq * max_b, (hp.n_recurrent_layers() > 0) ? max_b : 0);
+  const int max_prefill = prefills.empty() ? 0 : *std::max_element(prefills.begin(), prefills.end());
+  const int64_t prefill_blocks = (max_prefill + kBlock - 1) / kBlock;
+  const bool recurrent = hp.n_recurrent_layers() > 0;
+  hearth::model::KvPool pool(backend, hp, kv_type, kBlock, blocks_per_seq * max_b + prefill_blocks,
+                             recurrent ? max_b + 1 : 0);
 
   // Each sequence gets its own prompt (no shared prefix), processed once; every
   // repetition then decodes from the end of it again (positions are simply reused).
@@ -102,6 +113,9 @@ int run(int argc, char** argv) {
       }
     }
   }
+  // The first batch size's first repetition ran right after load (and the prompts).
+  std::vector<double> cold(ms[batches[0]].begin(), ms[batches[0]].begin() + std::min<size_t>(steps, 8));
+  std::sort(cold.begin(), cold.end());
   double base = 0;
   for (const int b : batches) {
     std::vector<double>& t = ms[b];
@@ -110,6 +124,35 @@ int run(int argc, char** argv) {
     if (base == 0) base = tps;
     std::printf("batch %2d: step median %7.2f ms (p10 %7.2f)  %8.1f tok/s  x%.2f\n", b, med, t[t.size() / 10], tps,
                 tps / base);
+    if (b == batches[0]) {
+      std::printf("          first %zu steps after load: median %7.2f ms (%.2fx the warm median)\n", cold.size(),
+                  cold[cold.size() / 2], cold[cold.size() / 2] / med);
+    }
+  }
+
+  // Prompt processing: a fresh sequence (its own blocks and state slot) each repetition.
+  hearth::model::SeqKv pre;
+  for (int64_t b = 0; b < prefill_blocks; ++b) pre.blocks.push_back(static_cast<int32_t>(blocks_per_seq * max_b + b));
+  if (recurrent) pre.state_slot = max_b;
+  for (const int len : prefills) {
+    std::vector<int32_t> toks;
+    for (int t = 0; t < len; ++t) toks.push_back(100 + (t * 7919 + 13) % (static_cast<int>(hp.n_vocab) - 200));
+    const int step = chunk > 0 ? chunk : len;
+    std::vector<double> t_ms;
+    for (int r = 0; r < reps; ++r) {
+      pre.n_past = 0;
+      if (recurrent) pool.clear_state(pre.state_slot);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int at = 0; at < len; at += step) {
+        const int n = std::min(step, len - at);
+        const std::vector<hearth::model::BatchSeq> one = {{&pre, toks.data() + at, n, at + n == len}};
+        model->forward_batch(pool, one, logits);
+      }
+      t_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t_ms.begin(), t_ms.end());
+    const double med = t_ms[t_ms.size() / 2];
+    std::printf("prefill %5d tokens (chunks of %d): median %8.1f ms  %8.1f tok/s\n", len, step, med, len * 1000.0 / med);
   }
   return 0;
 }

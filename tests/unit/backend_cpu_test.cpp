@@ -195,7 +195,7 @@ TEST(QuantDot, TiledMatmulEqualsVecDotBitForBit) {
   int n_run = 0;
   for (const auto isa : {cpu::MatmulIsa::kAvx2, cpu::MatmulIsa::kVnni}) {
     for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                                GgmlType::Q5_K}) {
+                                GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
       const cpu::MatmulFn mm = cpu::find_matmul_kernel(type, isa);
       if (mm == nullptr) continue;  // this CPU lacks the instruction set
       ++n_run;
@@ -203,7 +203,8 @@ TEST(QuantDot, TiledMatmulEqualsVecDotBitForBit) {
       ASSERT_STRNE(k->isa, "ref");
       for (const int64_t n_rows : {1, 3, 4, 9}) {
         for (const int64_t n_tok : {1, 2, 5, 8}) {
-          const int64_t n = type == GgmlType::Q5_K ? 3 * 256 : 7 * 32;
+          const bool k_type = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
+          const int64_t n = k_type ? 3 * 256 : 7 * 32;
           const auto w = make_weight(type, n_rows, n, static_cast<uint32_t>(n_rows * 31 + n_tok));
           const auto x = random_floats(static_cast<size_t>(n_tok * n), static_cast<uint32_t>(n_tok), 4.0f);
           const size_t xrb = row_bytes(k->act_type, n);
