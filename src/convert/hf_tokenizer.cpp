@@ -52,8 +52,25 @@ const char* const kCheckText =
 
 }  // namespace
 
+namespace {
+bool write_tokenizer_checked(const std::string& dir, const HfConfig* cfg, int64_t vocab_size, gguf::Writer& w,
+                             std::string* note);
+}  // namespace
+
 bool write_tokenizer(const std::string& dir, const HfConfig* cfg, int64_t vocab_size, gguf::Writer& w,
                      std::string* note) {
+  // A field of an unexpected JSON type deep inside (e.g. "special": "yes") is the file's
+  // error, named, not an exception escaping the converter.
+  try {
+    return write_tokenizer_checked(dir, cfg, vocab_size, w, note);
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kInvalidInput, "convert", dir + "/tokenizer.json or tokenizer_config.json: " + e.what());
+  }
+}
+
+namespace {
+bool write_tokenizer_checked(const std::string& dir, const HfConfig* cfg, int64_t vocab_size, gguf::Writer& w,
+                             std::string* note) {
   const std::string tj_path = dir + "/tokenizer.json";
   if (!fs::exists(tj_path)) return false;
   const std::string tj_text = read_text(tj_path);
@@ -71,17 +88,38 @@ bool write_tokenizer(const std::string& dir, const HfConfig* cfg, int64_t vocab_
     fail(ErrorKind::kUnsupported, "convert", tj_path + ": field 'model.byte_fallback': BPE with byte fallback (SentencePiece-style) is not supported");
 
   // id -> (text, type)
+  // Ids beyond kMaxId, or so sparse that the vocabulary would be mostly placeholders, are an
+  // error: one hostile id (2e9) would otherwise make a vocabulary of that many entries.
+  constexpr int64_t kMaxId = int64_t{1} << 24;  // published vocabularies: up to ~262K
+  const auto check_id = [&](const json& id, const char* field, const std::string& text) {
+    if (!id.is_number_integer()) {
+      fail(ErrorKind::kInvalidInput, "convert", tj_path + ": field '" + field + "': id of '" + text + "' is not an integer");
+    }
+    const int64_t v = id.get<int64_t>();
+    if (v < 0 || v >= kMaxId) {
+      fail(ErrorKind::kInvalidInput, "convert", tj_path + ": field '" + field + "': id " + std::to_string(v) + " of '" +
+                                                    text + "' is out of range [0, " + std::to_string(kMaxId) + ")");
+    }
+    return v;
+  };
   std::map<int64_t, std::pair<std::string, int32_t>> by_id;
-  for (auto& [text, id] : m["vocab"].items()) {
-    if (!id.is_number_integer()) fail(ErrorKind::kInvalidInput, "convert", tj_path + ": field 'model.vocab': id of '" + text + "' is not an integer");
-    by_id[id.get<int64_t>()] = {text, kNormal};
-  }
+  for (auto& [text, id] : m["vocab"].items()) by_id[check_id(id, "model.vocab", text)] = {text, kNormal};
   for (const auto& at : tj.value("added_tokens", json::array())) {
-    if (!at.contains("id") || !at.contains("content")) continue;
-    by_id[at["id"].get<int64_t>()] = {at["content"].get<std::string>(), at.value("special", false) ? kControl : kUserDefined};
+    if (!at.is_object() || !at.contains("id") || !at.contains("content")) continue;
+    if (!at["content"].is_string()) fail(ErrorKind::kInvalidInput, "convert", tj_path + ": field 'added_tokens': a 'content' is not a string");
+    const std::string text = at["content"].get<std::string>();
+    const bool special = at.value("special", false);
+    by_id[check_id(at["id"], "added_tokens", text)] = {text, special ? kControl : kUserDefined};
   }
   int64_t n = by_id.empty() ? 0 : by_id.rbegin()->first + 1;
   if (vocab_size > n) n = vocab_size;
+  const auto named = static_cast<int64_t>(by_id.size());
+  if (n > kMaxId || n - named > std::max<int64_t>(named, 1 << 16)) {
+    fail(ErrorKind::kInvalidInput, "convert",
+         tj_path + ": a vocabulary of " + std::to_string(n) + " ids (the largest id + 1" +
+             (vocab_size > 0 ? std::string(", or config.json's vocab_size ") + std::to_string(vocab_size) : std::string()) +
+             ") for " + std::to_string(named) + " tokens: more unused ids than tokens");
+  }
   std::vector<std::string> tokens(static_cast<size_t>(n));
   std::vector<int32_t> types(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -176,5 +214,6 @@ bool write_tokenizer(const std::string& dir, const HfConfig* cfg, int64_t vocab_
   w.set_string("tokenizer.ggml.pre", chosen);
   return true;
 }
+}  // namespace
 
 }  // namespace hearth::convert

@@ -428,3 +428,37 @@ TEST(ConvertTokenizer, Qwen3TokenizerRoundTrips) {
   }
   EXPECT_GT(n, 10u);
 }
+
+// Hostile tokenizer.json files (found by fuzz_hf; kept as tests/fuzz/corpus/hf/regress-*):
+// a token id of 2e9 made a vocabulary of 2e9 placeholder entries (out of memory), a sparse
+// id a mostly-placeholder one; a field of the wrong JSON type escaped as a json exception.
+// Each is an Error naming the file and the field or id.
+TEST(ConvertTokenizer, HostileIdsAndTypesAreNamedErrors) {
+  const fs::path dir = fs::temp_directory_path() / "hearth_convert_hostile_tok";
+  fs::create_directories(dir);
+  const auto expect_error = [&](const std::string& tokenizer_json, const std::string& needle) {
+    std::ofstream(dir / "tokenizer.json") << tokenizer_json;
+    gguf::Writer w;
+    try {
+      convert::write_tokenizer(dir.string(), nullptr, 0, w);
+      ADD_FAILURE() << "accepted: " << tokenizer_json;
+    } catch (const hearth::Error& e) {
+      EXPECT_EQ(e.kind(), hearth::ErrorKind::kInvalidInput);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+    }
+  };
+  const std::string head = R"({"model": {"type": "BPE", "merges": [], "vocab": {"a": 0, "b": 1, )";
+  expect_error(head + R"("c": 2000000000}}})", "id 2000000000 of 'c' is out of range [0, 16777216)");
+  expect_error(head + R"("c": -1}}})", "id -1 of 'c' is out of range");
+  expect_error(head + R"("c": 163296}}})", "a vocabulary of 163297 ids");
+  expect_error(head + R"("c": 2}}, "added_tokens": [{"id": 3, "content": "<x>", "special": "yes"}]})", "type must be boolean");
+  expect_error(head + R"("c": 2}}, "added_tokens": [{"id": 3, "content": 7}]})", "'content' is not a string");
+  expect_error(head + R"("c": 2}}, "added_tokens": [{"id": 99999999, "content": "<x>"}]})",
+               "field 'added_tokens': id 99999999 of '<x>' is out of range");
+  // A gap the size of the named tokens is fine (placeholders fill it).
+  std::ofstream(dir / "tokenizer.json") << head + R"("c": 5}}})";
+  gguf::Writer w;
+  EXPECT_TRUE(convert::write_tokenizer(dir.string(), nullptr, 0, w));
+  fs::remove_all(dir);
+}
