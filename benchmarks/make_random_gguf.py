@@ -256,6 +256,9 @@ def build(shape, tok_kv, layers=None):
         w.u32(p + "ssm.time_step_rank", g["hv"])
         w.u32(p + "ssm.inner_size", g["hv"] * g["dv"])
         w.u32(p + "full_attention_interval", 4)
+        # Multimodal RoPE sections (Qwen3.5's mrope_section; text positions make it plain RoPE):
+        # newer llama.cpp refuses a qwen35 / qwen35moe file without them.
+        w.add(p + "rope.dimension_sections", ARR, (I32, [11, 11, 10, 0]))
     m = s.get("moe")
     if m:
         w.u32(p + "expert_count", m["n"])
