@@ -47,9 +47,14 @@ struct ActRows {
   bool same_as(const ActRows& o) const { return kind == o.kind && type == o.type && cols == o.cols && k == o.k; }
 };
 
-// The choice CpuBackend::matmul makes for w (matmul_packed for a packed weight).
-ActRows plan_for(const ops::WeightView& w, bool reference) {
-  ActRows a;
+// The choice CpuBackend::matmul makes for w (matmul_packed for a packed weight), into a
+// (its buffers are kept for reuse).
+void plan_for(const ops::WeightView& w, bool reference, ActRows& a) {
+  a.kind = ActRows::Kind::kFloat;
+  a.k = nullptr;
+  a.mm = nullptr;
+  a.pmm = nullptr;
+  a.nb = a.row_bytes = 0;
   a.cols = w.n_cols;
   a.type = w.type;
   if (w.backend_data != nullptr) {
@@ -60,18 +65,17 @@ ActRows plan_for(const ops::WeightView& w, bool reference) {
     a.pmm = find_packed_kernel(p.type);
     a.nb = p.nb;
     a.row_bytes = static_cast<int64_t>(*ggml_row_bytes(packed_act_type(p.type), static_cast<uint64_t>(p.n_cols)));
-    return a;
+    return;
   }
   a.k = find_dot_kernel(w.type, reference);
   const auto act_row = a.k != nullptr ? ggml_row_bytes(a.k->act_type, static_cast<uint64_t>(w.n_cols)) : std::nullopt;
   if (!act_row) {
     a.k = nullptr;
-    return a;
+    return;
   }
   a.row_bytes = static_cast<int64_t>(*act_row);
   a.mm = reference ? nullptr : find_matmul_kernel(w.type);
   a.kind = a.mm != nullptr ? ActRows::Kind::kTile : ActRows::Kind::kDot;
-  return a;
 }
 
 void resize_rows(ActRows& a, int64_t m) {
@@ -223,15 +227,15 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
       for (int64_t t = b; t < e; ++t) quantize_row(a, rows + t * a.cols, t);
     });
   };
-  s.x_gate = plan_for(*L.gate, reference_kernels_);
-  s.x_up = plan_for(*L.up, reference_kernels_);
+  plan_for(*L.gate, reference_kernels_, s.x_gate);
+  plan_for(*L.up, reference_kernels_, s.x_up);
   const bool shared_act = s.x_up.same_as(s.x_gate);
   quantize_all(s.x_gate, x, n);
-  s.pairs_gate = plan_for(*L.gate, reference_kernels_);
+  plan_for(*L.gate, reference_kernels_, s.pairs_gate);
   gather(s.x_gate, s.pair_tok.data(), P, s.pairs_gate);
   if (!shared_act) {
     quantize_all(s.x_up, x, n);
-    s.pairs_up = plan_for(*L.up, reference_kernels_);
+    plan_for(*L.up, reference_kernels_, s.pairs_up);
     gather(s.x_up, s.pair_tok.data(), P, s.pairs_up);
   }
   const ActRows& act_up = shared_act ? s.pairs_gate : s.pairs_up;
@@ -256,7 +260,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
 
   // 3. SwiGLU, quantized per pair for down.
   swiglu(s.gate.data(), s.up.data(), P * F, s.gate.data());
-  s.h = plan_for(*L.down, reference_kernels_);
+  plan_for(*L.down, reference_kernels_, s.h);
   quantize_all(s.h, s.gate.data(), P);
 
   // 4. Down rows of every selected expert.
