@@ -12,6 +12,28 @@
 
 namespace hearth::server {
 
+bool socket_address(int sock, bool peer, std::string& ip, int& port) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  const int rc = peer ? getpeername(sock, reinterpret_cast<sockaddr*>(&ss), &len)
+                      : getsockname(sock, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (rc != 0) return false;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
+    port = ntohs(a->sin6_port);
+  } else {
+    return false;
+  }
+  ip = text;
+  return true;
+}
+
 ClientWatch::ClientWatch(std::string remote_addr, int remote_port) : addr_(std::move(remote_addr)), port_(remote_port) {}
 
 int ClientWatch::find_fd() const {
@@ -24,23 +46,10 @@ int ClientWatch::find_fd() const {
     if (end == e->d_name || *end != '\0') continue;
     struct stat st {};
     if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
-    char text[INET6_ADDRSTRLEN] = {};
+    std::string ip;
     int port = -1;
-    if (ss.ss_family == AF_INET) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-      inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-      port = ntohs(a->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-      const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-      inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-      port = ntohs(a->sin6_port);
-    } else {
-      continue;
-    }
-    if (port == port_ && addr_ == text) {
+    if (!socket_address(static_cast<int>(fd), true, ip, port)) continue;
+    if (port == port_ && addr_ == ip) {
       found = static_cast<int>(fd);
       break;
     }

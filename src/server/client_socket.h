@@ -11,6 +11,10 @@
 
 namespace hearth::server {
 
+// The IPv4 / IPv6 address and port of a socket's peer (peer) or of its own end, as text
+// ("127.0.0.1", "::1"). False, leaving ip and port alone, for other families or errors.
+bool socket_address(int sock, bool peer, std::string& ip, int& port);
+
 class ClientWatch {
  public:
   ClientWatch(std::string remote_addr, int remote_port);

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "server/client_socket.h"
 #include "server/request_framing.h"
 
 namespace hearth::server {
@@ -49,29 +50,10 @@ const char* reason_phrase(int status) {
   }
 }
 
-void address_of(int sock, bool peer, std::string& ip, int& port) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  const int rc = peer ? getpeername(sock, reinterpret_cast<sockaddr*>(&ss), &len)
-                      : getsockname(sock, reinterpret_cast<sockaddr*>(&ss), &len);
-  if (rc != 0) return;
-  char text[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-    port = ntohs(a->sin6_port);
-  }
-  ip = text;
-}
-
 std::string peer_of(int sock) {
   std::string ip = "?";
   int port = 0;
-  address_of(sock, true, ip, port);
+  socket_address(sock, true, ip, port);
   return ip + ":" + std::to_string(port);
 }
 
@@ -216,10 +198,10 @@ class GuardedStream final : public httplib::Stream {
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    address_of(sock_, true, ip, port);
+    socket_address(sock_, true, ip, port);
   }
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    address_of(sock_, false, ip, port);
+    socket_address(sock_, false, ip, port);
   }
   socket_t socket() const override { return sock_; }
 
