@@ -154,32 +154,15 @@ ChatResult ChatClient::chat(json body, const StreamHandlers& h,
     r.error = "interrupted";
     return r;
   }
-  if (r.http_status != 0 && r.http_status != 200) {
-    json e = json::parse(error_body, nullptr, false);
-    const std::string msg = !e.is_discarded() && e.is_object() && e.contains("error")
-                                ? bench::error_message(e["error"])
-                                : error_body.substr(0, 300);
-    r.error = "HTTP " + std::to_string(r.http_status) + (msg.empty() ? "" : ": " + msg);
-    r.retryable = r.http_status >= 500;
-    return r;
-  }
-  if (!r.error.empty()) {
+  if (!r.error.empty() && (r.http_status == 0 || r.http_status == 200)) {
     r.retryable = true;  // an error event in the stream: the server failed mid-answer
     return r;
   }
-  if (!res) {
-    r.retryable = true;
-    r.error = r.http_status == 0
-                  ? "cannot reach " + ep_.origin + " (" + httplib::to_string(res.error()) + ")"
-                  : "stream broken (" + httplib::to_string(res.error()) + ")";
-    return r;
-  }
-  if (!done && r.finish_reason.empty()) {
-    r.retryable = true;
-    r.error = "the stream ended before its end ([DONE] or finish_reason)";
-    return r;
-  }
-  r.ok = true;
+  const bench::StreamEnd end = bench::stream_end(r.http_status, error_body, res, ep_.origin, done, r.finish_reason);
+  r.ok = end.kind == bench::StreamEnd::kOk;
+  r.error = end.message;
+  // A 4xx is the request's fault and would fail again; everything else may not.
+  r.retryable = !r.ok && !(end.kind == bench::StreamEnd::kHttp && r.http_status < 500);
   return r;
 }
 

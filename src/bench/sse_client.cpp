@@ -190,31 +190,32 @@ RequestResult StreamClient::chat(json body) const {
   r.t_start = now();
   httplib::Result res = cli.send(req);
   r.t_end = now();
-  if (r.http_status != 0 && r.http_status != 200) {
-    json e = json::parse(error_body, nullptr, false);
-    std::string msg = !e.is_discarded() && e.is_object() && e.contains("error") ? error_message(e["error"])
-                                                                                  : error_body.substr(0, 200);
-    r.error = "HTTP " + std::to_string(r.http_status) + (msg.empty() ? "" : ": " + msg);
-    return r;
-  }
-  if (!r.error.empty()) return r;
-  if (!res) {
-    if (r.http_status == 0) {
-      r.error = "cannot reach " + ep_.origin + " (" + httplib::to_string(res.error()) + ")";
-      return r;
-    }
-    r.truncated = true;
-    r.error = "stream broken (" + httplib::to_string(res.error()) + ")";
-    return r;
-  }
-  // The stream ended without [DONE] and without a finish reason: truncated.
-  if (!done && r.finish_reason.empty()) {
-    r.truncated = true;
-    r.error = "stream ended before its end ([DONE] or finish_reason)";
-    return r;
-  }
-  r.ok = true;
+  if (!r.error.empty() && (r.http_status == 0 || r.http_status == 200)) return r;  // an error event
+  const StreamEnd end = stream_end(r.http_status, error_body, res, ep_.origin, done, r.finish_reason);
+  r.ok = end.kind == StreamEnd::kOk;
+  r.error = end.message;
+  r.truncated = end.kind == StreamEnd::kBroken || end.kind == StreamEnd::kCut;
   return r;
+}
+
+StreamEnd stream_end(int http_status, const std::string& error_body, const httplib::Result& res,
+                     const std::string& origin, bool done, const std::string& finish_reason) {
+  StreamEnd end;
+  if (http_status != 0 && http_status != 200) {
+    json e = json::parse(error_body, nullptr, false);
+    const std::string msg = !e.is_discarded() && e.is_object() && e.contains("error") ? error_message(e["error"])
+                                                                                        : error_body.substr(0, 300);
+    end.kind = StreamEnd::kHttp;
+    end.message = "HTTP " + std::to_string(http_status) + (msg.empty() ? "" : ": " + msg);
+  } else if (!res) {
+    end.kind = http_status == 0 ? StreamEnd::kUnreachable : StreamEnd::kBroken;
+    end.message = http_status == 0 ? "cannot reach " + origin + " (" + httplib::to_string(res.error()) + ")"
+                                   : "stream broken (" + httplib::to_string(res.error()) + ")";
+  } else if (!done && finish_reason.empty()) {
+    end.kind = StreamEnd::kCut;
+    end.message = "the stream ended before its end ([DONE] or finish_reason)";
+  }
+  return end;
 }
 
 int StreamClient::get(const std::string& path, std::string& body, std::string& error, double timeout_s) const {

@@ -13,6 +13,7 @@
 
 namespace httplib {
 class Client;
+class Result;
 }
 
 namespace hearth::bench {
@@ -42,6 +43,18 @@ bool apply_event(const std::string& payload, double t, RequestResult& r);
 void set_timeouts(httplib::Client& cli, double timeout_s);
 // The message of an OpenAI-style error value (a string or {"message": ...}).
 std::string error_message(const nlohmann::json& e);
+
+// How a streamed request's transfer ended, after its events were applied. kOk: HTTP 200,
+// the transfer complete, and [DONE] or a finish reason seen. Otherwise `message` says
+// what went wrong: kHttp (a status other than 200, with the error body's message),
+// kUnreachable (no connection), kBroken (the transfer failed part way), kCut (the stream
+// ended without [DONE] or a finish reason).
+struct StreamEnd {
+  enum Kind { kOk, kHttp, kUnreachable, kBroken, kCut } kind = kOk;
+  std::string message;
+};
+StreamEnd stream_end(int http_status, const std::string& error_body, const httplib::Result& res,
+                     const std::string& origin, bool done, const std::string& finish_reason);
 
 class StreamClient {
  public:
