@@ -7,6 +7,7 @@
 #endif
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -113,9 +114,11 @@ void serve(ServeOptions o) {
   // The HTTP side runs a thread per open connection (up to --max-connections). glibc
   // gives each new thread its own malloc arena, up to 8 per core, and an arena keeps what
   // its thread freed: resident memory then crept up for minutes as more threads were
-  // first used (soak run, issue 16). Four arenas are plenty for threads that mostly wait
-  // on sockets and the engine, and let freed memory be reused across threads.
-  mallopt(M_ARENA_MAX, 4);
+  // first used (soak run, issue 16). One arena per hardware thread plus two (at least 4;
+  // the soak's 2-core run had 4): as many as there are threads that compute at once, while
+  // the HTTP threads, which mostly wait on sockets and the engine, share arenas and reuse
+  // what each other freed.
+  mallopt(M_ARENA_MAX, std::max(4, static_cast<int>(std::thread::hardware_concurrency()) + 2));
 #endif
   if (o.model.empty()) o.model = find_default_model();
   if (o.max_seqs < 1 || o.max_seqs > 1024) fail(ErrorKind::kInvalidInput, "serve", "--max-seqs must be in [1, 1024]");
