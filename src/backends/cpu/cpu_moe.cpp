@@ -180,7 +180,7 @@ void expert_rows(const ExpertWeight& ew, const ActRows& a, int64_t e, int64_t u0
 
 struct MoeScratch {
   std::vector<float> logits, route_w, pair_w, gate, up, down;
-  std::vector<int32_t> route_ids, pair_tok, count, offset, active;
+  std::vector<int32_t> route_ids, pair_tok, count, offset, cursor, active;
   ActRows x_gate, x_up, pairs_gate, pairs_up, h;
 };
 
@@ -209,14 +209,12 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   const int64_t P = n * K;
   s.pair_tok.resize(static_cast<size_t>(P));
   s.pair_w.resize(static_cast<size_t>(P));
-  {
-    std::vector<int32_t> fill(s.offset.begin(), s.offset.end() - 1);
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t k = 0; k < K; ++k) {
-        const int32_t e = s.route_ids[t * K + k];
-        s.pair_tok[fill[e]] = static_cast<int32_t>(t);
-        s.pair_w[fill[e]++] = s.route_w[t * K + k];
-      }
+  s.cursor.assign(s.offset.begin(), s.offset.end() - 1);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = s.route_ids[t * K + k];
+      s.pair_tok[s.cursor[e]] = static_cast<int32_t>(t);
+      s.pair_w[s.cursor[e]++] = s.route_w[t * K + k];
     }
   }
 
