@@ -5,12 +5,14 @@
 #   hearth, backend_parity_test (or bin.tar.gz holding them), cuda_quant_test (optional), make_random_gguf.py,
 #   tok.gguf (tokenizer metadata), prompt512.txt, data/qwen35/ (fixtures), lib/ (shared
 #   libraries the machine may lack)
-# Usage: cuda_device_check.sh [parity] [bench SHAPE...] [profile SHAPE...] [serve SHAPE...]
+# Usage: cuda_device_check.sh [parity] [bench SHAPE...] [profile SHAPE...] [serve SHAPE...] [load SHAPE...]
 #   (default: parity bench llama3-8b qwen35-9b)
 #   bench: hearth run --device cuda, 128 tokens after a 512-token prompt (random-weight
 #          GGUF of that shape, generated once into $MODELS_DIR);
 #   profile: the same with HEARTH_CUDA_OP_TIMING=1 (32 tokens): time per op;
-#   serve: hearth serve --device cuda, one chat completion through the HTTP API.
+#   serve: hearth serve --device cuda, one chat completion through the HTTP API;
+#   load: hearth bench against hearth serve --device cuda, 1/16/64 concurrent streams of a
+#         512-token prompt + 128 tokens ($LOAD_CONCURRENCY overrides the list).
 # Writes logs to $OUT (or ./out) and prints a summary last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,7 +50,7 @@ for s in "${steps[@]}"; do
       grep -E '^(matmul|attention|gated_delta_net|model) ' "$out/parity.txt" | awk '{print "  " $0}' >>"$summary"
       grep -E '^\[  FAILED  \]' "$out/parity.txt" | head -20 | tee -a "$summary"
       ;;
-    bench | profile | serve) mode=$s ;;
+    bench | profile | serve | load) mode=$s ;;
     *)
       [ -n "$mode" ] || { echo "unknown step $s"; continue; }
       f="$models/$s.gguf"
@@ -58,6 +60,14 @@ for s in "${steps[@]}"; do
           --ctx 2048 >"$out/profile-$s.txt" 2>&1
         say "profile $s (512 prompt + 32 tokens, each op synchronised): rc=$?"
         grep -A14 'op timing' "$out/profile-$s.txt" | sed 's/^/  /' >>"$summary"
+        continue
+      fi
+      if [ "$mode" = load ]; then
+        "$here/hearth" bench --launch "h=$here/hearth serve -m $f --device cuda --max-seqs 64 --kv-cache-bytes 8G" \
+          --scenario concurrency --concurrency "${LOAD_CONCURRENCY:-1,16,64}" --reps 1 --max-tokens 128 --lengths 512 \
+          >"$out/load-$s.txt" 2>&1
+        say "load $s (hearth bench, concurrency ${LOAD_CONCURRENCY:-1,16,64}): rc=$?"
+        grep -E 'concurrency|aggregate|tok/s|failed' "$out/load-$s.txt" | tail -20 | sed 's/^/  /' >>"$summary"
         continue
       fi
       if [ "$mode" = serve ]; then

@@ -6,6 +6,9 @@
 //    bound scales with the sum of magnitudes, not with |ref|, which may cancel), and
 //    ||y - ref|| / ||ref|| <= kMatvecTol for the whole output; the same for every type since
 //    the kernels decode exactly and accumulate in f32;
+//  - q8_matvec (8-bit activations) vs the product with the quantized x;
+//  - quant_gemm (tensor cores, 9..130 tokens) vs the product of the f16-rounded weights and x,
+//    and bit-identical outputs for a token whatever the batch (9..64 tokens; 65..130);
 //  - dequantize_rows_f32 and get_rows_f32 bit-identical with the CPU dequantizer,
 //    dequantize_rows_f16 bit-identical with that value rounded to f16 (ties to even).
 // Weights come from the CPU reference quantizers (realistic blocks) or are random bytes
@@ -14,7 +17,9 @@
 //
 // --perf [--rows R --cols C]: times quant_matvec (CUDA events around batches of 10 launches,
 // median of 50 batches, weight buffers rotated so the set exceeds L2) per type for n_tokens 1, 4, 8 and
-// dequantize_rows_f16, and prints GB/s and the share of 4.0 TB/s.
+// dequantize_rows_f16, and prints GB/s and the share of 4.0 TB/s; then quant_gemm for 16..512
+// tokens against what it replaces (dequantize_rows_f16 of the whole matrix + cuBLAS f16 GEMM).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -217,9 +222,90 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
   CUDA_OK(cudaFree(d_y));
 }
 
+// quant_gemm for 9..130 tokens against the double product of the f16-rounded weights and
+// activations (kMatvecTol of sum |w x|), within kGemmVsF32Tol of the f32 product, writing
+// nothing past its tokens; and batch invariance: a token's outputs are bit-identical
+// whether it runs in a batch of 9, 16 or 64 tokens (or of 65 or 130).
+constexpr double kGemmVsF32Tol = 2e-3;
+void run_gemm_case(const std::string& tag, const DeviceWeight& dw, const std::vector<float>& wf, std::mt19937_64& rng,
+                   cudaStream_t stream, Failures& fails, double* worst_err) {
+  const int64_t rows = dw.n_rows, cols = dw.n_cols;
+  constexpr int kTok = 130;
+  std::vector<float> x(static_cast<size_t>(kTok * cols));
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  for (auto& v : x) v = ud(rng);
+  auto r16 = [](float v) { return static_cast<double>(hearth::f16_to_f32(hearth::f32_to_f16(v))); };
+  std::vector<double> w16(wf.size()), x16(x.size());
+  parallel_for(rows, [&](int64_t r) {
+    for (int64_t c = 0; c < cols; ++c) w16[r * cols + c] = r16(wf[r * cols + c]);
+  });
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = r16(x[i]);
+  std::vector<double> ref(static_cast<size_t>(kTok * rows)), mag(ref.size()), ref32(ref.size());
+  parallel_for(rows, [&](int64_t r) {
+    for (int t = 0; t < kTok; ++t) {
+      double sum = 0, m = 0, s32 = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        sum += w16[r * cols + c] * x16[t * cols + c];
+        m += std::fabs(static_cast<double>(wf[r * cols + c]) * x[t * cols + c]);
+        s32 += static_cast<double>(wf[r * cols + c]) * x[t * cols + c];
+      }
+      ref[t * rows + r] = sum;
+      mag[t * rows + r] = m;
+      ref32[t * rows + r] = s32;
+    }
+  });
+  float* d_x = device_copy(x);
+  float* d_y = nullptr;
+  CUDA_OK(cudaMalloc(&d_y, sizeof(float) * kTok * rows));
+  const size_t sb = hearth::cuda::quant_gemm_scratch_bytes(dw, kTok);
+  size_t sb_max = sb;
+  for (int nt : {9, 16, 17, 40, 64, 65}) sb_max = std::max(sb_max, hearth::cuda::quant_gemm_scratch_bytes(dw, nt));
+  void* d_s = nullptr;
+  CUDA_OK(cudaMalloc(&d_s, sb_max));
+  std::vector<float> y(static_cast<size_t>(kTok * rows)), y_small, y_big;
+  for (int nt : {9, 16, 17, 40, 64, 65, 130}) {
+    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+    hearth::cuda::quant_gemm(dw, d_x, nt, d_y, d_s, sb_max, stream);
+    check_launch(stream);
+    CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t i = 0; i < nt * rows; ++i) {
+      const double e = std::fabs(static_cast<double>(y[i]) - ref[i]);
+      const double rel = mag[i] > 0 ? e / mag[i] : e;
+      const double e32 = std::fabs(static_cast<double>(y[i]) - ref32[i]);
+      const double rel32 = mag[i] > 0 ? e32 / mag[i] : e32;
+      if (!(rel <= kMatvecTol) || !(rel32 <= kGemmVsF32Tol)) {
+        if (bad++ < 3) {
+          fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + " token " + std::to_string(i / rows) + " row " +
+                    std::to_string(i % rows) + ": got " + std::to_string(y[i]) + " want " + std::to_string(ref[i]) +
+                    " (rel " + std::to_string(rel) + ", vs f32 " + std::to_string(rel32) + ")");
+        }
+      }
+      if (rel > *worst_err || std::isnan(rel)) *worst_err = std::isnan(rel) ? INFINITY : rel;
+    }
+    for (int64_t i = nt * rows; i < kTok * rows; ++i) {
+      if (!std::isnan(y[i])) {
+        fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + " wrote past its tokens at " + std::to_string(i));
+        break;
+      }
+    }
+    // Batch invariance: the first 9 tokens' outputs at 9 and 64 tokens, the first 65 at 65 and 130.
+    if (nt == 9) y_small.assign(y.begin(), y.begin() + 9 * rows);
+    if (nt == 65) y_big.assign(y.begin(), y.begin() + 65 * rows);
+    const std::vector<float>* same = nt == 16 || nt == 64 ? &y_small : nt == 130 ? &y_big : nullptr;
+    if (same != nullptr && std::memcmp(same->data(), y.data(), sizeof(float) * same->size()) != 0) {
+      fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + ": outputs of the first tokens differ from a " +
+                (nt == 130 ? "65" : "9") + "-token batch");
+    }
+  }
+  CUDA_OK(cudaFree(d_s));
+  CUDA_OK(cudaFree(d_x));
+  CUDA_OK(cudaFree(d_y));
+}
+
 // One (type, shape) case: matvec for 1..8 tokens, dequantize_rows f32/f16, get_rows.
 void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt19937_64& rng,
-              cudaStream_t stream, Failures& fails, double* worst_err, double* q8_worst) {
+              cudaStream_t stream, Failures& fails, double* worst_err, double* q8_worst, double* gemm_worst) {
   const std::string tag = type_name(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
                           (quantized ? " (quantized)" : " (random blocks)");
   const uint64_t rb = row_bytes_of(type, cols);
@@ -293,6 +379,7 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
   if (hearth::cuda::q8_matvec_supported(type)) {
     run_q8_case(tag, dw, wf, x, ref, mag, kTokens, stream, fails, q8_worst);
   }
+  if (hearth::cuda::quant_gemm_supported(type) && rows * cols <= (int64_t{17} << 20)) run_gemm_case(tag, dw, wf, rng, stream, fails, gemm_worst);
 
   // dequantize_rows: an inner range of rows, bit-exact.
   const int64_t row0 = rows / 3, n = std::max<int64_t>(1, rows - row0 - 1);
@@ -457,7 +544,7 @@ int run_argument_checks() {
     } catch (const std::exception&) {
     }
   };
-  alignas(16) static float buf[64];
+  alignas(256) static float buf[64];
   const auto* data = reinterpret_cast<const uint8_t*>(buf);
   expect_throw("unsupported type", [&] {
     hearth::cuda::quant_matvec(DeviceWeight{GgmlType::IQ2_XXS, data, 1, 256, 66}, buf, 1, buf, nullptr);
@@ -476,6 +563,12 @@ int run_argument_checks() {
   });
   expect_throw("rows out of range", [&] {
     hearth::cuda::dequantize_rows_f16(DeviceWeight{GgmlType::Q8_0, data, 4, 32, 34}, 3, 2, buf, nullptr);
+  });
+  expect_throw("quant_gemm scratch too small", [&] {
+    hearth::cuda::quant_gemm(DeviceWeight{GgmlType::Q8_0, data, 64, 256, 272}, buf, 16, buf, buf, 16, nullptr);
+  });
+  expect_throw("quant_gemm on f32 weights", [&] {
+    hearth::cuda::quant_gemm(DeviceWeight{GgmlType::F32, data, 1, 8, 32}, buf, 16, buf, buf, 1 << 20, nullptr);
   });
   expect_throw("negative n_tokens", [&] {
     hearth::cuda::quant_matvec(DeviceWeight{GgmlType::F32, data, 1, 8, 32}, buf, -1, buf, nullptr);
@@ -508,14 +601,15 @@ int run_tests(const std::string& only) {
                 {4099, 4096, false}};
     }
     const int before = fails.count;
-    double worst = 0, q8_worst = 0;
+    double worst = 0, q8_worst = 0, gemm_worst = 0;
     for (const Shape& s : shapes) {
-      run_case(type, s.rows, s.cols, s.quantized, rng, stream, fails, &worst, &q8_worst);
+      run_case(type, s.rows, s.cols, s.quantized, rng, stream, fails, &worst, &q8_worst, &gemm_worst);
     }
     std::printf("%-7s %s  (matvec worst |y-ref|/sum|w*x| = %.2e, tolerance %.0e; dequantize/get_rows "
                 "bit-exact",
                 type_name(type).c_str(), fails.count == before ? "ok  " : "FAIL", worst, kMatvecTol);
     if (hearth::cuda::q8_matvec_supported(type)) std::printf("; q8_matvec vs quantized x %.2e", q8_worst);
+    if (hearth::cuda::quant_gemm_supported(type)) std::printf("; quant_gemm vs f16 x, w %.2e", gemm_worst);
     std::printf(")\n");
     std::fflush(stdout);
   }
@@ -612,6 +706,53 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
       std::printf(" | %7.0f %5.1f%% %3.0fus", moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
     }
     std::printf("\n");
+    if (hearth::cuda::quant_gemm_supported(type)) {
+      // quant_gemm vs dequantize (whole matrix, f16) + cublasGemmEx, for batches and prompt chunks.
+      constexpr int kMaxTok = 512;
+      std::vector<float> xg(static_cast<size_t>(kMaxTok * cols));
+      for (auto& v : xg) v = ud(rng);
+      float* d_xg = device_copy(xg);
+      float* d_yg = nullptr;
+      CUDA_OK(cudaMalloc(&d_yg, sizeof(float) * kMaxTok * rows));
+      size_t sb = 0;
+      for (int nt : {16, 32, 64, 128, 256, 512}) {
+        sb = std::max(sb, hearth::cuda::quant_gemm_scratch_bytes(DeviceWeight{type, bufs[0], rows, cols, rb}, nt));
+      }
+      void* d_s = nullptr;
+      CUDA_OK(cudaMalloc(&d_s, sb));
+      void* d_w16 = nullptr;
+      CUDA_OK(cudaMalloc(&d_w16, sizeof(uint16_t) * rows * cols));
+      void* d_x16 = nullptr;
+      CUDA_OK(cudaMalloc(&d_x16, sizeof(uint16_t) * kMaxTok * cols));
+      cublasHandle_t h = nullptr;
+      if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) {
+        std::fprintf(stderr, "cuBLAS init failed\n");
+        return 1;
+      }
+      std::printf("  %-5s gemm (us, weight GB/s, TFLOP/s) quant_gemm vs dequant+cuBLAS:", type_name(type).c_str());
+      for (int nt : {16, 32, 64, 128, 256, 512}) {
+        const double sq = time_it([&](int k) {
+          hearth::cuda::quant_gemm(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_s, sb, stream);
+        });
+        const double sc = time_it([&](int k) {
+          hearth::cuda::dequantize_rows_f16(DeviceWeight{type, bufs[k], rows, cols, rb}, 0, rows, d_w16, stream);
+          const float one = 1.f, zero = 0.f;
+          cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), nt, static_cast<int>(cols), &one, d_w16,
+                       CUDA_R_16F, static_cast<int>(cols), d_x16, CUDA_R_16F, static_cast<int>(cols), &zero, d_yg,
+                       CUDA_R_32F, static_cast<int>(rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        });
+        const double flop = 2.0 * nt * rows * cols;
+        std::printf(" | t=%d %.0f %.0f %.1f vs %.0f (x%.2f)", nt, sq * 1e6, bytes / sq * 1e-9, flop / sq * 1e-12,
+                    sc * 1e6, sc / sq);
+      }
+      std::printf("\n");
+      cublasDestroy(h);
+      CUDA_OK(cudaFree(d_xg));
+      CUDA_OK(cudaFree(d_yg));
+      CUDA_OK(cudaFree(d_s));
+      CUDA_OK(cudaFree(d_w16));
+      CUDA_OK(cudaFree(d_x16));
+    }
     std::fflush(stdout);
     for (auto* b : bufs) CUDA_OK(cudaFree(b));
     CUDA_OK(cudaFree(d_x));

@@ -149,6 +149,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   timing_ = timing != nullptr && std::string(timing) == "1";
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
+  if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);
   int n = 0;
   HEARTH_CUDA_CHECK("init", cudaGetDeviceCount(&n));
   if (device < 0 || device >= n) {
@@ -384,6 +385,14 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     return;
   }
   const bool half_type = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+  if (w.n_rows > kF32GemmMaxRows && n_tokens <= qgemm_max_tokens_ && quant_gemm_supported(w.type)) {
+    // Batched decode and prompt chunks: weight tiles dequantized in shared memory, tensor cores.
+    timer.rename("matmul qgemm");
+    const size_t bytes = quant_gemm_scratch_bytes(dw, n_tokens);
+    quant_gemm(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+    return;
+  }
   if (w.n_rows <= kF32GemmMaxRows || (half_type && w.n_rows * w.n_cols <= kF32GemmMaxElems)) {
     timer.rename("matmul dequant+sgemm");
     auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
@@ -424,9 +433,18 @@ void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t 
   auto* x16 = static_cast<__half*>(scratch(0, sizeof(__half) * static_cast<size_t>(n_tokens * k), "matmul"));
   f32_to_f16_kernel<<<grid_for(n_tokens * k), kThreads, 0, stream_>>>(x, x16, n_tokens * k);
   HEARTH_CUDA_LAUNCHED("matmul");
+  const float one = 1.0f, zero = 0.0f;
+  if (w.type == GgmlType::F16 && w.row_bytes % 2 == 0) {
+    // f16 weights as stored: no dequantized copy.
+    check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
+                              static_cast<int>(k), &one, dw.data, CUDA_R_16F, static_cast<int>(w.row_bytes / 2), x16,
+                              CUDA_R_16F, static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(w.n_rows),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "matmul", w.name.c_str());
+    return;
+  }
   const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(w.n_rows, kGemmTileElems / k));
   auto* w16 = static_cast<__half*>(scratch(1, sizeof(__half) * static_cast<size_t>(tile_rows * k), "matmul"));
-  const float one = 1.0f, zero = 0.0f;
   for (int64_t r0 = 0; r0 < w.n_rows; r0 += tile_rows) {
     const int64_t nr = std::min(tile_rows, w.n_rows - r0);
     dequantize_rows_f16(dw, r0, nr, w16, stream_);

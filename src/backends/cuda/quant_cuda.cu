@@ -38,8 +38,10 @@ const TypeInfo* find_type(GgmlType type) {
 
 [[noreturn]] void bad(const std::string& what) { fail(ErrorKind::kInvalidInput, "cuda quant", what); }
 
+}  // namespace
+
 // Checks the weight's description against what the kernels assume.
-void check_weight(const DeviceWeight& w, const char* op) {
+void check_device_weight(const DeviceWeight& w, const char* op) {
   const TypeInfo* t = find_type(w.type);
   if (t == nullptr) {
     fail(ErrorKind::kUnsupported, "cuda quant",
@@ -68,6 +70,8 @@ void check_weight(const DeviceWeight& w, const char* op) {
   if (w.n_rows > 0 && w.data == nullptr) bad(where() + "data is null");
 }
 
+namespace {
+
 void run(const DeviceWeight& w, const qk::OpArgs& a, cudaStream_t stream) {
   if (!qk::run_float_op(w, a, stream) && !qk::run_legacy_op(w, a, stream) &&
       !qk::run_kquant_op(w, a, stream)) {
@@ -87,7 +91,7 @@ void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n
                         cudaStream_t stream) {
   if (n <= 0) return;
   for (int i = 0; i < n; ++i) {
-    check_weight(ws[i], "quant_matvec");
+    check_device_weight(ws[i], "quant_matvec");
     if (ws[i].n_cols != ws[0].n_cols) {
       bad("quant_matvec_multi: weight " + std::to_string(i) + " has " + std::to_string(ws[i].n_cols) +
           " columns, weight 0 " + std::to_string(ws[0].n_cols));
@@ -124,7 +128,7 @@ void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n
 
 void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, void* dst_f16,
                          cudaStream_t stream) {
-  check_weight(w, "dequantize_rows_f16");
+  check_device_weight(w, "dequantize_rows_f16");
   if (row0 < 0 || n_rows < 0 || row0 + n_rows > w.n_rows) {
     bad("dequantize_rows_f16: rows " + std::to_string(row0) + " + " + std::to_string(n_rows) +
         " out of " + std::to_string(w.n_rows));
@@ -139,7 +143,7 @@ void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, vo
 
 void dequantize_rows_f32(const DeviceWeight& w, int64_t row0, int64_t n_rows, float* dst,
                          cudaStream_t stream) {
-  check_weight(w, "dequantize_rows_f32");
+  check_device_weight(w, "dequantize_rows_f32");
   if (row0 < 0 || n_rows < 0 || row0 + n_rows > w.n_rows) {
     bad("dequantize_rows_f32: rows " + std::to_string(row0) + " + " + std::to_string(n_rows) +
         " out of " + std::to_string(w.n_rows));
@@ -153,7 +157,7 @@ void dequantize_rows_f32(const DeviceWeight& w, int64_t row0, int64_t n_rows, fl
 }
 
 void get_rows_f32(const DeviceWeight& w, const int32_t* ids, int64_t n_ids, float* out, cudaStream_t stream) {
-  check_weight(w, "get_rows_f32");
+  check_device_weight(w, "get_rows_f32");
   if (n_ids < 0) bad("get_rows_f32: negative n_ids");
   if (n_ids == 0) return;
   if (reinterpret_cast<uintptr_t>(out) % 16 != 0) bad("get_rows_f32: out must be 16-byte aligned");

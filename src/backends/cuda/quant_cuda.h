@@ -35,6 +35,10 @@ struct DeviceWeight {
   uint64_t row_bytes = 0;
 };
 
+// Throws Error(kInvalidInput) when w breaks the requirements above (Error(kUnsupported)
+// for a type without kernels); `op` names the caller in the message.
+void check_device_weight(const DeviceWeight& w, const char* op);
+
 // y: [n_tokens, w.n_rows] f32 = x: [n_tokens, w.n_cols] f32 times w transposed, reading
 // the weights once for all tokens (decode: n_tokens small, up to kMaxMatvecTokens).
 constexpr int64_t kMaxMatvecTokens = 8;
@@ -77,6 +81,18 @@ void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_
 // run of consecutive weights of one type (up to 4).
 void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
                         cudaStream_t stream);
+
+// The same product for more tokens (batched decode, prompt chunks) on tensor cores: tiles
+// of the weights dequantized into shared memory as f16 (dequantize_rows_f16's values), x
+// rounded to f16 into `scratch` (device, 256-byte aligned, quant_gemm_scratch_bytes),
+// products accumulated in f32, columns split over blocks when the rows alone do not fill
+// the GPU and the partial sums added in a fixed order. A token's output does not depend on the
+// other tokens for batches of 9 to 64 tokens, nor above 64. All quantized types (not F32,
+// F16, BF16).
+bool quant_gemm_supported(GgmlType type);
+size_t quant_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
+void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+                size_t scratch_bytes, cudaStream_t stream);
 
 // dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
 // tensor-core products of many tokens) or f32.
