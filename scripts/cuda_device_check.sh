@@ -65,9 +65,10 @@ for s in "${steps[@]}"; do
       if [ "$mode" = load ]; then
         "$here/hearth" bench --launch "h=$here/hearth serve -m $f --device cuda --max-seqs 64 --kv-cache-bytes 8G" \
           --scenario concurrency --concurrency "${LOAD_CONCURRENCY:-1,16,64}" --reps 1 --max-tokens 128 --lengths 512 \
-          >"$out/load-$s.txt" 2>&1
+          --out "$out/load-$s" >"$out/load-$s.txt" 2>&1
         say "load $s (hearth bench, concurrency ${LOAD_CONCURRENCY:-1,16,64}): rc=$?"
         grep -E 'concurrency|aggregate|tok/s|failed' "$out/load-$s.txt" | tail -20 | sed 's/^/  /' >>"$summary"
+        grep -A12 -iE '^#+ .*concurrency' "$out/load-$s/report.md" | head -30 | sed 's/^/  /' >>"$summary"
         continue
       fi
       if [ "$mode" = serve ]; then

@@ -83,7 +83,8 @@ void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n
                         cudaStream_t stream);
 
 // The same product for more tokens (batched decode, prompt chunks) on tensor cores: tiles
-// of the weights dequantized into shared memory as f16 (dequantize_rows_f16's values), x
+// of the weights dequantized into shared memory as f16 (dequantize_rows_f16's values; for
+// Q4_0, Q8_0, Q4_K and Q6_K by fast half2 decoders, within a rounding of them), x
 // rounded to f16 into `scratch` (device, 256-byte aligned, quant_gemm_scratch_bytes),
 // products accumulated in f32, columns split over blocks when the rows alone do not fill
 // the GPU and the partial sums added in a fixed order. A token's output does not depend on the

@@ -3,8 +3,9 @@
 // per tile of tokens instead of dequantizing the whole matrix to memory first.
 //
 // A block of 128 threads owns BM weight rows x BN tokens. Per step of 256 columns it
-// decodes its rows' blocks (the exact decoders of quant_blocks.cuh) into shared memory as
-// f16 (the value dequantize_rows_f16 gives), copies the tokens' f16 activations next to
+// decodes its rows' blocks into shared memory as f16 (the fast half2 decoders of
+// quant_half.cuh where a type has one, else the exact decoders of quant_blocks.cuh and the
+// value dequantize_rows_f16 gives), copies the tokens' f16 activations next to
 // them, and runs 16x16x16 tensor-core products accumulating in f32 (WMMA). When rows x
 // tokens make fewer blocks than the GPU holds, the columns are split over blockIdx.z and
 // the partial sums added in split order by a second kernel. The split depends on the
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "backends/cuda/quant_blocks.cuh"
+#include "backends/cuda/quant_half.cuh"
 #include "backends/cuda/quant_cuda.h"
 #include "core/error.h"
 
@@ -47,11 +49,13 @@ __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
 }
 
 // out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split).
-template <class Q, int BM, int BN>
+template <GgmlType TYPE, int BM, int BN>
 __global__ void __launch_bounds__(kThreads)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                  const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out) {
   using T = Tiles<BM, BN>;
+  using Q = qk::QType<TYPE>;
+  using H = qk::HalfDecode<TYPE>;
   static_assert(Q::kRunLen % 8 == 0, "runs are stored 8 halves at a time");
   extern __shared__ __align__(16) unsigned char smem[];
   __half* ws = reinterpret_cast<__half*>(smem);  // [BM][kLd]
@@ -87,23 +91,29 @@ __global__ void __launch_bounds__(kThreads)
       const int u = static_cast<int>(threadIdx.x) + i * kThreads;
       const int r = u / kUnitsPerRow, ur = u % kUnitsPerRow;
       const int b = ur / Q::kSubs, s = ur % Q::kSubs;
-      float v[Q::kPer];
+      uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
       if (b < valid_blocks) {
         const int64_t gr = min(row0 + r, n_rows - 1);  // rows past the end: decoded, never stored
-        Q::decode(w + gr * row_bytes + (c0 / Q::kElems + b) * Q::kBytes, s, v);
+        const uint8_t* blk = w + gr * row_bytes + (c0 / Q::kElems + b) * Q::kBytes;
+        if constexpr (H::kHas) {
+          H::decode(blk, s, h);
+        } else {
+          float v[Q::kPer];
+          Q::decode(blk, s, v);
+#pragma unroll
+          for (int k = 0; k < Q::kPer / 2; ++k) h[k] = pack_half2(v[2 * k], v[2 * k + 1]);
+        }
       } else {
 #pragma unroll
-        for (int k = 0; k < Q::kPer; ++k) v[k] = 0.0f;
+        for (int k = 0; k < Q::kPer / 2; ++k) h[k] = 0;
       }
       __half* dst = ws + r * kLd + b * Q::kElems;
 #pragma unroll
       for (int run = 0; run < Q::kRuns; ++run) {
 #pragma unroll
         for (int j = 0; j < Q::kRunLen / 8; ++j) {
-          const float* p = v + run * Q::kRunLen + 8 * j;
-          const uint4 h = make_uint4(pack_half2(p[0], p[1]), pack_half2(p[2], p[3]), pack_half2(p[4], p[5]),
-                                     pack_half2(p[6], p[7]));
-          *reinterpret_cast<uint4*>(dst + Q::run_col(s, run) + 8 * j) = h;
+          const uint32_t* p = h + (run * Q::kRunLen + 8 * j) / 2;
+          *reinterpret_cast<uint4*>(dst + Q::run_col(s, run) + 8 * j) = make_uint4(p[0], p[1], p[2], p[3]);
         }
       }
     }
@@ -216,7 +226,7 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
 
 size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
-template <class Q, int BM, int BN>
+template <GgmlType Q, int BM, int BN>
 void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
   using T = Tiles<BM, BN>;
@@ -233,7 +243,7 @@ void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
                                                                  p.steps_per_split, out);
 }
 
-template <class Q>
+template <GgmlType Q>
 void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
   switch (p.bm * 1000 + p.bn) {
@@ -249,20 +259,20 @@ void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
 bool dispatch(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
               cudaStream_t stream) {
   switch (w.type) {
-    case GgmlType::Q4_0: launch_type<qk::QType<GgmlType::Q4_0>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q4_1: launch_type<qk::QType<GgmlType::Q4_1>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q5_0: launch_type<qk::QType<GgmlType::Q5_0>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q5_1: launch_type<qk::QType<GgmlType::Q5_1>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q8_0: launch_type<qk::QType<GgmlType::Q8_0>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q2_K: launch_type<qk::QType<GgmlType::Q2_K>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q3_K: launch_type<qk::QType<GgmlType::Q3_K>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q4_K: launch_type<qk::QType<GgmlType::Q4_K>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q5_K: launch_type<qk::QType<GgmlType::Q5_K>>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q6_K: launch_type<qk::QType<GgmlType::Q6_K>>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q4_0: launch_type<GgmlType::Q4_0>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q4_1: launch_type<GgmlType::Q4_1>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q5_0: launch_type<GgmlType::Q5_0>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q5_1: launch_type<GgmlType::Q5_1>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q8_0: launch_type<GgmlType::Q8_0>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q2_K: launch_type<GgmlType::Q2_K>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q3_K: launch_type<GgmlType::Q3_K>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q4_K: launch_type<GgmlType::Q4_K>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q5_K: launch_type<GgmlType::Q5_K>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q6_K: launch_type<GgmlType::Q6_K>(w, x16, n_tokens, p, out, stream); return true;
     case GgmlType::IQ4_NL:
-      launch_type<qk::QType<GgmlType::IQ4_NL>>(w, x16, n_tokens, p, out, stream);
+      launch_type<GgmlType::IQ4_NL>(w, x16, n_tokens, p, out, stream);
       return true;
-    case GgmlType::MXFP4: launch_type<qk::QType<GgmlType::MXFP4>>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::MXFP4: launch_type<GgmlType::MXFP4>(w, x16, n_tokens, p, out, stream); return true;
     default: return false;
   }
 }
