@@ -2,8 +2,8 @@
 // kernels take (batched decode, prompt chunks), on tensor cores, reading the weights once
 // per tile of tokens instead of dequantizing the whole matrix to memory first.
 //
-// A block of 128 threads owns BM weight rows x BN tokens. Per step of 256 columns it
-// decodes its rows' blocks into shared memory as f16 (the fast half2 decoders of
+// A block of 512 threads owns BM weight rows (64 of K-quant blocks, 32 of 32-element ones)
+// x BN tokens. Per step of 256 columns each thread decodes one unit of its rows' blocks into shared memory as f16 (the fast half2 decoders of
 // quant_half.cuh where a type has one, else the exact decoders of quant_blocks.cuh and the
 // value dequantize_rows_f16 gives), copies the tokens' f16 activations next to
 // them, and runs 16x16x16 tensor-core products accumulating in f32 (WMMA). When rows x
@@ -14,7 +14,6 @@
 #include <mma.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/quant_blocks.cuh"
@@ -27,20 +26,19 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kBK = 256;             // columns per step: one K-quant super-block, eight legacy blocks
-constexpr int kLd = kBK + 8;         // shared row stride in halves (16-byte aligned, spreads banks)
-constexpr int kThreads = 128;        // four warps
+constexpr int kBK = 256;       // columns per step: one K-quant super-block, eight legacy blocks
+constexpr int kLd = kBK + 8;   // shared row stride in halves (16-byte aligned, spreads banks)
+constexpr int kThreads = 512;  // one decode unit per thread per step
 constexpr int kMaxSplits = 8;
 
-template <int BM, int BN>
-struct Tiles {
-  static constexpr int WM = BM >= 64 ? 4 : BM / 16;  // warps along the rows
-  static constexpr int WN = 4 / WM;                  // and along the tokens
-  static constexpr int FM = BM / 16 / WM, FN = BN / 16 / WN;  // 16x16 fragments per warp
-  static_assert(FM >= 1 && FN >= 1 && WM * WN == 4, "tile shape");
-  static constexpr int kOutLd = BM + 4;  // f32 staging of the outputs, column-major C
-  static constexpr size_t kSmem = static_cast<size_t>(BM + BN) * kLd * 2;
-  static_assert(static_cast<size_t>(BN) * kOutLd * 4 <= kSmem, "output staging fits");
+// The tile's rows: as many as 512 units cover (64 for the 256-element K-quant blocks of 8
+// units, 32 for the 32-element blocks of 2).
+template <GgmlType TYPE>
+struct TileRows {
+  using Q = qk::QType<TYPE>;
+  static constexpr int kUnitsPerRow = (kBK / Q::kElems) * Q::kSubs;
+  static constexpr int BM = kThreads / kUnitsPerRow;
+  static_assert(BM % 16 == 0 && BM * kUnitsPerRow == kThreads, "tile rows");
 };
 
 __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
@@ -48,101 +46,94 @@ __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split).
-template <GgmlType TYPE, int BM, int BN>
-__global__ void __launch_bounds__(kThreads)
+// out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split). Warp f of
+// the block owns the 16 x 16 output fragment f (rows f % (BM / 16), tokens f / (BM / 16)).
+template <GgmlType TYPE, int BN>
+__global__ void __launch_bounds__(kThreads, 2)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                  const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out) {
-  using T = Tiles<BM, BN>;
   using Q = qk::QType<TYPE>;
   using H = qk::HalfDecode<TYPE>;
+  constexpr int kUnitsPerRow = TileRows<TYPE>::kUnitsPerRow, BM = TileRows<TYPE>::BM;
+  constexpr int kFragM = BM / 16, kFrags = kFragM * (BN / 16);
+  static_assert(kFrags <= kThreads / 32, "a fragment per warp");
   static_assert(Q::kRunLen % 8 == 0, "runs are stored 8 halves at a time");
+  constexpr int kOutLd = BM + 4;  // f32 staging of the outputs, column-major C
+  static_assert(BN * kOutLd * 4 <= (BM + BN) * kLd * 2, "output staging fits");
+  constexpr int kXPer = BN * kBK / 8 / kThreads;  // 8-half chunks of activations per thread
+  static_assert(kXPer >= 1 && kXPer * kThreads * 8 == BN * kBK, "activation chunks");
   extern __shared__ __align__(16) unsigned char smem[];
   __half* ws = reinterpret_cast<__half*>(smem);  // [BM][kLd]
   __half* xs = ws + BM * kLd;                    // [BN][kLd]
-  const int warp = threadIdx.x >> 5;
-  const int wm = warp % T::WM, wn = warp / T::WM;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const bool has_frag = warp < kFrags;
+  const int fm = warp % kFragM, fn = warp / kFragM;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
   const int n_steps = static_cast<int>((n_cols + kBK - 1) / kBK);
   const int step0 = static_cast<int>(blockIdx.z) * steps_per_split;
   const int step1 = min(n_steps, step0 + steps_per_split);
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[T::FM][T::FN];
-#pragma unroll
-  for (int i = 0; i < T::FM; ++i) {
-#pragma unroll
-    for (int j = 0; j < T::FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  }
+  // This thread's unit: row r of the tile, block b of the step, unit s of the block;
+  // consecutive threads take consecutive units of a row (consecutive bytes).
+  const int r = static_cast<int>(threadIdx.x) / kUnitsPerRow, ur = static_cast<int>(threadIdx.x) % kUnitsPerRow;
+  const int b = ur / Q::kSubs, s = ur % Q::kSubs;
+  const uint8_t* wrow = w + min(row0 + r, n_rows - 1) * row_bytes;  // rows past the end: decoded, never stored
+  __half* wdst = ws + r * kLd + b * Q::kElems;
 
-  constexpr int kBlocksPerStep = kBK / Q::kElems;
-  constexpr int kUnitsPerRow = kBlocksPerStep * Q::kSubs;
-  constexpr int kUnits = BM * kUnitsPerRow;
-  static_assert(kUnits % kThreads == 0, "units spread evenly");
-  constexpr int kXChunks = BN * kBK / 8;
-
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
   for (int step = step0; step < step1; ++step) {
     const int64_t c0 = static_cast<int64_t>(step) * kBK;
-    const int valid_blocks = static_cast<int>(min(static_cast<int64_t>(kBlocksPerStep), (n_cols - c0) / Q::kElems));
-    // Weights: unit u of the tile is row u / kUnitsPerRow; consecutive threads take
-    // consecutive units of a row, so their loads cover consecutive bytes.
+    // Activations first, so that their loads are in flight with the weights'; zeros past
+    // the tokens and the columns.
+    uint4 xv[kXPer];
 #pragma unroll
-    for (int i = 0; i < kUnits / kThreads; ++i) {
-      const int u = static_cast<int>(threadIdx.x) + i * kThreads;
-      const int r = u / kUnitsPerRow, ur = u % kUnitsPerRow;
-      const int b = ur / Q::kSubs, s = ur % Q::kSubs;
-      uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
-      if (b < valid_blocks) {
-        const int64_t gr = min(row0 + r, n_rows - 1);  // rows past the end: decoded, never stored
-        const uint8_t* blk = w + gr * row_bytes + (c0 / Q::kElems + b) * Q::kBytes;
-        if constexpr (H::kHas) {
-          H::decode(blk, s, h);
-        } else {
-          float v[Q::kPer];
-          Q::decode(blk, s, v);
-#pragma unroll
-          for (int k = 0; k < Q::kPer / 2; ++k) h[k] = pack_half2(v[2 * k], v[2 * k + 1]);
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < Q::kPer / 2; ++k) h[k] = 0;
-      }
-      __half* dst = ws + r * kLd + b * Q::kElems;
-#pragma unroll
-      for (int run = 0; run < Q::kRuns; ++run) {
-#pragma unroll
-        for (int j = 0; j < Q::kRunLen / 8; ++j) {
-          const uint32_t* p = h + (run * Q::kRunLen + 8 * j) / 2;
-          *reinterpret_cast<uint4*>(dst + Q::run_col(s, run) + 8 * j) = make_uint4(p[0], p[1], p[2], p[3]);
-        }
+    for (int i = 0; i < kXPer; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int t = idx / (kBK / 8), c = (idx % (kBK / 8)) * 8;
+      xv[i] = make_uint4(0, 0, 0, 0);
+      if (tok0 + t < n_tokens && c0 + c < n_cols) {
+        xv[i] = __ldg(reinterpret_cast<const uint4*>(x + (tok0 + t) * n_cols + c0 + c));
       }
     }
-    // Activations: 8 halves per load, zeros past the tokens and the columns.
-    for (int i = static_cast<int>(threadIdx.x); i < kXChunks; i += kThreads) {
-      const int t = i / (kBK / 8), c = (i % (kBK / 8)) * 8;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (tok0 + t < n_tokens && c0 + c < n_cols) {
-        val = __ldg(reinterpret_cast<const uint4*>(x + (tok0 + t) * n_cols + c0 + c));
+    uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
+    if (c0 + static_cast<int64_t>(b + 1) * Q::kElems <= n_cols) {
+      const uint8_t* blk = wrow + (c0 / Q::kElems + b) * Q::kBytes;
+      if constexpr (H::kHas) {
+        H::decode(blk, s, h);
+      } else {
+        float v[Q::kPer];
+        Q::decode(blk, s, v);
+#pragma unroll
+        for (int k = 0; k < Q::kPer / 2; ++k) h[k] = pack_half2(v[2 * k], v[2 * k + 1]);
       }
-      *reinterpret_cast<uint4*>(xs + t * kLd + c) = val;
+    } else {
+#pragma unroll
+      for (int k = 0; k < Q::kPer / 2; ++k) h[k] = 0;
+    }
+#pragma unroll
+    for (int run = 0; run < Q::kRuns; ++run) {
+#pragma unroll
+      for (int j = 0; j < Q::kRunLen / 8; ++j) {
+        const uint32_t* p = h + (run * Q::kRunLen + 8 * j) / 2;
+        *reinterpret_cast<uint4*>(wdst + Q::run_col(s, run) + 8 * j) = make_uint4(p[0], p[1], p[2], p[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kXPer; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      *reinterpret_cast<uint4*>(xs + (idx / (kBK / 8)) * kLd + (idx % (kBK / 8)) * 8) = xv[i];
     }
     __syncthreads();
-    const int k_end = static_cast<int>(min(static_cast<int64_t>(kBK), n_cols - c0));
-    for (int kk = 0; kk < k_end; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[T::FM];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf[T::FN];
-#pragma unroll
-      for (int i = 0; i < T::FM; ++i) {
-        wmma::load_matrix_sync(a[i], ws + ((wm * T::FM + i) * 16) * kLd + kk, kLd);
-      }
-#pragma unroll
-      for (int j = 0; j < T::FN; ++j) {
-        wmma::load_matrix_sync(bf[j], xs + ((wn * T::FN + j) * 16) * kLd + kk, kLd);
-      }
-#pragma unroll
-      for (int i = 0; i < T::FM; ++i) {
-#pragma unroll
-        for (int j = 0; j < T::FN; ++j) wmma::mma_sync(acc[i][j], a[i], bf[j], acc[i][j]);
+    if (has_frag) {
+      const int k_end = static_cast<int>(min(static_cast<int64_t>(kBK), n_cols - c0));
+      for (int kk = 0; kk < k_end; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf;
+        wmma::load_matrix_sync(a, ws + fm * 16 * kLd + kk, kLd);
+        wmma::load_matrix_sync(bf, xs + fn * 16 * kLd + kk, kLd);
+        wmma::mma_sync(acc, a, bf, acc);
       }
     }
     __syncthreads();
@@ -151,19 +142,12 @@ __global__ void __launch_bounds__(kThreads)
   // Outputs through shared memory (C[row][token] column-major: token-major rows of BM),
   // then stored with consecutive threads on consecutive rows.
   float* cs = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int i = 0; i < T::FM; ++i) {
-#pragma unroll
-    for (int j = 0; j < T::FN; ++j) {
-      wmma::store_matrix_sync(cs + ((wn * T::FN + j) * 16) * T::kOutLd + (wm * T::FM + i) * 16, acc[i][j],
-                              T::kOutLd, wmma::mem_col_major);
-    }
-  }
+  if (has_frag) wmma::store_matrix_sync(cs + fn * 16 * kOutLd + fm * 16, acc, kOutLd, wmma::mem_col_major);
   __syncthreads();
   float* dst = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
   for (int i = static_cast<int>(threadIdx.x); i < BM * BN; i += kThreads) {
-    const int t = i / BM, r = i % BM;
-    if (tok0 + t < n_tokens && row0 + r < n_rows) dst[(tok0 + t) * n_rows + row0 + r] = cs[t * T::kOutLd + r];
+    const int t = i / BM, rr = i % BM;
+    if (tok0 + t < n_tokens && row0 + rr < n_rows) dst[(tok0 + t) * n_rows + row0 + rr] = cs[t * kOutLd + rr];
   }
 }
 
@@ -192,32 +176,25 @@ int sm_count() {
   return n;
 }
 
-// The tile rows: 64 unless HEARTH_CUDA_QGEMM_BM says 128 (for measuring).
-int tile_rows() {
-  static const int bm = [] {
-    const char* e = std::getenv("HEARTH_CUDA_QGEMM_BM");
-    return e != nullptr && std::atoi(e) == 128 ? 128 : 64;
-  }();
-  return bm;
-}
 int tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64; }
 
 struct Plan {
-  int bm, bn, splits, steps_per_split;
+  int bn, splits, steps_per_split;
   int64_t row_tiles, tok_tiles;
 };
 
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
-  p.bm = tile_rows();
+  const int bm = ggml_traits(w.type).block_size == 256 ? 64 : 32;  // TileRows<type>::BM
   p.bn = tile_tokens(n_tokens);
-  p.row_tiles = (w.n_rows + p.bm - 1) / p.bm;
+  p.row_tiles = (w.n_rows + bm - 1) / bm;
   p.tok_tiles = (n_tokens + p.bn - 1) / p.bn;
   const int n_steps = static_cast<int>((w.n_cols + kBK - 1) / kBK);
   // Splits from the row tiles alone (never from the token count), and only while one tile
   // of tokens holds the batch: an output's sum order is then the same for 9..64 tokens.
-  const int64_t target = 2 * static_cast<int64_t>(sm_count());
-  int splits = n_tokens > 64 || p.row_tiles >= target ? 1 : static_cast<int>((target + p.row_tiles - 1) / p.row_tiles);
+  // Two blocks fit on a multiprocessor: split until one wave fills the GPU.
+  const int64_t slots = 2 * static_cast<int64_t>(sm_count());
+  int splits = n_tokens > 64 ? 1 : static_cast<int>(std::max<int64_t>(1, slots / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
   p.steps_per_split = (n_steps + splits - 1) / splits;
   p.splits = (n_steps + p.steps_per_split - 1) / p.steps_per_split;
@@ -226,33 +203,29 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
 
 size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
-template <GgmlType Q, int BM, int BN>
+template <GgmlType TYPE, int BN>
 void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
-  using T = Tiles<BM, BN>;
-  static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<Q, BM, BN>,
+  constexpr size_t kSmem = static_cast<size_t>(TileRows<TYPE>::BM + BN) * kLd * 2;
+  static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(T::kSmem));
+                                                       static_cast<int>(kSmem));
   if (attr != cudaSuccess) {
     fail(ErrorKind::kInternal, "cuda quant", std::string("quant_gemm: shared memory limit: ") + cudaGetErrorString(attr));
   }
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
                   static_cast<unsigned>(p.splits));
-  qgemm_kernel<Q, BM, BN><<<grid, kThreads, T::kSmem, stream>>>(static_cast<const uint8_t*>(w.data), w.row_bytes,
-                                                                 w.n_rows, w.n_cols, x16, n_tokens,
-                                                                 p.steps_per_split, out);
+  qgemm_kernel<TYPE, BN><<<grid, kThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows,
+                                                            w.n_cols, x16, n_tokens, p.steps_per_split, out);
 }
 
-template <GgmlType Q>
+template <GgmlType TYPE>
 void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
-  switch (p.bm * 1000 + p.bn) {
-    case 64016: launch_tile<Q, 64, 16>(w, x16, n_tokens, p, out, stream); break;
-    case 64032: launch_tile<Q, 64, 32>(w, x16, n_tokens, p, out, stream); break;
-    case 64064: launch_tile<Q, 64, 64>(w, x16, n_tokens, p, out, stream); break;
-    case 128016: launch_tile<Q, 128, 16>(w, x16, n_tokens, p, out, stream); break;
-    case 128032: launch_tile<Q, 128, 32>(w, x16, n_tokens, p, out, stream); break;
-    default: launch_tile<Q, 128, 64>(w, x16, n_tokens, p, out, stream); break;
+  switch (p.bn) {
+    case 16: launch_tile<TYPE, 16>(w, x16, n_tokens, p, out, stream); break;
+    case 32: launch_tile<TYPE, 32>(w, x16, n_tokens, p, out, stream); break;
+    default: launch_tile<TYPE, 64>(w, x16, n_tokens, p, out, stream); break;
   }
 }
 
