@@ -3,10 +3,12 @@
 // per tile of tokens instead of dequantizing the whole matrix to memory first.
 //
 // A block of 512 threads owns BM weight rows (64 of K-quant blocks, 32 of 32-element ones)
-// x BN tokens. Per step of 256 columns each thread decodes one unit of its rows' blocks into shared memory as f16 (the fast half2 decoders of
-// quant_half.cuh where a type has one, else the exact decoders of quant_blocks.cuh and the
-// value dequantize_rows_f16 gives), copies the tokens' f16 activations next to
-// them, and runs 16x16x16 tensor-core products accumulating in f32 (WMMA). When rows x
+// x BN tokens. Per step of 256 columns each thread decodes one unit of its rows' blocks
+// into a shared tile as f16 (the fast half2 decoders of quant_half.cuh where a type has
+// one, else the exact decoders of quant_blocks.cuh and the value dequantize_rows_f16
+// gives), with the next step's bytes already on their way (two tiles, one barrier per
+// step); up to eight warps multiply the tile with the tokens' f16 activations, read straight from
+// global memory, in 16x16x16 tensor-core products accumulating in f32 (WMMA). When rows x
 // tokens make fewer blocks than the GPU holds, the columns are split over blockIdx.z and
 // the partial sums added in split order by a second kernel. The split depends on the
 // weight's shape only (and is off past 64 tokens), so an output is the same sum in the same
@@ -14,6 +16,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/quant_blocks.cuh"
@@ -41,33 +44,93 @@ struct TileRows {
   static_assert(BM % 16 == 0 && BM * kUnitsPerRow == kThreads, "tile rows");
 };
 
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
+// The products: warps 0 .. WM * WN - 1 (at most 8, two per scheduler), each FM x FN
+// fragments of 16 x 16 (a fragment of weights serves FN token fragments), few enough that
+// the accumulators fit the 64 registers two blocks per multiprocessor leave.
+template <int BM, int BN>
+struct MmaWarps {
+  static constexpr int kFragM = BM / 16, kFragN = BN / 16;
+  static constexpr int WN = kFragN >= 2 ? 2 : 1;
+  static constexpr int WM = (8 / WN) < kFragM ? 8 / WN : kFragM;
+  static constexpr int FM = kFragM / WM, FN = kFragN / WN;
+  static_assert(FM * WM == kFragM && FN * WN == kFragN && WM * WN <= 8 && FM * FN <= 2, "fragments per warp");
+};
+
+// Unit loads and conversion: the fast half2 decoders split in two (quant_half.cuh), or
+// the exact decoder run at conversion time from the block's address.
+template <GgmlType TYPE, bool FAST = qk::HalfDecode<TYPE>::kHas>
+struct UnitDecode {
+  using H = qk::HalfDecode<TYPE>;
+  using Raw = typename H::Raw;
+  __device__ static Raw load(const uint8_t* blk, int s) { return H::load(blk, s); }
+  __device__ static void convert(const Raw& r, int s, uint32_t* h) { H::convert(r, s, h); }
+};
+template <GgmlType TYPE>
+struct UnitDecode<TYPE, false> {
+  using Q = qk::QType<TYPE>;
+  using Raw = const uint8_t*;
+  __device__ static Raw load(const uint8_t* blk, int) { return blk; }
+  __device__ static void convert(const Raw& blk, int s, uint32_t* h) {
+    float v[Q::kPer];
+    Q::decode(blk, s, v);
+#pragma unroll
+    for (int k = 0; k < Q::kPer / 2; ++k) {
+      const __half2 p = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+      h[k] = *reinterpret_cast<const uint32_t*>(&p);
+    }
+  }
+};
+
+// Stores a unit's values (half2 words in run order) into its row of the shared tile, 8
+// halves at a time. A unit's pieces are taken in an order rotated by its place in the row
+// so that the 8 threads of a quarter warp (8 consecutive units of one row) write 8
+// different groups of 4 banks (for every layout of quant_blocks.cuh).
+template <class Q>
+__device__ __forceinline__ void store_unit(const uint32_t* h, int b, int s, __half* row) {
+  constexpr int kJ = Q::kRunLen / 8, kPieces = Q::kRuns * kJ;
+  static_assert((kPieces & (kPieces - 1)) == 0, "pieces a power of two");
+  int rot;
+  if constexpr (Q::kElems == 32) {
+    rot = b >> 1;
+  } else if constexpr (Q::kRuns == 2) {
+    rot = s >> 1;
+  } else {
+    rot = s >> 2;
+  }
+  __half* base = row + b * Q::kElems;
+#pragma unroll
+  for (int k = 0; k < kPieces; ++k) {
+    const int q = (k + rot) & (kPieces - 1);
+    uint4 v = make_uint4(h[0], h[1], h[2], h[3]);
+#pragma unroll
+    for (int qq = 1; qq < kPieces; ++qq) {
+      const uint32_t* p = h + ((qq / kJ) * Q::kRunLen + 8 * (qq % kJ)) / 2;
+      if (q == qq) v = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+    *reinterpret_cast<uint4*>(base + Q::run_col(s, q / kJ) + 8 * (q % kJ)) = v;
+  }
 }
 
-// out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split). Warp f of
-// the block owns the 16 x 16 output fragment f (rows f % (BM / 16), tokens f / (BM / 16)).
-template <GgmlType TYPE, int BN>
-__global__ void __launch_bounds__(kThreads, 2)
+// out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split). x: f16
+// activations padded with zero rows to a whole number of BN-token tiles, read by the
+// tensor-core fragment loads straight from global memory (L1 / L2). The weights go through
+// two shared tiles: step k + 1's bytes are loaded while step k is converted and multiplied.
+template <GgmlType TYPE, int BN, int MIN_BLOCKS>
+__global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                  const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out) {
   using Q = qk::QType<TYPE>;
-  using H = qk::HalfDecode<TYPE>;
+  using D = UnitDecode<TYPE>;
   constexpr int kUnitsPerRow = TileRows<TYPE>::kUnitsPerRow, BM = TileRows<TYPE>::BM;
-  constexpr int kFragM = BM / 16, kFrags = kFragM * (BN / 16);
-  static_assert(kFrags <= kThreads / 32, "a fragment per warp");
+  using M = MmaWarps<BM, BN>;
   static_assert(Q::kRunLen % 8 == 0, "runs are stored 8 halves at a time");
   constexpr int kOutLd = BM + 4;  // f32 staging of the outputs, column-major C
-  static_assert(BN * kOutLd * 4 <= (BM + BN) * kLd * 2, "output staging fits");
-  constexpr int kXPer = BN * kBK / 8 / kThreads;  // 8-half chunks of activations per thread
-  static_assert(kXPer >= 1 && kXPer * kThreads * 8 == BN * kBK, "activation chunks");
+  static_assert(BN * kOutLd * 4 <= 2 * BM * kLd * 2, "output staging fits");
   extern __shared__ __align__(16) unsigned char smem[];
-  __half* ws = reinterpret_cast<__half*>(smem);  // [BM][kLd]
-  __half* xs = ws + BM * kLd;                    // [BN][kLd]
+  __half* ws = reinterpret_cast<__half*>(smem);  // [2][BM][kLd]
   const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const bool has_frag = warp < kFrags;
-  const int fm = warp % kFragM, fn = warp / kFragM;
+  const bool mma_warp = warp < M::WM * M::WN;
+  const int wm = warp % M::WM, wn = warp / M::WM;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
   const int n_steps = static_cast<int>((n_cols + kBK - 1) / kBK);
@@ -79,70 +142,69 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int r = static_cast<int>(threadIdx.x) / kUnitsPerRow, ur = static_cast<int>(threadIdx.x) % kUnitsPerRow;
   const int b = ur / Q::kSubs, s = ur % Q::kSubs;
   const uint8_t* wrow = w + min(row0 + r, n_rows - 1) * row_bytes;  // rows past the end: decoded, never stored
-  __half* wdst = ws + r * kLd + b * Q::kElems;
+  auto unit_valid = [&](int step) { return static_cast<int64_t>(step) * kBK + (b + 1) * Q::kElems <= n_cols; };
+  auto unit_load = [&](int step) {
+    return D::load(wrow + (static_cast<int64_t>(step) * (kBK / Q::kElems) + b) * Q::kBytes, s);
+  };
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 0.0f);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[M::FM][M::FN];
+#pragma unroll
+  for (int i = 0; i < M::FM; ++i) {
+#pragma unroll
+    for (int j = 0; j < M::FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+  typename D::Raw raw{};
+  if (step0 < step1 && unit_valid(step0)) raw = unit_load(step0);
   for (int step = step0; step < step1; ++step) {
-    const int64_t c0 = static_cast<int64_t>(step) * kBK;
-    // Activations first, so that their loads are in flight with the weights'; zeros past
-    // the tokens and the columns.
-    uint4 xv[kXPer];
-#pragma unroll
-    for (int i = 0; i < kXPer; ++i) {
-      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
-      const int t = idx / (kBK / 8), c = (idx % (kBK / 8)) * 8;
-      xv[i] = make_uint4(0, 0, 0, 0);
-      if (tok0 + t < n_tokens && c0 + c < n_cols) {
-        xv[i] = __ldg(reinterpret_cast<const uint4*>(x + (tok0 + t) * n_cols + c0 + c));
-      }
-    }
-    uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
-    if (c0 + static_cast<int64_t>(b + 1) * Q::kElems <= n_cols) {
-      const uint8_t* blk = wrow + (c0 / Q::kElems + b) * Q::kBytes;
-      if constexpr (H::kHas) {
-        H::decode(blk, s, h);
-      } else {
-        float v[Q::kPer];
-        Q::decode(blk, s, v);
-#pragma unroll
-        for (int k = 0; k < Q::kPer / 2; ++k) h[k] = pack_half2(v[2 * k], v[2 * k + 1]);
-      }
+    __half* tile = ws + ((step - step0) & 1) * BM * kLd;
+    uint32_t h[Q::kPer / 2];
+    if (unit_valid(step)) {
+      D::convert(raw, s, h);
     } else {
 #pragma unroll
       for (int k = 0; k < Q::kPer / 2; ++k) h[k] = 0;
     }
-#pragma unroll
-    for (int run = 0; run < Q::kRuns; ++run) {
-#pragma unroll
-      for (int j = 0; j < Q::kRunLen / 8; ++j) {
-        const uint32_t* p = h + (run * Q::kRunLen + 8 * j) / 2;
-        *reinterpret_cast<uint4*>(wdst + Q::run_col(s, run) + 8 * j) = make_uint4(p[0], p[1], p[2], p[3]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kXPer; ++i) {
-      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
-      *reinterpret_cast<uint4*>(xs + (idx / (kBK / 8)) * kLd + (idx % (kBK / 8)) * 8) = xv[i];
-    }
+    if (step + 1 < step1 && unit_valid(step + 1)) raw = unit_load(step + 1);  // in flight until the next step
+    store_unit<Q>(h, b, s, tile + r * kLd);
     __syncthreads();
-    if (has_frag) {
+    if (mma_warp) {
+      const int64_t c0 = static_cast<int64_t>(step) * kBK;
       const int k_end = static_cast<int>(min(static_cast<int64_t>(kBK), n_cols - c0));
+      const __half* xt = x + (tok0 + wn * M::FN * 16) * n_cols + c0;
       for (int kk = 0; kk < k_end; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf;
-        wmma::load_matrix_sync(a, ws + fm * 16 * kLd + kk, kLd);
-        wmma::load_matrix_sync(bf, xs + fn * 16 * kLd + kk, kLd);
-        wmma::mma_sync(acc, a, bf, acc);
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[M::FM];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf[M::FN];
+#pragma unroll
+        for (int i = 0; i < M::FM; ++i) wmma::load_matrix_sync(a[i], tile + (wm * M::FM + i) * 16 * kLd + kk, kLd);
+#pragma unroll
+        for (int j = 0; j < M::FN; ++j) {
+          wmma::load_matrix_sync(bf[j], xt + j * 16 * n_cols + kk, static_cast<unsigned>(n_cols));
+        }
+#pragma unroll
+        for (int i = 0; i < M::FM; ++i) {
+#pragma unroll
+          for (int j = 0; j < M::FN; ++j) wmma::mma_sync(acc[i][j], a[i], bf[j], acc[i][j]);
+        }
       }
     }
-    __syncthreads();
+    // No second barrier: the next step writes the other tile, whose last readers (the
+    // products of the step before) all finished before this step's barrier.
   }
+  __syncthreads();  // the tiles become the output staging
 
   // Outputs through shared memory (C[row][token] column-major: token-major rows of BM),
   // then stored with consecutive threads on consecutive rows.
   float* cs = reinterpret_cast<float*>(smem);
-  if (has_frag) wmma::store_matrix_sync(cs + fn * 16 * kOutLd + fm * 16, acc, kOutLd, wmma::mem_col_major);
+  if (mma_warp) {
+#pragma unroll
+    for (int i = 0; i < M::FM; ++i) {
+#pragma unroll
+      for (int j = 0; j < M::FN; ++j) {
+        wmma::store_matrix_sync(cs + (wn * M::FN + j) * 16 * kOutLd + (wm * M::FM + i) * 16, acc[i][j], kOutLd,
+                                wmma::mem_col_major);
+      }
+    }
+  }
   __syncthreads();
   float* dst = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
   for (int i = static_cast<int>(threadIdx.x); i < BM * BN; i += kThreads) {
@@ -160,9 +222,10 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int n_splits, 
   y[i] = s;
 }
 
-__global__ void to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
+// y: [n_pad] f16 = x rounded for i < n, zeros up to n_pad.
+__global__ void to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n, int64_t n_pad) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = __float2half_rn(x[i]);
+  if (i < n_pad) y[i] = __float2half_rn(i < n ? x[i] : 0.0f);
 }
 
 int sm_count() {
@@ -180,8 +243,17 @@ int tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 
 
 struct Plan {
   int bn, splits, steps_per_split;
+  int blocks_per_sm;  // 2 (64 registers a thread), or 1 (128) with HEARTH_CUDA_QGEMM_BLOCKS=1
   int64_t row_tiles, tok_tiles;
 };
+
+int blocks_per_sm() {
+  static const int n = [] {
+    const char* e = std::getenv("HEARTH_CUDA_QGEMM_BLOCKS");
+    return e != nullptr && std::atoi(e) == 1 ? 1 : 2;
+  }();
+  return n;
+}
 
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
@@ -192,8 +264,9 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   const int n_steps = static_cast<int>((w.n_cols + kBK - 1) / kBK);
   // Splits from the row tiles alone (never from the token count), and only while one tile
   // of tokens holds the batch: an output's sum order is then the same for 9..64 tokens.
-  // Two blocks fit on a multiprocessor: split until one wave fills the GPU.
-  const int64_t slots = 2 * static_cast<int64_t>(sm_count());
+  // Split until one wave fills the GPU.
+  p.blocks_per_sm = blocks_per_sm();
+  const int64_t slots = p.blocks_per_sm * static_cast<int64_t>(sm_count());
   int splits = n_tokens > 64 ? 1 : static_cast<int>(std::max<int64_t>(1, slots / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
   p.steps_per_split = (n_steps + splits - 1) / splits;
@@ -203,11 +276,11 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
 
 size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
-template <GgmlType TYPE, int BN>
+template <GgmlType TYPE, int BN, int MIN_BLOCKS>
 void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
-  constexpr size_t kSmem = static_cast<size_t>(TileRows<TYPE>::BM + BN) * kLd * 2;
-  static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN>,
+  constexpr size_t kSmem = static_cast<size_t>(2 * TileRows<TYPE>::BM) * kLd * 2;
+  static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN, MIN_BLOCKS>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        static_cast<int>(kSmem));
   if (attr != cudaSuccess) {
@@ -215,17 +288,25 @@ void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
   }
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
                   static_cast<unsigned>(p.splits));
-  qgemm_kernel<TYPE, BN><<<grid, kThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows,
-                                                            w.n_cols, x16, n_tokens, p.steps_per_split, out);
+  qgemm_kernel<TYPE, BN, MIN_BLOCKS><<<grid, kThreads, kSmem, stream>>>(
+      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out);
 }
 
 template <GgmlType TYPE>
 void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
+  if (p.blocks_per_sm == 1) {
+    switch (p.bn) {
+      case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, stream); break;
+      case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, stream); break;
+      default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, stream); break;
+    }
+    return;
+  }
   switch (p.bn) {
-    case 16: launch_tile<TYPE, 16>(w, x16, n_tokens, p, out, stream); break;
-    case 32: launch_tile<TYPE, 32>(w, x16, n_tokens, p, out, stream); break;
-    default: launch_tile<TYPE, 64>(w, x16, n_tokens, p, out, stream); break;
+    case 16: launch_tile<TYPE, 16, 2>(w, x16, n_tokens, p, out, stream); break;
+    case 32: launch_tile<TYPE, 32, 2>(w, x16, n_tokens, p, out, stream); break;
+    default: launch_tile<TYPE, 64, 2>(w, x16, n_tokens, p, out, stream); break;
   }
 }
 
@@ -264,7 +345,7 @@ bool quant_gemm_supported(GgmlType type) {
 
 size_t quant_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
   const Plan p = plan_for(w, n_tokens);
-  const size_t x16 = align256(sizeof(__half) * static_cast<size_t>(n_tokens * w.n_cols));
+  const size_t x16 = align256(sizeof(__half) * static_cast<size_t>(p.tok_tiles * p.bn * w.n_cols));
   const size_t part = p.splits > 1 ? align256(sizeof(float) * static_cast<size_t>(p.splits) * n_tokens * w.n_rows) : 0;
   return x16 + part;
 }
@@ -291,12 +372,12 @@ void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* 
   }
   const Plan p = plan_for(w, n_tokens);
   auto* x16 = static_cast<__half*>(scratch);
-  const int64_t nx = n_tokens * w.n_cols;
-  to_f16_kernel<<<static_cast<unsigned>((nx + 255) / 256), 256, 0, stream>>>(x, x16, nx);
+  const int64_t nx = n_tokens * w.n_cols, n_pad = p.tok_tiles * p.bn * w.n_cols;
+  to_f16_kernel<<<static_cast<unsigned>((n_pad + 255) / 256), 256, 0, stream>>>(x, x16, nx, n_pad);
   float* out = y;
   if (p.splits > 1) {
     out = reinterpret_cast<float*>(static_cast<char*>(scratch) +
-                                   align256(sizeof(__half) * static_cast<size_t>(nx)));
+                                   align256(sizeof(__half) * static_cast<size_t>(n_pad)));
   }
   dispatch(w, x16, n_tokens, p, out, stream);
   if (p.splits > 1) {

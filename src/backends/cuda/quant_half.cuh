@@ -50,14 +50,18 @@ __device__ __forceinline__ void four_affine(uint32_t w, __half2 off, __half2 d, 
 template <>
 struct HalfDecode<GgmlType::Q4_0> {
   static constexpr bool kHas = true;
-  __device__ static void decode(const uint8_t* blk, int s, uint32_t* h) {
-    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(ld_u16(blk))));
+  struct Raw {
+    uint32_t d;
+    uint2 q;
+  };
+  __device__ static Raw load(const uint8_t* blk, int s) { return Raw{ld_u16(blk), ld_8_al2(blk + 2 + 8 * s)}; }
+  __device__ static void convert(const Raw& r, int, uint32_t* h) {
+    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.d)));
     const __half2 off = __float2half2_rn(1032.f);
-    const uint2 q = ld_8_al2(blk + 2 + 8 * s);
-    four_scaled(q.x & 0x0f0f0f0fu, off, d, h + 0);
-    four_scaled(q.y & 0x0f0f0f0fu, off, d, h + 2);
-    four_scaled((q.x >> 4) & 0x0f0f0f0fu, off, d, h + 4);
-    four_scaled((q.y >> 4) & 0x0f0f0f0fu, off, d, h + 6);
+    four_scaled(r.q.x & 0x0f0f0f0fu, off, d, h + 0);
+    four_scaled(r.q.y & 0x0f0f0f0fu, off, d, h + 2);
+    four_scaled((r.q.x >> 4) & 0x0f0f0f0fu, off, d, h + 4);
+    four_scaled((r.q.y >> 4) & 0x0f0f0f0fu, off, d, h + 6);
   }
 };
 
@@ -65,14 +69,20 @@ struct HalfDecode<GgmlType::Q4_0> {
 template <>
 struct HalfDecode<GgmlType::Q8_0> {
   static constexpr bool kHas = true;
-  __device__ static void decode(const uint8_t* blk, int s, uint32_t* h) {
-    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(ld_u16(blk))));
+  struct Raw {
+    uint32_t d;
+    uint2 q0, q1;
+  };
+  __device__ static Raw load(const uint8_t* blk, int s) {
+    return Raw{ld_u16(blk), ld_8_al2(blk + 2 + 16 * s), ld_8_al2(blk + 10 + 16 * s)};
+  }
+  __device__ static void convert(const Raw& r, int, uint32_t* h) {
+    const __half2 d = __half2half2(__ushort_as_half(static_cast<unsigned short>(r.d)));
     const __half2 off = __float2half2_rn(1152.f);
-    const uint2 q0 = ld_8_al2(blk + 2 + 16 * s), q1 = ld_8_al2(blk + 10 + 16 * s);
-    four_scaled(q0.x ^ 0x80808080u, off, d, h + 0);
-    four_scaled(q0.y ^ 0x80808080u, off, d, h + 2);
-    four_scaled(q1.x ^ 0x80808080u, off, d, h + 4);
-    four_scaled(q1.y ^ 0x80808080u, off, d, h + 6);
+    four_scaled(r.q0.x ^ 0x80808080u, off, d, h + 0);
+    four_scaled(r.q0.y ^ 0x80808080u, off, d, h + 2);
+    four_scaled(r.q1.x ^ 0x80808080u, off, d, h + 4);
+    four_scaled(r.q1.y ^ 0x80808080u, off, d, h + 6);
   }
 };
 
@@ -81,11 +91,15 @@ struct HalfDecode<GgmlType::Q8_0> {
 template <>
 struct HalfDecode<GgmlType::Q4_K> {
   static constexpr bool kHas = true;
-  __device__ static void decode(const uint8_t* blk, int s, uint32_t* h) {
+  struct Raw {
+    uint4 head;  // d, dmin; the 12 scale bytes
+    uint4 q;
+  };
+  __device__ static Raw load(const uint8_t* blk, int s) { return Raw{ld_u128(blk), ld_u128(blk + 16 + 16 * s)}; }
+  __device__ static void convert(const Raw& r, int s, uint32_t* h) {
     const int p = s >> 1;
-    const uint32_t dd = ld_u32(blk);
-    const float d = f16_bits_to_f32(dd & 0xffff), dmin = f16_bits_to_f32(dd >> 16);
-    const uint32_t scales[3] = {ld_u32(blk + 4), ld_u32(blk + 8), ld_u32(blk + 12)};
+    const float d = f16_bits_to_f32(r.head.x & 0xffff), dmin = f16_bits_to_f32(r.head.x >> 16);
+    const uint32_t scales[3] = {r.head.y, r.head.z, r.head.w};
     uint32_t sc, m;
     k4_scale_min(2 * p, scales, &sc, &m);
     const __half2 d1 = __float2half2_rn(d * static_cast<float>(sc));
@@ -94,8 +108,7 @@ struct HalfDecode<GgmlType::Q4_K> {
     const __half2 d2 = __float2half2_rn(d * static_cast<float>(sc));
     const __half2 m2 = __float2half2_rn(-(dmin * static_cast<float>(m)));
     const __half2 off = __float2half2_rn(1024.f);
-    const uint4 q = ld_u128(blk + 16 + 16 * s);
-    const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+    const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       four_affine(qw[k] & 0x0f0f0f0fu, off, d1, m1, h + 2 * k);
@@ -108,18 +121,25 @@ struct HalfDecode<GgmlType::Q4_K> {
 template <>
 struct HalfDecode<GgmlType::Q6_K> {
   static constexpr bool kHas = true;
-  __device__ static void decode(const uint8_t* blk, int u, uint32_t* h) {
+  struct Raw {
+    uint2 qa, qb, qh, sc;  // sc: scale bytes is .. is + 7 (the unit uses is, is + 2, is + 4, is + 6)
+    uint32_t d;
+  };
+  __device__ static Raw load(const uint8_t* blk, int u) {
     const int hh = u >> 2, c = u & 3;
-    const float d = ld_f16(blk + 208);
-    const uint2 qa = ld_8_al2(blk + 64 * hh + 8 * c);
-    const uint2 qb = ld_8_al2(blk + 64 * hh + 32 + 8 * c);
-    const uint2 qh = ld_8_al2(blk + 128 + 32 * hh + 8 * c);
     const int is = 8 * hh + (c >> 1);
+    return Raw{ld_8_al2(blk + 64 * hh + 8 * c), ld_8_al2(blk + 64 * hh + 32 + 8 * c),
+               ld_8_al2(blk + 128 + 32 * hh + 8 * c), ld_8_al1(blk + 192 + is), ld_u16(blk + 208)};
+  }
+  __device__ static void convert(const Raw& r, int, uint32_t* h) {
+    const float d = f16_bits_to_f32(r.d);
     const __half2 off = __float2half2_rn(1056.f);
-    const uint32_t a[2] = {qa.x, qa.y}, b[2] = {qb.x, qb.y}, hb[2] = {qh.x, qh.y};
+    const uint32_t a[2] = {r.qa.x, r.qa.y}, b[2] = {r.qb.x, r.qb.y}, hb[2] = {r.qh.x, r.qh.y};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const __half2 ds = __float2half2_rn(d * static_cast<float>(static_cast<int8_t>(ld_u8(blk + 192 + is + 2 * k))));
+      const uint32_t scw = k < 2 ? r.sc.x : r.sc.y;  // bytes 2k of the eight
+      const int sc = static_cast<int8_t>(byte_of(scw, (2 * k) & 3));
+      const __half2 ds = __float2half2_rn(d * static_cast<float>(sc));
 #pragma unroll
       for (int wd = 0; wd < 2; ++wd) {
         const uint32_t lo = (k & 1) ? b[wd] : a[wd];
