@@ -4,15 +4,14 @@
 //
 // A block of 512 threads owns BM weight rows (64 of K-quant blocks, 32 of 32-element ones)
 // x BN tokens. Per step of 256 columns each thread decodes one unit of its rows' blocks
-// into a shared tile as f16 (the fast half2 decoders of quant_half.cuh where a type has
+// into shared memory as f16 (the fast half2 decoders of quant_half.cuh where a type has
 // one, else the exact decoders of quant_blocks.cuh and the value dequantize_rows_f16
-// gives), with the next step's bytes already on their way (two tiles, one barrier per
-// step); up to eight warps multiply the tile with the tokens' f16 activations, read straight from
-// global memory, in 16x16x16 tensor-core products accumulating in f32 (WMMA). When rows x
-// tokens make fewer blocks than the GPU holds, the columns are split over blockIdx.z and
-// the partial sums added in split order by a second kernel. The split depends on the
-// weight's shape only (and is off past 64 tokens), so an output is the same sum in the same
-// order for any batch of 9 to 64 tokens, and for any batch above 64.
+// gives), copies the tokens' f16 activations next to them, and each warp runs the 16x16x16
+// tensor-core products (WMMA, f32 accumulation) of one output fragment. When rows x tokens
+// make fewer blocks than the GPU holds, the columns are split over blockIdx.z and the
+// partial sums added in split order by a second kernel. The split depends on the weight's
+// shape only (and is off past 64 tokens), so an output is the same sum in the same order
+// for any batch of 9 to 64 tokens, and for any batch above 64.
 #include <mma.h>
 
 #include <algorithm>
@@ -42,18 +41,6 @@ struct TileRows {
   static constexpr int kUnitsPerRow = (kBK / Q::kElems) * Q::kSubs;
   static constexpr int BM = kThreads / kUnitsPerRow;
   static_assert(BM % 16 == 0 && BM * kUnitsPerRow == kThreads, "tile rows");
-};
-
-// The products: warps 0 .. WM * WN - 1 (at most 8, two per scheduler), each FM x FN
-// fragments of 16 x 16 (a fragment of weights serves FN token fragments), few enough that
-// the accumulators fit the 64 registers two blocks per multiprocessor leave.
-template <int BM, int BN>
-struct MmaWarps {
-  static constexpr int kFragM = BM / 16, kFragN = BN / 16;
-  static constexpr int WN = kFragN >= 2 ? 2 : 1;
-  static constexpr int WM = (8 / WN) < kFragM ? 8 / WN : kFragM;
-  static constexpr int FM = kFragM / WM, FN = kFragN / WN;
-  static_assert(FM * WM == kFragM && FN * WN == kFragN && WM * WN <= 8 && FM * FN <= 2, "fragments per warp");
 };
 
 // Unit loads and conversion: the fast half2 decoders split in two (quant_half.cuh), or
@@ -112,9 +99,8 @@ __device__ __forceinline__ void store_unit(const uint32_t* h, int b, int s, __ha
 }
 
 // out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split). x: f16
-// activations padded with zero rows to a whole number of BN-token tiles, read by the
-// tensor-core fragment loads straight from global memory (L1 / L2). The weights go through
-// two shared tiles: step k + 1's bytes are loaded while step k is converted and multiplied.
+// activations, padded with zero rows to a whole number of BN-token tiles. Warp f of the
+// block owns the 16 x 16 output fragment f (rows f % (BM / 16), tokens f / (BM / 16)).
 template <GgmlType TYPE, int BN, int MIN_BLOCKS>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -122,15 +108,19 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   using Q = qk::QType<TYPE>;
   using D = UnitDecode<TYPE>;
   constexpr int kUnitsPerRow = TileRows<TYPE>::kUnitsPerRow, BM = TileRows<TYPE>::BM;
-  using M = MmaWarps<BM, BN>;
+  constexpr int kFragM = BM / 16, kFrags = kFragM * (BN / 16);
+  static_assert(kFrags <= kThreads / 32, "a fragment per warp");
   static_assert(Q::kRunLen % 8 == 0, "runs are stored 8 halves at a time");
   constexpr int kOutLd = BM + 4;  // f32 staging of the outputs, column-major C
-  static_assert(BN * kOutLd * 4 <= 2 * BM * kLd * 2, "output staging fits");
+  static_assert(BN * kOutLd * 4 <= (BM + BN) * kLd * 2, "output staging fits");
+  constexpr int kXPer = BN * kBK / 8 / kThreads;  // 8-half chunks of activations per thread
+  static_assert(kXPer >= 1 && kXPer * kThreads * 8 == BN * kBK, "activation chunks");
   extern __shared__ __align__(16) unsigned char smem[];
-  __half* ws = reinterpret_cast<__half*>(smem);  // [2][BM][kLd]
+  __half* ws = reinterpret_cast<__half*>(smem);  // [BM][kLd]
+  __half* xs = ws + BM * kLd;                    // [BN][kLd]
   const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const bool mma_warp = warp < M::WM * M::WN;
-  const int wm = warp % M::WM, wn = warp / M::WM;
+  const bool has_frag = warp < kFrags;
+  const int fm = warp % kFragM, fn = warp / kFragM;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
   const int n_steps = static_cast<int>((n_cols + kBK - 1) / kBK);
@@ -142,69 +132,51 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int r = static_cast<int>(threadIdx.x) / kUnitsPerRow, ur = static_cast<int>(threadIdx.x) % kUnitsPerRow;
   const int b = ur / Q::kSubs, s = ur % Q::kSubs;
   const uint8_t* wrow = w + min(row0 + r, n_rows - 1) * row_bytes;  // rows past the end: decoded, never stored
-  auto unit_valid = [&](int step) { return static_cast<int64_t>(step) * kBK + (b + 1) * Q::kElems <= n_cols; };
-  auto unit_load = [&](int step) {
-    return D::load(wrow + (static_cast<int64_t>(step) * (kBK / Q::kElems) + b) * Q::kBytes, s);
-  };
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[M::FM][M::FN];
-#pragma unroll
-  for (int i = 0; i < M::FM; ++i) {
-#pragma unroll
-    for (int j = 0; j < M::FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  }
-  typename D::Raw raw{};
-  if (step0 < step1 && unit_valid(step0)) raw = unit_load(step0);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
   for (int step = step0; step < step1; ++step) {
-    __half* tile = ws + ((step - step0) & 1) * BM * kLd;
-    uint32_t h[Q::kPer / 2];
-    if (unit_valid(step)) {
-      D::convert(raw, s, h);
+    const int64_t c0 = static_cast<int64_t>(step) * kBK;
+    // Activations and weights loaded together (both in flight), then converted and stored.
+    uint4 xv[kXPer];
+#pragma unroll
+    for (int i = 0; i < kXPer; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int t = idx / (kBK / 8), c = (idx % (kBK / 8)) * 8;
+      xv[i] = make_uint4(0, 0, 0, 0);
+      if (c0 + c < n_cols) xv[i] = __ldg(reinterpret_cast<const uint4*>(x + (tok0 + t) * n_cols + c0 + c));
+    }
+    uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
+    if (c0 + static_cast<int64_t>(b + 1) * Q::kElems <= n_cols) {
+      D::convert(D::load(wrow + (c0 / Q::kElems + b) * Q::kBytes, s), s, h);
     } else {
 #pragma unroll
       for (int k = 0; k < Q::kPer / 2; ++k) h[k] = 0;
     }
-    if (step + 1 < step1 && unit_valid(step + 1)) raw = unit_load(step + 1);  // in flight until the next step
-    store_unit<Q>(h, b, s, tile + r * kLd);
+    store_unit<Q>(h, b, s, ws + r * kLd);
+#pragma unroll
+    for (int i = 0; i < kXPer; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      *reinterpret_cast<uint4*>(xs + (idx / (kBK / 8)) * kLd + (idx % (kBK / 8)) * 8) = xv[i];
+    }
     __syncthreads();
-    if (mma_warp) {
-      const int64_t c0 = static_cast<int64_t>(step) * kBK;
+    if (has_frag) {
       const int k_end = static_cast<int>(min(static_cast<int64_t>(kBK), n_cols - c0));
-      const __half* xt = x + (tok0 + wn * M::FN * 16) * n_cols + c0;
       for (int kk = 0; kk < k_end; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[M::FM];
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf[M::FN];
-#pragma unroll
-        for (int i = 0; i < M::FM; ++i) wmma::load_matrix_sync(a[i], tile + (wm * M::FM + i) * 16 * kLd + kk, kLd);
-#pragma unroll
-        for (int j = 0; j < M::FN; ++j) {
-          wmma::load_matrix_sync(bf[j], xt + j * 16 * n_cols + kk, static_cast<unsigned>(n_cols));
-        }
-#pragma unroll
-        for (int i = 0; i < M::FM; ++i) {
-#pragma unroll
-          for (int j = 0; j < M::FN; ++j) wmma::mma_sync(acc[i][j], a[i], bf[j], acc[i][j]);
-        }
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf;
+        wmma::load_matrix_sync(a, ws + fm * 16 * kLd + kk, kLd);
+        wmma::load_matrix_sync(bf, xs + fn * 16 * kLd + kk, kLd);
+        wmma::mma_sync(acc, a, bf, acc);
       }
     }
-    // No second barrier: the next step writes the other tile, whose last readers (the
-    // products of the step before) all finished before this step's barrier.
+    __syncthreads();
   }
-  __syncthreads();  // the tiles become the output staging
 
   // Outputs through shared memory (C[row][token] column-major: token-major rows of BM),
   // then stored with consecutive threads on consecutive rows.
   float* cs = reinterpret_cast<float*>(smem);
-  if (mma_warp) {
-#pragma unroll
-    for (int i = 0; i < M::FM; ++i) {
-#pragma unroll
-      for (int j = 0; j < M::FN; ++j) {
-        wmma::store_matrix_sync(cs + (wn * M::FN + j) * 16 * kOutLd + (wm * M::FM + i) * 16, acc[i][j], kOutLd,
-                                wmma::mem_col_major);
-      }
-    }
-  }
+  if (has_frag) wmma::store_matrix_sync(cs + fn * 16 * kOutLd + fm * 16, acc, kOutLd, wmma::mem_col_major);
   __syncthreads();
   float* dst = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
   for (int i = static_cast<int>(threadIdx.x); i < BM * BN; i += kThreads) {
@@ -279,7 +251,7 @@ size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 template <GgmlType TYPE, int BN, int MIN_BLOCKS>
 void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  cudaStream_t stream) {
-  constexpr size_t kSmem = static_cast<size_t>(2 * TileRows<TYPE>::BM) * kLd * 2;
+  constexpr size_t kSmem = static_cast<size_t>(TileRows<TYPE>::BM + BN) * kLd * 2;
   static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN, MIN_BLOCKS>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        static_cast<int>(kSmem));
