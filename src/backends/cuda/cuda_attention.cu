@@ -1,6 +1,6 @@
 // CudaBackend::attention: causal grouped-query attention over the paged KV cache.
-// Decode: one block per (query row, query head, range of 64 keys: split-K, merged by a
-// second kernel); its warps take keys j = warp, warp + n_warps, ... of the range and
+// Decode: one block per (query row, KV head with up to four of its query heads, range of
+// keys: split-K, merged by a second kernel); its warps take keys j = warp, warp + n_warps, ... of the range and
 // keep an online softmax (running max, sum and
 // weighted value sum, each lane holding head_dim / 32 dimensions); the warps' partial
 // results are merged at the end. Keys are read through the sequence's block table.
@@ -27,7 +27,11 @@ struct SeqDesc {
 __device__ __forceinline__ float kv_load(const float* p) { return *p; }
 __device__ __forceinline__ float kv_load(const __half* p) { return __half2float(*p); }
 
-// EPL: dimensions per lane (head_dim <= 32 * EPL).
+// EPL: dimensions per lane (head_dim <= 32 * EPL). Block (row, KV head and chunk of up to
+// kDecodeHeads of its query heads, key range): each K and V row is read once for all of
+// the chunk's query heads (grouped-query attention reads a KV head for `group` queries).
+constexpr int kDecodeHeads = 4;
+
 template <class T, int EPL>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
@@ -35,23 +39,32 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
                      const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
                      int bs_log2, float scale, float* __restrict__ out, int split_keys,
                      float* __restrict__ part) {
-  const int row = blockIdx.x, h = blockIdx.y;
+  constexpr int G = kDecodeHeads;
+  const int row = blockIdx.x;
+  const int n_chunks = (group + G - 1) / G;
+  const int hkv = static_cast<int>(blockIdx.y) / n_chunks, chunk = static_cast<int>(blockIdx.y) % n_chunks;
+  const int h0 = hkv * group + chunk * G;
+  const int ng = min(G, group - chunk * G);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int si = row_seq[row];
   if (si < 0) return;  // a row of no sequence (the whole block leaves)
   const SeqDesc sd = seqs[si];
   const int n_keys = sd.pos0 + (row - sd.first_row) + 1;
   const int32_t* table = tables + sd.table_off;
-  const int64_t kv_off = static_cast<int64_t>(h / group) * head_dim;
-  const float* qr = q + (static_cast<int64_t>(row) * n_head + h) * head_dim;
-  float qv[EPL], acc[EPL];
+  const int64_t kv_off = static_cast<int64_t>(hkv) * head_dim;
+  float qv[G][EPL], acc[G][EPL], m[G], l[G];
 #pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    const int d = lane + 32 * e;
-    qv[e] = d < head_dim ? qr[d] : 0.0f;
-    acc[e] = 0.0f;
+  for (int g = 0; g < G; ++g) {
+    const float* qr = q + (static_cast<int64_t>(row) * n_head + h0 + min(g, ng - 1)) * head_dim;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane + 32 * e;
+      qv[g][e] = d < head_dim && g < ng ? qr[d] : 0.0f;
+      acc[g][e] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
   }
-  float m = -INFINITY, l = 0.0f;
   const int bs_mask = (1 << bs_log2) - 1;
   // Split over keys (part != null): this block takes keys [z * split_keys, (z + 1) * split_keys).
   const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * split_keys : 0;
@@ -60,62 +73,72 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
     const T* kp = kc + r * kv_stride + kv_off;
     const T* vp = vc + r * kv_stride + kv_off;
-    float s = 0.0f;
+    float kv[EPL], vv[EPL];
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
       const int d = lane + 32 * e;
-      if (d < head_dim) s += qv[e] * kv_load(kp + d);
+      kv[e] = d < head_dim ? kv_load(kp + d) : 0.0f;
+      vv[e] = d < head_dim ? kv_load(vp + d) : 0.0f;
     }
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) {
-      const int d = lane + 32 * e;
-      const float v = d < head_dim ? kv_load(vp + d) : 0.0f;
-      acc[e] = acc[e] * corr + p * v;
+    for (int g = 0; g < G; ++g) {
+      if (g >= ng) break;
+      float s = 0.0f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) s += qv[g][e] * kv[e];
+      s = warp_sum(s) * scale;
+      const float m_new = fmaxf(m[g], s);
+      const float corr = expf(m[g] - m_new), p = expf(s - m_new);
+      l[g] = l[g] * corr + p;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) acc[g][e] = acc[g][e] * corr + p * vv[e];
+      m[g] = m_new;
     }
-    m = m_new;
   }
-  __shared__ float sm[kAttnWarps], sl[kAttnWarps];
-  __shared__ float sacc[kAttnWarps][32 * EPL];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
+  __shared__ float sm[G][kAttnWarps], sl[G][kAttnWarps];
+  __shared__ float sacc[G][kAttnWarps][32 * EPL];
 #pragma unroll
-  for (int e = 0; e < EPL; ++e) sacc[warp][lane + 32 * e] = acc[e];
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) {
+      sm[g][warp] = m[g];
+      sl[g][warp] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) sacc[g][warp][lane + 32 * e] = acc[g][e];
+  }
   __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm[w]);
-  float L = 0.0f;
-  float f[kAttnWarps];
-  for (int w = 0; w < kAttnWarps; ++w) {
-    f[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
-    L += sl[w] * f[w];
-  }
-  if (part != nullptr) {
-    // Partial result of this key range: [max, sum, unnormalised acc[head_dim]].
-    const int64_t stride = head_dim + 2;
-    float* pp = part + ((static_cast<int64_t>(row) * n_head + h) * gridDim.z + blockIdx.z) * stride;
-    if (threadIdx.x == 0) {
-      pp[0] = M;
-      pp[1] = L;
+  for (int g = 0; g < ng; ++g) {
+    const int h = h0 + g;
+    float M = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm[g][w]);
+    float L = 0.0f;
+    float f[kAttnWarps];
+    for (int w = 0; w < kAttnWarps; ++w) {
+      f[w] = sm[g][w] == -INFINITY ? 0.0f : expf(sm[g][w] - M);
+      L += sl[g][w] * f[w];
     }
+    if (part != nullptr) {
+      // Partial result of this key range: [max, sum, unnormalised acc[head_dim]].
+      const int64_t stride = head_dim + 2;
+      float* pp = part + ((static_cast<int64_t>(row) * n_head + h) * gridDim.z + blockIdx.z) * stride;
+      if (threadIdx.x == 0) {
+        pp[0] = M;
+        pp[1] = L;
+      }
+      for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float s = 0.0f;
+        for (int w = 0; w < kAttnWarps; ++w) s += sacc[g][w][d] * f[w];
+        pp[2 + d] = s;
+      }
+      continue;
+    }
+    const float inv = 1.0f / L;
+    float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
       float s = 0.0f;
-      for (int w = 0; w < kAttnWarps; ++w) s += sacc[w][d] * f[w];
-      pp[2 + d] = s;
+      for (int w = 0; w < kAttnWarps; ++w) s += sacc[g][w][d] * f[w];
+      o[d] = s * inv;
     }
-    return;
-  }
-  const float inv = 1.0f / L;
-  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float s = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) s += sacc[w][d] * f[w];
-    o[d] = s * inv;
   }
 }
 
@@ -394,14 +417,20 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   int64_t max_keys = 0;
   for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
   constexpr int64_t kSplitKeys = 64, kMaxSplits = 64;
-  const int64_t n_split = std::min(kMaxSplits, (max_keys + kSplitKeys - 1) / kSplitKeys);
+  // Blocks along y: each KV head's query heads in chunks of kDecodeHeads.
+  const int64_t n_chunks = (group + kDecodeHeads - 1) / kDecodeHeads;
+  const int64_t head_blocks = n_head_kv * n_chunks;
+  // Enough splits to give the GPU about 1,024 blocks, no more (each split adds a partial
+  // result to write and merge).
+  const int64_t want = std::max<int64_t>(1, (1024 + n_rows * head_blocks - 1) / (n_rows * head_blocks));
+  const int64_t n_split = std::min({kMaxSplits, (max_keys + kSplitKeys - 1) / kSplitKeys, want});
   const auto split_keys = static_cast<int>((max_keys + n_split - 1) / n_split);
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
   }
-  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head), static_cast<unsigned>(n_split));
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(head_blocks), static_cast<unsigned>(n_split));
   if (cache.type == ops::KvType::F16) {
     launch_attention<__half>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,

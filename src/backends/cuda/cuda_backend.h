@@ -140,8 +140,9 @@ class CudaBackend final : public ops::Backend {
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go
   // to quant_gemm (tensor cores on weight tiles dequantized in shared memory), more to
-  // dequantize + cuBLAS; HEARTH_CUDA_QGEMM_MAX overrides (0: always cuBLAS).
-  int64_t qgemm_max_tokens_ = 256;
+  // dequantize + cuBLAS, which is faster from about 64 tokens on (docs/BENCHMARKS.md);
+  // HEARTH_CUDA_QGEMM_MAX overrides (0: always cuBLAS).
+  int64_t qgemm_max_tokens_ = 64;
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
 };
 
