@@ -207,8 +207,8 @@ TEST(CudaParity, MatmulAllTypes) {
 // an F32 router (tokens whose K-th and (K+1)-th logits are within 1e-3 are left out),
 // against a double-precision forward. Up to 64 tokens run on 8-bit activations, so the
 // reference quantizes x and the SwiGLU output as those kernels do (within 2e-3 of the
-// largest output); 80 tokens take the per-expert matrix-product path (within 3e-2 of
-// the unquantized forward).
+// largest output); 80 and 200 tokens take the grouped tensor-core path (pairs sorted by
+// expert, tiles of up to 64 pairs, f16 activations: within 5e-3 of the unquantized forward).
 TEST(CudaParity, MoeFfnFused) {
   NEED_GPU();
   ASSERT_TRUE(gpu().fused_moe());
@@ -234,7 +234,7 @@ TEST(CudaParity, MoeFfnFused) {
   L.n_used = K;
   L.n_embd = E;
   L.n_ff = F;
-  for (int64_t n : {1, 3, 8, 20, 80}) {
+  for (int64_t n : {1, 3, 8, 20, 80, 200}) {
     const auto x = randn(static_cast<size_t>(n * E), 80 + static_cast<uint32_t>(n));
     const bool q8 = n <= 64;  // CudaBackend's kMaxFusedTokens
     const auto xq = q8_values(x);
@@ -292,8 +292,8 @@ TEST(CudaParity, MoeFfnFused) {
       if (!clear_row[t]) std::fill(want.begin() + t * E, want.begin() + (t + 1) * E, 0.f);
     }
     const double err = rel_err(got, want);
-    EXPECT_LE(err, q8 ? 2e-3 : 3e-2) << "moe_ffn n=" << n;
-    std::cout << "moe_ffn " << n << " tokens (" << (q8 ? "8-bit activations" : "per-expert products")
+    EXPECT_LE(err, q8 ? 2e-3 : 5e-3) << "moe_ffn n=" << n;
+    std::cout << "moe_ffn " << n << " tokens (" << (q8 ? "8-bit activations" : "grouped tensor-core products")
               << "): gpu vs double " << err << "\n";
   }
 }

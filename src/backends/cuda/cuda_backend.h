@@ -112,6 +112,11 @@ class CudaBackend final : public ops::Backend {
   // Grow-only device scratch of at least `bytes` (slot 0..kScratch-1).
   void* scratch(int slot, size_t bytes, const char* op);
   void matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
+  // MoE prompts: the (token, expert) pairs sorted by expert, each projection one grouped
+  // tensor-core product (quant_gemm_grouped); ids / wts: the routing, on the host.
+  bool grouped_moe_ok(const ops::MoeLayer& L) const;
+  void moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n, const std::vector<int32_t>& ids,
+                   const std::vector<float>& wts, float* out);
 
   int device_ = 0;
   std::string name_;

@@ -4,7 +4,9 @@
 // kMaxFusedTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
 // run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*), and
 // a last kernel sums each token's experts in a fixed order. Prompts (more tokens) copy
-// the routing to the host once per layer and run one matrix product per used expert.
+// the routing to the host once per layer, sort the (token, expert) pairs by expert and run
+// each projection as one grouped tensor-core product over all experts (quant_gemm_grouped;
+// one matrix product per used expert for the types it lacks).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -98,6 +100,22 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __r
   }
 }
 
+// out[t, c] = sum over k < n_used (in order) of weights[t, k] * y[pos[t * n_used + k], c]
+// (y in the pairs' sorted order).
+__global__ void moe_combine_sorted_kernel(const float* __restrict__ y, const int32_t* __restrict__ pos,
+                                          const float* __restrict__ weights, int64_t n, int n_used, int64_t n_embd,
+                                          float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * n_embd;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / n_embd, c = i % n_embd;
+    float s = 0.f;
+    for (int k = 0; k < n_used; ++k) {
+      s += weights[t * n_used + k] * y[static_cast<int64_t>(pos[t * n_used + k]) * n_embd + c];
+    }
+    out[i] = s;
+  }
+}
+
 DeviceWeight device_weight_of(const ops::WeightView& w) {
   if (w.backend_data == nullptr) fail(ErrorKind::kInternal, "cuda", "moe_ffn: weight '" + w.name + "' not prepared");
   return DeviceWeight{w.type, w.backend_data, w.n_rows, w.n_cols, w.row_bytes};
@@ -174,6 +192,11 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
       token_w[e].push_back(h_w[t * K + k]);
     }
   }
+  if (grouped_moe_ok(L)) {
+    timer.rename("moe_ffn grouped");
+    moe_grouped(L, x, n, h_ids, h_w, out);
+    return;
+  }
   fill(out, 0.0f, n * E);
   auto xs = alloc(n * E), gate = alloc(n * F), up = alloc(n * F), down = alloc(n * E);
   for (int64_t e = 0; e < X; ++e) {
@@ -188,6 +211,57 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
     matmul(expert_slice(*L.down, E, e), gate->data(), m, down->data());
     scatter_add_rows(down->data(), E, tokens[e].data(), token_w[e].data(), m, out);
   }
+}
+
+bool CudaBackend::grouped_moe_ok(const ops::MoeLayer& L) const {
+  return quant_gemm_supported(L.gate->type) && quant_gemm_supported(L.up->type) &&
+         quant_gemm_supported(L.down->type) && L.n_embd % 32 == 0 && L.n_ff % 32 == 0;
+}
+
+void CudaBackend::moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n, const std::vector<int32_t>& ids,
+                              const std::vector<float>& wts, float* out) {
+  const int64_t X = L.n_expert, K = L.n_used, E = L.n_embd, F = L.n_ff, P = n * K;
+  // Pairs sorted by expert (tokens in order within an expert); pos: a pair's place.
+  std::vector<int32_t> count(static_cast<size_t>(X), 0), start(static_cast<size_t>(X), 0);
+  for (int32_t e : ids) ++count[e];
+  int max_count = 0;
+  for (int64_t e = 1; e < X; ++e) start[e] = start[e - 1] + count[e - 1];
+  for (int64_t e = 0; e < X; ++e) max_count = std::max(max_count, count[e]);
+  std::vector<int32_t> tok(static_cast<size_t>(P)), pos(static_cast<size_t>(P));
+  std::vector<int32_t> next = start;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = ids[t * K + k];
+      pos[t * K + k] = next[e];
+      tok[next[e]++] = static_cast<int32_t>(t);
+    }
+  }
+  // Tiles of up to `bn` pairs of one expert.
+  const int bn = max_count <= 16 ? 16 : max_count <= 32 ? 32 : 64;
+  std::vector<ExpertTile> tiles;
+  for (int64_t e = 0; e < X; ++e) {
+    for (int32_t f = 0; f < count[e]; f += bn) {
+      tiles.push_back(ExpertTile{static_cast<int32_t>(e), start[e] + f, std::min(bn, count[e] - f)});
+    }
+  }
+  const ExpertTile* d_tiles = stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "moe_ffn");
+  const int32_t* d_pos = stage_array(pos.data(), P, "moe_ffn");
+  const float* d_w = stage_array(wts.data(), P, "moe_ffn");
+  auto xs = alloc(P * E), g = alloc(P * F), u = alloc(P * F), y = alloc(P * E);
+  gather_rows(x, E, tok.data(), P, xs->data());
+  const DeviceWeight dg = device_weight_of(*L.gate), du = device_weight_of(*L.up), dd = device_weight_of(*L.down);
+  const size_t bytes = std::max(quant_gemm_grouped_scratch_bytes(dg, P), quant_gemm_grouped_scratch_bytes(dd, P));
+  void* s = scratch(5, bytes, "moe_ffn");
+  const int nt = static_cast<int>(tiles.size());
+  quant_gemm_grouped(dg, F, d_tiles, nt, bn, xs->data(), P, g->data(), s, bytes, stream_);
+  quant_gemm_grouped(du, F, d_tiles, nt, bn, xs->data(), P, u->data(), s, bytes, stream_);
+  HEARTH_CUDA_LAUNCHED("moe_ffn");
+  swiglu(g->data(), u->data(), P * F, g->data());
+  quant_gemm_grouped(dd, E, d_tiles, nt, bn, g->data(), P, y->data(), s, bytes, stream_);
+  HEARTH_CUDA_LAUNCHED("moe_ffn");
+  moe_combine_sorted_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), d_pos, d_w, n, static_cast<int>(K),
+                                                                      E, out);
+  HEARTH_CUDA_LAUNCHED("moe_ffn");
 }
 
 }  // namespace hearth::cuda

@@ -95,6 +95,19 @@ size_t quant_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                 size_t scratch_bytes, cudaStream_t stream);
 
+// Grouped products of stacked experts (MoE prompts, tokens sorted by expert): w holds
+// experts of rows_per_expert rows; tile i (device memory, n_tiles of them) multiplies rows
+// first .. first + count - 1 of x (count <= tile_tokens_max <= 64) with expert `expert`
+// into the same rows of y: [n_pairs, rows_per_expert]. x is rounded to f16 into `scratch`
+// (quant_gemm_grouped_scratch_bytes). Same kernels and accuracy as quant_gemm.
+struct ExpertTile {
+  int32_t expert, first, count;
+};
+size_t quant_gemm_grouped_scratch_bytes(const DeviceWeight& w, int64_t n_pairs);
+void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const ExpertTile* tiles, int n_tiles,
+                        int tile_tokens_max, const float* x, int64_t n_pairs, float* y, void* scratch,
+                        size_t scratch_bytes, cudaStream_t stream);
+
 // dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
 // tensor-core products of many tokens) or f32.
 void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, void* dst_f16, cudaStream_t stream);

@@ -104,7 +104,8 @@ __device__ __forceinline__ void store_unit(const uint32_t* h, int b, int s, __ha
 template <GgmlType TYPE, int BN, int MIN_BLOCKS>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
-                 const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out) {
+                 const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out,
+                 const ExpertTile* __restrict__ groups) {
   using Q = qk::QType<TYPE>;
   using D = UnitDecode<TYPE>;
   constexpr int kUnitsPerRow = TileRows<TYPE>::kUnitsPerRow, BM = TileRows<TYPE>::BM;
@@ -122,7 +123,15 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const bool has_frag = warp < kFrags;
   const int fm = warp % kFragM, fn = warp / kFragM;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM;
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
+  int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN, tok_end = n_tokens;
+  if (groups != nullptr) {
+    // Grouped (stacked experts): n_rows is one expert's; this tile is rows first ..
+    // first + count - 1 of x (and of the output) times expert `expert`'s rows.
+    const ExpertTile g = groups[blockIdx.y];
+    tok0 = g.first;
+    tok_end = static_cast<int64_t>(g.first) + g.count;
+    w += static_cast<int64_t>(g.expert) * n_rows * row_bytes;
+  }
   const int n_steps = static_cast<int>((n_cols + kBK - 1) / kBK);
   const int step0 = static_cast<int>(blockIdx.z) * steps_per_split;
   const int step1 = min(n_steps, step0 + steps_per_split);
@@ -181,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   float* dst = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
   for (int i = static_cast<int>(threadIdx.x); i < BM * BN; i += kThreads) {
     const int t = i / BM, rr = i % BM;
-    if (tok0 + t < n_tokens && row0 + rr < n_rows) dst[(tok0 + t) * n_rows + row0 + rr] = cs[t * kOutLd + rr];
+    if (tok0 + t < tok_end && row0 + rr < n_rows) dst[(tok0 + t) * n_rows + row0 + rr] = cs[t * kOutLd + rr];
   }
 }
 
@@ -252,7 +261,7 @@ size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
 template <GgmlType TYPE, int BN, int MIN_BLOCKS>
 void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
-                 cudaStream_t stream) {
+                 const ExpertTile* groups, cudaStream_t stream) {
   constexpr size_t kSmem = static_cast<size_t>(TileRows<TYPE>::BM + BN) * kLd * 2;
   static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN, MIN_BLOCKS>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -263,44 +272,45 @@ void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
                   static_cast<unsigned>(p.splits));
   qgemm_kernel<TYPE, BN, MIN_BLOCKS><<<grid, kThreads, kSmem, stream>>>(
-      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out);
+      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out,
+      groups);
 }
 
 template <GgmlType TYPE>
 void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
-                 cudaStream_t stream) {
+                 const ExpertTile* groups, cudaStream_t stream) {
   if (p.blocks_per_sm == 1) {
     switch (p.bn) {
-      case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, stream); break;
-      case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, stream); break;
-      default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, stream); break;
+      case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+      case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+      default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, groups, stream); break;
     }
     return;
   }
   switch (p.bn) {
-    case 16: launch_tile<TYPE, 16, 2>(w, x16, n_tokens, p, out, stream); break;
-    case 32: launch_tile<TYPE, 32, 2>(w, x16, n_tokens, p, out, stream); break;
-    default: launch_tile<TYPE, 64, 2>(w, x16, n_tokens, p, out, stream); break;
+    case 16: launch_tile<TYPE, 16, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+    case 32: launch_tile<TYPE, 32, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+    default: launch_tile<TYPE, 64, 2>(w, x16, n_tokens, p, out, groups, stream); break;
   }
 }
 
 bool dispatch(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
-              cudaStream_t stream) {
+              const ExpertTile* groups, cudaStream_t stream) {
   switch (w.type) {
-    case GgmlType::Q4_0: launch_type<GgmlType::Q4_0>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q4_1: launch_type<GgmlType::Q4_1>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q5_0: launch_type<GgmlType::Q5_0>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q5_1: launch_type<GgmlType::Q5_1>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q8_0: launch_type<GgmlType::Q8_0>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q2_K: launch_type<GgmlType::Q2_K>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q3_K: launch_type<GgmlType::Q3_K>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q4_K: launch_type<GgmlType::Q4_K>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q5_K: launch_type<GgmlType::Q5_K>(w, x16, n_tokens, p, out, stream); return true;
-    case GgmlType::Q6_K: launch_type<GgmlType::Q6_K>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::Q4_0: launch_type<GgmlType::Q4_0>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q4_1: launch_type<GgmlType::Q4_1>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q5_0: launch_type<GgmlType::Q5_0>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q5_1: launch_type<GgmlType::Q5_1>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q8_0: launch_type<GgmlType::Q8_0>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q2_K: launch_type<GgmlType::Q2_K>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q3_K: launch_type<GgmlType::Q3_K>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q4_K: launch_type<GgmlType::Q4_K>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q5_K: launch_type<GgmlType::Q5_K>(w, x16, n_tokens, p, out, groups, stream); return true;
+    case GgmlType::Q6_K: launch_type<GgmlType::Q6_K>(w, x16, n_tokens, p, out, groups, stream); return true;
     case GgmlType::IQ4_NL:
-      launch_type<GgmlType::IQ4_NL>(w, x16, n_tokens, p, out, stream);
+      launch_type<GgmlType::IQ4_NL>(w, x16, n_tokens, p, out, groups, stream);
       return true;
-    case GgmlType::MXFP4: launch_type<GgmlType::MXFP4>(w, x16, n_tokens, p, out, stream); return true;
+    case GgmlType::MXFP4: launch_type<GgmlType::MXFP4>(w, x16, n_tokens, p, out, groups, stream); return true;
     default: return false;
   }
 }
@@ -353,11 +363,49 @@ void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* 
     out = reinterpret_cast<float*>(static_cast<char*>(scratch) +
                                    align256(sizeof(__half) * static_cast<size_t>(n_pad)));
   }
-  dispatch(w, x16, n_tokens, p, out, stream);
+  dispatch(w, x16, n_tokens, p, out, nullptr, stream);
   if (p.splits > 1) {
     const int64_t n = n_tokens * w.n_rows;
     sum_splits_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, p.splits, n, y);
   }
+}
+
+size_t quant_gemm_grouped_scratch_bytes(const DeviceWeight& w, int64_t n_pairs) {
+  return align256(sizeof(__half) * static_cast<size_t>((n_pairs + 64) * w.n_cols));
+}
+
+void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const ExpertTile* tiles, int n_tiles,
+                        int tile_tokens_max, const float* x, int64_t n_pairs, float* y, void* scratch,
+                        size_t scratch_bytes, cudaStream_t stream) {
+  auto bad = [&](const std::string& what) {
+    fail(ErrorKind::kInvalidInput, "cuda quant",
+         "quant_gemm_grouped (" + std::string(ggml_type_name(w.type)) + ", " + std::to_string(w.n_rows) + " x " +
+             std::to_string(w.n_cols) + "): " + what);
+  };
+  if (!quant_gemm_supported(w.type)) {
+    fail(ErrorKind::kUnsupported, "cuda quant",
+         "quant_gemm_grouped: no tensor-core kernel for type " + std::string(ggml_type_name(w.type)));
+  }
+  check_device_weight(w, "quant_gemm_grouped");
+  if (rows_per_expert <= 0 || w.n_rows % rows_per_expert != 0) bad("rows are not a whole number of experts");
+  if (tile_tokens_max < 1 || tile_tokens_max > 64) bad("tiles of 1 to 64 tokens");
+  if (n_tiles <= 0 || n_pairs <= 0) return;
+  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0) bad("scratch must be 256-byte aligned");
+  if (scratch_bytes < quant_gemm_grouped_scratch_bytes(w, n_pairs)) bad("scratch too small");
+  Plan p{};
+  p.bn = tile_tokens(tile_tokens_max);
+  p.splits = 1;
+  p.steps_per_split = static_cast<int>((w.n_cols + kBK - 1) / kBK);
+  p.blocks_per_sm = blocks_per_sm();
+  const int bm = ggml_traits(w.type).block_size == 256 ? 64 : 32;
+  p.row_tiles = (rows_per_expert + bm - 1) / bm;
+  p.tok_tiles = n_tiles;
+  auto* x16 = static_cast<__half*>(scratch);
+  const int64_t nx = n_pairs * w.n_cols, n_pad = (n_pairs + 64) * w.n_cols;
+  to_f16_kernel<<<static_cast<unsigned>((n_pad + 255) / 256), 256, 0, stream>>>(x, x16, nx, n_pad);
+  DeviceWeight one = w;
+  one.n_rows = rows_per_expert;  // the kernel's n_rows: one expert's
+  dispatch(one, x16, n_pairs, p, y, tiles, stream);
 }
 
 }  // namespace hearth::cuda
