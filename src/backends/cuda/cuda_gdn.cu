@@ -1,9 +1,11 @@
 // CudaBackend operations of Gated DeltaNet layers: the causal depthwise conv with its
 // state (one thread per sequence and channel) and the gated delta rule in its
-// recurrent form, token by token (one block per sequence and value head; thread j owns
-// column j of the head's d_k x d_v state, kept in registers across the tokens). The
-// q/k L2 normalisation and the gates are computed in the same kernel. f32 throughout.
-// Prompts run token by token too (the chunked form is a later step).
+// recurrent form, token by token: the q/k L2 normalisation and the gates of all tokens
+// first (one parallel kernel), then the recurrence with each head's d_k x d_v state
+// spread over blocks of 32 columns, four threads a column, kept in registers across the
+// tokens. f32 throughout. Prompts run token by token too (the chunked form is a later
+// step).
+#include <algorithm>
 #include <string>
 
 #include "backends/cuda/cuda_backend.h"
@@ -50,63 +52,99 @@ struct GdnArgs {
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Block (seq, value head h), blockDim.x >= max(dv, 32) rounded to warps. DK >= dk.
-template <int DK>
-__global__ void gdn_recurrent_kernel(GdnArgs g) {
-  extern __shared__ float sh[];  // q[dk] | k[dk]
+// The per-token inputs of the recurrence, for all rows at once (no dependence between
+// tokens): block (row, key head) writes that head's q and k L2-normalised (q also times
+// 1/sqrt(d_k)) into qn / kn [row][hk][dk]; the blocks of key head 0 also write each value
+// head's decay exp(A * softplus(a + dt)) and beta sigmoid(b) into gd / bt [row][hv].
+__global__ void gdn_prep_kernel(GdnArgs g, float* __restrict__ qn, float* __restrict__ kn, float* __restrict__ gd,
+                                float* __restrict__ bt) {
   __shared__ float red[32];
-  float* qs = sh;
-  float* ks = sh + g.dk;
+  const int64_t row = blockIdx.x;
+  const int kh = blockIdx.y;
+  const float* src = g.qkv + row * g.C;
+  float qsq = 0.0f, ksq = 0.0f;
+  for (int i = threadIdx.x; i < g.dk; i += blockDim.x) {
+    const float qv = src[kh * g.dk + i], kv = src[g.kd + kh * g.dk + i];
+    qsq += qv * qv;
+    ksq += kv * kv;
+  }
+  qsq = block_sum(qsq, red);
+  ksq = block_sum(ksq, red);
+  const float qinv = 1.0f / sqrtf(qsq + g.l2_eps) * g.scale, kinv = 1.0f / sqrtf(ksq + g.l2_eps);
+  float* qo = qn + (row * g.hk + kh) * g.dk;
+  float* ko = kn + (row * g.hk + kh) * g.dk;
+  for (int i = threadIdx.x; i < g.dk; i += blockDim.x) {
+    qo[i] = src[kh * g.dk + i] * qinv;
+    ko[i] = src[g.kd + kh * g.dk + i] * kinv;
+  }
+  if (kh == 0) {
+    for (int h = threadIdx.x; h < g.hv; h += blockDim.x) {
+      gd[row * g.hv + h] = expf(g.A[h] * softplus_f(g.a[row * g.hv + h] + g.dt[h]));
+      bt[row * g.hv + h] = sigmoid_f(g.b[row * g.hv + h]);
+    }
+  }
+}
+
+// The recurrence, token by token: block (seq, value head h, group of kCols columns of the
+// head's d_k x d_v state); the columns are independent (each is the state of one value
+// channel), so a head's columns are spread over blocks. Each column is held by kParts
+// adjacent threads, part p owning state rows p, p + kParts, ... (DK / kParts registers), so
+// that a token's two dot products are short chains plus two shuffles. The token's q and k
+// (prepared by gdn_prep_kernel) go through shared memory, double-buffered: one barrier a
+// token.
+constexpr int kCols = 32, kParts = 4;
+
+template <int DK>
+__global__ void __launch_bounds__(kCols * kParts)
+    gdn_recurrent_kernel(GdnArgs g, const float* __restrict__ qn, const float* __restrict__ kn,
+                         const float* __restrict__ gd, const float* __restrict__ bt) {
+  constexpr int kPer = DK / kParts;
+  __shared__ float qs[2][DK], ks[2][DK];
   const ops::GdnSeq sq = g.seqs[blockIdx.x];
-  const int h = blockIdx.y, j = threadIdx.x;
+  const int h = blockIdx.y;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int c = static_cast<int>(blockIdx.z) * kCols + tid / kParts, p = tid % kParts;
   const int ratio = g.hv / g.hk;
   const int kh = g.v_tiled ? h % g.hk : h / ratio;
   float* S = sq.ssm_state + static_cast<int64_t>(h) * g.dk * g.dv;
-  float col[DK];
-  const bool owner = j < g.dv;
+  const bool owner = c < g.dv;
+  float col[kPer];
 #pragma unroll
-  for (int i = 0; i < DK; ++i) col[i] = (owner && i < g.dk) ? S[static_cast<int64_t>(i) * g.dv + j] : 0.0f;
+  for (int m = 0; m < kPer; ++m) {
+    const int i = p + kParts * m;
+    col[m] = (owner && i < g.dk) ? S[static_cast<int64_t>(i) * g.dv + c] : 0.0f;
+  }
   for (int64_t t = 0; t < sq.n_tokens; ++t) {
     const int64_t row = sq.first_row + t;
-    const float* src = g.qkv + row * g.C;
-    float qsq = 0.0f, ksq = 0.0f;
-    for (int i = j; i < g.dk; i += blockDim.x) {
-      const float qv = src[kh * g.dk + i], kv = src[g.kd + kh * g.dk + i];
-      qs[i] = qv;
-      ks[i] = kv;
-      qsq += qv * qv;
-      ksq += kv * kv;
+    const int buf = static_cast<int>(t & 1);
+    for (int i = tid; i < DK; i += kCols * kParts) {
+      qs[buf][i] = i < g.dk ? qn[(row * g.hk + kh) * g.dk + i] : 0.0f;
+      ks[buf][i] = i < g.dk ? kn[(row * g.hk + kh) * g.dk + i] : 0.0f;
     }
-    qsq = block_sum(qsq, red);
-    ksq = block_sum(ksq, red);
-    const float qinv = 1.0f / sqrtf(qsq + g.l2_eps) * g.scale, kinv = 1.0f / sqrtf(ksq + g.l2_eps);
-    const float gate = g.A[h] * softplus_f(g.a[row * g.hv + h] + g.dt[h]);
-    const float beta = sigmoid_f(g.b[row * g.hv + h]);
-    const float decay = expf(gate);
-    if (owner) {
-      const float v = src[2 * g.kd + static_cast<int64_t>(h) * g.dv + j];
-      float delta = 0.0f;
+    const float decay = gd[row * g.hv + h], beta = bt[row * g.hv + h];
+    const float v = owner ? g.qkv[row * g.C + 2 * g.kd + static_cast<int64_t>(h) * g.dv + c] : 0.0f;
+    __syncthreads();
+    float delta = 0.0f;
 #pragma unroll
-      for (int i = 0; i < DK; ++i) {
-        if (i < g.dk) delta += col[i] * (ks[i] * kinv);
-      }
-      delta = beta * (v - decay * delta);
-      float o = 0.0f;
+    for (int m = 0; m < kPer; ++m) delta += col[m] * ks[buf][p + kParts * m];
+    delta += __shfl_xor_sync(0xffffffffu, delta, 1);
+    delta += __shfl_xor_sync(0xffffffffu, delta, 2);
+    delta = beta * (v - decay * delta);
+    float o = 0.0f;
 #pragma unroll
-      for (int i = 0; i < DK; ++i) {
-        if (i < g.dk) {
-          col[i] = decay * col[i] + (ks[i] * kinv) * delta;
-          o += (qs[i] * qinv) * col[i];
-        }
-      }
-      g.o[row * g.vd + static_cast<int64_t>(h) * g.dv + j] = o;
+    for (int m = 0; m < kPer; ++m) {
+      col[m] = decay * col[m] + ks[buf][p + kParts * m] * delta;
+      o += qs[buf][p + kParts * m] * col[m];
     }
-    __syncthreads();  // qs / ks are rewritten by the next token
+    o += __shfl_xor_sync(0xffffffffu, o, 1);
+    o += __shfl_xor_sync(0xffffffffu, o, 2);
+    if (owner && p == 0) g.o[row * g.vd + static_cast<int64_t>(h) * g.dv + c] = o;
   }
   if (owner) {
 #pragma unroll
-    for (int i = 0; i < DK; ++i) {
-      if (i < g.dk) S[static_cast<int64_t>(i) * g.dv + j] = col[i];
+    for (int m = 0; m < kPer; ++m) {
+      const int i = p + kParts * m;
+      if (i < g.dk) S[static_cast<int64_t>(i) * g.dv + c] = col[m];
     }
   }
 }
@@ -168,17 +206,27 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   g.v_tiled = sh.v_tiled;
   g.l2_eps = sh.l2_eps;
   g.scale = 1.0f / std::sqrt(static_cast<float>(sh.d_k));
-  const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(sh.n_v_heads));
-  const int threads = static_cast<int>(std::max<int64_t>(32, (sh.d_v + 31) / 32 * 32));
-  const size_t smem = sizeof(float) * 2 * static_cast<size_t>(sh.d_k);
+  // The rows the sequences cover, and their prepared q / k / gates.
+  int64_t n_rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max(n_rows, seqs[s].first_row + seqs[s].n_tokens);
+  if (n_rows == 0) return;
+  auto qn = alloc(n_rows * sh.n_k_heads * sh.d_k), kn = alloc(n_rows * sh.n_k_heads * sh.d_k);
+  auto gd = alloc(n_rows * sh.n_v_heads), bt = alloc(n_rows * sh.n_v_heads);
+  const int prep_threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, (sh.d_k + 31) / 32 * 32)));
+  gdn_prep_kernel<<<dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(sh.n_k_heads)), prep_threads, 0,
+                    stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
+  HEARTH_CUDA_LAUNCHED("gated_delta_net");
+  const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(sh.n_v_heads),
+                  static_cast<unsigned>((sh.d_v + kCols - 1) / kCols));
+  const int threads = kCols * kParts;
   if (sh.d_k <= 32) {
-    gdn_recurrent_kernel<32><<<grid, threads, smem, stream_>>>(g);
+    gdn_recurrent_kernel<32><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
   } else if (sh.d_k <= 64) {
-    gdn_recurrent_kernel<64><<<grid, threads, smem, stream_>>>(g);
+    gdn_recurrent_kernel<64><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
   } else if (sh.d_k <= 128) {
-    gdn_recurrent_kernel<128><<<grid, threads, smem, stream_>>>(g);
+    gdn_recurrent_kernel<128><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
   } else {
-    gdn_recurrent_kernel<256><<<grid, threads, smem, stream_>>>(g);
+    gdn_recurrent_kernel<256><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
   }
   HEARTH_CUDA_LAUNCHED("gated_delta_net");
 }
