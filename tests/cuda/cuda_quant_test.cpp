@@ -160,6 +160,36 @@ void check_launch(cudaStream_t s) {
   CUDA_OK(cudaStreamSynchronize(s));
 }
 
+// Checks the first nt tokens' outputs y (rows per token) against ref within tol of
+// mag (sum |w x|), and within tol32 of mag32 against ref32; the outputs past them must
+// still hold the NaN poison. `what` names the kernel in the failure lines.
+void check_outputs(const std::string& tag, const char* what, int nt, int64_t rows, int64_t k_tokens,
+                   const std::vector<float>& y, const std::vector<double>& ref, const std::vector<double>& mag,
+                   const std::vector<double>& ref32, const std::vector<double>& mag32, double tol, double tol32,
+                   Failures& fails, double* worst_err) {
+  int bad = 0;
+  for (int64_t i = 0; i < nt * rows; ++i) {
+    const double e = std::fabs(static_cast<double>(y[i]) - ref[i]);
+    const double rel = mag[i] > 0 ? e / mag[i] : e;
+    const double e32 = std::fabs(static_cast<double>(y[i]) - ref32[i]);
+    const double rel32 = mag32[i] > 0 ? e32 / mag32[i] : e32;
+    if (!(rel <= tol) || !(rel32 <= tol32)) {
+      if (bad++ < 3) {
+        fails.add(tag + " " + what + " nt=" + std::to_string(nt) + " token " + std::to_string(i / rows) + " row " +
+                  std::to_string(i % rows) + ": got " + std::to_string(y[i]) + " want " + std::to_string(ref[i]) +
+                  " (rel " + std::to_string(rel) + ", vs f32 " + std::to_string(rel32) + ")");
+      }
+    }
+    if (rel > *worst_err || std::isnan(rel)) *worst_err = std::isnan(rel) ? INFINITY : rel;
+  }
+  for (int64_t i = nt * rows; i < k_tokens * rows; ++i) {
+    if (!std::isnan(y[i])) {
+      fails.add(tag + " " + what + " nt=" + std::to_string(nt) + " wrote past its tokens at " + std::to_string(i));
+      break;
+    }
+  }
+}
+
 // q8_matvec for 1..8 and 11 tokens against the exact product with the quantized x
 // (kMatvecTol of sum |w xq|), and within kQ8VsF32Tol of sum |w x| of the f32 product.
 constexpr double kQ8VsF32Tol = 5e-3;
@@ -195,27 +225,8 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
     check_launch(stream);
     CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
-    int bad = 0;
-    for (int64_t i = 0; i < nt * rows; ++i) {
-      const double e = std::fabs(static_cast<double>(y[i]) - ref[i]);
-      const double rel = mag[i] > 0 ? e / mag[i] : e;
-      const double e32 = std::fabs(static_cast<double>(y[i]) - ref32[i]);
-      const double rel32 = mag32[i] > 0 ? e32 / mag32[i] : e32;
-      if (!(rel <= kMatvecTol) || !(rel32 <= kQ8VsF32Tol)) {
-        if (bad++ < 3) {
-          fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + " token " + std::to_string(i / rows) + " row " +
-                    std::to_string(i % rows) + ": got " + std::to_string(y[i]) + " want " + std::to_string(ref[i]) +
-                    " (rel " + std::to_string(rel) + ", vs f32 " + std::to_string(rel32) + ")");
-        }
-      }
-      if (rel > *worst_err || std::isnan(rel)) *worst_err = std::isnan(rel) ? INFINITY : rel;
-    }
-    for (int64_t i = nt * rows; i < k_tokens * rows; ++i) {
-      if (!std::isnan(y[i])) {
-        fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + " wrote past its tokens at " + std::to_string(i));
-        break;
-      }
-    }
+    check_outputs(tag, "q8_matvec", nt, rows, k_tokens, y, ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails,
+                  worst_err);
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));
@@ -275,27 +286,7 @@ void run_gemm_case(const std::string& tag, const DeviceWeight& dw, const std::ve
     hearth::cuda::quant_gemm(dw, d_x, nt, d_y, d_s, sb_max, stream);
     check_launch(stream);
     CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
-    int bad = 0;
-    for (int64_t i = 0; i < nt * rows; ++i) {
-      const double e = std::fabs(static_cast<double>(y[i]) - ref[i]);
-      const double rel = mag[i] > 0 ? e / mag[i] : e;
-      const double e32 = std::fabs(static_cast<double>(y[i]) - ref32[i]);
-      const double rel32 = mag[i] > 0 ? e32 / mag[i] : e32;
-      if (!(rel <= tol) || !(rel32 <= kGemmVsF32Tol)) {
-        if (bad++ < 3) {
-          fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + " token " + std::to_string(i / rows) + " row " +
-                    std::to_string(i % rows) + ": got " + std::to_string(y[i]) + " want " + std::to_string(ref[i]) +
-                    " (rel " + std::to_string(rel) + ", vs f32 " + std::to_string(rel32) + ")");
-        }
-      }
-      if (rel > *worst_err || std::isnan(rel)) *worst_err = std::isnan(rel) ? INFINITY : rel;
-    }
-    for (int64_t i = nt * rows; i < kTok * rows; ++i) {
-      if (!std::isnan(y[i])) {
-        fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + " wrote past its tokens at " + std::to_string(i));
-        break;
-      }
-    }
+    check_outputs(tag, "quant_gemm", nt, rows, kTok, y, ref, mag, ref32, mag, tol, kGemmVsF32Tol, fails, worst_err);
     // Batch invariance: the first 9 tokens' outputs at 9 and 64 tokens, the first 65 at 65 and 130.
     if (nt == 9) y_small.assign(y.begin(), y.begin() + 9 * rows);
     if (nt == 65) y_big.assign(y.begin(), y.begin() + 65 * rows);

@@ -334,19 +334,30 @@ size_t quant_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
   return x16 + part;
 }
 
-void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
-                size_t scratch_bytes, cudaStream_t stream) {
-  auto bad = [&](const std::string& what) {
-    fail(ErrorKind::kInvalidInput, "cuda quant",
-         "quant_gemm (" + std::string(ggml_type_name(w.type)) + ", " + std::to_string(w.n_rows) + " x " +
-             std::to_string(w.n_cols) + "): " + what);
-  };
+namespace {
+
+[[noreturn]] void bad_args(const DeviceWeight& w, const char* op, const std::string& what) {
+  fail(ErrorKind::kInvalidInput, "cuda quant",
+       std::string(op) + " (" + std::string(ggml_type_name(w.type)) + ", " + std::to_string(w.n_rows) + " x " +
+           std::to_string(w.n_cols) + "): " + what);
+}
+
+// The weight checks both entry points share; `op` names the caller in the messages.
+void check_gemm_weight(const DeviceWeight& w, const char* op) {
   if (!quant_gemm_supported(w.type)) {
     fail(ErrorKind::kUnsupported, "cuda quant",
-         "quant_gemm: no tensor-core kernel for type " + std::string(ggml_type_name(w.type)));
+         std::string(op) + ": no tensor-core kernel for type " + std::string(ggml_type_name(w.type)));
   }
+  check_device_weight(w, op);
+}
+
+}  // namespace
+
+void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+                size_t scratch_bytes, cudaStream_t stream) {
+  auto bad = [&](const std::string& what) { bad_args(w, "quant_gemm", what); };
+  check_gemm_weight(w, "quant_gemm");
   if (n_tokens < 0) bad("negative n_tokens " + std::to_string(n_tokens));
-  check_device_weight(w, "quant_gemm");
   if (n_tokens == 0 || w.n_rows == 0) return;
   if (reinterpret_cast<uintptr_t>(x) % 4 != 0) bad("x must be 4-byte aligned");
   if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0) bad("scratch must be 256-byte aligned");
@@ -377,16 +388,8 @@ size_t quant_gemm_grouped_scratch_bytes(const DeviceWeight& w, int64_t n_pairs) 
 void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const ExpertTile* tiles, int n_tiles,
                         int tile_tokens_max, const float* x, int64_t n_pairs, float* y, void* scratch,
                         size_t scratch_bytes, cudaStream_t stream) {
-  auto bad = [&](const std::string& what) {
-    fail(ErrorKind::kInvalidInput, "cuda quant",
-         "quant_gemm_grouped (" + std::string(ggml_type_name(w.type)) + ", " + std::to_string(w.n_rows) + " x " +
-             std::to_string(w.n_cols) + "): " + what);
-  };
-  if (!quant_gemm_supported(w.type)) {
-    fail(ErrorKind::kUnsupported, "cuda quant",
-         "quant_gemm_grouped: no tensor-core kernel for type " + std::string(ggml_type_name(w.type)));
-  }
-  check_device_weight(w, "quant_gemm_grouped");
+  auto bad = [&](const std::string& what) { bad_args(w, "quant_gemm_grouped", what); };
+  check_gemm_weight(w, "quant_gemm_grouped");
   if (rows_per_expert <= 0 || w.n_rows % rows_per_expert != 0) bad("rows are not a whole number of experts");
   if (tile_tokens_max < 1 || tile_tokens_max > 64) bad("tiles of 1 to 64 tokens");
   if (n_tiles <= 0 || n_pairs <= 0) return;
