@@ -88,29 +88,18 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int n_expert,
   }
 }
 
-// out[t, c] = sum over k < n_used (in order) of weights[t, k] * y[t * n_used + k, c].
-__global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ weights, int64_t n,
-                                   int n_used, int64_t n_embd, float* __restrict__ out) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * n_embd;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t t = i / n_embd, c = i % n_embd;
-    float s = 0.f;
-    for (int k = 0; k < n_used; ++k) s += weights[t * n_used + k] * y[(t * n_used + k) * n_embd + c];
-    out[i] = s;
-  }
-}
-
-// out[t, c] = sum over k < n_used (in order) of weights[t, k] * y[pos[t * n_used + k], c]
-// (y in the pairs' sorted order).
-__global__ void moe_combine_sorted_kernel(const float* __restrict__ y, const int32_t* __restrict__ pos,
-                                          const float* __restrict__ weights, int64_t n, int n_used, int64_t n_embd,
-                                          float* __restrict__ out) {
+// out[t, c] = sum over k < n_used (in order) of weights[t, k] * y[p, c], p the pair's row of
+// y: pos[t * n_used + k] when pos is given (y in the pairs' sorted order), else t * n_used + k.
+__global__ void moe_combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pos,
+                                   const float* __restrict__ weights, int64_t n, int n_used, int64_t n_embd,
+                                   float* __restrict__ out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * n_embd;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / n_embd, c = i % n_embd;
     float s = 0.f;
     for (int k = 0; k < n_used; ++k) {
-      s += weights[t * n_used + k] * y[static_cast<int64_t>(pos[t * n_used + k]) * n_embd + c];
+      const int64_t p = pos != nullptr ? static_cast<int64_t>(pos[t * n_used + k]) : t * n_used + k;
+      s += weights[t * n_used + k] * y[p * n_embd + c];
     }
     out[i] = s;
   }
@@ -172,7 +161,8 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     q8_moe_down(device_weight_of(*L.down), E, ids, pairs, h->data(), y->data(), s, bytes, stream_);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
-    moe_combine_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), wts, n, static_cast<int>(K), E, out);
+    moe_combine_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), nullptr, wts, n, static_cast<int>(K), E,
+                                                                   out);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     return;
   }
@@ -183,6 +173,11 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_ids.data(), ids, 4 * h_ids.size(), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_w.data(), wts, 4 * h_w.size(), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK("moe_ffn", cudaStreamSynchronize(stream_));
+  if (grouped_moe_ok(L)) {
+    timer.rename("moe_ffn grouped");
+    moe_grouped(L, x, n, h_ids, h_w, out);
+    return;
+  }
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(X));
   std::vector<std::vector<float>> token_w(static_cast<size_t>(X));
   for (int64_t t = 0; t < n; ++t) {
@@ -191,11 +186,6 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
       tokens[e].push_back(static_cast<int32_t>(t));
       token_w[e].push_back(h_w[t * K + k]);
     }
-  }
-  if (grouped_moe_ok(L)) {
-    timer.rename("moe_ffn grouped");
-    moe_grouped(L, x, n, h_ids, h_w, out);
-    return;
   }
   fill(out, 0.0f, n * E);
   auto xs = alloc(n * E), gate = alloc(n * F), up = alloc(n * F), down = alloc(n * E);
@@ -259,8 +249,7 @@ void CudaBackend::moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n,
   swiglu(g->data(), u->data(), P * F, g->data());
   quant_gemm_grouped(dd, E, d_tiles, nt, bn, g->data(), P, y->data(), s, bytes, stream_);
   HEARTH_CUDA_LAUNCHED("moe_ffn");
-  moe_combine_sorted_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), d_pos, d_w, n, static_cast<int>(K),
-                                                                      E, out);
+  moe_combine_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), d_pos, d_w, n, static_cast<int>(K), E, out);
   HEARTH_CUDA_LAUNCHED("moe_ffn");
 }
 
