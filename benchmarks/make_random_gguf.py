@@ -214,6 +214,8 @@ def uniform_f32(lo, hi, seed):
 SHAPES = {
     "smollm2-135m": dict(arch="llama", vocab=49152, embd=576, layers=30, heads=9, kv=3, hd=64, ff=1536, tied=True,
                          base=100000.0, eps=1e-5, t=T_Q4_1, t6=T_Q4_1, t_out=T_Q4_1, ctx=8192),
+    "qwen3-1.7b": dict(arch="qwen3", vocab=151936, embd=2048, layers=28, heads=16, kv=8, hd=128, ff=6144, tied=True,
+                       base=1000000.0, eps=1e-6, t=T_Q4_K, t6=T_Q6_K, t_out=T_Q6_K, ctx=40960, qk_norm=True),
     "llama3-8b": dict(arch="llama", vocab=128256, embd=4096, layers=32, heads=32, kv=8, hd=128, ff=14336,
                       tied=False, base=500000.0, eps=1e-5, t=T_Q4_K, t6=T_Q6_K, t_out=T_Q6_K, ctx=8192),
     "qwen35-9b": dict(arch="qwen35", vocab=248320, embd=4096, layers=32, heads=16, kv=4, hd=256, ff=12288,
@@ -295,6 +297,9 @@ def build(shape, tok_kv, layers=None):
             w.tensor(b + "attn_k.weight", [E, KV * D], t, q)
             w.tensor(b + "attn_v.weight", [E, KV * D], t6, q)
             w.tensor(b + "attn_output.weight", [H * D, E], t, q)
+            if s.get("qk_norm"):
+                w.tensor(b + "attn_q_norm.weight", [D], T_F32, const_f32(1.0))
+                w.tensor(b + "attn_k_norm.weight", [D], T_F32, const_f32(1.0))
             w.tensor(b + "ffn_norm.weight", [E], T_F32, const_f32(1.0))
         elif recurrent:
             C = 2 * g["hk"] * g["dk"] + g["hv"] * g["dv"]
