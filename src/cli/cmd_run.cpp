@@ -32,6 +32,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 struct RunOptions {
+  bool no_warmup = false;
   std::string model;
   std::string prompt;
   std::string prompt_file;
@@ -98,8 +99,9 @@ void run(RunOptions o) {
   ops::Backend& backend = *backend_ptr;
   const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
   model::CausalLm& model = *loaded;
-  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
   log_device_memory(backend, device);
+  if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
+  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
 
   const engine::ChatPrompt chat(file, tok);
   const std::string prompt_text = build_prompt(o, file, chat);
@@ -198,6 +200,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
   cmd->add_option("--system", o->system, "System message (chat template only)");
+  cmd->add_flag("--no-warmup", o->no_warmup,
+                "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Generate at most this many tokens")->default_val(256);
   cmd->add_option("--temp", o->sampler.temperature, "Temperature (0: greedy)")->default_val(0.0);

@@ -41,6 +41,7 @@ namespace hearth::cli {
 namespace {
 
 struct ServeOptions {
+  bool no_warmup = false;
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -202,6 +203,7 @@ void serve(ServeOptions o) {
   const engine::ChatPrompt chat(file, tok, template_source);
   const server::ChatSettings chat_cfg = chat_settings(o, chat);
   log_device_memory(backend, device);
+  if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
 
   engine::EngineConfig ec;
   ec.n_ctx = n_ctx;
@@ -311,6 +313,8 @@ void add_serve_command(CLI::App& app) {
                   "Hard budget for all KV memory, e.g. 512M, 2G (default: max-seqs full contexts, at most 40% of "
                   "free memory; on a GPU at most 90% of its free memory after the weights)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
+  cmd->add_flag("--no-warmup", o->no_warmup,
+                "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--kv-commit", o->kv_commit,
                 "Commit the whole KV pool at start (written once) instead of as blocks are first used: "
                 "resident memory is flat from the start");

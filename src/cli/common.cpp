@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "engine/warm_up.h"
 
 namespace hearth::cli {
 
@@ -78,6 +79,12 @@ void log_device_memory(const ops::Backend& be, const backends::Device& d) {
   if (!d.cuda) return;
   std::fprintf(stderr, "hearth: loaded on %s: %.1f MiB of device memory in use\n", be.name().c_str(),
                static_cast<double>(be.device_memory_used()) / (1 << 20));
+}
+
+void log_warm_up(model::CausalLm& model, ops::Backend& be, int64_t n_ctx, ops::KvType kv_type) {
+  const double s = engine::warm_up(model, be, n_ctx, kv_type);
+  std::fprintf(stderr, "hearth: warmed up %s in %.0f ms (a prompt of up to %lld tokens and a decode step; --no-warmup skips it)\n",
+               be.name().c_str(), s * 1e3, static_cast<long long>(engine::kWarmUpPrompt));
 }
 
 }  // namespace hearth::cli

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/backend_factory.h"
+#include "model/causal_lm.h"
 #include "ops/backend.h"
 
 namespace hearth::cli {
@@ -28,5 +29,7 @@ constexpr uint64_t kDeviceReserveBytes = uint64_t{1} << 30;
 backends::Device choose_device(const std::string& spec, uint64_t need_bytes, const std::string& command);
 // After loading: one stderr line with the device memory the back-end holds (CUDA only).
 void log_device_memory(const ops::Backend& be, const backends::Device& d);
+// On a GPU, before the first request: engine::warm_up, then one stderr line with its time.
+void log_warm_up(model::CausalLm& model, ops::Backend& be, int64_t n_ctx, ops::KvType kv_type);
 
 }  // namespace hearth::cli

@@ -132,7 +132,7 @@ CudaBackend::OpTimer::OpTimer(CudaBackend& be, const char* op) : be_(be.timing_ 
 
 CudaBackend::OpTimer::~OpTimer() {
   if (be_ == nullptr) return;
-  cudaStreamSynchronize(be_->stream_);
+  if (!be_->host_timing_) cudaStreamSynchronize(be_->stream_);
   const int64_t dt = now_ns() - t0_ns_;
   for (auto& e : be_->op_times_) {
     if (e.first == op_) {
@@ -146,7 +146,10 @@ CudaBackend::OpTimer::~OpTimer() {
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   const char* timing = std::getenv("HEARTH_CUDA_OP_TIMING");
-  timing_ = timing != nullptr && std::string(timing) == "1";
+  timing_ = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "host");
+  host_timing_ = timing_ && std::string(timing) == "host";
+  const char* wait_timing = std::getenv("HEARTH_CUDA_WAIT_TIMING");
+  wait_timing_ = wait_timing != nullptr && std::string(wait_timing) == "1";
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
   if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);
@@ -178,12 +181,19 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  if (wait_timing_ && waits_ > 1) {
+    const int64_t span = last_wait_ns_ - first_wait_ns_;
+    std::fprintf(stderr,
+                 "hearth: CUDA waits: the host waited %.1f ms for the device in %lld waits over %.1f ms (%.1f %%)\n",
+                 wait_ns_ / 1e6, static_cast<long long>(waits_), span / 1e6, span > 0 ? 100.0 * wait_ns_ / span : 0.0);
+  }
   if (timing_ && !op_times_.empty()) {
     std::sort(op_times_.begin(), op_times_.end(),
               [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
     int64_t total = 0;
     for (const auto& e : op_times_) total += e.second.second;
-    std::fprintf(stderr, "hearth: CUDA op timing (each op synchronised): %.1f ms in all\n", total / 1e6);
+    std::fprintf(stderr, "hearth: CUDA op timing (%s): %.1f ms in all\n",
+                 host_timing_ ? "host time inside each op, no waiting" : "each op synchronised", total / 1e6);
     for (const auto& e : op_times_) {
       std::fprintf(stderr, "  %-22s %8lld calls %10.2f ms %5.1f %%  %8.1f us/call\n", e.first.c_str(),
                    static_cast<long long>(e.second.first), e.second.second / 1e6, 100.0 * e.second.second / total,
@@ -209,7 +219,22 @@ void CudaBackend::note_alloc(int64_t bytes) {
 
 void CudaBackend::synchronize() {
   bind();
-  HEARTH_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+  wait("synchronize");
+}
+
+void CudaBackend::wait(const char* op) {
+  if (!wait_timing_) {
+    HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
+    return;
+  }
+  const int64_t t0 = now_ns();
+  HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
+  const int64_t t1 = now_ns();
+  // Time from the first wait's end, so that loading and the first step's set-up are out.
+  if (waits_ == 0) first_wait_ns_ = t1;
+  else wait_ns_ += t1 - t0;
+  last_wait_ns_ = t1;
+  ++waits_;
 }
 
 ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
@@ -257,7 +282,7 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
   }
   HEARTH_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.data() + offset, sizeof(float) * n,
                                                     cudaMemcpyDeviceToHost, stream_));
-  HEARTH_CUDA_CHECK("copy_to_host", cudaStreamSynchronize(stream_));
+  wait("copy_to_host");
 }
 
 void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) {
@@ -268,7 +293,7 @@ void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, 
   // Synchronous with respect to the host buffer: it may be reused once this returns.
   HEARTH_CUDA_CHECK("copy_from_host", cudaMemcpyAsync(dst.data() + offset, src, sizeof(float) * n,
                                                       cudaMemcpyHostToDevice, stream_));
-  HEARTH_CUDA_CHECK("copy_from_host", cudaStreamSynchronize(stream_));
+  wait("copy_from_host");
 }
 
 const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
@@ -296,7 +321,7 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
   }
   if (stage_off_ + bytes > stage_cap_) {
     // Work queued earlier may still read the start of the ring: let it finish.
-    HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
+    wait(op);
     stage_off_ = 0;
     ++stage_epoch_;
   }

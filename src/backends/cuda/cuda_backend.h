@@ -78,6 +78,8 @@ class CudaBackend final : public ops::Backend {
   // Internal: with HEARTH_CUDA_OP_TIMING=1 each operation waits for the device and its
   // time is added to a table printed to stderr when the back-end is destroyed (a
   // profile of where a step's time goes; off by default: it serialises host and device).
+  // HEARTH_CUDA_OP_TIMING=host: the host's time inside each op only, nothing waited for
+  // (with HEARTH_CUDA_WAIT_TIMING, whether the host or the device limits a step).
   class OpTimer {
    public:
     OpTimer(CudaBackend& be, const char* op);
@@ -90,6 +92,12 @@ class CudaBackend final : public ops::Backend {
     int64_t t0_ns_ = 0;
   };
 
+  // Internal: waits for the stream (op names the caller in errors). With
+  // HEARTH_CUDA_WAIT_TIMING=1 the time the host spends waiting here is added up and
+  // printed when the back-end is destroyed, against the wall time since the first wait:
+  // a host that rarely waits is the bottleneck (launch-bound steps), one that waits most
+  // of the time feeds a busy device.
+  void wait(const char* op);
   // Internal: makes this back-end's device the calling thread's current one (the
   // engine thread of `serve` is not the thread that made the back-end).
   void bind() const;
@@ -142,6 +150,9 @@ class CudaBackend final : public ops::Backend {
   uint64_t weight_bytes_ = 0;
   uint64_t used_ = 0, peak_ = 0;
   bool timing_ = false;
+  bool host_timing_ = false;  // HEARTH_CUDA_OP_TIMING=host: the host's own time per op, no waits
+  bool wait_timing_ = false;
+  int64_t wait_ns_ = 0, waits_ = 0, first_wait_ns_ = 0, last_wait_ns_ = 0;
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go
   // to quant_gemm (tensor cores on weight tiles dequantized in shared memory), more to

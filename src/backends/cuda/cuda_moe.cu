@@ -172,7 +172,7 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   std::vector<float> h_w(static_cast<size_t>(n * K));
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_ids.data(), ids, 4 * h_ids.size(), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_w.data(), wts, 4 * h_w.size(), cudaMemcpyDeviceToHost, stream_));
-  HEARTH_CUDA_CHECK("moe_ffn", cudaStreamSynchronize(stream_));
+  wait("moe_ffn");
   if (grouped_moe_ok(L)) {
     timer.rename("moe_ffn grouped");
     moe_grouped(L, x, n, h_ids, h_w, out);
