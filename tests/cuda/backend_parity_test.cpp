@@ -164,7 +164,8 @@ std::vector<float> exact_matmul(const WeightPair& w, const std::vector<X>& x, in
 // product with x quantized as those kernels do (q8_ref.h) within 1e-4, and the f32 one
 // within 1e-2 (the CPU's 8-bit activations are reported); other types f32 arithmetic on
 // f32 activations. For F32 weights, matrices of at most
-// 512 rows and F16 / BF16 ones of at most 4M elements (dequantized to f32, cuBLAS SGEMM)
+// 512 rows and F16 / BF16 ones of at most 4M elements (dequantized to f32; small_gemm up
+// to 1024 rows, cuBLAS SGEMM beyond)
 // must be within 1e-4; the f16 tensor-core path (other matrices, more than 8 tokens)
 // rounds the activations to f16 (11-bit mantissa): within 2e-3. The CPU (8-bit activations for quantized weights) is
 // reported, not bounded here (backend_cpu_test bounds it).
@@ -199,6 +200,35 @@ TEST(CudaParity, MatmulAllTypes) {
       EXPECT_LE(eg, tol) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
       std::cout << "matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] n=" << n_tok
                 << ": gpu vs exact " << eg << ", cpu vs exact " << ec << "\n";
+    }
+  }
+}
+
+// F32 weights of few rows against many tokens (CudaBackend::matmul -> small_gemm: the
+// Gated DeltaNet's alpha / beta, MoE routers; columns split over blocks when the rows are
+// few): within 1e-4 of the exact product, odd shapes included, and a token's outputs
+// bit-identical in batches of 9, 33 and 300 tokens (the splits depend on the shape only).
+TEST(CudaParity, SmallF32Gemm) {
+  NEED_GPU();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 2048}, {256, 2048}, {40, 1000}, {1000, 512}, {7, 4096}}) {
+    const auto w = make_weight(GgmlType::F32, randn(static_cast<size_t>(rows * cols), 21, 0.5f), rows, cols);
+    const auto x = randn(static_cast<size_t>(300 * cols), 22);
+    std::vector<float> first;
+    for (int64_t n_tok : {9, 33, 300}) {
+      const std::vector<float> xs(x.begin(), x.begin() + n_tok * cols);
+      Both xb(xs), yb(n_tok * rows);
+      gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
+      const auto got = yb.gv();
+      const double e = rel_err(got, exact_matmul(*w, xs, n_tok));
+      EXPECT_LE(e, 1e-4) << rows << "x" << cols << " n_tokens=" << n_tok;
+      std::cout << "small f32 gemm [" << rows << "x" << cols << "] n=" << n_tok << ": gpu vs exact " << e << "\n";
+      if (first.empty()) {
+        first = got;
+      } else {
+        for (size_t i = 0; i < first.size(); ++i) {
+          ASSERT_EQ(first[i], got[i]) << rows << "x" << cols << ": output " << i << " differs in a batch of " << n_tok;
+        }
+      }
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/small_gemm.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 
@@ -28,6 +29,9 @@ constexpr int64_t kGemmTileElems = int64_t{64} << 20;
 // take the f32 path (dequantized to f32, cuBLAS SGEMM): their outputs pick experts or
 // gate states and must not carry the f16 rounding of the activations.
 constexpr int64_t kF32GemmMaxRows = 512;
+// f32 products of at most this many rows (and more tokens than the matrix-vector kernels
+// take) use small_gemm instead of cuBLAS's SGEMM (0.4-0.5 ms a call for these shapes).
+constexpr int64_t kSmallGemmMaxRows = 1024;
 constexpr int64_t kF32GemmMaxElems = int64_t{4} << 20;
 
 const char* cublas_message(cublasStatus_t s) {
@@ -400,6 +404,14 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     return;
   }
   const float one = 1.0f, zero = 0.0f;
+  if (w.type == GgmlType::F32 && w.n_rows <= kSmallGemmMaxRows && w.row_bytes % 4 == 0) {
+    timer.rename("matmul small f32");
+    const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
+    small_gemm(static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), w.n_rows, w.n_cols, x,
+               n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+    return;
+  }
   if (w.type == GgmlType::F32) {
     timer.rename("matmul sgemm f32");
     check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
@@ -423,6 +435,13 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
     dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
+    if (w.n_rows <= kSmallGemmMaxRows) {
+      const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
+      small_gemm(w32, w.n_cols, w.n_rows, w.n_cols, x, n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr,
+                 bytes, stream_);
+      HEARTH_CUDA_LAUNCHED("matmul");
+      return;
+    }
     check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
                              static_cast<int>(w.n_cols), &one, w32, static_cast<int>(w.n_cols), x,
                              static_cast<int>(w.n_cols), &zero, y, static_cast<int>(w.n_rows)),

@@ -1,0 +1,117 @@
+#include "backends/cuda/small_gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kTile = 32;       // rows and tokens per block
+constexpr int kStep = 32;       // columns per shared-memory step
+constexpr int kThreads = 256;   // 32 rows x 8 token lanes; each thread 4 tokens
+constexpr int kTargetBlocks = 264;  // two per multiprocessor of an H100 / H200
+constexpr int64_t kMinSplitCols = 256;
+
+// Block (rx, ty, s): rows [32 rx, +32) x tokens [32 ty, +32) over columns
+// [s * span, (s + 1) * span); out[s] gets its partial sums (out = y when one split).
+__global__ void __launch_bounds__(kThreads)
+    small_gemm_kernel(const float* __restrict__ w, int64_t ldw, int64_t n_rows, int64_t n_cols,
+                      const float* __restrict__ x, int64_t n_tokens, int64_t span, float* __restrict__ out) {
+  __shared__ float ws[kTile][kStep + 1];
+  __shared__ float xs[kTile][kStep + 1];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, t0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c_begin = static_cast<int64_t>(blockIdx.z) * span;
+  const int64_t c_end = c_begin + span < n_cols ? c_begin + span : n_cols;
+  const int row = threadIdx.x & 31, lane_t = threadIdx.x >> 5;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t k0 = c_begin; k0 < c_end; k0 += kStep) {
+#pragma unroll
+    for (int i = 0; i < kTile * kStep / kThreads; ++i) {
+      const int e = threadIdx.x + kThreads * i, rr = e / kStep, cc = e % kStep;
+      const int64_t c = k0 + cc;
+      const bool in_c = c < c_end;
+      ws[rr][cc] = in_c && r0 + rr < n_rows ? w[(r0 + rr) * ldw + c] : 0.f;
+      xs[rr][cc] = in_c && t0 + rr < n_tokens ? x[(t0 + rr) * n_cols + c] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kStep; ++kk) {
+      const float wv = ws[row][kk];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] += wv * xs[lane_t + 8 * j][kk];
+    }
+    __syncthreads();
+  }
+  const int64_t r = r0 + row;
+  if (r >= n_rows) return;
+  float* o = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t t = t0 + lane_t + 8 * j;
+    if (t < n_tokens) o[t * n_rows + r] = acc[j];
+  }
+}
+
+__global__ void sum_splits_kernel(const float* __restrict__ part, int splits, int64_t n, float* __restrict__ y) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = part[i];
+    for (int k = 1; k < splits; ++k) s += part[k * n + i];
+    y[i] = s;
+  }
+}
+
+// Column splits from the weight's shape alone (so a token's result is the same in any
+// batch): enough blocks for the GPU with 16 token tiles, each split at least
+// kMinSplitCols wide; spans are whole steps, so the last split may be unused.
+int64_t span_for(int64_t n_rows, int64_t n_cols) {
+  const int64_t row_tiles = (n_rows + kTile - 1) / kTile;
+  const int64_t by_cols = std::max<int64_t>(1, n_cols / kMinSplitCols);
+  const int64_t splits = std::clamp<int64_t>(kTargetBlocks / 16 / std::max<int64_t>(row_tiles, 1), 1, by_cols);
+  const int64_t span = (n_cols + splits - 1) / splits;
+  return (span + kStep - 1) / kStep * kStep;
+}
+
+int64_t splits_used(int64_t n_rows, int64_t n_cols) {
+  const int64_t span = span_for(n_rows, n_cols);
+  return (n_cols + span - 1) / span;
+}
+
+}  // namespace
+
+size_t small_gemm_scratch_bytes(int64_t n_rows, int64_t n_cols, int64_t n_tokens) {
+  if (n_rows <= 0 || n_cols <= 0 || n_tokens <= 0) return 0;
+  const int64_t used = splits_used(n_rows, n_cols);
+  return used == 1 ? 0 : sizeof(float) * static_cast<size_t>(used) * static_cast<size_t>(n_rows * n_tokens);
+}
+
+void small_gemm(const float* w, int64_t ldw, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
+                float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (n_rows < 0 || n_cols <= 0 || n_tokens < 0 || ldw < n_cols) {
+    fail(ErrorKind::kInvalidInput, "cuda small_gemm",
+         "bad shape: " + std::to_string(n_rows) + " x " + std::to_string(n_cols) + " (stride " + std::to_string(ldw) +
+             "), " + std::to_string(n_tokens) + " tokens");
+  }
+  if (n_rows == 0 || n_tokens == 0) return;
+  if (n_tokens > int64_t{65535} * kTile || n_rows > int64_t{1} << 36) {
+    fail(ErrorKind::kInvalidInput, "cuda small_gemm", "too many tokens or rows for one launch");
+  }
+  const int64_t span = span_for(n_rows, n_cols);
+  const int used = static_cast<int>(splits_used(n_rows, n_cols));
+  if (used > 1 && (scratch == nullptr || scratch_bytes < small_gemm_scratch_bytes(n_rows, n_cols, n_tokens))) {
+    fail(ErrorKind::kInvalidInput, "cuda small_gemm", "scratch must hold small_gemm_scratch_bytes");
+  }
+  const dim3 grid(static_cast<unsigned>((n_rows + kTile - 1) / kTile), static_cast<unsigned>((n_tokens + kTile - 1) / kTile),
+                  static_cast<unsigned>(used));
+  float* out = used == 1 ? y : static_cast<float*>(scratch);
+  small_gemm_kernel<<<grid, kThreads, 0, stream>>>(w, ldw, n_rows, n_cols, x, n_tokens, span, out);
+  if (used > 1) {
+    const int64_t n = n_rows * n_tokens;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+    sum_splits_kernel<<<blocks, 256, 0, stream>>>(out, used, n, y);
+  }
+}
+
+}  // namespace hearth::cuda
