@@ -126,8 +126,8 @@ void HybridModel::bind_ffn(const std::string& p, Ffn& f) {
     f.down = bind_tensor(file_, be, p + "ffn_down_shexp.weight", {FS, E}, false, &found);
     n_ff_max_ = std::max(n_ff_max_, hp_.n_ff_shexp);
     if (file_.find_tensor(p + "ffn_gate_inp_shexp.weight") != nullptr) {
-      const ops::WeightView g = owned_.f32(file_, be, p + "ffn_gate_inp_shexp.weight", {E});
-      f.shexp_gate = owned_.repeat_row(be, g, hp_.n_embd, p + "ffn_gate_inp_shexp.weight[repeated]");
+      // One row: its product is one value per token, which scales that token's row.
+      f.shexp_gate = owned_.f32(file_, be, p + "ffn_gate_inp_shexp.weight", {E});
     }
   }
 }
@@ -267,7 +267,7 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
   if (f.shexp_gate) be.matmul(*f.shexp_gate, cur, n, s_.sg->data());
   be.swiglu(gate, up, n * hp_.n_ff_shexp, gate);
   be.matmul(f.down, gate, n, cur);
-  if (f.shexp_gate) be.sigmoid_mul(cur, s_.sg->data(), n * E);
+  if (f.shexp_gate) be.sigmoid_scale_rows(cur, s_.sg->data(), n, E);
   be.add(cur, s_.moe->data(), n * E);
 }
 

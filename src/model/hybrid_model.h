@@ -40,7 +40,7 @@ class HybridModel final : public CausalLm {
   struct Ffn {
     ops::WeightView gate, up, down;                // dense, or the shared expert
     std::optional<MoeWeights> moe;
-    std::optional<ops::WeightView> shexp_gate;     // [n_embd] repeated to n_embd rows
+    std::optional<ops::WeightView> shexp_gate;     // [n_embd]: one row
   };
   struct Layer {
     ops::WeightView attn_norm, post_norm;

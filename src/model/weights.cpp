@@ -89,15 +89,4 @@ ops::WeightView OwnedWeights::rows(ops::Backend& be, const ops::WeightView& w, c
   return out;
 }
 
-ops::WeightView OwnedWeights::repeat_row(ops::Backend& be, const ops::WeightView& row, int64_t n_rows,
-                                         const std::string& name) {
-  std::vector<uint8_t>& buf = store_.emplace_back(static_cast<size_t>(n_rows) * row.row_bytes);
-  for (int64_t r = 0; r < n_rows; ++r) std::memcpy(buf.data() + r * row.row_bytes, row.data, row.row_bytes);
-  ops::WeightView out = row;
-  out.name = name;
-  out.data = buf.data();
-  out.n_rows = n_rows;
-  return be.prepare_weight(out);
-}
-
 }  // namespace hearth::model

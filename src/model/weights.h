@@ -37,9 +37,6 @@ class OwnedWeights {
   // back-end keeps its own copy (backend_data), the model's is freed and data is null.
   ops::WeightView rows(ops::Backend& be, const ops::WeightView& w, const std::vector<int64_t>& rows,
                        const std::string& name);
-  // An F32 matrix of n_rows identical rows equal to `row` (F32, [n_cols]): a product
-  // with it broadcasts one dot product per token over n_rows outputs.
-  ops::WeightView repeat_row(ops::Backend& be, const ops::WeightView& row, int64_t n_rows, const std::string& name);
 
  private:
   std::deque<std::vector<uint8_t>> store_;

@@ -179,6 +179,9 @@ class Backend {
                               float eps) = 0;
   // x *= sigmoid(gate), elementwise over n values.
   virtual void sigmoid_mul(float* x, const float* gate, int64_t n) = 0;
+  // x: [n_rows, n_cols]; row r *= sigmoid(gate[r]) (one gate value per row: the MoE
+  // shared expert's gate, a dot product per token).
+  virtual void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) = 0;
 
   // out = silu(gate) * up, elementwise over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;

@@ -372,6 +372,12 @@ TEST(CudaParity, NormsAndElementwise) {
   cpu().sigmoid_mul(a.c->data(), b.c->data(), n);
   gpu().sigmoid_mul(a.g->data(), b.g->data(), n);
   EXPECT_LE(a.err(), 1e-6) << "sigmoid_mul";
+  {
+    Both x(randn(3 * 2048, 9, 4.0f)), g(randn(3, 10, 4.0f));
+    cpu().sigmoid_scale_rows(x.c->data(), g.c->data(), 3, 2048);
+    gpu().sigmoid_scale_rows(x.g->data(), g.g->data(), 3, 2048);
+    EXPECT_LE(x.err(), 1e-6) << "sigmoid_scale_rows";
+  }
   cpu().add(a.c->data(), b.c->data(), n);
   gpu().add(a.g->data(), b.g->data(), n);
   EXPECT_LE(a.err(), 1e-6) << "add";

@@ -199,6 +199,16 @@ TEST_P(GdnOps, GatedNormAndSigmoidGate) {
   for (size_t i = 0; i < y.size(); ++i) want[i] = y[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));
   be.sigmoid_mul(y.data(), gate.data(), static_cast<int64_t>(y.size()));
   EXPECT_LE(rel_diff(y, want), 1e-6);
+
+  // One gate value per row of 37: the same as sigmoid_mul with that value repeated.
+  auto xr = randv(rng, 27 * 37, -4.0f, 4.0f);
+  auto by_elem = xr;
+  const auto row_gate = randv(rng, 27, -6.0f, 6.0f);
+  std::vector<float> repeated(xr.size());
+  for (size_t i = 0; i < xr.size(); ++i) repeated[i] = row_gate[i / 37];
+  be.sigmoid_scale_rows(xr.data(), row_gate.data(), 27, 37);
+  be.sigmoid_mul(by_elem.data(), repeated.data(), static_cast<int64_t>(by_elem.size()));
+  for (size_t i = 0; i < xr.size(); ++i) ASSERT_EQ(xr[i], by_elem[i]) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GdnOps, ::testing::Values(false, true),

@@ -59,6 +59,7 @@ class CpuBackend final : public ops::Backend {
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                       float eps) override;
   void sigmoid_mul(float* x, const float* gate, int64_t n) override;
+  void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(float* x, const float* y, int64_t n) override;
   void copy(const float* src, int64_t n, float* dst) override;

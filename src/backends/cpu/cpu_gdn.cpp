@@ -303,4 +303,15 @@ void CpuBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
   });
 }
 
+void CpuBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
+  pool_.parallel_for(n_rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(n_cols, 1)),
+                     [&](int64_t begin, int64_t end, int) {
+                       for (int64_t r = begin; r < end; ++r) {
+                         const float s = sigmoid(gate[r]);
+                         float* xr = x + r * n_cols;
+                         for (int64_t c = 0; c < n_cols; ++c) xr[c] *= s;
+                       }
+                     });
+}
+
 }  // namespace hearth::cpu

@@ -38,6 +38,10 @@ __global__ void sigmoid_mul_kernel(float* x, const float* g, int64_t n) {
   GRID_LOOP(i, n) x[i] *= sigmoid_f(g[i]);
 }
 
+__global__ void sigmoid_scale_rows_kernel(float* x, const float* g, int64_t n_cols, int64_t n) {
+  GRID_LOOP(i, n) x[i] *= sigmoid_f(g[i / n_cols]);
+}
+
 // One block per row: y = x / sqrt(mean(x^2) + eps) * w.
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
   __shared__ float red[32];
@@ -232,6 +236,13 @@ void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
   if (n <= 0) return;
   sigmoid_mul_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, gate, n);
   HEARTH_CUDA_LAUNCHED("sigmoid_mul");
+}
+
+void CudaBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
+  OpTimer timer(*this, "sigmoid_scale_rows");
+  if (n_rows <= 0 || n_cols <= 0) return;
+  sigmoid_scale_rows_kernel<<<grid_for(n_rows * n_cols), kThreads, 0, stream_>>>(x, gate, n_cols, n_rows * n_cols);
+  HEARTH_CUDA_LAUNCHED("sigmoid_scale_rows");
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
