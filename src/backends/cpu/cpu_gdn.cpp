@@ -188,6 +188,7 @@ HEARTH_SIMD __attribute__((flatten)) void chunked_head_simd(const HeadTask& t, s
 
 void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
                                int64_t n_seqs, float* out) {
+  const OpScope timer(op_times_.get(), "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.type != GgmlType::F32 || w.n_rows != channels || K < 1) {
     fail(ErrorKind::kInvalidInput, "cpu", "conv weight '" + w.name + "' must be F32 [" + std::to_string(channels) +
@@ -224,6 +225,7 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
 void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
                                  const ops::WeightView& dt_bias, const ops::GdnShape& sh, const ops::GdnSeq* seqs,
                                  int64_t n_seqs, float* o) {
+  const OpScope timer(op_times_.get(), "gated_delta_net");
   const int64_t hk = sh.n_k_heads, hv = sh.n_v_heads, dk = sh.d_k, dv = sh.d_v;
   if (hk <= 0 || hv % hk != 0) fail(ErrorKind::kInvalidInput, "cpu", "value heads must be a multiple of key heads");
   const float* A = f32_weight(ssm_a, hv, "ssm_a");
@@ -238,25 +240,29 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
   float* g = gdn_gates_.data();
   float* beta = g + n * hv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  pool_.parallel_for(n, 4, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      for (int64_t hh = 0; hh < 2 * hk; ++hh) {  // q heads then k heads
-        const float* src = qkv + t * C + hh * dk;
-        float* dst = qk + t * row + hh * dk;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < dk; ++i) ss += src[i] * src[i];
-        const float inv = 1.0f / std::sqrt(ss + sh.l2_eps) * (hh < hk ? scale : 1.0f);
-        for (int64_t i = 0; i < dk; ++i) dst[i] = src[i] * inv;
+  {
+    const OpScope prepare_timer(op_times_.get(), "gdn q/k norm, gates");
+    pool_.parallel_for(n, 4, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        for (int64_t hh = 0; hh < 2 * hk; ++hh) {  // q heads then k heads
+          const float* src = qkv + t * C + hh * dk;
+          float* dst = qk + t * row + hh * dk;
+          float ss = 0.0f;
+          for (int64_t i = 0; i < dk; ++i) ss += src[i] * src[i];
+          const float inv = 1.0f / std::sqrt(ss + sh.l2_eps) * (hh < hk ? scale : 1.0f);
+          for (int64_t i = 0; i < dk; ++i) dst[i] = src[i] * inv;
+        }
+        for (int64_t h = 0; h < hv; ++h) {
+          g[t * hv + h] = A[h] * softplus(a[t * hv + h] + dt[h]);
+          beta[t * hv + h] = sigmoid(b[t * hv + h]);
+        }
       }
-      for (int64_t h = 0; h < hv; ++h) {
-        g[t * hv + h] = A[h] * softplus(a[t * hv + h] + dt[h]);
-        beta[t * hv + h] = sigmoid(b[t * hv + h]);
-      }
-    }
-  });
+    });
+  }
   const int64_t ratio = hv / hk;
   const bool simd = simd_ok_;
   gdn_scratch_.resize(static_cast<size_t>(pool_.n_threads()));
+  const OpScope heads_timer(op_times_.get(), "gdn heads");
   pool_.parallel_for(n_seqs * hv, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t task = begin; task < end; ++task) {
       const ops::GdnSeq& sq = seqs[task / hv];
@@ -284,6 +290,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
 
 void CpuBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                                 float eps) {
+  const OpScope timer(op_times_.get(), "gated_rms_norm");
   const float* wt = f32_weight(w, n, "gated norm weight");
   pool_.parallel_for(n_rows, 16, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
@@ -298,6 +305,7 @@ void CpuBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView&
 }
 
 void CpuBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
+  const OpScope timer(op_times_.get(), "sigmoid_mul");
   pool_.parallel_for(n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) x[i] *= sigmoid(gate[i]);
   });

@@ -186,6 +186,7 @@ struct MoeScratch {
 
 void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, float* out) {
   if (n <= 0) return;
+  const OpScope timer(op_times_.get(), "moe_ffn");
   if (!moe_) moe_ = std::make_shared<MoeScratch>();
   MoeScratch& s = *moe_;
   const int64_t E = L.n_embd, F = L.n_ff, X = L.n_expert, K = L.n_used;
@@ -197,6 +198,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   // Routing, and the (token, expert) pairs grouped by expert.
   s.logits.resize(static_cast<size_t>(n * X));
   matmul(*L.router, x, n, s.logits.data());
+  OpScope phase(op_times_.get(), "moe route, pairs");
   ops::route_top_k(s.logits.data(), n, X, K, L.norm_weights, s.route_ids, s.route_w);
   s.count.assign(static_cast<size_t>(X), 0);
   for (const int32_t e : s.route_ids) ++s.count[e];
@@ -219,6 +221,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   }
 
   // 1. Activations per token, then per pair.
+  phase.next("moe act quantize, gather");
   const auto quantize_all = [&](ActRows& a, const float* rows, int64_t m) {
     resize_rows(a, m);
     pool_.parallel_for(m, act_grain(a.cols), [&](int64_t b, int64_t e, int) {
@@ -244,6 +247,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   s.gate.resize(static_cast<size_t>(P * F));
   s.up.resize(static_cast<size_t>(P * F));
   const ExpertWeight gate_w{L.gate, F}, up_w{L.up, F}, down_w{L.down, E};
+  phase.next("moe gate/up experts");
   pool_.parallel_for(n_active * 2 * uf, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t u = begin; u < end;) {
       const int64_t i = u / (2 * uf), proj = (u % (2 * uf)) / uf, u0 = u % uf;
@@ -257,13 +261,16 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   });
 
   // 3. SwiGLU, quantized per pair for down.
+  phase.stop();
   swiglu(s.gate.data(), s.up.data(), P * F, s.gate.data());
+  OpScope down_phase(op_times_.get(), "moe down act quantize");
   plan_for(*L.down, reference_kernels_, s.h);
   quantize_all(s.h, s.gate.data(), P);
 
   // 4. Down rows of every selected expert.
   const int64_t ue = (E + kPackRows - 1) / kPackRows;
   s.down.resize(static_cast<size_t>(P * E));
+  down_phase.next("moe down experts");
   pool_.parallel_for(n_active * ue, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t u = begin; u < end;) {
       const int64_t i = u / ue, u0 = u % ue, u1 = std::min(ue, u0 + (end - u));
@@ -274,6 +281,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   });
 
   // 5. The weighted sum, expert by expert (the generic path's order of additions).
+  down_phase.stop();
   fill(out, 0.0f, n * E);
   for (const int32_t e : s.active) {
     scatter_add_rows(s.down.data() + s.offset[e] * E, E, s.pair_tok.data() + s.offset[e], s.pair_w.data() + s.offset[e],
