@@ -104,10 +104,9 @@ void quantize_row(ActRows& a, const float* x, int64_t t) {
   }
 }
 
-// dst row i = src row idx[i].
-void gather(const ActRows& src, const int32_t* idx, int64_t m, ActRows& dst) {
-  resize_rows(dst, m);
-  for (int64_t i = 0; i < m; ++i) {
+// dst row i = src row idx[i], for i in [i0, i1) (dst already sized).
+void gather_range(const ActRows& src, const int32_t* idx, int64_t i0, int64_t i1, ActRows& dst) {
+  for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = idx[i];
     if (src.kind == ActRows::Kind::kFloat) {
       std::memcpy(dst.f.data() + i * src.cols, src.f.data() + t * src.cols, sizeof(float) * src.cols);
@@ -120,6 +119,14 @@ void gather(const ActRows& src, const int32_t* idx, int64_t m, ActRows& dst) {
       std::memcpy(dst.corr.data() + i * src.nb * 8, src.corr.data() + t * src.nb * 8, sizeof(int32_t) * src.nb * 8);
     }
   }
+}
+
+// dst row i = src row idx[i], i < m, split over the pool (pieces of about 64 KiB).
+void gather(ThreadPool& pool, const ActRows& src, const int32_t* idx, int64_t m, ActRows& dst) {
+  resize_rows(dst, m);
+  const int64_t row = src.kind == ActRows::Kind::kFloat ? 4 * src.cols : src.row_bytes + src.nb * 40;
+  pool.parallel_for(m, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, row)),
+                    [&](int64_t begin, int64_t end, int) { gather_range(src, idx, begin, end, dst); });
 }
 
 // One expert's matrix inside an all-experts weight.
@@ -181,6 +188,7 @@ void expert_rows(const ExpertWeight& ew, const ActRows& a, int64_t e, int64_t u0
 struct MoeScratch {
   std::vector<float> logits, route_w, pair_w, gate, up, down;
   std::vector<int32_t> route_ids, pair_tok, count, offset, cursor, active;
+  std::vector<int32_t> tok_pairs;  // [n, K]: each token's pairs, in pair (= expert) order
   ActRows x_gate, x_up, pairs_gate, pairs_up, h;
 };
 
@@ -199,7 +207,11 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   s.logits.resize(static_cast<size_t>(n * X));
   matmul(*L.router, x, n, s.logits.data());
   OpScope phase(op_times_.get(), "moe route, pairs");
-  ops::route_top_k(s.logits.data(), n, X, K, L.norm_weights, s.route_ids, s.route_w);
+  s.route_ids.resize(static_cast<size_t>(n * K));
+  s.route_w.resize(static_cast<size_t>(n * K));
+  pool_.parallel_for(n, std::max<int64_t>(1, 4096 / X), [&](int64_t begin, int64_t end, int) {
+    ops::route_top_k_rows(s.logits.data(), begin, end, X, K, L.norm_weights, s.route_ids.data(), s.route_w.data());
+  });
   s.count.assign(static_cast<size_t>(X), 0);
   for (const int32_t e : s.route_ids) ++s.count[e];
   s.offset.assign(static_cast<size_t>(X) + 1, 0);
@@ -233,11 +245,11 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   const bool shared_act = s.x_up.same_as(s.x_gate);
   quantize_all(s.x_gate, x, n);
   plan_for(*L.gate, reference_kernels_, s.pairs_gate);
-  gather(s.x_gate, s.pair_tok.data(), P, s.pairs_gate);
+  gather(pool_, s.x_gate, s.pair_tok.data(), P, s.pairs_gate);
   if (!shared_act) {
     quantize_all(s.x_up, x, n);
     plan_for(*L.up, reference_kernels_, s.pairs_up);
-    gather(s.x_up, s.pair_tok.data(), P, s.pairs_up);
+    gather(pool_, s.x_up, s.pair_tok.data(), P, s.pairs_up);
   }
   const ActRows& act_up = shared_act ? s.pairs_gate : s.pairs_up;
 
@@ -280,13 +292,28 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
     }
   });
 
-  // 5. The weighted sum, expert by expert (the generic path's order of additions).
-  down_phase.stop();
-  fill(out, 0.0f, n * E);
-  for (const int32_t e : s.active) {
-    scatter_add_rows(s.down.data() + s.offset[e] * E, E, s.pair_tok.data() + s.offset[e], s.pair_w.data() + s.offset[e],
-                     s.count[e], out);
+  // 5. The weighted sum, expert by expert (the generic path's order of additions: fill
+  // with 0, then scatter_add_rows of each active expert in ascending order), one task
+  // per range of tokens: a token's pairs in pair order are its experts ascending.
+  down_phase.next("moe combine");
+  s.tok_pairs.resize(static_cast<size_t>(P));
+  s.cursor.assign(static_cast<size_t>(n), 0);
+  for (int64_t p = 0; p < P; ++p) {
+    const int32_t t = s.pair_tok[p];
+    s.tok_pairs[t * K + s.cursor[t]++] = static_cast<int32_t>(p);
   }
+  pool_.parallel_for(n, std::max<int64_t>(1, 8192 / (E * K)), [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* d = out + t * E;
+      std::fill(d, d + E, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t p = s.tok_pairs[t * K + k];
+        const float* src = s.down.data() + p * E;
+        const float w = s.pair_w[p];
+        for (int64_t j = 0; j < E; ++j) d[j] += w * src[j];
+      }
+    }
+  });
 }
 
 }  // namespace hearth::cpu
