@@ -177,11 +177,125 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
   }
 }
 
+// chunked_head with the same operations on the same values, arranged for vectors: the
+// chunk's keys transposed ([dk, L]) so that the key dot products of one row i with all
+// keys j run as lanes j (each lane still sums x = 0, 1, ... in order, as chunked_head's
+// scalar loop does), and each exp(G_i - G_j) computed once for A, the intra-chunk part
+// and the state update (the same argument, so the same value). chunked_head<false> is
+// its plain reference (the reference-kernel back-end runs it; tests compare the bits).
+void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
+  const int64_t dk = t.dk, dv = t.dv;
+  buf.resize(static_cast<size_t>(kChunk * (kChunk + 2 + dk + 2 * dv) + kChunk * kChunk + dk * kChunk + kChunk));
+  float* G = buf.data();             // [L] cumulative log-decay
+  float* A = G + kChunk;             // [L, L] strictly lower
+  float* U = A + kChunk * kChunk;    // [L, dv] -> u
+  float* W = U + kChunk * dv;        // [L, dk]
+  float* tmp = W + kChunk * dk;      // [dv]
+  float* eg = tmp + dv;              // [L] exp(G)
+  float* D = eg + kChunk;            // [L, L] exp(G_i - G_j), j <= i
+  float* KT = D + kChunk * kChunk;   // [dk, kChunk] the chunk's keys, transposed
+  float* __restrict s = KT + dk * kChunk;  // [L] dot products of one row
+  for (int64_t c0 = 0; c0 < t.n; c0 += kChunk) {
+    const int64_t L = std::min(kChunk, t.n - c0);
+    auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
+    auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
+    auto V = [&](int64_t i) { return t.v + (c0 + i) * t.v_row; };
+    auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
+    float cum = 0.0f;
+    for (int64_t i = 0; i < L; ++i) {
+      cum += t.g[(c0 + i) * t.hv];
+      G[i] = cum;
+      eg[i] = std::exp(cum);
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t j = 0; j <= i; ++j) D[i * kChunk + j] = std::exp(G[i] - G[j]);
+    }
+    for (int64_t j = 0; j < L; ++j) {
+      const float* kj = K(j);
+      for (int64_t x = 0; x < dk; ++x) KT[x * kChunk + j] = kj[x];
+    }
+    // s_j = q . k_j (or k_i . k_j) for j < n_j, lanes j, x in order.
+    const auto dots = [&](const float* qi, int64_t n_j) {
+      std::fill(s, s + n_j, 0.0f);
+      for (int64_t x = 0; x < dk; ++x) {
+        const float qx = qi[x];
+        const float* __restrict kx = KT + x * kChunk;
+        for (int64_t j = 0; j < n_j; ++j) s[j] += qx * kx[j];
+      }
+    };
+    // A[i][j] = beta_i (k_i . k_j) exp(G_i - G_j), j < i.
+    for (int64_t i = 0; i < L; ++i) {
+      dots(K(i), i);
+      for (int64_t j = 0; j < i; ++j) A[i * kChunk + j] = B(i) * s[j] * D[i * kChunk + j];
+    }
+    // (I + A) U = beta v and (I + A) W = beta exp(G) k, by forward substitution.
+    for (int64_t i = 0; i < L; ++i) {
+      float* Ui = U + i * dv;
+      float* Wi = W + i * dk;
+      const float* vi = V(i);
+      const float* ki = K(i);
+      const float bi = B(i), bw = B(i) * eg[i];
+      for (int64_t y = 0; y < dv; ++y) Ui[y] = bi * vi[y];
+      for (int64_t x = 0; x < dk; ++x) Wi[x] = bw * ki[x];
+      for (int64_t j = 0; j < i; ++j) {
+        const float a = A[i * kChunk + j];
+        const float* Uj = U + j * dv;
+        const float* Wj = W + j * dk;
+        for (int64_t y = 0; y < dv; ++y) Ui[y] -= a * Uj[y];
+        for (int64_t x = 0; x < dk; ++x) Wi[x] -= a * Wj[x];
+      }
+    }
+    // u = U - W S0 (in U), and the outputs' state part exp(G_i) S0^T q_i.
+    for (int64_t i = 0; i < L; ++i) {
+      float* Ui = U + i * dv;
+      const float* Wi = W + i * dk;
+      const float* qi = Q(i);
+      float* oi = t.o + (c0 + i) * t.o_row;
+      std::fill(tmp, tmp + dv, 0.0f);
+      for (int64_t x = 0; x < dk; ++x) {
+        const float* Sx = t.S + x * dv;
+        const float w = Wi[x], qx = qi[x];
+        for (int64_t y = 0; y < dv; ++y) {
+          Ui[y] -= w * Sx[y];
+          tmp[y] += qx * Sx[y];
+        }
+      }
+      for (int64_t y = 0; y < dv; ++y) oi[y] = eg[i] * tmp[y];
+    }
+    // The intra-chunk part: o_i += sum_{j <= i} (q_i . k_j) exp(G_i - G_j) u_j.
+    for (int64_t i = 0; i < L; ++i) {
+      dots(Q(i), i + 1);
+      float* oi = t.o + (c0 + i) * t.o_row;
+      for (int64_t j = 0; j <= i; ++j) {
+        const float w = s[j] * D[i * kChunk + j];
+        const float* uj = U + j * dv;
+        for (int64_t y = 0; y < dv; ++y) oi[y] += w * uj[y];
+      }
+    }
+    // S = exp(G_last) S0 + sum_j exp(G_last - G_j) k_j u_j^T.
+    const float el = eg[L - 1];
+    for (int64_t x = 0; x < dk; ++x) {
+      float* Sx = t.S + x * dv;
+      for (int64_t y = 0; y < dv; ++y) Sx[y] *= el;
+    }
+    for (int64_t j = 0; j < L; ++j) {
+      const float* kj = K(j);
+      const float* uj = U + j * dv;
+      const float e = D[(L - 1) * kChunk + j];
+      for (int64_t x = 0; x < dk; ++x) {
+        const float w = e * kj[x];
+        float* Sx = t.S + x * dv;
+        for (int64_t y = 0; y < dv; ++y) Sx[y] += w * uj[y];
+      }
+    }
+  }
+}
+
 HEARTH_SIMD __attribute__((flatten)) void recurrent_head_simd(const HeadTask& t, std::vector<float>& tmp) {
   recurrent_head<true>(t, tmp);
 }
 HEARTH_SIMD __attribute__((flatten)) void chunked_head_simd(const HeadTask& t, std::vector<float>& buf) {
-  chunked_head<true>(t, buf);
+  chunked_head_lanes(t, buf);
 }
 
 }  // namespace
