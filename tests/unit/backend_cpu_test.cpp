@@ -311,6 +311,24 @@ TEST(CpuBackendOps, MatmulFloatWeights) {
     cpu::ref::matmul(w.view, x.data(), n_tokens, y_ref.data());
     for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-4f) << hearth::ggml_type_name(type);
   }
+  // Each output is ref::dot of the dequantized row and the token, bit for bit (the AVX2
+  // tiles of 4 rows x 3 tokens, odd tails of rows, tokens and columns included).
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+    for (const int64_t n_cols : {64, 77, 2}) {
+      const int64_t n_rows = 45, n_tokens = 70;
+      const auto w = make_weight(type, n_rows, n_cols, 25);
+      const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 26);
+      std::vector<float> y(n_tokens * n_rows), row(n_cols);
+      fast.matmul(w.view, x.data(), n_tokens, y.data());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        cpu::ref::dequantize_row(w.view, r, row.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          ASSERT_EQ(y[t * n_rows + r], cpu::ref::dot(row.data(), x.data() + t * n_cols, n_cols))
+              << hearth::ggml_type_name(type) << " cols " << n_cols << " row " << r << " token " << t;
+        }
+      }
+    }
+  }
   // A row repeated to a matrix, marked so: one row computed and copied, the same bits.
   const int64_t n_cols = 77, n_rows = 45, n_tokens = 5;
   const auto row = random_floats(n_cols, 23);

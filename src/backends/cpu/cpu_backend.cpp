@@ -17,6 +17,7 @@
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
 #include "backends/cpu/kv_rows.h"
+#include "backends/cpu/matmul_f32.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
 #include "core/huge_pages.h"
@@ -433,12 +434,25 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   }
   // Types without a quantized dot product (f32, f16, bf16, Q2_K, Q3_K, ...): dequantize
   // each weight row once and reuse it for every token.
+  // F32 rows are read in place. Every output is ref::dot of its row and token (the AVX2
+  // tiles give its bits, matmul_f32.h).
   const OpScope timer(op_times_.get(), "matmul float");
+  const bool in_place = w.type == GgmlType::F32;
+  const auto dot_rows = simd_ok_ ? dot_rows_f32_avx2 : dot_rows_f32_plain;
   pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> row(static_cast<size_t>(w.n_cols));
-    for (int64_t r = begin; r < end; ++r) {
-      ref::dequantize_row(w, r, row.data());
-      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.n_rows + r] = ref::dot(row.data(), x + t * w.n_cols, w.n_cols);
+    std::vector<float> buf(in_place ? 0 : static_cast<size_t>(16 * w.n_cols));
+    const float* rows[16];
+    for (int64_t r0 = begin; r0 < end; r0 += 16) {
+      const int64_t nr = std::min<int64_t>(16, end - r0);
+      for (int64_t k = 0; k < nr; ++k) {
+        if (in_place) {
+          rows[k] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + (r0 + k) * w.row_bytes);
+        } else {
+          ref::dequantize_row(w, r0 + k, buf.data() + k * w.n_cols);
+          rows[k] = buf.data() + k * w.n_cols;
+        }
+      }
+      dot_rows(rows, nr, x, n_tokens, w.n_cols, y + r0, w.n_rows);
     }
   });
 }
