@@ -298,6 +298,16 @@ TEST(CpuBackendOps, MatmulMultiEqualsSeparateMatmulsBitForBit) {
   be.matmul(r.view, x.data(), 3, zr.data());
   EXPECT_EQ(yq, zq);
   EXPECT_EQ(yr, zr);
+  // Two kinds among three weights (two Q4_1 and one Q8_0): one call per kind, same bits.
+  const auto q2 = make_weight(GgmlType::Q4_1, 21, 64, 8);
+  std::vector<float> yq2(3 * 21), zq2(yq2.size());
+  const WeightView* ws3[] = {&q.view, &r.view, &q2.view};
+  float* ys3[] = {yq.data(), yr.data(), yq2.data()};
+  be.matmul_multi(ws3, 3, x.data(), 3, ys3);
+  be.matmul(q2.view, x.data(), 3, zq2.data());
+  EXPECT_EQ(yq, zq);
+  EXPECT_EQ(yr, zr);
+  EXPECT_EQ(yq2, zq2);
 }
 
 TEST(CpuBackendOps, MatmulFloatWeights) {

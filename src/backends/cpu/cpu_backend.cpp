@@ -459,6 +459,7 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
 
 void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                               float* const* ys) {
+  if (n > 2 && matmul_multi_by_kind(ws, n, x, n_tokens, ys)) return;
   const ops::WeightView& w0 = *ws[0];
   bool same = n > 1;
   for (int i = 1; i < n && same; ++i) same = ws[i]->type == w0.type && ws[i]->n_cols == w0.n_cols;
@@ -502,6 +503,44 @@ void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const flo
       off += w.n_rows;
     }
   });
+}
+
+// Weights of several kinds (Qwen3.5's query, gate and key projections next to a value
+// projection of another type; a DeltaNet layer's quantized qkv and z next to its f32
+// gates): one matmul_multi per kind, so each kind's activations are quantized once and
+// its rows run in one pass. Every output comes from the kernel its weight gets alone.
+bool CpuBackend::matmul_multi_by_kind(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                                      float* const* ys) {
+  const auto same_kind = [](const ops::WeightView& a, const ops::WeightView& b) {
+    return a.type == b.type && a.n_cols == b.n_cols && (a.backend_data != nullptr) == (b.backend_data != nullptr);
+  };
+  std::vector<int> kind(static_cast<size_t>(n), -1);
+  int n_kinds = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < i && kind[i] < 0; ++j) {
+      if (same_kind(*ws[i], *ws[j])) kind[i] = kind[j];
+    }
+    if (kind[i] < 0) kind[i] = n_kinds++;
+  }
+  if (n_kinds == 1 || n_kinds == n) return false;
+  const OpScope timer(op_times_.get(), "matmul_multi by kind");
+  std::vector<const ops::WeightView*> group_ws;
+  std::vector<float*> group_ys;
+  for (int k = 0; k < n_kinds; ++k) {
+    group_ws.clear();
+    group_ys.clear();
+    for (int i = 0; i < n; ++i) {
+      if (kind[i] != k) continue;
+      group_ws.push_back(ws[i]);
+      group_ys.push_back(ys[i]);
+    }
+    if (group_ws.size() == 1) {
+      matmul(*group_ws[0], x, n_tokens, group_ys[0]);
+    } else {
+      matmul_multi(group_ws.data(), static_cast<int>(group_ws.size()), x, n_tokens, group_ys.data());
+    }
+  }
+  return true;
 }
 
 void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {

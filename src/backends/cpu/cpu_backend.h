@@ -106,6 +106,10 @@ class CpuBackend final : public ops::Backend {
  private:
   static bool packed_available();
   // Packed matmul over n weights sharing their input (all packed, one type and width).
+  // matmul_multi of weights of several kinds, one call per kind; false when that split
+  // would not help (one kind, or every weight its own).
+  bool matmul_multi_by_kind(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                            float* const* ys);
   void matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys);
   void make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head, int64_t n_head_kv);
 
