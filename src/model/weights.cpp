@@ -97,7 +97,6 @@ ops::WeightView OwnedWeights::repeat_row(ops::Backend& be, const ops::WeightView
   out.name = name;
   out.data = buf.data();
   out.n_rows = n_rows;
-  out.rows_repeat = true;
   return be.prepare_weight(out);
 }
 

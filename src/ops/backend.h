@@ -28,9 +28,6 @@ struct WeightView {
   // > 0: the rows are n_expert experts' matrices of n_rows / n_expert rows each, one
   // after another (MoeLayer); a back-end keeps each expert's rows addressable alone.
   int64_t n_expert = 0;
-  // Every row holds row 0's bytes (a vector repeated to a matrix, e.g. a per-token gate
-  // broadcast over a row): a back-end may compute one row and copy it.
-  bool rows_repeat = false;
   // The back-end's own copy made by prepare_weight (the CPU's repacked rows, CUDA's
   // device memory); opaque to model code, null when the back-end reads `data`.
   const void* backend_data = nullptr;

@@ -339,18 +339,6 @@ TEST(CpuBackendOps, MatmulFloatWeights) {
       }
     }
   }
-  // A row repeated to a matrix, marked so: one row computed and copied, the same bits.
-  const int64_t n_cols = 77, n_rows = 45, n_tokens = 5;
-  const auto row = random_floats(n_cols, 23);
-  std::vector<float> rep;
-  for (int64_t r = 0; r < n_rows; ++r) rep.insert(rep.end(), row.begin(), row.end());
-  WeightView w = f32_view(rep, n_cols, n_rows);
-  const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 24);
-  std::vector<float> y_all(n_tokens * n_rows), y_one(y_all.size());
-  fast.matmul(w, x.data(), n_tokens, y_all.data());
-  w.rows_repeat = true;
-  fast.matmul(w, x.data(), n_tokens, y_one.data());
-  EXPECT_EQ(y_one, y_all);
 }
 
 TEST(CpuBackendOps, ElementwiseOpsEqualReference) {

@@ -376,21 +376,6 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
 }
 
 void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  if (w.rows_repeat && w.n_rows > 1 && w.backend_data == nullptr) {
-    // One row's product per token, copied to the others: each row would be the same
-    // kernel on the same bytes, so the same bits (the shared-expert gate of Qwen3.5 MoE
-    // is one row repeated n_embd times).
-    const OpScope timer(op_times_.get(), "matmul repeated row");
-    ops::WeightView one = w;
-    one.n_rows = 1;
-    one.rows_repeat = false;
-    repeat_y_.resize(static_cast<size_t>(n_tokens));
-    matmul(one, x, n_tokens, repeat_y_.data());
-    pool_.parallel_for(n_tokens, std::max<int64_t>(1, 16384 / w.n_rows), [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) std::fill(y + t * w.n_rows, y + (t + 1) * w.n_rows, repeat_y_[t]);
-    });
-    return;
-  }
   if (w.backend_data != nullptr) {
     const OpScope timer(op_times_.get(), "matmul packed");
     const ops::WeightView* ws[1] = {&w};

@@ -133,7 +133,6 @@ class CpuBackend final : public ops::Backend {
   int64_t packed_bytes_ = 0;
   std::vector<float> act_d_, act_s_;  // packed matmul: per (token, block) activation scales
   std::vector<int32_t> act_corr_;
-  std::vector<float> repeat_y_;  // matmul of a repeated row: the one row's outputs
   std::unique_ptr<OpTimes> op_times_;  // null: timing off
 };
 
