@@ -11,6 +11,8 @@
 // anything else ran on the weights but the prompts) against the warm median; and with
 // --prefill, prompt processing: a fresh sequence of L tokens fed in chunks of C (default:
 // all at once, as `hearth serve` does up to its --prefill-chunk), median over R reps.
+// With HEARTH_CPU_OP_TIMING=1, the CPU back-end's per-operation table (all reps) of the
+// decode steps and of each prefill length goes to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -97,6 +99,8 @@ int run(int argc, char** argv) {
               steps);
   std::printf("backend: %s; %.1f MB of weights repacked\n", backend.name().c_str(), backend.packed_bytes() / 1e6);
   std::map<int, std::vector<double>> ms;
+  backend.reset_op_timing();  // the prompts above are not part of either table
+  double decode_wall_ms = 0;
   for (int r = 0; r < reps; ++r) {
     for (const int b : batches) {
       std::vector<int32_t> tok(static_cast<size_t>(b));
@@ -110,9 +114,11 @@ int run(int argc, char** argv) {
         const auto t0 = std::chrono::steady_clock::now();
         model->forward_batch(pool, batch, logits);
         ms[b].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        decode_wall_ms += ms[b].back();
       }
     }
   }
+  if (backend.op_timing()) backend.print_op_timing("decode steps, all batch sizes and reps", decode_wall_ms);
   // The first batch size's first repetition ran right after load (and the prompts).
   std::vector<double> cold(ms[batches[0]].begin(), ms[batches[0]].begin() + std::min<size_t>(steps, 8));
   std::sort(cold.begin(), cold.end());
@@ -139,6 +145,7 @@ int run(int argc, char** argv) {
     for (int t = 0; t < len; ++t) toks.push_back(100 + (t * 7919 + 13) % (static_cast<int>(hp.n_vocab) - 200));
     const int step = chunk > 0 ? chunk : len;
     std::vector<double> t_ms;
+    backend.reset_op_timing();
     for (int r = 0; r < reps; ++r) {
       pre.n_past = 0;
       if (recurrent) pool.clear_state(pre.state_slot);
@@ -149,6 +156,11 @@ int run(int argc, char** argv) {
         model->forward_batch(pool, one, logits);
       }
       t_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (backend.op_timing()) {
+      double wall = 0;
+      for (const double t : t_ms) wall += t;
+      backend.print_op_timing("prefill of " + std::to_string(len) + " tokens, " + std::to_string(reps) + " reps", wall);
     }
     std::sort(t_ms.begin(), t_ms.end());
     const double med = t_ms[t_ms.size() / 2];

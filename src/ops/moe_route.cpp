@@ -10,9 +10,14 @@ void route_top_k(const float* logits, int64_t n, int64_t n_expert, int64_t n_use
                  std::vector<int32_t>& ids, std::vector<float>& weights) {
   ids.assign(static_cast<size_t>(n * n_used), 0);
   weights.assign(static_cast<size_t>(n * n_used), 0.0f);
+  route_top_k_rows(logits, 0, n, n_expert, n_used, norm_weights, ids.data(), weights.data());
+}
+
+void route_top_k_rows(const float* logits, int64_t t0, int64_t t1, int64_t n_expert, int64_t n_used,
+                      bool norm_weights, int32_t* ids, float* weights) {
   std::vector<float> prob(static_cast<size_t>(n_expert));
   std::vector<int32_t> order(static_cast<size_t>(n_expert));
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     const float* l = logits + t * n_expert;
     const float max_l = *std::max_element(l, l + n_expert);
     double sum = 0.0;

@@ -298,6 +298,16 @@ TEST(CpuBackendOps, MatmulMultiEqualsSeparateMatmulsBitForBit) {
   be.matmul(r.view, x.data(), 3, zr.data());
   EXPECT_EQ(yq, zq);
   EXPECT_EQ(yr, zr);
+  // Two kinds among three weights (two Q4_1 and one Q8_0): one call per kind, same bits.
+  const auto q2 = make_weight(GgmlType::Q4_1, 21, 64, 8);
+  std::vector<float> yq2(3 * 21), zq2(yq2.size());
+  const WeightView* ws3[] = {&q.view, &r.view, &q2.view};
+  float* ys3[] = {yq.data(), yr.data(), yq2.data()};
+  be.matmul_multi(ws3, 3, x.data(), 3, ys3);
+  be.matmul(q2.view, x.data(), 3, zq2.data());
+  EXPECT_EQ(yq, zq);
+  EXPECT_EQ(yr, zr);
+  EXPECT_EQ(yq2, zq2);
 }
 
 TEST(CpuBackendOps, MatmulFloatWeights) {
@@ -310,6 +320,24 @@ TEST(CpuBackendOps, MatmulFloatWeights) {
     fast.matmul(w.view, x.data(), n_tokens, y.data());
     cpu::ref::matmul(w.view, x.data(), n_tokens, y_ref.data());
     for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-4f) << hearth::ggml_type_name(type);
+  }
+  // Each output is ref::dot of the dequantized row and the token, bit for bit (the AVX2
+  // tiles of 4 rows x 3 tokens, odd tails of rows, tokens and columns included).
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+    for (const int64_t n_cols : {64, 77, 2}) {
+      const int64_t n_rows = 45, n_tokens = 70;
+      const auto w = make_weight(type, n_rows, n_cols, 25);
+      const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 26);
+      std::vector<float> y(n_tokens * n_rows), row(n_cols);
+      fast.matmul(w.view, x.data(), n_tokens, y.data());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        cpu::ref::dequantize_row(w.view, r, row.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          ASSERT_EQ(y[t * n_rows + r], cpu::ref::dot(row.data(), x.data() + t * n_cols, n_cols))
+              << hearth::ggml_type_name(type) << " cols " << n_cols << " row " << r << " token " << t;
+        }
+      }
+    }
   }
 }
 
@@ -585,4 +613,100 @@ TEST(ThreadPool, ShortJobsSleepsAndExceptions) {
     sum += e - b;
   });
   EXPECT_EQ(sum, 10);
+}
+
+// Op timing (HEARTH_CPU_OP_TIMING): each operation counted once under its name, those
+// run inside another under that one; the results are those of timing off, bit for bit;
+// a table never printed is printed when the back-end goes away.
+TEST(CpuBackendOps, OpTimingCountsCallsAndChangesNoResult) {
+  const auto calls = [](const std::vector<cpu::OpTimeRow>& rows, const std::string& prefix, bool top) {
+    int64_t n = 0;
+    for (const auto& r : rows) {
+      if (r.op.rfind(prefix, 0) == 0 && r.within.empty() == top) n += r.calls;
+    }
+    return n;
+  };
+  const int64_t n_tokens = 9, n = 128, n_head = 4, n_head_kv = 2, head_dim = 32, kv = n_head_kv * head_dim;
+  const auto w = make_weight(GgmlType::Q8_0, 40, n, 81), w2 = make_weight(GgmlType::Q8_0, 24, n, 82);
+  const auto w3 = make_weight(GgmlType::Q4_1, 16, n, 83);
+  const auto x = random_floats(n_tokens * n, 84), wv = random_floats(n, 85);
+  const auto kc = random_floats(n_tokens * kv, 86), vc = random_floats(n_tokens * kv, 87);
+  std::vector<int32_t> pos(n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) pos[t] = static_cast<int32_t>(t);
+  // Everything the sequence writes, one vector per output.
+  const auto run = [&](cpu::CpuBackend& be) {
+    std::vector<std::vector<float>> out(8);
+    out[0].resize(n_tokens * 40);
+    be.matmul(w.view, x.data(), n_tokens, out[0].data());
+    out[1].resize(n_tokens * 24);
+    be.matmul(w2.view, x.data(), n_tokens, out[1].data());
+    out[2].resize(n_tokens * 40);
+    out[3].resize(n_tokens * 24);
+    const WeightView* same[] = {&w.view, &w2.view};
+    float* ys_same[] = {out[2].data(), out[3].data()};
+    be.matmul_multi(same, 2, x.data(), n_tokens, ys_same);
+    out[4].resize(n_tokens * 40);
+    out[5].resize(n_tokens * 16);
+    const WeightView* mixed[] = {&w.view, &w3.view};  // two types: one matmul each, inside matmul_multi
+    float* ys_mixed[] = {out[4].data(), out[5].data()};
+    be.matmul_multi(mixed, 2, x.data(), n_tokens, ys_mixed);
+    out[6].resize(x.size());
+    for (int i = 0; i < 3; ++i) {
+      be.rms_norm(i == 0 ? x.data() : out[6].data(), f32_view(wv, n), n_tokens, n, 1e-5f, out[6].data());
+    }
+    const hearth::ops::RopeParams rp{head_dim, 10000.0f, 1.0f, true};
+    be.rope(out[6].data(), n_tokens, n_head, head_dim, pos.data(), rp);
+    be.swiglu(out[6].data(), x.data(), n_tokens * n, out[6].data());
+    out[7].resize(n_tokens * n_head * head_dim);
+    fast_attention(be, out[6].data(), kc.data(), vc.data(), n_tokens, 0, n_head, n_head_kv, head_dim, 0.2f,
+                   out[7].data());
+    return out;
+  };
+  cpu::CpuBackend off(2);
+  off.set_op_timing(false);
+  cpu::CpuBackend on(2);
+  on.set_op_timing(true);
+  EXPECT_FALSE(off.op_timing());
+  EXPECT_TRUE(on.op_timing());
+  EXPECT_EQ(run(off), run(on));
+  EXPECT_TRUE(off.op_timing_rows().empty());
+  const auto rows = on.op_timing_rows();
+  EXPECT_EQ(calls(rows, "matmul ", true), 2);
+  EXPECT_EQ(calls(rows, "matmul_multi ", true), 2);
+  EXPECT_EQ(calls(rows, "matmul_multi one by one", true), 1);
+  EXPECT_EQ(calls(rows, "matmul ", false), 2);  // the mixed pair's two matmuls, nested
+  for (const auto& r : rows) {
+    if (!r.within.empty()) {
+      EXPECT_EQ(calls(rows, r.within, true) > 0, true) << r.op << " inside " << r.within << ", not a top-level op";
+    }
+    EXPECT_GE(r.ns, 0) << r.op;
+  }
+  EXPECT_EQ(calls(rows, "rms_norm", true), 3);
+  EXPECT_EQ(calls(rows, "rope", true), 1);
+  EXPECT_EQ(calls(rows, "swiglu", true), 1);
+  EXPECT_EQ(calls(rows, "attention", true), 1);
+  EXPECT_EQ(calls(rows, "add", true), 0);
+  testing::internal::CaptureStderr();
+  on.print_op_timing("test", 1000.0);
+  const std::string table = testing::internal::GetCapturedStderr();
+  EXPECT_NE(table.find("CPU op timing - test"), std::string::npos) << table;
+  EXPECT_NE(table.find("rms_norm"), std::string::npos) << table;
+  EXPECT_NE(table.find("(outside the back-end)"), std::string::npos) << table;
+  on.reset_op_timing();
+  EXPECT_TRUE(on.op_timing_rows().empty());
+  // Printed or reset: nothing at destruction; otherwise the table.
+  testing::internal::CaptureStderr();
+  {
+    cpu::CpuBackend quiet(1);
+    quiet.set_op_timing(true);
+    std::vector<float> y(n_tokens * 40);
+    quiet.matmul(w.view, x.data(), n_tokens, y.data());
+    quiet.reset_op_timing();
+    cpu::CpuBackend loud(1);
+    loud.set_op_timing(true);
+    loud.matmul(w.view, x.data(), n_tokens, y.data());
+  }
+  const std::string at_exit = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(at_exit.find("CPU op timing"), at_exit.rfind("CPU op timing")) << at_exit;
+  EXPECT_NE(at_exit.find("matmul"), std::string::npos) << at_exit;
 }

@@ -147,6 +147,43 @@ TEST_P(GdnOps, ChunkedPrefillEqualsTokenByTokenDecode) {
   for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(s1[i], s2[i], 1e-5 * std::max(1.0f, std::abs(s2[i]))) << i;
 }
 
+// The SIMD back-end's delta rule (chunked_head_lanes for prompts) gives the plain
+// kernels' bits: outputs and states, prompts crossing chunk borders, several sequences.
+TEST(GdnOpsBits, SimdEqualsPlainBitForBit) {
+  CpuBackend fast(2), plain(2, /*reference_kernels=*/true);
+  const auto run = [](CpuBackend& be, const ops::GdnShape& sh, const std::vector<int64_t>& lens, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t C = sh.conv_channels(), hv = sh.n_v_heads;
+    int64_t n = 0;
+    for (int64_t l : lens) n += l;
+    const auto qkv = randv(rng, static_cast<size_t>(n * C), -2.0f, 2.0f);
+    const auto a = randv(rng, static_cast<size_t>(n * hv), -3.0f, 2.0f);
+    const auto b = randv(rng, static_cast<size_t>(n * hv), -3.0f, 3.0f);
+    std::vector<float> ssm_a = randv(rng, static_cast<size_t>(hv), -3.0f, 0.5f);
+    for (float& v : ssm_a) v = -std::exp(v);
+    const auto dt = randv(rng, static_cast<size_t>(hv), -1.0f, 1.0f);
+    std::vector<std::vector<float>> out;  // the outputs, then each sequence's state
+    out.emplace_back(static_cast<size_t>(n * sh.value_dim()));
+    std::vector<ops::GdnSeq> seqs;
+    int64_t row = 0;
+    for (int64_t l : lens) {
+      out.push_back(randv(rng, static_cast<size_t>(sh.ssm_state_floats()), -0.5f, 0.5f));
+      seqs.push_back({row, l, nullptr, nullptr});
+      row += l;
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].ssm_state = out[i + 1].data();
+    be.gated_delta_net(qkv.data(), a.data(), b.data(), f32_view(ssm_a, hv, 1, "ssm_a"), f32_view(dt, hv, 1, "dt"),
+                       sh, seqs.data(), static_cast<int64_t>(seqs.size()), out[0].data());
+    return out;
+  };
+  for (bool tiled : {false, true}) {
+    const ops::GdnShape sh{2, 4, 16, 24, 4, tiled};
+    EXPECT_EQ(run(fast, sh, {1, 5, 70, 130, 64, 200}, 21), run(plain, sh, {1, 5, 70, 130, 64, 200}, 21));
+  }
+  const ops::GdnShape qwen{2, 4, 128, 128, 4, true};  // Qwen3.5's head size
+  EXPECT_EQ(run(fast, qwen, {150, 3}, 22), run(plain, qwen, {150, 3}, 22));
+}
+
 TEST_P(GdnOps, ConvWithStateMatchesReference) {
   CpuBackend be(2, GetParam());
   std::mt19937 rng(3);

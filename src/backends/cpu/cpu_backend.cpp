@@ -17,6 +17,7 @@
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
 #include "backends/cpu/kv_rows.h"
+#include "backends/cpu/matmul_f32.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
 #include "core/huge_pages.h"
@@ -247,6 +248,29 @@ CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
   // HEARTH_MOE=generic: the model's per-expert path (for comparisons).
   const char* moe = std::getenv("HEARTH_MOE");
   fused_moe_ = !(moe != nullptr && std::string(moe) == "generic");
+  const char* timing = std::getenv("HEARTH_CPU_OP_TIMING");
+  set_op_timing(timing != nullptr && std::string(timing) == "1");
+}
+
+CpuBackend::~CpuBackend() {
+  if (op_times_ && op_times_->dirty()) print_op_timing();
+}
+
+void CpuBackend::set_op_timing(bool on) {
+  if (on && !op_times_) op_times_ = std::make_unique<OpTimes>();
+  if (!on) op_times_.reset();
+}
+
+void CpuBackend::reset_op_timing() {
+  if (op_times_) op_times_->reset();
+}
+
+void CpuBackend::print_op_timing(const std::string& title, double wall_ms) {
+  if (op_times_) op_times_->print(stderr, title, wall_ms);
+}
+
+std::vector<OpTimeRow> CpuBackend::op_timing_rows() const {
+  return op_times_ ? op_times_->rows() : std::vector<OpTimeRow>{};
 }
 
 bool CpuBackend::packed_available() { return find_packed_kernel(GgmlType::Q4_1) != nullptr; }
@@ -288,14 +312,17 @@ std::unique_ptr<ops::Buffer> CpuBackend::alloc_lazy(int64_t n_floats) {
 }
 
 void CpuBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) {
+  const OpScope timer(op_times_.get(), "copy_to_host");
   std::memcpy(dst, src.data() + offset, sizeof(float) * n);
 }
 
 void CpuBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) {
+  const OpScope timer(op_times_.get(), "copy_from_host");
   std::memcpy(dst.data() + offset, src, sizeof(float) * n);
 }
 
 void CpuBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
+  const OpScope timer(op_times_.get(), "get_rows");
   for (int64_t i = 0; i < n_ids; ++i) {
     if (ids[i] < 0 || ids[i] >= table.n_rows) {
       fail(ErrorKind::kInvalidInput, "cpu", "token id " + std::to_string(ids[i]) + " out of range for '" +
@@ -317,13 +344,16 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
   act_s_.resize(act_d_.size());
   act_corr_.resize(act_d_.size() * 8);
   uint8_t* xq = act_scratch_.data();
-  pool_.parallel_for(n_tokens, act_grain(p0.n_cols), [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      k->quantize_act(x + t * p0.n_cols, xq + t * row_bytes, p0.n_cols);
-      packed_act_scales(p0.type, xq + t * row_bytes, nb, act_d_.data() + t * nb, act_s_.data() + t * nb,
-                        act_corr_.data() + t * nb * 8);
-    }
-  });
+  {
+    const OpScope timer(op_times_.get(), "act quantize");
+    pool_.parallel_for(n_tokens, act_grain(p0.n_cols), [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        k->quantize_act(x + t * p0.n_cols, xq + t * row_bytes, p0.n_cols);
+        packed_act_scales(p0.type, xq + t * row_bytes, nb, act_d_.data() + t * nb, act_s_.data() + t * nb,
+                          act_corr_.data() + t * nb * 8);
+      }
+    });
+  }
   PackedAct a;
   a.xq = xq;
   a.row_bytes = row_bytes;
@@ -347,6 +377,7 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
 
 void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
   if (w.backend_data != nullptr) {
+    const OpScope timer(op_times_.get(), "matmul packed");
     const ops::WeightView* ws[1] = {&w};
     float* ys[1] = {y};
     matmul_packed(ws, 1, x, n_tokens, ys);
@@ -357,14 +388,19 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   if (act_row) {
     // Quantize the activations once, then each weight row meets every token's row
     // while it is in cache.
+    const MatmulFn mm = reference_kernels_ ? nullptr : find_matmul_kernel(w.type);
+    const OpScope timer(op_times_.get(), mm != nullptr ? "matmul tile" : "matmul dot");
     const auto row_bytes = static_cast<int64_t>(*act_row);
     act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
     uint8_t* xq = act_scratch_.data();
-    pool_.parallel_for(n_tokens, act_grain(w.n_cols), [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w.n_cols, xq + t * row_bytes, w.n_cols);
-    });
+    {
+      const OpScope quantize_timer(op_times_.get(), "act quantize");
+      pool_.parallel_for(n_tokens, act_grain(w.n_cols), [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w.n_cols, xq + t * row_bytes, w.n_cols);
+      });
+    }
     const auto* wdata = static_cast<const uint8_t*>(w.data);
-    if (const MatmulFn mm = reference_kernels_ ? nullptr : find_matmul_kernel(w.type)) {
+    if (mm != nullptr) {
       // Tiles of 4 weight rows x 4 tokens: each weight block is unpacked once per 4 tokens
       // and each activation block loaded once per 4 rows; the same sums as vec_dot.
       pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
@@ -383,23 +419,39 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   }
   // Types without a quantized dot product (f32, f16, bf16, Q2_K, Q3_K, ...): dequantize
   // each weight row once and reuse it for every token.
+  // F32 rows are read in place. Every output is ref::dot of its row and token (the AVX2
+  // tiles give its bits, matmul_f32.h).
+  const OpScope timer(op_times_.get(), "matmul float");
+  const bool in_place = w.type == GgmlType::F32;
+  const auto dot_rows = simd_ok_ ? dot_rows_f32_avx2 : dot_rows_f32_plain;
   pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> row(static_cast<size_t>(w.n_cols));
-    for (int64_t r = begin; r < end; ++r) {
-      ref::dequantize_row(w, r, row.data());
-      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.n_rows + r] = ref::dot(row.data(), x + t * w.n_cols, w.n_cols);
+    std::vector<float> buf(in_place ? 0 : static_cast<size_t>(16 * w.n_cols));
+    const float* rows[16];
+    for (int64_t r0 = begin; r0 < end; r0 += 16) {
+      const int64_t nr = std::min<int64_t>(16, end - r0);
+      for (int64_t k = 0; k < nr; ++k) {
+        if (in_place) {
+          rows[k] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + (r0 + k) * w.row_bytes);
+        } else {
+          ref::dequantize_row(w, r0 + k, buf.data() + k * w.n_cols);
+          rows[k] = buf.data() + k * w.n_cols;
+        }
+      }
+      dot_rows(rows, nr, x, n_tokens, w.n_cols, y + r0, w.n_rows);
     }
   });
 }
 
 void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                               float* const* ys) {
+  if (n > 2 && matmul_multi_by_kind(ws, n, x, n_tokens, ys)) return;
   const ops::WeightView& w0 = *ws[0];
   bool same = n > 1;
   for (int i = 1; i < n && same; ++i) same = ws[i]->type == w0.type && ws[i]->n_cols == w0.n_cols;
   bool packed = same;
   for (int i = 0; i < n && packed; ++i) packed = ws[i]->backend_data != nullptr;
   if (packed) {
+    const OpScope timer(op_times_.get(), "matmul_multi packed");
     matmul_packed(ws, n, x, n_tokens, ys);
     return;
   }
@@ -407,15 +459,20 @@ void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const flo
   const MatmulFn mm = k != nullptr && !reference_kernels_ ? find_matmul_kernel(w0.type) : nullptr;
   const auto act_row = mm != nullptr ? ggml_row_bytes(k->act_type, static_cast<uint64_t>(w0.n_cols)) : std::nullopt;
   if (!act_row) {
+    const OpScope timer(op_times_.get(), "matmul_multi one by one");
     ops::Backend::matmul_multi(ws, n, x, n_tokens, ys);
     return;
   }
+  const OpScope timer(op_times_.get(), "matmul_multi tile");
   const auto row_bytes = static_cast<int64_t>(*act_row);
   act_scratch_.resize(static_cast<size_t>(n_tokens * row_bytes));
   uint8_t* xq = act_scratch_.data();
-  pool_.parallel_for(n_tokens, act_grain(w0.n_cols), [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w0.n_cols, xq + t * row_bytes, w0.n_cols);
-  });
+  {
+    const OpScope quantize_timer(op_times_.get(), "act quantize");
+    pool_.parallel_for(n_tokens, act_grain(w0.n_cols), [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) k->quantize_act(x + t * w0.n_cols, xq + t * row_bytes, w0.n_cols);
+    });
+  }
   // The weights' rows one after another; each chunk is cut at the weights' borders.
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += ws[i]->n_rows;
@@ -433,7 +490,46 @@ void CpuBackend::matmul_multi(const ops::WeightView* const* ws, int n, const flo
   });
 }
 
+// Weights of several kinds (Qwen3.5's query, gate and key projections next to a value
+// projection of another type; a DeltaNet layer's quantized qkv and z next to its f32
+// gates): one matmul_multi per kind, so each kind's activations are quantized once and
+// its rows run in one pass. Every output comes from the kernel its weight gets alone.
+bool CpuBackend::matmul_multi_by_kind(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                                      float* const* ys) {
+  const auto same_kind = [](const ops::WeightView& a, const ops::WeightView& b) {
+    return a.type == b.type && a.n_cols == b.n_cols && (a.backend_data != nullptr) == (b.backend_data != nullptr);
+  };
+  std::vector<int> kind(static_cast<size_t>(n), -1);
+  int n_kinds = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < i && kind[i] < 0; ++j) {
+      if (same_kind(*ws[i], *ws[j])) kind[i] = kind[j];
+    }
+    if (kind[i] < 0) kind[i] = n_kinds++;
+  }
+  if (n_kinds == 1 || n_kinds == n) return false;
+  const OpScope timer(op_times_.get(), "matmul_multi by kind");
+  std::vector<const ops::WeightView*> group_ws;
+  std::vector<float*> group_ys;
+  for (int k = 0; k < n_kinds; ++k) {
+    group_ws.clear();
+    group_ys.clear();
+    for (int i = 0; i < n; ++i) {
+      if (kind[i] != k) continue;
+      group_ws.push_back(ws[i]);
+      group_ys.push_back(ys[i]);
+    }
+    if (group_ws.size() == 1) {
+      matmul(*group_ws[0], x, n_tokens, group_ys[0]);
+    } else {
+      matmul_multi(group_ws.data(), static_cast<int>(group_ws.size()), x, n_tokens, group_ys.data());
+    }
+  }
+  return true;
+}
+
 void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
+  const OpScope timer(op_times_.get(), "add_bias");
   ref::add_bias(x, bias, n_tokens);
 }
 
@@ -442,6 +538,7 @@ void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_token
 // reference code as before, so results are unchanged. Small calls (decode) run inline.
 void CpuBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                           float* y) {
+  const OpScope timer(op_times_.get(), "rms_norm");
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
   pool_.parallel_for(n_rows, grain, [&](int64_t begin, int64_t end, int) {
     ref::rms_norm(x + begin * n, weight, end - begin, n, eps, y + begin * n);
@@ -450,6 +547,7 @@ void CpuBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t
 
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                       const ops::RopeParams& p) {
+  const OpScope timer(op_times_.get(), "rope");
   pool_.parallel_for(n_tokens, 8, [&](int64_t begin, int64_t end, int) {
     ref::rope(x + begin * n_heads * head_dim, end - begin, n_heads, head_dim, positions + begin, p);
   });
@@ -457,6 +555,7 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
 
 void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
                           const ops::KvLayer& cache) {
+  const OpScope timer(op_times_.get(), "store_kv");
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv_dim));
   if (cache.type == ops::KvType::F16 && simd_ok_) {
     pool_.parallel_for(n_tokens, grain, [&](int64_t begin, int64_t end, int) {
@@ -475,6 +574,7 @@ void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int6
 
 void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
+  const OpScope timer(op_times_.get(), "attention");
   // One (query row, head) pair per work item, each the reference math (ggml_order.h)
   // compiled for AVX2+FMA where the CPU has them: same roundings, vectorised.
   const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
@@ -494,18 +594,21 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
       const auto* k16 = static_cast<const uint16_t*>(cache.k);
       const auto* v16 = static_cast<const uint16_t*>(cache.v);
       const bool simd = simd_ok_;
-      pool_.parallel_for(nb, 1, [&](int64_t begin, int64_t end, int) {
-        for (int64_t b = begin; b < end; ++b) {
-          const int64_t rows = std::min(bs, n_keys - b * bs), src = sq.block_table[b] * bs * dim;
-          if (simd) {
-            CvtF16C::run(k16 + src, kf + b * bs * dim, rows * dim);
-            CvtF16C::run(v16 + src, vf + b * bs * dim, rows * dim);
-          } else {
-            CvtPlain::run(k16 + src, kf + b * bs * dim, rows * dim);
-            CvtPlain::run(v16 + src, vf + b * bs * dim, rows * dim);
+      {
+        const OpScope convert_timer(op_times_.get(), "kv f16 to f32");
+        pool_.parallel_for(nb, 1, [&](int64_t begin, int64_t end, int) {
+          for (int64_t b = begin; b < end; ++b) {
+            const int64_t rows = std::min(bs, n_keys - b * bs), src = sq.block_table[b] * bs * dim;
+            if (simd) {
+              CvtF16C::run(k16 + src, kf + b * bs * dim, rows * dim);
+              CvtF16C::run(v16 + src, vf + b * bs * dim, rows * dim);
+            } else {
+              CvtPlain::run(k16 + src, kf + b * bs * dim, rows * dim);
+              CvtPlain::run(v16 + src, vf + b * bs * dim, rows * dim);
+            }
           }
-        }
-      });
+        });
+      }
       ident_.resize(static_cast<size_t>(nb));
       for (int64_t b = 0; b < nb; ++b) ident_[static_cast<size_t>(b)] = static_cast<int32_t>(b);
       const ops::KvLayer f32{kf, vf, ops::KvType::F32, bs, dim};
@@ -596,14 +699,19 @@ void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  const OpScope timer(op_times_.get(), "swiglu");
   const SwigluFn f = !simd_ok_ ? swiglu_plain : avx512_ok() ? swiglu_avx512 : swiglu_avx2;
   pool_.parallel_for(n, 1024, [&](int64_t begin, int64_t end, int) { f(gate + begin, up + begin, end - begin, out + begin); });
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {
+  const OpScope timer(op_times_.get(), "add");
   pool_.parallel_for(n, 16384, [&](int64_t begin, int64_t end, int) { ref::add(x + begin, y + begin, end - begin); });
 }
 
-void CpuBackend::copy(const float* src, int64_t n, float* dst) { std::memmove(dst, src, sizeof(float) * n); }
+void CpuBackend::copy(const float* src, int64_t n, float* dst) {
+  const OpScope timer(op_times_.get(), "copy");
+  std::memmove(dst, src, sizeof(float) * n);
+}
 
 }  // namespace hearth::cpu

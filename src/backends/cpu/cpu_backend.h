@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/attention_avx512.h"
+#include "backends/cpu/op_timing.h"
 #include "backends/cpu/packed.h"
 #include "core/thread_pool.h"
 #include "ops/backend.h"
@@ -26,6 +27,8 @@ class CpuBackend final : public ops::Backend {
   // n_threads <= 0: one per physical core. reference_kernels picks the plain
   // (non-SIMD) quantized dot products, for tests.
   explicit CpuBackend(int n_threads, bool reference_kernels = false);
+  // With op timing on, prints the table not yet printed (see print_op_timing).
+  ~CpuBackend() override;
 
   std::string name() const override;
   bool supports_weight(GgmlType type) const override;
@@ -90,9 +93,24 @@ class CpuBackend final : public ops::Backend {
   // blocked AVX-512 kernel applies (it gives the same bits; this is its oracle).
   void set_attention_blocks(bool on) { attention_blocks_ = on; }
 
+  // Per-operation timing (op_timing.h): on when HEARTH_CPU_OP_TIMING=1 at construction,
+  // or set here. print_op_timing writes the table gathered since the last reset to
+  // stderr (title: what was measured; wall_ms > 0: the caller's wall time over the same
+  // span, for the time outside the back-end); a table never printed is printed when
+  // the back-end is destroyed.
+  bool op_timing() const { return op_times_ != nullptr; }
+  void set_op_timing(bool on);
+  void reset_op_timing();
+  void print_op_timing(const std::string& title = "", double wall_ms = 0);
+  std::vector<OpTimeRow> op_timing_rows() const;
+
  private:
   static bool packed_available();
   // Packed matmul over n weights sharing their input (all packed, one type and width).
+  // matmul_multi of weights of several kinds, one call per kind; false when that split
+  // would not help (one kind, or every weight its own).
+  bool matmul_multi_by_kind(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
+                            float* const* ys);
   void matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys);
   void make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head, int64_t n_head_kv);
 
@@ -116,6 +134,7 @@ class CpuBackend final : public ops::Backend {
   int64_t packed_bytes_ = 0;
   std::vector<float> act_d_, act_s_;  // packed matmul: per (token, block) activation scales
   std::vector<int32_t> act_corr_;
+  std::unique_ptr<OpTimes> op_times_;  // null: timing off
 };
 
 // f32_to_f16_row (core/half.h) with the F16C conversion, the same bits

@@ -34,14 +34,19 @@ HEARTH_SIMD void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n)
 void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n) { f32_to_f16_row(src, dst, n); }
 #endif
 
-void CpuBackend::fill(float* dst, float value, int64_t n) { std::fill(dst, dst + n, value); }
+void CpuBackend::fill(float* dst, float value, int64_t n) {
+  const OpScope timer(op_times_.get(), "fill");
+  std::fill(dst, dst + n, value);
+}
 
 void CpuBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
+  const OpScope timer(op_times_.get(), "gather_rows");
   for (int64_t i = 0; i < n_ids; ++i) std::memcpy(dst + i * n, src + static_cast<int64_t>(ids[i]) * n, sizeof(float) * n);
 }
 
 void CpuBackend::scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
                                   float* dst) {
+  const OpScope timer(op_times_.get(), "scatter_add_rows");
   for (int64_t i = 0; i < n_ids; ++i) {
     float* d = dst + static_cast<int64_t>(ids[i]) * n;
     const float* s = src + i * n;

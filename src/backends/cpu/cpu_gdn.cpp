@@ -177,17 +177,132 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
   }
 }
 
+// chunked_head with the same operations on the same values, arranged for vectors: the
+// chunk's keys transposed ([dk, L]) so that the key dot products of one row i with all
+// keys j run as lanes j (each lane still sums x = 0, 1, ... in order, as chunked_head's
+// scalar loop does), and each exp(G_i - G_j) computed once for A, the intra-chunk part
+// and the state update (the same argument, so the same value). chunked_head<false> is
+// its plain reference (the reference-kernel back-end runs it; tests compare the bits).
+void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
+  const int64_t dk = t.dk, dv = t.dv;
+  buf.resize(static_cast<size_t>(kChunk * (kChunk + 2 + dk + 2 * dv) + kChunk * kChunk + dk * kChunk + kChunk));
+  float* G = buf.data();             // [L] cumulative log-decay
+  float* A = G + kChunk;             // [L, L] strictly lower
+  float* U = A + kChunk * kChunk;    // [L, dv] -> u
+  float* W = U + kChunk * dv;        // [L, dk]
+  float* tmp = W + kChunk * dk;      // [dv]
+  float* eg = tmp + dv;              // [L] exp(G)
+  float* D = eg + kChunk;            // [L, L] exp(G_i - G_j), j <= i
+  float* KT = D + kChunk * kChunk;   // [dk, kChunk] the chunk's keys, transposed
+  float* __restrict s = KT + dk * kChunk;  // [L] dot products of one row
+  for (int64_t c0 = 0; c0 < t.n; c0 += kChunk) {
+    const int64_t L = std::min(kChunk, t.n - c0);
+    auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
+    auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
+    auto V = [&](int64_t i) { return t.v + (c0 + i) * t.v_row; };
+    auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
+    float cum = 0.0f;
+    for (int64_t i = 0; i < L; ++i) {
+      cum += t.g[(c0 + i) * t.hv];
+      G[i] = cum;
+      eg[i] = std::exp(cum);
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t j = 0; j <= i; ++j) D[i * kChunk + j] = std::exp(G[i] - G[j]);
+    }
+    for (int64_t j = 0; j < L; ++j) {
+      const float* kj = K(j);
+      for (int64_t x = 0; x < dk; ++x) KT[x * kChunk + j] = kj[x];
+    }
+    // s_j = q . k_j (or k_i . k_j) for j < n_j, lanes j, x in order.
+    const auto dots = [&](const float* qi, int64_t n_j) {
+      std::fill(s, s + n_j, 0.0f);
+      for (int64_t x = 0; x < dk; ++x) {
+        const float qx = qi[x];
+        const float* __restrict kx = KT + x * kChunk;
+        for (int64_t j = 0; j < n_j; ++j) s[j] += qx * kx[j];
+      }
+    };
+    // A[i][j] = beta_i (k_i . k_j) exp(G_i - G_j), j < i.
+    for (int64_t i = 0; i < L; ++i) {
+      dots(K(i), i);
+      for (int64_t j = 0; j < i; ++j) A[i * kChunk + j] = B(i) * s[j] * D[i * kChunk + j];
+    }
+    // (I + A) U = beta v and (I + A) W = beta exp(G) k, by forward substitution.
+    for (int64_t i = 0; i < L; ++i) {
+      float* Ui = U + i * dv;
+      float* Wi = W + i * dk;
+      const float* vi = V(i);
+      const float* ki = K(i);
+      const float bi = B(i), bw = B(i) * eg[i];
+      for (int64_t y = 0; y < dv; ++y) Ui[y] = bi * vi[y];
+      for (int64_t x = 0; x < dk; ++x) Wi[x] = bw * ki[x];
+      for (int64_t j = 0; j < i; ++j) {
+        const float a = A[i * kChunk + j];
+        const float* Uj = U + j * dv;
+        const float* Wj = W + j * dk;
+        for (int64_t y = 0; y < dv; ++y) Ui[y] -= a * Uj[y];
+        for (int64_t x = 0; x < dk; ++x) Wi[x] -= a * Wj[x];
+      }
+    }
+    // u = U - W S0 (in U), and the outputs' state part exp(G_i) S0^T q_i.
+    for (int64_t i = 0; i < L; ++i) {
+      float* Ui = U + i * dv;
+      const float* Wi = W + i * dk;
+      const float* qi = Q(i);
+      float* oi = t.o + (c0 + i) * t.o_row;
+      std::fill(tmp, tmp + dv, 0.0f);
+      for (int64_t x = 0; x < dk; ++x) {
+        const float* Sx = t.S + x * dv;
+        const float w = Wi[x], qx = qi[x];
+        for (int64_t y = 0; y < dv; ++y) {
+          Ui[y] -= w * Sx[y];
+          tmp[y] += qx * Sx[y];
+        }
+      }
+      for (int64_t y = 0; y < dv; ++y) oi[y] = eg[i] * tmp[y];
+    }
+    // The intra-chunk part: o_i += sum_{j <= i} (q_i . k_j) exp(G_i - G_j) u_j.
+    for (int64_t i = 0; i < L; ++i) {
+      dots(Q(i), i + 1);
+      float* oi = t.o + (c0 + i) * t.o_row;
+      for (int64_t j = 0; j <= i; ++j) {
+        const float w = s[j] * D[i * kChunk + j];
+        const float* uj = U + j * dv;
+        for (int64_t y = 0; y < dv; ++y) oi[y] += w * uj[y];
+      }
+    }
+    // S = exp(G_last) S0 + sum_j exp(G_last - G_j) k_j u_j^T.
+    const float el = eg[L - 1];
+    for (int64_t x = 0; x < dk; ++x) {
+      float* Sx = t.S + x * dv;
+      for (int64_t y = 0; y < dv; ++y) Sx[y] *= el;
+    }
+    for (int64_t j = 0; j < L; ++j) {
+      const float* kj = K(j);
+      const float* uj = U + j * dv;
+      const float e = D[(L - 1) * kChunk + j];
+      for (int64_t x = 0; x < dk; ++x) {
+        const float w = e * kj[x];
+        float* Sx = t.S + x * dv;
+        for (int64_t y = 0; y < dv; ++y) Sx[y] += w * uj[y];
+      }
+    }
+  }
+}
+
 HEARTH_SIMD __attribute__((flatten)) void recurrent_head_simd(const HeadTask& t, std::vector<float>& tmp) {
   recurrent_head<true>(t, tmp);
 }
 HEARTH_SIMD __attribute__((flatten)) void chunked_head_simd(const HeadTask& t, std::vector<float>& buf) {
-  chunked_head<true>(t, buf);
+  chunked_head_lanes(t, buf);
 }
 
 }  // namespace
 
 void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
                                int64_t n_seqs, float* out) {
+  const OpScope timer(op_times_.get(), "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.type != GgmlType::F32 || w.n_rows != channels || K < 1) {
     fail(ErrorKind::kInvalidInput, "cpu", "conv weight '" + w.name + "' must be F32 [" + std::to_string(channels) +
@@ -224,6 +339,7 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
 void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
                                  const ops::WeightView& dt_bias, const ops::GdnShape& sh, const ops::GdnSeq* seqs,
                                  int64_t n_seqs, float* o) {
+  const OpScope timer(op_times_.get(), "gated_delta_net");
   const int64_t hk = sh.n_k_heads, hv = sh.n_v_heads, dk = sh.d_k, dv = sh.d_v;
   if (hk <= 0 || hv % hk != 0) fail(ErrorKind::kInvalidInput, "cpu", "value heads must be a multiple of key heads");
   const float* A = f32_weight(ssm_a, hv, "ssm_a");
@@ -238,25 +354,29 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
   float* g = gdn_gates_.data();
   float* beta = g + n * hv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  pool_.parallel_for(n, 4, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      for (int64_t hh = 0; hh < 2 * hk; ++hh) {  // q heads then k heads
-        const float* src = qkv + t * C + hh * dk;
-        float* dst = qk + t * row + hh * dk;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < dk; ++i) ss += src[i] * src[i];
-        const float inv = 1.0f / std::sqrt(ss + sh.l2_eps) * (hh < hk ? scale : 1.0f);
-        for (int64_t i = 0; i < dk; ++i) dst[i] = src[i] * inv;
+  {
+    const OpScope prepare_timer(op_times_.get(), "gdn q/k norm, gates");
+    pool_.parallel_for(n, 4, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        for (int64_t hh = 0; hh < 2 * hk; ++hh) {  // q heads then k heads
+          const float* src = qkv + t * C + hh * dk;
+          float* dst = qk + t * row + hh * dk;
+          float ss = 0.0f;
+          for (int64_t i = 0; i < dk; ++i) ss += src[i] * src[i];
+          const float inv = 1.0f / std::sqrt(ss + sh.l2_eps) * (hh < hk ? scale : 1.0f);
+          for (int64_t i = 0; i < dk; ++i) dst[i] = src[i] * inv;
+        }
+        for (int64_t h = 0; h < hv; ++h) {
+          g[t * hv + h] = A[h] * softplus(a[t * hv + h] + dt[h]);
+          beta[t * hv + h] = sigmoid(b[t * hv + h]);
+        }
       }
-      for (int64_t h = 0; h < hv; ++h) {
-        g[t * hv + h] = A[h] * softplus(a[t * hv + h] + dt[h]);
-        beta[t * hv + h] = sigmoid(b[t * hv + h]);
-      }
-    }
-  });
+    });
+  }
   const int64_t ratio = hv / hk;
   const bool simd = simd_ok_;
   gdn_scratch_.resize(static_cast<size_t>(pool_.n_threads()));
+  const OpScope heads_timer(op_times_.get(), "gdn heads");
   pool_.parallel_for(n_seqs * hv, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t task = begin; task < end; ++task) {
       const ops::GdnSeq& sq = seqs[task / hv];
@@ -284,6 +404,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
 
 void CpuBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                                 float eps) {
+  const OpScope timer(op_times_.get(), "gated_rms_norm");
   const float* wt = f32_weight(w, n, "gated norm weight");
   pool_.parallel_for(n_rows, 16, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
@@ -298,6 +419,7 @@ void CpuBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView&
 }
 
 void CpuBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
+  const OpScope timer(op_times_.get(), "sigmoid_mul");
   pool_.parallel_for(n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) x[i] *= sigmoid(gate[i]);
   });

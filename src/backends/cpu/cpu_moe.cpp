@@ -104,10 +104,9 @@ void quantize_row(ActRows& a, const float* x, int64_t t) {
   }
 }
 
-// dst row i = src row idx[i].
-void gather(const ActRows& src, const int32_t* idx, int64_t m, ActRows& dst) {
-  resize_rows(dst, m);
-  for (int64_t i = 0; i < m; ++i) {
+// dst row i = src row idx[i], for i in [i0, i1) (dst already sized).
+void gather_range(const ActRows& src, const int32_t* idx, int64_t i0, int64_t i1, ActRows& dst) {
+  for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = idx[i];
     if (src.kind == ActRows::Kind::kFloat) {
       std::memcpy(dst.f.data() + i * src.cols, src.f.data() + t * src.cols, sizeof(float) * src.cols);
@@ -120,6 +119,14 @@ void gather(const ActRows& src, const int32_t* idx, int64_t m, ActRows& dst) {
       std::memcpy(dst.corr.data() + i * src.nb * 8, src.corr.data() + t * src.nb * 8, sizeof(int32_t) * src.nb * 8);
     }
   }
+}
+
+// dst row i = src row idx[i], i < m, split over the pool (pieces of about 64 KiB).
+void gather(ThreadPool& pool, const ActRows& src, const int32_t* idx, int64_t m, ActRows& dst) {
+  resize_rows(dst, m);
+  const int64_t row = src.kind == ActRows::Kind::kFloat ? 4 * src.cols : src.row_bytes + src.nb * 40;
+  pool.parallel_for(m, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, row)),
+                    [&](int64_t begin, int64_t end, int) { gather_range(src, idx, begin, end, dst); });
 }
 
 // One expert's matrix inside an all-experts weight.
@@ -181,11 +188,13 @@ void expert_rows(const ExpertWeight& ew, const ActRows& a, int64_t e, int64_t u0
 struct MoeScratch {
   std::vector<float> logits, route_w, pair_w, gate, up, down;
   std::vector<int32_t> route_ids, pair_tok, count, offset, cursor, active;
+  std::vector<int32_t> tok_pairs;  // [n, K]: each token's pairs, in pair (= expert) order
   ActRows x_gate, x_up, pairs_gate, pairs_up, h;
 };
 
 void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, float* out) {
   if (n <= 0) return;
+  const OpScope timer(op_times_.get(), "moe_ffn");
   if (!moe_) moe_ = std::make_shared<MoeScratch>();
   MoeScratch& s = *moe_;
   const int64_t E = L.n_embd, F = L.n_ff, X = L.n_expert, K = L.n_used;
@@ -197,7 +206,12 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   // Routing, and the (token, expert) pairs grouped by expert.
   s.logits.resize(static_cast<size_t>(n * X));
   matmul(*L.router, x, n, s.logits.data());
-  ops::route_top_k(s.logits.data(), n, X, K, L.norm_weights, s.route_ids, s.route_w);
+  OpScope phase(op_times_.get(), "moe route, pairs");
+  s.route_ids.resize(static_cast<size_t>(n * K));
+  s.route_w.resize(static_cast<size_t>(n * K));
+  pool_.parallel_for(n, std::max<int64_t>(1, 4096 / X), [&](int64_t begin, int64_t end, int) {
+    ops::route_top_k_rows(s.logits.data(), begin, end, X, K, L.norm_weights, s.route_ids.data(), s.route_w.data());
+  });
   s.count.assign(static_cast<size_t>(X), 0);
   for (const int32_t e : s.route_ids) ++s.count[e];
   s.offset.assign(static_cast<size_t>(X) + 1, 0);
@@ -219,6 +233,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   }
 
   // 1. Activations per token, then per pair.
+  phase.next("moe act quantize, gather");
   const auto quantize_all = [&](ActRows& a, const float* rows, int64_t m) {
     resize_rows(a, m);
     pool_.parallel_for(m, act_grain(a.cols), [&](int64_t b, int64_t e, int) {
@@ -230,11 +245,11 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   const bool shared_act = s.x_up.same_as(s.x_gate);
   quantize_all(s.x_gate, x, n);
   plan_for(*L.gate, reference_kernels_, s.pairs_gate);
-  gather(s.x_gate, s.pair_tok.data(), P, s.pairs_gate);
+  gather(pool_, s.x_gate, s.pair_tok.data(), P, s.pairs_gate);
   if (!shared_act) {
     quantize_all(s.x_up, x, n);
     plan_for(*L.up, reference_kernels_, s.pairs_up);
-    gather(s.x_up, s.pair_tok.data(), P, s.pairs_up);
+    gather(pool_, s.x_up, s.pair_tok.data(), P, s.pairs_up);
   }
   const ActRows& act_up = shared_act ? s.pairs_gate : s.pairs_up;
 
@@ -244,6 +259,7 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   s.gate.resize(static_cast<size_t>(P * F));
   s.up.resize(static_cast<size_t>(P * F));
   const ExpertWeight gate_w{L.gate, F}, up_w{L.up, F}, down_w{L.down, E};
+  phase.next("moe gate/up experts");
   pool_.parallel_for(n_active * 2 * uf, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t u = begin; u < end;) {
       const int64_t i = u / (2 * uf), proj = (u % (2 * uf)) / uf, u0 = u % uf;
@@ -257,13 +273,16 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
   });
 
   // 3. SwiGLU, quantized per pair for down.
+  phase.stop();
   swiglu(s.gate.data(), s.up.data(), P * F, s.gate.data());
+  OpScope down_phase(op_times_.get(), "moe down act quantize");
   plan_for(*L.down, reference_kernels_, s.h);
   quantize_all(s.h, s.gate.data(), P);
 
   // 4. Down rows of every selected expert.
   const int64_t ue = (E + kPackRows - 1) / kPackRows;
   s.down.resize(static_cast<size_t>(P * E));
+  down_phase.next("moe down experts");
   pool_.parallel_for(n_active * ue, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t u = begin; u < end;) {
       const int64_t i = u / ue, u0 = u % ue, u1 = std::min(ue, u0 + (end - u));
@@ -273,12 +292,28 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
     }
   });
 
-  // 5. The weighted sum, expert by expert (the generic path's order of additions).
-  fill(out, 0.0f, n * E);
-  for (const int32_t e : s.active) {
-    scatter_add_rows(s.down.data() + s.offset[e] * E, E, s.pair_tok.data() + s.offset[e], s.pair_w.data() + s.offset[e],
-                     s.count[e], out);
+  // 5. The weighted sum, expert by expert (the generic path's order of additions: fill
+  // with 0, then scatter_add_rows of each active expert in ascending order), one task
+  // per range of tokens: a token's pairs in pair order are its experts ascending.
+  down_phase.next("moe combine");
+  s.tok_pairs.resize(static_cast<size_t>(P));
+  s.cursor.assign(static_cast<size_t>(n), 0);
+  for (int64_t p = 0; p < P; ++p) {
+    const int32_t t = s.pair_tok[p];
+    s.tok_pairs[t * K + s.cursor[t]++] = static_cast<int32_t>(p);
   }
+  pool_.parallel_for(n, std::max<int64_t>(1, 8192 / (E * K)), [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* d = out + t * E;
+      std::fill(d, d + E, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t p = s.tok_pairs[t * K + k];
+        const float* src = s.down.data() + p * E;
+        const float w = s.pair_w[p];
+        for (int64_t j = 0; j < E; ++j) d[j] += w * src[j];
+      }
+    }
+  });
 }
 
 }  // namespace hearth::cpu
