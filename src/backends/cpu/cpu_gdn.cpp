@@ -426,6 +426,7 @@ void CpuBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
 }
 
 void CpuBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
+  const OpScope timer(op_times_.get(), "sigmoid_scale_rows");
   pool_.parallel_for(n_rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(n_cols, 1)),
                      [&](int64_t begin, int64_t end, int) {
                        for (int64_t r = begin; r < end; ++r) {
