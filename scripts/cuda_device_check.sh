@@ -87,7 +87,7 @@ for s in "${steps[@]}"; do
       for load in ${CUDA_LOADING_MODES:-LAZY}; do
         HEARTH_CUDA_WAIT_TIMING=1 CUDA_MODULE_LOADING=$load "$here/hearth" run -m "$f" --device cuda --raw \
           -f "$here/prompt512.txt" -n 128 --temp 0 --ctx 2048 >"$out/run-$s-$load.txt" 2>&1
-        say "run $s --device cuda ($load module loading): rc=$? $(grep -E '^(Prompt|Generation|Peak)|loaded on|warmed up|CUDA waits' "$out/run-$s-$load.txt" | tr '\n' ' ')"
+        say "run $s --device cuda ($load module loading): rc=$? $(grep -E '^(Prompt|Generation|Peak)|loaded on|warmed up|CUDA waits|CUDA graphs' "$out/run-$s-$load.txt" | tr '\n' ' ')"
       done
       ;;
   esac

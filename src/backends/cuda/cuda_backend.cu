@@ -58,6 +58,7 @@ void check_cublas(cublasStatus_t s, const char* op, const char* what) {
 class DeviceBuffer final : public ops::Buffer {
  public:
   DeviceBuffer(CudaBackend& be, int64_t n, bool pooled) : be_(be), n_(n), pooled_(pooled) {
+    be.flush_capture();  // a graph holds no allocations
     const size_t bytes = sizeof(float) * static_cast<size_t>(std::max<int64_t>(n, 1));
     if (pooled) {
       HEARTH_CUDA_CHECK("alloc", cudaMallocAsync(reinterpret_cast<void**>(&p_), bytes, be.stream()));
@@ -74,6 +75,7 @@ class DeviceBuffer final : public ops::Buffer {
     be_.note_alloc(bytes_);
   }
   ~DeviceBuffer() override {
+    be_.flush_capture();
     if (pooled_) {
       cudaFreeAsync(p_, be_.stream());
     } else {
@@ -152,6 +154,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* timing = std::getenv("HEARTH_CUDA_OP_TIMING");
   timing_ = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "host");
   host_timing_ = timing_ && std::string(timing) == "host";
+  const char* graph = std::getenv("HEARTH_CUDA_GRAPH");
+  graphs_ = graph != nullptr && std::string(graph) == "1" && !(timing_ && !host_timing_);
   const char* wait_timing = std::getenv("HEARTH_CUDA_WAIT_TIMING");
   wait_timing_ = wait_timing != nullptr && std::string(wait_timing) == "1";
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
@@ -184,7 +188,19 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 }
 
 CudaBackend::~CudaBackend() {
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);
+    if (g != nullptr) cudaGraphDestroy(g);
+  }
   cudaStreamSynchronize(stream_);
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+  if (graphs_ && (wait_timing_ || timing_)) {
+    std::fprintf(stderr, "hearth: CUDA graphs: %lld steps launched as graphs, %lld updated in place, %lld made, "
+                 "%lld captures abandoned\n", static_cast<long long>(graph_stats_.launched),
+                 static_cast<long long>(graph_stats_.updated), static_cast<long long>(graph_stats_.instantiated),
+                 static_cast<long long>(graph_stats_.failed));
+  }
   if (wait_timing_ && waits_ > 1) {
     const int64_t span = last_wait_ns_ - first_wait_ns_;
     std::fprintf(stderr,
@@ -226,7 +242,51 @@ void CudaBackend::synchronize() {
   wait("synchronize");
 }
 
+void CudaBackend::set_graphs(bool on) {
+  bind();
+  flush_capture();
+  graphs_ = on && !(timing_ && !host_timing_);
+}
+
+void CudaBackend::flush_capture() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cudaGraph_t g = nullptr;
+  const cudaError_t rc = cudaStreamEndCapture(stream_, &g);
+  if (rc != cudaSuccess || g == nullptr) {
+    // A capture the runtime invalidated (an operation it cannot record): its work was
+    // not run. That is a bug in the op that did it; report it rather than lose work.
+    cudaGetLastError();
+    ++graph_stats_.failed;
+    HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
+  }
+  auto exec = static_cast<cudaGraphExec_t>(graph_exec_);
+  bool reused = false;
+  if (exec != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    reused = cudaGraphExecUpdate(exec, g, &info) == cudaSuccess;
+    if (!reused) {
+      cudaGetLastError();
+      cudaGraphExecDestroy(exec);
+      exec = nullptr;
+    }
+  }
+  if (exec == nullptr) {
+    const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
+    if (irc != cudaSuccess) cudaGraphDestroy(g);
+    HEARTH_CUDA_CHECK("graph instantiate", irc);
+    ++graph_stats_.instantiated;
+  } else {
+    ++graph_stats_.updated;
+  }
+  graph_exec_ = exec;
+  cudaGraphDestroy(g);
+  HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(exec, stream_));
+  ++graph_stats_.launched;
+}
+
 void CudaBackend::wait(const char* op) {
+  flush_capture();
   if (!wait_timing_) {
     HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
     return;
@@ -243,6 +303,7 @@ void CudaBackend::wait(const char* op) {
 
 ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
   bind();
+  flush_capture();
   if (!supports_weight(w.type)) {
     fail(ErrorKind::kUnsupported, "cuda",
          "tensor '" + w.name + "' has type " + std::string(ggml_type_name(w.type)) +
@@ -284,6 +345,7 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
   if (offset < 0 || n < 0 || offset + n > src.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_to_host: range out of the buffer");
   }
+  flush_capture();
   HEARTH_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.data() + offset, sizeof(float) * n,
                                                     cudaMemcpyDeviceToHost, stream_));
   wait("copy_to_host");
@@ -295,6 +357,7 @@ void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, 
     fail(ErrorKind::kInternal, "cuda", "copy_from_host: range out of the buffer");
   }
   // Synchronous with respect to the host buffer: it may be reused once this returns.
+  flush_capture();
   HEARTH_CUDA_CHECK("copy_from_host", cudaMemcpyAsync(dst.data() + offset, src, sizeof(float) * n,
                                                       cudaMemcpyHostToDevice, stream_));
   wait("copy_from_host");
@@ -303,7 +366,7 @@ void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, 
 const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
   const size_t bytes = (n + 255) & ~size_t{255};
   if (bytes > stage_cap_) {
-    HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
+    wait(op);
     cudaFreeHost(stage_host_);
     cudaFree(stage_dev_);
     note_alloc(-static_cast<int64_t>(stage_cap_));
@@ -318,8 +381,11 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
   }
   // The same bytes staged recently (positions, slots, tables: the same for every layer of
   // a step) are still in the ring, on both sides, unless it wrapped since: reuse them.
+  // While a step is captured, only its own stagings (so that every step of a shape makes
+  // a graph of the same nodes, which the next step can update in place).
   for (const StageMemo& m : stage_memo_) {
-    if (m.n == n && n > 0 && m.epoch == stage_epoch_ && std::memcmp(stage_host_ + m.off, host, n) == 0) {
+    if (m.n == n && n > 0 && m.epoch == stage_epoch_ && (!capturing_ || m.capture == captures_) &&
+        std::memcmp(stage_host_ + m.off, host, n) == 0) {
       return stage_dev_ + m.off;
     }
   }
@@ -333,7 +399,7 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
   uint8_t* dev = stage_dev_ + stage_off_;
   if (n > 0) {
     HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(dev, stage_host_ + stage_off_, n, cudaMemcpyHostToDevice, stream_));
-    stage_memo_[stage_memo_next_] = StageMemo{stage_off_, n, stage_epoch_};
+    stage_memo_[stage_memo_next_] = StageMemo{stage_off_, n, stage_epoch_, capturing_ ? captures_ : 0};
     stage_memo_next_ = (stage_memo_next_ + 1) % kStageMemo;
   }
   stage_off_ += bytes;
@@ -342,8 +408,9 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
 
 void* CudaBackend::scratch(int slot, size_t bytes, const char* op) {
   if (bytes > scratch_bytes_[slot]) {
+    flush_capture();  // a graph holds no allocations
     if (scratch_[slot] != nullptr) {
-      HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
+      wait(op);
       cudaFree(scratch_[slot]);
       note_alloc(-static_cast<int64_t>(scratch_bytes_[slot]));
       scratch_[slot] = nullptr;
@@ -379,6 +446,12 @@ void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int
     }
   }
   if (n_ids == 0) return;
+  if (graphs_ && !capturing_ && n_ids <= kMaxMatvecTokens) {
+    // A decode step starts here (the token embeddings): record it until the logits are read.
+    HEARTH_CUDA_CHECK("graph capture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    capturing_ = true;
+    ++captures_;
+  }
   const int32_t* d_ids = stage_array(ids, n_ids, "get_rows");
   get_rows_f32(device_weight(table, "get_rows"), d_ids, n_ids, out, stream_);
   HEARTH_CUDA_LAUNCHED("get_rows");

@@ -69,6 +69,25 @@ class CudaBackend final : public ops::Backend {
   void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
                         float* dst) override;
 
+  // Decode steps (a step whose token embedding takes at most kMaxMatvecTokens rows) are
+  // captured as one CUDA graph and launched as one, instead of ~20 kernel launches per
+  // layer: the host, not the GPU, limits decode otherwise (docs/BENCHMARKS.md). Capture
+  // starts at that get_rows and ends at the next wait for the device (copy_to_host of the
+  // logits) or at any allocation or free; the graph of the step before is updated in
+  // place (cudaGraphExecUpdate) when the steps have the same shape, else made anew.
+  // Off by default while measured; HEARTH_CUDA_GRAPH=1 or set_graphs(true) turns it on.
+  void set_graphs(bool on);
+  struct GraphStats {
+    int64_t launched = 0;      // graphs launched (captured steps)
+    int64_t updated = 0;       // of which reused the previous executable graph
+    int64_t instantiated = 0;  // executable graphs made
+    int64_t failed = 0;        // captures the runtime invalidated (reported as errors)
+  };
+  GraphStats graph_stats() const { return graph_stats_; }
+  // Internal: ends a capture in progress and launches it (before a wait, an allocation
+  // or a free).
+  void flush_capture();
+
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   // Waits for all queued work (tests, timing).
@@ -139,6 +158,7 @@ class CudaBackend final : public ops::Backend {
   struct StageMemo {
     size_t off = 0, n = 0;
     uint64_t epoch = ~uint64_t{0};
+    uint64_t capture = 0;  // the capture it was staged in (0: none)
   };
   static constexpr int kStageMemo = 8;
   StageMemo stage_memo_[kStageMemo];
@@ -151,6 +171,10 @@ class CudaBackend final : public ops::Backend {
   uint64_t weight_bytes_ = 0;
   uint64_t used_ = 0, peak_ = 0;
   bool timing_ = false;
+  bool graphs_ = false, capturing_ = false;
+  uint64_t captures_ = 0;  // captures begun
+  void* graph_exec_ = nullptr;  // cudaGraphExec_t of the last captured step
+  GraphStats graph_stats_;
   bool host_timing_ = false;  // HEARTH_CUDA_OP_TIMING=host: the host's own time per op, no waits
   bool wait_timing_ = false;
   int64_t wait_ns_ = 0, waits_ = 0, first_wait_ns_ = 0, last_wait_ns_ = 0;

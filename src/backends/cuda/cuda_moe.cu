@@ -170,6 +170,7 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   // Many tokens: the routing to the host, then each used expert over its tokens.
   std::vector<int32_t> h_ids(static_cast<size_t>(n * K));
   std::vector<float> h_w(static_cast<size_t>(n * K));
+  flush_capture();  // pageable host memory: not in a graph
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_ids.data(), ids, 4 * h_ids.size(), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_w.data(), wts, 4 * h_w.size(), cudaMemcpyDeviceToHost, stream_));
   wait("moe_ffn");
