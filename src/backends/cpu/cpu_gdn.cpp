@@ -77,6 +77,53 @@ void recurrent_head(const HeadTask& t, std::vector<float>& tmp) {
   }
 }
 
+// One chunk of the chunked form, after A: (I + A) U = beta v and (I + A) W = beta exp(G) k
+// by forward substitution, then u = U - W S0 (in U) and the outputs' state part
+// exp(G_i) S0^T q_i. Shared by chunked_head and chunked_head_lanes (inlined into both,
+// so each is compiled for its own instruction set).
+inline void solve_chunk(const HeadTask& t, int64_t c0, int64_t L, const float* A, const float* eg, float* U, float* W,
+                        float* tmp) {
+  const int64_t dk = t.dk, dv = t.dv;
+  auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
+  auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
+  auto V = [&](int64_t i) { return t.v + (c0 + i) * t.v_row; };
+  auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
+  // (I + A) U = beta v and (I + A) W = beta exp(G) k, by forward substitution.
+  for (int64_t i = 0; i < L; ++i) {
+    float* Ui = U + i * dv;
+    float* Wi = W + i * dk;
+    const float* vi = V(i);
+    const float* ki = K(i);
+    const float bi = B(i), bw = B(i) * eg[i];
+    for (int64_t y = 0; y < dv; ++y) Ui[y] = bi * vi[y];
+    for (int64_t x = 0; x < dk; ++x) Wi[x] = bw * ki[x];
+    for (int64_t j = 0; j < i; ++j) {
+      const float a = A[i * kChunk + j];
+      const float* Uj = U + j * dv;
+      const float* Wj = W + j * dk;
+      for (int64_t y = 0; y < dv; ++y) Ui[y] -= a * Uj[y];
+      for (int64_t x = 0; x < dk; ++x) Wi[x] -= a * Wj[x];
+    }
+  }
+  // u = U - W S0 (in U), and the outputs' state part exp(G_i) S0^T q_i.
+  for (int64_t i = 0; i < L; ++i) {
+    float* Ui = U + i * dv;
+    const float* Wi = W + i * dk;
+    const float* qi = Q(i);
+    float* oi = t.o + (c0 + i) * t.o_row;
+    std::fill(tmp, tmp + dv, 0.0f);
+    for (int64_t x = 0; x < dk; ++x) {
+      const float* Sx = t.S + x * dv;
+      const float w = Wi[x], qx = qi[x];
+      for (int64_t y = 0; y < dv; ++y) {
+        Ui[y] -= w * Sx[y];
+        tmp[y] += qx * Sx[y];
+      }
+    }
+    for (int64_t y = 0; y < dv; ++y) oi[y] = eg[i] * tmp[y];
+  }
+}
+
 // The chunked form (see ops/gated_deltanet_ref.h, gdn_chunked): per chunk, the
 // intra-chunk interactions by forward substitution, then one state update.
 template <bool Simd>
@@ -93,7 +140,6 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
     const int64_t L = std::min(kChunk, t.n - c0);
     auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
     auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
-    auto V = [&](int64_t i) { return t.v + (c0 + i) * t.v_row; };
     auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
     float cum = 0.0f;
     for (int64_t i = 0; i < L; ++i) {
@@ -111,40 +157,7 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
         A[i * kChunk + j] = B(i) * s * std::exp(G[i] - G[j]);
       }
     }
-    // (I + A) U = beta v and (I + A) W = beta exp(G) k, by forward substitution.
-    for (int64_t i = 0; i < L; ++i) {
-      float* Ui = U + i * dv;
-      float* Wi = W + i * dk;
-      const float* vi = V(i);
-      const float* ki = K(i);
-      const float bi = B(i), bw = B(i) * eg[i];
-      for (int64_t y = 0; y < dv; ++y) Ui[y] = bi * vi[y];
-      for (int64_t x = 0; x < dk; ++x) Wi[x] = bw * ki[x];
-      for (int64_t j = 0; j < i; ++j) {
-        const float a = A[i * kChunk + j];
-        const float* Uj = U + j * dv;
-        const float* Wj = W + j * dk;
-        for (int64_t y = 0; y < dv; ++y) Ui[y] -= a * Uj[y];
-        for (int64_t x = 0; x < dk; ++x) Wi[x] -= a * Wj[x];
-      }
-    }
-    // u = U - W S0 (in U), and the outputs' state part exp(G_i) S0^T q_i.
-    for (int64_t i = 0; i < L; ++i) {
-      float* Ui = U + i * dv;
-      const float* Wi = W + i * dk;
-      const float* qi = Q(i);
-      float* oi = t.o + (c0 + i) * t.o_row;
-      std::fill(tmp, tmp + dv, 0.0f);
-      for (int64_t x = 0; x < dk; ++x) {
-        const float* Sx = t.S + x * dv;
-        const float w = Wi[x], qx = qi[x];
-        for (int64_t y = 0; y < dv; ++y) {
-          Ui[y] -= w * Sx[y];
-          tmp[y] += qx * Sx[y];
-        }
-      }
-      for (int64_t y = 0; y < dv; ++y) oi[y] = eg[i] * tmp[y];
-    }
+    solve_chunk(t, c0, L, A, eg, U, W, tmp);
     // The intra-chunk part: o_i += sum_{j <= i} (q_i . k_j) exp(G_i - G_j) u_j.
     for (int64_t i = 0; i < L; ++i) {
       const float* qi = Q(i);
@@ -199,7 +212,6 @@ void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
     const int64_t L = std::min(kChunk, t.n - c0);
     auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
     auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
-    auto V = [&](int64_t i) { return t.v + (c0 + i) * t.v_row; };
     auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
     float cum = 0.0f;
     for (int64_t i = 0; i < L; ++i) {
@@ -228,40 +240,7 @@ void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
       dots(K(i), i);
       for (int64_t j = 0; j < i; ++j) A[i * kChunk + j] = B(i) * s[j] * D[i * kChunk + j];
     }
-    // (I + A) U = beta v and (I + A) W = beta exp(G) k, by forward substitution.
-    for (int64_t i = 0; i < L; ++i) {
-      float* Ui = U + i * dv;
-      float* Wi = W + i * dk;
-      const float* vi = V(i);
-      const float* ki = K(i);
-      const float bi = B(i), bw = B(i) * eg[i];
-      for (int64_t y = 0; y < dv; ++y) Ui[y] = bi * vi[y];
-      for (int64_t x = 0; x < dk; ++x) Wi[x] = bw * ki[x];
-      for (int64_t j = 0; j < i; ++j) {
-        const float a = A[i * kChunk + j];
-        const float* Uj = U + j * dv;
-        const float* Wj = W + j * dk;
-        for (int64_t y = 0; y < dv; ++y) Ui[y] -= a * Uj[y];
-        for (int64_t x = 0; x < dk; ++x) Wi[x] -= a * Wj[x];
-      }
-    }
-    // u = U - W S0 (in U), and the outputs' state part exp(G_i) S0^T q_i.
-    for (int64_t i = 0; i < L; ++i) {
-      float* Ui = U + i * dv;
-      const float* Wi = W + i * dk;
-      const float* qi = Q(i);
-      float* oi = t.o + (c0 + i) * t.o_row;
-      std::fill(tmp, tmp + dv, 0.0f);
-      for (int64_t x = 0; x < dk; ++x) {
-        const float* Sx = t.S + x * dv;
-        const float w = Wi[x], qx = qi[x];
-        for (int64_t y = 0; y < dv; ++y) {
-          Ui[y] -= w * Sx[y];
-          tmp[y] += qx * Sx[y];
-        }
-      }
-      for (int64_t y = 0; y < dv; ++y) oi[y] = eg[i] * tmp[y];
-    }
+    solve_chunk(t, c0, L, A, eg, U, W, tmp);
     // The intra-chunk part: o_i += sum_{j <= i} (q_i . k_j) exp(G_i - G_j) u_j.
     for (int64_t i = 0; i < L; ++i) {
       dots(Q(i), i + 1);
