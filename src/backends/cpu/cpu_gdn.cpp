@@ -77,6 +77,37 @@ void recurrent_head(const HeadTask& t, std::vector<float>& tmp) {
   }
 }
 
+// G_i = sum of the chunk's log-decays up to token i, and exp(G_i).
+inline void cumulative_decay(const HeadTask& t, int64_t c0, int64_t L, float* G, float* eg) {
+  float cum = 0.0f;
+  for (int64_t i = 0; i < L; ++i) {
+    cum += t.g[(c0 + i) * t.hv];
+    G[i] = cum;
+    eg[i] = std::exp(cum);
+  }
+}
+
+// The state after a chunk: S = el S0 + sum_j e(j) k_j u_j^T, el = exp(G_last),
+// e(j) = exp(G_last - G_j).
+template <class E>
+inline void update_state(const HeadTask& t, int64_t c0, int64_t L, const float* U, float el, E e_of) {
+  const int64_t dk = t.dk, dv = t.dv;
+  for (int64_t x = 0; x < dk; ++x) {
+    float* Sx = t.S + x * dv;
+    for (int64_t y = 0; y < dv; ++y) Sx[y] *= el;
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    const float* kj = t.k + (c0 + j) * t.row;
+    const float* uj = U + j * dv;
+    const float e = e_of(j);
+    for (int64_t x = 0; x < dk; ++x) {
+      const float w = e * kj[x];
+      float* Sx = t.S + x * dv;
+      for (int64_t y = 0; y < dv; ++y) Sx[y] += w * uj[y];
+    }
+  }
+}
+
 // One chunk of the chunked form, after A: (I + A) U = beta v and (I + A) W = beta exp(G) k
 // by forward substitution, then u = U - W S0 (in U) and the outputs' state part
 // exp(G_i) S0^T q_i. Shared by chunked_head and chunked_head_lanes (inlined into both,
@@ -141,12 +172,7 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
     auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
     auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
     auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
-    float cum = 0.0f;
-    for (int64_t i = 0; i < L; ++i) {
-      cum += t.g[(c0 + i) * t.hv];
-      G[i] = cum;
-      eg[i] = std::exp(cum);
-    }
+    cumulative_decay(t, c0, L, G, eg);
     // A[i][j] = beta_i (k_i . k_j) exp(G_i - G_j), j < i.
     for (int64_t i = 0; i < L; ++i) {
       const float* ki = K(i);
@@ -171,22 +197,8 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
         for (int64_t y = 0; y < dv; ++y) oi[y] += w * uj[y];
       }
     }
-    // S = exp(G_last) S0 + sum_j exp(G_last - G_j) k_j u_j^T.
-    const float gl = G[L - 1], el = eg[L - 1];
-    for (int64_t x = 0; x < dk; ++x) {
-      float* Sx = t.S + x * dv;
-      for (int64_t y = 0; y < dv; ++y) Sx[y] *= el;
-    }
-    for (int64_t j = 0; j < L; ++j) {
-      const float* kj = K(j);
-      const float* uj = U + j * dv;
-      const float e = std::exp(gl - G[j]);
-      for (int64_t x = 0; x < dk; ++x) {
-        const float w = e * kj[x];
-        float* Sx = t.S + x * dv;
-        for (int64_t y = 0; y < dv; ++y) Sx[y] += w * uj[y];
-      }
-    }
+    const float gl = G[L - 1];
+    update_state(t, c0, L, U, eg[L - 1], [&](int64_t j) { return std::exp(gl - G[j]); });
   }
 }
 
@@ -213,12 +225,7 @@ void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
     auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
     auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
     auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
-    float cum = 0.0f;
-    for (int64_t i = 0; i < L; ++i) {
-      cum += t.g[(c0 + i) * t.hv];
-      G[i] = cum;
-      eg[i] = std::exp(cum);
-    }
+    cumulative_decay(t, c0, L, G, eg);
     for (int64_t i = 0; i < L; ++i) {
       for (int64_t j = 0; j <= i; ++j) D[i * kChunk + j] = std::exp(G[i] - G[j]);
     }
@@ -251,22 +258,7 @@ void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
         for (int64_t y = 0; y < dv; ++y) oi[y] += w * uj[y];
       }
     }
-    // S = exp(G_last) S0 + sum_j exp(G_last - G_j) k_j u_j^T.
-    const float el = eg[L - 1];
-    for (int64_t x = 0; x < dk; ++x) {
-      float* Sx = t.S + x * dv;
-      for (int64_t y = 0; y < dv; ++y) Sx[y] *= el;
-    }
-    for (int64_t j = 0; j < L; ++j) {
-      const float* kj = K(j);
-      const float* uj = U + j * dv;
-      const float e = D[(L - 1) * kChunk + j];
-      for (int64_t x = 0; x < dk; ++x) {
-        const float w = e * kj[x];
-        float* Sx = t.S + x * dv;
-        for (int64_t y = 0; y < dv; ++y) Sx[y] += w * uj[y];
-      }
-    }
+    update_state(t, c0, L, U, eg[L - 1], [&](int64_t j) { return D[(L - 1) * kChunk + j]; });
   }
 }
 
