@@ -477,12 +477,16 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     return;
   }
   const float one = 1.0f, zero = 0.0f;
+  // f32 rows (the weight's own or a dequantized copy, ldw floats apart) times x by small_gemm.
+  auto small_product = [&](const float* w32, int64_t ldw) {
+    const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
+    small_gemm(w32, ldw, w.n_rows, w.n_cols, x, n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes,
+               stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+  };
   if (w.type == GgmlType::F32 && w.n_rows <= kSmallGemmMaxRows && w.row_bytes % 4 == 0) {
     timer.rename("matmul small f32");
-    const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
-    small_gemm(static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), w.n_rows, w.n_cols, x,
-               n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
+    small_product(static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4));
     return;
   }
   if (w.type == GgmlType::F32) {
@@ -509,10 +513,7 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
     if (w.n_rows <= kSmallGemmMaxRows) {
-      const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
-      small_gemm(w32, w.n_cols, w.n_rows, w.n_cols, x, n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr,
-                 bytes, stream_);
-      HEARTH_CUDA_LAUNCHED("matmul");
+      small_product(w32, w.n_cols);
       return;
     }
     check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
