@@ -11,7 +11,7 @@ void CausalLm::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool 
     return;
   }
   lay_.single(cache, tokens, all_logits);
-  run(cache.pool(), out);
+  run_step(cache.pool(), out);
   cache.seq().n_past += static_cast<int64_t>(tokens.size());
 }
 
@@ -21,9 +21,18 @@ void CausalLm::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, st
     out.clear();
     return;
   }
-  run(pool, out);
+  run_step(pool, out);
   for (const BatchSeq& b : seqs) {
     if (b.n_tokens > 0) b.kv->n_past += b.n_tokens;
+  }
+}
+
+void CausalLm::run_step(KvPool& pool, std::vector<float>& out) {
+  backend().begin_step(lay_.n_tokens());
+  try {
+    run(pool, out);
+  } catch (const ops::StepRetry&) {
+    run(pool, out);  // nothing of the first attempt ran; the back-end now runs it op by op
   }
 }
 

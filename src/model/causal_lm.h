@@ -42,6 +42,8 @@ class CausalLm {
   // The layers over the step laid out in lay_ (at least one token); writes the logits of
   // its output rows to `out`. Positions advance in the callers above.
   virtual void run(KvPool& pool, std::vector<float>& out) = 0;
+  // run() as one back-end step (Backend::begin_step), again if the back-end asks.
+  void run_step(KvPool& pool, std::vector<float>& out);
   BatchLayout lay_;
 };
 

@@ -180,17 +180,22 @@ void HybridModel::run(KvPool& pool, std::vector<float>& out) {
   reserve(n, static_cast<int64_t>(lay.out_rows.size()));
   ops::Backend& be = backend_;
   be.get_rows(tok_embd_, lay.tokens.data(), n, s_.x->data());
-  for (const Layer& L : layers_) {
-    be.rms_norm(s_.x->data(), L.attn_norm, n, E, hp_.rms_eps, s_.cur->data());
+  be.rms_norm(s_.x->data(), layers_.front().attn_norm, n, E, hp_.rms_eps, s_.cur->data());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
     if (L.recurrent) {
       run_gdn(L, pool, n);
     } else {
       run_attn(L, pool, n);
     }
-    be.add(s_.x->data(), s_.cur->data(), n * E);
-    be.rms_norm(s_.x->data(), L.post_norm, n, E, hp_.rms_eps, s_.cur->data());
+    // Residual adds fused with the norm after them (the next layer's first one).
+    be.add_rms_norm(s_.x->data(), s_.cur->data(), L.post_norm, n, E, hp_.rms_eps, s_.cur->data());
     run_ffn(L, n);
-    be.add(s_.x->data(), s_.cur->data(), n * E);
+    if (l + 1 < layers_.size()) {
+      be.add_rms_norm(s_.x->data(), s_.cur->data(), layers_[l + 1].attn_norm, n, E, hp_.rms_eps, s_.cur->data());
+    } else {
+      be.add(s_.x->data(), s_.cur->data(), n * E);
+    }
   }
   output_logits(be, lay, s_.x->data(), s_.cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab,
                 s_.logits.get(), out);
@@ -234,10 +239,9 @@ void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
   be.rms_norm(q, a.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q);
   be.rms_norm(k, a.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k);
   const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, true};
-  be.rope(q, n, hp_.n_head, hp_.head_dim, lay.positions.data(), rope);
-  be.rope(k, n, hp_.n_head_kv, hp_.head_dim, lay.positions.data(), rope);
   const ops::KvLayer kv = pool.layer(L.index);
-  be.store_kv(k, v, n, hp_.n_embd_kv(), lay.slots.data(), kv);
+  be.rope_store_kv(q, k, v, n, hp_.n_head, hp_.n_head_kv, hp_.head_dim, lay.positions.data(), rope, lay.slots.data(),
+                   kv);
   be.attention(q, kv, lay.attn_seqs.data(), static_cast<int64_t>(lay.attn_seqs.size()), hp_.n_head, hp_.n_head_kv,
                hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim)), s_.attn->data());
   be.sigmoid_mul(s_.attn->data(), s_.qg->data(), n * hp_.n_embd_q());
@@ -262,9 +266,11 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
     be.copy(s_.moe->data(), n * E, cur);
     return;
   }
-  // Shared expert, scaled by sigmoid(its gate . x), plus the routed experts.
-  be.matmul_multi(gate_up, 2, cur, n, gate_up_out);
-  if (f.shexp_gate) be.matmul(*f.shexp_gate, cur, n, s_.sg->data());
+  // Shared expert, scaled by sigmoid(its gate . x), plus the routed experts (its gate's
+  // dot product shares x with gate / up: one matmul_multi).
+  const ops::WeightView* shared_in[] = {&f.gate, &f.up, f.shexp_gate ? &*f.shexp_gate : nullptr};
+  float* shared_out[] = {gate, up, s_.sg->data()};
+  be.matmul_multi(shared_in, f.shexp_gate ? 3 : 2, cur, n, shared_out);
   be.swiglu(gate, up, n * hp_.n_ff_shexp, gate);
   be.matmul(f.down, gate, n, cur);
   if (f.shexp_gate) be.sigmoid_scale_rows(cur, s_.sg->data(), n, E);

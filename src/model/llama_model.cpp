@@ -92,7 +92,7 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
   const BatchLayout& lay = lay_;
   const auto n = lay.n_tokens();
   const auto rows = static_cast<int64_t>(lay.out_rows.size());
-  const int64_t E = hp_.n_embd, KV = hp_.n_embd_kv(), F = hp_.n_ff;
+  const int64_t E = hp_.n_embd, F = hp_.n_ff;
   ops::Backend& be = backend_;
   reserve_scratch(n, rows);
   ops::Buffer *x = s.x.get(), *cur = s.cur.get(), *q = s.q.get(), *k = s.k.get(), *v = s.v.get(),
@@ -102,10 +102,18 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
   const auto n_seqs = static_cast<int64_t>(lay.attn_seqs.size());
 
   be.get_rows(tok_embd_, lay.tokens.data(), n, x->data());
+  be.rms_norm(x->data(), layers_[0].attn_norm, n, E, hp_.rms_eps, cur->data());
+  // The residual add ending a layer and the next layer's first norm in one op.
+  auto add_then_next_norm = [&](int64_t l, const float* y) {
+    if (l + 1 < hp_.n_layer) {
+      be.add_rms_norm(x->data(), y, layers_[l + 1].attn_norm, n, E, hp_.rms_eps, cur->data());
+    } else {
+      be.add(x->data(), y, n * E);
+    }
+  };
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const LayerWeights& w = layers_[l];
     const ops::KvLayer kv = pool.layer(l);
-    be.rms_norm(x->data(), w.attn_norm, n, E, hp_.rms_eps, cur->data());
     {
       const ops::WeightView* ws[] = {&w.wq, &w.wk, &w.wv};
       float* ys[] = {q->data(), k->data(), v->data()};
@@ -116,17 +124,15 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
     if (w.bv) be.add_bias(v->data(), *w.bv, n);
     if (w.q_norm) be.rms_norm(q->data(), *w.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q->data());
     if (w.k_norm) be.rms_norm(k->data(), *w.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k->data());
-    be.rope(q->data(), n, hp_.n_head, hp_.head_dim, lay.positions.data(), rope);
-    be.rope(k->data(), n, hp_.n_head_kv, hp_.head_dim, lay.positions.data(), rope);
-    be.store_kv(k->data(), v->data(), n, KV, lay.slots.data(), kv);
+    be.rope_store_kv(q->data(), k->data(), v->data(), n, hp_.n_head, hp_.n_head_kv, hp_.head_dim,
+                     lay.positions.data(), rope, lay.slots.data(), kv);
     be.attention(q->data(), kv, lay.attn_seqs.data(), n_seqs, hp_.n_head, hp_.n_head_kv, hp_.head_dim, scale,
                  attn->data());
     be.matmul(w.wo, attn->data(), n, cur->data());
-    be.add(x->data(), cur->data(), n * E);
-    be.rms_norm(x->data(), w.ffn_norm, n, E, hp_.rms_eps, cur->data());
+    be.add_rms_norm(x->data(), cur->data(), w.ffn_norm, n, E, hp_.rms_eps, cur->data());
     if (w.moe) {
       moe_ffn(be, *w.moe, moe_params(), cur->data(), n, moe_out->data());
-      be.add(x->data(), moe_out->data(), n * E);
+      add_then_next_norm(l, moe_out->data());
       continue;
     }
     {
@@ -136,7 +142,7 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
     }
     be.swiglu(gate->data(), up->data(), n * F, gate->data());
     be.matmul(w.ffn_down, gate->data(), n, cur->data());
-    be.add(x->data(), cur->data(), n * E);
+    add_then_next_norm(l, cur->data());
   }
   output_logits(be, lay, x->data(), cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab, s.logits.get(), out);
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,9 +113,21 @@ struct MoeLayer {
   bool norm_weights = true;  // divide the chosen experts' probabilities by their sum
 };
 
+// Thrown by a back-end that replays recorded steps (CUDA graphs) when a step turns out,
+// part-way, not to be the one it recorded: nothing of the step has run yet, and the
+// caller runs the whole step again (the back-end then runs it op by op).
+class StepRetry : public std::exception {
+ public:
+  const char* what() const noexcept override { return "step differs from its recording: run it again"; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+  // A model step of n_tokens tokens starts: the operations up to the next copy_to_host
+  // are one step, which the caller runs again whole if an operation throws StepRetry
+  // (CausalLm does). Back-ends that replay steps may record it; the default does nothing.
+  virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
   virtual std::string name() const = 0;
   // Whether matmul/get_rows accept weights of this type.
   virtual bool supports_weight(GgmlType type) const = 0;
@@ -177,6 +190,24 @@ class Backend {
   // x: [n_rows, n] = x / sqrt(mean(x^2) + eps) * w * silu(z) (w F32 [n]), in place.
   virtual void gated_rms_norm(float* x, const float* z, const WeightView& w, int64_t n_rows, int64_t n,
                               float eps) = 0;
+  // x: [n_rows, n] += y, then out = x / sqrt(mean(x^2) + eps) * weight: a residual add
+  // and the norm after it, one kernel where the back-end fuses them (same results as
+  // add + rms_norm). out may alias y, not x.
+  virtual void add_rms_norm(float* x, const float* y, const WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                            float* out) {
+    add(x, y, n_rows * n);
+    rms_norm(x, weight, n_rows, n, eps, out);
+  }
+  // RoPE on q: [n_tokens, n_head, head_dim] and k: [n_tokens, n_head_kv, head_dim] in
+  // place, then k and v written to the cache rows slots[] (rope, rope and store_kv, one
+  // kernel where the back-end fuses them; same results).
+  virtual void rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head, int64_t n_head_kv,
+                             int64_t head_dim, const int32_t* positions, const RopeParams& p, const int32_t* slots,
+                             const KvLayer& cache) {
+    rope(q, n_tokens, n_head, head_dim, positions, p);
+    rope(k, n_tokens, n_head_kv, head_dim, positions, p);
+    store_kv(k, v, n_tokens, n_head_kv * head_dim, slots, cache);
+  }
   // x *= sigmoid(gate), elementwise over n values.
   virtual void sigmoid_mul(float* x, const float* gate, int64_t n) = 0;
   // x: [n_rows, n_cols]; row r *= sigmoid(gate[r]) (one gate value per row: the MoE

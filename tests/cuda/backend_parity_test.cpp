@@ -8,6 +8,9 @@
 //   rel = max |gpu - cpu| / max(max |cpu|, 1e-6)
 // and each test prints what it measured (docs/BENCHMARKS.md records a run on an H200).
 // This file: the operations and the shared back-ends; backend_parity_models.cpp: whole models.
+#include <cstring>
+#include <string>
+
 #include "parity_common.h"
 
 namespace parity {
@@ -330,6 +333,79 @@ TEST(CudaParity, Rope) {
     // Angles up to 1e5 rad: cos / sin of the same float angle, both correctly rounded
     // within an ulp or two.
     EXPECT_LE(x.err(), 1e-5) << "rope dim " << c.dim << " n_rot " << c.n_rot << " neox " << c.neox;
+  }
+}
+
+// The fused ops (add_rms_norm; rope_store_kv: RoPE on q and k plus the KV write): CUDA's
+// one-kernel versions against the CPU's separate ops (within the rms_norm / rope
+// tolerances) and bit-identical to CUDA's own separate ops (same arithmetic), f32 and
+// f16 caches, full and partial rotation, out aliasing y.
+TEST(CudaParity, FusedNormAndRopeKv) {
+  NEED_GPU();
+  for (int64_t n : {2048, 4096, 5120}) {
+    const int64_t rows = 5;
+    const auto w = make_weight(GgmlType::F32, randn(static_cast<size_t>(n), 31), 1, n);
+    const auto xv = randn(static_cast<size_t>(rows * n), 32, 3.0f), yv = randn(static_cast<size_t>(rows * n), 33);
+    Both x(xv), y(yv), out(rows * n), x2(xv), y2(yv);
+    cpu().add_rms_norm(x.c->data(), y.c->data(), w->c, rows, n, 1e-6f, out.c->data());
+    gpu().add_rms_norm(x.g->data(), y.g->data(), w->g, rows, n, 1e-6f, out.g->data());
+    EXPECT_LE(out.err(), 1e-5) << "add_rms_norm n=" << n;
+    EXPECT_LE(x.err(), 1e-7) << "add_rms_norm sum n=" << n;
+    // GPU separate ops, out aliasing y: the same bits.
+    gpu().add(x2.g->data(), y2.g->data(), rows * n);
+    gpu().rms_norm(x2.g->data(), w->g, rows, n, 1e-6f, y2.g->data());
+    Both x3(xv), y3(yv);
+    gpu().add_rms_norm(x3.g->data(), y3.g->data(), w->g, rows, n, 1e-6f, y3.g->data());
+    EXPECT_EQ(y3.gv(), y2.gv()) << "add_rms_norm (out = y) vs add + rms_norm on the GPU, n=" << n;
+    EXPECT_EQ(x3.gv(), x2.gv()) << "add_rms_norm sum vs add on the GPU, n=" << n;
+  }
+  struct Case {
+    int64_t heads, heads_kv, dim, n_rot;
+    bool neox;
+    ops::KvType type;
+  };
+  for (const Case& c : {Case{32, 8, 128, 128, false, ops::KvType::F16}, Case{16, 2, 256, 64, true, ops::KvType::F16},
+                        Case{8, 8, 64, 64, true, ops::KvType::F32}, Case{4, 2, 80, 32, false, ops::KvType::F32}}) {
+    const int64_t n_tok = 6, kvd = c.heads_kv * c.dim, n_rows = 64;
+    const std::vector<int32_t> pos = {0, 1, 63, 511, 4095, 32767};
+    const std::vector<int32_t> slots = {5, 0, 17, 63, 32, 8};
+    const ops::RopeParams p{c.n_rot, 1000000.0f, 1.0f, c.neox};
+    const auto qv = randn(static_cast<size_t>(n_tok * c.heads * c.dim), 41);
+    const auto kv = randn(static_cast<size_t>(n_tok * kvd), 42), vv = randn(static_cast<size_t>(n_tok * kvd), 43);
+    const int64_t cache_floats = (n_rows * kvd * ops::kv_type_size(c.type) + 3) / 4;
+    Both q(qv), k(kv), v(vv), kc(cache_floats), vc(cache_floats);
+    Both q2(qv), k2(kv), kc2(cache_floats), vc2(cache_floats);
+    for (Both* b : {&kc, &vc, &kc2, &vc2}) {
+      cpu().fill(b->c->data(), 0.0f, cache_floats);
+      gpu().fill(b->g->data(), 0.0f, cache_floats);
+    }
+    auto layer = [&](Both& kb, Both& vb, bool on_gpu) {
+      return ops::KvLayer{on_gpu ? kb.g->data() : kb.c->data(), on_gpu ? vb.g->data() : vb.c->data(), c.type, 16, kvd};
+    };
+    cpu().rope_store_kv(q.c->data(), k.c->data(), v.c->data(), n_tok, c.heads, c.heads_kv, c.dim, pos.data(), p,
+                        slots.data(), layer(kc, vc, false));
+    gpu().rope_store_kv(q.g->data(), k.g->data(), v.g->data(), n_tok, c.heads, c.heads_kv, c.dim, pos.data(), p,
+                        slots.data(), layer(kc, vc, true));
+    const std::string what = "rope_store_kv dim " + std::to_string(c.dim) + " n_rot " + std::to_string(c.n_rot);
+    EXPECT_LE(q.err(), 1e-5) << what;
+    EXPECT_LE(k.err(), 1e-5) << what;
+    if (c.type == ops::KvType::F32) {
+      EXPECT_LE(kc.err(), 1e-5) << what;
+      EXPECT_LE(vc.err(), 1e-7) << what;
+    }
+    // The GPU's separate ops: the same bits (q, k and both caches).
+    gpu().rope(q2.g->data(), n_tok, c.heads, c.dim, pos.data(), p);
+    gpu().rope(k2.g->data(), n_tok, c.heads_kv, c.dim, pos.data(), p);
+    gpu().store_kv(k2.g->data(), v.g->data(), n_tok, kvd, slots.data(), layer(kc2, vc2, true));
+    auto bits = [](const std::vector<float>& f) {
+      std::vector<uint32_t> u(f.size());
+      std::memcpy(u.data(), f.data(), 4 * f.size());
+      return u;
+    };
+    EXPECT_EQ(bits(q.gv()), bits(q2.gv())) << what;
+    EXPECT_EQ(bits(k.gv()), bits(k2.gv())) << what;
+    EXPECT_EQ(bits(kc.gv()), bits(kc2.gv())) << what;
+    EXPECT_EQ(bits(vc.gv()), bits(vc2.gv())) << what;
   }
 }
 

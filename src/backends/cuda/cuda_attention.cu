@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -39,6 +40,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
                      const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
                      int bs_log2, float scale, float* __restrict__ out, int split_keys,
                      float* __restrict__ part) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   constexpr int G = kDecodeHeads;
   const int row = blockIdx.x;
   const int n_chunks = (group + G - 1) / G;
@@ -66,9 +69,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     l[g] = 0.0f;
   }
   const int bs_mask = (1 << bs_log2) - 1;
-  // Split over keys (part != null): this block takes keys [z * split_keys, (z + 1) * split_keys).
-  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * split_keys : 0;
-  const int k_end = part != nullptr ? min(n_keys, k_begin + split_keys) : n_keys;
+  // Split over keys (part != null): this row's keys in gridDim.z ranges of equal length
+  // (the range count fixed per context bucket, so a recorded step's launch serves every
+  // length of the bucket); this block takes range blockIdx.z.
+  (void)split_keys;
+  const int row_split = (n_keys + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * row_split : 0;
+  const int k_end = part != nullptr ? min(n_keys, k_begin + row_split) : n_keys;
   for (int j = k_begin + warp; j < k_end; j += kAttnWarps) {
     const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
     const T* kp = kc + r * kv_stride + kv_off;
@@ -145,6 +152,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 // Merges the key ranges' partial results of one (row, head): block (row, head).
 __global__ void attention_combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ row_seq,
                                          int n_split, int n_head, int head_dim, float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int row = blockIdx.x, h = blockIdx.y;
   if (row_seq[row] < 0) return;
   const int64_t stride = head_dim + 2;
@@ -186,6 +195,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
                              const SeqDesc* __restrict__ seqs, const Tile* __restrict__ tiles,
                              const int32_t* __restrict__ tables, int n_head, int group, int head_dim,
                              int64_t kv_stride, int bs_log2, float scale, float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   extern __shared__ float smem[];
   const int D = head_dim, DP = head_dim + 1;
   float* Ks = smem;                   // [kChunk][D + 1]
@@ -294,8 +305,7 @@ void launch_prefill_t(dim3 grid, cudaStream_t st, const float* q, const void* k,
                        "attention", "cudaFuncSetAttribute");
     raised = true;
   }
-  attention_prefill_kernel<T, EPL><<<grid, kPrefillWarps * 32, smem, st>>>(
-      q, static_cast<const T*>(k), static_cast<const T*>(v), seqs, tiles, tables, n_head, group, head_dim, kv_stride,
+  ::hearth::cuda::launch_pdl(attention_prefill_kernel<T, EPL>, grid, kPrefillWarps * 32, smem, st, q, static_cast<const T*>(k), static_cast<const T*>(v), seqs, tiles, tables, n_head, group, head_dim, kv_stride,
       bs_log2, scale, out);
 }
 
@@ -329,15 +339,15 @@ void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const
   const int threads = kAttnWarps * 32;
   switch (epl) {
     case 2:
-      attention_kernel<T, 2><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
+      ::hearth::cuda::launch_pdl(attention_kernel<T, 2>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
                                                        kv_stride, bs_log2, scale, out, split_keys, part);
       break;
     case 4:
-      attention_kernel<T, 4><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
+      ::hearth::cuda::launch_pdl(attention_kernel<T, 4>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
                                                        kv_stride, bs_log2, scale, out, split_keys, part);
       break;
     default:
-      attention_kernel<T, 8><<<grid, threads, 0, st>>>(q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
+      ::hearth::cuda::launch_pdl(attention_kernel<T, 8>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
                                                        kv_stride, bs_log2, scale, out, split_keys, part);
       break;
   }
@@ -361,16 +371,23 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     fail(ErrorKind::kInvalidInput, "cuda", "attention: block size is not a power of two");
   }
   // The batch description: per sequence its rows, start and block table offset; per
-  // query row its sequence; the block tables one after another.
+  // query row its sequence; the block tables one after another, each padded to the
+  // context bucket (the longest context rounded up to a power of two, at least 64 keys),
+  // so that the staged sizes and the launch change only when the bucket does.
+  int64_t max_keys = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
+  int64_t bucket_keys = 64;
+  while (bucket_keys < max_keys) bucket_keys *= 2;
+  const int64_t table_stride = (bucket_keys + cache.block_size - 1) / cache.block_size;
   std::vector<SeqDesc> desc;
-  std::vector<int32_t> row_seq, tables;
+  std::vector<int32_t> row_seq, tables(static_cast<size_t>(n_seqs * table_stride), 0);
   int64_t n_rows = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const ops::AttentionSeq& a = seqs[s];
     const int64_t n_blocks = (a.pos0 + a.n_tokens + cache.block_size - 1) / cache.block_size;
     desc.push_back(SeqDesc{static_cast<int32_t>(a.first_row), static_cast<int32_t>(a.n_tokens),
-                           static_cast<int32_t>(a.pos0), static_cast<int32_t>(tables.size())});
-    tables.insert(tables.end(), a.block_table, a.block_table + n_blocks);
+                           static_cast<int32_t>(a.pos0), static_cast<int32_t>(s * table_stride)});
+    std::copy(a.block_table, a.block_table + n_blocks, tables.begin() + s * table_stride);
     n_rows = std::max(n_rows, a.first_row + a.n_tokens);
   }
   if (n_rows == 0) return;
@@ -398,6 +415,13 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     if (tiles.empty()) return;
     const Tile* d_tiles = stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "attention");
     const dim3 pgrid(static_cast<unsigned>(tiles.size()), static_cast<unsigned>(n_head_kv));
+    if (skip_launch("attention prefill", {sig_of(q), sig_of(cache.k), sig_of(cache.v),
+                                          sig_of(static_cast<int>(cache.type)), sig_of(cache.n_kv_dim), sig_of(bs_log2),
+                                          sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables), sig_of(tiles.size()),
+                                          sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
+                                          sig_of(out)})) {
+      return;
+    }
     if (cache.type == ops::KvType::F16) {
       launch_prefill<__half>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
@@ -414,8 +438,6 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // Decode: the keys are split over blocks of kSplitKeys (at most kMaxSplits of them per
   // row and head), whose partial softmax results one more kernel merges; a short
   // context runs in one block per row and head.
-  int64_t max_keys = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
   constexpr int64_t kSplitKeys = 64, kMaxSplits = 64;
   // Blocks along y: each KV head's query heads in chunks of kDecodeHeads.
   const int64_t n_chunks = (group + kDecodeHeads - 1) / kDecodeHeads;
@@ -423,12 +445,19 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // Enough splits to give the GPU about 1,024 blocks, no more (each split adds a partial
   // result to write and merge).
   const int64_t want = std::max<int64_t>(1, (1024 + n_rows * head_blocks - 1) / (n_rows * head_blocks));
-  const int64_t n_split = std::min({kMaxSplits, (max_keys + kSplitKeys - 1) / kSplitKeys, want});
-  const auto split_keys = static_cast<int>((max_keys + n_split - 1) / n_split);
+  // (From the bucket, not the exact length: each row divides its own keys among them.)
+  const int64_t n_split = std::min({kMaxSplits, bucket_keys / kSplitKeys, want});
+  const int split_keys = 0;  // per row, in the kernel
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+  }
+  if (skip_launch("attention", {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(static_cast<int>(cache.type)),
+                                sig_of(cache.n_kv_dim), sig_of(bs_log2), sig_of(d_desc), sig_of(d_row_seq),
+                                sig_of(d_tables), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
+                                sig_of(out), sig_of(n_rows), sig_of(n_split), sig_of(part)})) {
+    return;
   }
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(head_blocks), static_cast<unsigned>(n_split));
   if (cache.type == ops::KvType::F16) {
@@ -442,8 +471,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   }
   HEARTH_CUDA_LAUNCHED("attention");
   if (part != nullptr) {
-    attention_combine_kernel<<<dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_>>>(
-        part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
+    ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
   }
   HEARTH_CUDA_LAUNCHED("attention");
 }

@@ -17,6 +17,7 @@
 #include "backends/cuda/small_gemm.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -101,12 +102,22 @@ DeviceWeight device_weight(const ops::WeightView& w, const char* op) {
 }
 
 __global__ void f32_to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = __float2half_rn(x[i]);
   }
 }
 
 }  // namespace
+
+namespace {
+bool g_pdl = false;
+}  // namespace
+
+bool pdl_enabled() { return g_pdl; }
+void set_pdl_enabled(bool on) { g_pdl = on; }
+void check_launch(cudaError_t rc) { CudaBackend::check(static_cast<int>(rc), "launch", "cudaLaunchKernelEx"); }
 
 void CudaBackend::check(int rc, const char* op, const char* what) {
   if (rc == cudaSuccess) return;
@@ -155,9 +166,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   timing_ = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "host");
   host_timing_ = timing_ && std::string(timing) == "host";
   const char* graph = std::getenv("HEARTH_CUDA_GRAPH");
-  graphs_ = graph != nullptr && std::string(graph) == "1" && !(timing_ && !host_timing_);
+  graphs_ = !(graph != nullptr && std::string(graph) == "0") && !(timing_ && !host_timing_);
   const char* wait_timing = std::getenv("HEARTH_CUDA_WAIT_TIMING");
   wait_timing_ = wait_timing != nullptr && std::string(wait_timing) == "1";
+  const char* fuse = std::getenv("HEARTH_CUDA_FUSE");
+  fuse_ = !(fuse != nullptr && std::string(fuse) == "0");
+  {
+    const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR");
+    const char* rows = std::getenv("HEARTH_CUDA_MATVEC_ROWS");
+    set_q8_matvec_shape(tpr != nullptr ? std::atoi(tpr) : 0, rows != nullptr ? std::atoi(rows) : 0);
+  }
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
   if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);
@@ -172,6 +190,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   HEARTH_CUDA_CHECK("init", cudaGetDeviceProperties(&prop, device));
   name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
           std::to_string(prop.minor) + ")";
+  // Programmatic dependent launch (launch.cuh) on Hopper and later; HEARTH_CUDA_PDL=0: off.
+  const char* pdl = std::getenv("HEARTH_CUDA_PDL");
+  set_pdl_enabled(prop.major >= 9 && !(pdl != nullptr && std::string(pdl) == "0"));
   HEARTH_CUDA_CHECK("init", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Keep memory freed by buffers in the pool: scratch of every step is reused, not
   // returned to the driver and asked for again.
@@ -194,12 +215,21 @@ CudaBackend::~CudaBackend() {
     if (g != nullptr) cudaGraphDestroy(g);
   }
   cudaStreamSynchronize(stream_);
-  if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+  drop_graphs();
   if (graphs_ && (wait_timing_ || timing_)) {
-    std::fprintf(stderr, "hearth: CUDA graphs: %lld steps launched as graphs, %lld updated in place, %lld made, "
-                 "%lld captures abandoned\n", static_cast<long long>(graph_stats_.launched),
-                 static_cast<long long>(graph_stats_.updated), static_cast<long long>(graph_stats_.instantiated),
-                 static_cast<long long>(graph_stats_.failed));
+    std::fprintf(stderr, "hearth: CUDA graphs: %lld steps recorded, %lld replayed, %lld differed from their "
+                 "recording (run again op by op), %lld recordings cut short\n",
+                 static_cast<long long>(graph_stats_.recorded), static_cast<long long>(graph_stats_.replayed),
+                 static_cast<long long>(graph_stats_.retried), static_cast<long long>(graph_stats_.abandoned));
+    if (graph_timed_ > 0) {
+      std::fprintf(stderr, "hearth: CUDA graphs: %lld replays timed: %.1f us of device time and %.1f us of host "
+                   "launch time per replay\n", static_cast<long long>(graph_timed_),
+                   1e3 * graph_gpu_ms_ / static_cast<double>(graph_timed_),
+                   graph_launch_ns_ / 1e3 / static_cast<double>(graph_timed_));
+    }
+  }
+  for (void* e : graph_events_) {
+    if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   }
   if (wait_timing_ && waits_ > 1) {
     const int64_t span = last_wait_ns_ - first_wait_ns_;
@@ -245,48 +275,185 @@ void CudaBackend::synchronize() {
 void CudaBackend::set_graphs(bool on) {
   bind();
   flush_capture();
+  mode_ = StepMode::kEager;
   graphs_ = on && !(timing_ && !host_timing_);
+  no_graph_.clear();
+  retry_sizes_.clear();
+  if (!graphs_) drop_graphs();
+}
+
+void CudaBackend::drop_graphs() {
+  for (StepGraph& g : graphs_by_size_) {
+    if (g.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec));
+  }
+  graphs_by_size_.clear();
+  replay_ = nullptr;
+}
+
+uint64_t CudaBackend::sig_of(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+void CudaBackend::begin_step(int64_t n_tokens) {
+  bind();
+  flush_capture();
+  mode_ = StepMode::kEager;
+  replay_broken_ = false;
+  replay_ = nullptr;
+  if (!graphs_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens) return;
+  // The staging offsets of a graph step start at 0: whatever read the ring before must be done.
+  if (staged_since_wait_) wait("begin_step");
+  stage_off_ = 0;
+  ++stage_epoch_;
+  sig_i_ = 0;
+  stage_i_ = 0;
+  const auto retry = std::find(retry_sizes_.begin(), retry_sizes_.end(), n_tokens);
+  const bool record_anew = retry != retry_sizes_.end();
+  if (record_anew) retry_sizes_.erase(retry);
+  for (StepGraph& g : graphs_by_size_) {
+    if (g.n_tokens == n_tokens && g.generation == generation_ && !record_anew) {
+      replay_ = &g;
+      mode_ = StepMode::kReplay;
+      return;
+    }
+  }
+  for (const auto& [n, gen] : no_graph_) {
+    if (n == n_tokens && gen == generation_) {
+      mode_ = StepMode::kEager;
+      return;
+    }
+  }
+  rec_ = StepGraph{};
+  rec_.n_tokens = n_tokens;
+  rec_.generation = generation_;
+  HEARTH_CUDA_CHECK("graph capture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  capturing_ = true;
+  mode_ = StepMode::kRecord;
+}
+
+bool CudaBackend::skip_launch(const char* op, std::initializer_list<uint64_t> sig) {
+  if (mode_ == StepMode::kEager) return false;
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ reinterpret_cast<uintptr_t>(op);
+  for (const uint64_t v : sig) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  }
+  if (mode_ == StepMode::kRecord) {
+    rec_.sigs.push_back(h);
+    return false;
+  }
+  if (replay_broken_ || sig_i_ >= replay_->sigs.size() || replay_->sigs[sig_i_] != h) retry_step();
+  ++sig_i_;
+  return true;
+}
+
+void CudaBackend::retry_step() {
+  mode_ = StepMode::kEager;  // the caller's second attempt runs op by op
+  retry_sizes_.push_back(replay_->n_tokens);
+  ++graph_stats_.retried;
+  replay_ = nullptr;
+  throw ops::StepRetry();
+}
+
+void CudaBackend::launch_timed(void* exec) {
+  if (!wait_timing_) {
+    HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream_));
+    return;
+  }
+  if (graph_events_[0] == nullptr) {
+    for (void*& e : graph_events_) HEARTH_CUDA_CHECK("graph launch", cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&e)));
+  }
+  HEARTH_CUDA_CHECK("graph launch", cudaEventRecord(static_cast<cudaEvent_t>(graph_events_[0]), stream_));
+  const int64_t t0 = now_ns();
+  HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream_));
+  graph_launch_ns_ += now_ns() - t0;
+  HEARTH_CUDA_CHECK("graph launch", cudaEventRecord(static_cast<cudaEvent_t>(graph_events_[1]), stream_));
+  graph_event_pending_ = true;
+}
+
+void CudaBackend::end_step_launch() {
+  if (mode_ == StepMode::kReplay) {
+    const bool complete = !replay_broken_ && sig_i_ == replay_->sigs.size() && stage_i_ == replay_->stages.size();
+    if (!complete) retry_step();
+    launch_timed(replay_->exec);
+    ++graph_stats_.replayed;
+    stage_off_ = replay_->stage_end;
+    staged_since_wait_ = true;
+    replay_ = nullptr;
+    mode_ = StepMode::kEager;
+    return;
+  }
+  if (mode_ != StepMode::kRecord) return;
+  // A recording that reached the step's end: keep it for the steps of its size.
+  mode_ = StepMode::kEager;
+  capturing_ = false;
+  cudaGraph_t g = nullptr;
+  const cudaError_t rc = cudaStreamEndCapture(stream_, &g);
+  if (rc != cudaSuccess || g == nullptr) {
+    cudaGetLastError();
+    HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  HEARTH_CUDA_CHECK("graph instantiate", irc);
+  HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(exec, stream_));
+  ++graph_stats_.recorded;
+  rec_.exec = exec;
+  rec_.stage_end = stage_off_;
+  for (StepGraph& old : graphs_by_size_) {
+    if (old.n_tokens == rec_.n_tokens) {
+      if (old.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(old.exec));
+      old = std::move(rec_);
+      return;
+    }
+  }
+  graphs_by_size_.push_back(std::move(rec_));
 }
 
 void CudaBackend::flush_capture() {
+  if (mode_ == StepMode::kReplay) {
+    // An allocation, free or wait inside a replayed step: not the recorded step. No
+    // throwing here (destructors call this); the next op or the step's end does.
+    replay_broken_ = true;
+    return;
+  }
   if (!capturing_) return;
+  // A recording cut short: launch what was captured, keep nothing, run the rest op by op
+  // (and the steps of this size too, until memory moves: the next attempt may then succeed).
   capturing_ = false;
+  mode_ = StepMode::kEager;
+  ++graph_stats_.abandoned;
+  bool known = false;
+  for (auto& e : no_graph_) {
+    if (e.first == rec_.n_tokens) {
+      e.second = generation_;
+      known = true;
+    }
+  }
+  if (!known) no_graph_.emplace_back(rec_.n_tokens, generation_);
   cudaGraph_t g = nullptr;
   const cudaError_t rc = cudaStreamEndCapture(stream_, &g);
   if (rc != cudaSuccess || g == nullptr) {
     // A capture the runtime invalidated (an operation it cannot record): its work was
     // not run. That is a bug in the op that did it; report it rather than lose work.
     cudaGetLastError();
-    ++graph_stats_.failed;
     HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
   }
-  auto exec = static_cast<cudaGraphExec_t>(graph_exec_);
-  bool reused = false;
-  if (exec != nullptr) {
-    cudaGraphExecUpdateResultInfo info{};
-    reused = cudaGraphExecUpdate(exec, g, &info) == cudaSuccess;
-    if (!reused) {
-      cudaGetLastError();
-      cudaGraphExecDestroy(exec);
-      exec = nullptr;
-    }
-  }
-  if (exec == nullptr) {
-    const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
-    if (irc != cudaSuccess) cudaGraphDestroy(g);
-    HEARTH_CUDA_CHECK("graph instantiate", irc);
-    ++graph_stats_.instantiated;
-  } else {
-    ++graph_stats_.updated;
-  }
-  graph_exec_ = exec;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
-  HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(exec, stream_));
-  ++graph_stats_.launched;
+  HEARTH_CUDA_CHECK("graph instantiate", irc);
+  const cudaError_t lrc = cudaGraphLaunch(exec, stream_);
+  cudaGraphExecDestroy(exec);  // released once the launch completes
+  HEARTH_CUDA_CHECK("graph launch", lrc);
 }
 
 void CudaBackend::wait(const char* op) {
   flush_capture();
+  staged_since_wait_ = false;
   if (!wait_timing_) {
     HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
     return;
@@ -294,6 +461,15 @@ void CudaBackend::wait(const char* op) {
   const int64_t t0 = now_ns();
   HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
   const int64_t t1 = now_ns();
+  if (graph_event_pending_) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(graph_events_[0]),
+                             static_cast<cudaEvent_t>(graph_events_[1])) == cudaSuccess) {
+      graph_gpu_ms_ += ms;
+      ++graph_timed_;
+    }
+    graph_event_pending_ = false;
+  }
   // Time from the first wait's end, so that loading and the first step's set-up are out.
   if (waits_ == 0) first_wait_ns_ = t1;
   else wait_ns_ += t1 - t0;
@@ -345,7 +521,14 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
   if (offset < 0 || n < 0 || offset + n > src.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_to_host: range out of the buffer");
   }
+  if (mode_ != StepMode::kEager) {
+    // The end of a graph step: its signature, then the graph (recorded or replayed).
+    skip_launch("copy_to_host", {sig_of(src.data()), static_cast<uint64_t>(offset), static_cast<uint64_t>(n)});
+    end_step_launch();
+  }
   flush_capture();
+  // (A copy to pageable memory waits inside cudaMemcpyAsync; measured, wait first.)
+  if (wait_timing_) wait("copy_to_host");
   HEARTH_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.data() + offset, sizeof(float) * n,
                                                     cudaMemcpyDeviceToHost, stream_));
   wait("copy_to_host");
@@ -365,6 +548,17 @@ void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, 
 
 const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
   const size_t bytes = (n + 255) & ~size_t{255};
+  if (mode_ == StepMode::kReplay) {
+    // The recorded offsets; the graph's copies upload them when it is launched.
+    if (replay_broken_ || stage_i_ >= replay_->stages.size() || replay_->stages[stage_i_].n != n) retry_step();
+    const StageRec& r = replay_->stages[stage_i_++];
+    if (r.reused) {
+      if (n > 0 && std::memcmp(stage_host_ + r.off, host, n) != 0) retry_step();
+    } else if (n > 0) {
+      std::memcpy(stage_host_ + r.off, host, n);
+    }
+    return stage_dev_ + r.off;
+  }
   if (bytes > stage_cap_) {
     wait(op);
     cudaFreeHost(stage_host_);
@@ -378,19 +572,20 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
     note_alloc(static_cast<int64_t>(stage_cap_));
     stage_off_ = 0;
     ++stage_epoch_;
+    ++generation_;  // recorded graphs copy from and to the old ring
   }
   // The same bytes staged recently (positions, slots, tables: the same for every layer of
   // a step) are still in the ring, on both sides, unless it wrapped since: reuse them.
-  // While a step is captured, only its own stagings (so that every step of a shape makes
-  // a graph of the same nodes, which the next step can update in place).
+  // (A recorded step starts a new epoch: it reuses only its own stagings.)
   for (const StageMemo& m : stage_memo_) {
-    if (m.n == n && n > 0 && m.epoch == stage_epoch_ && (!capturing_ || m.capture == captures_) &&
-        std::memcmp(stage_host_ + m.off, host, n) == 0) {
+    if (m.n == n && n > 0 && m.epoch == stage_epoch_ && std::memcmp(stage_host_ + m.off, host, n) == 0) {
+      if (mode_ == StepMode::kRecord) rec_.stages.push_back(StageRec{m.off, n, true});
       return stage_dev_ + m.off;
     }
   }
   if (stage_off_ + bytes > stage_cap_) {
-    // Work queued earlier may still read the start of the ring: let it finish.
+    // Work queued earlier may still read the start of the ring: let it finish (a
+    // recording is cut short here: a wait ends it).
     wait(op);
     stage_off_ = 0;
     ++stage_epoch_;
@@ -399,9 +594,11 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
   uint8_t* dev = stage_dev_ + stage_off_;
   if (n > 0) {
     HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(dev, stage_host_ + stage_off_, n, cudaMemcpyHostToDevice, stream_));
-    stage_memo_[stage_memo_next_] = StageMemo{stage_off_, n, stage_epoch_, capturing_ ? captures_ : 0};
+    stage_memo_[stage_memo_next_] = StageMemo{stage_off_, n, stage_epoch_};
     stage_memo_next_ = (stage_memo_next_ + 1) % kStageMemo;
+    staged_since_wait_ = true;
   }
+  if (mode_ == StepMode::kRecord) rec_.stages.push_back(StageRec{stage_off_, n, false});
   stage_off_ += bytes;
   return dev;
 }
@@ -418,6 +615,7 @@ void* CudaBackend::scratch(int slot, size_t bytes, const char* op) {
     }
     HEARTH_CUDA_CHECK(op, cudaMalloc(&scratch_[slot], bytes));
     scratch_bytes_[slot] = bytes;
+    ++generation_;  // recorded graphs use the old address
     note_alloc(static_cast<int64_t>(bytes));
   }
   return scratch_[slot];
@@ -432,6 +630,7 @@ const float* CudaBackend::f32_values(const ops::WeightView& w, int64_t n, const 
   const DeviceWeight dw = device_weight(w, op);
   if (w.type == GgmlType::F32) return static_cast<const float*>(dw.data);
   auto* out = static_cast<float*>(scratch(3, sizeof(float) * static_cast<size_t>(n), op));
+  if (skip_launch("f32_values", {sig_of(w), sig_of(out), static_cast<uint64_t>(n)})) return out;
   dequantize_rows_f32(dw, 0, w.n_rows, out, stream_);
   HEARTH_CUDA_LAUNCHED(op);
   return out;
@@ -446,13 +645,8 @@ void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int
     }
   }
   if (n_ids == 0) return;
-  if (graphs_ && !capturing_ && n_ids <= kMaxMatvecTokens) {
-    // A decode step starts here (the token embeddings): record it until the logits are read.
-    HEARTH_CUDA_CHECK("graph capture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-    capturing_ = true;
-    ++captures_;
-  }
   const int32_t* d_ids = stage_array(ids, n_ids, "get_rows");
+  if (skip_launch("get_rows", {sig_of(table), sig_of(d_ids), static_cast<uint64_t>(n_ids), sig_of(out)})) return;
   get_rows_f32(device_weight(table, "get_rows"), d_ids, n_ids, out, stream_);
   HEARTH_CUDA_LAUNCHED("get_rows");
 }
@@ -461,6 +655,9 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   OpTimer timer(*this, "matmul");
   if (n_tokens <= 0) return;
   const DeviceWeight dw = device_weight(w, "matmul");
+  // Every path below depends on the weight, x, y and n_tokens only (scratch moves
+  // invalidate recordings), so one signature covers them.
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n_tokens), sig_of(y)})) return;
   if (n_tokens <= kMaxMatvecTokens) {
     // Decode: one pass over the weights, dequantized in registers; 8-bit activations
     // for the types that have that kernel, f32 ones otherwise.
@@ -528,28 +725,50 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
 
 void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
-  // Decode products sharing x (q/k/v, gate/up): x quantized to 8 bits once for all.
-  bool shared = q8_matvec_ && n > 1 && n <= 8 && n_tokens > 0 && n_tokens <= kMaxMatvecTokens;
-  for (int i = 0; shared && i < n; ++i) {
-    shared = q8_matvec_supported(ws[i]->type) && ws[i]->n_cols == ws[0]->n_cols;
-  }
-  if (!shared) {
+  // Decode products sharing x (q/k/v, gate/up, the Gated DeltaNet's four inputs): the
+  // weights with 8-bit activation kernels quantize x once for all of them, the others
+  // (f32 routers and gates) share one f32 launch; each weight's result is the one
+  // matmul gives it.
+  bool small = n > 1 && n <= 8 && n_tokens > 0 && n_tokens <= kMaxMatvecTokens;
+  for (int i = 0; small && i < n; ++i) small = ws[i]->n_cols == ws[0]->n_cols;
+  if (!small) {
     for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
     return;
   }
-  OpTimer timer(*this, "matmul matvec q8");
-  DeviceWeight dws[8];
-  for (int i = 0; i < n; ++i) dws[i] = device_weight(*ws[i], "matmul");
-  const size_t bytes = q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens);
-  q8_matvec_multi(dws, n, x, n_tokens, ys, scratch(5, bytes, "matmul"), bytes, stream_);
-  HEARTH_CUDA_LAUNCHED("matmul");
+  OpTimer timer(*this, "matmul matvec multi");
+  DeviceWeight q8w[8], fw[8];
+  float *q8y[8], *fy[8];
+  int nq = 0, nf = 0;
+  uint64_t h = 0;
+  for (int i = 0; i < n; ++i) {
+    const DeviceWeight dw = device_weight(*ws[i], "matmul");
+    if (q8_matvec_ && q8_matvec_supported(ws[i]->type)) {
+      q8w[nq] = dw;
+      q8y[nq++] = ys[i];
+    } else {
+      fw[nf] = dw;
+      fy[nf++] = ys[i];
+    }
+    h = h * 1000003u + (sig_of(*ws[i]) ^ (sig_of(ys[i]) << 1));
+  }
+  const size_t bytes = nq > 0 ? q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens) : 0;
+  void* q8_tmp = nq > 0 ? scratch(5, bytes, "matmul") : nullptr;
+  if (skip_launch("matmul_multi", {h, sig_of(n), sig_of(x), sig_of(n_tokens), sig_of(q8_tmp)})) return;
+  if (nq > 0) {
+    q8_matvec_multi(q8w, nq, x, n_tokens, q8y, q8_tmp, bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+  }
+  if (nf > 0) {
+    quant_matvec_multi(fw, nf, x, n_tokens, fy, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+  }
 }
 
 void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
   const int64_t k = w.n_cols;
   auto* x16 = static_cast<__half*>(scratch(0, sizeof(__half) * static_cast<size_t>(n_tokens * k), "matmul"));
-  f32_to_f16_kernel<<<grid_for(n_tokens * k), kThreads, 0, stream_>>>(x, x16, n_tokens * k);
+  ::hearth::cuda::launch_pdl(f32_to_f16_kernel, grid_for(n_tokens * k), kThreads, 0, stream_, x, x16, n_tokens * k);
   HEARTH_CUDA_LAUNCHED("matmul");
   const float one = 1.0f, zero = 0.0f;
   if (w.type == GgmlType::F16 && w.row_bytes % 2 == 0) {

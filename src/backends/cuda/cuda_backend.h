@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,11 @@ class CudaBackend final : public ops::Backend {
                        int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                       float eps) override;
+  void add_rms_norm(float* x, const float* y, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
+                    float* out) override;
+  void rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head, int64_t n_head_kv,
+                     int64_t head_dim, const int32_t* positions, const ops::RopeParams& p, const int32_t* slots,
+                     const ops::KvLayer& cache) override;
   void sigmoid_mul(float* x, const float* gate, int64_t n) override;
   void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
@@ -69,24 +76,41 @@ class CudaBackend final : public ops::Backend {
   void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
                         float* dst) override;
 
-  // Decode steps (a step whose token embedding takes at most kMaxMatvecTokens rows) are
-  // captured as one CUDA graph and launched as one, instead of ~20 kernel launches per
-  // layer: the host, not the GPU, limits decode otherwise (docs/BENCHMARKS.md). Capture
-  // starts at that get_rows and ends at the next wait for the device (copy_to_host of the
-  // logits) or at any allocation or free; the graph of the step before is updated in
-  // place (cudaGraphExecUpdate) when the steps have the same shape, else made anew.
-  // Off by default while measured; HEARTH_CUDA_GRAPH=1 or set_graphs(true) turns it on.
+  // Decode steps (Backend::begin_step of at most kMaxMatvecTokens tokens) are recorded
+  // once as a CUDA graph and replayed: the host, not the GPU, limits decode otherwise
+  // (docs/BENCHMARKS.md). The first step of a size is captured while it runs, with each
+  // op's launch signature (its arguments and what it derived from them) and where its
+  // host arrays were staged; a later step of that size only checks each op's signature,
+  // copies its host arrays to the same staging offsets and launches nothing until the
+  // copy_to_host that ends the step launches the graph. A step whose signatures differ
+  // (a new attention split bucket, other buffers) throws ops::StepRetry before anything
+  // has run; the caller runs it again op by op and the next step of that size is
+  // recorded anew. Moving scratch or staging memory invalidates every recording.
+  // HEARTH_CUDA_GRAPH=0 or set_graphs(false) turns it off (on by default).
   void set_graphs(bool on);
   struct GraphStats {
-    int64_t launched = 0;      // graphs launched (captured steps)
-    int64_t updated = 0;       // of which reused the previous executable graph
-    int64_t instantiated = 0;  // executable graphs made
-    int64_t failed = 0;        // captures the runtime invalidated (reported as errors)
+    int64_t recorded = 0;  // steps captured (and launched) as a new graph
+    int64_t replayed = 0;  // steps launched from an earlier recording
+    int64_t retried = 0;   // steps that differed from their recording (run again op by op)
+    int64_t abandoned = 0; // recordings cut short (an allocation or a wait inside the step)
   };
   GraphStats graph_stats() const { return graph_stats_; }
+  void begin_step(int64_t n_tokens) override;
   // Internal: ends a capture in progress and launches it (before a wait, an allocation
-  // or a free).
+  // or a free); in a replayed step, marks the step as differing from its recording.
   void flush_capture();
+  // Internal: each op calls this after staging its host arrays and before launching its
+  // kernels, with everything its launches depend on (pointers, sizes, derived grid
+  // parameters). True: the launches are skipped (a replayed step: the graph has them);
+  // throws ops::StepRetry when the signature is not the recorded one.
+  bool skip_launch(const char* op, std::initializer_list<uint64_t> sig);
+  static uint64_t sig_of(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+  template <class T, class = std::enable_if_t<std::is_integral_v<T>>>
+  static uint64_t sig_of(T v) {
+    return static_cast<uint64_t>(v);
+  }
+  static uint64_t sig_of(float f);
+  static uint64_t sig_of(const ops::WeightView& w) { return reinterpret_cast<uintptr_t>(w.backend_data); }
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -128,7 +152,9 @@ class CudaBackend final : public ops::Backend {
 
  private:
   // Copies n bytes of host memory to device memory valid for the work queued next on
-  // the stream (until the ring wraps, which first waits for the stream).
+  // the stream (until the ring wraps, which first waits for the stream). In a recorded
+  // step the offsets start at 0 and depend only on the step's sequence of stagings; a
+  // replayed step writes the recorded offsets and the graph's copies upload them.
   const void* stage(const void* host, size_t n, const char* op);
   template <class T>
   const T* stage_array(const T* host, int64_t n, const char* op) {
@@ -158,26 +184,60 @@ class CudaBackend final : public ops::Backend {
   struct StageMemo {
     size_t off = 0, n = 0;
     uint64_t epoch = ~uint64_t{0};
-    uint64_t capture = 0;  // the capture it was staged in (0: none)
   };
   static constexpr int kStageMemo = 8;
   StageMemo stage_memo_[kStageMemo];
   int stage_memo_next_ = 0;
   uint64_t stage_epoch_ = 0;
-  static constexpr int kScratch = 7;  // 5: 8-bit activations; 6: MoE routing
+  static constexpr int kScratch = 9;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE
   void* scratch_[kScratch] = {};
   size_t scratch_bytes_[kScratch] = {};
   std::vector<void*> weights_;  // device copies made by prepare_weight
   uint64_t weight_bytes_ = 0;
   uint64_t used_ = 0, peak_ = 0;
   bool timing_ = false;
-  bool graphs_ = false, capturing_ = false;
-  uint64_t captures_ = 0;  // captures begun
-  void* graph_exec_ = nullptr;  // cudaGraphExec_t of the last captured step
+  // Step graphs (see set_graphs).
+  enum class StepMode { kEager, kRecord, kReplay };
+  struct StageRec {
+    size_t off = 0, n = 0;
+    bool reused = false;  // the bytes of an earlier staging of the step (content compared)
+  };
+  struct StepGraph {
+    int64_t n_tokens = 0;
+    void* exec = nullptr;  // cudaGraphExec_t
+    uint64_t generation = 0;
+    std::vector<uint64_t> sigs;
+    std::vector<StageRec> stages;
+    size_t stage_end = 0;  // the staging offset after the step
+  };
+  void end_step_launch();  // at the copy_to_host ending a recorded or replayed step
+  void launch_timed(void* exec);  // cudaGraphLaunch (timed with HEARTH_CUDA_WAIT_TIMING)
+  [[noreturn]] void retry_step();  // a replayed step that is not its recording: StepRetry
+  void drop_graphs();
+  bool graphs_ = true, capturing_ = false;
+  StepMode mode_ = StepMode::kEager;
+  bool replay_broken_ = false;
+  std::vector<StepGraph> graphs_by_size_;
+  StepGraph rec_;                 // the step being recorded
+  StepGraph* replay_ = nullptr;   // the recording being replayed
+  size_t sig_i_ = 0, stage_i_ = 0;
+  uint64_t generation_ = 1;       // +1 when scratch or staging memory moves
+  std::vector<int64_t> retry_sizes_;  // sizes whose last replay differed: recorded anew next time
+  // Sizes whose recording was cut short (a host round trip inside the step), with the
+  // generation then: not recorded again until scratch or staging memory moves.
+  std::vector<std::pair<int64_t, uint64_t>> no_graph_;
+  bool staged_since_wait_ = false;
   GraphStats graph_stats_;
   bool host_timing_ = false;  // HEARTH_CUDA_OP_TIMING=host: the host's own time per op, no waits
   bool wait_timing_ = false;
   int64_t wait_ns_ = 0, waits_ = 0, first_wait_ns_ = 0, last_wait_ns_ = 0;
+  // With HEARTH_CUDA_WAIT_TIMING: the host's time in cudaGraphLaunch and the device's
+  // time running the graphs (events around each launch, read at the next wait).
+  void* graph_events_[2] = {};  // cudaEvent_t
+  bool graph_event_pending_ = false;
+  int64_t graph_launch_ns_ = 0, graph_timed_ = 0;
+  double graph_gpu_ms_ = 0.0;
+  bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go
   // to quant_gemm (tensor cores on weight tiles dequantized in shared memory), more to

@@ -11,12 +11,15 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
 
 __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
                                      const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs, float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (idx >= n_seqs * C) return;
   const int64_t s = idx / C, c = idx % C;
@@ -58,6 +61,8 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 // head's decay exp(A * softplus(a + dt)) and beta sigmoid(b) into gd / bt [row][hv].
 __global__ void gdn_prep_kernel(GdnArgs g, float* __restrict__ qn, float* __restrict__ kn, float* __restrict__ gd,
                                 float* __restrict__ bt) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const int kh = blockIdx.y;
@@ -98,6 +103,8 @@ template <int DK>
 __global__ void __launch_bounds__(kCols * kParts)
     gdn_recurrent_kernel(GdnArgs g, const float* __restrict__ qn, const float* __restrict__ kn,
                          const float* __restrict__ gd, const float* __restrict__ bt) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   constexpr int kPer = DK / kParts;
   __shared__ float qs[2][DK], ks[2][DK];
   const ops::GdnSeq sq = g.seqs[blockIdx.x];
@@ -171,8 +178,11 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   if (n_seqs <= 0) return;
   const auto* d_seqs = stage_array(seqs, n_seqs, "ssm_conv_silu");
   const int64_t total = n_seqs * channels;
-  ssm_conv_silu_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(
-      x, channels, wt, K, d_seqs, n_seqs, out);
+  if (skip_launch("ssm_conv_silu", {sig_of(x), sig_of(channels), sig_of(wt), sig_of(K), sig_of(d_seqs), sig_of(n_seqs),
+                                    sig_of(out)})) {
+    return;
+  }
+  ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel, static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
   HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
 }
 
@@ -210,23 +220,34 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   int64_t n_rows = 0;
   for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max(n_rows, seqs[s].first_row + seqs[s].n_tokens);
   if (n_rows == 0) return;
-  auto qn = alloc(n_rows * sh.n_k_heads * sh.d_k), kn = alloc(n_rows * sh.n_k_heads * sh.d_k);
-  auto gd = alloc(n_rows * sh.n_v_heads), bt = alloc(n_rows * sh.n_v_heads);
+  // The prepared q / k and gates in scratch (fixed addresses: a recorded step reuses them).
+  const int64_t nqk = n_rows * sh.n_k_heads * sh.d_k, ng = n_rows * sh.n_v_heads;
+  const auto pad = [](int64_t f) { return (f + 63) / 64 * 64; };
+  auto* tmp = static_cast<float*>(
+      scratch(7, sizeof(float) * static_cast<size_t>(2 * pad(nqk) + 2 * pad(ng)), "gated_delta_net"));
+  float* qn = tmp;
+  float* kn = qn + pad(nqk);
+  float* gd = kn + pad(nqk);
+  float* bt = gd + pad(ng);
+  if (skip_launch("gated_delta_net", {sig_of(qkv), sig_of(a), sig_of(b), sig_of(g.A), sig_of(g.dt), sig_of(g.seqs),
+                                      sig_of(o), sig_of(n_seqs), sig_of(n_rows), sig_of(g.hk), sig_of(g.hv),
+                                      sig_of(g.dk), sig_of(g.dv), sig_of(g.v_tiled), sig_of(g.l2_eps), sig_of(tmp)})) {
+    return;
+  }
   const int prep_threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, (sh.d_k + 31) / 32 * 32)));
-  gdn_prep_kernel<<<dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(sh.n_k_heads)), prep_threads, 0,
-                    stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
+  ::hearth::cuda::launch_pdl(gdn_prep_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(sh.n_k_heads)), prep_threads, 0, stream_, g, qn, kn, gd, bt);
   HEARTH_CUDA_LAUNCHED("gated_delta_net");
   const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(sh.n_v_heads),
                   static_cast<unsigned>((sh.d_v + kCols - 1) / kCols));
   const int threads = kCols * kParts;
   if (sh.d_k <= 32) {
-    gdn_recurrent_kernel<32><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
+    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<32>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
   } else if (sh.d_k <= 64) {
-    gdn_recurrent_kernel<64><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
+    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<64>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
   } else if (sh.d_k <= 128) {
-    gdn_recurrent_kernel<128><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
+    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<128>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
   } else {
-    gdn_recurrent_kernel<256><<<grid, threads, 0, stream_>>>(g, qn->data(), kn->data(), gd->data(), bt->data());
+    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<256>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
   }
   HEARTH_CUDA_LAUNCHED("gated_delta_net");
 }

@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/quant_cuda.h"
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -34,6 +35,8 @@ __device__ __forceinline__ float warp_max_f(float v) {
 // index first), weights = their probabilities (divided by their sum when norm).
 __global__ void moe_route_kernel(const float* __restrict__ logits, int n_expert, int n_used, bool norm,
                                  int32_t* __restrict__ ids, float* __restrict__ weights) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int t = blockIdx.x, lane = threadIdx.x;
   const float* l = logits + static_cast<int64_t>(t) * n_expert;
   float v[kMaxPerLane];
@@ -93,6 +96,8 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int n_expert,
 __global__ void moe_combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pos,
                                    const float* __restrict__ weights, int64_t n, int n_used, int64_t n_embd,
                                    float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * n_embd;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / n_embd, c = i % n_embd;
@@ -136,33 +141,41 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
     fail(ErrorKind::kInvalidInput, "cuda", "moe_ffn: expert weights do not match the layer's shape");
   }
   if (n <= 0) return;
-  auto logits = alloc(n * X);
-  matmul(*L.router, x, n, logits->data());
-  auto* route = static_cast<uint8_t*>(scratch(6, static_cast<size_t>(n * K) * 8, "moe_ffn"));
-  auto* ids = reinterpret_cast<int32_t*>(route);
-  auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(n * K) * 4);
-  moe_route_kernel<<<static_cast<unsigned>(n), 32, 0, stream_>>>(logits->data(), static_cast<int>(X),
-                                                                   static_cast<int>(K), L.norm_weights, ids, wts);
-  HEARTH_CUDA_LAUNCHED("moe_ffn");
-
   // Decode batches (up to kMaxFusedTokens tokens: many streams) stay on the device; each
   // (token, expert) pair reads its expert's rows, so prompts (more tokens, the same experts
   // again and again) group the tokens of each expert instead.
   const bool q8 = q8_matvec_ && n <= kMaxFusedTokens && q8_matvec_supported(L.gate->type) &&
                   L.up->type == L.gate->type && L.up->row_bytes == L.gate->row_bytes &&
                   q8_matvec_supported(L.down->type);
+  const int64_t pairs = n * K;
+  // Router logits, then (decode) the pairs' hidden and output rows: scratch at fixed
+  // addresses (a recorded step reuses them); slot 8 is this op's alone.
+  const auto pad = [](int64_t f) { return (f + 63) / 64 * 64; };
+  const int64_t tmp_floats = pad(n * X) + (q8 ? pad(pairs * F) + pad(pairs * E) : 0);
+  auto* logits = static_cast<float*>(scratch(8, sizeof(float) * static_cast<size_t>(tmp_floats), "moe_ffn"));
+  matmul(*L.router, x, n, logits);
+  auto* route = static_cast<uint8_t*>(scratch(6, static_cast<size_t>(n * K) * 8, "moe_ffn"));
+  auto* ids = reinterpret_cast<int32_t*>(route);
+  auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(n * K) * 4);
+  const size_t q8_bytes = q8 ? std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs)) : 0;
+  void* q8_tmp = q8 ? scratch(5, q8_bytes, "moe_ffn") : nullptr;
+  if (skip_launch("moe_ffn", {sig_of(*L.router), sig_of(*L.gate), sig_of(*L.up), sig_of(*L.down), sig_of(x),
+                              sig_of(n), sig_of(out), sig_of(logits), sig_of(route), sig_of(q8_tmp), sig_of(X),
+                              sig_of(K), sig_of(L.norm_weights)})) {
+    return;
+  }
+  ::hearth::cuda::launch_pdl(moe_route_kernel, static_cast<unsigned>(n), 32, 0, stream_, logits, static_cast<int>(X), static_cast<int>(K),
+                                                                   L.norm_weights, ids, wts);
+  HEARTH_CUDA_LAUNCHED("moe_ffn");
   if (q8) {
-    const int64_t pairs = n * K;
-    auto h = alloc(pairs * F), y = alloc(pairs * E);
-    const size_t bytes = std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs));
-    void* s = scratch(5, bytes, "moe_ffn");
-    q8_moe_gate_up(device_weight_of(*L.gate), device_weight_of(*L.up), F, ids, n, static_cast<int>(K), x, h->data(),
-                   s, bytes, stream_);
+    float* h = logits + pad(n * X);
+    float* y = h + pad(pairs * F);
+    q8_moe_gate_up(device_weight_of(*L.gate), device_weight_of(*L.up), F, ids, n, static_cast<int>(K), x, h, q8_tmp,
+                   q8_bytes, stream_);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
-    q8_moe_down(device_weight_of(*L.down), E, ids, pairs, h->data(), y->data(), s, bytes, stream_);
+    q8_moe_down(device_weight_of(*L.down), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
-    moe_combine_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), nullptr, wts, n, static_cast<int>(K), E,
-                                                                   out);
+    ::hearth::cuda::launch_pdl(moe_combine_kernel, grid_for(n * E), kThreads, 0, stream_, y, nullptr, wts, n, static_cast<int>(K), E, out);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     return;
   }
@@ -250,7 +263,7 @@ void CudaBackend::moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n,
   swiglu(g->data(), u->data(), P * F, g->data());
   quant_gemm_grouped(dd, E, d_tiles, nt, bn, g->data(), P, y->data(), s, bytes, stream_);
   HEARTH_CUDA_LAUNCHED("moe_ffn");
-  moe_combine_kernel<<<grid_for(n * E), kThreads, 0, stream_>>>(y->data(), d_pos, d_w, n, static_cast<int>(K), E, out);
+  ::hearth::cuda::launch_pdl(moe_combine_kernel, grid_for(n * E), kThreads, 0, stream_, y->data(), d_pos, d_w, n, static_cast<int>(K), E, out);
   HEARTH_CUDA_LAUNCHED("moe_ffn");
 }
 

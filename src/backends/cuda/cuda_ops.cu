@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -19,31 +20,45 @@ namespace {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
 __global__ void add_bias_kernel(float* x, const float* b, int64_t n_cols, int64_t total) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, total) x[i] += b[i % n_cols];
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n) x[i] += y[i];
 }
 
 __global__ void fill_kernel(float* x, float v, int64_t n) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n) x[i] = v;
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float* out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n) out[i] = silu_f(g[i]) * u[i];
 }
 
 __global__ void sigmoid_mul_kernel(float* x, const float* g, int64_t n) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n) x[i] *= sigmoid_f(g[i]);
 }
 
 __global__ void sigmoid_scale_rows_kernel(float* x, const float* g, int64_t n_cols, int64_t n) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n) x[i] *= sigmoid_f(g[i / n_cols]);
 }
 
 // One block per row: y = x / sqrt(mean(x^2) + eps) * w.
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
@@ -59,6 +74,8 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t n, float
 template <int kPer>
 __global__ void rms_norm_vec_kernel(const float4* __restrict__ x, const float4* __restrict__ w, int64_t n4, float eps,
                                     float4* __restrict__ y) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   __shared__ float red[32];
   const float4* xr = x + blockIdx.x * n4;
   float4* yr = y + blockIdx.x * n4;
@@ -82,8 +99,47 @@ __global__ void rms_norm_vec_kernel(const float4* __restrict__ x, const float4* 
   }
 }
 
+// rms_norm_vec_kernel after x += y (the residual add): x written back, out = the norm.
+// The sums in rms_norm_vec_kernel's order: the same values as add then rms_norm.
+template <int kPer>
+__global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y, const float4* __restrict__ w,
+                                        int64_t n4, float eps, float4* out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  __shared__ float red[32];
+  float4* xr = x + blockIdx.x * n4;
+  const float4* yr = y + blockIdx.x * n4;
+  float4* outr = out + blockIdx.x * n4;
+  float4 v[kPer];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < n4) {
+      const float4 a = xr[i], b = yr[i];
+      v[k] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+      xr[i] = v[k];
+    } else {
+      v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  }
+  ss = block_sum(ss, red);  // (synchronises: every y of the row is read before out, which may alias y, is written)
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < n4) {
+      const float4 g = w[i];
+      outr[i] = make_float4(v[k].x * scale * g.x, v[k].y * scale * g.y, v[k].z * scale * g.z, v[k].w * scale * g.w);
+    }
+  }
+}
+
 // x = x / sqrt(mean(x^2) + eps) * w * silu(z), one block per row.
 __global__ void gated_rms_norm_kernel(float* x, const float* z, const float* w, int64_t n, float eps) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   __shared__ float red[32];
   float* xr = x + blockIdx.x * n;
   const float* zr = z + blockIdx.x * n;
@@ -98,6 +154,8 @@ __global__ void gated_rms_norm_kernel(float* x, const float* z, const float* w, 
 // multiplication by `step`), then the rotation with the same fused multiply-adds.
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                             int64_t n_rot, float step, float freq_scale, bool neox) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int64_t half = n_rot / 2;
   GRID_LOOP(idx, n_tokens * n_heads * half) {
     const int64_t i = idx % half, th = idx / half, t = th / n_heads;
@@ -120,9 +178,62 @@ __device__ __forceinline__ float to_kv<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ __half to_kv<__half>(float v) { return __float2half_rn(v); }
 
+// rope_kernel on q and k, then store_kv_kernel, in one launch: one thread per (token,
+// head of q | k | v, pair of dimensions). A q pair is rotated in place; a k pair is
+// rotated (when within n_rot), written back and to the cache row slots[t]; a v pair is
+// copied to the cache. The arithmetic of the separate kernels, so the same values.
+template <class T>
+__global__ void rope_store_kv_kernel(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head,
+                                     int64_t n_head_kv, int64_t head_dim, const int32_t* pos, int64_t n_rot, float step,
+                                     float freq_scale, bool neox, const int32_t* slots, T* kc, T* vc) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t half = n_rot / 2, pairs = head_dim / 2, heads = n_head + 2 * n_head_kv;
+  GRID_LOOP(idx, n_tokens * heads * pairs) {
+    const int64_t p = idx % pairs, th = idx / pairs, t = th / heads, h = th % heads;
+    int64_t ia, ib;
+    if (p < half) {
+      ia = neox ? p : 2 * p;
+      ib = neox ? p + half : 2 * p + 1;
+    } else {
+      ia = n_rot + 2 * (p - half);
+      ib = ia + 1;
+    }
+    if (h >= n_head + n_head_kv) {  // v: to the cache
+      const int64_t e = (h - n_head - n_head_kv) * head_dim;
+      const float* vr = v + t * n_head_kv * head_dim + e;
+      T* dst = vc + static_cast<int64_t>(slots[t]) * n_head_kv * head_dim + e;
+      dst[2 * p] = to_kv<T>(vr[2 * p]);
+      dst[2 * p + 1] = to_kv<T>(vr[2 * p + 1]);
+      continue;
+    }
+    const bool is_k = h >= n_head;
+    float* x = is_k ? k + (t * n_head_kv + (h - n_head)) * head_dim : q + (t * n_head + h) * head_dim;
+    float x0 = x[ia], x1 = x[ib];
+    if (p < half) {
+      float theta = static_cast<float>(pos[t]);
+      for (int64_t j = 0; j < p; ++j) theta *= step;
+      const float a = freq_scale * theta;
+      const float c = cosf(a), s = sinf(a);
+      const float r0 = fmaf(x0, c, -(x1 * s)), r1 = fmaf(x0, s, x1 * c);
+      x0 = r0;
+      x1 = r1;
+      x[ia] = x0;
+      x[ib] = x1;
+    }
+    if (is_k) {
+      T* dst = kc + static_cast<int64_t>(slots[t]) * n_head_kv * head_dim + (h - n_head) * head_dim;
+      dst[ia] = to_kv<T>(x0);
+      dst[ib] = to_kv<T>(x1);
+    }
+  }
+}
+
 template <class T>
 __global__ void store_kv_kernel(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim,
                                 const int32_t* slots, T* kc, T* vc) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n_tokens * n_kv_dim) {
     const int64_t t = i / n_kv_dim, e = i % n_kv_dim;
     const int64_t row = slots[t];
@@ -132,11 +243,15 @@ __global__ void store_kv_kernel(const float* k, const float* v, int64_t n_tokens
 }
 
 __global__ void gather_rows_kernel(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n_ids * n) dst[i] = src[static_cast<int64_t>(ids[i / n]) * n + i % n];
 }
 
 __global__ void scatter_add_rows_kernel(const float* src, int64_t n, const int32_t* ids, const float* w,
                                         int64_t n_ids, float* dst) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   GRID_LOOP(i, n_ids * n) {
     const int64_t r = i / n;
     dst[static_cast<int64_t>(ids[r]) * n + i % n] += w[r] * src[i];
@@ -156,7 +271,8 @@ void CudaBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_toke
   const int64_t n = bias.n_cols;
   const float* b = f32_values(bias, n, "add_bias");
   if (n_tokens <= 0) return;
-  add_bias_kernel<<<grid_for(n * n_tokens), kThreads, 0, stream_>>>(x, b, n, n * n_tokens);
+  if (skip_launch("add_bias", {sig_of(x), sig_of(b), sig_of(n), sig_of(n_tokens)})) return;
+  ::hearth::cuda::launch_pdl(add_bias_kernel, grid_for(n * n_tokens), kThreads, 0, stream_, x, b, n, n * n_tokens);
   HEARTH_CUDA_LAUNCHED("add_bias");
 }
 
@@ -165,6 +281,7 @@ void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_
   OpTimer timer(*this, "rms_norm");
   const float* w = f32_values(weight, n, "rms_norm");
   if (n_rows <= 0) return;
+  if (skip_launch("rms_norm", {sig_of(x), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(y)})) return;
   const bool vec = n % 4 == 0 && n <= 4 * 4 * 1024 &&
                    ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) &
                     15) == 0;
@@ -177,14 +294,14 @@ void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_
     const auto* w4 = reinterpret_cast<const float4*>(w);
     auto* y4 = reinterpret_cast<float4*>(y);
     if (per <= 1) {
-      rms_norm_vec_kernel<1><<<grid, threads, 0, stream_>>>(x4, w4, n4, eps, y4);
+      ::hearth::cuda::launch_pdl(rms_norm_vec_kernel<1>, grid, threads, 0, stream_, x4, w4, n4, eps, y4);
     } else if (per <= 2) {
-      rms_norm_vec_kernel<2><<<grid, threads, 0, stream_>>>(x4, w4, n4, eps, y4);
+      ::hearth::cuda::launch_pdl(rms_norm_vec_kernel<2>, grid, threads, 0, stream_, x4, w4, n4, eps, y4);
     } else {
-      rms_norm_vec_kernel<4><<<grid, threads, 0, stream_>>>(x4, w4, n4, eps, y4);
+      ::hearth::cuda::launch_pdl(rms_norm_vec_kernel<4>, grid, threads, 0, stream_, x4, w4, n4, eps, y4);
     }
   } else {
-    rms_norm_kernel<<<static_cast<unsigned>(n_rows), row_threads(n), 0, stream_>>>(x, w, n, eps, y);
+    ::hearth::cuda::launch_pdl(rms_norm_kernel, static_cast<unsigned>(n_rows), row_threads(n), 0, stream_, x, w, n, eps, y);
   }
   HEARTH_CUDA_LAUNCHED("rms_norm");
 }
@@ -194,7 +311,8 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView
   OpTimer timer(*this, "gated_rms_norm");
   const float* wt = f32_values(w, n, "gated_rms_norm");
   if (n_rows <= 0) return;
-  gated_rms_norm_kernel<<<static_cast<unsigned>(n_rows), row_threads(n), 0, stream_>>>(x, z, wt, n, eps);
+  if (skip_launch("gated_rms_norm", {sig_of(x), sig_of(z), sig_of(wt), sig_of(n_rows), sig_of(n), sig_of(eps)})) return;
+  ::hearth::cuda::launch_pdl(gated_rms_norm_kernel, static_cast<unsigned>(n_rows), row_threads(n), 0, stream_, x, z, wt, n, eps);
   HEARTH_CUDA_LAUNCHED("gated_rms_norm");
 }
 
@@ -209,7 +327,11 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
   const int32_t* pos = stage_array(positions, n_tokens, "rope");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const int64_t total = n_tokens * n_heads * (p.n_rot / 2);
-  rope_kernel<<<grid_for(total), kThreads, 0, stream_>>>(x, n_tokens, n_heads, head_dim, pos, p.n_rot, step,
+  if (skip_launch("rope", {sig_of(x), sig_of(n_tokens), sig_of(n_heads), sig_of(head_dim), sig_of(pos), sig_of(p.n_rot),
+                           sig_of(step), sig_of(p.freq_scale), sig_of(p.neox)})) {
+    return;
+  }
+  ::hearth::cuda::launch_pdl(rope_kernel, grid_for(total), kThreads, 0, stream_, x, n_tokens, n_heads, head_dim, pos, p.n_rot, step,
                                                          p.freq_scale, p.neox);
   HEARTH_CUDA_LAUNCHED("rope");
 }
@@ -220,55 +342,138 @@ void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int
   if (n_tokens <= 0) return;
   const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
   const unsigned grid = grid_for(n_tokens * n_kv_dim);
+  if (skip_launch("store_kv", {sig_of(k), sig_of(v), sig_of(n_tokens), sig_of(n_kv_dim), sig_of(d_slots), sig_of(cache.k),
+                               sig_of(cache.v), sig_of(static_cast<int>(cache.type))})) {
+    return;
+  }
   if (cache.type == ops::KvType::F16) {
-    store_kv_kernel<__half><<<grid, kThreads, 0, stream_>>>(k, v, n_tokens, n_kv_dim, d_slots,
+    ::hearth::cuda::launch_pdl(store_kv_kernel<__half>, grid, kThreads, 0, stream_, k, v, n_tokens, n_kv_dim, d_slots,
                                                             static_cast<__half*>(cache.k),
                                                             static_cast<__half*>(cache.v));
   } else {
-    store_kv_kernel<float><<<grid, kThreads, 0, stream_>>>(k, v, n_tokens, n_kv_dim, d_slots,
+    ::hearth::cuda::launch_pdl(store_kv_kernel<float>, grid, kThreads, 0, stream_, k, v, n_tokens, n_kv_dim, d_slots,
                                                            static_cast<float*>(cache.k), static_cast<float*>(cache.v));
   }
   HEARTH_CUDA_LAUNCHED("store_kv");
 }
 
+void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& weight, int64_t n_rows, int64_t n,
+                               float eps, float* out) {
+  const bool vec = fuse_ && n % 4 == 0 && n <= 4 * 4 * 1024 && x != out &&
+                   ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out)) &
+                    15) == 0 &&
+                   (weight.type != GgmlType::F32 || (reinterpret_cast<uintptr_t>(weight.backend_data) & 15) == 0);
+  if (!vec) {
+    Backend::add_rms_norm(x, y, weight, n_rows, n, eps, out);
+    return;
+  }
+  OpTimer timer(*this, "add_rms_norm");
+  const float* w = f32_values(weight, n, "add_rms_norm");
+  if (n_rows <= 0) return;
+  if ((reinterpret_cast<uintptr_t>(w) & 15) != 0) {
+    fail(ErrorKind::kInternal, "cuda", "add_rms_norm: weight values not 16-byte aligned");
+  }
+  if (skip_launch("add_rms_norm", {sig_of(x), sig_of(y), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(out)})) {
+    return;
+  }
+  // The configuration of rms_norm's vector path (the same sums).
+  const int64_t n4 = n / 4;
+  const int threads = static_cast<int>(std::min<int64_t>(1024, (n4 + 31) / 32 * 32));
+  const int64_t per = (n4 + threads - 1) / threads;
+  const auto grid = static_cast<unsigned>(n_rows);
+  auto* x4 = reinterpret_cast<float4*>(x);
+  const auto* y4 = reinterpret_cast<const float4*>(y);
+  const auto* w4 = reinterpret_cast<const float4*>(w);
+  auto* o4 = reinterpret_cast<float4*>(out);
+  if (per <= 1) {
+    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<1>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4);
+  } else if (per <= 2) {
+    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<2>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4);
+  } else {
+    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<4>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4);
+  }
+  HEARTH_CUDA_LAUNCHED("add_rms_norm");
+}
+
+void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head,
+                                int64_t n_head_kv, int64_t head_dim, const int32_t* positions, const ops::RopeParams& p,
+                                const int32_t* slots, const ops::KvLayer& cache) {
+  if (!fuse_ || p.n_rot <= 0 || head_dim % 2 != 0 || cache.n_kv_dim != n_head_kv * head_dim) {
+    Backend::rope_store_kv(q, k, v, n_tokens, n_head, n_head_kv, head_dim, positions, p, slots, cache);
+    return;
+  }
+  OpTimer timer(*this, "rope_store_kv");
+  if (n_tokens <= 0) return;
+  if (p.n_rot > head_dim || p.n_rot % 2 != 0) {
+    fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
+                                               std::to_string(head_dim));
+  }
+  const int32_t* pos = stage_array(positions, n_tokens, "rope");
+  const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
+  const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  if (skip_launch("rope_store_kv", {sig_of(q), sig_of(k), sig_of(v), sig_of(n_tokens), sig_of(n_head),
+                                    sig_of(n_head_kv), sig_of(head_dim), sig_of(pos), sig_of(p.n_rot), sig_of(step),
+                                    sig_of(p.freq_scale), sig_of(p.neox), sig_of(d_slots), sig_of(cache.k),
+                                    sig_of(cache.v), sig_of(static_cast<int>(cache.type))})) {
+    return;
+  }
+  const unsigned grid = grid_for(n_tokens * (n_head + 2 * n_head_kv) * (head_dim / 2));
+  if (cache.type == ops::KvType::F16) {
+    ::hearth::cuda::launch_pdl(rope_store_kv_kernel<__half>, grid, kThreads, 0, stream_, q, k, v, n_tokens, n_head,
+                               n_head_kv, head_dim, pos, p.n_rot, step, p.freq_scale, p.neox, d_slots,
+                               static_cast<__half*>(cache.k), static_cast<__half*>(cache.v));
+  } else {
+    ::hearth::cuda::launch_pdl(rope_store_kv_kernel<float>, grid, kThreads, 0, stream_, q, k, v, n_tokens, n_head,
+                               n_head_kv, head_dim, pos, p.n_rot, step, p.freq_scale, p.neox, d_slots,
+                               static_cast<float*>(cache.k), static_cast<float*>(cache.v));
+  }
+  HEARTH_CUDA_LAUNCHED("rope_store_kv");
+}
+
 void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
   OpTimer timer(*this, "sigmoid_mul");
   if (n <= 0) return;
-  sigmoid_mul_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, gate, n);
+  if (skip_launch("sigmoid_mul", {sig_of(x), sig_of(gate), sig_of(n)})) return;
+  ::hearth::cuda::launch_pdl(sigmoid_mul_kernel, grid_for(n), kThreads, 0, stream_, x, gate, n);
   HEARTH_CUDA_LAUNCHED("sigmoid_mul");
 }
 
 void CudaBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
   OpTimer timer(*this, "sigmoid_scale_rows");
   if (n_rows <= 0 || n_cols <= 0) return;
-  sigmoid_scale_rows_kernel<<<grid_for(n_rows * n_cols), kThreads, 0, stream_>>>(x, gate, n_cols, n_rows * n_cols);
+  if (skip_launch("sigmoid_scale_rows", {sig_of(x), sig_of(gate), sig_of(n_rows), sig_of(n_cols)})) return;
+  ::hearth::cuda::launch_pdl(sigmoid_scale_rows_kernel, grid_for(n_rows * n_cols), kThreads, 0, stream_, x, gate, n_cols, n_rows * n_cols);
   HEARTH_CUDA_LAUNCHED("sigmoid_scale_rows");
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   OpTimer timer(*this, "swiglu");
   if (n <= 0) return;
-  swiglu_kernel<<<grid_for(n), kThreads, 0, stream_>>>(gate, up, n, out);
+  if (skip_launch("swiglu", {sig_of(gate), sig_of(up), sig_of(n), sig_of(out)})) return;
+  ::hearth::cuda::launch_pdl(swiglu_kernel, grid_for(n), kThreads, 0, stream_, gate, up, n, out);
   HEARTH_CUDA_LAUNCHED("swiglu");
 }
 
 void CudaBackend::add(float* x, const float* y, int64_t n) {
   OpTimer timer(*this, "add");
   if (n <= 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, y, n);
+  if (skip_launch("add", {sig_of(x), sig_of(y), sig_of(n)})) return;
+  ::hearth::cuda::launch_pdl(add_kernel, grid_for(n), kThreads, 0, stream_, x, y, n);
   HEARTH_CUDA_LAUNCHED("add");
 }
 
 void CudaBackend::copy(const float* src, int64_t n, float* dst) {
   OpTimer timer(*this, "copy");
   if (n <= 0 || src == dst) return;
+  if (skip_launch("copy", {sig_of(src), sig_of(n), sig_of(dst)})) return;
   HEARTH_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
   OpTimer timer(*this, "fill");
   if (n <= 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, value, n);
+  if (skip_launch("fill", {sig_of(dst), sig_of(value), sig_of(n)})) return;
+  ::hearth::cuda::launch_pdl(fill_kernel, grid_for(n), kThreads, 0, stream_, dst, value, n);
   HEARTH_CUDA_LAUNCHED("fill");
 }
 
@@ -276,7 +481,8 @@ void CudaBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, i
   OpTimer timer(*this, "gather_rows");
   if (n_ids <= 0 || n <= 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "gather_rows");
-  gather_rows_kernel<<<grid_for(n_ids * n), kThreads, 0, stream_>>>(src, n, d_ids, n_ids, dst);
+  if (skip_launch("gather_rows", {sig_of(src), sig_of(n), sig_of(d_ids), sig_of(n_ids), sig_of(dst)})) return;
+  ::hearth::cuda::launch_pdl(gather_rows_kernel, grid_for(n_ids * n), kThreads, 0, stream_, src, n, d_ids, n_ids, dst);
   HEARTH_CUDA_LAUNCHED("gather_rows");
 }
 
@@ -286,7 +492,10 @@ void CudaBackend::scatter_add_rows(const float* src, int64_t n, const int32_t* i
   if (n_ids <= 0 || n <= 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "scatter_add_rows");
   const float* d_w = stage_array(weights, n_ids, "scatter_add_rows");
-  scatter_add_rows_kernel<<<grid_for(n_ids * n), kThreads, 0, stream_>>>(src, n, d_ids, d_w, n_ids, dst);
+  if (skip_launch("scatter_add_rows", {sig_of(src), sig_of(n), sig_of(d_ids), sig_of(d_w), sig_of(n_ids), sig_of(dst)})) {
+    return;
+  }
+  ::hearth::cuda::launch_pdl(scatter_add_rows_kernel, grid_for(n_ids * n), kThreads, 0, stream_, src, n, d_ids, d_w, n_ids, dst);
   HEARTH_CUDA_LAUNCHED("scatter_add_rows");
 }
 

@@ -22,6 +22,7 @@
 #include "backends/cuda/quant_half.cuh"
 #include "backends/cuda/quant_cuda.h"
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -106,6 +107,8 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                  const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out,
                  const ExpertTile* __restrict__ groups) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   using Q = qk::QType<TYPE>;
   using D = UnitDecode<TYPE>;
   constexpr int kUnitsPerRow = TileRows<TYPE>::kUnitsPerRow, BM = TileRows<TYPE>::BM;
@@ -196,6 +199,8 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 
 // y[i] = sum over splits in order of part[s][i].
 __global__ void sum_splits_kernel(const float* __restrict__ part, int n_splits, int64_t n, float* __restrict__ y) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float s = part[i];
@@ -205,6 +210,8 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int n_splits, 
 
 // y: [n_pad] f16 = x rounded for i < n, zeros up to n_pad.
 __global__ void to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n, int64_t n_pad) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n_pad) y[i] = __float2half_rn(i < n ? x[i] : 0.0f);
 }
@@ -271,8 +278,7 @@ void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
   }
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
                   static_cast<unsigned>(p.splits));
-  qgemm_kernel<TYPE, BN, MIN_BLOCKS><<<grid, kThreads, kSmem, stream>>>(
-      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out,
+  ::hearth::cuda::launch_pdl(qgemm_kernel<TYPE, BN, MIN_BLOCKS>, grid, kThreads, kSmem, stream, static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out,
       groups);
 }
 
@@ -368,7 +374,7 @@ void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* 
   const Plan p = plan_for(w, n_tokens);
   auto* x16 = static_cast<__half*>(scratch);
   const int64_t nx = n_tokens * w.n_cols, n_pad = p.tok_tiles * p.bn * w.n_cols;
-  to_f16_kernel<<<static_cast<unsigned>((n_pad + 255) / 256), 256, 0, stream>>>(x, x16, nx, n_pad);
+  ::hearth::cuda::launch_pdl(to_f16_kernel, static_cast<unsigned>((n_pad + 255) / 256), 256, 0, stream, x, x16, nx, n_pad);
   float* out = y;
   if (p.splits > 1) {
     out = reinterpret_cast<float*>(static_cast<char*>(scratch) +
@@ -377,7 +383,7 @@ void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* 
   dispatch(w, x16, n_tokens, p, out, nullptr, stream);
   if (p.splits > 1) {
     const int64_t n = n_tokens * w.n_rows;
-    sum_splits_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, p.splits, n, y);
+    ::hearth::cuda::launch_pdl(sum_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, out, p.splits, n, y);
   }
 }
 
@@ -405,7 +411,7 @@ void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const Ex
   p.tok_tiles = n_tiles;
   auto* x16 = static_cast<__half*>(scratch);
   const int64_t nx = n_pairs * w.n_cols, n_pad = (n_pairs + 64) * w.n_cols;
-  to_f16_kernel<<<static_cast<unsigned>((n_pad + 255) / 256), 256, 0, stream>>>(x, x16, nx, n_pad);
+  ::hearth::cuda::launch_pdl(to_f16_kernel, static_cast<unsigned>((n_pad + 255) / 256), 256, 0, stream, x, x16, nx, n_pad);
   DeviceWeight one = w;
   one.n_rows = rows_per_expert;  // the kernel's n_rows: one expert's
   dispatch(one, x16, n_pairs, p, y, tiles, stream);

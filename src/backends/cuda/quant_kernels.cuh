@@ -14,6 +14,7 @@
 #include "backends/cuda/quant_blocks.cuh"
 #include "backends/cuda/quant_dot.cuh"
 #include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda::qk {
 
@@ -65,6 +66,8 @@ struct MatvecTargets {
 template <class Q, int NT, int RPW, int KS>
 __global__ void __launch_bounds__(kRowGroups * KS * 32)
     matvec_kernel(const MatvecTargets tg, int64_t n_cols, int n_units, const float* __restrict__ x) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   // This block's weight, chosen with constant indices only (no local-memory copy).
   const uint8_t* w = tg.w[0];
   uint64_t row_bytes = tg.row_bytes[0];
@@ -222,7 +225,7 @@ void launch_matvec_rpw(const DeviceWeight* ws, int n, const float* x, int64_t t0
     blocks += static_cast<unsigned>((ws[i].n_rows + rows_per_block - 1) / rows_per_block);
     tg.block_end[i] = blocks;
   }
-  matvec_kernel<Q, NT, RPW, kSplit><<<blocks, kRowGroups * kSplit * 32, 0, stream>>>(tg, n_cols, n_units,
+  ::hearth::cuda::launch_pdl(matvec_kernel<Q, NT, RPW, kSplit>, blocks, kRowGroups * kSplit * 32, 0, stream, tg, n_cols, n_units,
                                                                                     x + t0 * n_cols);
 }
 
@@ -270,6 +273,8 @@ template <class Q, class OUT>
 __global__ void __launch_bounds__(256)
     dequant_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_cols, int n_units,
                    const int32_t* __restrict__ ids, int64_t row0, int64_t n_out_rows, OUT* __restrict__ dst) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   constexpr int kTile = 32 * Q::kPer;  // elements of a warp's 32 units
   constexpr bool kVec = (kTile * sizeof(OUT)) % (32 * 16) == 0;
   __shared__ __align__(16) OUT tile[8][kVec ? kTile : 1];
@@ -342,8 +347,7 @@ void launch_dequant(const DeviceWeight& w, const int32_t* ids, int64_t row0, int
   if (total <= 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20);
-  dequant_kernel<Q, OUT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_cols, n_units, ids, row0, n_out_rows, dst);
+  ::hearth::cuda::launch_pdl(dequant_kernel<Q, OUT>, static_cast<unsigned>(blocks), kThreads, 0, stream, static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_cols, n_units, ids, row0, n_out_rows, dst);
 }
 
 // What a family file does for one type: run `op` on the weight.

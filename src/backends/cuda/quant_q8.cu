@@ -11,6 +11,7 @@
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/quant_q8_dot.cuh"
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -36,6 +37,8 @@ __device__ __forceinline__ V warp_add(V v) {
 // xd = (d, d * sum q). An all-zero chunk has d = 0 and q = 0.
 __global__ void __launch_bounds__(256)
     quantize_chunks(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ xq, float2* __restrict__ xd) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (chunk >= n_chunks) return;
   const int lane = threadIdx.x & 31;
@@ -60,10 +63,15 @@ struct Targets {
   int n;
 };
 
-template <class T, int NT, int R>
+// TPR threads per row (32: a warp per row, no block-wide step; kThreads: the block), R
+// rows per group of TPR threads, NT tokens. Each thread strides over its rows' units.
+template <class T, int NT, int R, int TPR>
 __global__ void __launch_bounds__(kThreads)
     q8_matvec_kernel(const Targets tg, int n_units, const int8_t* __restrict__ xq, const float2* __restrict__ xd,
                      int64_t n_cols) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  constexpr int kGroups = kThreads / TPR;
   // This block's weight, chosen with constant indices only (no local-memory copy).
   const uint8_t* w = tg.w[0];
   uint64_t row_bytes = tg.row_bytes[0];
@@ -80,7 +88,8 @@ __global__ void __launch_bounds__(kThreads)
       first_block = tg.block_end[k - 1];
     }
   }
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x - first_block) * R;
+  const int group = threadIdx.x / TPR, tid = threadIdx.x % TPR;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x - first_block) * kGroups + group) * R;
   const uint8_t* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = w + min(row0 + r, n_rows - 1) * row_bytes;
@@ -91,53 +100,51 @@ __global__ void __launch_bounds__(kThreads)
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
   const int64_t chunks = n_cols / kChunk;
-  // kIlp units per thread per step, all their weights loaded before any is multiplied
-  // (more bytes in flight per thread; the sums keep the unit order).
-  constexpr int kIlp = 1;  // 2 measured slower on the H200 (q4_K 36.8 % vs 40.2 % of bandwidth)
-  for (int u0 = threadIdx.x; u0 < n_units; u0 += kIlp * kThreads) {
-    typename T::Dec dec[kIlp][R];
+  for (int u = tid; u < n_units; u += TPR) {
+    const int b = u / T::kUnits, s = u % T::kUnits;
+    typename T::Dec dec[R];
 #pragma unroll
-    for (int i = 0; i < kIlp; ++i) {
-      const int u = u0 + i * kThreads;
-      if (u < n_units) {
-        const int b = u / T::kUnits, s = u % T::kUnits;
-#pragma unroll
-        for (int r = 0; r < R; ++r) dec[i][r] = T::decode(rows[r] + static_cast<int64_t>(b) * T::kBytes, s);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kIlp; ++i) {
-      const int u = u0 + i * kThreads;
-      if (u >= n_units) break;
-      const int b = u / T::kUnits, s = u % T::kUnits;
-      const int8_t* xb = xq + static_cast<int64_t>(b) * T::kElems;
-      const float2* db = xd + static_cast<int64_t>(b) * (T::kElems / kChunk);
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][t] += T::dot(dec[i][r], s, xb + t * n_cols, db + t * chunks);
-      }
-    }
-  }
-  // Warp sums, then the kThreads / 32 warps' sums in a fixed order.
-  __shared__ float part[kThreads / 32][R][NT];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) dec[r] = T::decode(rows[r] + static_cast<int64_t>(b) * T::kBytes, s);
+    const int8_t* xb = xq + static_cast<int64_t>(b) * T::kElems;
+    const float2* db = xd + static_cast<int64_t>(b) * (T::kElems / kChunk);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      const float v = warp_add(acc[r][t]);
-      if (lane == 0) part[warp][r][t] = v;
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][t] += T::dot(dec[r], s, xb + t * n_cols, db + t * chunks);
     }
   }
-  __syncthreads();
-  if (threadIdx.x < R * NT) {
-    const int r = threadIdx.x / NT, t = threadIdx.x % NT;
-    if (row0 + r < n_rows) {
-      float v = part[0][r][t];
+  // Warp sums, then (TPR > 32) the group's warps' sums in a fixed order.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if constexpr (TPR == 32) {
 #pragma unroll
-      for (int k = 1; k < kThreads / 32; ++k) v += part[k][r][t];
-      y[t * n_rows + row0 + r] = v;
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float v = warp_add(acc[r][t]);
+        if (lane == 0 && row0 + r < n_rows) y[t * n_rows + row0 + r] = v;
+      }
+    }
+  } else {
+    __shared__ float part[kThreads / 32][R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float v = warp_add(acc[r][t]);
+        if (lane == 0) part[warp][r][t] = v;
+      }
+    }
+    __syncthreads();
+    constexpr int kWarps = TPR / 32;
+    if (tid < R * NT) {
+      const int r = tid / NT, t = tid % NT;
+      if (row0 + r < n_rows) {
+        const int w0 = group * kWarps;
+        float v = part[w0][r][t];
+#pragma unroll
+        for (int k = 1; k < kWarps; ++k) v += part[w0 + k][r][t];
+        y[t * n_rows + row0 + r] = v;
+      }
     }
   }
 }
@@ -171,6 +178,8 @@ __global__ void __launch_bounds__(kThreads)
                      int64_t rows_per_expert, int n_units, const int32_t* __restrict__ ids, int n_used,
                      const int8_t* __restrict__ xq, const float2* __restrict__ xd, int64_t n_cols,
                      float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   const int p = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
   const int64_t e = ids[p];
@@ -203,21 +212,23 @@ void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_exper
   if (n_units <= 64) {  // a warp per row: short rows (a 512-wide down projection is 16 units)
     const dim3 grid(static_cast<unsigned>((rows_per_expert + kThreads / 32 - 1) / (kThreads / 32)),
                     static_cast<unsigned>(n_pairs));
-    q8_expert_kernel<T, 32, kGateUp><<<grid, kThreads, 0, stream>>>(a, b, w.row_bytes, rows_per_expert, n_units, ids,
+    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, 32, kGateUp>, grid, kThreads, 0, stream, a, b, w.row_bytes, rows_per_expert, n_units, ids,
                                                                      n_used, xq, xd, w.n_cols, out);
   } else {
     const dim3 grid(static_cast<unsigned>(rows_per_expert), static_cast<unsigned>(n_pairs));
-    q8_expert_kernel<T, kThreads, kGateUp><<<grid, kThreads, 0, stream>>>(a, b, w.row_bytes, rows_per_expert, n_units,
+    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, kThreads, kGateUp>, grid, kThreads, 0, stream, a, b, w.row_bytes, rows_per_expert, n_units,
                                                                            ids, n_used, xq, xd, w.n_cols, out);
   }
 }
 
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
-template <class T, int NT>
-void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
-               cudaStream_t stream) {
-  // Two rows per block once several tokens share each decoded unit.
-  constexpr int R = NT >= 3 ? 2 : 1;
+int g_matvec_tpr = 0;   // set_q8_matvec_shape (0: the default)
+int g_matvec_rows = 0;  // rows per thread group for one or two tokens (0: one)
+
+template <class T, int NT, int R, int TPR>
+void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
+                cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kThreads / TPR * R;
   Targets tg{};
   unsigned blocks = 0;
   for (int i = 0; i < n; ++i) {
@@ -225,12 +236,46 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
     tg.row_bytes[i] = ws[i].row_bytes;
     tg.n_rows[i] = ws[i].n_rows;
     tg.y[i] = ys[i];
-    blocks += static_cast<unsigned>((ws[i].n_rows + R - 1) / R);
+    blocks += static_cast<unsigned>((ws[i].n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     tg.block_end[i] = blocks;
   }
   tg.n = n;
   const int n_units = static_cast<int>(ws[0].n_cols / T::kElems) * T::kUnits;
-  q8_matvec_kernel<T, NT, R><<<blocks, kThreads, 0, stream>>>(tg, n_units, xq, xd, ws[0].n_cols);
+  ::hearth::cuda::launch_pdl(q8_matvec_kernel<T, NT, R, TPR>, blocks, kThreads, 0, stream, tg, n_units, xq, xd,
+                             ws[0].n_cols);
+}
+
+template <class T, int NT, int R>
+void launch_r(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
+              cudaStream_t stream) {
+  // A warp per row by default: measured on the H200 (docs/BENCHMARKS.md), one decode step
+  // of the Llama-3-8B shape took 3.05 ms of device time against 3.41 with a block of 128
+  // threads per row (no block-wide reduction, more units in flight per thread). The
+  // threads per row do not depend on the batch (a token's sums are the same in any batch).
+  const int tpr = g_matvec_tpr > 0 ? g_matvec_tpr : 32;
+  if (tpr == 64) {
+    launch_tpr<T, NT, R, 64>(ws, ys, n, xq, xd, stream);
+  } else if (tpr == 128) {
+    launch_tpr<T, NT, R, 128>(ws, ys, n, xq, xd, stream);
+  } else {
+    launch_tpr<T, NT, R, 32>(ws, ys, n, xq, xd, stream);
+  }
+}
+
+template <class T, int NT>
+void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
+               cudaStream_t stream) {
+  // Two rows per group once several tokens share each decoded unit (and, for measuring,
+  // HEARTH_CUDA_MATVEC_ROWS=2 for one or two tokens).
+  if constexpr (NT >= 3) {
+    launch_r<T, NT, 2>(ws, ys, n, xq, xd, stream);
+  } else {
+    if (g_matvec_rows == 2) {
+      launch_r<T, NT, 2>(ws, ys, n, xq, xd, stream);
+    } else {
+      launch_r<T, NT, 1>(ws, ys, n, xq, xd, stream);
+    }
+  }
 }
 
 template <class T>
@@ -332,10 +377,15 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
   *xq = static_cast<int8_t*>(scratch);
   *xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(n_rows * n_cols)));
   const int64_t n_chunks = n_rows * n_cols / kChunk;
-  quantize_chunks<<<static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream>>>(x, n_chunks, *xq, *xd);
+  ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream, x, n_chunks, *xq, *xd);
 }
 
 }  // namespace
+
+void set_q8_matvec_shape(int threads_per_row, int rows) {
+  g_matvec_tpr = threads_per_row;
+  g_matvec_rows = rows;
+}
 
 bool q8_matvec_supported(GgmlType type) {
   int e, b, a;
@@ -370,7 +420,7 @@ void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_to
     auto* xq = static_cast<int8_t*>(scratch);
     auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(nt * n_cols)));
     const int64_t n_chunks = nt * n_cols / kChunk;
-    quantize_chunks<<<static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream>>>(x + t0 * n_cols, n_chunks, xq, xd);
+    ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream, x + t0 * n_cols, n_chunks, xq, xd);
     // One launch per run of consecutive weights of one type (at most kMaxTargets).
     int i = 0;
     while (i < n) {

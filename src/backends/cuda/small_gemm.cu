@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -19,6 +20,8 @@ constexpr int64_t kMinSplitCols = 256;
 __global__ void __launch_bounds__(kThreads)
     small_gemm_kernel(const float* __restrict__ w, int64_t ldw, int64_t n_rows, int64_t n_cols,
                       const float* __restrict__ x, int64_t n_tokens, int64_t span, float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   __shared__ float ws[kTile][kStep + 1];
   __shared__ float xs[kTile][kStep + 1];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, t0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -55,6 +58,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void sum_splits_kernel(const float* __restrict__ part, int splits, int64_t n, float* __restrict__ y) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = part[i];
@@ -106,11 +111,11 @@ void small_gemm(const float* w, int64_t ldw, int64_t n_rows, int64_t n_cols, con
   const dim3 grid(static_cast<unsigned>((n_rows + kTile - 1) / kTile), static_cast<unsigned>((n_tokens + kTile - 1) / kTile),
                   static_cast<unsigned>(used));
   float* out = used == 1 ? y : static_cast<float*>(scratch);
-  small_gemm_kernel<<<grid, kThreads, 0, stream>>>(w, ldw, n_rows, n_cols, x, n_tokens, span, out);
+  ::hearth::cuda::launch_pdl(small_gemm_kernel, grid, kThreads, 0, stream, w, ldw, n_rows, n_cols, x, n_tokens, span, out);
   if (used > 1) {
     const int64_t n = n_rows * n_tokens;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-    sum_splits_kernel<<<blocks, 256, 0, stream>>>(out, used, n, y);
+    ::hearth::cuda::launch_pdl(sum_splits_kernel, blocks, 256, 0, stream, out, used, n, y);
   }
 }
 
