@@ -171,11 +171,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   wait_timing_ = wait_timing != nullptr && std::string(wait_timing) == "1";
   const char* fuse = std::getenv("HEARTH_CUDA_FUSE");
   fuse_ = !(fuse != nullptr && std::string(fuse) == "0");
-  {
-    const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR");
-    const char* rows = std::getenv("HEARTH_CUDA_MATVEC_ROWS");
-    set_q8_matvec_shape(tpr != nullptr ? std::atoi(tpr) : 0, rows != nullptr ? std::atoi(rows) : 0);
-  }
+  if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
   if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);

@@ -52,9 +52,9 @@ void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float
 // with those quantized activations to f32 rounding (about 1e-3 of sum |w x| from the f32
 // product, as on the CPU back-end).
 bool q8_matvec_supported(GgmlType type);
-// The decode kernels' threads per row (32, 64 or 128) and rows per thread group for one
-// or two tokens (1 or 2); 0: the defaults (32, 1). For measuring.
-void set_q8_matvec_shape(int threads_per_row, int rows);
+// The decode kernels' threads per row: 32 (the default, 0) or 128 (the block per row
+// measured against it). For measuring.
+void set_q8_matvec_threads_per_row(int tpr);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);

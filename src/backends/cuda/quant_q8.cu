@@ -222,8 +222,7 @@ void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_exper
 }
 
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
-int g_matvec_tpr = 0;   // set_q8_matvec_shape (0: the default)
-int g_matvec_rows = 0;  // rows per thread group for one or two tokens (0: one)
+int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 
 template <class T, int NT, int R, int TPR>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
@@ -245,36 +244,19 @@ void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* x
                              ws[0].n_cols);
 }
 
-template <class T, int NT, int R>
-void launch_r(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
-              cudaStream_t stream) {
-  // A warp per row by default: measured on the H200 (docs/BENCHMARKS.md), one decode step
-  // of the Llama-3-8B shape took 3.05 ms of device time against 3.41 with a block of 128
-  // threads per row (no block-wide reduction, more units in flight per thread). The
-  // threads per row do not depend on the batch (a token's sums are the same in any batch).
-  const int tpr = g_matvec_tpr > 0 ? g_matvec_tpr : 32;
-  if (tpr == 64) {
-    launch_tpr<T, NT, R, 64>(ws, ys, n, xq, xd, stream);
-  } else if (tpr == 128) {
-    launch_tpr<T, NT, R, 128>(ws, ys, n, xq, xd, stream);
-  } else {
-    launch_tpr<T, NT, R, 32>(ws, ys, n, xq, xd, stream);
-  }
-}
-
 template <class T, int NT>
 void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                cudaStream_t stream) {
-  // Two rows per group once several tokens share each decoded unit (and, for measuring,
-  // HEARTH_CUDA_MATVEC_ROWS=2 for one or two tokens).
-  if constexpr (NT >= 3) {
-    launch_r<T, NT, 2>(ws, ys, n, xq, xd, stream);
+  // Two rows per group once several tokens share each decoded unit. A warp per row by
+  // default: measured on the H200 (docs/BENCHMARKS.md), a decode step of the Llama-3-8B
+  // shape took 3.05 ms of device time against 3.41 with a block of 128 threads per row
+  // (no block-wide reduction, more units in flight per thread). The threads per row do
+  // not depend on the batch (a token's sums are the same in any batch).
+  constexpr int R = NT >= 3 ? 2 : 1;
+  if (g_matvec_tpr == 128) {
+    launch_tpr<T, NT, R, 128>(ws, ys, n, xq, xd, stream);
   } else {
-    if (g_matvec_rows == 2) {
-      launch_r<T, NT, 2>(ws, ys, n, xq, xd, stream);
-    } else {
-      launch_r<T, NT, 1>(ws, ys, n, xq, xd, stream);
-    }
+    launch_tpr<T, NT, R, 32>(ws, ys, n, xq, xd, stream);
   }
 }
 
@@ -382,10 +364,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 
 }  // namespace
 
-void set_q8_matvec_shape(int threads_per_row, int rows) {
-  g_matvec_tpr = threads_per_row;
-  g_matvec_rows = rows;
-}
+void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
 
 bool q8_matvec_supported(GgmlType type) {
   int e, b, a;
