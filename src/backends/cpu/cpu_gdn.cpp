@@ -6,12 +6,20 @@
 //
 // Work split: the q/k normalisation and the gates are computed once per token and
 // key/value head (parallel over tokens); the recurrence runs one task per (sequence,
-// value head), each with its own state slice, so tasks never share memory they write.
-// Everything is f32 with sums in the order written (no fused multiply-adds).
+// value head, slice of d_v columns: prompts only, see gdn_slices), each with its own
+// part of the state, so tasks never share memory they write. Everything is f32 with
+// sums in the order written (no fused multiply-adds); the SIMD prompt kernel
+// (chunked_head_tiled: register tiles, AVX2 or AVX-512 at run time) gives the plain
+// chunked_head's bits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
@@ -202,71 +210,353 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
   }
 }
 
-// chunked_head with the same operations on the same values, arranged for vectors: the
-// chunk's keys transposed ([dk, L]) so that the key dot products of one row i with all
-// keys j run as lanes j (each lane still sums x = 0, 1, ... in order, as chunked_head's
-// scalar loop does), and each exp(G_i - G_j) computed once for A, the intra-chunk part
-// and the state update (the same argument, so the same value). chunked_head<false> is
-// its plain reference (the reference-kernel back-end runs it; tests compare the bits).
-void chunked_head_lanes(const HeadTask& t, std::vector<float>& buf) {
+// ---- The chunked form on register tiles (the SIMD back-ends) ----
+//
+// chunked_head with the same operations on the same values in the same order for every
+// output value, arranged as small matrix products on register tiles: R rows times NC
+// vectors of lanes, each tile summing its products j = 0, 1, ... (or x = 0, 1, ...) in
+// the order chunked_head does, with separate multiplies and adds (no fused
+// multiply-adds), so the bits equal chunked_head<false>'s (the reference-kernel
+// back-end runs it; tests compare the bits). Each exp(G_i - G_j) is computed once (the
+// same argument, so the same value) for A, the intra-chunk weights and the state update.
+//
+// A task is one value head and one slice [y0, y1) of its d_v columns: the state's
+// columns evolve independently given q, k, g and beta, so the S-dependent work (U, u, the
+// outputs, the state update) splits over slices, while the slice-independent parts (A,
+// the q.k weights, W) are computed by every slice of the head.
+
+// The vector types pass through inline helpers only (inlined into the kernels compiled
+// for their instruction sets), so GCC's note on their ABI without AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+template <class V>
+constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
+
+template <class V>
+inline V vload(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class V>
+inline void vstore(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+template <class V, size_t... I>
+inline V vbcast_lanes(float x, std::index_sequence<I...>) {
+  return V{((void)I, x)...};
+}
+// {x, x, ...}. GCC 12 builds that constructor lane by lane (vinsertps) even inside an
+// AVX2 function; the x86 vector types use the broadcast intrinsics (their functions
+// are compiled for the target and inlined into the flattened kernels, which are too).
+template <class V>
+inline V vbcast(float x) {
+  if constexpr (kLanes<V> == 1) {
+    return x;
+  } else {
+    return vbcast_lanes<V>(x, std::make_index_sequence<kLanes<V>>());
+  }
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+template <>
+HEARTH_SIMD inline v8f vbcast<v8f>(float x) {
+  return reinterpret_cast<v8f>(_mm256_set1_ps(x));
+}
+template <>
+HEARTH_AVX512 inline v16f vbcast<v16f>(float x) {
+  return reinterpret_cast<v16f>(_mm512_set1_ps(x));
+}
+#elif defined(__GNUC__)
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+#endif
+
+// The chunk's data shared by the tile kernels.
+struct Chunk {
+  const HeadTask* t;
+  int64_t c0, L;
+  const float* D;   // [L, kChunk] exp(G_i - G_j), j <= i
+  const float* KT;  // [dk, kChunk] the chunk's keys, transposed
+  float* Sd;        // [L, kChunk] dot products
+  float* A;         // [L, kChunk]
+  float* Wq;        // [L, kChunk] (q_i . k_j) exp(G_i - G_j), j <= i
+  float* U;         // [L, dv] -> u (the task's columns)
+  float* W;         // [L, dk]
+  float* KE;        // [dk, kChunk] exp(G_last - G_j) k_j[x]
+  const float* eg;  // [L]
+  const float* q(int64_t i) const { return t->q + (c0 + i) * t->row; }
+  const float* k(int64_t i) const { return t->k + (c0 + i) * t->row; }
+};
+
+// Calls f.template operator()<V, NC>(y) on column tiles covering [y0, y1): NC vectors,
+// then single vectors, then single floats.
+template <class V, int NC, class F>
+inline void col_tiles(int64_t y0, int64_t y1, F&& f) {
+  constexpr int N = kLanes<V>;
+  int64_t y = y0;
+  for (; y + NC * N <= y1; y += NC * N) f.template operator()<V, NC>(y);
+  if constexpr (NC > 1) {
+    for (; y + N <= y1; y += N) f.template operator()<V, 1>(y);
+  }
+  if constexpr (N > 1) {
+    for (; y < y1; ++y) f.template operator()<float, 1>(y);
+  }
+}
+
+// Calls f.template operator()<R>(i0) on row blocks covering [0, n) in order: R rows, then single rows.
+template <int R, class F>
+inline void row_blocks(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + R <= n; i += R) f.template operator()<R>(i);
+  for (; i < n; ++i) f.template operator()<1>(i);
+}
+
+// Sd[i][j] = x_i . k_j (x = 0, 1, ... in order from 0) for rows i0.. and the columns' tile at j.
+template <class V, int R, int NC>
+inline void dots_tile(const Chunk& c, const float* const* X, int64_t i0, int64_t j) {
+  constexpr int N = kLanes<V>;
+  const int64_t dk = c.t->dk;
+  V acc[R][NC];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) acc[r][n] = vbcast<V>(0.0f);
+  for (int64_t x = 0; x < dk; ++x) {
+    V kv[NC];
+    for (int n = 0; n < NC; ++n) kv[n] = vload<V>(c.KT + x * kChunk + j + n * N);
+    for (int r = 0; r < R; ++r) {
+      const V xb = vbcast<V>(X[r][x]);
+      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] + xb * kv[n];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) vstore(c.Sd + (i0 + r) * kChunk + j + n * N, acc[r][n]);
+}
+
+// Forward substitution in place: X_i -= A[i][j] X_j for j = 0, 1, ..., i - 1, rows i0..
+template <class V, int R, int NC>
+inline void solve_tile(const Chunk& c, float* X, int64_t ld, int64_t i0, int64_t y) {
+  constexpr int N = kLanes<V>;
+  V acc[R][NC];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(X + (i0 + r) * ld + y + n * N);
+  for (int64_t j = 0; j < i0; ++j) {
+    V xj[NC];
+    for (int n = 0; n < NC; ++n) xj[n] = vload<V>(X + j * ld + y + n * N);
+    for (int r = 0; r < R; ++r) {
+      const V a = vbcast<V>(c.A[(i0 + r) * kChunk + j]);
+      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] - a * xj[n];
+    }
+  }
+  for (int r = 1; r < R; ++r) {
+    for (int rr = 0; rr < r; ++rr) {
+      const V a = vbcast<V>(c.A[(i0 + r) * kChunk + i0 + rr]);
+      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] - a * acc[rr][n];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) vstore(X + (i0 + r) * ld + y + n * N, acc[r][n]);
+}
+
+// Rows i0..: u_i = U_i - W_i S0 (into U) and o_i = exp(G_i) S0^T q_i + sum_{j <= i} Wq[i][j] u_j.
+// Row blocks run in order within a column tile, so u_j (j < i0) is final.
+template <class V, int R, int NC>
+inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
+  constexpr int N = kLanes<V>;
+  const HeadTask& t = *c.t;
   const int64_t dk = t.dk, dv = t.dv;
-  buf.resize(static_cast<size_t>(kChunk * (kChunk + 2 + dk + 2 * dv) + kChunk * kChunk + dk * kChunk + kChunk));
-  float* G = buf.data();             // [L] cumulative log-decay
-  float* A = G + kChunk;             // [L, L] strictly lower
-  float* U = A + kChunk * kChunk;    // [L, dv] -> u
-  float* W = U + kChunk * dv;        // [L, dk]
-  float* tmp = W + kChunk * dk;      // [dv]
-  float* eg = tmp + dv;              // [L] exp(G)
-  float* D = eg + kChunk;            // [L, L] exp(G_i - G_j), j <= i
-  float* KT = D + kChunk * kChunk;   // [dk, kChunk] the chunk's keys, transposed
-  float* __restrict s = KT + dk * kChunk;  // [L] dot products of one row
+  V u[R][NC], o[R][NC];
+  const float* q[R];
+  for (int r = 0; r < R; ++r) {
+    q[r] = c.q(i0 + r);
+    for (int n = 0; n < NC; ++n) {
+      u[r][n] = vload<V>(c.U + (i0 + r) * dv + y + n * N);
+      o[r][n] = vbcast<V>(0.0f);
+    }
+  }
+  for (int64_t x = 0; x < dk; ++x) {
+    V s[NC];
+    for (int n = 0; n < NC; ++n) s[n] = vload<V>(t.S + x * dv + y + n * N);
+    for (int r = 0; r < R; ++r) {
+      const V w = vbcast<V>(c.W[(i0 + r) * dk + x]);
+      const V qx = vbcast<V>(q[r][x]);
+      for (int n = 0; n < NC; ++n) {
+        u[r][n] = u[r][n] - w * s[n];
+        o[r][n] = o[r][n] + qx * s[n];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const V e = vbcast<V>(c.eg[i0 + r]);
+    for (int n = 0; n < NC; ++n) {
+      vstore(c.U + (i0 + r) * dv + y + n * N, u[r][n]);
+      o[r][n] = e * o[r][n];
+    }
+  }
+  for (int64_t j = 0; j < i0; ++j) {
+    V uj[NC];
+    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(c.U + j * dv + y + n * N);
+    for (int r = 0; r < R; ++r) {
+      const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + j]);
+      for (int n = 0; n < NC; ++n) o[r][n] = o[r][n] + w * uj[n];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int rr = 0; rr <= r; ++rr) {
+      const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + i0 + rr]);
+      for (int n = 0; n < NC; ++n) o[r][n] = o[r][n] + w * u[rr][n];
+    }
+    float* orow = t.o + (c.c0 + i0 + r) * t.o_row;
+    for (int n = 0; n < NC; ++n) vstore(orow + y + n * N, o[r][n]);
+  }
+}
+
+// State rows x0..: S = exp(G_last) S0 + sum_j KE[x][j] u_j, j = 0, 1, ... in order.
+template <class V, int R, int NC>
+inline void state_tile(const Chunk& c, float el, int64_t x0, int64_t y) {
+  constexpr int N = kLanes<V>;
+  const HeadTask& t = *c.t;
+  const int64_t dv = t.dv;
+  V acc[R][NC];
+  const V e = vbcast<V>(el);
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(t.S + (x0 + r) * dv + y + n * N) * e;
+  for (int64_t j = 0; j < c.L; ++j) {
+    V uj[NC];
+    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(c.U + j * dv + y + n * N);
+    for (int r = 0; r < R; ++r) {
+      const V w = vbcast<V>(c.KE[(x0 + r) * kChunk + j]);
+      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] + w * uj[n];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) vstore(t.S + (x0 + r) * dv + y + n * N, acc[r][n]);
+}
+
+// Tile shapes per vector type: accumulators fit the register file (16 AVX2, 32 AVX-512).
+template <class V>
+struct TileShape {
+  static constexpr int kRows = 4, kCols = 2, kOutRows = 2, kOutCols = 2;
+};
+#if defined(__GNUC__)
+template <>
+struct TileShape<v16f> {
+  static constexpr int kRows = 4, kCols = 4, kOutRows = 4, kOutCols = 2;
+};
+#endif
+
+size_t tiled_scratch_floats(int64_t dk, int64_t dv) {
+  return static_cast<size_t>(2 * kChunk + 4 * kChunk * kChunk + 2 * dk * kChunk + kChunk * dk + kChunk * dv);
+}
+
+template <class V>
+inline void chunked_head_tiled(const HeadTask& t, int64_t y0, int64_t y1, std::vector<float>& buf) {
+  constexpr int N = kLanes<V>;
+  constexpr int R = TileShape<V>::kRows, NC = TileShape<V>::kCols;
+  constexpr int RO = TileShape<V>::kOutRows, NCO = TileShape<V>::kOutCols;
+  const int64_t dk = t.dk, dv = t.dv;
+  buf.resize(tiled_scratch_floats(dk, dv));
+  float* G = buf.data();            // [L] cumulative log-decay
+  float* eg = G + kChunk;           // [L] exp(G)
+  float* D = eg + kChunk;           // [L, kChunk]
+  float* Sd = D + kChunk * kChunk;  // [L, kChunk]
+  float* A = Sd + kChunk * kChunk;  // [L, kChunk]
+  float* Wq = A + kChunk * kChunk;  // [L, kChunk]
+  float* KT = Wq + kChunk * kChunk; // [dk, kChunk]
+  float* KE = KT + dk * kChunk;     // [dk, kChunk]
+  float* W = KE + dk * kChunk;      // [kChunk, dk]
+  float* U = W + kChunk * dk;       // [kChunk, dv]
   for (int64_t c0 = 0; c0 < t.n; c0 += kChunk) {
     const int64_t L = std::min(kChunk, t.n - c0);
-    auto Q = [&](int64_t i) { return t.q + (c0 + i) * t.row; };
-    auto K = [&](int64_t i) { return t.k + (c0 + i) * t.row; };
+    const Chunk c{&t, c0, L, D, KT, Sd, A, Wq, U, W, KE, eg};
     auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
     cumulative_decay(t, c0, L, G, eg);
     for (int64_t i = 0; i < L; ++i) {
       for (int64_t j = 0; j <= i; ++j) D[i * kChunk + j] = std::exp(G[i] - G[j]);
     }
     for (int64_t j = 0; j < L; ++j) {
-      const float* kj = K(j);
+      const float* kj = c.k(j);
       for (int64_t x = 0; x < dk; ++x) KT[x * kChunk + j] = kj[x];
     }
-    // s_j = q . k_j (or k_i . k_j) for j < n_j, lanes j, x in order.
-    const auto dots = [&](const float* qi, int64_t n_j) {
-      std::fill(s, s + n_j, 0.0f);
-      for (int64_t x = 0; x < dk; ++x) {
-        const float qx = qi[x];
-        const float* __restrict kx = KT + x * kChunk;
-        for (int64_t j = 0; j < n_j; ++j) s[j] += qx * kx[j];
-      }
+    // The dot products of rows i with keys j < i (A) or j <= i (Wq), lanes j.
+    const auto dots = [&](bool query, bool inclusive) {
+      row_blocks<R>(L, [&]<int RR>(int64_t i0) {
+        const float* X[RR];
+        for (int r = 0; r < RR; ++r) X[r] = query ? c.q(i0 + r) : c.k(i0 + r);
+        const int64_t nj = i0 + RR - (inclusive ? 0 : 1);  // columns the block needs
+        const int64_t jend = std::min<int64_t>(kChunk, (nj + N - 1) / N * N);
+        col_tiles<V, NC>(0, jend, [&]<class VV, int NN>(int64_t j) { dots_tile<VV, RR, NN>(c, X, i0, j); });
+      });
     };
-    // A[i][j] = beta_i (k_i . k_j) exp(G_i - G_j), j < i.
+    dots(false, false);
     for (int64_t i = 0; i < L; ++i) {
-      dots(K(i), i);
-      for (int64_t j = 0; j < i; ++j) A[i * kChunk + j] = B(i) * s[j] * D[i * kChunk + j];
+      for (int64_t j = 0; j < i; ++j) A[i * kChunk + j] = B(i) * Sd[i * kChunk + j] * D[i * kChunk + j];
     }
-    solve_chunk(t, c0, L, A, eg, U, W, tmp);
-    // The intra-chunk part: o_i += sum_{j <= i} (q_i . k_j) exp(G_i - G_j) u_j.
+    dots(true, true);
     for (int64_t i = 0; i < L; ++i) {
-      dots(Q(i), i + 1);
-      float* oi = t.o + (c0 + i) * t.o_row;
-      for (int64_t j = 0; j <= i; ++j) {
-        const float w = s[j] * D[i * kChunk + j];
-        const float* uj = U + j * dv;
-        for (int64_t y = 0; y < dv; ++y) oi[y] += w * uj[y];
-      }
+      for (int64_t j = 0; j <= i; ++j) Wq[i * kChunk + j] = Sd[i * kChunk + j] * D[i * kChunk + j];
     }
-    update_state(t, c0, L, U, eg[L - 1], [&](int64_t j) { return D[(L - 1) * kChunk + j]; });
+    // (I + A) W = beta exp(G) k and (I + A) U = beta v (the task's columns).
+    for (int64_t i = 0; i < L; ++i) {
+      const float bi = B(i), bw = B(i) * eg[i];
+      const float* ki = c.k(i);
+      const float* vi = t.v + (c0 + i) * t.v_row;
+      for (int64_t x = 0; x < dk; ++x) W[i * dk + x] = bw * ki[x];
+      for (int64_t y = y0; y < y1; ++y) U[i * dv + y] = bi * vi[y];
+    }
+    const auto solve = [&](float* X, int64_t ld, int64_t ya, int64_t yb) {
+      col_tiles<V, NC>(ya, yb, [&]<class VV, int NN>(int64_t y) {
+        row_blocks<R>(L, [&]<int RR>(int64_t i0) { solve_tile<VV, RR, NN>(c, X, ld, i0, y); });
+      });
+    };
+    solve(W, dk, 0, dk);
+    solve(U, dv, y0, y1);
+    // u and the outputs, then the state.
+    col_tiles<V, NCO>(y0, y1, [&]<class VV, int NN>(int64_t y) {
+      row_blocks<RO>(L, [&]<int RR>(int64_t i0) { out_tile<VV, RR, NN>(c, i0, y); });
+    });
+    for (int64_t j = 0; j < L; ++j) {
+      const float e = D[(L - 1) * kChunk + j];
+      const float* kj = c.k(j);
+      for (int64_t x = 0; x < dk; ++x) KE[x * kChunk + j] = e * kj[x];
+    }
+    const float el = eg[L - 1];
+    col_tiles<V, NC>(y0, y1, [&]<class VV, int NN>(int64_t y) {
+      row_blocks<R>(dk, [&]<int RR>(int64_t x0) { state_tile<VV, RR, NN>(c, el, x0, y); });
+    });
   }
 }
 
 HEARTH_SIMD __attribute__((flatten)) void recurrent_head_simd(const HeadTask& t, std::vector<float>& tmp) {
   recurrent_head<true>(t, tmp);
 }
-HEARTH_SIMD __attribute__((flatten)) void chunked_head_simd(const HeadTask& t, std::vector<float>& buf) {
-  chunked_head_lanes(t, buf);
+HEARTH_SIMD __attribute__((flatten)) void chunked_head_avx2(const HeadTask& t, int64_t y0, int64_t y1,
+                                                             std::vector<float>& buf) {
+  chunked_head_tiled<v8f>(t, y0, y1, buf);
+}
+HEARTH_AVX512 __attribute__((flatten)) void chunked_head_avx512(const HeadTask& t, int64_t y0, int64_t y1,
+                                                                std::vector<float>& buf) {
+  chunked_head_tiled<v16f>(t, y0, y1, buf);
+}
+
+// How many d_v slices each prompt head's task is split into: the fewest rounds of tasks
+// over the threads times one task's work, the slice-independent part (the dot products
+// and W, about 1.5 L^2 dk per chunk, done by every slice) plus its share of the rest
+// (L^2 + 3 L dk per column). Slices stay multiples of 16 columns.
+int64_t gdn_slices(int64_t prompt_heads, int64_t threads, int64_t dk, int64_t dv) {
+  if (prompt_heads <= 0) return 1;
+  const double L = static_cast<double>(kChunk);
+  const double shared = 1.5 * L * L * static_cast<double>(dk);
+  const double per_col = L * L + 3.0 * L * static_cast<double>(dk);
+  int64_t best = 1;
+  double best_cost = 0.0;
+  for (int64_t s = 1; s <= 8; s *= 2) {
+    if (dv % (16 * s) != 0) break;
+    const double rounds = static_cast<double>((prompt_heads * s + threads - 1) / threads);
+    const double cost = rounds * (shared + per_col * static_cast<double>(dv) / static_cast<double>(s));
+    if (s == 1 || cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
 }
 
 }  // namespace
@@ -346,13 +636,18 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
   }
   const int64_t ratio = hv / hk;
   const bool simd = simd_ok_;
+  const bool avx512 = simd && cpu_features().avx512f && cpu_features().avx512vl && cpu_features().avx512bw;
+  int64_t prompt_heads = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) prompt_heads += seqs[s].n_tokens > 1 ? hv : 0;
+  const int64_t slices = simd ? gdn_slices(prompt_heads, pool_.n_threads(), dk, dv) : 1;
+  const int64_t per_seq = hv * slices;
   gdn_scratch_.resize(static_cast<size_t>(pool_.n_threads()));
   const OpScope heads_timer(op_times_.get(), "gdn heads");
-  pool_.parallel_for(n_seqs * hv, 1, [&](int64_t begin, int64_t end, int thread) {
+  pool_.parallel_for(n_seqs * per_seq, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t task = begin; task < end; ++task) {
-      const ops::GdnSeq& sq = seqs[task / hv];
-      const int64_t h = task % hv;
-      if (sq.n_tokens <= 0) continue;
+      const ops::GdnSeq& sq = seqs[task / per_seq];
+      const int64_t h = task % per_seq / slices, slice = task % slices;
+      if (sq.n_tokens <= 0 || (sq.n_tokens == 1 && slice != 0)) continue;
       const int64_t kh = sh.v_tiled ? h % hk : h / ratio;
       const int64_t r0 = sq.first_row;
       const HeadTask t{qk + r0 * row + kh * dk,
@@ -366,8 +661,11 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
       std::vector<float>& buf = gdn_scratch_[static_cast<size_t>(thread)];
       if (sq.n_tokens == 1) {
         if (simd) recurrent_head_simd(t, buf); else recurrent_head<false>(t, buf);
+      } else if (!simd) {
+        chunked_head<false>(t, buf);
       } else {
-        if (simd) chunked_head_simd(t, buf); else chunked_head<false>(t, buf);
+        const int64_t y0 = dv * slice / slices, y1 = dv * (slice + 1) / slices;
+        if (avx512) chunked_head_avx512(t, y0, y1, buf); else chunked_head_avx2(t, y0, y1, buf);
       }
     }
   });
