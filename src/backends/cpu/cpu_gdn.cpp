@@ -225,6 +225,16 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
 // outputs, the state update) splits over slices, while the slice-independent parts (A,
 // the q.k weights, W) are computed by every slice of the head.
 
+// The tiles' loops over rows and vectors must unroll completely: their accumulators
+// then live in registers (GCC's own limits leave larger tiles on the stack).
+#if defined(__clang__)
+#define HEARTH_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define HEARTH_UNROLL _Pragma("GCC unroll 16")
+#else
+#define HEARTH_UNROLL
+#endif
+
 // The vector types pass through inline helpers only (inlined into the kernels compiled
 // for their instruction sets), so GCC's note on their ABI without AVX does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -319,17 +329,24 @@ inline void dots_tile(const Chunk& c, const float* const* X, int64_t i0, int64_t
   constexpr int N = kLanes<V>;
   const int64_t dk = c.t->dk;
   V acc[R][NC];
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) acc[r][n] = vbcast<V>(0.0f);
   for (int64_t x = 0; x < dk; ++x) {
     V kv[NC];
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) kv[n] = vload<V>(c.KT + x * kChunk + j + n * N);
+    HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V xb = vbcast<V>(X[r][x]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] + xb * kv[n];
     }
   }
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) vstore(c.Sd + (i0 + r) * kChunk + j + n * N, acc[r][n]);
 }
 
@@ -338,23 +355,33 @@ template <class V, int R, int NC>
 inline void solve_tile(const Chunk& c, float* X, int64_t ld, int64_t i0, int64_t y) {
   constexpr int N = kLanes<V>;
   V acc[R][NC];
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(X + (i0 + r) * ld + y + n * N);
   for (int64_t j = 0; j < i0; ++j) {
     V xj[NC];
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) xj[n] = vload<V>(X + j * ld + y + n * N);
+    HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V a = vbcast<V>(c.A[(i0 + r) * kChunk + j]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] - a * xj[n];
     }
   }
+  HEARTH_UNROLL
   for (int r = 1; r < R; ++r) {
+    HEARTH_UNROLL
     for (int rr = 0; rr < r; ++rr) {
       const V a = vbcast<V>(c.A[(i0 + r) * kChunk + i0 + rr]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] - a * acc[rr][n];
     }
   }
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) vstore(X + (i0 + r) * ld + y + n * N, acc[r][n]);
 }
 
@@ -367,8 +394,10 @@ inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
   const int64_t dk = t.dk, dv = t.dv;
   V u[R][NC], o[R][NC];
   const float* q[R];
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r) {
     q[r] = c.q(i0 + r);
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) {
       u[r][n] = vload<V>(c.U + (i0 + r) * dv + y + n * N);
       o[r][n] = vbcast<V>(0.0f);
@@ -376,18 +405,23 @@ inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
   }
   for (int64_t x = 0; x < dk; ++x) {
     V s[NC];
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) s[n] = vload<V>(t.S + x * dv + y + n * N);
+    HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V w = vbcast<V>(c.W[(i0 + r) * dk + x]);
       const V qx = vbcast<V>(q[r][x]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) {
         u[r][n] = u[r][n] - w * s[n];
         o[r][n] = o[r][n] + qx * s[n];
       }
     }
   }
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r) {
     const V e = vbcast<V>(c.eg[i0 + r]);
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) {
       vstore(c.U + (i0 + r) * dv + y + n * N, u[r][n]);
       o[r][n] = e * o[r][n];
@@ -395,18 +429,25 @@ inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
   }
   for (int64_t j = 0; j < i0; ++j) {
     V uj[NC];
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) uj[n] = vload<V>(c.U + j * dv + y + n * N);
+    HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + j]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) o[r][n] = o[r][n] + w * uj[n];
     }
   }
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r) {
+    HEARTH_UNROLL
     for (int rr = 0; rr <= r; ++rr) {
       const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + i0 + rr]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) o[r][n] = o[r][n] + w * u[rr][n];
     }
     float* orow = t.o + (c.c0 + i0 + r) * t.o_row;
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) vstore(orow + y + n * N, o[r][n]);
   }
 }
@@ -419,17 +460,24 @@ inline void state_tile(const Chunk& c, float el, int64_t x0, int64_t y) {
   const int64_t dv = t.dv;
   V acc[R][NC];
   const V e = vbcast<V>(el);
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(t.S + (x0 + r) * dv + y + n * N) * e;
   for (int64_t j = 0; j < c.L; ++j) {
     V uj[NC];
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) uj[n] = vload<V>(c.U + j * dv + y + n * N);
+    HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V w = vbcast<V>(c.KE[(x0 + r) * kChunk + j]);
+      HEARTH_UNROLL
       for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] + w * uj[n];
     }
   }
+  HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
+    HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) vstore(t.S + (x0 + r) * dv + y + n * N, acc[r][n]);
 }
 
