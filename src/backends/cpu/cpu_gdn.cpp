@@ -23,6 +23,8 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/exp_avx512.h"
+#include "backends/cpu/ggml_order.h"
 #include "core/error.h"
 
 namespace hearth::cpu {
@@ -587,6 +589,75 @@ HEARTH_AVX512 __attribute__((flatten)) void chunked_head_avx512(const HeadTask& 
   chunked_head_tiled<v16f>(t, y0, y1, buf);
 }
 
+// silu(x) = x / (1 + exp(-x)) in place over a row, with ggml's vectorised exp
+// (ggml_order::exp_approx, what llama.cpp's SiLU uses); the SIMD forms give its bits
+// (exp8 / exp16 are its operations lane by lane; the rest are single IEEE operations).
+inline float silu_approx(float x) { return x / (1.0f + ggml_order::exp_approx(-x)); }
+using SiluRowFn = void (*)(float*, int64_t);
+void silu_row_plain(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = silu_approx(x[i]);
+}
+#if defined(__x86_64__)
+// exp_approx on 8 AVX2 lanes, the operations of exp16 (exp_avx512.h); false when a
+// lane's exponent leaves [-126, 127] (the caller then runs the scalar code).
+HEARTH_SIMD inline bool exp8(__m256 x, __m256& out) {
+  const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift), shift);
+  const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_GE_OQ),
+                                  _mm256_cmp_ps(n, _mm256_set1_ps(127.0f), _CMP_LE_OQ));
+  if (_mm256_movemask_ps(ok) != 0xFF) return false;
+  const __m256 r =
+      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 hi =
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), r, _mm256_set1_ps(0x1.573e2ep-5f)), r2,
+                      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), r, _mm256_set1_ps(0x1.fffdb6p-2f)));
+  const __m256 p = _mm256_fmadd_ps(hi, r2, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_cvttps_epi32(n);
+  const __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+  out = _mm256_mul_ps(p, pow2);
+  return true;
+}
+HEARTH_SIMD void silu_row_avx2(float* x, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    __m256 e;
+    if (exp8(_mm256_xor_ps(v, sign), e)) {
+      _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+      continue;
+    }
+    for (int64_t k = i; k < i + 8; ++k) x[k] = silu_approx(x[k]);
+  }
+  for (; i < n; ++i) x[i] = silu_approx(x[i]);
+}
+HEARTH_AVX512 void silu_row_avx512(float* x, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    __m512 e;
+    const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)));
+    if (exp16(neg, e)) {
+      _mm512_storeu_ps(x + i, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+      continue;
+    }
+    for (int64_t k = i; k < i + 16; ++k) x[k] = silu_approx(x[k]);
+  }
+  for (; i < n; ++i) x[i] = silu_approx(x[i]);
+}
+bool avx512_ok() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512vl && f.avx512bw;
+}
+#else
+void silu_row_avx2(float* x, int64_t n) { silu_row_plain(x, n); }
+void silu_row_avx512(float* x, int64_t n) { silu_row_plain(x, n); }
+bool avx512_ok() { return false; }
+#endif
+
 // How many d_v slices each prompt head's task is split into: the fewest rounds of tasks
 // over the threads times one task's work, the slice-independent part (the dot products
 // and W, about 1.5 L^2 dk per chunk, done by every slice) plus its share of the rest
@@ -619,27 +690,39 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
   }
   const auto* wt = static_cast<const float*>(w.data);
   const int64_t hist = K - 1;
+  const SiluRowFn silu_row = !simd_ok_ ? silu_row_plain : avx512_ok() ? silu_row_avx512 : silu_row_avx2;
   // One pass over channel ranges, every sequence inside (a decode step of many
   // sequences is one parallel call, not one per sequence).
   pool_.parallel_for(channels, 64, [&](int64_t begin, int64_t end, int) {
+    const int64_t nc = end - begin;
+    std::vector<float> taps(static_cast<size_t>(K * nc));  // [K, nc] the range's weights by tap
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t i = 0; i < K; ++i) taps[i * nc + c] = wt[(begin + c) * K + i];
+    std::vector<const float*> rows(static_cast<size_t>(K));
     for (int64_t s = 0; s < n_seqs; ++s) {
       const ops::GdnSeq& q = seqs[s];
       const float* xs = x + q.first_row * channels;
       float* os = out + q.first_row * channels;
       const int64_t n = q.n_tokens;
-      // Input row r of the state-prefixed sequence: r < hist from the state, else x.
-      auto in = [&](int64_t r, int64_t c) { return r < hist ? q.conv_state[r * channels + c] : xs[(r - hist) * channels + c]; };
+      // Row r of the state-prefixed sequence: r < hist from the state, else x.
+      auto in_row = [&](int64_t r) { return r < hist ? q.conv_state + r * channels : xs + (r - hist) * channels; };
       for (int64_t t = 0; t < n; ++t) {
-        for (int64_t c = begin; c < end; ++c) {
-          float acc = 0.0f;
-          for (int64_t i = 0; i < K; ++i) acc += wt[c * K + i] * in(t + i, c);
-          os[t * channels + c] = silu(acc);
+        for (int64_t i = 0; i < K; ++i) rows[i] = in_row(t + i) + begin;
+        float* o = os + t * channels + begin;
+        // acc = w_0 in_0 + w_1 in_1 + ... from 0, tap by tap (the same sums per channel).
+        std::fill(o, o + nc, 0.0f);
+        for (int64_t i = 0; i < K; ++i) {
+          const float* tw = taps.data() + i * nc;
+          const float* in = rows[i];
+          for (int64_t c = 0; c < nc; ++c) o[c] += tw[c] * in[c];
         }
+        silu_row(o, nc);
       }
       // The new state: the last hist rows of the prefixed input (read before written:
       // row r of the new state comes from prefixed row n + r >= r).
       for (int64_t r = 0; r < hist; ++r) {
-        for (int64_t c = begin; c < end; ++c) q.conv_state[r * channels + c] = in(n + r, c);
+        const float* src = in_row(n + r);
+        for (int64_t c = begin; c < end; ++c) q.conv_state[r * channels + c] = src[c];
       }
     }
   });
@@ -684,7 +767,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
   }
   const int64_t ratio = hv / hk;
   const bool simd = simd_ok_;
-  const bool avx512 = simd && cpu_features().avx512f && cpu_features().avx512vl && cpu_features().avx512bw;
+  const bool avx512 = simd && avx512_ok();
   int64_t prompt_heads = 0;
   for (int64_t s = 0; s < n_seqs; ++s) prompt_heads += seqs[s].n_tokens > 1 ? hv : 0;
   const int64_t slices = simd ? gdn_slices(prompt_heads, pool_.n_threads(), dk, dv) : 1;
