@@ -46,10 +46,10 @@ const float* f32_weight(const ops::WeightView& w, int64_t n, const char* what) {
 
 // One value head of one sequence: its slices of the prepared inputs and its state.
 struct HeadTask {
-  const float* q;  // [n, row] normalised and scaled queries; head at + kh * dk
+  const float* q;  // [n, row] the head's normalised and scaled queries
   const float* k;
-  const float* v;  // [n, v_row]; head at + h * dv
-  const float* g;  // [n, hv]; head at + h
+  const float* v;  // [n, v_row]
+  const float* g;  // [n, hv] (hv: the stride)
   const float* beta;
   float* S;        // [dk, dv]
   float* o;        // [n, o_row]; head at + h * dv
@@ -739,12 +739,16 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
   const int64_t C = sh.conv_channels(), kd = sh.key_dim(), row = 2 * kd;
   int64_t n = 0;
   for (int64_t s = 0; s < n_seqs; ++s) n = std::max(n, seqs[s].first_row + seqs[s].n_tokens);
-  // Normalised q | k per token, and the gates.
-  gdn_qk_.resize(static_cast<size_t>(n * row));
+  // Normalised q and k, v, and the gates, head by head ([head, token, d] and [head,
+  // token]): a task's rows are then contiguous (the token-major input puts a head's
+  // rows a whole conv row apart, which the prefetchers do not follow).
+  gdn_qk_.resize(static_cast<size_t>(n * (row + sh.value_dim())));
   gdn_gates_.resize(static_cast<size_t>(2 * n * hv));
-  float* qk = gdn_qk_.data();
-  float* g = gdn_gates_.data();
-  float* beta = g + n * hv;
+  float* qh = gdn_qk_.data();  // [hk, n, dk]
+  float* kh = qh + n * kd;     // [hk, n, dk]
+  float* vh = kh + n * kd;     // [hv, n, dv]
+  float* g = gdn_gates_.data();  // [hv, n]
+  float* beta = g + n * hv;      // [hv, n]
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   {
     const OpScope prepare_timer(op_times_.get(), "gdn q/k norm, gates");
@@ -752,15 +756,17 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
       for (int64_t t = begin; t < end; ++t) {
         for (int64_t hh = 0; hh < 2 * hk; ++hh) {  // q heads then k heads
           const float* src = qkv + t * C + hh * dk;
-          float* dst = qk + t * row + hh * dk;
+          float* dst = hh < hk ? qh + (hh * n + t) * dk : kh + ((hh - hk) * n + t) * dk;
           float ss = 0.0f;
           for (int64_t i = 0; i < dk; ++i) ss += src[i] * src[i];
           const float inv = 1.0f / std::sqrt(ss + sh.l2_eps) * (hh < hk ? scale : 1.0f);
           for (int64_t i = 0; i < dk; ++i) dst[i] = src[i] * inv;
         }
         for (int64_t h = 0; h < hv; ++h) {
-          g[t * hv + h] = A[h] * softplus(a[t * hv + h] + dt[h]);
-          beta[t * hv + h] = sigmoid(b[t * hv + h]);
+          const float* src = qkv + t * C + 2 * kd + h * dv;
+          std::copy(src, src + dv, vh + (h * n + t) * dv);
+          g[h * n + t] = A[h] * softplus(a[t * hv + h] + dt[h]);
+          beta[h * n + t] = sigmoid(b[t * hv + h]);
         }
       }
     });
@@ -779,16 +785,16 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
       const ops::GdnSeq& sq = seqs[task / per_seq];
       const int64_t h = task % per_seq / slices, slice = task % slices;
       if (sq.n_tokens <= 0 || (sq.n_tokens == 1 && slice != 0)) continue;
-      const int64_t kh = sh.v_tiled ? h % hk : h / ratio;
+      const int64_t khead = sh.v_tiled ? h % hk : h / ratio;
       const int64_t r0 = sq.first_row;
-      const HeadTask t{qk + r0 * row + kh * dk,
-                       qk + r0 * row + kd + kh * dk,
-                       qkv + r0 * C + 2 * kd + h * dv,
-                       g + r0 * hv + h,
-                       beta + r0 * hv + h,
+      const HeadTask t{qh + (khead * n + r0) * dk,
+                       kh + (khead * n + r0) * dk,
+                       vh + (h * n + r0) * dv,
+                       g + h * n + r0,
+                       beta + h * n + r0,
                        sq.ssm_state + h * dk * dv,
                        o + r0 * sh.value_dim() + h * dv,
-                       sq.n_tokens, row, C, sh.value_dim(), hv, dk, dv};
+                       sq.n_tokens, dk, dv, sh.value_dim(), 1, dk, dv};
       std::vector<float>& buf = gdn_scratch_[static_cast<size_t>(thread)];
       if (sq.n_tokens == 1) {
         if (simd) recurrent_head_simd(t, buf); else recurrent_head<false>(t, buf);
