@@ -387,13 +387,14 @@ inline void solve_tile(const Chunk& c, float* X, int64_t ld, int64_t i0, int64_t
     for (int n = 0; n < NC; ++n) vstore(X + (i0 + r) * ld + y + n * N, acc[r][n]);
 }
 
-// Rows i0..: u_i = U_i - W_i S0 (into U) and o_i = exp(G_i) S0^T q_i + sum_{j <= i} Wq[i][j] u_j.
-// Row blocks run in order within a column tile, so u_j (j < i0) is final.
+// Rows i0..: u_i = U_i - W_i S0 (into U) and o_i = exp(G_i) S0^T q_i + sum_{j <= i} Wq[i][j] u_j,
+// on one panel of columns (Sp [dk, ld], Up [L, ld]; the outputs' column yo). Row blocks
+// run in order within a column tile, so u_j (j < i0) is final.
 template <class V, int R, int NC>
-inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
+inline void out_tile(const Chunk& c, const float* Sp, float* Up, int64_t ld, int64_t i0, int64_t y, int64_t yo) {
   constexpr int N = kLanes<V>;
   const HeadTask& t = *c.t;
-  const int64_t dk = t.dk, dv = t.dv;
+  const int64_t dk = t.dk;
   V u[R][NC], o[R][NC];
   const float* q[R];
   HEARTH_UNROLL
@@ -401,14 +402,14 @@ inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
     q[r] = c.q(i0 + r);
     HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) {
-      u[r][n] = vload<V>(c.U + (i0 + r) * dv + y + n * N);
+      u[r][n] = vload<V>(Up + (i0 + r) * ld + y + n * N);
       o[r][n] = vbcast<V>(0.0f);
     }
   }
   for (int64_t x = 0; x < dk; ++x) {
     V s[NC];
     HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) s[n] = vload<V>(t.S + x * dv + y + n * N);
+    for (int n = 0; n < NC; ++n) s[n] = vload<V>(Sp + x * ld + y + n * N);
     HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V w = vbcast<V>(c.W[(i0 + r) * dk + x]);
@@ -425,14 +426,14 @@ inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
     const V e = vbcast<V>(c.eg[i0 + r]);
     HEARTH_UNROLL
     for (int n = 0; n < NC; ++n) {
-      vstore(c.U + (i0 + r) * dv + y + n * N, u[r][n]);
+      vstore(Up + (i0 + r) * ld + y + n * N, u[r][n]);
       o[r][n] = e * o[r][n];
     }
   }
   for (int64_t j = 0; j < i0; ++j) {
     V uj[NC];
     HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(c.U + j * dv + y + n * N);
+    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(Up + j * ld + y + n * N);
     HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + j]);
@@ -450,26 +451,24 @@ inline void out_tile(const Chunk& c, int64_t i0, int64_t y) {
     }
     float* orow = t.o + (c.c0 + i0 + r) * t.o_row;
     HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) vstore(orow + y + n * N, o[r][n]);
+    for (int n = 0; n < NC; ++n) vstore(orow + yo + n * N, o[r][n]);
   }
 }
 
-// State rows x0..: S = exp(G_last) S0 + sum_j KE[x][j] u_j, j = 0, 1, ... in order.
+// State rows x0.. of one panel: S = exp(G_last) S0 + sum_j KE[x][j] u_j, j = 0, 1, ... in order.
 template <class V, int R, int NC>
-inline void state_tile(const Chunk& c, float el, int64_t x0, int64_t y) {
+inline void state_tile(const Chunk& c, float* Sp, const float* Up, int64_t ld, float el, int64_t x0, int64_t y) {
   constexpr int N = kLanes<V>;
-  const HeadTask& t = *c.t;
-  const int64_t dv = t.dv;
   V acc[R][NC];
   const V e = vbcast<V>(el);
   HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
     HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(t.S + (x0 + r) * dv + y + n * N) * e;
+    for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(Sp + (x0 + r) * ld + y + n * N) * e;
   for (int64_t j = 0; j < c.L; ++j) {
     V uj[NC];
     HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(c.U + j * dv + y + n * N);
+    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(Up + j * ld + y + n * N);
     HEARTH_UNROLL
     for (int r = 0; r < R; ++r) {
       const V w = vbcast<V>(c.KE[(x0 + r) * kChunk + j]);
@@ -480,32 +479,37 @@ inline void state_tile(const Chunk& c, float el, int64_t x0, int64_t y) {
   HEARTH_UNROLL
   for (int r = 0; r < R; ++r)
     HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) vstore(t.S + (x0 + r) * dv + y + n * N, acc[r][n]);
+    for (int n = 0; n < NC; ++n) vstore(Sp + (x0 + r) * ld + y + n * N, acc[r][n]);
 }
 
 // Tile shapes per vector type: accumulators fit the register file (16 AVX2, 32 AVX-512).
+// kRows x kCols vectors for the dot products and W; the state's and U's columns are
+// kept in panels two vectors wide (each panel's rows contiguous: a column strip of a
+// row-major [dk, dv] state would map onto a few cache sets and thrash L1), with
+// kSolveRows, kOutRows and kStateRows rows per tile.
 template <class V>
 struct TileShape {
-  static constexpr int kRows = 4, kCols = 2, kOutRows = 2, kOutCols = 2;
+  static constexpr int kRows = 4, kCols = 2, kSolveRows = 4, kOutRows = 2, kStateRows = 4;
 };
 #if defined(__GNUC__)
 template <>
 struct TileShape<v16f> {
-  static constexpr int kRows = 4, kCols = 4, kOutRows = 4, kOutCols = 2;
+  static constexpr int kRows = 4, kCols = 4, kSolveRows = 8, kOutRows = 4, kStateRows = 8;
 };
 #endif
 
 size_t tiled_scratch_floats(int64_t dk, int64_t dv) {
-  return static_cast<size_t>(2 * kChunk + 4 * kChunk * kChunk + 2 * dk * kChunk + kChunk * dk + kChunk * dv);
+  return static_cast<size_t>(2 * kChunk + 4 * kChunk * kChunk + 2 * dk * kChunk + kChunk * dk + kChunk * dv +
+                             dk * dv);
 }
 
 template <class V>
 inline void chunked_head_tiled(const HeadTask& t, int64_t y0, int64_t y1, std::vector<float>& buf) {
-  constexpr int N = kLanes<V>;
+  constexpr int N = kLanes<V>, PW = 2 * N;  // panel width
   constexpr int R = TileShape<V>::kRows, NC = TileShape<V>::kCols;
-  constexpr int RO = TileShape<V>::kOutRows, NCO = TileShape<V>::kOutCols;
-  const int64_t dk = t.dk, dv = t.dv;
-  buf.resize(tiled_scratch_floats(dk, dv));
+  constexpr int RS = TileShape<V>::kSolveRows, RO = TileShape<V>::kOutRows, RT = TileShape<V>::kStateRows;
+  const int64_t dk = t.dk, ny = y1 - y0, n_panels = (ny + PW - 1) / PW;
+  buf.resize(tiled_scratch_floats(dk, t.dv));
   float* G = buf.data();            // [L] cumulative log-decay
   float* eg = G + kChunk;           // [L] exp(G)
   float* D = eg + kChunk;           // [L, kChunk]
@@ -515,7 +519,14 @@ inline void chunked_head_tiled(const HeadTask& t, int64_t y0, int64_t y1, std::v
   float* KT = Wq + kChunk * kChunk; // [dk, kChunk]
   float* KE = KT + dk * kChunk;     // [dk, kChunk]
   float* W = KE + dk * kChunk;      // [kChunk, dk]
-  float* U = W + kChunk * dk;       // [kChunk, dv]
+  float* U = W + kChunk * dk;       // panels of [kChunk, width] -> u (the task's columns)
+  float* Sp = U + kChunk * t.dv;    // panels of [dk, width]: the task's columns of the state
+  // Panel p: columns y0 + p PW .. of width pw(p), at U + kChunk p PW and Sp + dk p PW.
+  const auto pw = [&](int64_t p) { return std::min<int64_t>(PW, ny - p * PW); };
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const int64_t w = pw(p);
+    for (int64_t x = 0; x < dk; ++x) std::copy_n(t.S + x * t.dv + y0 + p * PW, w, Sp + dk * p * PW + x * w);
+  }
   for (int64_t c0 = 0; c0 < t.n; c0 += kChunk) {
     const int64_t L = std::min(kChunk, t.n - c0);
     const Chunk c{&t, c0, L, D, KT, Sd, A, Wq, U, W, KE, eg};
@@ -546,24 +557,20 @@ inline void chunked_head_tiled(const HeadTask& t, int64_t y0, int64_t y1, std::v
     for (int64_t i = 0; i < L; ++i) {
       for (int64_t j = 0; j <= i; ++j) Wq[i * kChunk + j] = Sd[i * kChunk + j] * D[i * kChunk + j];
     }
-    // (I + A) W = beta exp(G) k and (I + A) U = beta v (the task's columns).
+    // (I + A) W = beta exp(G) k, and the right-hand side beta v of (I + A) U = beta v.
     for (int64_t i = 0; i < L; ++i) {
       const float bi = B(i), bw = B(i) * eg[i];
       const float* ki = c.k(i);
-      const float* vi = t.v + (c0 + i) * t.v_row;
+      const float* vi = t.v + (c0 + i) * t.v_row + y0;
       for (int64_t x = 0; x < dk; ++x) W[i * dk + x] = bw * ki[x];
-      for (int64_t y = y0; y < y1; ++y) U[i * dv + y] = bi * vi[y];
+      for (int64_t p = 0; p < n_panels; ++p) {
+        const int64_t w = pw(p);
+        float* Ui = U + kChunk * p * PW + i * w;
+        for (int64_t y = 0; y < w; ++y) Ui[y] = bi * vi[p * PW + y];
+      }
     }
-    const auto solve = [&](float* X, int64_t ld, int64_t ya, int64_t yb) {
-      col_tiles<V, NC>(ya, yb, [&]<class VV, int NN>(int64_t y) {
-        row_blocks<R>(L, [&]<int RR>(int64_t i0) { solve_tile<VV, RR, NN>(c, X, ld, i0, y); });
-      });
-    };
-    solve(W, dk, 0, dk);
-    solve(U, dv, y0, y1);
-    // u and the outputs, then the state.
-    col_tiles<V, NCO>(y0, y1, [&]<class VV, int NN>(int64_t y) {
-      row_blocks<RO>(L, [&]<int RR>(int64_t i0) { out_tile<VV, RR, NN>(c, i0, y); });
+    col_tiles<V, NC>(0, dk, [&]<class VV, int NN>(int64_t x) {
+      row_blocks<R>(L, [&]<int RR>(int64_t i0) { solve_tile<VV, RR, NN>(c, W, dk, i0, x); });
     });
     for (int64_t j = 0; j < L; ++j) {
       const float e = D[(L - 1) * kChunk + j];
@@ -571,9 +578,25 @@ inline void chunked_head_tiled(const HeadTask& t, int64_t y0, int64_t y1, std::v
       for (int64_t x = 0; x < dk; ++x) KE[x * kChunk + j] = e * kj[x];
     }
     const float el = eg[L - 1];
-    col_tiles<V, NC>(y0, y1, [&]<class VV, int NN>(int64_t y) {
-      row_blocks<R>(dk, [&]<int RR>(int64_t x0) { state_tile<VV, RR, NN>(c, el, x0, y); });
-    });
+    // Panel by panel (its state and U stay in L1): U, then u and the outputs, then the state.
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const int64_t w = pw(p);
+      float* Up = U + kChunk * p * PW;
+      float* Spp = Sp + dk * p * PW;
+      col_tiles<V, 2>(0, w, [&]<class VV, int NN>(int64_t y) {
+        row_blocks<RS>(L, [&]<int RR>(int64_t i0) { solve_tile<VV, RR, NN>(c, Up, w, i0, y); });
+      });
+      col_tiles<V, 2>(0, w, [&]<class VV, int NN>(int64_t y) {
+        row_blocks<RO>(L, [&]<int RR>(int64_t i0) { out_tile<VV, RR, NN>(c, Spp, Up, w, i0, y, y0 + p * PW + y); });
+      });
+      col_tiles<V, 2>(0, w, [&]<class VV, int NN>(int64_t y) {
+        row_blocks<RT>(dk, [&]<int RR>(int64_t x0) { state_tile<VV, RR, NN>(c, Spp, Up, w, el, x0, y); });
+      });
+    }
+  }
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const int64_t w = pw(p);
+    for (int64_t x = 0; x < dk; ++x) std::copy_n(Sp + dk * p * PW + x * w, w, t.S + x * t.dv + y0 + p * PW);
   }
 }
 
