@@ -681,12 +681,32 @@ void silu_row_avx512(float* x, int64_t n) { silu_row_plain(x, n); }
 bool avx512_ok() { return false; }
 #endif
 
-// How many d_v slices each prompt head's task is split into: the fewest rounds of tasks
-// over the threads times one task's work, the slice-independent part (the dot products
-// and W, about 1.5 L^2 dk per chunk, done by every slice) plus its share of the rest
-// (L^2 + 3 L dk per column). Slices stay multiples of 16 columns.
+// Subnormal floats flushed to zero (inputs and results) while a prompt task runs, the
+// caller's mode restored after. The chunk's decays exp(G_i - G_j) and the products
+// with them fall below 2^-126 whenever a head decays fast; on Intel cores every
+// operation on such a value takes a microcode assist, many times the operation's cost.
+// The plain and the SIMD kernels both run under it (the same bits); values that small
+// are far below the tests' tolerances against the double-precision reference.
+struct FlushSubnormals {
+#if defined(__x86_64__)
+  unsigned saved = _mm_getcsr();
+  FlushSubnormals() { _mm_setcsr(saved | 0x8040); }  // FTZ | DAZ
+  ~FlushSubnormals() { _mm_setcsr(saved); }
+#else
+  FlushSubnormals() = default;
+#endif
+  FlushSubnormals(const FlushSubnormals&) = delete;
+  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
+};
+
+// How many d_v slices each prompt head's task is split into: the fewest (rounds of tasks
+// over the threads + 1) times one task's work, the slice-independent part (the dot
+// products and W, about 1.5 L^2 dk per chunk, done by every slice) plus its share of the
+// rest (L^2 + 3 L dk per column). The + 1 stands for the tail (threads start and run at
+// different speeds): on the 16-core Xeon, 32 heads run faster as 64 half-heads, 8
+// threads faster with whole heads. Slices stay multiples of 16 columns.
 int64_t gdn_slices(int64_t prompt_heads, int64_t threads, int64_t dk, int64_t dv) {
-  if (prompt_heads <= 0) return 1;
+  if (prompt_heads <= 0 || threads <= 1) return 1;
   const double L = static_cast<double>(kChunk);
   const double shared = 1.5 * L * L * static_cast<double>(dk);
   const double per_col = L * L + 3.0 * L * static_cast<double>(dk);
@@ -694,7 +714,7 @@ int64_t gdn_slices(int64_t prompt_heads, int64_t threads, int64_t dk, int64_t dv
   double best_cost = 0.0;
   for (int64_t s = 1; s <= 8; s *= 2) {
     if (dv % (16 * s) != 0) break;
-    const double rounds = static_cast<double>((prompt_heads * s + threads - 1) / threads);
+    const double rounds = static_cast<double>((prompt_heads * s + threads - 1) / threads + 1);
     const double cost = rounds * (shared + per_col * static_cast<double>(dv) / static_cast<double>(s));
     if (s == 1 || cost < best_cost) best = s, best_cost = cost;
   }
@@ -822,8 +842,10 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
       if (sq.n_tokens == 1) {
         if (simd) recurrent_head_simd(t, buf); else recurrent_head<false>(t, buf);
       } else if (!simd) {
+        [[maybe_unused]] const FlushSubnormals ftz;
         chunked_head<false>(t, buf);
       } else {
+        [[maybe_unused]] const FlushSubnormals ftz;
         const int64_t y0 = dv * slice / slices, y1 = dv * (slice + 1) / slices;
         if (avx512) chunked_head_avx512(t, y0, y1, buf); else chunked_head_avx2(t, y0, y1, buf);
       }
