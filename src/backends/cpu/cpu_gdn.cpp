@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -241,50 +240,6 @@ void chunked_head(const HeadTask& t, std::vector<float>& buf) {
 // for their instruction sets), so GCC's note on their ABI without AVX does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-template <class V>
-constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
-
-template <class V>
-inline V vload(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-}
-template <class V>
-inline void vstore(float* p, const V& v) {
-  std::memcpy(p, &v, sizeof(V));
-}
-template <class V, size_t... I>
-inline V vbcast_lanes(float x, std::index_sequence<I...>) {
-  return V{((void)I, x)...};
-}
-// {x, x, ...}. GCC 12 builds that constructor lane by lane (vinsertps) even inside an
-// AVX2 function; the x86 vector types use the broadcast intrinsics (their functions
-// are compiled for the target and inlined into the flattened kernels, which are too).
-template <class V>
-inline V vbcast(float x) {
-  if constexpr (kLanes<V> == 1) {
-    return x;
-  } else {
-    return vbcast_lanes<V>(x, std::make_index_sequence<kLanes<V>>());
-  }
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v16f __attribute__((vector_size(64)));
-template <>
-HEARTH_SIMD inline v8f vbcast<v8f>(float x) {
-  return reinterpret_cast<v8f>(_mm256_set1_ps(x));
-}
-template <>
-HEARTH_AVX512 inline v16f vbcast<v16f>(float x) {
-  return reinterpret_cast<v16f>(_mm512_set1_ps(x));
-}
-#elif defined(__GNUC__)
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v16f __attribute__((vector_size(64)));
-#endif
-
 // The chunk's data shared by the tile kernels.
 struct Chunk {
   const HeadTask* t;
@@ -302,314 +257,71 @@ struct Chunk {
   const float* k(int64_t i) const { return t->k + (c0 + i) * t->row; }
 };
 
-// Calls f.template operator()<V, NC>(y) on column tiles covering [y0, y1): NC vectors,
-// then single vectors, then single floats.
-template <class V, int NC, class F>
-inline void col_tiles(int64_t y0, int64_t y1, F&& f) {
-  constexpr int N = kLanes<V>;
-  int64_t y = y0;
-  for (; y + NC * N <= y1; y += NC * N) f.template operator()<V, NC>(y);
-  if constexpr (NC > 1) {
-    for (; y + N <= y1; y += N) f.template operator()<V, 1>(y);
-  }
-  if constexpr (N > 1) {
-    for (; y < y1; ++y) f.template operator()<float, 1>(y);
-  }
-}
-
-// Calls f.template operator()<R>(i0) on row blocks covering [0, n) in order: R rows, then single rows.
-template <int R, class F>
-inline void row_blocks(int64_t n, F&& f) {
-  int64_t i = 0;
-  for (; i + R <= n; i += R) f.template operator()<R>(i);
-  for (; i < n; ++i) f.template operator()<1>(i);
-}
-
-// Sd[i][j] = x_i . k_j (x = 0, 1, ... in order from 0) for rows i0.. and the columns' tile at j.
-template <class V, int R, int NC>
-inline void dots_tile(const Chunk& c, const float* const* X, int64_t i0, int64_t j) {
-  constexpr int N = kLanes<V>;
-  const int64_t dk = c.t->dk;
-  V acc[R][NC];
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r)
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) acc[r][n] = vbcast<V>(0.0f);
-  for (int64_t x = 0; x < dk; ++x) {
-    V kv[NC];
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) kv[n] = vload<V>(c.KT + x * kChunk + j + n * N);
-    HEARTH_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const V xb = vbcast<V>(X[r][x]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] + xb * kv[n];
-    }
-  }
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r)
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) vstore(c.Sd + (i0 + r) * kChunk + j + n * N, acc[r][n]);
-}
-
-// Forward substitution in place: X_i -= A[i][j] X_j for j = 0, 1, ..., i - 1, rows i0..
-template <class V, int R, int NC>
-inline void solve_tile(const Chunk& c, float* X, int64_t ld, int64_t i0, int64_t y) {
-  constexpr int N = kLanes<V>;
-  V acc[R][NC];
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r)
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(X + (i0 + r) * ld + y + n * N);
-  for (int64_t j = 0; j < i0; ++j) {
-    V xj[NC];
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) xj[n] = vload<V>(X + j * ld + y + n * N);
-    HEARTH_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const V a = vbcast<V>(c.A[(i0 + r) * kChunk + j]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] - a * xj[n];
-    }
-  }
-  HEARTH_UNROLL
-  for (int r = 1; r < R; ++r) {
-    HEARTH_UNROLL
-    for (int rr = 0; rr < r; ++rr) {
-      const V a = vbcast<V>(c.A[(i0 + r) * kChunk + i0 + rr]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] - a * acc[rr][n];
-    }
-  }
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r)
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) vstore(X + (i0 + r) * ld + y + n * N, acc[r][n]);
-}
-
-// Rows i0..: u_i = U_i - W_i S0 (into U) and o_i = exp(G_i) S0^T q_i + sum_{j <= i} Wq[i][j] u_j,
-// on one panel of columns (Sp [dk, ld], Up [L, ld]; the outputs' column yo). Row blocks
-// run in order within a column tile, so u_j (j < i0) is final.
-template <class V, int R, int NC>
-inline void out_tile(const Chunk& c, const float* Sp, float* Up, int64_t ld, int64_t i0, int64_t y, int64_t yo) {
-  constexpr int N = kLanes<V>;
-  const HeadTask& t = *c.t;
-  const int64_t dk = t.dk;
-  V u[R][NC], o[R][NC];
-  const float* q[R];
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r) {
-    q[r] = c.q(i0 + r);
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) {
-      u[r][n] = vload<V>(Up + (i0 + r) * ld + y + n * N);
-      o[r][n] = vbcast<V>(0.0f);
-    }
-  }
-  for (int64_t x = 0; x < dk; ++x) {
-    V s[NC];
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) s[n] = vload<V>(Sp + x * ld + y + n * N);
-    HEARTH_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const V w = vbcast<V>(c.W[(i0 + r) * dk + x]);
-      const V qx = vbcast<V>(q[r][x]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) {
-        u[r][n] = u[r][n] - w * s[n];
-        o[r][n] = o[r][n] + qx * s[n];
-      }
-    }
-  }
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r) {
-    const V e = vbcast<V>(c.eg[i0 + r]);
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) {
-      vstore(Up + (i0 + r) * ld + y + n * N, u[r][n]);
-      o[r][n] = e * o[r][n];
-    }
-  }
-  for (int64_t j = 0; j < i0; ++j) {
-    V uj[NC];
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(Up + j * ld + y + n * N);
-    HEARTH_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + j]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) o[r][n] = o[r][n] + w * uj[n];
-    }
-  }
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r) {
-    HEARTH_UNROLL
-    for (int rr = 0; rr <= r; ++rr) {
-      const V w = vbcast<V>(c.Wq[(i0 + r) * kChunk + i0 + rr]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) o[r][n] = o[r][n] + w * u[rr][n];
-    }
-    float* orow = t.o + (c.c0 + i0 + r) * t.o_row;
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) vstore(orow + yo + n * N, o[r][n]);
-  }
-}
-
-// State rows x0.. of one panel: S = exp(G_last) S0 + sum_j KE[x][j] u_j, j = 0, 1, ... in order.
-template <class V, int R, int NC>
-inline void state_tile(const Chunk& c, float* Sp, const float* Up, int64_t ld, float el, int64_t x0, int64_t y) {
-  constexpr int N = kLanes<V>;
-  V acc[R][NC];
-  const V e = vbcast<V>(el);
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r)
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) acc[r][n] = vload<V>(Sp + (x0 + r) * ld + y + n * N) * e;
-  for (int64_t j = 0; j < c.L; ++j) {
-    V uj[NC];
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) uj[n] = vload<V>(Up + j * ld + y + n * N);
-    HEARTH_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const V w = vbcast<V>(c.KE[(x0 + r) * kChunk + j]);
-      HEARTH_UNROLL
-      for (int n = 0; n < NC; ++n) acc[r][n] = acc[r][n] + w * uj[n];
-    }
-  }
-  HEARTH_UNROLL
-  for (int r = 0; r < R; ++r)
-    HEARTH_UNROLL
-    for (int n = 0; n < NC; ++n) vstore(Sp + (x0 + r) * ld + y + n * N, acc[r][n]);
-}
-
-// Tile shapes per vector type: accumulators fit the register file (16 AVX2, 32 AVX-512).
-// kRows x kCols vectors for the dot products and W; the state's and U's columns are
-// kept in panels two vectors wide (each panel's rows contiguous: a column strip of a
-// row-major [dk, dv] state would map onto a few cache sets and thrash L1), with
-// kSolveRows, kOutRows and kStateRows rows per tile.
-template <class V>
-struct TileShape {
-  static constexpr int kRows = 4, kCols = 2, kSolveRows = 4, kOutRows = 2, kStateRows = 4;
-};
-#if defined(__GNUC__)
-template <>
-struct TileShape<v16f> {
-  static constexpr int kRows = 4, kCols = 4, kSolveRows = 8, kOutRows = 4, kStateRows = 8;
-};
-#endif
-
 size_t tiled_scratch_floats(int64_t dk, int64_t dv) {
   return static_cast<size_t>(2 * kChunk + 4 * kChunk * kChunk + 2 * dk * kChunk + kChunk * dk + kChunk * dv +
                              dk * dv);
 }
 
-template <class V>
-inline void chunked_head_tiled(const HeadTask& t, int64_t y0, int64_t y1, std::vector<float>& buf) {
-  constexpr int N = kLanes<V>, PW = 2 * N;  // panel width
-  constexpr int R = TileShape<V>::kRows, NC = TileShape<V>::kCols;
-  constexpr int RS = TileShape<V>::kSolveRows, RO = TileShape<V>::kOutRows, RT = TileShape<V>::kStateRows;
-  const int64_t dk = t.dk, ny = y1 - y0, n_panels = (ny + PW - 1) / PW;
-  buf.resize(tiled_scratch_floats(dk, t.dv));
-  float* G = buf.data();            // [L] cumulative log-decay
-  float* eg = G + kChunk;           // [L] exp(G)
-  float* D = eg + kChunk;           // [L, kChunk]
-  float* Sd = D + kChunk * kChunk;  // [L, kChunk]
-  float* A = Sd + kChunk * kChunk;  // [L, kChunk]
-  float* Wq = A + kChunk * kChunk;  // [L, kChunk]
-  float* KT = Wq + kChunk * kChunk; // [dk, kChunk]
-  float* KE = KT + dk * kChunk;     // [dk, kChunk]
-  float* W = KE + dk * kChunk;      // [kChunk, dk]
-  float* U = W + kChunk * dk;       // panels of [kChunk, width] -> u (the task's columns)
-  float* Sp = U + kChunk * t.dv;    // panels of [dk, width]: the task's columns of the state
-  // Panel p: columns y0 + p PW .. of width pw(p), at U + kChunk p PW and Sp + dk p PW.
-  const auto pw = [&](int64_t p) { return std::min<int64_t>(PW, ny - p * PW); };
-  for (int64_t p = 0; p < n_panels; ++p) {
-    const int64_t w = pw(p);
-    for (int64_t x = 0; x < dk; ++x) std::copy_n(t.S + x * t.dv + y0 + p * PW, w, Sp + dk * p * PW + x * w);
-  }
-  for (int64_t c0 = 0; c0 < t.n; c0 += kChunk) {
-    const int64_t L = std::min(kChunk, t.n - c0);
-    const Chunk c{&t, c0, L, D, KT, Sd, A, Wq, U, W, KE, eg};
-    auto B = [&](int64_t i) { return t.beta[(c0 + i) * t.hv]; };
-    cumulative_decay(t, c0, L, G, eg);
-    for (int64_t i = 0; i < L; ++i) {
-      for (int64_t j = 0; j <= i; ++j) D[i * kChunk + j] = std::exp(G[i] - G[j]);
-    }
-    for (int64_t j = 0; j < L; ++j) {
-      const float* kj = c.k(j);
-      for (int64_t x = 0; x < dk; ++x) KT[x * kChunk + j] = kj[x];
-    }
-    // The dot products of rows i with keys j < i (A) or j <= i (Wq), lanes j.
-    const auto dots = [&](bool query, bool inclusive) {
-      row_blocks<R>(L, [&]<int RR>(int64_t i0) {
-        const float* X[RR];
-        for (int r = 0; r < RR; ++r) X[r] = query ? c.q(i0 + r) : c.k(i0 + r);
-        const int64_t nj = i0 + RR - (inclusive ? 0 : 1);  // columns the block needs
-        const int64_t jend = std::min<int64_t>(kChunk, (nj + N - 1) / N * N);
-        col_tiles<V, NC>(0, jend, [&]<class VV, int NN>(int64_t j) { dots_tile<VV, RR, NN>(c, X, i0, j); });
-      });
-    };
-    dots(false, false);
-    for (int64_t i = 0; i < L; ++i) {
-      for (int64_t j = 0; j < i; ++j) A[i * kChunk + j] = B(i) * Sd[i * kChunk + j] * D[i * kChunk + j];
-    }
-    dots(true, true);
-    for (int64_t i = 0; i < L; ++i) {
-      for (int64_t j = 0; j <= i; ++j) Wq[i * kChunk + j] = Sd[i * kChunk + j] * D[i * kChunk + j];
-    }
-    // (I + A) W = beta exp(G) k, and the right-hand side beta v of (I + A) U = beta v.
-    for (int64_t i = 0; i < L; ++i) {
-      const float bi = B(i), bw = B(i) * eg[i];
-      const float* ki = c.k(i);
-      const float* vi = t.v + (c0 + i) * t.v_row + y0;
-      for (int64_t x = 0; x < dk; ++x) W[i * dk + x] = bw * ki[x];
-      for (int64_t p = 0; p < n_panels; ++p) {
-        const int64_t w = pw(p);
-        float* Ui = U + kChunk * p * PW + i * w;
-        for (int64_t y = 0; y < w; ++y) Ui[y] = bi * vi[p * PW + y];
-      }
-    }
-    col_tiles<V, NC>(0, dk, [&]<class VV, int NN>(int64_t x) {
-      row_blocks<R>(L, [&]<int RR>(int64_t i0) { solve_tile<VV, RR, NN>(c, W, dk, i0, x); });
-    });
-    for (int64_t j = 0; j < L; ++j) {
-      const float e = D[(L - 1) * kChunk + j];
-      const float* kj = c.k(j);
-      for (int64_t x = 0; x < dk; ++x) KE[x * kChunk + j] = e * kj[x];
-    }
-    const float el = eg[L - 1];
-    // Panel by panel (its state and U stay in L1): U, then u and the outputs, then the state.
-    for (int64_t p = 0; p < n_panels; ++p) {
-      const int64_t w = pw(p);
-      float* Up = U + kChunk * p * PW;
-      float* Spp = Sp + dk * p * PW;
-      col_tiles<V, 2>(0, w, [&]<class VV, int NN>(int64_t y) {
-        row_blocks<RS>(L, [&]<int RR>(int64_t i0) { solve_tile<VV, RR, NN>(c, Up, w, i0, y); });
-      });
-      col_tiles<V, 2>(0, w, [&]<class VV, int NN>(int64_t y) {
-        row_blocks<RO>(L, [&]<int RR>(int64_t i0) { out_tile<VV, RR, NN>(c, Spp, Up, w, i0, y, y0 + p * PW + y); });
-      });
-      col_tiles<V, 2>(0, w, [&]<class VV, int NN>(int64_t y) {
-        row_blocks<RT>(dk, [&]<int RR>(int64_t x0) { state_tile<VV, RR, NN>(c, Spp, Up, w, el, x0, y); });
-      });
-    }
-  }
-  for (int64_t p = 0; p < n_panels; ++p) {
-    const int64_t w = pw(p);
-    for (int64_t x = 0; x < dk; ++x) std::copy_n(Sp + dk * p * PW + x * w, w, t.S + x * t.dv + y0 + p * PW);
-  }
-}
+#if defined(__x86_64__)
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
 
-HEARTH_SIMD __attribute__((flatten)) void recurrent_head_simd(const HeadTask& t, std::vector<float>& tmp) {
-  recurrent_head<true>(t, tmp);
-}
+#define HEARTH_TGT HEARTH_SIMD
+#define HEARTH_NS gdn_avx2
+#define HEARTH_GDN_V v8f
+#define HEARTH_GDN_SET1(x) reinterpret_cast<v8f>(_mm256_set1_ps(x))
+#define HEARTH_GDN_TILE_ROWS 4
+#define HEARTH_GDN_TILE_COLS 2
+#define HEARTH_GDN_SOLVE_ROWS 4
+#define HEARTH_GDN_OUT_ROWS 2
+#define HEARTH_GDN_STATE_ROWS 4
+#include "backends/cpu/gdn_tiles.inc"
+#undef HEARTH_TGT
+#undef HEARTH_NS
+#undef HEARTH_GDN_V
+#undef HEARTH_GDN_SET1
+#undef HEARTH_GDN_TILE_ROWS
+#undef HEARTH_GDN_TILE_COLS
+#undef HEARTH_GDN_SOLVE_ROWS
+#undef HEARTH_GDN_OUT_ROWS
+#undef HEARTH_GDN_STATE_ROWS
+
+#define HEARTH_TGT HEARTH_AVX512
+#define HEARTH_NS gdn_avx512
+#define HEARTH_GDN_V v16f
+#define HEARTH_GDN_SET1(x) reinterpret_cast<v16f>(_mm512_set1_ps(x))
+#define HEARTH_GDN_TILE_ROWS 4
+#define HEARTH_GDN_TILE_COLS 4
+#define HEARTH_GDN_SOLVE_ROWS 8
+#define HEARTH_GDN_OUT_ROWS 4
+#define HEARTH_GDN_STATE_ROWS 8
+#include "backends/cpu/gdn_tiles.inc"
+#undef HEARTH_TGT
+#undef HEARTH_NS
+#undef HEARTH_GDN_V
+#undef HEARTH_GDN_SET1
+#undef HEARTH_GDN_TILE_ROWS
+#undef HEARTH_GDN_TILE_COLS
+#undef HEARTH_GDN_SOLVE_ROWS
+#undef HEARTH_GDN_OUT_ROWS
+#undef HEARTH_GDN_STATE_ROWS
+
 HEARTH_SIMD __attribute__((flatten)) void chunked_head_avx2(const HeadTask& t, int64_t y0, int64_t y1,
                                                              std::vector<float>& buf) {
-  chunked_head_tiled<v8f>(t, y0, y1, buf);
+  gdn_avx2::chunked_head_tiled(t, y0, y1, buf);
 }
 HEARTH_AVX512 __attribute__((flatten)) void chunked_head_avx512(const HeadTask& t, int64_t y0, int64_t y1,
                                                                 std::vector<float>& buf) {
-  chunked_head_tiled<v16f>(t, y0, y1, buf);
+  gdn_avx512::chunked_head_tiled(t, y0, y1, buf);
+}
+#else
+// No SIMD back-end here (simd_ok_ is false): never called.
+void chunked_head_avx2(const HeadTask& t, int64_t, int64_t, std::vector<float>& buf) { chunked_head<false>(t, buf); }
+void chunked_head_avx512(const HeadTask& t, int64_t, int64_t, std::vector<float>& buf) { chunked_head<false>(t, buf); }
+#endif
+
+HEARTH_SIMD __attribute__((flatten)) void recurrent_head_simd(const HeadTask& t, std::vector<float>& tmp) {
+  recurrent_head<true>(t, tmp);
 }
 
 // silu(x) = x / (1 + exp(-x)) in place over a row, with ggml's vectorised exp
