@@ -147,8 +147,9 @@ TEST_P(GdnOps, ChunkedPrefillEqualsTokenByTokenDecode) {
   for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(s1[i], s2[i], 1e-5 * std::max(1.0f, std::abs(s2[i]))) << i;
 }
 
-// The SIMD back-end's delta rule (chunked_head_lanes for prompts) gives the plain
-// kernels' bits: outputs and states, prompts crossing chunk borders, several sequences.
+// The SIMD back-end's delta rule (chunked_head_tiled for prompts, AVX2 or AVX-512)
+// gives the plain kernels' bits: outputs and states, prompts crossing chunk borders,
+// several sequences, heads split into d_v slices.
 TEST(GdnOpsBits, SimdEqualsPlainBitForBit) {
   CpuBackend fast(2), plain(2, /*reference_kernels=*/true);
   const auto run = [](CpuBackend& be, const ops::GdnShape& sh, const std::vector<int64_t>& lens, uint32_t seed) {
@@ -182,6 +183,10 @@ TEST(GdnOpsBits, SimdEqualsPlainBitForBit) {
   }
   const ops::GdnShape qwen{2, 4, 128, 128, 4, true};  // Qwen3.5's head size
   EXPECT_EQ(run(fast, qwen, {150, 3}, 22), run(plain, qwen, {150, 3}, 22));
+  // More threads than prompt heads: each head's d_v columns split over several tasks.
+  CpuBackend wide(16);
+  EXPECT_EQ(run(wide, qwen, {150, 3}, 23), run(plain, qwen, {150, 3}, 23));
+  EXPECT_EQ(run(wide, qwen, {70}, 24), run(plain, qwen, {70}, 24));
 }
 
 TEST_P(GdnOps, ConvWithStateMatchesReference) {
