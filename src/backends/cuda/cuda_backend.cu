@@ -286,6 +286,25 @@ void CudaBackend::drop_graphs() {
   replay_ = nullptr;
 }
 
+namespace {
+// Ends the stream capture in progress and instantiates its graph. A capture the runtime
+// invalidated (an operation it cannot record) has not run its work: that is a bug in the
+// op that did it, reported rather than losing the work.
+cudaGraphExec_t end_capture(cudaStream_t stream) {
+  cudaGraph_t g = nullptr;
+  const cudaError_t rc = cudaStreamEndCapture(stream, &g);
+  if (rc != cudaSuccess || g == nullptr) {
+    cudaGetLastError();
+    HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  HEARTH_CUDA_CHECK("graph instantiate", irc);
+  return exec;
+}
+}  // namespace
+
 uint64_t CudaBackend::sig_of(float f) {
   uint32_t u = 0;
   std::memcpy(&u, &f, sizeof(u));
@@ -385,16 +404,7 @@ void CudaBackend::end_step_launch() {
   // A recording that reached the step's end: keep it for the steps of its size.
   mode_ = StepMode::kEager;
   capturing_ = false;
-  cudaGraph_t g = nullptr;
-  const cudaError_t rc = cudaStreamEndCapture(stream_, &g);
-  if (rc != cudaSuccess || g == nullptr) {
-    cudaGetLastError();
-    HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  HEARTH_CUDA_CHECK("graph instantiate", irc);
+  const cudaGraphExec_t exec = end_capture(stream_);
   HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(exec, stream_));
   ++graph_stats_.recorded;
   rec_.exec = exec;
@@ -430,18 +440,7 @@ void CudaBackend::flush_capture() {
     }
   }
   if (!known) no_graph_.emplace_back(rec_.n_tokens, generation_);
-  cudaGraph_t g = nullptr;
-  const cudaError_t rc = cudaStreamEndCapture(stream_, &g);
-  if (rc != cudaSuccess || g == nullptr) {
-    // A capture the runtime invalidated (an operation it cannot record): its work was
-    // not run. That is a bug in the op that did it; report it rather than lose work.
-    cudaGetLastError();
-    HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  HEARTH_CUDA_CHECK("graph instantiate", irc);
+  const cudaGraphExec_t exec = end_capture(stream_);
   const cudaError_t lrc = cudaGraphLaunch(exec, stream_);
   cudaGraphExecDestroy(exec);  // released once the launch completes
   HEARTH_CUDA_CHECK("graph launch", lrc);
