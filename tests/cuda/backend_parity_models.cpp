@@ -235,9 +235,10 @@ std::vector<GraphRun> graph_runs(std::vector<std::unique_ptr<tiny::Built>>& keep
 
 // Decode steps recorded once as CUDA graphs and replayed (CudaBackend::set_graphs) give
 // the logits of the same steps launched op by op, bit for bit (the same kernels on the
-// same data): a Llama model (Q4_K / Q6_K), a qwen3moe one and the tiny Qwen3.5 MoE
+// same data): a Llama model (Q4_K / Q6_K), a qwen3moe one and the tiny Qwen3.5 dense
 // fixture (Gated DeltaNet states, attention every fourth layer), greedy steps after a
-// 40-token and after a 1-token prompt; almost every step must be a replay.
+// 40-token and after a 1-token prompt; almost every step must be a replay. The Qwen3.5
+// MoE fixture (f32 experts routed through the host) must run op by op, recording once.
 TEST(CudaParity, DecodeStepsAsGraphs) {
   NEED_GPU();
   auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());

@@ -276,15 +276,6 @@ typedef float v16f __attribute__((vector_size(64)));
 #define HEARTH_GDN_OUT_ROWS 2
 #define HEARTH_GDN_STATE_ROWS 4
 #include "backends/cpu/gdn_tiles.inc"
-#undef HEARTH_TGT
-#undef HEARTH_NS
-#undef HEARTH_GDN_V
-#undef HEARTH_GDN_SET1
-#undef HEARTH_GDN_TILE_ROWS
-#undef HEARTH_GDN_TILE_COLS
-#undef HEARTH_GDN_SOLVE_ROWS
-#undef HEARTH_GDN_OUT_ROWS
-#undef HEARTH_GDN_STATE_ROWS
 
 #define HEARTH_TGT HEARTH_AVX512
 #define HEARTH_NS gdn_avx512
@@ -296,15 +287,6 @@ typedef float v16f __attribute__((vector_size(64)));
 #define HEARTH_GDN_OUT_ROWS 4
 #define HEARTH_GDN_STATE_ROWS 8
 #include "backends/cpu/gdn_tiles.inc"
-#undef HEARTH_TGT
-#undef HEARTH_NS
-#undef HEARTH_GDN_V
-#undef HEARTH_GDN_SET1
-#undef HEARTH_GDN_TILE_ROWS
-#undef HEARTH_GDN_TILE_COLS
-#undef HEARTH_GDN_SOLVE_ROWS
-#undef HEARTH_GDN_OUT_ROWS
-#undef HEARTH_GDN_STATE_ROWS
 
 HEARTH_SIMD __attribute__((flatten)) void chunked_head_avx2(const HeadTask& t, int64_t y0, int64_t y1,
                                                              std::vector<float>& buf) {
