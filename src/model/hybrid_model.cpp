@@ -253,11 +253,8 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
   const Ffn& f = L.ffn;
   const int64_t E = hp_.n_embd;
   float *cur = s_.cur->data(), *gate = s_.gate->data(), *up = s_.up->data();
-  const ops::WeightView* gate_up[] = {&f.gate, &f.up};
-  float* gate_up_out[] = {gate, up};
   if (!f.moe) {
-    be.matmul_multi(gate_up, 2, cur, n, gate_up_out);
-    be.swiglu(gate, up, n * hp_.n_ff, gate);
+    be.matmul_swiglu(f.gate, f.up, cur, n, gate, up);
     be.matmul(f.down, gate, n, cur);
     return;
   }

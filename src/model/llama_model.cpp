@@ -92,7 +92,7 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
   const BatchLayout& lay = lay_;
   const auto n = lay.n_tokens();
   const auto rows = static_cast<int64_t>(lay.out_rows.size());
-  const int64_t E = hp_.n_embd, F = hp_.n_ff;
+  const int64_t E = hp_.n_embd;
   ops::Backend& be = backend_;
   reserve_scratch(n, rows);
   ops::Buffer *x = s.x.get(), *cur = s.cur.get(), *q = s.q.get(), *k = s.k.get(), *v = s.v.get(),
@@ -135,12 +135,7 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
       add_then_next_norm(l, moe_out->data());
       continue;
     }
-    {
-      const ops::WeightView* ws[] = {&w.ffn_gate, &w.ffn_up};
-      float* ys[] = {gate->data(), up->data()};
-      be.matmul_multi(ws, 2, cur->data(), n, ys);
-    }
-    be.swiglu(gate->data(), up->data(), n * F, gate->data());
+    be.matmul_swiglu(w.ffn_gate, w.ffn_up, cur->data(), n, gate->data(), up->data());
     be.matmul(w.ffn_down, gate->data(), n, cur->data());
     add_then_next_norm(l, cur->data());
   }

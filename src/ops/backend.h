@@ -216,6 +216,17 @@ class Backend {
 
   // out = silu(gate) * up, elementwise over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // g: [n_tokens, gate.n_rows] = silu(x gate^T) * (x up^T) for gate and up of one shape;
+  // u: [n_tokens, up.n_rows] is the back-end's to use as temporary memory. The same
+  // results as matmul_multi into g and u, then swiglu(g, u) into g; one kernel where the
+  // back-end fuses them.
+  virtual void matmul_swiglu(const WeightView& gate, const WeightView& up, const float* x, int64_t n_tokens, float* g,
+                             float* u) {
+    const WeightView* ws[2] = {&gate, &up};
+    float* ys[2] = {g, u};
+    matmul_multi(ws, 2, x, n_tokens, ys);
+    swiglu(g, u, n_tokens * gate.n_rows, g);
+  }
   // x += y, elementwise over n values.
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // Copies n floats between back-end buffers.

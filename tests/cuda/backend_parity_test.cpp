@@ -118,6 +118,78 @@ TEST(CudaParity, MatmulAllTypes) {
   }
 }
 
+// Gate and up products with SwiGLU (Backend::matmul_swiglu; one 8-bit kernel on the
+// GPU for decode batches): the bits of the GPU's matmul_multi + swiglu for every 8-bit
+// type and batch size, fallbacks included (9 tokens; an f16 weight), and within the
+// products' tolerance of the CPU's.
+TEST(CudaParity, FusedSwiGLU) {
+  NEED_GPU();
+  const int64_t rows = 384, cols = 1024;
+  for (GgmlType type : kTypes) {
+    const auto gate = make_weight(type, randn(static_cast<size_t>(rows * cols), 51, 0.5f), rows, cols);
+    const auto up = make_weight(type, randn(static_cast<size_t>(rows * cols), 52, 0.5f), rows, cols);
+    for (int64_t n_tok : {1, 2, 3, 5, 8, 9}) {
+      const auto x = randn(static_cast<size_t>(n_tok * cols), 200 + static_cast<uint32_t>(n_tok));
+      Both xb(x), g(n_tok * rows), u(n_tok * rows), g2(n_tok * rows), u2(n_tok * rows);
+      cpu().matmul_swiglu(gate->c, up->c, xb.c->data(), n_tok, g.c->data(), u.c->data());
+      gpu().matmul_swiglu(gate->g, up->g, xb.g->data(), n_tok, g.g->data(), u.g->data());
+      const ops::WeightView* ws[2] = {&gate->g, &up->g};
+      float* ys[2] = {g2.g->data(), u2.g->data()};
+      gpu().matmul_multi(ws, 2, xb.g->data(), n_tok, ys);
+      gpu().swiglu(g2.g->data(), u2.g->data(), n_tok * rows, g2.g->data());
+      const std::string what = std::string(hearth::ggml_type_name(type)) + " n_tokens=" + std::to_string(n_tok);
+      const auto a = g.gv(), b = g2.gv();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size())) << "fused vs separate bits, " << what;
+      EXPECT_LE(g.err(), n_tok <= 8 && hearth::cuda::q8_matvec_supported(type) ? 3e-2 : 5e-3) << what;
+    }
+  }
+}
+
+// add_rms_norm quantizes its output for the 8-bit product right after it (matmul,
+// matmul_multi, matmul_swiglu take it instead of quantizing x again): the same bits as
+// when another op comes between and the product quantizes x itself.
+TEST(CudaParity, FusedQuantization) {
+  NEED_GPU();
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (int64_t n : {2048, 4096, 5120}) {
+      const int64_t rows = 256;
+      const auto nw = make_weight(GgmlType::F32, randn(static_cast<size_t>(n), 61), 1, n);
+      const auto w = make_weight(type, randn(static_cast<size_t>(rows * n), 62, 0.5f), rows, n);
+      const auto w2 = make_weight(type, randn(static_cast<size_t>(rows * n), 63, 0.5f), rows, n);
+      for (int64_t n_tok : {1, 3, 8}) {
+        const auto xv = randn(static_cast<size_t>(n_tok * n), 64, 3.0f), yv = randn(static_cast<size_t>(n_tok * n), 65);
+        const std::string what = std::string(hearth::ggml_type_name(type)) + " n=" + std::to_string(n) +
+                                 " n_tokens=" + std::to_string(n_tok);
+        // 0: matmul, 1: matmul_multi, 2: matmul_swiglu; fused (norm right before) or not.
+        for (int op = 0; op < 3; ++op) {
+          std::vector<float> res[2];
+          for (int fused = 0; fused < 2; ++fused) {
+            Both x(xv), y(yv), out(n_tok * rows), out2(n_tok * rows), other(16);
+            gpu().add_rms_norm(x.g->data(), y.g->data(), nw->g, n_tok, n, 1e-6f, y.g->data());
+            if (fused == 0) gpu().fill(other.g->data(), 1.0f, 16);
+            if (op == 0) {
+              gpu().matmul(w->g, y.g->data(), n_tok, out.g->data());
+            } else if (op == 1) {
+              const ops::WeightView* ws[2] = {&w->g, &w2->g};
+              float* ys[2] = {out.g->data(), out2.g->data()};
+              gpu().matmul_multi(ws, 2, y.g->data(), n_tok, ys);
+            } else {
+              gpu().matmul_swiglu(w->g, w2->g, y.g->data(), n_tok, out.g->data(), out2.g->data());
+            }
+            res[fused] = out.gv();
+            if (op == 1) {
+              const auto o2 = out2.gv();
+              res[fused].insert(res[fused].end(), o2.begin(), o2.end());
+            }
+          }
+          EXPECT_EQ(0, std::memcmp(res[0].data(), res[1].data(), sizeof(float) * res[0].size()))
+              << "op " << op << ": quantized by the norm vs by the product, " << what;
+        }
+      }
+    }
+  }
+}
+
 // F32 weights of few rows against many tokens (CudaBackend::matmul -> small_gemm: the
 // Gated DeltaNet's alpha / beta, MoE routers; columns split over blocks when the rows are
 // few): within 1e-4 of the exact product, odd shapes included, and a token's outputs

@@ -32,6 +32,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/quant_cuda.h"
@@ -227,6 +228,28 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
     check_outputs(tag, "q8_matvec", nt, rows, k_tokens, y, ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails,
                   worst_err);
+    // Every kernel shape (threads per row, units decoded ahead, loads before the wait)
+    // gives the default's bits.
+    struct Shape {
+      int tpr, ilp, early;
+    };
+    std::vector<float> y2(y.size());
+    for (const Shape sh : {Shape{32, 1, 0}, Shape{32, 1, 1}, Shape{32, 2, 0}, Shape{32, 2, 1}, Shape{32, 4, 0},
+                           Shape{32, 4, 1}, Shape{128, 0, -1}}) {
+      hearth::cuda::set_q8_matvec_threads_per_row(sh.tpr);
+      hearth::cuda::set_q8_matvec_shape(sh.ilp, sh.early);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+      check_launch(stream);
+      CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+      if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+        fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": shape tpr=" + std::to_string(sh.tpr) +
+                  " ilp=" + std::to_string(sh.ilp) + " early=" + std::to_string(sh.early) +
+                  " differs from the default's bits");
+      }
+    }
+    hearth::cuda::set_q8_matvec_threads_per_row(0);
+    hearth::cuda::set_q8_matvec_shape(0, -1);
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));
@@ -694,6 +717,16 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
         std::printf(" | q8 t=%d %7.0f %5.1f%% %3.0fus", nt, moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
       }
+      // One token through the kernel shapes of set_q8_matvec_shape (ilp, early).
+      for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{4, 0}, std::pair{4, 1}}) {
+        hearth::cuda::set_q8_matvec_shape(ilp, early);
+        const double s = time_it([&](int k) {
+          hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
+        });
+        const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
+        std::printf(" | ilp%d%s %5.1f%% %3.0fus", ilp, early ? "e" : "", 100 * moved / s / kPeak, s * 1e6);
+      }
+      hearth::cuda::set_q8_matvec_shape(0, -1);
       CUDA_OK(cudaFree(d_s));
     }
     {

@@ -144,6 +144,7 @@ void CudaBackend::bind() const {
 
 CudaBackend::OpTimer::OpTimer(CudaBackend& be, const char* op) : be_(be.timing_ ? &be : nullptr), op_(op) {
   be.bind();
+  ++be.op_seq_;
   if (be_ != nullptr) t0_ns_ = now_ns();
 }
 
@@ -171,7 +172,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   wait_timing_ = wait_timing != nullptr && std::string(wait_timing) == "1";
   const char* fuse = std::getenv("HEARTH_CUDA_FUSE");
   fuse_ = !(fuse != nullptr && std::string(fuse) == "0");
+  const char* fuse_quant = std::getenv("HEARTH_CUDA_FUSE_QUANT");
+  fuse_quant_ = fuse_ && !(fuse_quant != nullptr && std::string(fuse_quant) == "0");
+  const char* fuse_swiglu = std::getenv("HEARTH_CUDA_FUSE_SWIGLU");
+  fuse_swiglu_ = fuse_ && !(fuse_swiglu != nullptr && std::string(fuse_swiglu) == "0");
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
+  {
+    const char* ilp = std::getenv("HEARTH_CUDA_MATVEC_ILP");
+    const char* early = std::getenv("HEARTH_CUDA_MATVEC_EARLY");
+    set_q8_matvec_shape(ilp != nullptr ? std::atoi(ilp) : 0, early != nullptr ? std::atoi(early) : -1);
+  }
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
   if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);
@@ -312,6 +322,7 @@ uint64_t CudaBackend::sig_of(float f) {
 }
 
 void CudaBackend::begin_step(int64_t n_tokens) {
+  q8_ready_ = {};
   bind();
   flush_capture();
   mode_ = StepMode::kEager;
@@ -530,6 +541,7 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
 }
 
 void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) {
+  q8_ready_ = {};  // dst may be the x an op quantized
   bind();
   if (offset < 0 || n < 0 || offset + n > dst.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_from_host: range out of the buffer");
@@ -652,14 +664,18 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   const DeviceWeight dw = device_weight(w, "matmul");
   // Every path below depends on the weight, x, y and n_tokens only (scratch moves
   // invalidate recordings), so one signature covers them.
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n_tokens), sig_of(y)})) return;
+  // Decode with 8-bit activations: x may come quantized by the op before.
+  const bool q8 = n_tokens <= kMaxMatvecTokens && q8_matvec_ && q8_matvec_supported(w.type);
+  const size_t q8_bytes = q8 ? q8_matvec_scratch_bytes(w.n_cols, n_tokens) : 0;
+  void* q8_tmp = q8 ? scratch(5, q8_bytes, "matmul") : nullptr;
+  const bool ready = q8 && take_q8_ready(x, n_tokens, w.n_cols, q8_tmp);
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n_tokens), sig_of(y), sig_of(ready)})) return;
   if (n_tokens <= kMaxMatvecTokens) {
     // Decode: one pass over the weights, dequantized in registers; 8-bit activations
     // for the types that have that kernel, f32 ones otherwise.
-    if (q8_matvec_ && q8_matvec_supported(w.type)) {
+    if (q8) {
       timer.rename("matmul matvec q8");
-      const size_t bytes = q8_matvec_scratch_bytes(w.n_cols, n_tokens);
-      q8_matvec(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
+      q8_matvec_multi(&dw, 1, x, n_tokens, &y, q8_tmp, q8_bytes, stream_, ready);
       HEARTH_CUDA_LAUNCHED("matmul");
       return;
     }
@@ -748,15 +764,55 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
   }
   const size_t bytes = nq > 0 ? q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens) : 0;
   void* q8_tmp = nq > 0 ? scratch(5, bytes, "matmul") : nullptr;
-  if (skip_launch("matmul_multi", {h, sig_of(n), sig_of(x), sig_of(n_tokens), sig_of(q8_tmp)})) return;
+  const bool ready = nq > 0 && take_q8_ready(x, n_tokens, ws[0]->n_cols, q8_tmp);
+  if (skip_launch("matmul_multi", {h, sig_of(n), sig_of(x), sig_of(n_tokens), sig_of(q8_tmp), sig_of(ready)})) return;
   if (nq > 0) {
-    q8_matvec_multi(q8w, nq, x, n_tokens, q8y, q8_tmp, bytes, stream_);
+    q8_matvec_multi(q8w, nq, x, n_tokens, q8y, q8_tmp, bytes, stream_, ready);
     HEARTH_CUDA_LAUNCHED("matmul");
   }
   if (nf > 0) {
     quant_matvec_multi(fw, nf, x, n_tokens, fy, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
   }
+}
+
+void* CudaBackend::q8_ready_scratch(const float* out, int64_t n_rows, int64_t n) {
+  q8_ready_ = {};
+  if (!fuse_quant_ || !q8_matvec_ || n_rows <= 0 || n_rows > kMaxMatvecTokens || n % 32 != 0) return nullptr;
+  const size_t bytes = q8_matvec_scratch_bytes(n, n_rows);
+  void* s = scratch(5, bytes, "add_rms_norm");
+  q8_ready_ = {out, n_rows, n, s, op_seq_};
+  return s;
+}
+
+bool CudaBackend::take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5) {
+  const Q8Ready r = q8_ready_;
+  q8_ready_ = {};
+  return r.x != nullptr && r.x == x && r.n_rows == n_tokens && r.n_cols == n_cols && r.scratch == scratch5 &&
+         r.seq + 1 == op_seq_;
+}
+
+void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightView& up, const float* x,
+                                int64_t n_tokens, float* g, float* u) {
+  // Decode: one 8-bit kernel computes a row of gate and of up per warp and writes
+  // silu(gate) * up (the bits of the separate products and swiglu_kernel).
+  if (!fuse_swiglu_ || !q8_matvec_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens ||
+      !q8_matvec_supported(gate.type) || up.type != gate.type || up.n_rows != gate.n_rows ||
+      up.n_cols != gate.n_cols) {
+    Backend::matmul_swiglu(gate, up, x, n_tokens, g, u);
+    return;
+  }
+  OpTimer timer(*this, "matmul matvec swiglu");
+  const DeviceWeight dg = device_weight(gate, "matmul"), du = device_weight(up, "matmul");
+  const size_t bytes = q8_matvec_scratch_bytes(gate.n_cols, n_tokens);
+  void* tmp = scratch(5, bytes, "matmul");
+  const bool ready = take_q8_ready(x, n_tokens, gate.n_cols, tmp);
+  if (skip_launch("matmul_swiglu",
+                  {sig_of(gate), sig_of(up), sig_of(x), sig_of(n_tokens), sig_of(g), sig_of(tmp), sig_of(ready)})) {
+    return;
+  }
+  q8_matvec_swiglu(dg, du, x, n_tokens, g, tmp, bytes, stream_, ready);
+  HEARTH_CUDA_LAUNCHED("matmul");
 }
 
 void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {

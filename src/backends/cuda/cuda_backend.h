@@ -69,6 +69,8 @@ class CudaBackend final : public ops::Backend {
   void sigmoid_mul(float* x, const float* gate, int64_t n) override;
   void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void matmul_swiglu(const ops::WeightView& gate, const ops::WeightView& up, const float* x, int64_t n_tokens, float* g,
+                     float* u) override;
   void add(float* x, const float* y, int64_t n) override;
   void copy(const float* src, int64_t n, float* dst) override;
   void fill(float* dst, float value, int64_t n) override;
@@ -237,6 +239,23 @@ class CudaBackend final : public ops::Backend {
   bool graph_event_pending_ = false;
   int64_t graph_launch_ns_ = 0, graph_timed_ = 0;
   double graph_gpu_ms_ = 0.0;
+  // An 8-bit quantization of an op's output, written by that op (add_rms_norm) into
+  // q8_matvec's scratch for the product right after it (HEARTH_CUDA_FUSE_QUANT=0: not).
+  // Valid for the next op only (op_seq_ counts ops), for that x and shape.
+  struct Q8Ready {
+    const float* x = nullptr;
+    int64_t n_rows = 0, n_cols = 0;
+    const void* scratch = nullptr;
+    uint64_t seq = 0;
+  };
+  Q8Ready q8_ready_;
+  uint64_t op_seq_ = 0;
+  bool fuse_quant_ = true;
+  // The scratch an op writing out: [n_rows, n] quantizes it into (nullptr: not wanted).
+  void* q8_ready_scratch(const float* out, int64_t n_rows, int64_t n);
+  // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
+  bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
+  bool fuse_swiglu_ = true;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=0: not)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go

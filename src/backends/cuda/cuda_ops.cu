@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/quant_cuda.h"
 #include "core/error.h"
 #include "backends/cuda/launch.cuh"
 
@@ -101,9 +102,13 @@ __global__ void rms_norm_vec_kernel(const float4* __restrict__ x, const float4* 
 
 // rms_norm_vec_kernel after x += y (the residual add): x written back, out = the norm.
 // The sums in rms_norm_vec_kernel's order: the same values as add then rms_norm.
-template <int kPer>
+// kQ8 (n4 a multiple of 8): out also quantized for q8_matvec, as its quantize_chunks
+// does it (quant_q8.cu): per 32 values (8 threads' float4) d = max |v| / 127,
+// q = round(v / d) ties to even, xd = (d, d * sum q); the same bits.
+template <int kPer, bool kQ8 = false>
 __global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y, const float4* __restrict__ w,
-                                        int64_t n4, float eps, float4* out) {
+                                        int64_t n4, float eps, float4* out, char4* __restrict__ xq,
+                                        float2* __restrict__ xd) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   __shared__ float red[32];
@@ -129,9 +134,28 @@ __global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y,
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     if (i < n4) {
       const float4 g = w[i];
-      outr[i] = make_float4(v[k].x * scale * g.x, v[k].y * scale * g.y, v[k].z * scale * g.z, v[k].w * scale * g.w);
+      o = make_float4(v[k].x * scale * g.x, v[k].y * scale * g.y, v[k].z * scale * g.z, v[k].w * scale * g.w);
+      outr[i] = o;
+    }
+    if constexpr (kQ8) {
+      // Every lane takes part in the shuffles; groups of 8 lanes are wholly in or out.
+      float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+#pragma unroll
+      for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const float d = amax / 127.f;
+      const int q0 = amax == 0.f ? 0 : __float2int_rn(o.x / d), q1 = amax == 0.f ? 0 : __float2int_rn(o.y / d);
+      const int q2 = amax == 0.f ? 0 : __float2int_rn(o.z / d), q3 = amax == 0.f ? 0 : __float2int_rn(o.w / d);
+      int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+      for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (i < n4) {
+        xq[blockIdx.x * n4 + i] = make_char4(static_cast<signed char>(q0), static_cast<signed char>(q1),
+                                             static_cast<signed char>(q2), static_cast<signed char>(q3));
+        if ((threadIdx.x & 7) == 0) xd[(blockIdx.x * n4 + i) / 8] = make_float2(d, d * static_cast<float>(sum));
+      }
     }
   }
 }
@@ -373,7 +397,10 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& 
   if ((reinterpret_cast<uintptr_t>(w) & 15) != 0) {
     fail(ErrorKind::kInternal, "cuda", "add_rms_norm: weight values not 16-byte aligned");
   }
-  if (skip_launch("add_rms_norm", {sig_of(x), sig_of(y), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(out)})) {
+  // With the product after it quantizing out: done here (n4 a multiple of 8).
+  void* q8 = n % 32 == 0 ? q8_ready_scratch(out, n_rows, n) : nullptr;
+  if (skip_launch("add_rms_norm",
+                  {sig_of(x), sig_of(y), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(out), sig_of(q8)})) {
     return;
   }
   // The configuration of rms_norm's vector path (the same sums).
@@ -385,12 +412,28 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& 
   const auto* y4 = reinterpret_cast<const float4*>(y);
   const auto* w4 = reinterpret_cast<const float4*>(w);
   auto* o4 = reinterpret_cast<float4*>(out);
-  if (per <= 1) {
-    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<1>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4);
+  if (q8 != nullptr) {
+    auto* xq = static_cast<char4*>(q8);
+    auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(q8) + q8_scratch_scales_offset(n_rows, n));
+    if (per <= 1) {
+      ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<1, true>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
+                                 xq, xd);
+    } else if (per <= 2) {
+      ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<2, true>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
+                                 xq, xd);
+    } else {
+      ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<4, true>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
+                                 xq, xd);
+    }
+  } else if (per <= 1) {
+    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<1>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
+                               static_cast<char4*>(nullptr), static_cast<float2*>(nullptr));
   } else if (per <= 2) {
-    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<2>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4);
+    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<2>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
+                               static_cast<char4*>(nullptr), static_cast<float2*>(nullptr));
   } else {
-    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<4>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4);
+    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<4>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
+                               static_cast<char4*>(nullptr), static_cast<float2*>(nullptr));
   }
   HEARTH_CUDA_LAUNCHED("add_rms_norm");
 }

@@ -55,13 +55,28 @@ bool q8_matvec_supported(GgmlType type);
 // The decode kernels' threads per row: 32 (the default, 0) or 128 (the block per row
 // measured against it). For measuring.
 void set_q8_matvec_threads_per_row(int tpr);
+// The warp-per-row kernel's units decoded ahead per thread (ilp: 1, 2 or 4; 0: the
+// default) and whether the first of them are loaded before waiting for the kernel
+// before (early: 0 or 1; -1: the default). Same sums in every shape. For measuring.
+void set_q8_matvec_shape(int ilp, int early);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);
+// y: [n_tokens, gate.n_rows] = silu(x gate^T) * (x up^T) for gate and up of one type and
+// shape, x quantized once: the bits of q8_matvec_multi into two outputs followed by
+// swiglu (cuda_ops.cu), in one product kernel.
+void q8_matvec_swiglu(const DeviceWeight& gate, const DeviceWeight& up, const float* x, int64_t n_tokens, float* y,
+                      void* scratch, size_t scratch_bytes, cudaStream_t stream, bool x_ready = false);
 // ys[i] = x times ws[i] transposed for weights of equal n_cols (any supported types), x
-// quantized once for all of them.
+// quantized once for all of them. x_ready: x (at most kMaxMatvecTokens tokens) is
+// already quantized in scratch, laid out as q8_scratch_layout says (by the kernel that
+// wrote x: add_rms_norm), and only the products run.
 void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
-                     void* scratch, size_t scratch_bytes, cudaStream_t stream);
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream, bool x_ready = false);
+// q8_matvec's scratch holds x's quants (n_tokens x n_cols int8) from its start and the
+// chunks' (d, d * sum q) pairs (two floats per 32 values, token by token) from this
+// byte offset.
+size_t q8_scratch_scales_offset(int64_t n_tokens, int64_t n_cols);
 
 // Bytes of scratch that 8-bit activations of n_rows rows of n_cols take (no token cap).
 size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows);

@@ -37,8 +37,10 @@ __device__ __forceinline__ V warp_add(V v) {
 // xd = (d, d * sum q). An all-zero chunk has d = 0 and q = 0.
 __global__ void __launch_bounds__(256)
     quantize_chunks(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ xq, float2* __restrict__ xd) {
-  ::hearth::cuda::pdl_wait();
+  // The product after this may start (and load its weights) while this waits: it waits
+  // for this kernel's end, which follows the end of the one before.
   ::hearth::cuda::pdl_trigger();
+  ::hearth::cuda::pdl_wait();
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (chunk >= n_chunks) return;
   const int lane = threadIdx.x & 31;
@@ -64,13 +66,17 @@ struct Targets {
 };
 
 // TPR threads per row (32: a warp per row, no block-wide step; kThreads: the block), R
-// rows per group of TPR threads, NT tokens. Each thread strides over its rows' units.
-template <class T, int NT, int R, int TPR>
+// rows per group of TPR threads, NT tokens. Each thread strides over its rows' units,
+// decoding ILP of them (their weight loads in flight together) before multiplying them
+// in order, so the sums do not depend on ILP. kEarly: the first ILP units' weights are
+// loaded before pdl_wait() (weights are constant; only x comes from the kernel before),
+// overlapping their latency with the end of that kernel. kSwiGLU (R = 2, tg.n = 1):
+// each group computes row r of tg.w[0] (gate) and of tg.w[1] (up), same shape, and
+// writes y[t, r] = silu(gate . x) * (up . x), what swiglu_kernel makes of the two sums.
+template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
 __global__ void __launch_bounds__(kThreads)
     q8_matvec_kernel(const Targets tg, int n_units, const int8_t* __restrict__ xq, const float2* __restrict__ xd,
                      int64_t n_cols) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
   constexpr int kGroups = kThreads / TPR;
   // This block's weight, chosen with constant indices only (no local-memory copy).
   const uint8_t* w = tg.w[0];
@@ -88,34 +94,67 @@ __global__ void __launch_bounds__(kThreads)
       first_block = tg.block_end[k - 1];
     }
   }
+  static_assert(!kSwiGLU || R == 2, "the fused SwiGLU takes one row of gate and one of up");
   const int group = threadIdx.x / TPR, tid = threadIdx.x % TPR;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x - first_block) * kGroups + group) * R;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x - first_block) * kGroups + group) * (kSwiGLU ? 1 : R);
   const uint8_t* rows[R];
+  if constexpr (kSwiGLU) {
+    rows[0] = w + min(row0, n_rows - 1) * row_bytes;
+    rows[1] = tg.w[1] + min(row0, n_rows - 1) * row_bytes;
+  } else {
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = w + min(row0 + r, n_rows - 1) * row_bytes;
+    for (int r = 0; r < R; ++r) rows[r] = w + min(row0 + r, n_rows - 1) * row_bytes;
+  }
   float acc[R][NT];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
+  typename T::Dec dec[ILP][R];
+  auto fetch = [&](int u0) {
+#pragma unroll
+    for (int k = 0; k < ILP; ++k) {
+      const int u = u0 + k * TPR;
+      if (u < n_units) {
+        const int b = u / T::kUnits, s = u % T::kUnits;
+#pragma unroll
+        for (int r = 0; r < R; ++r) dec[k][r] = T::decode(rows[r] + static_cast<int64_t>(b) * T::kBytes, s);
+      }
+    }
+  };
+  if constexpr (kEarly) fetch(tid);
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  if constexpr (!kEarly) fetch(tid);
   const int64_t chunks = n_cols / kChunk;
-  for (int u = tid; u < n_units; u += TPR) {
-    const int b = u / T::kUnits, s = u % T::kUnits;
-    typename T::Dec dec[R];
+  for (int u0 = tid; u0 < n_units; u0 += TPR * ILP) {
+    if (u0 != tid) fetch(u0);
 #pragma unroll
-    for (int r = 0; r < R; ++r) dec[r] = T::decode(rows[r] + static_cast<int64_t>(b) * T::kBytes, s);
-    const int8_t* xb = xq + static_cast<int64_t>(b) * T::kElems;
-    const float2* db = xd + static_cast<int64_t>(b) * (T::kElems / kChunk);
+    for (int k = 0; k < ILP; ++k) {
+      const int u = u0 + k * TPR;
+      if (u < n_units) {
+        const int b = u / T::kUnits, s = u % T::kUnits;
+        const int8_t* xb = xq + static_cast<int64_t>(b) * T::kElems;
+        const float2* db = xd + static_cast<int64_t>(b) * (T::kElems / kChunk);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
+        for (int t = 0; t < NT; ++t) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r][t] += T::dot(dec[r], s, xb + t * n_cols, db + t * chunks);
+          for (int r = 0; r < R; ++r) acc[r][t] += T::dot(dec[k][r], s, xb + t * n_cols, db + t * chunks);
+        }
+      }
     }
   }
   // Warp sums, then (TPR > 32) the group's warps' sums in a fixed order.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if constexpr (TPR == 32) {
+  if constexpr (kSwiGLU) {
+    static_assert(TPR == 32, "the fused SwiGLU runs a warp per row");
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float g = warp_add(acc[0][t]), u = warp_add(acc[1][t]);
+      if (lane == 0 && row0 < n_rows) y[t * n_rows + row0] = g / (1.0f + expf(-g)) * u;
+    }
+  } else if constexpr (TPR == 32) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -223,11 +262,13 @@ void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_exper
 
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
 int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
+int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default)
+int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default)
 
-template <class T, int NT, int R, int TPR>
+template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                 cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kThreads / TPR * R;
+  constexpr int kRowsPerBlock = kThreads / TPR * (kSwiGLU ? 1 : R);
   Targets tg{};
   unsigned blocks = 0;
   for (int i = 0; i < n; ++i) {
@@ -235,43 +276,57 @@ void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* x
     tg.row_bytes[i] = ws[i].row_bytes;
     tg.n_rows[i] = ws[i].n_rows;
     tg.y[i] = ys[i];
-    blocks += static_cast<unsigned>((ws[i].n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    if (!kSwiGLU || i == 0) blocks += static_cast<unsigned>((ws[i].n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     tg.block_end[i] = blocks;
   }
   tg.n = n;
+  if constexpr (kSwiGLU) tg.n = 1;  // every block: rows of both (gate first)
   const int n_units = static_cast<int>(ws[0].n_cols / T::kElems) * T::kUnits;
-  ::hearth::cuda::launch_pdl(q8_matvec_kernel<T, NT, R, TPR>, blocks, kThreads, 0, stream, tg, n_units, xq, xd,
+  ::hearth::cuda::launch_pdl(q8_matvec_kernel<T, NT, R, TPR, ILP, kEarly, kSwiGLU>, blocks, kThreads, 0, stream, tg, n_units, xq, xd,
                              ws[0].n_cols);
 }
 
 template <class T, int NT>
 void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
-               cudaStream_t stream) {
+               cudaStream_t stream, bool swiglu) {
+  if (swiglu) {  // ws = {gate, up}: two rows a warp already, so two units ahead
+    g_matvec_early != 0 ? launch_tpr<T, NT, 2, 32, 2, true, true>(ws, ys, n, xq, xd, stream)
+                        : launch_tpr<T, NT, 2, 32, 2, false, true>(ws, ys, n, xq, xd, stream);
+    return;
+  }
   // Two rows per group once several tokens share each decoded unit. A warp per row by
   // default: measured on the H200 (docs/BENCHMARKS.md), a decode step of the Llama-3-8B
   // shape took 3.05 ms of device time against 3.41 with a block of 128 threads per row
   // (no block-wide reduction, more units in flight per thread). The threads per row do
   // not depend on the batch (a token's sums are the same in any batch).
   constexpr int R = NT >= 3 ? 2 : 1;
+  const bool early = g_matvec_early != 0;
   if (g_matvec_tpr == 128) {
-    launch_tpr<T, NT, R, 128>(ws, ys, n, xq, xd, stream);
+    launch_tpr<T, NT, R, 128, 1, false>(ws, ys, n, xq, xd, stream);
+  } else if (g_matvec_ilp == 1) {
+    early ? launch_tpr<T, NT, R, 32, 1, true>(ws, ys, n, xq, xd, stream)
+          : launch_tpr<T, NT, R, 32, 1, false>(ws, ys, n, xq, xd, stream);
+  } else if (g_matvec_ilp == 2 || NT > 2) {
+    early ? launch_tpr<T, NT, R, 32, 2, true>(ws, ys, n, xq, xd, stream)
+          : launch_tpr<T, NT, R, 32, 2, false>(ws, ys, n, xq, xd, stream);
   } else {
-    launch_tpr<T, NT, R, 32>(ws, ys, n, xq, xd, stream);
+    early ? launch_tpr<T, NT, R, 32, 4, true>(ws, ys, n, xq, xd, stream)
+          : launch_tpr<T, NT, R, 32, 4, false>(ws, ys, n, xq, xd, stream);
   }
 }
 
 template <class T>
 void launch(const DeviceWeight* ws, float* const* ys, int n, int64_t n_tokens, const int8_t* xq, const float2* xd,
-            cudaStream_t stream) {
+            cudaStream_t stream, bool swiglu) {
   switch (n_tokens) {
-    case 1: launch_nt<T, 1>(ws, ys, n, xq, xd, stream); break;
-    case 2: launch_nt<T, 2>(ws, ys, n, xq, xd, stream); break;
-    case 3: launch_nt<T, 3>(ws, ys, n, xq, xd, stream); break;
-    case 4: launch_nt<T, 4>(ws, ys, n, xq, xd, stream); break;
-    case 5: launch_nt<T, 5>(ws, ys, n, xq, xd, stream); break;
-    case 6: launch_nt<T, 6>(ws, ys, n, xq, xd, stream); break;
-    case 7: launch_nt<T, 7>(ws, ys, n, xq, xd, stream); break;
-    default: launch_nt<T, 8>(ws, ys, n, xq, xd, stream); break;
+    case 1: launch_nt<T, 1>(ws, ys, n, xq, xd, stream, swiglu); break;
+    case 2: launch_nt<T, 2>(ws, ys, n, xq, xd, stream, swiglu); break;
+    case 3: launch_nt<T, 3>(ws, ys, n, xq, xd, stream, swiglu); break;
+    case 4: launch_nt<T, 4>(ws, ys, n, xq, xd, stream, swiglu); break;
+    case 5: launch_nt<T, 5>(ws, ys, n, xq, xd, stream, swiglu); break;
+    case 6: launch_nt<T, 6>(ws, ys, n, xq, xd, stream, swiglu); break;
+    case 7: launch_nt<T, 7>(ws, ys, n, xq, xd, stream, swiglu); break;
+    default: launch_nt<T, 8>(ws, ys, n, xq, xd, stream, swiglu); break;
   }
 }
 
@@ -319,16 +374,16 @@ bool check(const DeviceWeight& w, int64_t n_cols) {
 
 // ws[0..n): one type, each with rows; ys at token t0.
 void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, const int8_t* xq, const float2* xd,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, bool swiglu = false) {
   switch (ws[0].type) {
-    case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q4_K: launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q5_K: launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream); break;
-    case GgmlType::Q6_K: launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream); break;
+    case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q4_K: launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_K: launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q6_K: launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     default: break;
   }
 }
@@ -365,6 +420,10 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 }  // namespace
 
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
+void set_q8_matvec_shape(int ilp, int early) {
+  g_matvec_ilp = ilp;
+  g_matvec_early = early;
+}
 
 bool q8_matvec_supported(GgmlType type) {
   int e, b, a;
@@ -382,8 +441,12 @@ void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y
   q8_matvec_multi(&w, 1, x, n_tokens, &y, scratch, scratch_bytes, stream);
 }
 
+size_t q8_scratch_scales_offset(int64_t n_tokens, int64_t n_cols) {
+  return align_up(static_cast<size_t>(n_tokens * n_cols));
+}
+
 void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
-                     void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream, bool x_ready) {
   if (n <= 0) return;
   const int64_t n_cols = ws[0].n_cols;
   bool any = false;
@@ -391,6 +454,7 @@ void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_to
   if (n_tokens < 0) bad("negative n_tokens " + std::to_string(n_tokens));
   if (n_tokens == 0 || !any) return;
   if (x == nullptr) bad("x is null");
+  if (x_ready && n_tokens > kMaxMatvecTokens) bad("x quantized ahead for more than kMaxMatvecTokens tokens");
   if (scratch_bytes < q8_matvec_scratch_bytes(n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
     bad("scratch must hold q8_matvec_scratch_bytes and be 256-byte aligned");
   }
@@ -399,7 +463,10 @@ void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_to
     auto* xq = static_cast<int8_t*>(scratch);
     auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(nt * n_cols)));
     const int64_t n_chunks = nt * n_cols / kChunk;
-    ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream, x + t0 * n_cols, n_chunks, xq, xd);
+    if (!x_ready) {
+      ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream,
+                                 x + t0 * n_cols, n_chunks, xq, xd);
+    }
     // One launch per run of consecutive weights of one type (at most kMaxTargets).
     int i = 0;
     while (i < n) {
@@ -415,6 +482,36 @@ void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_to
       }
       if (k > 0) launch_type(group, group_y, k, nt, xq, xd, stream);
     }
+  }
+}
+
+void q8_matvec_swiglu(const DeviceWeight& gate, const DeviceWeight& up, const float* x, int64_t n_tokens, float* y,
+                      void* scratch, size_t scratch_bytes, cudaStream_t stream, bool x_ready) {
+  if (up.type != gate.type || up.n_rows != gate.n_rows || up.n_cols != gate.n_cols) {
+    bad("q8_matvec_swiglu: gate and up must have one type and shape");
+  }
+  const int64_t n_cols = gate.n_cols;
+  if (!check(gate, n_cols) || !check(up, n_cols)) return;
+  if (n_tokens < 0) bad("negative n_tokens " + std::to_string(n_tokens));
+  if (n_tokens == 0) return;
+  if (x == nullptr || y == nullptr) bad("q8_matvec_swiglu: x or y is null");
+  if (x_ready && n_tokens > kMaxMatvecTokens) bad("x quantized ahead for more than kMaxMatvecTokens tokens");
+  if (scratch_bytes < q8_matvec_scratch_bytes(n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    bad("scratch must hold q8_matvec_scratch_bytes and be 256-byte aligned");
+  }
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMatvecTokens) {
+    const int64_t nt = std::min<int64_t>(kMaxMatvecTokens, n_tokens - t0);
+    int8_t* xq = nullptr;
+    float2* xd = nullptr;
+    if (x_ready) {
+      xq = static_cast<int8_t*>(scratch);
+      xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(nt, n_cols));
+    } else {
+      quantize_into(x + t0 * n_cols, nt, n_cols, scratch, &xq, &xd, stream);
+    }
+    const DeviceWeight ws[2] = {gate, up};
+    float* ys[2] = {y + t0 * gate.n_rows, nullptr};
+    launch_type(ws, ys, 2, nt, xq, xd, stream, true);
   }
 }
 
