@@ -318,6 +318,20 @@ void run_gemm_case(const std::string& tag, const DeviceWeight& dw, const std::ve
       fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + ": outputs of the first tokens differ from a " +
                 (nt == 130 ? "65" : "9") + "-token batch");
     }
+    // Every prefetch depth: the default's bits.
+    std::vector<float> y2(y.size());
+    for (int pf : {1, 3}) {
+      hearth::cuda::set_quant_gemm_prefetch(pf);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+      hearth::cuda::quant_gemm(dw, d_x, nt, d_y, d_s, sb_max, stream);
+      check_launch(stream);
+      CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+      if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+        fails.add(tag + " quant_gemm nt=" + std::to_string(nt) + ": prefetch " + std::to_string(pf) +
+                  " differs from the default's bits");
+      }
+    }
+    hearth::cuda::set_quant_gemm_prefetch(0);
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));
@@ -776,6 +790,19 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         std::printf(" | t=%d %.0f %.0f %.1f vs %.0f (x%.2f)", nt, sq * 1e6, bytes / sq * 1e-9, flop / sq * 1e-12,
                     sc * 1e6, sc / sq);
       }
+      std::printf("\n");
+      // quant_gemm's prefetch depths (steps of loads in flight), batched-decode sizes.
+      std::printf("%-7s prefetch", type_name(type).c_str());
+      for (int pf : {1, 2, 3}) {
+        hearth::cuda::set_quant_gemm_prefetch(pf);
+        for (int nt : {16, 64}) {
+          const double sq = time_it([&](int k) {
+            hearth::cuda::quant_gemm(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_s, sb, stream);
+          });
+          std::printf(" | pf%d t=%d %.0fus %.0fGB/s", pf, nt, sq * 1e6, bytes / sq * 1e-9);
+        }
+      }
+      hearth::cuda::set_quant_gemm_prefetch(0);
       std::printf("\n");
       cublasDestroy(h);
       CUDA_OK(cudaFree(d_xg));

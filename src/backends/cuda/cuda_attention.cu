@@ -33,12 +33,37 @@ __device__ __forceinline__ float kv_load(const __half* p) { return __half2float(
 // the chunk's query heads (grouped-query attention reads a KV head for `group` queries).
 constexpr int kDecodeHeads = 4;
 
+// out for (row, h) from the n_split key ranges' partial results [max, sum, acc[head_dim]]
+// (read past L1: other blocks of the same launch may have written them).
+__device__ void merge_splits(const float* part, int row, int h, int n_split, int n_head, int head_dim,
+                             float* __restrict__ out) {
+  const int64_t stride = head_dim + 2;
+  const float* pp = part + (static_cast<int64_t>(row) * n_head + h) * n_split * stride;
+  float M = -INFINITY;
+  for (int z = 0; z < n_split; ++z) M = fmaxf(M, __ldcg(pp + z * stride));
+  float L = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float mz = __ldcg(pp + z * stride);
+    if (mz != -INFINITY) L += __ldcg(pp + z * stride + 1) * expf(mz - M);
+  }
+  const float inv = 1.0f / L;
+  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float s = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float mz = __ldcg(pp + z * stride);
+      if (mz != -INFINITY) s += __ldcg(pp + z * stride + 2 + d) * expf(mz - M);
+    }
+    o[d] = s * inv;
+  }
+}
+
 template <class T, int EPL>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
                      const SeqDesc* __restrict__ seqs, const int32_t* __restrict__ row_seq,
                      const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
-                     int bs_log2, float scale, float* __restrict__ out, int split_keys,
+                     int bs_log2, float scale, float* __restrict__ out, unsigned* __restrict__ counters,
                      float* __restrict__ part) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
@@ -72,7 +97,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   // Split over keys (part != null): this row's keys in gridDim.z ranges of equal length
   // (the range count fixed per context bucket, so a recorded step's launch serves every
   // length of the bucket); this block takes range blockIdx.z.
-  (void)split_keys;
   const int row_split = (n_keys + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
   const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * row_split : 0;
   const int k_end = part != nullptr ? min(n_keys, k_begin + row_split) : n_keys;
@@ -147,6 +171,19 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       o[d] = s * inv;
     }
   }
+  if (part == nullptr || counters == nullptr) return;
+  // The last of the key ranges of this (row, block of heads) to finish merges them all
+  // (the same arithmetic and order as attention_combine_kernel) and resets the counter.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  unsigned* counter = counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.z - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int g = 0; g < ng; ++g) merge_splits(part, row, h0 + g, static_cast<int>(gridDim.z), n_head, head_dim, out);
+  if (threadIdx.x == 0) *counter = 0u;
 }
 
 // Merges the key ranges' partial results of one (row, head): block (row, head).
@@ -156,25 +193,7 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, const i
   ::hearth::cuda::pdl_trigger();
   const int row = blockIdx.x, h = blockIdx.y;
   if (row_seq[row] < 0) return;
-  const int64_t stride = head_dim + 2;
-  const float* pp = part + (static_cast<int64_t>(row) * n_head + h) * n_split * stride;
-  float M = -INFINITY;
-  for (int z = 0; z < n_split; ++z) M = fmaxf(M, pp[z * stride]);
-  float L = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
-    const float mz = pp[z * stride];
-    if (mz != -INFINITY) L += pp[z * stride + 1] * expf(mz - M);
-  }
-  const float inv = 1.0f / L;
-  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float s = 0.0f;
-    for (int z = 0; z < n_split; ++z) {
-      const float mz = pp[z * stride];
-      if (mz != -INFINITY) s += pp[z * stride + 2 + d] * expf(mz - M);
-    }
-    o[d] = s * inv;
-  }
+  merge_splits(part, row, h, n_split, n_head, head_dim, out);
 }
 
 // Prompts: one block per (tile of query rows of one sequence, KV head) computes the
@@ -332,7 +351,7 @@ void launch_prefill(int epl, dim3 grid, cudaStream_t st, const float* q, const v
 template <class T>
 void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v,
                       const SeqDesc* seqs, const int32_t* row_seq, const int32_t* tables, int n_head, int group,
-                      int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, int split_keys,
+                      int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, unsigned* counters,
                       float* part) {
   const auto* kc = static_cast<const T*>(k);
   const auto* vc = static_cast<const T*>(v);
@@ -340,15 +359,15 @@ void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const
   switch (epl) {
     case 2:
       ::hearth::cuda::launch_pdl(attention_kernel<T, 2>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out, split_keys, part);
+                                                       kv_stride, bs_log2, scale, out, counters, part);
       break;
     case 4:
       ::hearth::cuda::launch_pdl(attention_kernel<T, 4>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out, split_keys, part);
+                                                       kv_stride, bs_log2, scale, out, counters, part);
       break;
     default:
       ::hearth::cuda::launch_pdl(attention_kernel<T, 8>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out, split_keys, part);
+                                                       kv_stride, bs_log2, scale, out, counters, part);
       break;
   }
 }
@@ -447,7 +466,6 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int64_t want = std::max<int64_t>(1, (1024 + n_rows * head_blocks - 1) / (n_rows * head_blocks));
   // (From the bucket, not the exact length: each row divides its own keys among them.)
   const int64_t n_split = std::min({kMaxSplits, bucket_keys / kSplitKeys, want});
-  const int split_keys = 0;  // per row, in the kernel
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(
@@ -459,18 +477,20 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
                                 sig_of(out), sig_of(n_rows), sig_of(n_split), sig_of(part)})) {
     return;
   }
+  // The last key range of each (row, block of heads) merges them (fuse_; else one more kernel).
+  unsigned* counters = part != nullptr && fuse_ && n_rows * head_blocks <= kAttnCounters ? attn_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(head_blocks), static_cast<unsigned>(n_split));
   if (cache.type == ops::KvType::F16) {
     launch_attention<__half>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
-                             scale, out, split_keys, part);
+                             scale, out, counters, part);
   } else {
     launch_attention<float>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                             static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
-                            scale, out, split_keys, part);
+                            scale, out, counters, part);
   }
   HEARTH_CUDA_LAUNCHED("attention");
-  if (part != nullptr) {
+  if (part != nullptr && counters == nullptr) {
     ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
   }
   HEARTH_CUDA_LAUNCHED("attention");

@@ -212,6 +212,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   HEARTH_CUDA_CHECK("init", cudaMalloc(reinterpret_cast<void**>(&stage_dev_), kStageBytes));
   stage_cap_ = kStageBytes;
   note_alloc(static_cast<int64_t>(kStageBytes));
+  HEARTH_CUDA_CHECK("init", cudaMalloc(reinterpret_cast<void**>(&attn_counters_), sizeof(unsigned) * kAttnCounters));
+  HEARTH_CUDA_CHECK("init", cudaMemset(attn_counters_, 0, sizeof(unsigned) * kAttnCounters));
+  note_alloc(static_cast<int64_t>(sizeof(unsigned) * kAttnCounters));
 }
 
 CudaBackend::~CudaBackend() {
@@ -259,6 +262,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : weights_) cudaFree(p);
   for (void* p : scratch_) cudaFree(p);
   cudaFree(stage_dev_);
+  cudaFree(attn_counters_);
   cudaFreeHost(stage_host_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   cudaStreamDestroy(stream_);

@@ -181,6 +181,10 @@ class CudaBackend final : public ops::Backend {
   // Staging ring: pinned host memory mirrored by device memory of the same size.
   uint8_t* stage_host_ = nullptr;
   uint8_t* stage_dev_ = nullptr;
+  // Decode attention's per-(row, block of heads) counters of finished key ranges (zero
+  // between launches: the last range resets its counter), for that many pairs.
+  static constexpr int64_t kAttnCounters = 1 << 16;
+  unsigned* attn_counters_ = nullptr;
   size_t stage_cap_ = 0, stage_off_ = 0;
   // The last kStageMemo stagings (ring offset, bytes, ring epoch: +1 at each wrap or growth).
   struct StageMemo {

@@ -109,6 +109,9 @@ void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n
 // other tokens for batches of 9 to 64 tokens, nor above 64. All quantized types (not F32,
 // F16, BF16).
 bool quant_gemm_supported(GgmlType type);
+// Steps of weight loads quant_gemm keeps in flight (1..3; 0: the default, 2). The same
+// results for every value. For measuring.
+void set_quant_gemm_prefetch(int steps);
 size_t quant_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                 size_t scratch_bytes, cudaStream_t stream);

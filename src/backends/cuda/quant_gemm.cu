@@ -102,7 +102,10 @@ __device__ __forceinline__ void store_unit(const uint32_t* h, int b, int s, __ha
 // out: [n_splits][n_tokens][n_rows] partial sums (or y itself with one split). x: f16
 // activations, padded with zero rows to a whole number of BN-token tiles. Warp f of the
 // block owns the 16 x 16 output fragment f (rows f % (BM / 16), tokens f / (BM / 16)).
-template <GgmlType TYPE, int BN, int MIN_BLOCKS>
+// PF steps' weight and activation loads are in flight at once: a step's loads are issued
+// right after the step PF before it was stored to shared memory, so they overlap that
+// step's products and the PF - 1 steps between (the same arithmetic for every PF).
+template <GgmlType TYPE, int BN, int MIN_BLOCKS, int PF>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     qgemm_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                  const __half* __restrict__ x, int64_t n_tokens, int steps_per_split, float* __restrict__ out,
@@ -147,42 +150,59 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
   wmma::fill_fragment(acc, 0.0f);
-  for (int step = step0; step < step1; ++step) {
-    const int64_t c0 = static_cast<int64_t>(step) * kBK;
-    // Activations and weights loaded together (both in flight), then converted and stored.
-    uint4 xv[kXPer];
+  // Loads of step st into slot k (compile-time k: the slots stay in registers).
+  typename D::Raw raw[PF];
+  uint4 xv[PF][kXPer];
+  bool full[PF];
+  auto load_step = [&](int st, typename D::Raw& rw, uint4 (&xs_in)[kXPer], bool& ok) {
+    const int64_t c0 = static_cast<int64_t>(st) * kBK;
 #pragma unroll
     for (int i = 0; i < kXPer; ++i) {
       const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
       const int t = idx / (kBK / 8), c = (idx % (kBK / 8)) * 8;
-      xv[i] = make_uint4(0, 0, 0, 0);
-      if (c0 + c < n_cols) xv[i] = __ldg(reinterpret_cast<const uint4*>(x + (tok0 + t) * n_cols + c0 + c));
+      xs_in[i] = make_uint4(0, 0, 0, 0);
+      if (c0 + c < n_cols) xs_in[i] = __ldg(reinterpret_cast<const uint4*>(x + (tok0 + t) * n_cols + c0 + c));
     }
-    uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
-    if (c0 + static_cast<int64_t>(b + 1) * Q::kElems <= n_cols) {
-      D::convert(D::load(wrow + (c0 / Q::kElems + b) * Q::kBytes, s), s, h);
-    } else {
+    ok = c0 + static_cast<int64_t>(b + 1) * Q::kElems <= n_cols;
+    if (ok) rw = D::load(wrow + (c0 / Q::kElems + b) * Q::kBytes, s);
+  };
 #pragma unroll
-      for (int k = 0; k < Q::kPer / 2; ++k) h[k] = 0;
-    }
-    store_unit<Q>(h, b, s, ws + r * kLd);
+  for (int k = 0; k < PF; ++k) {
+    if (step0 + k < step1) load_step(step0 + k, raw[k], xv[k], full[k]);
+  }
+  for (int base = step0; base < step1; base += PF) {
 #pragma unroll
-    for (int i = 0; i < kXPer; ++i) {
-      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
-      *reinterpret_cast<uint4*>(xs + (idx / (kBK / 8)) * kLd + (idx % (kBK / 8)) * 8) = xv[i];
-    }
-    __syncthreads();
-    if (has_frag) {
-      const int k_end = static_cast<int>(min(static_cast<int64_t>(kBK), n_cols - c0));
-      for (int kk = 0; kk < k_end; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf;
-        wmma::load_matrix_sync(a, ws + fm * 16 * kLd + kk, kLd);
-        wmma::load_matrix_sync(bf, xs + fn * 16 * kLd + kk, kLd);
-        wmma::mma_sync(acc, a, bf, acc);
+    for (int k = 0; k < PF; ++k) {
+      const int step = base + k;
+      if (step >= step1) break;  // the same for every thread
+      const int64_t c0 = static_cast<int64_t>(step) * kBK;
+      uint32_t h[Q::kPer / 2];  // half2 words in the unit's run order
+      if (full[k]) {
+        D::convert(raw[k], s, h);
+      } else {
+#pragma unroll
+        for (int j = 0; j < Q::kPer / 2; ++j) h[j] = 0;
       }
+      store_unit<Q>(h, b, s, ws + r * kLd);
+#pragma unroll
+      for (int i = 0; i < kXPer; ++i) {
+        const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+        *reinterpret_cast<uint4*>(xs + (idx / (kBK / 8)) * kLd + (idx % (kBK / 8)) * 8) = xv[k][i];
+      }
+      __syncthreads();
+      if (step + PF < step1) load_step(step + PF, raw[k], xv[k], full[k]);
+      if (has_frag) {
+        const int k_end = static_cast<int>(min(static_cast<int64_t>(kBK), n_cols - c0));
+        for (int kk = 0; kk < k_end; kk += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf;
+          wmma::load_matrix_sync(a, ws + fm * 16 * kLd + kk, kLd);
+          wmma::load_matrix_sync(bf, xs + fn * 16 * kLd + kk, kLd);
+          wmma::mma_sync(acc, a, bf, acc);
+        }
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
 
   // Outputs through shared memory (C[row][token] column-major: token-major rows of BM),
@@ -232,6 +252,7 @@ int tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 
 struct Plan {
   int bn, splits, steps_per_split;
   int blocks_per_sm;  // 1 (up to 128 registers a thread), or 2 (64) with HEARTH_CUDA_QGEMM_BLOCKS=2
+  int prefetch;       // steps of loads in flight (HEARTH_CUDA_QGEMM_PF: 1, 2 or 3)
   int64_t row_tiles, tok_tiles;
 };
 
@@ -245,6 +266,11 @@ int blocks_per_sm() {
   return n;
 }
 
+int g_qgemm_prefetch = [] {
+  const char* e = std::getenv("HEARTH_CUDA_QGEMM_PF");
+  return e != nullptr ? std::max(1, std::min(3, std::atoi(e))) : 2;
+}();
+
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
   const int bm = ggml_traits(w.type).block_size == 256 ? 64 : 32;  // TileRows<type>::BM
@@ -256,6 +282,7 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   // of tokens holds the batch: an output's sum order is then the same for 9..64 tokens.
   // Split until one wave fills the GPU.
   p.blocks_per_sm = blocks_per_sm();
+  p.prefetch = g_qgemm_prefetch;
   const int64_t slots = p.blocks_per_sm * static_cast<int64_t>(sm_count());
   int splits = n_tokens > 64 ? 1 : static_cast<int>(std::max<int64_t>(1, slots / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
@@ -266,11 +293,11 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
 
 size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
-template <GgmlType TYPE, int BN, int MIN_BLOCKS>
+template <GgmlType TYPE, int BN, int MIN_BLOCKS, int PF = 1>
 void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  const ExpertTile* groups, cudaStream_t stream) {
   constexpr size_t kSmem = static_cast<size_t>(TileRows<TYPE>::BM + BN) * kLd * 2;
-  static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN, MIN_BLOCKS>,
+  static const cudaError_t attr = cudaFuncSetAttribute(qgemm_kernel<TYPE, BN, MIN_BLOCKS, PF>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        static_cast<int>(kSmem));
   if (attr != cudaSuccess) {
@@ -278,7 +305,7 @@ void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
   }
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
                   static_cast<unsigned>(p.splits));
-  ::hearth::cuda::launch_pdl(qgemm_kernel<TYPE, BN, MIN_BLOCKS>, grid, kThreads, kSmem, stream, static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out,
+  ::hearth::cuda::launch_pdl(qgemm_kernel<TYPE, BN, MIN_BLOCKS, PF>, grid, kThreads, kSmem, stream, static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x16, n_tokens, p.steps_per_split, out,
       groups);
 }
 
@@ -286,10 +313,27 @@ template <GgmlType TYPE>
 void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  const ExpertTile* groups, cudaStream_t stream) {
   if (p.blocks_per_sm == 1) {
-    switch (p.bn) {
-      case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, groups, stream); break;
-      case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, groups, stream); break;
-      default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+    // Loads of several steps in flight for the types with fast (split load / convert)
+    // decoders; the others load inside their decoder.
+    constexpr bool kFast = qk::HalfDecode<TYPE>::kHas;
+    if (kFast && p.prefetch >= 3) {
+      switch (p.bn) {
+        case 16: launch_tile<TYPE, 16, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
+        case 32: launch_tile<TYPE, 32, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
+        default: launch_tile<TYPE, 64, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
+      }
+    } else if (kFast && p.prefetch == 2) {
+      switch (p.bn) {
+        case 16: launch_tile<TYPE, 16, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+        case 32: launch_tile<TYPE, 32, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+        default: launch_tile<TYPE, 64, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+      }
+    } else {
+      switch (p.bn) {
+        case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+        case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+        default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+      }
     }
     return;
   }
@@ -322,6 +366,8 @@ bool dispatch(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const 
 }
 
 }  // namespace
+
+void set_quant_gemm_prefetch(int steps) { g_qgemm_prefetch = steps <= 0 ? 2 : std::min(3, steps); }
 
 bool quant_gemm_supported(GgmlType type) {
   switch (type) {
@@ -406,6 +452,7 @@ void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const Ex
   p.splits = 1;
   p.steps_per_split = static_cast<int>((w.n_cols + kBK - 1) / kBK);
   p.blocks_per_sm = blocks_per_sm();
+  p.prefetch = g_qgemm_prefetch;
   const int bm = ggml_traits(w.type).block_size == 256 ? 64 : 32;
   p.row_tiles = (rows_per_expert + bm - 1) / bm;
   p.tok_tiles = n_tiles;
