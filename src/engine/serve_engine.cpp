@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <new>
 #include <optional>
@@ -88,6 +90,8 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
                  blocks_) {
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
   if (config.commit_kv) pool_.commit();
+  const char* timing = std::getenv("HEARTH_ENGINE_TIMING");
+  timing_.on = timing != nullptr && std::string(timing) == "1";
 }
 
 ServeEngine::~ServeEngine() { stop(); }
@@ -119,6 +123,16 @@ void ServeEngine::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (timing_.on && timing_.steps > 0) {
+    const double n = static_cast<double>(timing_.steps);
+    std::fprintf(stderr,
+                 "hearth: engine steps: %lld (%lld tokens, %lld sampled rows); per step: plan %.2f ms, forward "
+                 "%.2f ms, sampling %.2f ms\n",
+                 static_cast<long long>(timing_.steps), static_cast<long long>(timing_.tokens),
+                 static_cast<long long>(timing_.rows), timing_.plan_ms / n, timing_.forward_ms / n,
+                 timing_.sample_ms / n);
+    timing_.steps = 0;
+  }
   // No engine thread now (never started, or it has ended): end what is still queued,
   // so that no channel waits forever for its Final. (stop() runs in the destructor:
   // nothing may escape.)
@@ -377,24 +391,46 @@ void ServeEngine::step() {
     } wait_masks{mask_worker_};
     apply(plan.state_before);
     if (engine_fault) fail(ErrorKind::kInternal, "forward", "injected engine fault (test only)");
+    const auto t_forward = Clock::now();
     model_.forward_batch(pool_, batch_, logits_);
+    const auto t_forward_end = Clock::now();
     if (!masked_.empty()) mask_worker_.wait();
     apply(scheduler_.commit(plan));
-    size_t row = 0;
+    // The sampled rows, picked in parallel when there are many, then finished in order.
+    std::vector<std::pair<SeqSlot*, Live*>> rows;
+    for (const StepItem& item : plan.items) {
+      if (item.logits) rows.emplace_back(item.seq, live_.at(item.seq->id).get());
+    }
+    picks_.assign(rows.size(), RowPick{});
+    auto pick = [&](int64_t r) {
+      pick_row(*rows[r].first, *rows[r].second,
+               std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab), picks_[r]);
+    };
+    constexpr size_t kParallelRows = 8;
+    if (rows.size() >= kParallelRows && !sample_pool_) {
+      sample_pool_ = std::make_unique<ThreadPool>(std::min(8, physical_core_count()));
+    }
+    if (rows.size() >= kParallelRows && sample_pool_->n_threads() > 1) {
+      sample_pool_->parallel_for(static_cast<int64_t>(rows.size()), 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t r = b; r < e; ++r) pick(r);
+      });
+    } else {
+      for (size_t r = 0; r < rows.size(); ++r) pick(static_cast<int64_t>(r));
+    }
+    const size_t row = rows.size();
     std::vector<uint64_t> done_stop, done_length;
     std::vector<std::pair<uint64_t, std::string>> done_error;
-    for (const StepItem& item : plan.items) {
-      if (!item.logits) continue;
-      SeqSlot& seq = *item.seq;
-      Live& live = *live_.at(seq.id);
-      std::span<float> lg(logits_.data() + row * n_vocab, n_vocab);
-      ++row;
-      std::string error;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      SeqSlot& seq = *rows[r].first;
+      Live& live = *rows[r].second;
+      std::string error = std::move(picks_[r].error);
       RowEnd e = RowEnd::kError;
-      try {
-        e = sample_row(seq, live, lg, error);
-      } catch (const std::exception& ex) {
-        error = request_fault("sampling", ex);
+      if (error.empty()) {
+        try {
+          e = finish_row(seq, live, picks_[r].token, error);
+        } catch (const std::exception& ex) {
+          error = request_fault("sampling", ex);
+        }
       }
       if (e == RowEnd::kStop) done_stop.push_back(seq.id);
       if (e == RowEnd::kLength) done_length.push_back(seq.id);
@@ -403,6 +439,14 @@ void ServeEngine::step() {
     for (uint64_t id : done_stop) end(id, "stop");
     for (uint64_t id : done_length) end(id, "length");
     for (const auto& [id, why] : done_error) end(id, "error", why);
+    if (timing_.on) {
+      ++timing_.steps;
+      timing_.rows += static_cast<int64_t>(row);
+      timing_.tokens += plan.n_tokens();
+      timing_.plan_ms += ms_between(t0, t_forward);
+      timing_.forward_ms += ms_between(t_forward, t_forward_end);
+      timing_.sample_ms += ms_between(t_forward_end, Clock::now());
+    }
     if (observer_ != nullptr) {
       observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
                          ms_between(t0, Clock::now()) / 1000.0);
@@ -420,27 +464,36 @@ void ServeEngine::step() {
   if (!plan.empty()) ++stats_.steps;
 }
 
-ServeEngine::RowEnd ServeEngine::sample_row(SeqSlot& seq, Live& live, std::span<float> lg, std::string& error) {
-  if (!live.mask_error.empty()) {
-    error = std::move(live.mask_error);
-    return RowEnd::kError;
+void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, RowPick& pick) {
+  try {
+    if (!live.mask_error.empty()) {
+      pick.error = std::move(live.mask_error);
+      return;
+    }
+    if (live.fault_due(FaultKind::kNan)) std::fill(lg.begin(), lg.end(), std::numeric_limits<float>::quiet_NaN());
+    // A non-finite output (a numerical fault of this sequence) would make the sampler's
+    // choice meaningless: the request ends instead of emitting garbage.
+    if (const int64_t bad = first_non_finite(lg); bad >= 0) {
+      pick.error = "the model's output for this request is not finite (logit of token " + std::to_string(bad) +
+                   " is " + (std::isnan(lg[static_cast<size_t>(bad)]) ? "NaN" : "infinite") +
+                   ") at generated token " + std::to_string(live.n_generated);
+      return;
+    }
+    if (live.request.top_logprobs >= 0) live.raw.assign(lg.begin(), lg.end());
+    if (live.matcher) grammar::apply_mask(lg, live.mask);
+    // A spent reasoning budget writes the closing tag instead of the sampler (not under a
+    // grammar: the constraint decides every token of a constrained answer).
+    const std::optional<int32_t> forced = live.matcher ? std::nullopt : live.reasoning.forced();
+    if (!forced && live.fault_due(FaultKind::kSampler)) {
+      fail(ErrorKind::kInternal, "sampler", "injected sampler fault");
+    }
+    pick.token = forced ? *forced : live.sampler.sample(lg, seq.tokens);
+  } catch (const std::exception& ex) {
+    pick.error = request_fault("sampling", ex);
   }
-  if (live.fault_due(FaultKind::kNan)) std::fill(lg.begin(), lg.end(), std::numeric_limits<float>::quiet_NaN());
-  // A non-finite output (a numerical fault of this sequence) would make the sampler's
-  // choice meaningless: the request ends instead of emitting garbage.
-  if (const int64_t bad = first_non_finite(lg); bad >= 0) {
-    error = "the model's output for this request is not finite (logit of token " + std::to_string(bad) + " is " +
-            (std::isnan(lg[static_cast<size_t>(bad)]) ? "NaN" : "infinite") + ") at generated token " +
-            std::to_string(live.n_generated);
-    return RowEnd::kError;
-  }
-  if (live.request.top_logprobs >= 0) live.raw.assign(lg.begin(), lg.end());
-  if (live.matcher) grammar::apply_mask(lg, live.mask);
-  // A spent reasoning budget writes the closing tag instead of the sampler (not under a
-  // grammar: the constraint decides every token of a constrained answer).
-  const std::optional<int32_t> forced = live.matcher ? std::nullopt : live.reasoning.forced();
-  if (!forced && live.fault_due(FaultKind::kSampler)) fail(ErrorKind::kInternal, "sampler", "injected sampler fault");
-  const int32_t next = forced ? *forced : live.sampler.sample(lg, seq.tokens);
+}
+
+ServeEngine::RowEnd ServeEngine::finish_row(SeqSlot& seq, Live& live, int32_t next, std::string& error) {
   const auto now = Clock::now();
   bool grammar_done = false;
   if (live.matcher) {

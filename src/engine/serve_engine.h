@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "engine/block_manager.h"
 #include "engine/fault_inject.h"
 #include "engine/mask_worker.h"
@@ -111,10 +112,18 @@ class ServeEngine {
   void drop_cancelled();
   void step();
   enum class RowEnd { kNone, kStop, kLength, kError };
-  // Samples one sequence's next token from its logits row and streams it. A fault of the
-  // sequence (non-finite logits, a throwing sampler or stop matcher) throws or returns
-  // kError with `error` set; either way only this sequence ends.
-  RowEnd sample_row(SeqSlot& seq, Live& live, std::span<float> lg, std::string& error);
+  // A sequence's next token from its logits row, in two halves. A fault of the sequence
+  // (non-finite logits, a throwing sampler or stop matcher) ends only that sequence.
+  // pick_row checks, masks and samples the row (touching only that sequence's state, so
+  // the rows of a step run on several threads); it sets `token`, or `error`, and never
+  // throws. finish_row accepts the token, streams it and says whether the sequence ends
+  // (in row order, on the engine thread); it throws or returns kError with `error` set.
+  struct RowPick {
+    int32_t token = -1;
+    std::string error;
+  };
+  void pick_row(SeqSlot& seq, Live& live, std::span<float> lg, RowPick& pick);
+  RowEnd finish_row(SeqSlot& seq, Live& live, int32_t next, std::string& error);
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
   // Ends every queued and running request with `error` (finish reason `reason`:
   // "cancelled" when shutting down, "error" after an engine fault).
@@ -136,7 +145,19 @@ class ServeEngine {
   Scheduler scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
+  // HEARTH_ENGINE_TIMING=1: where the engine thread's steps spend their time (planning
+  // and state copies, the forward pass with the logits' copy to the host, sampling and
+  // streaming), printed to stderr when the engine stops.
+  struct StepTiming {
+    bool on = false;
+    int64_t steps = 0, rows = 0, tokens = 0;
+    double plan_ms = 0, forward_ms = 0, sample_ms = 0;
+  } timing_;
   std::vector<model::BatchSeq> batch_;
+  // Threads for the rows of a step that samples many (a 64-stream step of a 248k-token
+  // vocabulary scans 64 MB of logits); made on first use.
+  std::unique_ptr<ThreadPool> sample_pool_;
+  std::vector<RowPick> picks_;
 
   std::once_flag grammar_once_;
   std::unique_ptr<grammar::ConstraintCompiler> grammar_;  // made on first use (vocabulary scan)

@@ -124,6 +124,9 @@ TEST(CudaParity, MatmulAllTypes) {
 // products' tolerance of the CPU's.
 TEST(CudaParity, FusedSwiGLU) {
   NEED_GPU();
+  auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());
+  ASSERT_NE(cuda, nullptr);
+  cuda->set_fused_swiglu(true);
   const int64_t rows = 384, cols = 1024;
   for (GgmlType type : kTypes) {
     const auto gate = make_weight(type, randn(static_cast<size_t>(rows * cols), 51, 0.5f), rows, cols);
@@ -140,9 +143,12 @@ TEST(CudaParity, FusedSwiGLU) {
       const std::string what = std::string(hearth::ggml_type_name(type)) + " n_tokens=" + std::to_string(n_tok);
       const auto a = g.gv(), b = g2.gv();
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size())) << "fused vs separate bits, " << what;
-      EXPECT_LE(g.err(), n_tok <= 8 && hearth::cuda::q8_matvec_supported(type) ? 3e-2 : 5e-3) << what;
+      // (The CPU takes 8-bit activations for these types at any batch, the GPU f16 ones
+      // past 8 tokens: each within ~6e-3 of the exact product.)
+      EXPECT_LE(g.err(), hearth::cuda::q8_matvec_supported(type) ? 3e-2 : 5e-3) << what;
     }
   }
+  cuda->set_fused_swiglu(false);
 }
 
 // add_rms_norm quantizes its output for the 8-bit product right after it (matmul,
@@ -150,6 +156,8 @@ TEST(CudaParity, FusedSwiGLU) {
 // when another op comes between and the product quantizes x itself.
 TEST(CudaParity, FusedQuantization) {
   NEED_GPU();
+  auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());
+  ASSERT_NE(cuda, nullptr);
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0}) {
     for (int64_t n : {2048, 4096, 5120}) {
       const int64_t rows = 256;
@@ -174,7 +182,9 @@ TEST(CudaParity, FusedQuantization) {
               float* ys[2] = {out.g->data(), out2.g->data()};
               gpu().matmul_multi(ws, 2, y.g->data(), n_tok, ys);
             } else {
+              cuda->set_fused_swiglu(true);
               gpu().matmul_swiglu(w->g, w2->g, y.g->data(), n_tok, out.g->data(), out2.g->data());
+              cuda->set_fused_swiglu(false);
             }
             res[fused] = out.gv();
             if (op == 1) {

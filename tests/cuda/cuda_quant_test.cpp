@@ -234,8 +234,8 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
       int tpr, ilp, early;
     };
     std::vector<float> y2(y.size());
-    for (const Shape sh : {Shape{32, 1, 0}, Shape{32, 1, 1}, Shape{32, 2, 0}, Shape{32, 2, 1}, Shape{32, 4, 0},
-                           Shape{32, 4, 1}, Shape{128, 0, -1}}) {
+    // (TPR 128 sums each row over four warps: other bits, not checked here.)
+    for (const Shape sh : {Shape{32, 1, 0}, Shape{32, 1, 1}, Shape{32, 2, 0}, Shape{32, 2, 1}}) {
       hearth::cuda::set_q8_matvec_threads_per_row(sh.tpr);
       hearth::cuda::set_q8_matvec_shape(sh.ilp, sh.early);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
@@ -732,7 +732,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         std::printf(" | q8 t=%d %7.0f %5.1f%% %3.0fus", nt, moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
       }
       // One token through the kernel shapes of set_q8_matvec_shape (ilp, early).
-      for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{4, 0}, std::pair{4, 1}}) {
+      for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 1}}) {
         hearth::cuda::set_q8_matvec_shape(ilp, early);
         const double s = time_it([&](int k) {
           hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);

@@ -33,28 +33,44 @@ __device__ __forceinline__ float kv_load(const __half* p) { return __half2float(
 // the chunk's query heads (grouped-query attention reads a KV head for `group` queries).
 constexpr int kDecodeHeads = 4;
 
-// out for (row, h) from the n_split key ranges' partial results [max, sum, acc[head_dim]]
-// (read past L1: other blocks of the same launch may have written them).
-__device__ void merge_splits(const float* part, int row, int h, int n_split, int n_head, int head_dim,
+// out for heads h0 .. h0 + ng - 1 of `row` from their n_split (<= kMaxSplits) key
+// ranges' partial results [max, sum, acc[head_dim]], by the whole block: the ranges'
+// maxima and sums read in one parallel pass, each head's weights exp(m_z - M) and 1 / L
+// by one thread from shared memory, then every (head, dimension) output by one thread
+// summing the ranges in order. Reads go past L1: other blocks of the same launch may
+// have written the partial results.
+constexpr int kMaxSplits = 64;
+__device__ void merge_splits(const float* part, int row, int h0, int ng, int n_split, int n_head, int head_dim,
                              float* __restrict__ out) {
+  __shared__ float sf[kDecodeHeads][kMaxSplits], sl[kDecodeHeads][kMaxSplits], sinv[kDecodeHeads];
   const int64_t stride = head_dim + 2;
-  const float* pp = part + (static_cast<int64_t>(row) * n_head + h) * n_split * stride;
-  float M = -INFINITY;
-  for (int z = 0; z < n_split; ++z) M = fmaxf(M, __ldcg(pp + z * stride));
-  float L = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
-    const float mz = __ldcg(pp + z * stride);
-    if (mz != -INFINITY) L += __ldcg(pp + z * stride + 1) * expf(mz - M);
+  const float* base = part + (static_cast<int64_t>(row) * n_head + h0) * n_split * stride;
+  for (int i = threadIdx.x; i < ng * n_split; i += blockDim.x) {
+    const int g = i / n_split, z = i % n_split;
+    sf[g][z] = __ldcg(base + (static_cast<int64_t>(g) * n_split + z) * stride);
+    sl[g][z] = __ldcg(base + (static_cast<int64_t>(g) * n_split + z) * stride + 1);
   }
-  const float inv = 1.0f / L;
-  float* o = out + (static_cast<int64_t>(row) * n_head + h) * head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float s = 0.0f;
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < ng) {
+    const int g = threadIdx.x;
+    float M = -INFINITY;
+    for (int z = 0; z < n_split; ++z) M = fmaxf(M, sf[g][z]);
+    float L = 0.0f;
     for (int z = 0; z < n_split; ++z) {
-      const float mz = __ldcg(pp + z * stride);
-      if (mz != -INFINITY) s += __ldcg(pp + z * stride + 2 + d) * expf(mz - M);
+      const float f = sf[g][z] == -INFINITY ? 0.0f : expf(sf[g][z] - M);
+      sf[g][z] = f;
+      L += sl[g][z] * f;
     }
-    o[d] = s * inv;
+    sinv[g] = 1.0f / L;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < ng * head_dim; i += blockDim.x) {
+    const int g = i / head_dim, d = i % head_dim;
+    const float* pp = base + static_cast<int64_t>(g) * n_split * stride + 2 + d;
+    float s = 0.0f;
+#pragma unroll 8
+    for (int z = 0; z < n_split; ++z) s += __ldcg(pp + z * stride) * sf[g][z];
+    out[(static_cast<int64_t>(row) * n_head + h0 + g) * head_dim + d] = s * sinv[g];
   }
 }
 
@@ -182,7 +198,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int g = 0; g < ng; ++g) merge_splits(part, row, h0 + g, static_cast<int>(gridDim.z), n_head, head_dim, out);
+  merge_splits(part, row, h0, ng, static_cast<int>(gridDim.z), n_head, head_dim, out);
   if (threadIdx.x == 0) *counter = 0u;
 }
 
@@ -193,7 +209,7 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, const i
   ::hearth::cuda::pdl_trigger();
   const int row = blockIdx.x, h = blockIdx.y;
   if (row_seq[row] < 0) return;
-  merge_splits(part, row, h, n_split, n_head, head_dim, out);
+  merge_splits(part, row, h, 1, n_split, n_head, head_dim, out);
 }
 
 // Prompts: one block per (tile of query rows of one sequence, KV head) computes the
@@ -457,7 +473,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // Decode: the keys are split over blocks of kSplitKeys (at most kMaxSplits of them per
   // row and head), whose partial softmax results one more kernel merges; a short
   // context runs in one block per row and head.
-  constexpr int64_t kSplitKeys = 64, kMaxSplits = 64;
+  constexpr int64_t kSplitKeys = 64;
   // Blocks along y: each KV head's query heads in chunks of kDecodeHeads.
   const int64_t n_chunks = (group + kDecodeHeads - 1) / kDecodeHeads;
   const int64_t head_blocks = n_head_kv * n_chunks;
@@ -465,7 +481,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // result to write and merge).
   const int64_t want = std::max<int64_t>(1, (1024 + n_rows * head_blocks - 1) / (n_rows * head_blocks));
   // (From the bucket, not the exact length: each row divides its own keys among them.)
-  const int64_t n_split = std::min({kMaxSplits, bucket_keys / kSplitKeys, want});
+  const int64_t n_split = std::min({int64_t{kMaxSplits}, bucket_keys / kSplitKeys, want});
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(

@@ -55,9 +55,9 @@ bool q8_matvec_supported(GgmlType type);
 // The decode kernels' threads per row: 32 (the default, 0) or 128 (the block per row
 // measured against it). For measuring.
 void set_q8_matvec_threads_per_row(int tpr);
-// The warp-per-row kernel's units decoded ahead per thread (ilp: 1, 2 or 4; 0: the
-// default) and whether the first of them are loaded before waiting for the kernel
-// before (early: 0 or 1; -1: the default). Same sums in every shape. For measuring.
+// The warp-per-row kernel's units decoded ahead per thread (ilp: 1 or 2; 0: the
+// default, 1) and whether the first of them are loaded before waiting for the kernel
+// before (early: 0 or 1; -1: the default, 1). Same sums in every shape. For measuring.
 void set_q8_matvec_shape(int ilp, int early);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
