@@ -194,6 +194,7 @@ void ServeEngine::loop() {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
       stats_.failure = why;
+      stats_.running_loop = false;  // before the requests hear of it: /health already says so
     }
     try {
       fail_all(why, "error");

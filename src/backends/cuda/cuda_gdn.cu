@@ -39,6 +39,50 @@ __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, con
   for (int64_t r = 0; r < hist; ++r) q.conv_state[r * C + c] = in(n + r);
 }
 
+// Prompts: the outputs of every (row, channel) in parallel (the same sums as
+// ssm_conv_silu_kernel); the states are then moved on by conv_state_kernel.
+__global__ void conv_rows_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
+                                 const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs, int64_t n_rows,
+                                 float* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (idx >= n_rows * C) return;
+  const int64_t row = idx / C, c = idx % C;
+  int64_t lo = 0, hi = n_seqs - 1;  // the sequence holding `row` (seqs in row order)
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (seqs[mid].first_row <= row) lo = mid; else hi = mid - 1;
+  }
+  const ops::GdnSeq q = seqs[lo];
+  const int64_t t = row - q.first_row, hist = K - 1;
+  if (t < 0 || t >= q.n_tokens) return;
+  const float* xs = x + q.first_row * C;
+  const float* wc = w + c * K;
+  float acc = 0.0f;
+  for (int64_t i = 0; i < K; ++i) {
+    const int64_t r = t + i;
+    acc += wc[i] * (r < hist ? q.conv_state[r * C + c] : xs[(r - hist) * C + c]);
+  }
+  out[row * C + c] = silu_f(acc);
+}
+
+__global__ void conv_state_kernel(const float* __restrict__ x, int64_t C, int64_t K,
+                                  const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (idx >= n_seqs * C) return;
+  const int64_t s = idx / C, c = idx % C;
+  const ops::GdnSeq q = seqs[s];
+  const int64_t hist = K - 1, n = q.n_tokens;
+  const float* xs = x + q.first_row * C;
+  for (int64_t r = 0; r < hist; ++r) {
+    const int64_t j = n + r;
+    q.conv_state[r * C + c] = j < hist ? q.conv_state[j * C + c] : xs[(j - hist) * C + c];
+  }
+}
+
 struct GdnArgs {
   const float* qkv;
   const float* a;
@@ -178,11 +222,29 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   if (n_seqs <= 0) return;
   const auto* d_seqs = stage_array(seqs, n_seqs, "ssm_conv_silu");
   const int64_t total = n_seqs * channels;
+  int64_t n_rows = 0;
+  bool rows_in_order = true;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    rows_in_order = rows_in_order && seqs[i].first_row == n_rows;
+    n_rows += seqs[i].n_tokens;
+  }
+  // Several tokens of a sequence: a thread per (row, channel), then the states (one
+  // thread per sequence and channel walking its tokens serialised prompts of 512 rows).
+  const bool by_rows = n_rows > n_seqs && rows_in_order;
   if (skip_launch("ssm_conv_silu", {sig_of(x), sig_of(channels), sig_of(wt), sig_of(K), sig_of(d_seqs), sig_of(n_seqs),
-                                    sig_of(out)})) {
+                                    sig_of(out), sig_of(by_rows), sig_of(n_rows)})) {
     return;
   }
-  ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel, static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
+  if (by_rows) {
+    ::hearth::cuda::launch_pdl(conv_rows_kernel, static_cast<unsigned>((n_rows * channels + kThreads - 1) / kThreads),
+                               kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, n_rows, out);
+    HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
+    ::hearth::cuda::launch_pdl(conv_state_kernel, static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads,
+                               0, stream_, x, channels, K, d_seqs, n_seqs);
+  } else {
+    ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel, static_cast<unsigned>((total + kThreads - 1) / kThreads),
+                               kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
+  }
   HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
 }
 
