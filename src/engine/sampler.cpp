@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "engine/logit_scan.h"
 
 namespace hearth::engine {
 namespace {
@@ -57,9 +58,7 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   apply_penalties(logits, history);
-  if (p_.temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  if (p_.temperature <= 0.0f) return static_cast<int32_t>(argmax_first(logits));
   const size_t vocab = logits.size();
   const float max_l = *std::max_element(logits.begin(), logits.end());
   auto by_logit = [&](int32_t a, int32_t b) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
+#include "engine/logit_scan.h"
 #include "engine/stop_matcher.h"
 
 namespace hearth::engine {
@@ -28,13 +29,6 @@ std::string request_fault(const std::string& where, const std::exception& e) {
 }
 
 // Index of the first non-finite value (NaN or +-infinity), or -1.
-int64_t first_non_finite(std::span<const float> v) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
 }  // namespace
 
 struct ServeEngine::Live {

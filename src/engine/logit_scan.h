@@ -1,0 +1,18 @@
+// Scans of a logits row that every sampled token pays for (a 248k-entry row is 1 MB):
+// written so that the compiler vectorises them (fixed-size blocks of integer compares),
+// with the exact results of the plain loops they replace.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace hearth::engine {
+
+// Index of the first value that is NaN or infinite, -1 when every value is finite
+// (what a loop over std::isfinite returns).
+int64_t first_non_finite(std::span<const float> v);
+
+// Index of the first largest value (std::max_element's), -1 for an empty row.
+int64_t argmax_first(std::span<const float> v);
+
+}  // namespace hearth::engine

@@ -1,0 +1,79 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/logit_scan.h"
+
+using hearth::engine::argmax_first;
+using hearth::engine::first_non_finite;
+
+namespace {
+
+int64_t plain_first_non_finite(const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+int64_t plain_argmax(const std::vector<float>& v) {
+  return v.empty() ? -1 : std::max_element(v.begin(), v.end()) - v.begin();
+}
+
+}  // namespace
+
+// Against the plain loops: random rows of many lengths (blocks and tails), with planted
+// NaNs and infinities, ties of the largest value across and inside blocks, -0 / +0.
+TEST(LogitScan, MatchesThePlainLoops) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  int checked = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{2047}, size_t{2048}, size_t{2049}, size_t{4096},
+                   size_t{49152}, size_t{248320}}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = nd(rng);
+      if (n > 0) {
+        std::uniform_int_distribution<size_t> at(0, n - 1);
+        switch (trial % 6) {
+          case 1: v[at(rng)] = nan; break;
+          case 2: v[at(rng)] = -inf; v[at(rng)] = inf; break;
+          case 3: {  // the largest value twice (maybe in different blocks)
+            const size_t a = at(rng), b = at(rng);
+            v[a] = v[b] = 100.0f;
+            break;
+          }
+          case 4:  // every value non-positive, the largest a zero of either sign
+            for (auto& x : v) x = -std::fabs(x) - 1.0f;
+            v[at(rng)] = -0.0f;
+            v[at(rng)] = 0.0f;
+            break;
+          case 5:  // all equal
+            std::fill(v.begin(), v.end(), 1.5f);
+            break;
+          default: break;
+        }
+      }
+      EXPECT_EQ(first_non_finite(v), plain_first_non_finite(v)) << "n=" << n << " trial " << trial;
+      EXPECT_EQ(argmax_first(v), plain_argmax(v)) << "n=" << n << " trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 108);
+}
+
+// A planted difference is found: the largest value moved by one position moves the answer.
+TEST(LogitScan, FollowsTheLargestValue) {
+  std::vector<float> v(10000, -1.0f);
+  for (size_t at : {size_t{0}, size_t{2047}, size_t{2048}, size_t{9999}}) {
+    std::fill(v.begin(), v.end(), -1.0f);
+    v[at] = 3.0f;
+    EXPECT_EQ(argmax_first(v), static_cast<int64_t>(at));
+    v[at] = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(first_non_finite(v), static_cast<int64_t>(at));
+  }
+}
