@@ -16,6 +16,9 @@
 namespace hearth::cuda {
 namespace {
 
+// One thread per (sequence, channel): the outputs of the sequence's rows (kOutputs; a
+// prompt's rows run by conv_rows_kernel instead), then the new conv state.
+template <bool kOutputs>
 __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
                                      const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs, float* __restrict__ out) {
   ::hearth::cuda::pdl_wait();
@@ -26,13 +29,15 @@ __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, con
   const ops::GdnSeq q = seqs[s];
   const int64_t hist = K - 1, n = q.n_tokens;
   const float* xs = x + q.first_row * C;
-  float* os = out + q.first_row * C;
-  const float* wc = w + c * K;
   auto in = [&](int64_t r) { return r < hist ? q.conv_state[r * C + c] : xs[(r - hist) * C + c]; };
-  for (int64_t t = 0; t < n; ++t) {
-    float acc = 0.0f;
-    for (int64_t i = 0; i < K; ++i) acc += wc[i] * in(t + i);
-    os[t * C + c] = silu_f(acc);
+  if constexpr (kOutputs) {
+    float* os = out + q.first_row * C;
+    const float* wc = w + c * K;
+    for (int64_t t = 0; t < n; ++t) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < K; ++i) acc += wc[i] * in(t + i);
+      os[t * C + c] = silu_f(acc);
+    }
   }
   // New state: the last hist rows of the state-prefixed input (row n + r >= r is read
   // before row r is written).
@@ -40,7 +45,7 @@ __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, con
 }
 
 // Prompts: the outputs of every (row, channel) in parallel (the same sums as
-// ssm_conv_silu_kernel); the states are then moved on by conv_state_kernel.
+// ssm_conv_silu_kernel); ssm_conv_silu_kernel<false> moves the states on after it.
 __global__ void conv_rows_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
                                  const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs, int64_t n_rows,
                                  float* __restrict__ out) {
@@ -65,22 +70,6 @@ __global__ void conv_rows_kernel(const float* __restrict__ x, int64_t C, const f
     acc += wc[i] * (r < hist ? q.conv_state[r * C + c] : xs[(r - hist) * C + c]);
   }
   out[row * C + c] = silu_f(acc);
-}
-
-__global__ void conv_state_kernel(const float* __restrict__ x, int64_t C, int64_t K,
-                                  const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (idx >= n_seqs * C) return;
-  const int64_t s = idx / C, c = idx % C;
-  const ops::GdnSeq q = seqs[s];
-  const int64_t hist = K - 1, n = q.n_tokens;
-  const float* xs = x + q.first_row * C;
-  for (int64_t r = 0; r < hist; ++r) {
-    const int64_t j = n + r;
-    q.conv_state[r * C + c] = j < hist ? q.conv_state[j * C + c] : xs[(j - hist) * C + c];
-  }
 }
 
 struct GdnArgs {
@@ -239,10 +228,10 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
     ::hearth::cuda::launch_pdl(conv_rows_kernel, static_cast<unsigned>((n_rows * channels + kThreads - 1) / kThreads),
                                kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, n_rows, out);
     HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
-    ::hearth::cuda::launch_pdl(conv_state_kernel, static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads,
-                               0, stream_, x, channels, K, d_seqs, n_seqs);
+    ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel<false>, static_cast<unsigned>((total + kThreads - 1) / kThreads),
+                               kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
   } else {
-    ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel, static_cast<unsigned>((total + kThreads - 1) / kThreads),
+    ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel<true>, static_cast<unsigned>((total + kThreads - 1) / kThreads),
                                kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
   }
   HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
