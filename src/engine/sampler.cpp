@@ -60,29 +60,39 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   apply_penalties(logits, history);
   if (p_.temperature <= 0.0f) return static_cast<int32_t>(argmax_first(logits));
   const size_t vocab = logits.size();
-  const float max_l = *std::max_element(logits.begin(), logits.end());
+  const float max_l = logits[static_cast<size_t>(argmax_first(logits))];
+  // exp(l - max_l) of every token where a step needs them all (exp_shifted: vectorised,
+  // within 2e-6 of std::exp): min-p's filter, top-p's total, the draw without ranking.
+  auto all_exps = [&](float scale) {
+    probs_.resize(vocab);
+    exp_shifted(logits, max_l, scale, probs_.data());
+  };
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   candidates_.resize(vocab);
   std::iota(candidates_.begin(), candidates_.end(), 0);
   size_t n = vocab;
+  bool ranked = false;  // candidates_ sorted by logit (else token ids in order)
   const bool top_k_on = p_.top_k > 0 && static_cast<size_t>(p_.top_k) < vocab;
   if (!top_k_on && p_.top_p >= 1.0f) {
     // No ranking needed (the OpenAI defaults): every token stays a candidate, in id
     // order, except those min-p cuts. Sorting a whole vocabulary per token would cost
     // milliseconds per sequence and step.
     if (p_.min_p > 0.0f) {
+      all_exps(1.0f);
       n = 0;
       for (size_t i = 0; i < vocab; ++i) {
-        if (std::exp(logits[i] - max_l) >= p_.min_p) candidates_[n++] = static_cast<int32_t>(i);
+        if (probs_[i] >= p_.min_p) candidates_[n++] = static_cast<int32_t>(i);
       }
     }
   } else {
+    ranked = true;
     // Candidates by decreasing logit. Top-k sorts only k; top-p alone first sorts the
     // best 256 and falls back to a full sort only when they hold less than top_p.
+    all_exps(1.0f);
     double total = 0.0;
-    for (float l : logits) total += std::exp(static_cast<double>(l) - max_l);
+    for (const float e : probs_) total += e;
     size_t sorted = vocab;
     if (top_k_on) {
       sorted = n = static_cast<size_t>(p_.top_k);
@@ -114,12 +124,17 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       n = keep;
     }
   }
-  probs_.resize(n);
   // Temperature, then a draw.
   double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    probs_[i] = std::exp((logits[candidates_[i]] - max_l) / p_.temperature);
-    sum += probs_[i];
+  if (n == vocab && !ranked) {  // every token, in id order
+    all_exps(1.0f / p_.temperature);
+    for (const float e : probs_) sum += e;
+  } else {
+    probs_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      probs_[i] = std::exp((logits[candidates_[i]] - max_l) / p_.temperature);
+      sum += probs_[i];
+    }
   }
   std::uniform_real_distribution<double> uniform(0.0, sum);
   const double r = uniform(rng_);

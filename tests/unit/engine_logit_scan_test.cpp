@@ -77,3 +77,34 @@ TEST(LogitScan, FollowsTheLargestValue) {
     EXPECT_EQ(first_non_finite(v), static_cast<int64_t>(at));
   }
 }
+
+// exp_shifted against std::exp (relative 2e-6), zero for -inf and far below the top,
+// exactly 1 at the shift, for lengths with and without a tail block.
+TEST(LogitScan, ExpShiftedMatchesStdExp) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 6.0f);
+  for (size_t n : {size_t{1}, size_t{100}, size_t{2048}, size_t{5000}}) {
+    std::vector<float> v(n), out(n, -1.0f);
+    for (auto& x : v) x = nd(rng);
+    if (n > 2) {  // a masked token and one far below the top
+      v[0] = -std::numeric_limits<float>::infinity();
+      v[1] = -200.0f;
+    }
+    const float top = *std::max_element(v.begin(), v.end());
+    for (float scale : {1.0f, 1.0f / 0.7f}) {
+      hearth::engine::exp_shifted(v, top, scale, out.data());
+      for (size_t i = 0; i < n; ++i) {
+        const float t = (v[i] - top) * scale;
+        const double want = std::exp(static_cast<double>(t));
+        if (t < -87.0f) {
+          EXPECT_EQ(out[i], 0.0f) << "i=" << i;
+        } else {
+          EXPECT_NEAR(out[i], want, 2e-6 * want) << "i=" << i << " x=" << v[i];
+        }
+        if (v[i] == top) {
+          EXPECT_EQ(out[i], 1.0f);
+        }
+      }
+    }
+  }
+}
