@@ -89,19 +89,34 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   } else {
     ranked = true;
     // Candidates by decreasing logit. Top-k sorts only k; top-p alone first sorts the
-    // best 256 and falls back to a full sort only when they hold less than top_p.
-    all_exps(1.0f);
+    // best 256, then, when they hold less than top_p, the tokens of the highest 1/16-nat
+    // buckets of l - max_l that hold it (they are the top tokens: the same order and cut
+    // as a full sort), and sorts everything only if rounding still leaves the cut short.
     double total = 0.0;
-    for (const float e : probs_) total += e;
+    if (p_.top_p < 1.0f) {
+      all_exps(1.0f);
+      for (const float e : probs_) total += e;
+    }
     size_t sorted = vocab;
     if (top_k_on) {
       sorted = n = static_cast<size_t>(p_.top_k);
     } else if (vocab > 256) {
       sorted = 256;
     }
+    constexpr int kBuckets = 1024;
+    constexpr float kPerNat = 16.0f;
+    auto bucket = [&](float l) {  // 0 for the top; -inf and far below: the last
+      const float d = (max_l - l) * kPerNat;
+      return d >= static_cast<float>(kBuckets - 1) ? kBuckets - 1 : static_cast<int>(d);
+    };
+    bool by_buckets = false;
     for (;;) {
-      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(sorted),
-                        candidates_.end(), by_logit);
+      if (by_buckets) {
+        std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(sorted), by_logit);
+      } else {
+        std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(sorted),
+                          candidates_.end(), by_logit);
+      }
       if (p_.top_p >= 1.0f) break;
       double cum = 0.0;
       size_t cut = 0;
@@ -114,8 +129,24 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         break;
       }
       if (sorted == vocab || top_k_on) break;  // every candidate kept
-      sorted = vocab;
       std::iota(candidates_.begin(), candidates_.end(), 0);
+      if (!by_buckets) {
+        by_buckets = true;
+        std::vector<double> mass(kBuckets, 0.0);
+        for (size_t i = 0; i < vocab; ++i) mass[static_cast<size_t>(bucket(logits[i]))] += probs_[i];
+        const double want = static_cast<double>(p_.top_p) * total * (1.0 + 1e-6);
+        double acc = 0.0;
+        int last = 0;
+        for (; last < kBuckets - 1; ++last) {
+          acc += mass[static_cast<size_t>(last)];
+          if (acc >= want) break;
+        }
+        const auto mid = std::partition(candidates_.begin(), candidates_.end(),
+                                        [&](int32_t t) { return bucket(logits[static_cast<size_t>(t)]) <= last; });
+        sorted = static_cast<size_t>(mid - candidates_.begin());
+      } else {
+        sorted = vocab;
+      }
     }
     if (p_.min_p > 0.0f) {
       // Sorted: the first is the most likely (exp(0) = 1); keep p >= min_p * p_max.

@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
+#include "engine/logit_scan.h"
 #include "engine/sampler.h"
 
 using hearth::engine::Sampler;
@@ -212,4 +216,68 @@ TEST(Sampler, TopPOverAFlatLargeVocabulary) {
   // Half the mass is in tokens 0 .. m with 1 - e^(-0.001 m) = 0.5 (1 - e^-1): m ~ 380.
   EXPECT_GT(max_token, 340);
   EXPECT_LE(max_token, 381);
+}
+
+// Top-p alone on a flat distribution (the best 256 tokens hold far less than top_p): the
+// sampler sorts only the top buckets' tokens; its draws equal those of a plain full sort
+// with the same cut, candidates and random draw, for many seeds.
+TEST(Sampler, TopPOnAFlatDistributionMatchesAFullSort) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(5000);
+  for (auto& l : logits) l = nd(gen);
+  logits[17] = logits[4000];  // a tie, broken by the lower id
+  SamplerParams p;
+  p.temperature = 0.9f;
+  p.top_k = 0;
+  p.top_p = 0.95f;
+  p.min_p = 0.0f;
+  const size_t vocab = logits.size();
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  std::vector<float> e(vocab);
+  hearth::engine::exp_shifted(logits, max_l, 1.0f, e.data());
+  double total = 0.0;
+  for (float v : e) total += v;
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  double cum = 0.0;
+  size_t cut = vocab;
+  for (size_t i = 0; i < vocab; ++i) {
+    cum += std::exp(static_cast<double>(logits[order[i]]) - max_l) / total;
+    if (cum >= p.top_p) {
+      cut = i + 1;
+      break;
+    }
+  }
+  ASSERT_GT(cut, 256u);  // the fast path cannot take this case
+  ASSERT_LT(cut, vocab);
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    p.seed = seed;
+    Sampler s(p);
+    auto l = logits;
+    const int32_t got = s.sample(l, {});
+    // The reference draw: the same generator, the same probabilities over the cut.
+    std::mt19937_64 rng(seed);
+    std::vector<double> probs(cut);
+    double sum = 0.0;
+    for (size_t i = 0; i < cut; ++i) {
+      probs[i] = std::exp((logits[order[i]] - max_l) / p.temperature);
+      sum += probs[i];
+    }
+    std::uniform_real_distribution<double> uniform(0.0, sum);
+    const double r = uniform(rng);
+    double acc = 0.0;
+    int32_t want = order[cut - 1];
+    for (size_t i = 0; i < cut; ++i) {
+      acc += probs[i];
+      if (r < acc) {
+        want = order[i];
+        break;
+      }
+    }
+    ASSERT_EQ(got, want) << "seed " << seed;
+  }
 }
