@@ -147,7 +147,9 @@ TEST(Scheduler, DecodesKeepFlowingWhileAnotherPromptIsPrefilled) {
       EXPECT_TRUE(it->logits);
     }
     EXPECT_LE(prefill_tokens(p), 8) << "step " << steps;
-    if (steps < 5) EXPECT_EQ(prefill_tokens(p), 8) << "step " << steps;  // the budget is used up
+    if (steps < 5) {
+      EXPECT_EQ(prefill_tokens(p), 8) << "step " << steps;  // the budget is used up
+    }
     simulate(s, p);
   }
   // 30 + 5 prompt tokens at 8 per step: 5 steps (the short one admitted behind the
