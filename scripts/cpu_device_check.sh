@@ -18,6 +18,9 @@ say "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc); threa
 for s in "$@"; do
   f="$models/$s.gguf"
   [ -f "$f" ] || python3 "$here/make_random_gguf.py" --shape "$s" --tokenizer "$here/tok.gguf" "$f" >>"$out/gen.txt" 2>&1
+  # Freshly written files are still being flushed to disk: that write-back disturbed a run
+  # (decode steps of 36-280 ms). Wait for it before timing anything.
+  sync
   "$here/bench_step" "$f" --threads "$threads" --batch 1,4 --prompt 754 --steps 32 --reps "${REPS:-3}" --prefill 512 \
     >"$out/bench_step-$s.txt" 2>&1
   say "hearth $s (bench_step, rc=$?):"
