@@ -9,6 +9,15 @@ namespace {
 
 constexpr size_t kBlock = 2048;  // a multiple of every vector width: the loops vectorise at -O2
 
+// The block loops compiled twice on x86-64 (GCC), for AVX2 and for the baseline, picked
+// at load time by the CPU. The same results: integer compares, and a polynomial whose
+// roundings do not change (AVX2 does not bring FMA contraction).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HEARTH_SCAN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define HEARTH_SCAN_CLONES
+#endif
+
 uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -16,7 +25,7 @@ uint32_t bits_of(float f) {
 }
 
 // Whether block b[0 .. kBlock) holds a NaN or an infinity (exponent bits all set).
-bool block_has_non_finite(const float* b) {
+HEARTH_SCAN_CLONES bool block_has_non_finite(const float* b) {
   uint32_t u[kBlock];
   std::memcpy(u, b, sizeof u);
   uint32_t any = 0;
@@ -29,7 +38,7 @@ int32_t key_of(uint32_t u) {
   const auto s = static_cast<int32_t>(u);
   return s < 0 ? s ^ 0x7fffffff : s;
 }
-int32_t block_max_key(const float* b) {
+HEARTH_SCAN_CLONES int32_t block_max_key(const float* b) {
   uint32_t u[kBlock];
   std::memcpy(u, b, sizeof u);
   int32_t m = INT32_MIN;
@@ -43,7 +52,7 @@ int32_t block_max_key(const float* b) {
 
 // exp(t) for the block's t = (x - shift) * scale <= 0: Cody-Waite reduction t = n ln2 + r,
 // a degree-7 polynomial of r, 2^n from the exponent bits. t below -87 (and -inf) gives 0.
-void exp_block(const float* __restrict x, float shift, float scale, float* __restrict out) {
+HEARTH_SCAN_CLONES void exp_block(const float* __restrict x, float shift, float scale, float* __restrict out) {
   constexpr uint32_t kLow = 0xc2ae0000u;  // the bits of -87.0f
   float t[kBlock];
   uint32_t tb[kBlock], keep[kBlock];

@@ -39,6 +39,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<int32_t> candidates_;
   std::vector<float> probs_;
+  std::vector<double> block_sums_;  // probs_ in blocks of kSumBlock (the unranked draw)
 };
 
 struct TokenLogprob {
