@@ -1,6 +1,5 @@
 // CudaBackend: device, stream, cuBLAS, buffers, weight upload, staging of host
-// arguments, and the matrix products (quantized matrix-vector kernels for a few tokens,
-// dequantized f16 tiles through cuBLAS tensor-core GEMMs for more).
+// arguments, decode steps recorded as graphs (the matrix products: cuda_matmul.cu).
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
@@ -23,36 +22,7 @@ namespace hearth::cuda {
 namespace {
 
 constexpr size_t kStageBytes = size_t{8} << 20;
-// f16 weight rows dequantized per GEMM: at most this many elements (128 MiB).
-constexpr int64_t kGemmTileElems = int64_t{64} << 20;
-// For many tokens, matrices of at most this many rows (routers, recurrent gates, the
-// gate / up of small experts), and F16 / BF16 matrices of at most this many elements,
-// take the f32 path (dequantized to f32, cuBLAS SGEMM): their outputs pick experts or
-// gate states and must not carry the f16 rounding of the activations.
-constexpr int64_t kF32GemmMaxRows = 512;
-// f32 products of at most this many rows (and more tokens than the matrix-vector kernels
-// take) use small_gemm instead of cuBLAS's SGEMM (0.4-0.5 ms a call for these shapes).
-constexpr int64_t kSmallGemmMaxRows = 1024;
-constexpr int64_t kF32GemmMaxElems = int64_t{4} << 20;
 
-const char* cublas_message(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS operation not supported";
-    default: return "cuBLAS error";
-  }
-}
-
-void check_cublas(cublasStatus_t s, const char* op, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    fail(ErrorKind::kInternal, "cuda", std::string(op) + ": " + what + ": " + cublas_message(s) + " (" +
-                                           std::to_string(static_cast<int>(s)) + ")");
-  }
-}
 
 // Device memory handed out by alloc(): stream-ordered, so freeing a scratch buffer
 // while work that uses it is queued is safe and costs no synchronisation.
@@ -94,26 +64,38 @@ class DeviceBuffer final : public ops::Buffer {
   bool pooled_;
 };
 
+}  // namespace
+
+namespace {
+bool g_pdl = false;
+}  // namespace
+
+static const char* cublas_message(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS operation not supported";
+    default: return "cuBLAS error";
+  }
+}
+
+void check_cublas(int status, const char* op, const char* what) {
+  const auto s = static_cast<cublasStatus_t>(status);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    fail(ErrorKind::kInternal, "cuda", std::string(op) + ": " + what + ": " + cublas_message(s) + " (" +
+                                           std::to_string(static_cast<int>(s)) + ")");
+  }
+}
+
 DeviceWeight device_weight(const ops::WeightView& w, const char* op) {
   if (w.backend_data == nullptr) {
     fail(ErrorKind::kInternal, "cuda", std::string(op) + ": weight '" + w.name + "' was not prepared for the GPU");
   }
   return DeviceWeight{w.type, w.backend_data, w.n_rows, w.n_cols, w.row_bytes};
 }
-
-__global__ void f32_to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = __float2half_rn(x[i]);
-  }
-}
-
-}  // namespace
-
-namespace {
-bool g_pdl = false;
-}  // namespace
 
 bool pdl_enabled() { return g_pdl; }
 void set_pdl_enabled(bool on) { g_pdl = on; }
@@ -663,193 +645,6 @@ void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int
   if (skip_launch("get_rows", {sig_of(table), sig_of(d_ids), static_cast<uint64_t>(n_ids), sig_of(out)})) return;
   get_rows_f32(device_weight(table, "get_rows"), d_ids, n_ids, out, stream_);
   HEARTH_CUDA_LAUNCHED("get_rows");
-}
-
-void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  OpTimer timer(*this, "matmul");
-  if (n_tokens <= 0) return;
-  const DeviceWeight dw = device_weight(w, "matmul");
-  // Every path below depends on the weight, x, y and n_tokens only (scratch moves
-  // invalidate recordings), so one signature covers them.
-  // Decode with 8-bit activations: x may come quantized by the op before.
-  const bool q8 = n_tokens <= kMaxMatvecTokens && q8_matvec_ && q8_matvec_supported(w.type);
-  const size_t q8_bytes = q8 ? q8_matvec_scratch_bytes(w.n_cols, n_tokens) : 0;
-  void* q8_tmp = q8 ? scratch(5, q8_bytes, "matmul") : nullptr;
-  const bool ready = q8 && take_q8_ready(x, n_tokens, w.n_cols, q8_tmp);
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n_tokens), sig_of(y), sig_of(ready)})) return;
-  if (n_tokens <= kMaxMatvecTokens) {
-    // Decode: one pass over the weights, dequantized in registers; 8-bit activations
-    // for the types that have that kernel, f32 ones otherwise.
-    if (q8) {
-      timer.rename("matmul matvec q8");
-      q8_matvec_multi(&dw, 1, x, n_tokens, &y, q8_tmp, q8_bytes, stream_, ready);
-      HEARTH_CUDA_LAUNCHED("matmul");
-      return;
-    }
-    timer.rename("matmul matvec");
-    quant_matvec(dw, x, n_tokens, y, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    return;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  // f32 rows (the weight's own or a dequantized copy, ldw floats apart) times x by small_gemm.
-  auto small_product = [&](const float* w32, int64_t ldw) {
-    const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
-    small_gemm(w32, ldw, w.n_rows, w.n_cols, x, n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes,
-               stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-  };
-  if (w.type == GgmlType::F32 && w.n_rows <= kSmallGemmMaxRows && w.row_bytes % 4 == 0) {
-    timer.rename("matmul small f32");
-    small_product(static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4));
-    return;
-  }
-  if (w.type == GgmlType::F32) {
-    timer.rename("matmul sgemm f32");
-    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
-                             static_cast<int>(w.n_cols), &one, static_cast<const float*>(dw.data),
-                             static_cast<int>(w.row_bytes / 4), x, static_cast<int>(w.n_cols), &zero, y,
-                             static_cast<int>(w.n_rows)),
-                 "matmul", w.name.c_str());
-    return;
-  }
-  const bool half_type = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
-  if (w.n_rows > kF32GemmMaxRows && n_tokens <= qgemm_max_tokens_ && quant_gemm_supported(w.type)) {
-    // Batched decode and prompt chunks: weight tiles dequantized in shared memory, tensor cores.
-    timer.rename("matmul qgemm");
-    const size_t bytes = quant_gemm_scratch_bytes(dw, n_tokens);
-    quant_gemm(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    return;
-  }
-  if (w.n_rows <= kF32GemmMaxRows || (half_type && w.n_rows * w.n_cols <= kF32GemmMaxElems)) {
-    timer.rename("matmul dequant+sgemm");
-    auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
-    dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    if (w.n_rows <= kSmallGemmMaxRows) {
-      small_product(w32, w.n_cols);
-      return;
-    }
-    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
-                             static_cast<int>(w.n_cols), &one, w32, static_cast<int>(w.n_cols), x,
-                             static_cast<int>(w.n_cols), &zero, y, static_cast<int>(w.n_rows)),
-                 "matmul", w.name.c_str());
-    return;
-  }
-  timer.rename("matmul dequant+f16 gemm");
-  matmul_gemm(w, x, n_tokens, y);
-}
-
-void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
-                               float* const* ys) {
-  // Decode products sharing x (q/k/v, gate/up, the Gated DeltaNet's four inputs): the
-  // weights with 8-bit activation kernels quantize x once for all of them, the others
-  // (f32 routers and gates) share one f32 launch; each weight's result is the one
-  // matmul gives it.
-  bool small = n > 1 && n <= 8 && n_tokens > 0 && n_tokens <= kMaxMatvecTokens;
-  for (int i = 0; small && i < n; ++i) small = ws[i]->n_cols == ws[0]->n_cols;
-  if (!small) {
-    for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
-    return;
-  }
-  OpTimer timer(*this, "matmul matvec multi");
-  DeviceWeight q8w[8], fw[8];
-  float *q8y[8], *fy[8];
-  int nq = 0, nf = 0;
-  uint64_t h = 0;
-  for (int i = 0; i < n; ++i) {
-    const DeviceWeight dw = device_weight(*ws[i], "matmul");
-    if (q8_matvec_ && q8_matvec_supported(ws[i]->type)) {
-      q8w[nq] = dw;
-      q8y[nq++] = ys[i];
-    } else {
-      fw[nf] = dw;
-      fy[nf++] = ys[i];
-    }
-    h = h * 1000003u + (sig_of(*ws[i]) ^ (sig_of(ys[i]) << 1));
-  }
-  const size_t bytes = nq > 0 ? q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens) : 0;
-  void* q8_tmp = nq > 0 ? scratch(5, bytes, "matmul") : nullptr;
-  const bool ready = nq > 0 && take_q8_ready(x, n_tokens, ws[0]->n_cols, q8_tmp);
-  if (skip_launch("matmul_multi", {h, sig_of(n), sig_of(x), sig_of(n_tokens), sig_of(q8_tmp), sig_of(ready)})) return;
-  if (nq > 0) {
-    q8_matvec_multi(q8w, nq, x, n_tokens, q8y, q8_tmp, bytes, stream_, ready);
-    HEARTH_CUDA_LAUNCHED("matmul");
-  }
-  if (nf > 0) {
-    quant_matvec_multi(fw, nf, x, n_tokens, fy, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-  }
-}
-
-void* CudaBackend::q8_ready_scratch(const float* out, int64_t n_rows, int64_t n) {
-  q8_ready_ = {};
-  if (!fuse_quant_ || !q8_matvec_ || n_rows <= 0 || n_rows > kMaxMatvecTokens || n % 32 != 0) return nullptr;
-  const size_t bytes = q8_matvec_scratch_bytes(n, n_rows);
-  void* s = scratch(5, bytes, "add_rms_norm");
-  q8_ready_ = {out, n_rows, n, s, op_seq_};
-  return s;
-}
-
-bool CudaBackend::take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5) {
-  const Q8Ready r = q8_ready_;
-  q8_ready_ = {};
-  return r.x != nullptr && r.x == x && r.n_rows == n_tokens && r.n_cols == n_cols && r.scratch == scratch5 &&
-         r.seq + 1 == op_seq_;
-}
-
-void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightView& up, const float* x,
-                                int64_t n_tokens, float* g, float* u) {
-  // Decode: one 8-bit kernel computes a row of gate and of up per warp and writes
-  // silu(gate) * up (the bits of the separate products and swiglu_kernel).
-  if (!fuse_swiglu_ || !q8_matvec_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens ||
-      !q8_matvec_supported(gate.type) || up.type != gate.type || up.n_rows != gate.n_rows ||
-      up.n_cols != gate.n_cols) {
-    Backend::matmul_swiglu(gate, up, x, n_tokens, g, u);
-    return;
-  }
-  OpTimer timer(*this, "matmul matvec swiglu");
-  const DeviceWeight dg = device_weight(gate, "matmul"), du = device_weight(up, "matmul");
-  const size_t bytes = q8_matvec_scratch_bytes(gate.n_cols, n_tokens);
-  void* tmp = scratch(5, bytes, "matmul");
-  const bool ready = take_q8_ready(x, n_tokens, gate.n_cols, tmp);
-  if (skip_launch("matmul_swiglu",
-                  {sig_of(gate), sig_of(up), sig_of(x), sig_of(n_tokens), sig_of(g), sig_of(tmp), sig_of(ready)})) {
-    return;
-  }
-  q8_matvec_swiglu(dg, du, x, n_tokens, g, tmp, bytes, stream_, ready);
-  HEARTH_CUDA_LAUNCHED("matmul");
-}
-
-void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  const DeviceWeight dw = device_weight(w, "matmul");
-  const int64_t k = w.n_cols;
-  auto* x16 = static_cast<__half*>(scratch(0, sizeof(__half) * static_cast<size_t>(n_tokens * k), "matmul"));
-  ::hearth::cuda::launch_pdl(f32_to_f16_kernel, grid_for(n_tokens * k), kThreads, 0, stream_, x, x16, n_tokens * k);
-  HEARTH_CUDA_LAUNCHED("matmul");
-  const float one = 1.0f, zero = 0.0f;
-  if (w.type == GgmlType::F16 && w.row_bytes % 2 == 0) {
-    // f16 weights as stored: no dequantized copy.
-    check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
-                              static_cast<int>(k), &one, dw.data, CUDA_R_16F, static_cast<int>(w.row_bytes / 2), x16,
-                              CUDA_R_16F, static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(w.n_rows),
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "matmul", w.name.c_str());
-    return;
-  }
-  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(w.n_rows, kGemmTileElems / k));
-  auto* w16 = static_cast<__half*>(scratch(1, sizeof(__half) * static_cast<size_t>(tile_rows * k), "matmul"));
-  for (int64_t r0 = 0; r0 < w.n_rows; r0 += tile_rows) {
-    const int64_t nr = std::min(tile_rows, w.n_rows - r0);
-    dequantize_rows_f16(dw, r0, nr, w16, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr), static_cast<int>(n_tokens),
-                              static_cast<int>(k), &one, w16, CUDA_R_16F, static_cast<int>(k), x16, CUDA_R_16F,
-                              static_cast<int>(k), &zero, y + r0, CUDA_R_32F, static_cast<int>(w.n_rows),
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "matmul", w.name.c_str());
-  }
 }
 
 }  // namespace hearth::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/quant_cuda.h"
 
 namespace hearth::cuda {
 
@@ -15,6 +16,11 @@ namespace hearth::cuda {
 #define HEARTH_CUDA_LAUNCHED(op) ::hearth::cuda::CudaBackend::check(static_cast<int>(cudaGetLastError()), op, "launch")
 
 constexpr int kThreads = 256;
+
+// Throws "[cuda] op: what: <cuBLAS message>" unless status is CUBLAS_STATUS_SUCCESS.
+void check_cublas(int status, const char* op, const char* what);
+// The device weight of a prepared view; throws naming `op` when w was not prepared.
+DeviceWeight device_weight(const ops::WeightView& w, const char* op);
 
 // Blocks of kThreads covering n items (grid-stride loops take the rest).
 inline unsigned grid_for(int64_t n) {
