@@ -110,11 +110,6 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const int32_t* _
   }
 }
 
-DeviceWeight device_weight_of(const ops::WeightView& w) {
-  if (w.backend_data == nullptr) fail(ErrorKind::kInternal, "cuda", "moe_ffn: weight '" + w.name + "' not prepared");
-  return DeviceWeight{w.type, w.backend_data, w.n_rows, w.n_cols, w.row_bytes};
-}
-
 // Expert e's rows of a stacked weight as a weight of its own.
 ops::WeightView expert_slice(const ops::WeightView& all, int64_t rows, int64_t e) {
   ops::WeightView w = all;
@@ -170,10 +165,10 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   if (q8) {
     float* h = logits + pad(n * X);
     float* y = h + pad(pairs * F);
-    q8_moe_gate_up(device_weight_of(*L.gate), device_weight_of(*L.up), F, ids, n, static_cast<int>(K), x, h, q8_tmp,
+    q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n, static_cast<int>(K), x, h, q8_tmp,
                    q8_bytes, stream_);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
-    q8_moe_down(device_weight_of(*L.down), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_);
+    q8_moe_down(device_weight(*L.down, "moe_ffn"), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     ::hearth::cuda::launch_pdl(moe_combine_kernel, grid_for(n * E), kThreads, 0, stream_, y, nullptr, wts, n, static_cast<int>(K), E, out);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
@@ -253,7 +248,7 @@ void CudaBackend::moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n,
   const float* d_w = stage_array(wts.data(), P, "moe_ffn");
   auto xs = alloc(P * E), g = alloc(P * F), u = alloc(P * F), y = alloc(P * E);
   gather_rows(x, E, tok.data(), P, xs->data());
-  const DeviceWeight dg = device_weight_of(*L.gate), du = device_weight_of(*L.up), dd = device_weight_of(*L.down);
+  const DeviceWeight dg = device_weight(*L.gate, "moe_ffn"), du = device_weight(*L.up, "moe_ffn"), dd = device_weight(*L.down, "moe_ffn");
   const size_t bytes = std::max(quant_gemm_grouped_scratch_bytes(dg, P), quant_gemm_grouped_scratch_bytes(dd, P));
   void* s = scratch(5, bytes, "moe_ffn");
   const int nt = static_cast<int>(tiles.size());
