@@ -113,14 +113,27 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
     check_outputs(tag, "q8_matvec", nt, rows, k_tokens, y, ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails,
                   worst_err);
+    // The K-quants' units of 32 elements (set_q8_matvec_wide(0)): other sums, same bounds.
+    if (dw.type == GgmlType::Q4_K || dw.type == GgmlType::Q5_K || dw.type == GgmlType::Q6_K) {
+      std::vector<float> yn(y.size());
+      hearth::cuda::set_q8_matvec_wide(0);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+      check_launch(stream);
+      hearth::cuda::set_q8_matvec_wide(-1);
+      CUDA_OK(cudaMemcpy(yn.data(), d_y, sizeof(float) * yn.size(), cudaMemcpyDeviceToHost));
+      check_outputs(tag, "q8_matvec (32-element units)", nt, rows, k_tokens, yn, ref, mag, ref32, mag32, kMatvecTol,
+                    kQ8VsF32Tol, fails, worst_err);
+    }
     // Every kernel shape (threads per row, units decoded ahead, loads before the wait)
     // gives the default's bits.
     struct Shape {
       int tpr, ilp, early;
     };
     std::vector<float> y2(y.size());
-    // (TPR 128 sums each row over four warps: other bits, not checked here.)
-    for (const Shape sh : {Shape{32, 1, 0}, Shape{32, 1, 1}, Shape{32, 2, 0}, Shape{32, 2, 1}}) {
+    // (Other threads per row than the default's sum in other orders: checked against the
+    // reference below.)
+    for (const Shape sh : {Shape{0, 1, 0}, Shape{0, 1, 1}, Shape{0, 2, 0}, Shape{0, 2, 1}}) {
       hearth::cuda::set_q8_matvec_threads_per_row(sh.tpr);
       hearth::cuda::set_q8_matvec_shape(sh.ilp, sh.early);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
@@ -135,6 +148,16 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     }
     hearth::cuda::set_q8_matvec_threads_per_row(0);
     hearth::cuda::set_q8_matvec_shape(0, -1);
+    for (const int tpr : {32, 64, 128}) {
+      hearth::cuda::set_q8_matvec_threads_per_row(tpr);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+      check_launch(stream);
+      hearth::cuda::set_q8_matvec_threads_per_row(0);
+      CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+      check_outputs(tag, ("q8_matvec (" + std::to_string(tpr) + " threads a row)").c_str(), nt, rows, k_tokens, y2,
+                    ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails, worst_err);
+    }
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));

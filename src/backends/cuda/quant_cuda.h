@@ -52,13 +52,17 @@ void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float
 // with those quantized activations to f32 rounding (about 1e-3 of sum |w x| from the f32
 // product, as on the CPU back-end).
 bool q8_matvec_supported(GgmlType type);
-// The decode kernels' threads per row: 32 (the default, 0) or 128 (the block per row
-// measured against it). For measuring.
+// The decode kernels' threads per row: 32, 64 or 128 (0, the default: 32, or 64 for rows
+// of more than 128 units). For measuring.
 void set_q8_matvec_threads_per_row(int tpr);
 // The warp-per-row kernel's units decoded ahead per thread (ilp: 1 or 2; 0: the
 // default, 1) and whether the first of them are loaded before waiting for the kernel
 // before (early: 0 or 1; -1: the default, 1). Same sums in every shape. For measuring.
 void set_q8_matvec_shape(int ilp, int early);
+// Q4_K / Q5_K / Q6_K decoded in units of 64 elements per thread (quant_q8_wide.cuh;
+// wide: 1, or -1 the default) or of 32 (0: quant_q8_dot.cuh). Other sums, same
+// tolerance. For measuring.
+void set_q8_matvec_wide(int wide);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);

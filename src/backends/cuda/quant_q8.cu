@@ -10,6 +10,7 @@
 
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/quant_q8_dot.cuh"
+#include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"
 #include "backends/cuda/launch.cuh"
 
@@ -17,6 +18,7 @@ namespace hearth::cuda {
 namespace {
 
 using q8::Q8Dot;
+using q8::Q8Wide;
 
 constexpr int kThreads = 128;
 constexpr int kChunk = 32;
@@ -261,9 +263,12 @@ void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_exper
 }
 
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
-int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
+int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, by row width)
+// Rows of more units than this (more than 4 per thread of a warp) get 64 threads.
+constexpr int kLongRowUnits = 128;
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
+int g_matvec_wide = -1;  // set_q8_matvec_wide (-1: the default, 1)
 
 template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
@@ -304,9 +309,18 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   // the H200 (cuda_quant_test --perf, q4_K 4096 x 14336) 21 us with one, 20 with two and
   // 32 with four units ahead (the registers of four units cut the warps in flight); in
   // the Llama-3-8B decode step the early loads took 3.3 % off the step's device time.
+  // Long rows get two warps each: measured on the H200 (cuda_quant_test --perf), a
+  // 4096 x 14336 product (the down projection's shape) makes only 4096 warps, each
+  // walking its row's 224 units one dependent load after another. The choice depends
+  // on the weight's width only (the same sums whatever shares the launch or the batch).
   constexpr int R = NT >= 3 ? 2 : 1;
-  if (g_matvec_tpr == 128) {
+  const int n_units = static_cast<int>(ws[0].n_cols / T::kElems) * T::kUnits;
+  const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : (n_units > kLongRowUnits ? 64 : 32);
+  if (tpr == 128) {
     launch_tpr<T, NT, R, 128, 1, false>(ws, ys, n, xq, xd, stream);
+  } else if (tpr == 64) {
+    early ? launch_tpr<T, NT, R, 64, 1, true>(ws, ys, n, xq, xd, stream)
+          : launch_tpr<T, NT, R, 64, 1, false>(ws, ys, n, xq, xd, stream);
   } else if (g_matvec_ilp == 2) {
     early ? launch_tpr<T, NT, R, 32, 2, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 32, 2, false>(ws, ys, n, xq, xd, stream);
@@ -376,15 +390,19 @@ bool check(const DeviceWeight& w, int64_t n_cols) {
 // ws[0..n): one type, each with rows; ys at token t0.
 void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, const int8_t* xq, const float2* xd,
                  cudaStream_t stream, bool swiglu = false) {
+  const bool wide = g_matvec_wide != 0;
   switch (ws[0].type) {
     case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q4_K: launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q5_K: launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q6_K: launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q4_K: wide ? launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu)
+                              : launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_K: wide ? launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu)
+                              : launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q6_K: wide ? launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu)
+                              : launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     default: break;
   }
 }
@@ -395,18 +413,22 @@ void launch_expert_type(const DeviceWeight& w, const void* w2, int64_t rows_per_
                         cudaStream_t stream) {
 #define HEARTH_Q8_EXPERT(T) \
   launch_expert<Q8Dot<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
+#define HEARTH_Q8_EXPERT_WIDE(T)                                                                                 \
+  launch_expert<Q8Wide<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
+  const bool wide = g_matvec_wide != 0;
   switch (w.type) {
     case GgmlType::Q4_0: HEARTH_Q8_EXPERT(Q4_0); break;
     case GgmlType::Q4_1: HEARTH_Q8_EXPERT(Q4_1); break;
     case GgmlType::Q5_0: HEARTH_Q8_EXPERT(Q5_0); break;
     case GgmlType::Q5_1: HEARTH_Q8_EXPERT(Q5_1); break;
     case GgmlType::Q8_0: HEARTH_Q8_EXPERT(Q8_0); break;
-    case GgmlType::Q4_K: HEARTH_Q8_EXPERT(Q4_K); break;
-    case GgmlType::Q5_K: HEARTH_Q8_EXPERT(Q5_K); break;
-    case GgmlType::Q6_K: HEARTH_Q8_EXPERT(Q6_K); break;
+    case GgmlType::Q4_K: wide ? HEARTH_Q8_EXPERT_WIDE(Q4_K) : HEARTH_Q8_EXPERT(Q4_K); break;
+    case GgmlType::Q5_K: wide ? HEARTH_Q8_EXPERT_WIDE(Q5_K) : HEARTH_Q8_EXPERT(Q5_K); break;
+    case GgmlType::Q6_K: wide ? HEARTH_Q8_EXPERT_WIDE(Q6_K) : HEARTH_Q8_EXPERT(Q6_K); break;
     default: break;
   }
 #undef HEARTH_Q8_EXPERT
+#undef HEARTH_Q8_EXPERT_WIDE
 }
 
 // x: [n_rows, n_cols] quantized into scratch; returns the (xq, xd) pair.
@@ -421,6 +443,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 }  // namespace
 
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
+void set_q8_matvec_wide(int wide) { g_matvec_wide = wide; }
 void set_q8_matvec_shape(int ilp, int early) {
   g_matvec_ilp = ilp;
   g_matvec_early = early;
