@@ -93,6 +93,9 @@ class CudaBackend final : public ops::Backend {
   // Gate / up products and SwiGLU in one kernel for decode batches (off by default:
   // measured slower; HEARTH_CUDA_FUSE_SWIGLU=1). For tests and measuring.
   void set_fused_swiglu(bool on) { fuse_swiglu_ = on; }
+  // Decode attention in tiles of keys (attention_tiled_kernel, the default) or a warp per
+  // key (attention_kernel; HEARTH_CUDA_ATTN_TILED=0). For tests and measuring.
+  void set_tiled_attention(bool on) { tiled_attention_ = on; }
   struct GraphStats {
     int64_t recorded = 0;  // steps captured (and launched) as a new graph
     int64_t replayed = 0;  // steps launched from an earlier recording
@@ -262,6 +265,7 @@ class CudaBackend final : public ops::Backend {
   void* q8_ready_scratch(const float* out, int64_t n_rows, int64_t n);
   // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
+  bool tiled_attention_ = true;
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)

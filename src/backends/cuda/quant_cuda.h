@@ -52,8 +52,7 @@ void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float
 // with those quantized activations to f32 rounding (about 1e-3 of sum |w x| from the f32
 // product, as on the CPU back-end).
 bool q8_matvec_supported(GgmlType type);
-// The decode kernels' threads per row: 32, 64 or 128 (0, the default: 32, or 64 for rows
-// of more than 128 units). For measuring.
+// The decode kernels' threads per row: 32 (the default, 0), 64 or 128. For measuring.
 void set_q8_matvec_threads_per_row(int tpr);
 // The warp-per-row kernel's units decoded ahead per thread (ilp: 1 or 2; 0: the
 // default, 1) and whether the first of them are loaded before waiting for the kernel

@@ -263,9 +263,7 @@ void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_exper
 }
 
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
-int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, by row width)
-// Rows of more units than this (more than 4 per thread of a warp) get 64 threads.
-constexpr int kLongRowUnits = 128;
+int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
 int g_matvec_wide = -1;  // set_q8_matvec_wide (-1: the default, 1)
@@ -309,13 +307,10 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   // the H200 (cuda_quant_test --perf, q4_K 4096 x 14336) 21 us with one, 20 with two and
   // 32 with four units ahead (the registers of four units cut the warps in flight); in
   // the Llama-3-8B decode step the early loads took 3.3 % off the step's device time.
-  // Long rows get two warps each: measured on the H200 (cuda_quant_test --perf), a
-  // 4096 x 14336 product (the down projection's shape) makes only 4096 warps, each
-  // walking its row's 224 units one dependent load after another. The choice depends
-  // on the weight's width only (the same sums whatever shares the launch or the batch).
+  // A warp per row for long rows too: measured on the H200 (cuda_quant_test --perf, q4_K
+  // 4096 x 14336, one token) 18 us with 32 threads a row, 22 with 64 or 128.
   constexpr int R = NT >= 3 ? 2 : 1;
-  const int n_units = static_cast<int>(ws[0].n_cols / T::kElems) * T::kUnits;
-  const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : (n_units > kLongRowUnits ? 64 : 32);
+  const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : 32;
   if (tpr == 128) {
     launch_tpr<T, NT, R, 128, 1, false>(ws, ys, n, xq, xd, stream);
   } else if (tpr == 64) {
