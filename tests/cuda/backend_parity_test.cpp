@@ -73,7 +73,8 @@ std::vector<float> exact_matmul(const WeightPair& w, const std::vector<X>& x, in
   return y;
 }
 
-// The GPU's products against the exact ones. Up to 8 tokens (matrix-vector kernels):
+// The GPU's products against the exact ones. Up to 8 tokens (matrix-vector kernels; and
+// Q4_K matrices of more than 512 rows up to 64 tokens, q8_gemm):
 // for the types with 8-bit activation kernels (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K) the exact
 // product with x quantized as those kernels do (q8_ref.h) within 1e-4, and the f32 one
 // within 1e-2 (the CPU's 8-bit activations are reported); other types f32 arithmetic on
@@ -99,7 +100,12 @@ TEST(CudaParity, MatmulAllTypes) {
       gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
       const auto exact = exact_matmul(*w, x, n_tok);
       const double eg = rel_err(yb.gv(), exact), ec = rel_err(yb.cv(), exact);
-      if (n_tok <= 8 && hearth::cuda::q8_matvec_supported(type)) {
+      // 8-bit activations: the matrix-vector kernels (up to 8 tokens), and q8_gemm (Q4_K
+      // matrices of more than 512 rows, up to 64 tokens).
+      const bool q8_path = (n_tok <= 8 && hearth::cuda::q8_matvec_supported(type)) ||
+                           (n_tok <= hearth::cuda::kMaxQ8GemmTokens && hearth::cuda::q8_gemm_supported(type) &&
+                            rows > 512 && cols % 256 == 0);
+      if (q8_path) {
         const double eq = rel_err(yb.gv(), exact_matmul(*w, q8_values(x), n_tok));
         EXPECT_LE(eq, 1e-4) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok << " (vs quantized x)";
         EXPECT_LE(eg, 1e-2) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;

@@ -80,8 +80,8 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
       // One token through the kernel shapes of set_q8_matvec_shape (ilp, early).
       // K-quants: units of 64 elements (w) and of 32 (n), set_q8_matvec_wide.
       const bool kq = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
-      for (const int wide : {1, 0}) {
-        if (!kq && wide == 0) continue;
+      for (const int wide : {1, 0, 2}) {
+        if (!kq && wide != 1) continue;
         hearth::cuda::set_q8_matvec_wide(wide);
         for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 1}}) {
           hearth::cuda::set_q8_matvec_shape(ilp, early);
@@ -89,7 +89,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
             hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
           });
           const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
-          std::printf(" | %silp%d%s %5.1f%% %3.0fus", kq ? (wide ? "w" : "n") : "", ilp, early ? "e" : "",
+          std::printf(" | %silp%d%s %5.1f%% %3.0fus", kq ? (wide == 2 ? "na" : wide ? "w" : "n") : "", ilp, early ? "e" : "",
                       100 * moved / s / kPeak, s * 1e6);
         }
       }
@@ -137,6 +137,24 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
       if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) {
         std::fprintf(stderr, "cuBLAS init failed\n");
         return 1;
+      }
+      if (hearth::cuda::q8_gemm_supported(type)) {
+        std::printf("  %-5s q8_gemm (int8 tensor cores; us, weight GB/s) vs quant_gemm:", type_name(type).c_str());
+        size_t sq8 = 0;
+        for (int nt : {16, 32, 64}) sq8 = std::max(sq8, hearth::cuda::q8_gemm_scratch_bytes(DeviceWeight{type, bufs[0], rows, cols, rb}, nt));
+        void* d_q8 = nullptr;
+        CUDA_OK(cudaMalloc(&d_q8, sq8));
+        for (int nt : {9, 16, 32, 64}) {
+          const double s8 = time_it([&](int k) {
+            hearth::cuda::q8_gemm(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_q8, sq8, stream);
+          });
+          const double sq = time_it([&](int k) {
+            hearth::cuda::quant_gemm(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_s, sb, stream);
+          });
+          std::printf(" | t=%d %.0f (%.0f GB/s) vs %.0f", nt, s8 * 1e6, bytes / s8 * 1e-9, sq * 1e6);
+        }
+        std::printf("\n");
+        CUDA_OK(cudaFree(d_q8));
       }
       std::printf("  %-5s gemm (us, weight GB/s, TFLOP/s) quant_gemm vs dequant+cuBLAS:", type_name(type).c_str());
       for (int nt : {16, 32, 64, 128, 256, 512}) {

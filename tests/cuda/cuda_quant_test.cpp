@@ -124,6 +124,16 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
       CUDA_OK(cudaMemcpy(yn.data(), d_y, sizeof(float) * yn.size(), cudaMemcpyDeviceToHost));
       check_outputs(tag, "q8_matvec (32-element units)", nt, rows, k_tokens, yn, ref, mag, ref32, mag32, kMatvecTol,
                     kQ8VsF32Tol, fails, worst_err);
+      // Quants loaded past L1 (set_q8_matvec_wide(2)): the default's bits.
+      hearth::cuda::set_q8_matvec_wide(2);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+      check_launch(stream);
+      hearth::cuda::set_q8_matvec_wide(-1);
+      CUDA_OK(cudaMemcpy(yn.data(), d_y, sizeof(float) * yn.size(), cudaMemcpyDeviceToHost));
+      if (std::memcmp(y.data(), yn.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+        fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": loads past L1 differ from the default's bits");
+      }
     }
     // Every kernel shape (threads per row, units decoded ahead, loads before the wait)
     // gives the default's bits.
@@ -157,6 +167,60 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
       CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
       check_outputs(tag, ("q8_matvec (" + std::to_string(tpr) + " threads a row)").c_str(), nt, rows, k_tokens, y2,
                     ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails, worst_err);
+    }
+  }
+  CUDA_OK(cudaFree(d_s));
+  CUDA_OK(cudaFree(d_x));
+  CUDA_OK(cudaFree(d_y));
+}
+
+// q8_gemm for 1..64 tokens against the exact product with the quantized x (kMatvecTol of
+// sum |w xq|) and within kQ8VsF32Tol of the f32 product, writing nothing past its tokens;
+// a token's outputs are the same bits in batches of 1, 9, 16, 40 and 64 tokens.
+void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std::vector<float>& wf,
+                      std::mt19937_64& rng, cudaStream_t stream, Failures& fails, double* worst_err) {
+  const int64_t rows = dw.n_rows, cols = dw.n_cols;
+  constexpr int kTok = 64;
+  std::vector<float> x(static_cast<size_t>(kTok * cols));
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  for (auto& v : x) v = ud(rng);
+  const std::vector<double> xq = q8_values(x);
+  std::vector<double> ref(static_cast<size_t>(kTok * rows)), mag(ref.size()), ref32(ref.size()), mag32(ref.size());
+  parallel_for(rows, [&](int64_t r) {
+    for (int t = 0; t < kTok; ++t) {
+      double s = 0, m = 0, s32 = 0, m32 = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double w = wf[r * cols + c];
+        s += w * xq[t * cols + c];
+        m += std::fabs(w * xq[t * cols + c]);
+        s32 += w * x[t * cols + c];
+        m32 += std::fabs(w * x[t * cols + c]);
+      }
+      ref[t * rows + r] = s;
+      mag[t * rows + r] = m;
+      ref32[t * rows + r] = s32;
+      mag32[t * rows + r] = m32;
+    }
+  });
+  float* d_x = device_copy(x);
+  float* d_y = nullptr;
+  CUDA_OK(cudaMalloc(&d_y, sizeof(float) * kTok * rows));
+  size_t sb = 0;
+  for (int nt = 1; nt <= kTok; ++nt) sb = std::max(sb, hearth::cuda::q8_gemm_scratch_bytes(dw, nt));
+  void* d_s = nullptr;
+  CUDA_OK(cudaMalloc(&d_s, sb));
+  std::vector<float> y(static_cast<size_t>(kTok * rows)), first;
+  for (int nt : {1, 9, 16, 17, 40, 64}) {
+    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+    hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
+    check_launch(stream);
+    CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+    check_outputs(tag, "q8_gemm", nt, rows, kTok, y, ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails,
+                  worst_err);
+    if (nt == 1) {
+      first.assign(y.begin(), y.begin() + rows);
+    } else if (std::memcmp(first.data(), y.data(), sizeof(float) * static_cast<size_t>(rows)) != 0) {
+      fails.add(tag + " q8_gemm nt=" + std::to_string(nt) + ": the first token's outputs differ from a batch of 1");
     }
   }
   CUDA_OK(cudaFree(d_s));
@@ -323,6 +387,9 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
     run_q8_case(tag, dw, wf, x, ref, mag, kTokens, stream, fails, q8_worst);
   }
   if (hearth::cuda::quant_gemm_supported(type) && rows * cols <= (int64_t{17} << 20)) run_gemm_case(tag, dw, wf, rng, stream, fails, gemm_worst);
+  if (hearth::cuda::q8_gemm_supported(type) && cols % 256 == 0 && rows * cols <= (int64_t{17} << 20)) {
+    run_q8_gemm_case(tag, dw, wf, rng, stream, fails, q8_worst);
+  }
 
   // dequantize_rows: an inner range of rows, bit-exact.
   const int64_t row0 = rows / 3, n = std::max<int64_t>(1, rows - row0 - 1);

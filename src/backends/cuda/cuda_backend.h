@@ -96,6 +96,9 @@ class CudaBackend final : public ops::Backend {
   // Decode attention in tiles of keys (attention_tiled_kernel, the default) or a warp per
   // key (attention_kernel; HEARTH_CUDA_ATTN_TILED=0). For tests and measuring.
   void set_tiled_attention(bool on) { tiled_attention_ = on; }
+  // Q4_K products of 9-64 tokens on the int8 tensor cores (q8_gemm, the default) or as
+  // f16 tiles (quant_gemm; HEARTH_CUDA_INT8_GEMM=0). For tests and measuring.
+  void set_int8_gemm(bool on) { int8_gemm_ = on; }
   struct GraphStats {
     int64_t recorded = 0;  // steps captured (and launched) as a new graph
     int64_t replayed = 0;  // steps launched from an earlier recording
@@ -266,6 +269,7 @@ class CudaBackend final : public ops::Backend {
   // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
   bool tiled_attention_ = true;
+  bool int8_gemm_ = true;
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)

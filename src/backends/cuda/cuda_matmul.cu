@@ -88,6 +88,15 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     return;
   }
   const bool half_type = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+  if (int8_gemm_ && w.n_rows > kF32GemmMaxRows && n_tokens <= std::min(qgemm_max_tokens_, kMaxQ8GemmTokens) &&
+      q8_gemm_supported(w.type) && w.n_cols % 256 == 0 && w.row_bytes % 16 == 0) {
+    // Batched decode: the weights' integer quants on the int8 tensor cores.
+    timer.rename("matmul q8 gemm");
+    const size_t bytes = q8_gemm_scratch_bytes(dw, n_tokens);
+    q8_gemm(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+    return;
+  }
   if (w.n_rows > kF32GemmMaxRows && n_tokens <= qgemm_max_tokens_ && quant_gemm_supported(w.type)) {
     // Batched decode and prompt chunks: weight tiles dequantized in shared memory, tensor cores.
     timer.rename("matmul qgemm");

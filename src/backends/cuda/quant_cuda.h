@@ -59,8 +59,8 @@ void set_q8_matvec_threads_per_row(int tpr);
 // before (early: 0 or 1; -1: the default, 1). Same sums in every shape. For measuring.
 void set_q8_matvec_shape(int ilp, int early);
 // Q4_K / Q5_K / Q6_K decoded in units of 64 elements per thread (quant_q8_wide.cuh;
-// wide: 1, or -1 the default) or of 32 (0: quant_q8_dot.cuh). Other sums, same
-// tolerance. For measuring.
+// wide: 1, or -1 the default; 2: their quants loaded past L1) or of 32 (0:
+// quant_q8_dot.cuh). Other sums, same tolerance. For measuring.
 void set_q8_matvec_wide(int wide);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
@@ -83,6 +83,17 @@ size_t q8_scratch_scales_offset(int64_t n_tokens, int64_t n_cols);
 
 // Bytes of scratch that 8-bit activations of n_rows rows of n_cols take (no token cap).
 size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows);
+
+// y: [n_tokens, w.n_rows] = x w^T for 1..kMaxQ8GemmTokens tokens on the integer tensor
+// cores (quant_mmq.cu): x quantized as for q8_matvec, each 32-element sub-block one
+// mma.m16n8k32 s8 product scaled in f32. Its result equals the exact product of the
+// dequantized weights with the quantized x to f32 rounding (as q8_matvec's); a token's
+// outputs are the same bits in any batch. scratch: q8_gemm_scratch_bytes, 256-byte aligned.
+constexpr int64_t kMaxQ8GemmTokens = 64;
+bool q8_gemm_supported(GgmlType type);
+size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
+void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
+             cudaStream_t stream);
 
 // The routed experts' decode products on 8-bit activations. Weights hold n_expert
 // experts stacked (expert e's rows from row e * rows_per_expert); pair p of the

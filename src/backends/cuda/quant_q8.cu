@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/quant_q8_quantize.cuh"
 #include "backends/cuda/quant_q8_dot.cuh"
 #include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"
@@ -392,12 +393,33 @@ void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, co
     case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q4_K: wide ? launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu)
-                              : launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q5_K: wide ? launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu)
-                              : launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q6_K: wide ? launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu)
-                              : launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q4_K:
+      if (g_matvec_wide == 2) {
+        launch<Q8Wide<GgmlType::Q4_K, true>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      } else if (wide) {
+        launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      } else {
+        launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      }
+      break;
+    case GgmlType::Q5_K:
+      if (g_matvec_wide == 2) {
+        launch<Q8Wide<GgmlType::Q5_K, true>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      } else if (wide) {
+        launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      } else {
+        launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      }
+      break;
+    case GgmlType::Q6_K:
+      if (g_matvec_wide == 2) {
+        launch<Q8Wide<GgmlType::Q6_K, true>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      } else if (wide) {
+        launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      } else {
+        launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
+      }
+      break;
     default: break;
   }
 }
@@ -532,6 +554,12 @@ void q8_matvec_swiglu(const DeviceWeight& gate, const DeviceWeight& up, const fl
     float* ys[2] = {y + t0 * gate.n_rows, nullptr};
     launch_type(ws, ys, 2, nt, xq, xd, stream, true);
   }
+}
+
+void q8_quantize(const float* x, int64_t n_rows, int64_t n_cols, int8_t* xq, float2* xd, cudaStream_t stream) {
+  const int64_t n_chunks = n_rows * n_cols / kChunk;
+  ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream, x, n_chunks, xq,
+                             xd);
 }
 
 size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows) {

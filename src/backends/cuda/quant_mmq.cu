@@ -1,0 +1,287 @@
+// q8_gemm: Q4_K weights times 9-64 tokens on the integer tensor cores. The tokens are
+// quantized in chunks of 32 (quantize_chunks, as for the decode matrix-vector product),
+// each 32-element sub-block of a weight row meets a chunk in one mma.m16n8k32 (s8 x s8 ->
+// s32) with the weight's 4-bit quants taken straight from the GGUF block into the A
+// fragment (no dequantized copy anywhere), and the integer sums are scaled per sub-block
+// in f32: d sc dx (q . xq) - dmin m (dx sum xq).
+//
+// A block of 4 warps owns 64 rows (a warp 16) x BN tokens; per 256-column step the tokens'
+// quants and chunk scales are staged in shared memory (cp.async, one step ahead) and read
+// by all four warps, while each thread's weight words for the next step are already in
+// flight in registers. The columns are split over blockIdx.z from the weight's shape only,
+// the partial sums added in split order: a token's outputs are the same bits in any batch
+// of 1 to 64 tokens.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda/launch.cuh"
+#include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/quant_q8_quantize.cuh"
+#include "backends/cuda/quant_q8_dot.cuh"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kThreads = 128, kRows = 64, kStep = 256, kMaxSplits = 8;
+constexpr int kXRow = kStep + 16;  // staged bytes per token: rows 4 banks apart (conflict-free B loads)
+constexpr int kDRow = 10;          // staged chunk scales per token (8 used; 16-byte aligned, conflict-free)
+constexpr int kBlockBytes = 144;   // Q4_K
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mma_s8(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+// One step's weight registers of a thread: its two rows' block headers (d, dmin, scales)
+// and, per 64-element group g, the words at byte 4 tig and 16 + 4 tig of qs[32 g ..].
+struct StepWeights {
+  int4 head[2];
+  int q[4][4];  // [g]: row lo word, row hi word, row lo word + 16, row hi word + 16
+};
+
+__device__ __forceinline__ void load_step(const uint8_t* r0, const uint8_t* r1, int st, int tig, StepWeights& s) {
+  const uint8_t* b0 = r0 + static_cast<int64_t>(st) * kBlockBytes;
+  const uint8_t* b1 = r1 + static_cast<int64_t>(st) * kBlockBytes;
+  s.head[0] = *reinterpret_cast<const int4*>(b0);
+  s.head[1] = *reinterpret_cast<const int4*>(b1);
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const int off = 16 + 32 * g + 4 * tig;
+    s.q[g][0] = *reinterpret_cast<const int*>(b0 + off);
+    s.q[g][1] = *reinterpret_cast<const int*>(b1 + off);
+    s.q[g][2] = *reinterpret_cast<const int*>(b0 + off + 16);
+    s.q[g][3] = *reinterpret_cast<const int*>(b1 + off + 16);
+  }
+}
+
+// Sub-block j's d * sc and dmin * m of a Q4_K block header.
+__device__ __forceinline__ float2 sub_scales(const int4 head, int j) {
+  const int sc3[3] = {head.y, head.z, head.w};
+  int sc = 0, m = 0;
+  q8::scale_min_k4(sc3, j, &sc, &m);
+  const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
+  return make_float2(dm.x * static_cast<float>(sc), dm.y * static_cast<float>(m));
+}
+
+// out: [splits][n_tokens][n_rows] partial sums (y itself with one split).
+template <int BN>
+__global__ void __launch_bounds__(kThreads)
+    mmq_q4k_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
+                   const int8_t* __restrict__ xq, const float2* __restrict__ xd, int64_t n_tokens,
+                   int steps_per_split, float* __restrict__ out) {
+  constexpr int NT8 = BN / 8;
+  __shared__ __align__(16) int8_t xs[2][BN][kXRow];
+  __shared__ __align__(16) float2 ds[2][BN][kDRow];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows + warp * 16;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
+  const int n_steps = static_cast<int>(n_cols / kStep);
+  const int step0 = static_cast<int>(blockIdx.z) * steps_per_split;
+  const int step1 = min(n_steps, step0 + steps_per_split);
+  const int64_t chunks = n_cols / 32;
+  const uint8_t* r0 = w + min(row0 + gid, n_rows - 1) * row_bytes;  // rows past the end: read, never written
+  const uint8_t* r1 = w + min(row0 + gid + 8, n_rows - 1) * row_bytes;
+
+  auto stage = [&](int buf, int st) {
+    for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
+      const int tk = i / (kStep / 16), c = i % (kStep / 16);
+      int8_t* dst = &xs[buf][tk][c * 16];
+      if (tok0 + tk < n_tokens) {
+        cp_async16(dst, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
+      } else {
+        *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < BN * 4; i += kThreads) {  // 8 float2 = 4 x 16 bytes a token
+      const int tk = i / 4, c = i % 4;
+      float2* dst = &ds[buf][tk][2 * c];
+      if (tok0 + tk < n_tokens) {
+        cp_async16(dst, xd + (tok0 + tk) * chunks + static_cast<int64_t>(st) * 8 + 2 * c);
+      } else {
+        *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+      }
+    }
+  };
+
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  float acc[NT8][4];
+#pragma unroll
+  for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+  }
+  StepWeights cur, next;
+  if (step0 < step1) {
+    stage(0, step0);
+    cp_async_commit();
+    load_step(r0, r1, step0, tig, cur);
+  }
+  for (int st = step0; st < step1; ++st) {
+    const int buf = (st - step0) & 1;
+    const bool more = st + 1 < step1;
+    if (more) {
+      stage(buf ^ 1, st + 1);
+      cp_async_commit();
+      load_step(r0, r1, st + 1, tig, next);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int sb = 2 * g + h;
+        int a[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = h ? (cur.q[g][i] >> 4) & q8::kLo4 : cur.q[g][i] & q8::kLo4;
+        const float2 s0 = sub_scales(cur.head[0], sb), s1 = sub_scales(cur.head[1], sb);
+#pragma unroll
+        for (int n = 0; n < NT8; ++n) {
+          const int8_t* xb = &xs[buf][n * 8 + gid][sb * 32 + 4 * tig];
+          int c[4];
+          mma_s8(a, *reinterpret_cast<const int*>(xb), *reinterpret_cast<const int*>(xb + 16), c);
+          const float2 xa = ds[buf][n * 8 + 2 * tig][sb], xb2 = ds[buf][n * 8 + 2 * tig + 1][sb];
+          acc[n][0] += s0.x * xa.x * static_cast<float>(c[0]) - s0.y * xa.y;
+          acc[n][1] += s0.x * xb2.x * static_cast<float>(c[1]) - s0.y * xb2.y;
+          acc[n][2] += s1.x * xa.x * static_cast<float>(c[2]) - s1.y * xa.y;
+          acc[n][3] += s1.x * xb2.x * static_cast<float>(c[3]) - s1.y * xb2.y;
+        }
+      }
+    }
+    __syncthreads();  // this buffer is staged again two steps on
+    if (more) cur = next;
+  }
+  float* o = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
+#pragma unroll
+  for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t tok = tok0 + n * 8 + 2 * tig + (i & 1), row = row0 + gid + (i >= 2 ? 8 : 0);
+      if (tok < n_tokens && row < n_rows) o[tok * n_rows + row] = acc[n][i];
+    }
+  }
+}
+
+__global__ void mmq_sum_splits(const float* __restrict__ part, int n_splits, int64_t n, float* __restrict__ y) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float s = part[i];
+  for (int k = 1; k < n_splits; ++k) s += part[k * n + i];
+  y[i] = s;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      return 100;
+    }
+    return v;
+  }();
+  return n;
+}
+
+struct Plan {
+  int bn, splits, steps_per_split;
+  int64_t row_tiles, tok_tiles;
+};
+
+// Splits from the weight's shape only (never the token count): about four blocks of 4
+// warps per multiprocessor, each with at least two steps.
+Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
+  Plan p{};
+  p.bn = n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64;
+  p.row_tiles = (w.n_rows + kRows - 1) / kRows;
+  p.tok_tiles = (n_tokens + p.bn - 1) / p.bn;
+  const int n_steps = static_cast<int>(w.n_cols / kStep);
+  int splits = static_cast<int>(std::max<int64_t>(1, 4 * sm_count() / p.row_tiles));
+  splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
+  p.steps_per_split = (n_steps + splits - 1) / splits;
+  p.splits = (n_steps + p.steps_per_split - 1) / p.steps_per_split;
+  return p;
+}
+
+size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
+
+}  // namespace
+
+bool q8_gemm_supported(GgmlType type) { return type == GgmlType::Q4_K; }
+
+size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
+  const Plan p = plan_for(w, n_tokens);
+  const size_t part = p.splits > 1 ? align256(sizeof(float) * static_cast<size_t>(p.splits * n_tokens * w.n_rows)) : 0;
+  return q8_scratch_bytes(w.n_cols, n_tokens) + part;
+}
+
+void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
+             cudaStream_t stream) {
+  auto bad = [&](const std::string& what) {
+    fail(ErrorKind::kInvalidInput, "cuda quant",
+         "q8_gemm (" + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) + "): " + what);
+  };
+  if (!q8_gemm_supported(w.type)) bad("no integer tensor-core kernel for this type");
+  if (n_tokens < 0 || n_tokens > kMaxQ8GemmTokens) bad("1 to 64 tokens, not " + std::to_string(n_tokens));
+  if (w.n_cols <= 0 || w.n_cols % kStep != 0) bad("n_cols must be a positive multiple of 256");
+  if (w.row_bytes < static_cast<uint64_t>(w.n_cols / kStep) * kBlockBytes ||
+      (reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % 16 != 0) {
+    bad("rows must hold their blocks at 16-byte aligned addresses");
+  }
+  if (n_tokens == 0 || w.n_rows == 0) return;
+  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 || scratch_bytes < q8_gemm_scratch_bytes(w, n_tokens)) {
+    bad("scratch must hold q8_gemm_scratch_bytes and be 256-byte aligned");
+  }
+  const Plan p = plan_for(w, n_tokens);
+  int8_t* xq = static_cast<int8_t*>(scratch);
+  float2* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(n_tokens, w.n_cols));
+  q8_quantize(x, n_tokens, w.n_cols, xq, xd, stream);
+  float* out = y;
+  if (p.splits > 1) {
+    out = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + q8_scratch_bytes(w.n_cols, n_tokens));
+  }
+  const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
+                  static_cast<unsigned>(p.splits));
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  switch (p.bn) {
+    case 16:
+      launch_pdl(mmq_q4k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
+                 p.steps_per_split, out);
+      break;
+    case 32:
+      launch_pdl(mmq_q4k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
+                 p.steps_per_split, out);
+      break;
+    default:
+      launch_pdl(mmq_q4k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
+                 p.steps_per_split, out);
+      break;
+  }
+  if (p.splits > 1) {
+    const int64_t n = n_tokens * w.n_rows;
+    launch_pdl(mmq_sum_splits, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, out, p.splits, n, y);
+  }
+}
+
+}  // namespace hearth::cuda
