@@ -194,8 +194,9 @@ TEST(CudaParity, LlamaFamilyModels) {
     // experts take 8-bit activations in prompts too (few tokens per expert), and a
     // routing decision that flips on such rounding moves its logits far, for the CPU as
     // well: there the greedy agreement below and MoeFfnFused are the checks.
+    // Q4_K prompts of up to 64 tokens take 8-bit activations as well (q8_gemm): bounded like decode.
     if (c.arch != "qwen3moe") {
-      EXPECT_LE(errs[0][0], 5e-3) << what << ": GPU prefill vs double forward";
+      EXPECT_LE(errs[0][0], hearth::cuda::q8_gemm_supported(c.t) ? 3e-2 : 5e-3) << what << ": GPU prefill vs double forward";
       EXPECT_LE(errs[0][1], 3e-2) << what << ": GPU decode vs double forward";
     }
     double scale = 0;

@@ -552,21 +552,13 @@ void run_attention(const AttnCase& ac, const std::vector<ops::AttentionSeq>& sha
 
 TEST(CudaParity, AttentionDecodeAndPrefill) {
   NEED_GPU();
-  auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());
-  ASSERT_NE(cuda, nullptr);
   for (const AttnCase& ac : {AttnCase{32, 8, 128, ops::KvType::F16}, AttnCase{32, 8, 128, ops::KvType::F32},
                              AttnCase{16, 2, 256, ops::KvType::F16}, AttnCase{9, 3, 64, ops::KvType::F16},
                              AttnCase{8, 8, 80, ops::KvType::F32}}) {
-    // Decode: four sequences of one token at different depths (the deepest one's key
-    // ranges span two tiles of the tiled kernel), with both decode kernels.
-    for (const bool tiled : {true, false}) {
-      cuda->set_tiled_attention(tiled);
-      run_attention(ac, {{0, 1, 0, nullptr}, {1, 1, 15, nullptr}, {2, 1, 100, nullptr}, {3, 1, 700, nullptr}},
-                    tiled ? "decode" : "decode (a warp per key)");
-      run_attention(ac, {{0, 1, 3, nullptr}, {1, 1, 5000, nullptr}, {2, 1, 40, nullptr}},
-                    tiled ? "decode long" : "decode long (a warp per key)");
-    }
-    cuda->set_tiled_attention(true);
+    // Decode: sequences of one token at different depths, one 5,000 keys deep (32 key
+    // ranges of ~157 keys, merged by the last).
+    run_attention(ac, {{0, 1, 0, nullptr}, {1, 1, 15, nullptr}, {2, 1, 100, nullptr}, {3, 1, 700, nullptr}}, "decode");
+    run_attention(ac, {{0, 1, 3, nullptr}, {1, 1, 5000, nullptr}, {2, 1, 40, nullptr}}, "decode long");
     // Prefill: a fresh 70-token prompt, and a 33-token chunk on top of 20 cached positions,
     // with a decode token between them.
     run_attention(ac, {{0, 70, 0, nullptr}, {70, 1, 300, nullptr}, {71, 33, 20, nullptr}}, "prefill");

@@ -80,8 +80,8 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
       // One token through the kernel shapes of set_q8_matvec_shape (ilp, early).
       // K-quants: units of 64 elements (w) and of 32 (n), set_q8_matvec_wide.
       const bool kq = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
-      for (const int wide : {1, 0, 2}) {
-        if (!kq && wide != 1) continue;
+      for (const int wide : {1, 0}) {
+        if (!kq && wide == 0) continue;
         hearth::cuda::set_q8_matvec_wide(wide);
         for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 1}}) {
           hearth::cuda::set_q8_matvec_shape(ilp, early);
@@ -89,7 +89,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
             hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
           });
           const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
-          std::printf(" | %silp%d%s %5.1f%% %3.0fus", kq ? (wide == 2 ? "na" : wide ? "w" : "n") : "", ilp, early ? "e" : "",
+          std::printf(" | %silp%d%s %5.1f%% %3.0fus", kq ? (wide ? "w" : "n") : "", ilp, early ? "e" : "",
                       100 * moved / s / kPeak, s * 1e6);
         }
       }

@@ -124,16 +124,6 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
       CUDA_OK(cudaMemcpy(yn.data(), d_y, sizeof(float) * yn.size(), cudaMemcpyDeviceToHost));
       check_outputs(tag, "q8_matvec (32-element units)", nt, rows, k_tokens, yn, ref, mag, ref32, mag32, kMatvecTol,
                     kQ8VsF32Tol, fails, worst_err);
-      // Quants loaded past L1 (set_q8_matvec_wide(2)): the default's bits.
-      hearth::cuda::set_q8_matvec_wide(2);
-      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
-      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
-      check_launch(stream);
-      hearth::cuda::set_q8_matvec_wide(-1);
-      CUDA_OK(cudaMemcpy(yn.data(), d_y, sizeof(float) * yn.size(), cudaMemcpyDeviceToHost));
-      if (std::memcmp(y.data(), yn.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
-        fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": loads past L1 differ from the default's bits");
-      }
     }
     // Every kernel shape (threads per row, units decoded ahead, loads before the wait)
     // gives the default's bits.

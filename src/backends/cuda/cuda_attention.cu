@@ -202,211 +202,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   if (threadIdx.x == 0) *counter = 0u;
 }
 
-// The end of a decode block: with key ranges (part), its range's partial result and,
-// for the last range of (row, block of heads) to finish (counters), the merge of them
-// all (the counter reset for the next launch); else out itself. m, l: per head; value
-// (g, d) gives head g's unnormalised sum at dimension d.
-template <class Value>
-__device__ __forceinline__ void finish_decode(int row, int h0, int ng, int n_head, int head_dim, const float* m,
-                                              const float* l, Value value, float* __restrict__ out,
-                                              unsigned* __restrict__ counters, float* __restrict__ part) {
-  for (int i = threadIdx.x; i < ng * head_dim; i += blockDim.x) {
-    const int g = i / head_dim, d = i % head_dim;
-    if (part != nullptr) {
-      float* pp = part + ((static_cast<int64_t>(row) * n_head + h0 + g) * gridDim.z + blockIdx.z) * (head_dim + 2);
-      if (d == 0) {
-        pp[0] = m[g];
-        pp[1] = l[g];
-      }
-      pp[2 + d] = value(g, d);
-    } else {
-      out[(static_cast<int64_t>(row) * n_head + h0 + g) * head_dim + d] = value(g, d) / l[g];
-    }
-  }
-  if (part == nullptr || counters == nullptr) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  unsigned* counter = counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.z - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  merge_splits(part, row, h0, ng, static_cast<int>(gridDim.z), n_head, head_dim, out);
-  if (threadIdx.x == 0) *counter = 0u;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-// 16 bytes of K as f32.
-__device__ __forceinline__ void unpack16(const int4 v, float* f) {
-  f[0] = __int_as_float(v.x), f[1] = __int_as_float(v.y), f[2] = __int_as_float(v.z), f[3] = __int_as_float(v.w);
-}
-__device__ __forceinline__ void unpack16h(const int4 v, float* f) {
-  const int w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
-// Decode attention in tiles (the default where K and V rows are 16-byte aligned). Block
-// (row, KV head with up to kDecodeHeads of its query heads, key range) of kTileKeys
-// threads walks its range kTileKeys keys at a time: the tile's V rows are copied to
-// shared memory asynchronously while thread t scores key t against the chunk's query
-// heads (its K row read in 16-byte loads, several in flight), then warp g turns head g's
-// scores into weights (an online softmax over the tiles), and each thread adds its
-// dimensions of the weighted V rows. One round trip to memory per tile instead of one per
-// key and warp. Partial results and their merge as in attention_kernel.
-constexpr int kTileKeys = 128;
-static_assert(kTileKeys / 32 >= kDecodeHeads, "a warp per head for the weights");
-
-template <class T>
-__global__ void __launch_bounds__(kTileKeys)
-    attention_tiled_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
-                           const SeqDesc* __restrict__ seqs, const int32_t* __restrict__ row_seq,
-                           const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
-                           int bs_log2, float scale, float* __restrict__ out, unsigned* __restrict__ counters,
-                           float* __restrict__ part) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  constexpr int G = kDecodeHeads, kPer16 = 16 / static_cast<int>(sizeof(T)), kMaxDims = 256 / kTileKeys;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* qs = reinterpret_cast<float*>(smem_raw);  // [G][head_dim], scaled
-  float* ps = qs + G * head_dim;                    // [G][kTileKeys]: scores, then weights
-  T* vs = reinterpret_cast<T*>(ps + G * kTileKeys);  // [kTileKeys][head_dim]
-  __shared__ float s_m[G], s_l[G], s_corr[G];
-  const int row = blockIdx.x;
-  const int n_chunks = (group + G - 1) / G;
-  const int hkv = static_cast<int>(blockIdx.y) / n_chunks, chunk = static_cast<int>(blockIdx.y) % n_chunks;
-  const int h0 = hkv * group + chunk * G;
-  const int ng = min(G, group - chunk * G);
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const int si = row_seq[row];
-  if (si < 0) return;  // a row of no sequence (the whole block leaves)
-  const SeqDesc sd = seqs[si];
-  const int n_keys = sd.pos0 + (row - sd.first_row) + 1;
-  const int32_t* table = tables + sd.table_off;
-  const int64_t kv_off = static_cast<int64_t>(hkv) * head_dim;
-  const int bs_mask = (1 << bs_log2) - 1;
-  const int row_split = (n_keys + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
-  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * row_split : 0;
-  const int k_end = part != nullptr ? min(n_keys, k_begin + row_split) : n_keys;
-  for (int i = t; i < G * head_dim; i += kTileKeys) {
-    const int g = i / head_dim;
-    qs[i] = g < ng ? q[(static_cast<int64_t>(row) * n_head + h0 + g) * head_dim + i % head_dim] * scale : 0.0f;
-  }
-  if (t < G) {
-    s_m[t] = -INFINITY;
-    s_l[t] = 0.0f;
-    s_corr[t] = 0.0f;
-  }
-  float acc[G][kMaxDims];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-#pragma unroll
-    for (int e = 0; e < kMaxDims; ++e) acc[g][e] = 0.0f;
-  }
-  const int row_chunks = head_dim / kPer16;  // 16-byte pieces of a K or V row
-  for (int tile = k_begin; tile < k_end; tile += kTileKeys) {
-    const int n = min(kTileKeys, k_end - tile);
-    __syncthreads();  // qs written; the previous tile's ps and vs read
-    for (int i = t; i < n * row_chunks; i += kTileKeys) {
-      const int jj = i / row_chunks, c = i % row_chunks, j = tile + jj;
-      const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
-      cp_async16(vs + jj * head_dim + c * kPer16, vc + r * kv_stride + kv_off + c * kPer16);
-    }
-    cp_async_commit();
-    if (t < n) {
-      const int j = tile + t;
-      const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
-      const int4* kp = reinterpret_cast<const int4*>(kc + r * kv_stride + kv_off);
-      float s[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) s[g] = 0.0f;
-      for (int c0 = 0; c0 < row_chunks; c0 += 8) {
-        int4 kk[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) kk[u] = c0 + u < row_chunks ? __ldg(kp + c0 + u) : make_int4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          if (c0 + u >= row_chunks) break;
-          float kf[kPer16];
-          if constexpr (sizeof(T) == 2) {
-            unpack16h(kk[u], kf);
-          } else {
-            unpack16(kk[u], kf);
-          }
-          const int d0 = (c0 + u) * kPer16;
-#pragma unroll
-          for (int g = 0; g < G; ++g) {
-#pragma unroll
-            for (int e = 0; e < kPer16; ++e) s[g] += qs[g * head_dim + d0 + e] * kf[e];
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g) ps[g * kTileKeys + t] = s[g];
-    }
-    __syncthreads();
-    if (warp < ng) {  // head warp's weights: exp(score - running max), the sum, the rescale
-      const int g = warp;
-      float mx = -INFINITY;
-      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ps[g * kTileKeys + i]);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_old = s_m[g], m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int i = lane; i < n; i += 32) {
-        const float p = expf(ps[g * kTileKeys + i] - m_new);
-        ps[g * kTileKeys + i] = p;
-        sum += p;
-      }
-      sum = warp_sum(sum);
-      if (lane == 0) {
-        const float corr = expf(m_old - m_new);  // 0 on the first tile
-        s_corr[g] = corr;
-        s_l[g] = s_l[g] * corr + sum;
-        s_m[g] = m_new;
-      }
-    }
-    cp_async_wait_all();
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < kMaxDims; ++e) {
-      const int d = t + e * kTileKeys;
-      if (d >= head_dim) break;
-#pragma unroll
-      for (int g = 0; g < G; ++g) acc[g][e] *= s_corr[g];
-      for (int jj = 0; jj < n; ++jj) {
-        const float v = kv_load(vs + jj * head_dim + d);
-#pragma unroll
-        for (int g = 0; g < G; ++g) acc[g][e] += ps[g * kTileKeys + jj] * v;
-      }
-    }
-  }
-  // Each thread holds dimensions t, t + kTileKeys of every head: staged in qs (no longer
-  // read) for finish_decode's (head, dimension) loop.
-  __syncthreads();
-#pragma unroll
-  for (int e = 0; e < kMaxDims; ++e) {
-    const int d = t + e * kTileKeys;
-    if (d >= head_dim) break;
-#pragma unroll
-    for (int g = 0; g < G; ++g) qs[g * head_dim + d] = acc[g][e];
-  }
-  __syncthreads();
-  finish_decode(row, h0, ng, n_head, head_dim, s_m, s_l, [&](int g, int d) { return qs[g * head_dim + d]; }, out,
-                counters, part);
-}
-
 // Merges the key ranges' partial results of one (row, head): block (row, head).
 __global__ void attention_combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ row_seq,
                                          int n_split, int n_head, int head_dim, float* __restrict__ out) {
@@ -576,20 +371,6 @@ void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const
                       float* part) {
   const auto* kc = static_cast<const T*>(k);
   const auto* vc = static_cast<const T*>(v);
-  if (epl == 0) {  // the tiled kernel
-    const size_t smem = sizeof(float) * (static_cast<size_t>(kDecodeHeads) * head_dim + kDecodeHeads * kTileKeys) +
-                        sizeof(T) * static_cast<size_t>(kTileKeys) * head_dim;
-    static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
-    if (!raised) {
-      CudaBackend::check(cudaFuncSetAttribute(attention_tiled_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              160 * 1024),
-                         "attention", "cudaFuncSetAttribute");
-      raised = true;
-    }
-    ::hearth::cuda::launch_pdl(attention_tiled_kernel<T>, grid, kTileKeys, smem, st, q, kc, vc, seqs, row_seq, tables,
-                               n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
-    return;
-  }
   const int threads = kAttnWarps * 32;
   switch (epl) {
     case 2:
@@ -715,17 +496,12 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // The last key range of each (row, block of heads) merges them (fuse_; else one more kernel).
   unsigned* counters = part != nullptr && fuse_ && n_rows * head_blocks <= kAttnCounters ? attn_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(head_blocks), static_cast<unsigned>(n_split));
-  // The tiled kernel where K and V rows start on 16 bytes (every head size a multiple of 8).
-  const size_t kv_elem = cache.type == ops::KvType::F16 ? 2 : 4;
-  const bool tiled = tiled_attention_ && (head_dim * kv_elem) % 16 == 0 && (cache.n_kv_dim * kv_elem) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(cache.k) % 16 == 0 && reinterpret_cast<uintptr_t>(cache.v) % 16 == 0;
-  const int decode_epl = tiled ? 0 : epl;
   if (cache.type == ops::KvType::F16) {
-    launch_attention<__half>(decode_epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
+    launch_attention<__half>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
                              scale, out, counters, part);
   } else {
-    launch_attention<float>(decode_epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
+    launch_attention<float>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                             static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
                             scale, out, counters, part);
   }

@@ -163,8 +163,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   fuse_swiglu_ = fuse_ && fuse_swiglu != nullptr && std::string(fuse_swiglu) == "1";
   const char* int8_gemm = std::getenv("HEARTH_CUDA_INT8_GEMM");
   int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
-  const char* tiled = std::getenv("HEARTH_CUDA_ATTN_TILED");
-  tiled_attention_ = !(tiled != nullptr && std::string(tiled) == "0");
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
   {
     const char* ilp = std::getenv("HEARTH_CUDA_MATVEC_ILP");

@@ -93,9 +93,6 @@ class CudaBackend final : public ops::Backend {
   // Gate / up products and SwiGLU in one kernel for decode batches (off by default:
   // measured slower; HEARTH_CUDA_FUSE_SWIGLU=1). For tests and measuring.
   void set_fused_swiglu(bool on) { fuse_swiglu_ = on; }
-  // Decode attention in tiles of keys (attention_tiled_kernel, the default) or a warp per
-  // key (attention_kernel; HEARTH_CUDA_ATTN_TILED=0). For tests and measuring.
-  void set_tiled_attention(bool on) { tiled_attention_ = on; }
   // Q4_K products of 9-64 tokens on the int8 tensor cores (q8_gemm, the default) or as
   // f16 tiles (quant_gemm; HEARTH_CUDA_INT8_GEMM=0). For tests and measuring.
   void set_int8_gemm(bool on) { int8_gemm_ = on; }
@@ -268,7 +265,6 @@ class CudaBackend final : public ops::Backend {
   void* q8_ready_scratch(const float* out, int64_t n_rows, int64_t n);
   // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
-  bool tiled_attention_ = true;
   bool int8_gemm_ = true;
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)

@@ -59,8 +59,8 @@ void set_q8_matvec_threads_per_row(int tpr);
 // before (early: 0 or 1; -1: the default, 1). Same sums in every shape. For measuring.
 void set_q8_matvec_shape(int ilp, int early);
 // Q4_K / Q5_K / Q6_K decoded in units of 64 elements per thread (quant_q8_wide.cuh;
-// wide: 1, or -1 the default; 2: their quants loaded past L1) or of 32 (0:
-// quant_q8_dot.cuh). Other sums, same tolerance. For measuring.
+// wide: 1, or -1 the default) or of 32 (0: quant_q8_dot.cuh). Other sums, same
+// tolerance. For measuring.
 void set_q8_matvec_wide(int wide);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,

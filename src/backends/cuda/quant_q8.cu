@@ -394,27 +394,21 @@ void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, co
     case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q4_K:
-      if (g_matvec_wide == 2) {
-        launch<Q8Wide<GgmlType::Q4_K, true>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      } else if (wide) {
+      if (wide) {
         launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
       } else {
         launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
       }
       break;
     case GgmlType::Q5_K:
-      if (g_matvec_wide == 2) {
-        launch<Q8Wide<GgmlType::Q5_K, true>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      } else if (wide) {
+      if (wide) {
         launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
       } else {
         launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
       }
       break;
     case GgmlType::Q6_K:
-      if (g_matvec_wide == 2) {
-        launch<Q8Wide<GgmlType::Q6_K, true>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      } else if (wide) {
+      if (wide) {
         launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
       } else {
         launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);

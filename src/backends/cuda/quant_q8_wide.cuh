@@ -16,52 +16,26 @@ __device__ __forceinline__ int dot32(const int* w, const int8_t* x) {
   return dot16(w, ldx(x)) + dot16(w + 4, ldx(x + 16));
 }
 
-// Loads of weight bytes that no other thread of the block reads: kNA bypasses L1
-// (L1::no_allocate) so that the stream of weights does not evict the activations.
-template <bool kNA>
-__device__ __forceinline__ int4 ldw16(const uint8_t* p) {
-  if constexpr (kNA) {
-    int4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  } else {
-    return *reinterpret_cast<const int4*>(p);
-  }
-}
-template <bool kNA>
-__device__ __forceinline__ uint32_t ldw4(const uint32_t* p) {
-  if constexpr (kNA) {
-    uint32_t v;
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-  } else {
-    return *p;
-  }
-}
-
 // 32 bytes at a 2-byte aligned address: nine aligned words, funnel-shifted by 0 or 16
 // bits (the ninth word lies inside the block for every run this is used on).
-template <bool kNA = false>
 __device__ __forceinline__ void ld32_a2(const uint8_t* p, int* out) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const auto* w = reinterpret_cast<const uint32_t*>(a & ~static_cast<uintptr_t>(3));
   const uint32_t sh = static_cast<uint32_t>(a & 2) * 8;
   uint32_t v[9];
 #pragma unroll
-  for (int i = 0; i < 9; ++i) v[i] = ldw4<kNA>(w + i);
+  for (int i = 0; i < 9; ++i) v[i] = w[i];
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = static_cast<int>(__funnelshift_r(v[i], v[i + 1], sh));
 }
 
-template <GgmlType T, bool kNA = false>
+template <GgmlType T>
 struct Q8Wide;
 
 // Q4_K (kHigh false) and Q5_K (layouts in quant_q8_dot.cuh). Unit g (0..3): qs[32 g ..
 // 32 g + 32], low nibbles elements 64 g + i (sub-block 2 g), high nibbles 64 g + 32 + i
 // (sub-block 2 g + 1); Q5_K's high bits from bits 2 g / 2 g + 1 of qh[i].
-template <bool kHigh, bool kNA>
+template <bool kHigh>
 struct QK45Wide {
   static constexpr int kElems = 256, kBytes = kHigh ? 176 : 144, kUnits = 4;
   static constexpr int kQsAt = kHigh ? 48 : 16;
@@ -71,8 +45,8 @@ struct QK45Wide {
   };
   __device__ static Dec decode(const uint8_t* blk, int g) {
     const int4 head = *reinterpret_cast<const int4*>(blk);  // d, dmin, 12 bytes of scales and mins
-    const int4 qa = ldw16<kNA>(blk + kQsAt + 32 * g);
-    const int4 qb = ldw16<kNA>(blk + kQsAt + 32 * g + 16);
+    const int4 qa = *reinterpret_cast<const int4*>(blk + kQsAt + 32 * g);
+    const int4 qb = *reinterpret_cast<const int4*>(blk + kQsAt + 32 * g + 16);
     const int q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
     const int sc3[3] = {head.y, head.z, head.w};
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
@@ -110,17 +84,17 @@ struct QK45Wide {
     return lo + hi;
   }
 };
-template <bool kNA>
-struct Q8Wide<GgmlType::Q4_K, kNA> : QK45Wide<false, kNA> {};
-template <bool kNA>
-struct Q8Wide<GgmlType::Q5_K, kNA> : QK45Wide<true, kNA> {};
+template <>
+struct Q8Wide<GgmlType::Q4_K> : QK45Wide<false> {};
+template <>
+struct Q8Wide<GgmlType::Q5_K> : QK45Wide<true> {};
 
 // Q6_K (layout in quant_q8_dot.cuh). Unit u = 2 n + j (0..3): ql[64 n + 32 j ..] (32
 // bytes) with qh[32 n ..] (32 bytes): low nibbles elements e + i, high nibbles e + 64 + i,
 // e = 128 n + 32 j; scales sc[8 n + 2 j + {0, 1}] (low, i < 16 / i >= 16) and
 // sc[8 n + 2 j + {4, 5}] (high). Blocks are 2-byte aligned: ld32_a2.
-template <bool kNA>
-struct Q8Wide<GgmlType::Q6_K, kNA> {
+template <>
+struct Q8Wide<GgmlType::Q6_K> {
   static constexpr int kElems = 256, kBytes = 210, kUnits = 4;
   struct Dec {
     float d[4];
@@ -129,8 +103,8 @@ struct Q8Wide<GgmlType::Q6_K, kNA> {
   __device__ static Dec decode(const uint8_t* blk, int u) {
     const int n = u >> 1, j = u & 1;
     int ql[8], qh[8];
-    ld32_a2<kNA>(blk + 64 * n + 32 * j, ql);
-    ld32_a2(blk + 128 + 32 * n, qh);  // shared with the unit of the other j: through L1
+    ld32_a2(blk + 64 * n + 32 * j, ql);
+    ld32_a2(blk + 128 + 32 * n, qh);
     const auto* s16 = reinterpret_cast<const uint16_t*>(blk + 192 + 8 * n + 2 * j);
     const uint32_t s_lo = s16[0], s_hi = s16[2];
     const float d = half_at(blk + 208);
