@@ -170,6 +170,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     set_q8_matvec_shape(ilp != nullptr ? std::atoi(ilp) : 0, early != nullptr ? std::atoi(early) : -1);
     const char* wide = std::getenv("HEARTH_CUDA_MATVEC_WIDE");
     set_q8_matvec_wide(wide != nullptr ? std::atoi(wide) : -1);
+    const char* rows = std::getenv("HEARTH_CUDA_MATVEC_ROWS");
+    set_q8_matvec_rows(rows != nullptr ? std::atoi(rows) : 0);
   }
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";

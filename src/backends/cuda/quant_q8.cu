@@ -268,6 +268,7 @@ int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
 int g_matvec_wide = -1;  // set_q8_matvec_wide (-1: the default, 1)
+int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 1 row a warp below 3 tokens)
 
 template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
@@ -317,6 +318,9 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   } else if (tpr == 64) {
     early ? launch_tpr<T, NT, R, 64, 1, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 64, 1, false>(ws, ys, n, xq, xd, stream);
+  } else if (g_matvec_rows == 2 && R == 1) {
+    early ? launch_tpr<T, NT, 2, 32, 1, true>(ws, ys, n, xq, xd, stream)
+          : launch_tpr<T, NT, 2, 32, 1, false>(ws, ys, n, xq, xd, stream);
   } else if (g_matvec_ilp == 2) {
     early ? launch_tpr<T, NT, R, 32, 2, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 32, 2, false>(ws, ys, n, xq, xd, stream);
@@ -455,6 +459,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
 void set_q8_matvec_wide(int wide) { g_matvec_wide = wide; }
+void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
 void set_q8_matvec_shape(int ilp, int early) {
   g_matvec_ilp = ilp;
   g_matvec_early = early;
