@@ -62,8 +62,8 @@ void set_q8_matvec_shape(int ilp, int early);
 // wide: 1, or -1 the default) or of 32 (0: quant_q8_dot.cuh). Other sums, same
 // tolerance. For measuring.
 void set_q8_matvec_wide(int wide);
-// Rows per warp below 3 tokens: 2 (the activations read once for two rows) or 0, the
-// default (one). Same sums. For measuring.
+// Rows per warp below 3 tokens: 1, or 0 the default (two: the activations read once for
+// two rows). Same sums. For measuring.
 void set_q8_matvec_rows(int rows);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,

@@ -268,7 +268,7 @@ int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
 int g_matvec_wide = -1;  // set_q8_matvec_wide (-1: the default, 1)
-int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 1 row a warp below 3 tokens)
+int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
 
 template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
@@ -300,8 +300,7 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
           : launch_tpr<T, NT, 2, 32, 1, false, true>(ws, ys, n, xq, xd, stream);
     return;
   }
-  // Two rows per group once several tokens share each decoded unit. A warp per row by
-  // default: measured on the H200 (docs/BENCHMARKS.md), a decode step of the Llama-3-8B
+  // A warp per group of rows by default: measured on the H200 (docs/BENCHMARKS.md), a decode step of the Llama-3-8B
   // shape took 3.05 ms of device time against 3.41 with a block of 128 threads per row
   // (no block-wide reduction, more units in flight per thread). The threads per row do
   // not depend on the batch (a token's sums are the same in any batch).
@@ -311,16 +310,20 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   // the Llama-3-8B decode step the early loads took 3.3 % off the step's device time.
   // A warp per row for long rows too: measured on the H200 (cuda_quant_test --perf, q4_K
   // 4096 x 14336, one token) 18 us with 32 threads a row, 22 with 64 or 128.
-  constexpr int R = NT >= 3 ? 2 : 1;
+  // Two rows per warp for every batch: each lane's activation loads then serve both rows
+  // (measured on the H200, decode steps of the 8B / 9B / 35B-A3B shapes 2,863 / 3,042 /
+  // 3,007 us against 3,016 / 3,183 / 3,032 with one row a warp below 3 tokens; the L1 was
+  // 75 % busy, mostly with activations). A row's sum is the same either way.
+  constexpr int R = 2;
   const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : 32;
   if (tpr == 128) {
     launch_tpr<T, NT, R, 128, 1, false>(ws, ys, n, xq, xd, stream);
   } else if (tpr == 64) {
     early ? launch_tpr<T, NT, R, 64, 1, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 64, 1, false>(ws, ys, n, xq, xd, stream);
-  } else if (g_matvec_rows == 2 && R == 1) {
-    early ? launch_tpr<T, NT, 2, 32, 1, true>(ws, ys, n, xq, xd, stream)
-          : launch_tpr<T, NT, 2, 32, 1, false>(ws, ys, n, xq, xd, stream);
+  } else if (g_matvec_rows == 1 && NT < 3) {
+    early ? launch_tpr<T, NT, 1, 32, 1, true>(ws, ys, n, xq, xd, stream)
+          : launch_tpr<T, NT, 1, 32, 1, false>(ws, ys, n, xq, xd, stream);
   } else if (g_matvec_ilp == 2) {
     early ? launch_tpr<T, NT, R, 32, 2, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 32, 2, false>(ws, ys, n, xq, xd, stream);
