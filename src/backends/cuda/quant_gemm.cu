@@ -21,6 +21,7 @@
 #include "backends/cuda/quant_blocks.cuh"
 #include "backends/cuda/quant_half.cuh"
 #include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/quant_shared.cuh"
 #include "core/error.h"
 #include "backends/cuda/launch.cuh"
 
@@ -236,7 +237,9 @@ __global__ void to_f16_kernel(const float* __restrict__ x, __half* __restrict__ 
   if (i < n_pad) y[i] = __float2half_rn(i < n ? x[i] : 0.0f);
 }
 
-int sm_count() {
+}  // namespace
+
+int device_sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
@@ -246,6 +249,13 @@ int sm_count() {
   }();
   return n;
 }
+
+void sum_splits(const float* part, int n_splits, int64_t n, float* y, cudaStream_t stream) {
+  ::hearth::cuda::launch_pdl(sum_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, part, n_splits, n,
+                             y);
+}
+
+namespace {
 
 int tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64; }
 
@@ -283,7 +293,7 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   // Split until one wave fills the GPU.
   p.blocks_per_sm = blocks_per_sm();
   p.prefetch = g_qgemm_prefetch;
-  const int64_t slots = p.blocks_per_sm * static_cast<int64_t>(sm_count());
+  const int64_t slots = p.blocks_per_sm * static_cast<int64_t>(device_sm_count());
   int splits = n_tokens > 64 ? 1 : static_cast<int>(std::max<int64_t>(1, slots / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
   p.steps_per_split = (n_steps + splits - 1) / splits;
@@ -429,7 +439,7 @@ void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* 
   dispatch(w, x16, n_tokens, p, out, nullptr, stream);
   if (p.splits > 1) {
     const int64_t n = n_tokens * w.n_rows;
-    ::hearth::cuda::launch_pdl(sum_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, out, p.splits, n, y);
+    sum_splits(out, p.splits, n, y, stream);
   }
 }
 

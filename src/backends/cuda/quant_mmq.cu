@@ -18,7 +18,7 @@
 
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant_cuda.h"
-#include "backends/cuda/quant_q8_quantize.cuh"
+#include "backends/cuda/quant_shared.cuh"
 #include "backends/cuda/quant_q8_dot.cuh"
 #include "core/error.h"
 
@@ -73,10 +73,7 @@ __device__ __forceinline__ void load_step(const uint8_t* r0, const uint8_t* r1, 
 // Sub-block j's d * sc and dmin * m of a Q4_K block header.
 __device__ __forceinline__ float2 sub_scales(const int4 head, int j) {
   const int sc3[3] = {head.y, head.z, head.w};
-  int sc = 0, m = 0;
-  q8::scale_min_k4(sc3, j, &sc, &m);
-  const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
-  return make_float2(dm.x * static_cast<float>(sc), dm.y * static_cast<float>(m));
+  return q8::k4_sub_scales(sc3, __half22float2(*reinterpret_cast<const __half2*>(&head.x)), j);
 }
 
 // out: [splits][n_tokens][n_rows] partial sums (y itself with one split).
@@ -182,28 +179,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void mmq_sum_splits(const float* __restrict__ part, int n_splits, int64_t n, float* __restrict__ y) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float s = part[i];
-  for (int k = 1; k < n_splits; ++k) s += part[k * n + i];
-  y[i] = s;
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      return 100;
-    }
-    return v;
-  }();
-  return n;
-}
-
 struct Plan {
   int bn, splits, steps_per_split;
   int64_t row_tiles, tok_tiles;
@@ -217,7 +192,7 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   p.row_tiles = (w.n_rows + kRows - 1) / kRows;
   p.tok_tiles = (n_tokens + p.bn - 1) / p.bn;
   const int n_steps = static_cast<int>(w.n_cols / kStep);
-  int splits = static_cast<int>(std::max<int64_t>(1, 4 * sm_count() / p.row_tiles));
+  int splits = static_cast<int>(std::max<int64_t>(1, 4 * device_sm_count() / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
   p.steps_per_split = (n_steps + splits - 1) / splits;
   p.splits = (n_steps + p.steps_per_split - 1) / p.steps_per_split;
@@ -280,7 +255,7 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
   }
   if (p.splits > 1) {
     const int64_t n = n_tokens * w.n_rows;
-    launch_pdl(mmq_sum_splits, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, out, p.splits, n, y);
+    sum_splits(out, p.splits, n, y, stream);
   }
 }
 

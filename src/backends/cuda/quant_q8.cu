@@ -9,7 +9,7 @@
 #include <string>
 
 #include "backends/cuda/quant_cuda.h"
-#include "backends/cuda/quant_q8_quantize.cuh"
+#include "backends/cuda/quant_shared.cuh"
 #include "backends/cuda/quant_q8_dot.cuh"
 #include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"

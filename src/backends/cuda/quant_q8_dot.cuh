@@ -157,6 +157,14 @@ __device__ __forceinline__ void scale_min_k4(const int* s, int j, int* sc, int* 
   }
 }
 
+// (d sc, dmin m) of sub-block j (0..7) of a Q4_K / Q5_K block: dm = (d, dmin), sc3 the
+// 12 bytes of scales and mins as words.
+__device__ __forceinline__ float2 k4_sub_scales(const int* sc3, const float2 dm, int j) {
+  int sc, m;
+  scale_min_k4(sc3, j, &sc, &m);
+  return make_float2(dm.x * static_cast<float>(sc), dm.y * static_cast<float>(m));
+}
+
 // Q4_K (kHigh false) and Q5_K: half d, dmin; 12 bytes of 6-bit scales and mins for 8
 // sub-blocks of 32; [Q5_K: 32 bytes qh, element 64 g + 32 k + i's high bit at bit 2 g + k
 // of qh[i]]; 128 bytes qs, byte 32 g + i holding elements 64 g + i (low) and 64 g + 32 + i
@@ -176,14 +184,12 @@ struct QK45 {
     const int q[4] = {q4.x, q4.y, q4.z, q4.w};
     const int sc3[3] = {ld4(blk + 4), ld4(blk + 8), ld4(blk + 12)};
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(blk));
-    int sc_lo, m_lo, sc_hi, m_hi;
-    scale_min_k4(sc3, 2 * g, &sc_lo, &m_lo);
-    scale_min_k4(sc3, 2 * g + 1, &sc_hi, &m_hi);
+    const float2 lo = k4_sub_scales(sc3, dm, 2 * g), hi = k4_sub_scales(sc3, dm, 2 * g + 1);
     Dec r;
-    r.dl_lo = dm.x * static_cast<float>(sc_lo);
-    r.ml_lo = dm.y * static_cast<float>(m_lo);
-    r.dl_hi = dm.x * static_cast<float>(sc_hi);
-    r.ml_hi = dm.y * static_cast<float>(m_hi);
+    r.dl_lo = lo.x;
+    r.ml_lo = lo.y;
+    r.dl_hi = hi.x;
+    r.ml_hi = hi.y;
     if constexpr (kHigh) {
       const int4 h4 = *reinterpret_cast<const int4*>(blk + 16 + 16 * h);
       const int qh[4] = {h4.x, h4.y, h4.z, h4.w};

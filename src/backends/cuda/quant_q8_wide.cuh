@@ -50,14 +50,12 @@ struct QK45Wide {
     const int q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
     const int sc3[3] = {head.y, head.z, head.w};
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
-    int sc_lo, m_lo, sc_hi, m_hi;
-    scale_min_k4(sc3, 2 * g, &sc_lo, &m_lo);
-    scale_min_k4(sc3, 2 * g + 1, &sc_hi, &m_hi);
+    const float2 lo = k4_sub_scales(sc3, dm, 2 * g), hi = k4_sub_scales(sc3, dm, 2 * g + 1);
     Dec r;
-    r.dl_lo = dm.x * static_cast<float>(sc_lo);
-    r.ml_lo = dm.y * static_cast<float>(m_lo);
-    r.dl_hi = dm.x * static_cast<float>(sc_hi);
-    r.ml_hi = dm.y * static_cast<float>(m_hi);
+    r.dl_lo = lo.x;
+    r.ml_lo = lo.y;
+    r.dl_hi = hi.x;
+    r.ml_hi = hi.y;
     if constexpr (kHigh) {
       const int4 ha = *reinterpret_cast<const int4*>(blk + 16);
       const int4 hb = *reinterpret_cast<const int4*>(blk + 32);
