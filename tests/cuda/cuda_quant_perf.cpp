@@ -78,24 +78,16 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         std::printf(" | q8 t=%d %7.0f %5.1f%% %3.0fus", nt, moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
       }
       // One token through the kernel shapes of set_q8_matvec_shape (ilp, early).
-      // K-quants: units of 64 elements (w) and of 32 (n), set_q8_matvec_wide.
-      const bool kq = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
-      for (const int wide : {1, 0}) {
-        if (!kq && wide == 0) continue;
-        hearth::cuda::set_q8_matvec_wide(wide);
-        for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 1}}) {
-          hearth::cuda::set_q8_matvec_shape(ilp, early);
-          const double s = time_it([&](int k) {
-            hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
-          });
-          const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
-          std::printf(" | %silp%d%s %5.1f%% %3.0fus", kq ? (wide ? "w" : "n") : "", ilp, early ? "e" : "",
-                      100 * moved / s / kPeak, s * 1e6);
-        }
+      for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 1}}) {
+        hearth::cuda::set_q8_matvec_shape(ilp, early);
+        const double s = time_it([&](int k) {
+          hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
+        });
+        const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
+        std::printf(" | ilp%d%s %5.1f%% %3.0fus", ilp, early ? "e" : "", 100 * moved / s / kPeak, s * 1e6);
       }
-      hearth::cuda::set_q8_matvec_wide(-1);
       hearth::cuda::set_q8_matvec_shape(0, -1);
-      // Threads per row (the default picks 32 or 64 by the row's width).
+      // Threads per row (the default: 32).
       for (const int tpr : {32, 64, 128}) {
         hearth::cuda::set_q8_matvec_threads_per_row(tpr);
         const double s = time_it([&](int k) {

@@ -113,18 +113,6 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
     check_outputs(tag, "q8_matvec", nt, rows, k_tokens, y, ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails,
                   worst_err);
-    // The K-quants' units of 32 elements (set_q8_matvec_wide(0)): other sums, same bounds.
-    if (dw.type == GgmlType::Q4_K || dw.type == GgmlType::Q5_K || dw.type == GgmlType::Q6_K) {
-      std::vector<float> yn(y.size());
-      hearth::cuda::set_q8_matvec_wide(0);
-      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
-      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
-      check_launch(stream);
-      hearth::cuda::set_q8_matvec_wide(-1);
-      CUDA_OK(cudaMemcpy(yn.data(), d_y, sizeof(float) * yn.size(), cudaMemcpyDeviceToHost));
-      check_outputs(tag, "q8_matvec (32-element units)", nt, rows, k_tokens, yn, ref, mag, ref32, mag32, kMatvecTol,
-                    kQ8VsF32Tol, fails, worst_err);
-    }
     // Every kernel shape (threads per row, units decoded ahead, loads before the wait)
     // gives the default's bits.
     struct Shape {

@@ -168,8 +168,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const char* ilp = std::getenv("HEARTH_CUDA_MATVEC_ILP");
     const char* early = std::getenv("HEARTH_CUDA_MATVEC_EARLY");
     set_q8_matvec_shape(ilp != nullptr ? std::atoi(ilp) : 0, early != nullptr ? std::atoi(early) : -1);
-    const char* wide = std::getenv("HEARTH_CUDA_MATVEC_WIDE");
-    set_q8_matvec_wide(wide != nullptr ? std::atoi(wide) : -1);
     const char* rows = std::getenv("HEARTH_CUDA_MATVEC_ROWS");
     set_q8_matvec_rows(rows != nullptr ? std::atoi(rows) : 0);
   }

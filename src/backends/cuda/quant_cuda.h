@@ -58,10 +58,6 @@ void set_q8_matvec_threads_per_row(int tpr);
 // default, 1) and whether the first of them are loaded before waiting for the kernel
 // before (early: 0 or 1; -1: the default, 1). Same sums in every shape. For measuring.
 void set_q8_matvec_shape(int ilp, int early);
-// Q4_K / Q5_K / Q6_K decoded in units of 64 elements per thread (quant_q8_wide.cuh;
-// wide: 1, or -1 the default) or of 32 (0: quant_q8_dot.cuh). Other sums, same
-// tolerance. For measuring.
-void set_q8_matvec_wide(int wide);
 // Rows per warp below 3 tokens: 1, or 0 the default (two: the activations read once for
 // two rows). Same sums. For measuring.
 void set_q8_matvec_rows(int rows);

@@ -267,7 +267,6 @@ void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_exper
 int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
-int g_matvec_wide = -1;  // set_q8_matvec_wide (-1: the default, 1)
 int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
 
 template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
@@ -393,34 +392,15 @@ bool check(const DeviceWeight& w, int64_t n_cols) {
 // ws[0..n): one type, each with rows; ys at token t0.
 void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, const int8_t* xq, const float2* xd,
                  cudaStream_t stream, bool swiglu = false) {
-  const bool wide = g_matvec_wide != 0;
   switch (ws[0].type) {
     case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q4_K:
-      if (wide) {
-        launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      } else {
-        launch<Q8Dot<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      }
-      break;
-    case GgmlType::Q5_K:
-      if (wide) {
-        launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      } else {
-        launch<Q8Dot<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      }
-      break;
-    case GgmlType::Q6_K:
-      if (wide) {
-        launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      } else {
-        launch<Q8Dot<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu);
-      }
-      break;
+    case GgmlType::Q4_K: launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_K: launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q6_K: launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     default: break;
   }
 }
@@ -433,16 +413,15 @@ void launch_expert_type(const DeviceWeight& w, const void* w2, int64_t rows_per_
   launch_expert<Q8Dot<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
 #define HEARTH_Q8_EXPERT_WIDE(T)                                                                                 \
   launch_expert<Q8Wide<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
-  const bool wide = g_matvec_wide != 0;
   switch (w.type) {
     case GgmlType::Q4_0: HEARTH_Q8_EXPERT(Q4_0); break;
     case GgmlType::Q4_1: HEARTH_Q8_EXPERT(Q4_1); break;
     case GgmlType::Q5_0: HEARTH_Q8_EXPERT(Q5_0); break;
     case GgmlType::Q5_1: HEARTH_Q8_EXPERT(Q5_1); break;
     case GgmlType::Q8_0: HEARTH_Q8_EXPERT(Q8_0); break;
-    case GgmlType::Q4_K: wide ? HEARTH_Q8_EXPERT_WIDE(Q4_K) : HEARTH_Q8_EXPERT(Q4_K); break;
-    case GgmlType::Q5_K: wide ? HEARTH_Q8_EXPERT_WIDE(Q5_K) : HEARTH_Q8_EXPERT(Q5_K); break;
-    case GgmlType::Q6_K: wide ? HEARTH_Q8_EXPERT_WIDE(Q6_K) : HEARTH_Q8_EXPERT(Q6_K); break;
+    case GgmlType::Q4_K: HEARTH_Q8_EXPERT_WIDE(Q4_K); break;
+    case GgmlType::Q5_K: HEARTH_Q8_EXPERT_WIDE(Q5_K); break;
+    case GgmlType::Q6_K: HEARTH_Q8_EXPERT_WIDE(Q6_K); break;
     default: break;
   }
 #undef HEARTH_Q8_EXPERT
@@ -461,7 +440,6 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 }  // namespace
 
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
-void set_q8_matvec_wide(int wide) { g_matvec_wide = wide; }
 void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
 void set_q8_matvec_shape(int ilp, int early) {
   g_matvec_ilp = ilp;

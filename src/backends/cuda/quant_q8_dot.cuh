@@ -6,7 +6,8 @@
 // dp4a (dot), applying the block's scales and mins in f32.
 //
 // Per type: kElems / kBytes (the block), kUnits, struct Dec, decode(blk, s) and
-// dot(dec, s, xq, xd) with xq / xd at the block's first chunk of one token.
+// dot(dec, s, xq, xd) with xq / xd at the block's first chunk of one token. The K-quants
+// (units of 64 elements) are in quant_q8_wide.cuh.
 // Internal to quant_q8.cu.
 #pragma once
 
@@ -38,15 +39,6 @@ __device__ __forceinline__ int dot16(const int* w, const int4 x) {
   s = __dp4a(w[2], x.z, s);
   return __dp4a(w[3], x.w, s);
 }
-// Sum of the 16 int8 quants of x.
-__device__ __forceinline__ int sum16(const int4 x) {
-  constexpr int kOnes = 0x01010101;
-  int s = __dp4a(kOnes, x.x, 0);
-  s = __dp4a(kOnes, x.y, s);
-  s = __dp4a(kOnes, x.z, s);
-  return __dp4a(kOnes, x.w, s);
-}
-
 constexpr int kLo4 = 0x0f0f0f0f;
 
 // Bits 0..3 of v moved to bit 4 of bytes 0..3.
@@ -164,98 +156,5 @@ __device__ __forceinline__ float2 k4_sub_scales(const int* sc3, const float2 dm,
   scale_min_k4(sc3, j, &sc, &m);
   return make_float2(dm.x * static_cast<float>(sc), dm.y * static_cast<float>(m));
 }
-
-// Q4_K (kHigh false) and Q5_K: half d, dmin; 12 bytes of 6-bit scales and mins for 8
-// sub-blocks of 32; [Q5_K: 32 bytes qh, element 64 g + 32 k + i's high bit at bit 2 g + k
-// of qh[i]]; 128 bytes qs, byte 32 g + i holding elements 64 g + i (low) and 64 g + 32 + i
-// (high). Unit s = 2 g + h: the 16 bytes qs[32 g + 16 h ..], elements 64 g + 16 h + i and
-// 64 g + 32 + 16 h + i (sub-blocks 2 g and 2 g + 1). element = d sc q - dmin m.
-template <bool kHigh>
-struct QK45 {
-  static constexpr int kElems = 256, kBytes = kHigh ? 176 : 144, kUnits = 8;
-  static constexpr int kQsAt = kHigh ? 48 : 16;
-  struct Dec {
-    float dl_lo, ml_lo, dl_hi, ml_hi;
-    int lo[4], hi[4];
-  };
-  __device__ static Dec decode(const uint8_t* blk, int s) {
-    const int g = s >> 1, h = s & 1;
-    const int4 q4 = *reinterpret_cast<const int4*>(blk + kQsAt + 32 * g + 16 * h);
-    const int q[4] = {q4.x, q4.y, q4.z, q4.w};
-    const int sc3[3] = {ld4(blk + 4), ld4(blk + 8), ld4(blk + 12)};
-    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(blk));
-    const float2 lo = k4_sub_scales(sc3, dm, 2 * g), hi = k4_sub_scales(sc3, dm, 2 * g + 1);
-    Dec r;
-    r.dl_lo = lo.x;
-    r.ml_lo = lo.y;
-    r.dl_hi = hi.x;
-    r.ml_hi = hi.y;
-    if constexpr (kHigh) {
-      const int4 h4 = *reinterpret_cast<const int4*>(blk + 16 + 16 * h);
-      const int qh[4] = {h4.x, h4.y, h4.z, h4.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        r.lo[i] = (q[i] & kLo4) | (((qh[i] >> (2 * g)) & 0x01010101) << 4);
-        r.hi[i] = ((q[i] >> 4) & kLo4) | (((qh[i] >> (2 * g + 1)) & 0x01010101) << 4);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        r.lo[i] = q[i] & kLo4;
-        r.hi[i] = (q[i] >> 4) & kLo4;
-      }
-    }
-    return r;
-  }
-  __device__ static float dot(const Dec& w, int s, const int8_t* xq, const float2* xd) {
-    const int g = s >> 1, h = s & 1;
-    const int4 xl = ldx(xq + 64 * g + 16 * h), xh = ldx(xq + 64 * g + 32 + 16 * h);
-    const float lo = w.dl_lo * static_cast<float>(dot16(w.lo, xl)) - w.ml_lo * static_cast<float>(sum16(xl));
-    const float hi = w.dl_hi * static_cast<float>(dot16(w.hi, xh)) - w.ml_hi * static_cast<float>(sum16(xh));
-    return xd[2 * g].x * lo + xd[2 * g + 1].x * hi;
-  }
-};
-template <>
-struct Q8Dot<GgmlType::Q4_K> : QK45<false> {};
-template <>
-struct Q8Dot<GgmlType::Q5_K> : QK45<true> {};
-
-// Q6_K: ql[128], qh[64], int8 scales[16], half d. Half n (128 elements) uses ql[64 n ..],
-// qh[32 n ..], scales[8 n ..]; for l < 32: ql[l] low / high nibble -> elements l / l + 64
-// (qh[l] bits 0-1 / 4-5), ql[l + 32] -> l + 32 / l + 96 (bits 2-3 / 6-7); scale index
-// l / 16 + 0, 4, 2, 6 in that order; element = d sc (q - 32). Unit s = 4 n + 2 j + k:
-// ql[64 n + 32 j + 16 k ..] (16 bytes) with qh[32 n + 16 k ..].
-template <>
-struct Q8Dot<GgmlType::Q6_K> {
-  static constexpr int kElems = 256, kBytes = 210, kUnits = 8;
-  struct Dec {
-    float d_lo, d_hi;
-    int lo[4], hi[4];
-  };
-  __device__ static Dec decode(const uint8_t* blk, int s) {
-    const int n = s >> 2, j = (s >> 1) & 1, k = s & 1;
-    const uint8_t* ql = blk + 64 * n + 32 * j + 16 * k;
-    const uint8_t* qh = blk + 128 + 32 * n + 16 * k;
-    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * n + k + 2 * j);
-    const float d = half_at(blk + 208);
-    Dec r;
-    r.d_lo = d * static_cast<float>(sc[0]);
-    r.d_hi = d * static_cast<float>(sc[4]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int l = ld2(ql + 4 * i), hb = ld2(qh + 4 * i);
-      r.lo[i] = __vsub4((l & kLo4) | (((hb >> (2 * j)) & 0x03030303) << 4), 0x20202020);
-      r.hi[i] = __vsub4(((l >> 4) & kLo4) | (((hb >> (4 + 2 * j)) & 0x03030303) << 4), 0x20202020);
-    }
-    return r;
-  }
-  __device__ static float dot(const Dec& w, int s, const int8_t* xq, const float2* xd) {
-    const int n = s >> 2, j = (s >> 1) & 1, k = s & 1;
-    const int e = 128 * n + 32 * j + 16 * k;  // first low element; high ones at e + 64
-    const float lo = static_cast<float>(dot16(w.lo, ldx(xq + e)));
-    const float hi = static_cast<float>(dot16(w.hi, ldx(xq + e + 64)));
-    return w.d_lo * xd[4 * n + j].x * lo + w.d_hi * xd[4 * n + 2 + j].x * hi;
-  }
-};
 
 }  // namespace hearth::cuda::q8

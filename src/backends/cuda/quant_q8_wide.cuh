@@ -1,10 +1,11 @@
-// Wide decode units for the K-quant types of the decode matrix-vector product
-// (quant_q8.cu): a thread decodes 64 elements of a block per unit (two whole 32-element
-// sub-blocks) instead of 32 (two halves of sub-blocks), so that the block header
-// (scales, mins, d) is loaded and unpacked once per 64 weights, the mins of Q4_K / Q5_K
-// meet the chunk sums the quantizer stores (d * sum q) instead of a dp4a sum of the
-// activations, and the quants come in 32-byte runs. Same interface as quant_q8_dot.cuh.
-// Internal to quant_q8.cu.
+// Decode units for the K-quant types of the decode matrix-vector product (quant_q8.cu):
+// a thread decodes 64 elements of a block per unit (two whole 32-element sub-blocks), so
+// that the block header (scales, mins, d) is loaded and unpacked once per 64 weights, the
+// mins of Q4_K / Q5_K meet the chunk sums the quantizer stores (d * sum q) instead of a
+// dp4a sum of the activations, and the quants come in 32-byte runs. Measured on the H200
+// against units of 32 elements (two halves of sub-blocks; docs/BENCHMARKS.md): decode steps
+// 3.3 % (8B) to 4.2 % (9B) shorter. Same interface as quant_q8_dot.cuh. Internal to
+// quant_q8.cu.
 #pragma once
 
 #include "backends/cuda/quant_q8_dot.cuh"
@@ -32,7 +33,10 @@ __device__ __forceinline__ void ld32_a2(const uint8_t* p, int* out) {
 template <GgmlType T>
 struct Q8Wide;
 
-// Q4_K (kHigh false) and Q5_K (layouts in quant_q8_dot.cuh). Unit g (0..3): qs[32 g ..
+// Q4_K (kHigh false) and Q5_K: half d, dmin; 12 bytes of 6-bit scales and mins for 8
+// sub-blocks of 32; [Q5_K: 32 bytes qh, element 64 g + 32 k + i's high bit at bit 2 g + k
+// of qh[i]]; 128 bytes qs, byte 32 g + i holding elements 64 g + i (low) and 64 g + 32 + i
+// (high); element = d sc q - dmin m. Unit g (0..3): qs[32 g ..
 // 32 g + 32], low nibbles elements 64 g + i (sub-block 2 g), high nibbles 64 g + 32 + i
 // (sub-block 2 g + 1); Q5_K's high bits from bits 2 g / 2 g + 1 of qh[i].
 template <bool kHigh>
@@ -87,7 +91,10 @@ struct Q8Wide<GgmlType::Q4_K> : QK45Wide<false> {};
 template <>
 struct Q8Wide<GgmlType::Q5_K> : QK45Wide<true> {};
 
-// Q6_K (layout in quant_q8_dot.cuh). Unit u = 2 n + j (0..3): ql[64 n + 32 j ..] (32
+// Q6_K: ql[128], qh[64], int8 scales[16], half d. Half n (128 elements) uses ql[64 n ..],
+// qh[32 n ..], scales[8 n ..]; for l < 32: ql[l] low / high nibble -> elements l / l + 64
+// (qh[l] bits 0-1 / 4-5), ql[l + 32] -> l + 32 / l + 96 (bits 2-3 / 6-7); scale index
+// l / 16 + 0, 4, 2, 6 in that order; element = d sc (q - 32). Unit u = 2 n + j (0..3): ql[64 n + 32 j ..] (32
 // bytes) with qh[32 n ..] (32 bytes): low nibbles elements e + i, high nibbles e + 64 + i,
 // e = 128 n + 32 j; scales sc[8 n + 2 j + {0, 1}] (low, i < 16 / i >= 16) and
 // sc[8 n + 2 j + {4, 5}] (high). Blocks are 2-byte aligned: ld32_a2.
