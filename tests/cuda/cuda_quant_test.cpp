@@ -136,6 +136,16 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     }
     hearth::cuda::set_q8_matvec_threads_per_row(0);
     hearth::cuda::set_q8_matvec_shape(0, -1);
+    // One row a warp (set_q8_matvec_rows(1)): the default's bits.
+    hearth::cuda::set_q8_matvec_rows(1);
+    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+    hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+    check_launch(stream);
+    hearth::cuda::set_q8_matvec_rows(0);
+    CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+    if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+      fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": one row a warp differs from the default's bits");
+    }
     for (const int tpr : {32, 64, 128}) {
       hearth::cuda::set_q8_matvec_threads_per_row(tpr);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
