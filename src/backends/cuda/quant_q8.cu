@@ -433,8 +433,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
                    cudaStream_t stream) {
   *xq = static_cast<int8_t*>(scratch);
   *xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(n_rows * n_cols)));
-  const int64_t n_chunks = n_rows * n_cols / kChunk;
-  ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream, x, n_chunks, *xq, *xd);
+  q8_quantize(x, n_rows, n_cols, *xq, *xd, stream);
 }
 
 }  // namespace
@@ -483,11 +482,7 @@ void q8_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_to
     const int64_t nt = std::min<int64_t>(kMaxMatvecTokens, n_tokens - t0);
     auto* xq = static_cast<int8_t*>(scratch);
     auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + align_up(static_cast<size_t>(nt * n_cols)));
-    const int64_t n_chunks = nt * n_cols / kChunk;
-    if (!x_ready) {
-      ::hearth::cuda::launch_pdl(quantize_chunks, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream,
-                                 x + t0 * n_cols, n_chunks, xq, xd);
-    }
+    if (!x_ready) q8_quantize(x + t0 * n_cols, nt, n_cols, xq, xd, stream);
     // One launch per run of consecutive weights of one type (at most kMaxTargets).
     int i = 0;
     while (i < n) {
