@@ -158,8 +158,9 @@ TEST(CudaParity, FusedSwiGLU) {
 }
 
 // add_rms_norm quantizes its output for the 8-bit product right after it (matmul,
-// matmul_multi, matmul_swiglu take it instead of quantizing x again): the same bits as
-// when another op comes between and the product quantizes x itself.
+// matmul_multi, matmul_swiglu take it instead of quantizing x again), and so does the
+// SwiGLU of the unfused matmul_swiglu for the down product: the same bits as when another
+// op comes between and the product quantizes x itself.
 TEST(CudaParity, FusedQuantization) {
   NEED_GPU();
   auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());
@@ -170,15 +171,17 @@ TEST(CudaParity, FusedQuantization) {
       const auto nw = make_weight(GgmlType::F32, randn(static_cast<size_t>(n), 61), 1, n);
       const auto w = make_weight(type, randn(static_cast<size_t>(rows * n), 62, 0.5f), rows, n);
       const auto w2 = make_weight(type, randn(static_cast<size_t>(rows * n), 63, 0.5f), rows, n);
+      const auto wd = make_weight(type, randn(static_cast<size_t>(rows * rows), 66, 0.5f), rows, rows);
       for (int64_t n_tok : {1, 3, 8}) {
         const auto xv = randn(static_cast<size_t>(n_tok * n), 64, 3.0f), yv = randn(static_cast<size_t>(n_tok * n), 65);
         const std::string what = std::string(hearth::ggml_type_name(type)) + " n=" + std::to_string(n) +
                                  " n_tokens=" + std::to_string(n_tok);
-        // 0: matmul, 1: matmul_multi, 2: matmul_swiglu; fused (norm right before) or not.
-        for (int op = 0; op < 3; ++op) {
+        // 0: matmul, 1: matmul_multi, 2: matmul_swiglu, 3: unfused matmul_swiglu then the
+        // down product; fused (norm / SwiGLU right before) or not.
+        for (int op = 0; op < 4; ++op) {
           std::vector<float> res[2];
           for (int fused = 0; fused < 2; ++fused) {
-            Both x(xv), y(yv), out(n_tok * rows), out2(n_tok * rows), other(16);
+            Both x(xv), y(yv), out(n_tok * rows), out2(n_tok * rows), other(16), down(n_tok * rows);
             gpu().add_rms_norm(x.g->data(), y.g->data(), nw->g, n_tok, n, 1e-6f, y.g->data());
             if (fused == 0) gpu().fill(other.g->data(), 1.0f, 16);
             if (op == 0) {
@@ -187,12 +190,16 @@ TEST(CudaParity, FusedQuantization) {
               const ops::WeightView* ws[2] = {&w->g, &w2->g};
               float* ys[2] = {out.g->data(), out2.g->data()};
               gpu().matmul_multi(ws, 2, y.g->data(), n_tok, ys);
-            } else {
+            } else if (op == 2) {
               cuda->set_fused_swiglu(true);
               gpu().matmul_swiglu(w->g, w2->g, y.g->data(), n_tok, out.g->data(), out2.g->data());
               cuda->set_fused_swiglu(false);
+            } else {
+              gpu().matmul_swiglu(w->g, w2->g, y.g->data(), n_tok, out.g->data(), out2.g->data());
+              if (fused == 0) gpu().fill(other.g->data(), 1.0f, 16);
+              gpu().matmul(wd->g, out.g->data(), n_tok, down.g->data());
             }
-            res[fused] = out.gv();
+            res[fused] = op == 3 ? down.gv() : out.gv();
             if (op == 1) {
               const auto o2 = out2.gv();
               res[fused].insert(res[fused].end(), o2.begin(), o2.end());

@@ -146,6 +146,16 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
       fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": one row a warp differs from the default's bits");
     }
+    // Activations read from global memory instead of staged in shared memory: the same bits.
+    hearth::cuda::set_q8_matvec_smem_x(0);
+    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+    hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+    check_launch(stream);
+    hearth::cuda::set_q8_matvec_smem_x(1);
+    CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+    if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+      fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": activations from global memory differ from the default's bits");
+    }
     for (const int tpr : {32, 64, 128}) {
       hearth::cuda::set_q8_matvec_threads_per_row(tpr);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));

@@ -1,9 +1,11 @@
 // CudaBackend::attention: causal grouped-query attention over the paged KV cache.
 // Decode: one block per (query row, KV head with up to four of its query heads, range of
-// keys: split-K, merged by a second kernel); its warps take keys j = warp, warp + n_warps, ... of the range and
-// keep an online softmax (running max, sum and
-// weighted value sum, each lane holding head_dim / 32 dimensions); the warps' partial
-// results are merged at the end. Keys are read through the sequence's block table.
+// keys: split-K, merged by the range that finishes last or a second kernel); its warps
+// take batches of consecutive keys of the range (each batch's K and V rows loaded together,
+// the first batch's earlier-step keys before waiting for the kernel before) and keep an
+// online softmax (running max, sum and weighted value sum, each lane holding head_dim / 32
+// dimensions); the warps' partial results are merged at the end. Keys are read through
+// the sequence's block table.
 // f32 arithmetic throughout (scores and softmax in f32 with expf).
 #include <cuda_fp16.h>
 
@@ -74,72 +76,160 @@ __device__ void merge_splits(const float* part, int row, int h0, int ng, int n_s
   }
 }
 
-template <class T, int EPL>
+// Dimensions of a head row per lane: lane + 32 e (e < EPL) in general; with kVec (head_dim
+// == 32 * EPL) the EPL consecutive ones from lane * EPL, loaded as one vector.
+template <bool kVec, int EPL>
+__device__ __forceinline__ int lane_dim(int lane, int e) {
+  return kVec ? lane * EPL + e : lane + 32 * e;
+}
+template <int EPL>
+__device__ __forceinline__ void load_dims(const float* p, int lane, float* out) {
+  if constexpr (EPL == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(p + lane * 2);
+    out[0] = v.x, out[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < EPL; i += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + lane * EPL + i);
+      out[i] = v.x, out[i + 1] = v.y, out[i + 2] = v.z, out[i + 3] = v.w;
+    }
+  }
+}
+template <int EPL>
+__device__ __forceinline__ void load_dims(const __half* p, int lane, float* out) {
+  __half2 h[EPL / 2];
+  if constexpr (EPL == 2) {
+    *reinterpret_cast<uint32_t*>(h) = *reinterpret_cast<const uint32_t*>(p + lane * 2);
+  } else if constexpr (EPL == 4) {
+    *reinterpret_cast<uint2*>(h) = *reinterpret_cast<const uint2*>(p + lane * 4);
+  } else {
+    *reinterpret_cast<uint4*>(h) = *reinterpret_cast<const uint4*>(p + lane * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < EPL / 2; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x, out[2 * i + 1] = f.y;
+  }
+}
+
+// Keys per warp and batch: the K and V rows of a batch are loaded together (one latency
+// for the batch instead of one per key) and their scores reduced together.
+template <int EPL>
+constexpr int kDecodeBatch = 32 / EPL;
+
+template <class T, int EPL, bool kVec>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
                      const SeqDesc* __restrict__ seqs, const int32_t* __restrict__ row_seq,
                      const int32_t* __restrict__ tables, int n_head, int group, int head_dim, int64_t kv_stride,
                      int bs_log2, float scale, float* __restrict__ out, unsigned* __restrict__ counters,
                      float* __restrict__ part) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  constexpr int G = kDecodeHeads;
+  constexpr int G = kDecodeHeads, KB = kDecodeBatch<EPL>;
   const int row = blockIdx.x;
   const int n_chunks = (group + G - 1) / G;
   const int hkv = static_cast<int>(blockIdx.y) / n_chunks, chunk = static_cast<int>(blockIdx.y) % n_chunks;
   const int h0 = hkv * group + chunk * G;
   const int ng = min(G, group - chunk * G);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Before the wait for the kernel before (the RoPE + KV store of this step's rows): the
+  // batch description and block tables (staged before the step's first kernel) and the
+  // keys of earlier steps (positions < pos0), which no kernel of this step writes. Every
+  // kernel before the one before has finished when this one starts (each waits before
+  // it lets the next one start; launch.cuh). This step's keys are loaded after the wait.
   const int si = row_seq[row];
   if (si < 0) return;  // a row of no sequence (the whole block leaves)
   const SeqDesc sd = seqs[si];
   const int n_keys = sd.pos0 + (row - sd.first_row) + 1;
   const int32_t* table = tables + sd.table_off;
   const int64_t kv_off = static_cast<int64_t>(hkv) * head_dim;
+  const int bs_mask = (1 << bs_log2) - 1;
+  // Split over keys (part != null): this row's keys in gridDim.z ranges of equal length
+  // (the range count fixed per context bucket, so a recorded step's launch serves every
+  // length of the bucket); this block takes range blockIdx.z. Warp w takes batches of KB
+  // consecutive keys starting at k_begin + KB w, KB (kAttnWarps) apart.
+  const int row_split = (n_keys + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * row_split : 0;
+  const int k_end = part != nullptr ? min(n_keys, k_begin + row_split) : n_keys;
+  float kv[KB][EPL], vv[KB][EPL];
+  // Keys [max(base, lo), min(base + KB, hi)) of the batch at base into kv / vv.
+  auto load_batch = [&](int base, int lo, int hi) {
+#pragma unroll
+    for (int i = 0; i < KB; ++i) {
+      const int j = base + i;
+      if (j < lo || j >= hi) continue;
+      const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
+      const T* kp = kc + r * kv_stride + kv_off;
+      const T* vp = vc + r * kv_stride + kv_off;
+      if constexpr (kVec) {
+        load_dims<EPL>(kp, lane, kv[i]);
+        load_dims<EPL>(vp, lane, vv[i]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) {
+          const int d = lane + 32 * e;
+          kv[i][e] = d < head_dim ? kv_load(kp + d) : 0.0f;
+          vv[i][e] = d < head_dim ? kv_load(vp + d) : 0.0f;
+        }
+      }
+    }
+  };
+  const int first = k_begin + KB * warp;
+  load_batch(first, 0, min(k_end, sd.pos0));
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  load_batch(first, sd.pos0, k_end);
   float qv[G][EPL], acc[G][EPL], m[G], l[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const float* qr = q + (static_cast<int64_t>(row) * n_head + h0 + min(g, ng - 1)) * head_dim;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
-      const int d = lane + 32 * e;
+      const int d = lane_dim<kVec, EPL>(lane, e);
       qv[g][e] = d < head_dim && g < ng ? qr[d] : 0.0f;
       acc[g][e] = 0.0f;
     }
     m[g] = -INFINITY;
     l[g] = 0.0f;
   }
-  const int bs_mask = (1 << bs_log2) - 1;
-  // Split over keys (part != null): this row's keys in gridDim.z ranges of equal length
-  // (the range count fixed per context bucket, so a recorded step's launch serves every
-  // length of the bucket); this block takes range blockIdx.z.
-  const int row_split = (n_keys + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
-  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * row_split : 0;
-  const int k_end = part != nullptr ? min(n_keys, k_begin + row_split) : n_keys;
-  for (int j = k_begin + warp; j < k_end; j += kAttnWarps) {
-    const int64_t r = static_cast<int64_t>(table[j >> bs_log2]) * (bs_mask + 1) + (j & bs_mask);
-    const T* kp = kc + r * kv_stride + kv_off;
-    const T* vp = vc + r * kv_stride + kv_off;
-    float kv[EPL], vv[EPL];
+  for (int base = first; base < k_end; base += KB * kAttnWarps) {
+    if (base != first) load_batch(base, 0, k_end);
+    const int nb = min(KB, k_end - base);  // keys of this batch (warp-uniform)
+    // The batch's scores for every head: partial dot products, then the warp sums
+    // (independent of each other, so their shuffles overlap).
+    float s[G][KB];
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) {
-      const int d = lane + 32 * e;
-      kv[e] = d < head_dim ? kv_load(kp + d) : 0.0f;
-      vv[e] = d < head_dim ? kv_load(vp + d) : 0.0f;
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+      for (int i = 0; i < KB; ++i) {
+        float t = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) t += qv[g][e] * kv[i][e];
+        s[g][i] = t;
+      }
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int i = 0; i < KB; ++i) s[g][i] += __shfl_xor_sync(0xffffffffu, s[g][i], o);
+      }
+    }
+    // Online softmax, one key at a time in key order (the arithmetic of a key-by-key loop).
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       if (g >= ng) break;
-      float s = 0.0f;
 #pragma unroll
-      for (int e = 0; e < EPL; ++e) s += qv[g][e] * kv[e];
-      s = warp_sum(s) * scale;
-      const float m_new = fmaxf(m[g], s);
-      const float corr = expf(m[g] - m_new), p = expf(s - m_new);
-      l[g] = l[g] * corr + p;
+      for (int i = 0; i < KB; ++i) {
+        if (i >= nb) break;
+        const float sc = s[g][i] * scale;
+        const float m_new = fmaxf(m[g], sc);
+        const float corr = expf(m[g] - m_new), p = expf(sc - m_new);
+        l[g] = l[g] * corr + p;
 #pragma unroll
-      for (int e = 0; e < EPL; ++e) acc[g][e] = acc[g][e] * corr + p * vv[e];
-      m[g] = m_new;
+        for (int e = 0; e < EPL; ++e) acc[g][e] = acc[g][e] * corr + p * vv[i][e];
+        m[g] = m_new;
+      }
     }
   }
   __shared__ float sm[G][kAttnWarps], sl[G][kAttnWarps];
@@ -151,7 +241,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       sl[g][warp] = l[g];
     }
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) sacc[g][warp][lane + 32 * e] = acc[g][e];
+    for (int e = 0; e < EPL; ++e) {
+      const int d = lane_dim<kVec, EPL>(lane, e);
+      if (d < 32 * EPL) sacc[g][warp][d] = acc[g][e];
+    }
   }
   __syncthreads();
   for (int g = 0; g < ng; ++g) {
@@ -364,26 +457,44 @@ void launch_prefill(int epl, dim3 grid, cudaStream_t st, const float* q, const v
   }
 }
 
+template <class T, int EPL>
+void launch_attention_t(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v,
+                        const SeqDesc* seqs, const int32_t* row_seq, const int32_t* tables, int n_head, int group,
+                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, unsigned* counters,
+                        float* part) {
+  const auto* kc = static_cast<const T*>(k);
+  const auto* vc = static_cast<const T*>(v);
+  // Vector loads of a lane's dimensions when they are consecutive and aligned.
+  const bool vec = head_dim == 32 * EPL && kv_stride % EPL == 0 &&
+                   reinterpret_cast<uintptr_t>(k) % (EPL * sizeof(T)) == 0 &&
+                   reinterpret_cast<uintptr_t>(v) % (EPL * sizeof(T)) == 0;
+  const int threads = kAttnWarps * 32;
+  if (vec) {
+    ::hearth::cuda::launch_pdl(attention_kernel<T, EPL, true>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables,
+                               n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
+  } else {
+    ::hearth::cuda::launch_pdl(attention_kernel<T, EPL, false>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables,
+                               n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
+  }
+}
+
 template <class T>
 void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v,
                       const SeqDesc* seqs, const int32_t* row_seq, const int32_t* tables, int n_head, int group,
                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, unsigned* counters,
                       float* part) {
-  const auto* kc = static_cast<const T*>(k);
-  const auto* vc = static_cast<const T*>(v);
-  const int threads = kAttnWarps * 32;
   switch (epl) {
     case 2:
-      ::hearth::cuda::launch_pdl(attention_kernel<T, 2>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out, counters, part);
+      launch_attention_t<T, 2>(grid, st, q, k, v, seqs, row_seq, tables, n_head, group, head_dim, kv_stride, bs_log2,
+                               scale, out, counters, part);
       break;
     case 4:
-      ::hearth::cuda::launch_pdl(attention_kernel<T, 4>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out, counters, part);
+      launch_attention_t<T, 4>(grid, st, q, k, v, seqs, row_seq, tables, n_head, group, head_dim, kv_stride, bs_log2,
+                               scale, out, counters, part);
       break;
     default:
-      ::hearth::cuda::launch_pdl(attention_kernel<T, 8>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables, n_head, group, head_dim,
-                                                       kv_stride, bs_log2, scale, out, counters, part);
+      launch_attention_t<T, 8>(grid, st, q, k, v, seqs, row_seq, tables, n_head, group, head_dim, kv_stride, bs_log2,
+                               scale, out, counters, part);
       break;
   }
 }

@@ -263,6 +263,9 @@ class CudaBackend final : public ops::Backend {
   bool fuse_quant_ = true;
   // The scratch an op writing out: [n_rows, n] quantizes it into (nullptr: not wanted).
   void* q8_ready_scratch(const float* out, int64_t n_rows, int64_t n);
+  // out: [n_rows, n_cols] = silu(gate) * up, quantized for the 8-bit product after it
+  // where it can be (matmul_swiglu's unfused path).
+  void swiglu_rows(const float* gate, const float* up, int64_t n_rows, int64_t n_cols, float* out);
   // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
   bool int8_gemm_ = true;

@@ -189,7 +189,12 @@ void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightVi
   if (!fuse_swiglu_ || !q8_matvec_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens ||
       !q8_matvec_supported(gate.type) || up.type != gate.type || up.n_rows != gate.n_rows ||
       up.n_cols != gate.n_cols) {
-    Backend::matmul_swiglu(gate, up, x, n_tokens, g, u);
+    // Both products in one launch, then SwiGLU (its output quantized for the product
+    // after it when that takes 8-bit activations).
+    const ops::WeightView* ws[2] = {&gate, &up};
+    float* ys[2] = {g, u};
+    matmul_multi(ws, 2, x, n_tokens, ys);
+    swiglu_rows(g, u, n_tokens, gate.n_rows, g);
     return;
   }
   OpTimer timer(*this, "matmul matvec swiglu");

@@ -44,6 +44,32 @@ __global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float* 
   GRID_LOOP(i, n) out[i] = silu_f(g[i]) * u[i];
 }
 
+// swiglu_kernel whose output is also quantized for q8_matvec, one warp per chunk of 32
+// values, as its quantize_chunks does it (quant_q8.cu): d = max |v| / 127, q = round(v / d)
+// ties to even, xd = (d, d * sum q); the same bits. out may alias g.
+__global__ void __launch_bounds__(256)
+    swiglu_q8_kernel(const float* g, const float* u, int64_t n_chunks, float* out, int8_t* __restrict__ xq,
+                     float2* __restrict__ xd) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (chunk >= n_chunks) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t i = chunk * 32 + lane;
+  const float v = silu_f(g[i]) * u[i];
+  out[i] = v;
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float d = amax / 127.f;
+  const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+  int sum = q;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  xq[i] = static_cast<int8_t>(q);
+  if (lane == 0) xd[chunk] = make_float2(d, d * static_cast<float>(sum));
+}
+
 __global__ void sigmoid_mul_kernel(float* x, const float* g, int64_t n) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
@@ -494,6 +520,27 @@ void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* o
   if (n <= 0) return;
   if (skip_launch("swiglu", {sig_of(gate), sig_of(up), sig_of(n), sig_of(out)})) return;
   ::hearth::cuda::launch_pdl(swiglu_kernel, grid_for(n), kThreads, 0, stream_, gate, up, n, out);
+  HEARTH_CUDA_LAUNCHED("swiglu");
+}
+
+void CudaBackend::swiglu_rows(const float* gate, const float* up, int64_t n_rows, int64_t n_cols, float* out) {
+  OpTimer timer(*this, "swiglu");
+  if (n_rows <= 0 || n_cols <= 0) return;
+  // With the product after it quantizing out: done here.
+  void* q8 = n_cols % 32 == 0 ? q8_ready_scratch(out, n_rows, n_cols) : nullptr;
+  if (skip_launch("swiglu", {sig_of(gate), sig_of(up), sig_of(n_rows), sig_of(n_cols), sig_of(out), sig_of(q8)})) {
+    return;
+  }
+  const int64_t n = n_rows * n_cols;
+  if (q8 == nullptr) {
+    ::hearth::cuda::launch_pdl(swiglu_kernel, grid_for(n), kThreads, 0, stream_, gate, up, n, out);
+  } else {
+    auto* xq = static_cast<int8_t*>(q8);
+    auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(q8) + q8_scratch_scales_offset(n_rows, n_cols));
+    const int64_t n_chunks = n / 32;
+    ::hearth::cuda::launch_pdl(swiglu_q8_kernel, static_cast<unsigned>((n_chunks + 7) / 8), 256, 0, stream_, gate, up,
+                               n_chunks, out, xq, xd);
+  }
   HEARTH_CUDA_LAUNCHED("swiglu");
 }
 

@@ -1,9 +1,14 @@
 // Kernel launches with programmatic dependent launch (PDL, Hopper and later): a kernel
 // launched through launch_pdl may start (its blocks scheduled, its set-up done) while
 // the kernel before it on the stream is still running, and waits in pdl_wait() for that
-// kernel's results before touching global memory. Every kernel of the back-end calls
+// kernel's results before touching global memory. Kernels of the back-end call
 // pdl_wait() first and pdl_trigger() right after (the next kernel may then be
-// launched), so each one is correct whichever way it was launched; on older GPUs, or
+// launched), so each one is correct whichever way it was launched. So when a kernel
+// starts, every kernel before the one before it has finished; what the kernel before
+// writes is read only after pdl_wait(). Exceptions, each safe by what it reads early:
+// the 8-bit quantizer triggers before it waits (the product after it loads only weights
+// before its own wait), the decode products load weights before the wait, and decode
+// attention loads the batch description and earlier steps' keys. On older GPUs, or
 // with HEARTH_CUDA_PDL=0, launch_pdl is an ordinary launch. Inside a captured graph the
 // early start becomes a programmatic edge: decode steps of ~500 short kernels lose
 // most of the gap between one kernel's end and the next one's start.

@@ -61,6 +61,9 @@ void set_q8_matvec_shape(int ilp, int early);
 // Rows per warp below 3 tokens: 1, or 0 the default (two: the activations read once for
 // two rows). Same sums. For measuring.
 void set_q8_matvec_rows(int rows);
+// 1 (the default): one or two tokens' activations staged in shared memory by each block of
+// the decode product (at most 48 KiB); 0: read from global memory. Same sums.
+void set_q8_matvec_smem_x(int on);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);

@@ -76,10 +76,15 @@ struct Targets {
 // overlapping their latency with the end of that kernel. kSwiGLU (R = 2, tg.n = 1):
 // each group computes row r of tg.w[0] (gate) and of tg.w[1] (up), same shape, and
 // writes y[t, r] = silu(gate . x) * (up . x), what swiglu_kernel makes of the two sums.
-template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
+// kSmemX: the block first copies the NT tokens' activation quants into shared memory
+// (coalesced 16-byte loads; stored swizzled, q8::SharedX) and its warps read them from
+// there: read from global memory, a warp's loads of its lanes' 64-element units are 64
+// bytes apart, four times the L1 wavefronts of contiguous ones.
+template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false, bool kSmemX = false>
 __global__ void __launch_bounds__(kThreads)
     q8_matvec_kernel(const Targets tg, int n_units, const int8_t* __restrict__ xq, const float2* __restrict__ xd,
                      int64_t n_cols) {
+  extern __shared__ int4 xs[];  // kSmemX: NT rows of n_cols / 16 chunks
   constexpr int kGroups = kThreads / TPR;
   // This block's weight, chosen with constant indices only (no local-memory copy).
   const uint8_t* w = tg.w[0];
@@ -129,6 +134,16 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kEarly) fetch(tid);
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
+  // Staged rows hold whole groups of 8 chunks (the swizzle permutes within a group).
+  const int n16 = static_cast<int>(n_cols / 16), n16p = (n16 + 7) & ~7;
+  if constexpr (kSmemX) {
+    const auto* src = reinterpret_cast<const int4*>(xq);
+    for (int c = threadIdx.x; c < NT * n16; c += kThreads) {
+      const int t = c / n16, k = c - t * n16;
+      xs[t * n16p + q8::swizzle16(k)] = __ldg(src + c);
+    }
+    __syncthreads();
+  }
   if constexpr (!kEarly) fetch(tid);
   const int64_t chunks = n_cols / kChunk;
   for (int u0 = tid; u0 < n_units; u0 += TPR * ILP) {
@@ -143,7 +158,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][t] += T::dot(dec[k][r], s, xb + t * n_cols, db + t * chunks);
+          for (int r = 0; r < R; ++r) {
+            if constexpr (kSmemX) {
+              const q8::SharedX x{xs + t * n16p, b * (T::kElems / 16)};
+              acc[r][t] += T::dot(dec[k][r], s, x, db + t * chunks);
+            } else {
+              acc[r][t] += T::dot(dec[k][r], s, q8::GlobalX{xb + t * n_cols}, db + t * chunks);
+            }
+          }
         }
       }
     }
@@ -235,8 +257,9 @@ __global__ void __launch_bounds__(kThreads)
     const int b = u / T::kUnits, s = u % T::kUnits;
     const int8_t* xu = xb + static_cast<int64_t>(b) * T::kElems;
     const float2* du = db + static_cast<int64_t>(b) * (T::kElems / kChunk);
-    acc += T::dot(T::decode(w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, xu, du);
-    if constexpr (kGateUp) acc2 += T::dot(T::decode(w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, xu, du);
+    const q8::GlobalX x{xu};
+    acc += T::dot(T::decode(w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
+    if constexpr (kGateUp) acc2 += T::dot(T::decode(w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
   }
   acc = group_sum<TPR>(acc);
   if constexpr (kGateUp) acc2 = group_sum<TPR>(acc2);
@@ -268,8 +291,10 @@ int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
 int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
+int g_matvec_smem = 1;  // set_q8_matvec_smem_x (1: activations staged in shared memory, NT <= 2)
+constexpr int64_t kMaxSmemX = 48 * 1024;
 
-template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false>
+template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false, bool kSmemX = false>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                 cudaStream_t stream) {
   constexpr int kRowsPerBlock = kThreads / TPR * (kSwiGLU ? 1 : R);
@@ -286,8 +311,9 @@ void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* x
   tg.n = n;
   if constexpr (kSwiGLU) tg.n = 1;  // every block: rows of both (gate first)
   const int n_units = static_cast<int>(ws[0].n_cols / T::kElems) * T::kUnits;
-  ::hearth::cuda::launch_pdl(q8_matvec_kernel<T, NT, R, TPR, ILP, kEarly, kSwiGLU>, blocks, kThreads, 0, stream, tg, n_units, xq, xd,
-                             ws[0].n_cols);
+  const size_t smem = kSmemX ? static_cast<size_t>(NT) * ((ws[0].n_cols / 16 + 7) / 8) * 128 : 0;
+  ::hearth::cuda::launch_pdl(q8_matvec_kernel<T, NT, R, TPR, ILP, kEarly, kSwiGLU, kSmemX>, blocks, kThreads, smem,
+                             stream, tg, n_units, xq, xd, ws[0].n_cols);
 }
 
 template <class T, int NT>
@@ -295,6 +321,10 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
                cudaStream_t stream, bool swiglu) {
   const bool early = g_matvec_early != 0;
   if (swiglu) {  // ws = {gate, up}: two rows a warp
+    if (NT <= 2 && g_matvec_smem != 0 && early && NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
+      launch_tpr<T, NT, 2, 32, 1, true, true, NT <= 2>(ws, ys, n, xq, xd, stream);
+      return;
+    }
     early ? launch_tpr<T, NT, 2, 32, 1, true, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, 2, 32, 1, false, true>(ws, ys, n, xq, xd, stream);
     return;
@@ -315,6 +345,14 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   // 75 % busy, mostly with activations). A row's sum is the same either way.
   constexpr int R = 2;
   const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : 32;
+  // The activations staged in shared memory for one or two tokens (at most 48 KiB).
+  if constexpr (NT <= 2) {
+    if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early &&
+        NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
+      launch_tpr<T, NT, R, 32, 1, true, false, true>(ws, ys, n, xq, xd, stream);
+      return;
+    }
+  }
   if (tpr == 128) {
     launch_tpr<T, NT, R, 128, 1, false>(ws, ys, n, xq, xd, stream);
   } else if (tpr == 64) {
@@ -440,6 +478,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
 void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
+void set_q8_matvec_smem_x(int on) { g_matvec_smem = on; }
 void set_q8_matvec_shape(int ilp, int early) {
   g_matvec_ilp = ilp;
   g_matvec_early = early;

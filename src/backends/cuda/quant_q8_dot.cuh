@@ -6,7 +6,7 @@
 // dp4a (dot), applying the block's scales and mins in f32.
 //
 // Per type: kElems / kBytes (the block), kUnits, struct Dec, decode(blk, s) and
-// dot(dec, s, xq, xd) with xq / xd at the block's first chunk of one token. The K-quants
+// dot(dec, s, x, xd) with x (GlobalX or SharedX) / xd at the block's first chunk of one token. The K-quants
 // (units of 64 elements) are in quant_q8_wide.cuh.
 // Internal to quant_q8.cu.
 #pragma once
@@ -28,6 +28,23 @@ __device__ __forceinline__ int ld2(const uint8_t* p) {
 __device__ __forceinline__ int ld4(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
 // 16 activation quants at a 16-byte aligned address.
 __device__ __forceinline__ int4 ldx(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+
+// Where dot() reads one token's activation quants for one weight block: ld(off) returns
+// the 16 quants at element off (a multiple of 16) of the block.
+// GlobalX: from global memory, p at the block's first element.
+struct GlobalX {
+  const int8_t* p;
+  __device__ __forceinline__ int4 ld(int off) const { return ldx(p + off); }
+};
+// SharedX: from a token's row staged in shared memory in 16-byte chunks, chunk c stored
+// at swizzle16(c): the chunks 4 l + k that lanes l = 0..7 read together (one unit of 64
+// elements a lane) land in eight different groups of four banks (no conflicts).
+__device__ __forceinline__ int swizzle16(int c) { return c ^ ((c >> 3) & 7); }
+struct SharedX {
+  const int4* row;  // the token's staged row
+  int c0;           // the block's first chunk
+  __device__ __forceinline__ int4 ld(int off) const { return row[swizzle16(c0 + (off >> 4))]; }
+};
 __device__ __forceinline__ float half_at(const uint8_t* p) {
   return __half2float(*reinterpret_cast<const __half*>(p));
 }
@@ -64,8 +81,9 @@ struct Q8Dot<GgmlType::Q8_0> {
     for (int i = 0; i < 8; ++i) r.q[i] = ld2(blk + 2 + 4 * i);
     return r;
   }
-  __device__ static float dot(const Dec& w, int, const int8_t* xq, const float2* xd) {
-    const int s = dot16(w.q, ldx(xq)) + dot16(w.q + 4, ldx(xq + 16));
+  template <class X>
+  __device__ static float dot(const Dec& w, int, const X& x, const float2* xd) {
+    const int s = dot16(w.q, x.ld(0)) + dot16(w.q + 4, x.ld(16));
     return w.d * xd[0].x * static_cast<float>(s);
   }
 };
@@ -90,8 +108,9 @@ struct Q4Legacy {
     }
     return r;
   }
-  __device__ static float dot(const Dec& w, int, const int8_t* xq, const float2* xd) {
-    const int s = dot16(w.lo, ldx(xq)) + dot16(w.hi, ldx(xq + 16));
+  template <class X>
+  __device__ static float dot(const Dec& w, int, const X& x, const float2* xd) {
+    const int s = dot16(w.lo, x.ld(0)) + dot16(w.hi, x.ld(16));
     if constexpr (kMin) return w.d * xd[0].x * static_cast<float>(s) + w.m * xd[0].y;
     return w.d * (xd[0].x * static_cast<float>(s) - 8.f * xd[0].y);
   }
@@ -122,8 +141,9 @@ struct Q5Legacy {
     }
     return r;
   }
-  __device__ static float dot(const Dec& w, int, const int8_t* xq, const float2* xd) {
-    const int s = dot16(w.lo, ldx(xq)) + dot16(w.hi, ldx(xq + 16));
+  template <class X>
+  __device__ static float dot(const Dec& w, int, const X& x, const float2* xd) {
+    const int s = dot16(w.lo, x.ld(0)) + dot16(w.hi, x.ld(16));
     if constexpr (kMin) return w.d * xd[0].x * static_cast<float>(s) + w.m * xd[0].y;
     return w.d * (xd[0].x * static_cast<float>(s) - 16.f * xd[0].y);
   }

@@ -12,9 +12,10 @@
 
 namespace hearth::cuda::q8 {
 
-// Sum over 32 bytes: w (8 words, 4 quants each) times the 32 int8 of x (16-byte aligned).
-__device__ __forceinline__ int dot32(const int* w, const int8_t* x) {
-  return dot16(w, ldx(x)) + dot16(w + 4, ldx(x + 16));
+// Sum over 32 bytes: w (8 words, 4 quants each) times the 32 activations at element off.
+template <class X>
+__device__ __forceinline__ int dot32(const int* w, const X& x, int off) {
+  return dot16(w, x.ld(off)) + dot16(w + 4, x.ld(off + 16));
 }
 
 // 32 bytes at a 2-byte aligned address: nine aligned words, funnel-shifted by 0 or 16
@@ -79,10 +80,11 @@ struct QK45Wide {
     return r;
   }
   // element = d sc q - dmin m, x = xd.x xq: the sum is dl xd.x (q . xq) - ml xd.y.
-  __device__ static float dot(const Dec& w, int g, const int8_t* xq, const float2* xd) {
+  template <class X>
+  __device__ static float dot(const Dec& w, int g, const X& x, const float2* xd) {
     const float2 a = xd[2 * g], b = xd[2 * g + 1];
-    const float lo = w.dl_lo * a.x * static_cast<float>(dot32(w.lo, xq + 64 * g)) - w.ml_lo * a.y;
-    const float hi = w.dl_hi * b.x * static_cast<float>(dot32(w.hi, xq + 64 * g + 32)) - w.ml_hi * b.y;
+    const float lo = w.dl_lo * a.x * static_cast<float>(dot32(w.lo, x, 64 * g)) - w.ml_lo * a.y;
+    const float hi = w.dl_hi * b.x * static_cast<float>(dot32(w.hi, x, 64 * g + 32)) - w.ml_hi * b.y;
     return lo + hi;
   }
 };
@@ -125,13 +127,14 @@ struct Q8Wide<GgmlType::Q6_K> {
     }
     return r;
   }
-  __device__ static float dot(const Dec& w, int u, const int8_t* xq, const float2* xd) {
+  template <class X>
+  __device__ static float dot(const Dec& w, int u, const X& x, const float2* xd) {
     const int n = u >> 1, j = u & 1;
-    const int8_t* x = xq + 128 * n + 32 * j;
-    const float lo = w.d[0] * static_cast<float>(dot16(w.lo, ldx(x))) +
-                     w.d[1] * static_cast<float>(dot16(w.lo + 4, ldx(x + 16)));
-    const float hi = w.d[2] * static_cast<float>(dot16(w.hi, ldx(x + 64))) +
-                     w.d[3] * static_cast<float>(dot16(w.hi + 4, ldx(x + 80)));
+    const int o = 128 * n + 32 * j;
+    const float lo = w.d[0] * static_cast<float>(dot16(w.lo, x.ld(o))) +
+                     w.d[1] * static_cast<float>(dot16(w.lo + 4, x.ld(o + 16)));
+    const float hi = w.d[2] * static_cast<float>(dot16(w.hi, x.ld(o + 64))) +
+                     w.d[3] * static_cast<float>(dot16(w.hi + 4, x.ld(o + 80)));
     return xd[4 * n + j].x * lo + xd[4 * n + j + 2].x * hi;
   }
 };
