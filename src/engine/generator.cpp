@@ -67,7 +67,10 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   const auto t0 = Clock::now();
   std::vector<float> logits;  // reused for every token: no per-token allocation
   std::vector<int32_t> step(1);
-  model.forward(cache, prompt, false, logits);
+  // Greedy with nothing that reads the logits: the back-end may reduce each step's row to
+  // its argmax where the logits are (model.picks()), so the row does not cross to the host.
+  const bool argmax_only = sampler.plain_greedy() && !matcher && options.n_logprobs <= 0;
+  model.forward(cache, prompt, false, logits, argmax_only);
   const auto t_prefill = Clock::now();
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};
@@ -79,7 +82,18 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       matcher->fill_mask(mask);
       grammar::apply_mask(logits, mask);
     }
-    const int32_t next = sampler.sample(logits, history);
+    int32_t next = -1;
+    if (const auto& picks = model.picks(); argmax_only && picks.size() == 1) {
+      if (picks[0].bad >= 0) {
+        fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
+                                              std::to_string(picks[0].bad) + " is " +
+                                              (picks[0].bad_nan != 0 ? "NaN" : "infinite") + ") at generated token " +
+                                              std::to_string(r.tokens.size()));
+      }
+      next = picks[0].argmax;
+    } else {
+      next = sampler.sample(logits, history);
+    }
     bool grammar_done = false;
     if (matcher) {
       if (!matcher->accept(next)) {
@@ -122,7 +136,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       break;
     }
     step[0] = next;
-    model.forward(cache, step, false, logits);
+    model.forward(cache, step, false, logits, argmax_only);
   }
   const std::string tail = stream.flush();
   if (!tail.empty()) {

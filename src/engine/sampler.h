@@ -32,6 +32,12 @@ class Sampler {
   // Picks the next token from logits ([n_vocab], modified in place by the penalties)
   // given the tokens so far (prompt + generated).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // Greedy with no penalties: sample() returns the row's first largest value, whatever
+  // the history (so the argmax alone, computed elsewhere, is the sample).
+  bool plain_greedy() const {
+    return p_.temperature <= 0.0f && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f &&
+           p_.frequency_penalty == 0.0f;
+  }
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history) const;

@@ -349,8 +349,13 @@ void ServeEngine::step() {
   if (!plan.empty()) {
     batch_.clear();
     for (const StepItem& item : plan.items) {
+      // Greedy rows that nothing else reads (no log-probabilities, constraint or injected
+      // fault) need only their argmax: the back-end may reduce them where the logits are.
+      const Live& lv = *live_.at(item.seq->id);
+      const bool argmax = item.logits && lv.sampler.plain_greedy() && lv.request.top_logprobs < 0 && !lv.matcher &&
+                          !lv.fault;
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
-                                       item.n_tokens, item.logits});
+                                       item.n_tokens, item.logits, argmax});
     }
     // The grammar masks of this step's samples depend only on the tokens accepted so
     // far: computed on the mask worker while the forward pass runs. A mask that fails
@@ -397,9 +402,17 @@ void ServeEngine::step() {
       if (item.logits) rows.emplace_back(item.seq, live_.at(item.seq->id).get());
     }
     picks_.assign(rows.size(), RowPick{});
+    const std::vector<ops::ArgmaxRow>& device_picks = model_.picks();
+    std::vector<uint8_t> row_argmax;  // per sampled row, in the order of rows
+    for (const model::BatchSeq& b : batch_) {
+      if (b.logits) row_argmax.push_back(b.argmax_only ? 1 : 0);
+    }
     auto pick = [&](int64_t r) {
+      const bool reduced = device_picks.size() == rows.size() && row_argmax.size() == rows.size() &&
+                           row_argmax[static_cast<size_t>(r)] != 0;
       pick_row(*rows[r].first, *rows[r].second,
-               std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab), picks_[r]);
+               std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab),
+               reduced ? &device_picks[static_cast<size_t>(r)] : nullptr, picks_[r]);
     };
     constexpr size_t kParallelRows = 8;
     if (rows.size() >= kParallelRows && !sample_pool_) {
@@ -459,10 +472,21 @@ void ServeEngine::step() {
   if (!plan.empty()) ++stats_.steps;
 }
 
-void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, RowPick& pick) {
+void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, RowPick& pick) {
   try {
     if (!live.mask_error.empty()) {
       pick.error = std::move(live.mask_error);
+      return;
+    }
+    if (am != nullptr) {  // greedy, unconstrained, no log-probabilities: the argmax is the sample
+      if (am->bad >= 0) {
+        pick.error = "the model's output for this request is not finite (logit of token " + std::to_string(am->bad) +
+                     " is " + (am->bad_nan != 0 ? "NaN" : "infinite") + ") at generated token " +
+                     std::to_string(live.n_generated);
+        return;
+      }
+      const std::optional<int32_t> forced = live.reasoning.forced();
+      pick.token = forced ? *forced : am->argmax;
       return;
     }
     if (live.fault_due(FaultKind::kNan)) std::fill(lg.begin(), lg.end(), std::numeric_limits<float>::quiet_NaN());

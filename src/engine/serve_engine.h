@@ -122,7 +122,9 @@ class ServeEngine {
     int32_t token = -1;
     std::string error;
   };
-  void pick_row(SeqSlot& seq, Live& live, std::span<float> lg, RowPick& pick);
+  // am: the row reduced to its argmax on the device (the sequence is greedy and nothing
+  // reads its logits; lg is then not written), else null.
+  void pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, RowPick& pick);
   RowEnd finish_row(SeqSlot& seq, Live& live, int32_t next, std::string& error);
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
   // Ends every queued and running request with `error` (finish reason `reason`:

@@ -6,7 +6,7 @@
 
 namespace hearth::model {
 
-void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits) {
+void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, bool argmax) {
   const auto n = static_cast<int64_t>(new_tokens.size());
   SeqKv& seq = cache.seq();
   if (seq.n_past + n > cache.n_ctx()) {
@@ -26,6 +26,7 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   }
   out_rows.clear();
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) out_rows.push_back(static_cast<int32_t>(i));
+  argmax_only.assign(out_rows.size(), argmax && !all_logits ? 1 : 0);
 }
 
 void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
@@ -33,6 +34,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   positions.clear();
   slots.clear();
   out_rows.clear();
+  argmax_only.clear();
   attn_seqs.clear();
   state_slots.clear();
   for (const BatchSeq& b : seqs) {
@@ -52,7 +54,10 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
       positions.push_back(static_cast<int32_t>(kv.n_past + i));
       slots.push_back(map.slot(kv.n_past + i));
     }
-    if (b.logits) out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
+    if (b.logits) {
+      out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
+      argmax_only.push_back(b.argmax_only ? 1 : 0);
+    }
   }
 }
 
@@ -64,10 +69,11 @@ void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int6
   rows = need;
 }
 
-void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
+void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
                    const ops::WeightView& output, float eps, int64_t E, int64_t n_vocab, ops::Buffer* logits,
                    std::vector<float>& out) {
   const auto rows = static_cast<int64_t>(lay.out_rows.size());
+  lay.picks.clear();
   if (rows == 0) {
     out.clear();
     return;
@@ -85,6 +91,13 @@ void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cu
   if (logits == nullptr) fail(ErrorKind::kInternal, "model", "no logits buffer for " + std::to_string(rows) + " rows");
   be.matmul(output, cur, rows, logits->data());
   out.resize(static_cast<size_t>(rows * n_vocab));
+  bool any_argmax = false;
+  for (uint8_t a : lay.argmax_only) any_argmax = any_argmax || a != 0;
+  if (any_argmax && be.device_argmax() && lay.argmax_only.size() == static_cast<size_t>(rows)) {
+    lay.picks.assign(static_cast<size_t>(rows), ops::ArgmaxRow{});
+    be.fetch_rows(*logits, rows, n_vocab, lay.argmax_only.data(), out.data(), lay.picks.data());
+    return;
+  }
   be.copy_to_host(*logits, 0, rows * n_vocab, out.data());
 }
 

@@ -22,15 +22,24 @@ struct BatchSeq {
   const int32_t* tokens = nullptr;
   int64_t n_tokens = 0;
   bool logits = false;  // return the logits of its last token
+  // Only the argmax of that row is needed (greedy decoding with nothing that reads the
+  // logits): where the back-end computes it on the device the row itself does not
+  // cross to the host (BatchLayout::picks).
+  bool argmax_only = false;
 };
 
 struct BatchLayout {
   std::vector<int32_t> tokens, positions, slots, out_rows;
   std::vector<ops::AttentionSeq> attn_seqs;
   std::vector<int32_t> state_slots;  // per attention sequence (-1: none)
+  // Per output row: whether only its argmax is needed; after the step, picks holds those
+  // rows' argmax (ops::Backend::fetch_rows) when the back-end computed them, else it is
+  // empty and every row's logits were copied.
+  std::vector<uint8_t> argmax_only;
+  std::vector<ops::ArgmaxRow> picks;
 
   // One sequence with its own cache. Throws Error when the context would overflow.
-  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits);
+  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, bool argmax_only = false);
   // Many sequences sharing a pool (sequences with no tokens are skipped). Throws
   // Error(kInternal) when a sequence lacks the blocks for its positions.
   void batch(const KvPool& pool, const std::vector<BatchSeq>& seqs);
@@ -42,10 +51,11 @@ void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int6
                     int64_t n_vocab);
 
 // The tail every model shares: the output rows' final norm and output projection,
-// copied to `out` ([rows, n_vocab]). x: [n, n_embd] hidden states; cur: scratch of at
+// copied to `out` ([rows, n_vocab]; the rows of which only the argmax is needed reduced to
+// lay.picks where the back-end does that on the device). x: [n, n_embd] hidden states; cur: scratch of at
 // least rows * n_embd floats; logits: a buffer of at least rows * n_vocab floats (may be
 // null when no row asks for logits).
-void output_logits(ops::Backend& be, const BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
+void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, const ops::WeightView& norm,
                    const ops::WeightView& output, float eps, int64_t n_embd, int64_t n_vocab, ops::Buffer* logits,
                    std::vector<float>& out);
 

@@ -5,12 +5,14 @@
 
 namespace hearth::model {
 
-void CausalLm::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& out) {
+void CausalLm::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& out,
+                       bool argmax_only) {
   if (tokens.empty()) {
     out.clear();
+    lay_.picks.clear();
     return;
   }
-  lay_.single(cache, tokens, all_logits);
+  lay_.single(cache, tokens, all_logits, argmax_only);
   run_step(cache.pool(), out);
   cache.seq().n_past += static_cast<int64_t>(tokens.size());
 }
@@ -19,6 +21,7 @@ void CausalLm::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, st
   lay_.batch(pool, seqs);
   if (lay_.tokens.empty()) {
     out.clear();
+    lay_.picks.clear();
     return;
   }
   run_step(pool, out);

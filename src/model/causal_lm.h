@@ -26,7 +26,10 @@ class CausalLm {
   // writing the logits of the last token ([n_vocab]), or of every token ([n,
   // n_vocab]) when all_logits, into `logits` (resized; its capacity is reused).
   // Throws Error when the context is full.
-  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits);
+  // argmax_only (not with all_logits): only the last token's argmax is needed; picks()
+  // then holds it when the back-end computed it on the device (logits left unwritten).
+  void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits,
+               bool argmax_only = false);
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false) {
     std::vector<float> out;
     forward(cache, tokens, all_logits, out);
@@ -37,6 +40,9 @@ class CausalLm {
   // sequence with logits = true, in order. Each sequence's results are the ones it
   // would get alone.
   void forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, std::vector<float>& logits);
+  // After a forward: one entry per logits row when the back-end reduced the argmax-only
+  // rows on the device (their logits rows were not written), else empty.
+  const std::vector<ops::ArgmaxRow>& picks() const { return lay_.picks; }
 
  protected:
   // The layers over the step laid out in lay_ (at least one token); writes the logits of

@@ -197,7 +197,7 @@ void HybridModel::run(KvPool& pool, std::vector<float>& out) {
       be.add(s_.x->data(), s_.cur->data(), n * E);
     }
   }
-  output_logits(be, lay, s_.x->data(), s_.cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab,
+  output_logits(be, lay_, s_.x->data(), s_.cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab,
                 s_.logits.get(), out);
 }
 

@@ -139,7 +139,7 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
     be.matmul(w.ffn_down, gate->data(), n, cur->data());
     add_then_next_norm(l, cur->data());
   }
-  output_logits(be, lay, x->data(), cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab, s.logits.get(), out);
+  output_logits(be, lay_, x->data(), cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab, s.logits.get(), out);
 }
 
 }  // namespace hearth::model

@@ -1,11 +1,32 @@
 #include "ops/backend.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace hearth::ops {
 
 void Backend::moe_ffn(const MoeLayer&, const float*, int64_t, float*) {
   fail(ErrorKind::kUnsupported, name(), "moe_ffn: this back-end routes experts through the model's generic path");
+}
+
+void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+                         ArgmaxRow* picks) {
+  copy_to_host(src, 0, n_rows * n_cols, dst);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (argmax_only == nullptr || argmax_only[r] == 0) continue;
+    const float* row = dst + r * n_cols;
+    ArgmaxRow p;
+    for (int64_t i = 0; i < n_cols; ++i) {
+      if (!std::isfinite(row[i])) {
+        p.bad = static_cast<int32_t>(i);
+        p.bad_nan = std::isnan(row[i]) ? 1 : 0;
+        break;
+      }
+      if (p.argmax < 0 || row[i] > row[p.argmax]) p.argmax = static_cast<int32_t>(i);
+    }
+    picks[r] = p;
+  }
 }
 
 }  // namespace hearth::ops

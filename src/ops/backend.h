@@ -113,6 +113,13 @@ struct MoeLayer {
   bool norm_weights = true;  // divide the chosen experts' probabilities by their sum
 };
 
+// One output row reduced to what greedy decoding needs (Backend::fetch_rows).
+struct ArgmaxRow {
+  int32_t argmax = -1;    // index of the first largest value (when bad < 0)
+  int32_t bad = -1;       // index of the first NaN or infinite value, -1 when none
+  int32_t bad_nan = 0;    // 1: that value is NaN (else infinite)
+};
+
 // Thrown by a back-end that replays recorded steps (CUDA graphs) when a step turns out,
 // part-way, not to be the one it recorded: nothing of the step has run yet, and the
 // caller runs the whole step again (the back-end then runs it op by op).
@@ -140,6 +147,16 @@ class Backend {
   // is first written (CPU: untouched pages cost no resident memory): the KV pool.
   virtual std::unique_ptr<Buffer> alloc_lazy(int64_t n_floats) = 0;
   virtual void copy_to_host(Buffer& src, int64_t offset, int64_t n, float* dst) = 0;
+  // Whether fetch_rows computes its argmax rows where the logits are (then only a few
+  // bytes per such row cross to the host); models ask for argmax rows only then.
+  virtual bool device_argmax() const { return false; }
+  // The step's output rows ([n_rows, n_cols] at the start of src) to the host, ending the
+  // step like copy_to_host: row r into dst row r, except rows with argmax_only[r] set,
+  // whose dst rows are left as they are and of which picks[r] holds only the index of the
+  // first largest value and the first non-finite one. The default copies every row and
+  // scans the argmax rows on the host.
+  virtual void fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+                          ArgmaxRow* picks);
   // Writes n floats from host memory into dst at offset (tests, state restore).
   virtual void copy_from_host(const float* src, int64_t n, Buffer& dst, int64_t offset) = 0;
   // Device memory this back-end holds now / at most so far, in bytes (0 for host back-ends).

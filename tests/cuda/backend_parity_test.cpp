@@ -9,6 +9,7 @@
 // and each test prints what it measured (docs/BENCHMARKS.md records a run on an H200).
 // This file: the operations and the shared back-ends; backend_parity_models.cpp: whole models.
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "parity_common.h"
@@ -210,6 +211,44 @@ TEST(CudaParity, FusedQuantization) {
         }
       }
     }
+  }
+}
+
+// fetch_rows on the GPU (greedy rows reduced by a kernel) against the host scan of the
+// base implementation: the same argmax (first of equal values) and first non-finite
+// index for every argmax row, the other rows copied bit for bit, argmax rows untouched.
+TEST(CudaParity, FetchRowsArgmax) {
+  NEED_GPU();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t cols : {int64_t{248320}, int64_t{128256}, int64_t{4099}, int64_t{33}}) {
+    const int64_t rows = 9;
+    auto v = randn(static_cast<size_t>(rows * cols), 91, 4.0f);
+    v[1 * cols + cols / 3] = v[1 * cols + cols - 1] = 60.0f;  // ties: the first wins
+    v[2 * cols + 7] = nan;
+    v[3 * cols + cols - 1] = -inf;
+    v[4 * cols + 5] = inf;
+    v[4 * cols + 9] = nan;
+    v[6 * cols + 0] = v[6 * cols + 1] = 70.0f;
+    Both b(v);
+    const std::vector<uint8_t> argmax_only = {1, 1, 1, 1, 1, 0, 1, 0, 1};
+    std::vector<float> dc(v.size(), -5.0f), dg(v.size(), -5.0f);
+    std::vector<ops::ArgmaxRow> pc(rows), pg(rows);
+    cpu().ops::Backend::fetch_rows(*b.c, rows, cols, argmax_only.data(), dc.data(), pc.data());
+    ASSERT_TRUE(gpu().device_argmax());
+    gpu().fetch_rows(*b.g, rows, cols, argmax_only.data(), dg.data(), pg.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::string what = "cols " + std::to_string(cols) + " row " + std::to_string(r);
+      if (argmax_only[r] == 0) {
+        EXPECT_EQ(0, std::memcmp(dg.data() + r * cols, v.data() + r * cols, sizeof(float) * cols)) << what;
+        continue;
+      }
+      EXPECT_EQ(dg[static_cast<size_t>(r * cols)], -5.0f) << what << ": an argmax row was written";
+      EXPECT_EQ(pg[r].bad, pc[r].bad) << what;
+      EXPECT_EQ(pg[r].bad_nan, pc[r].bad_nan) << what;
+      if (pc[r].bad < 0) EXPECT_EQ(pg[r].argmax, pc[r].argmax) << what;
+    }
+    EXPECT_EQ(pg[1].argmax, cols / 3);
+    EXPECT_EQ(pg[6].argmax, 0);
   }
 }
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "engine/logit_scan.h"
 
 using hearth::engine::argmax_first;
@@ -107,4 +109,50 @@ TEST(LogitScan, ExpShiftedMatchesStdExp) {
       }
     }
   }
+}
+
+// Backend::fetch_rows (the engine's greedy rows reduced where the logits are; here the
+// default implementation through the CPU back-end): the argmax rows get argmax_first's
+// index and first_non_finite's, the other rows are copied bit for bit, and the argmax
+// rows of the destination are left as they were.
+TEST(LogitScan, FetchRowsReducesArgmaxRows) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  hearth::cpu::CpuBackend be(1);
+  be.set_argmax_rows(true);
+  ASSERT_TRUE(be.device_argmax());
+  const int64_t rows = 7, cols = 4099;
+  std::vector<float> host(static_cast<size_t>(rows * cols));
+  for (auto& x : host) x = nd(rng);
+  host[1 * cols + 100] = host[1 * cols + 3000] = 50.0f;  // a tie: the first wins
+  host[2 * cols + 17] = nan;                               // non-finite rows
+  host[3 * cols + 4000] = -inf;
+  host[4 * cols + 5] = inf;
+  host[4 * cols + 9] = nan;
+  auto buf = be.alloc(rows * cols);
+  be.copy_from_host(host.data(), rows * cols, *buf, 0);
+  const std::vector<uint8_t> argmax_only = {1, 1, 1, 1, 1, 0, 1};
+  std::vector<float> dst(host.size(), -7.0f);
+  std::vector<hearth::ops::ArgmaxRow> picks(rows);
+  be.fetch_rows(*buf, rows, cols, argmax_only.data(), dst.data(), picks.data());
+  EXPECT_EQ(be.argmax_rows_fetched(), 6);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> row(host.begin() + r * cols, host.begin() + (r + 1) * cols);
+    if (argmax_only[r] == 0) {
+      EXPECT_EQ(0, std::memcmp(dst.data() + r * cols, row.data(), sizeof(float) * cols)) << "row " << r;
+      continue;
+    }
+    const int64_t bad = first_non_finite(row);
+    EXPECT_EQ(picks[r].bad, bad) << "row " << r;
+    if (bad >= 0) {
+      EXPECT_EQ(picks[r].bad_nan, std::isnan(row[bad]) ? 1 : 0) << "row " << r;
+    } else {
+      EXPECT_EQ(picks[r].argmax, argmax_first(row)) << "row " << r;
+    }
+  }
+  EXPECT_EQ(picks[1].argmax, 100);
+  EXPECT_EQ(picks[2].bad, 17);
+  EXPECT_EQ(picks[4].bad, 5);
+  EXPECT_EQ(picks[4].bad_nan, 0);
 }

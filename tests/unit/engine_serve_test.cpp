@@ -197,6 +197,42 @@ TEST_F(ServeEngineTest, BatchedGreedyEqualsGenerateAloneF32) {
   run_and_compare(base_config(ops::KvType::F32), four_prompts(), kTokens);
 }
 
+// Greedy rows reduced to their argmax by the back-end (Backend::fetch_rows; on the CPU
+// turned on for the test, on a GPU the default): the engine and generate() give the same
+// tokens as with full logits rows (the references are computed first, without), and the
+// reduction was used. A request with log-probabilities in the same batch keeps its row.
+TEST_F(ServeEngineTest, GreedyRowsReducedOnTheBackEndGiveTheSameTokens) {
+  const auto prompts = four_prompts();
+  for (const auto& p : prompts) reference(p, kTokens, ops::KvType::F32);
+  loaded_->backend.set_argmax_rows(true);
+  const int64_t before = loaded_->backend.argmax_rows_fetched();
+  run_and_compare(base_config(ops::KvType::F32), prompts, kTokens);
+  hearth::model::KvCache cache(loaded_->backend, model().hparams(), 256, ops::KvType::F32);
+  hearth::engine::GenerateOptions o;
+  o.max_tokens = kTokens;
+  o.sampler.temperature = 0.0f;
+  const auto alone = hearth::engine::generate(model(), cache, tok(), prompts[0], o, nullptr);
+  EXPECT_EQ(alone.tokens, reference(prompts[0], kTokens, ops::KvType::F32).tokens);
+  EXPECT_GT(loaded_->backend.argmax_rows_fetched(), before + 4 * kTokens);
+  // Mixed: one request asks for log-probabilities (its row is copied whole).
+  {
+    ServeEngine engine(model(), tok(), base_config(ops::KvType::F32));
+    std::vector<std::shared_ptr<RequestChannel>> chans;
+    for (size_t i = 0; i < 2; ++i) {
+      GenRequest r = greedy(prompts[i], kTokens);
+      if (i == 1) r.top_logprobs = 2;
+      chans.push_back(std::make_shared<RequestChannel>());
+      EXPECT_EQ(engine.submit(r, chans.back()), ServeEngine::Admit::kOk);
+    }
+    engine.start();
+    const auto outs = collect(chans);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(outs[i].tokens, reference(prompts[i], kTokens, ops::KvType::F32).tokens) << "request " << i;
+    }
+  }
+  loaded_->backend.set_argmax_rows(false);
+}
+
 TEST_F(ServeEngineTest, BatchedGreedyEqualsGenerateAloneF16) {
   run_and_compare(base_config(ops::KvType::F16), four_prompts(), kTokens);
 }

@@ -37,6 +37,16 @@ class CpuBackend final : public ops::Backend {
   std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
+  // Off by default (the logits are already in host memory); tests turn it on to run the
+  // engine's greedy path as on a GPU (Backend::fetch_rows reducing argmax rows).
+  void set_argmax_rows(bool on) { argmax_rows_ = on; }
+  int64_t argmax_rows_fetched() const { return argmax_rows_fetched_; }
+  bool device_argmax() const override { return argmax_rows_; }
+  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+                  ops::ArgmaxRow* picks) override {
+    for (int64_t r = 0; r < n_rows && argmax_only != nullptr; ++r) argmax_rows_fetched_ += argmax_only[r] != 0;
+    Backend::fetch_rows(src, n_rows, n_cols, argmax_only, dst, picks);
+  }
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
@@ -115,6 +125,8 @@ class CpuBackend final : public ops::Backend {
   void make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head, int64_t n_head_kv);
 
   ThreadPool pool_;
+  bool argmax_rows_ = false;
+  int64_t argmax_rows_fetched_ = 0;
   bool reference_kernels_;
   bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
   std::vector<uint8_t> act_scratch_;

@@ -161,6 +161,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // SwiGLU (two rows a warp) took longer than the two products in one launch and swiglu
   // (Llama-3-8B decode step 3,708 against 3,572 us of device time).
   fuse_swiglu_ = fuse_ && fuse_swiglu != nullptr && std::string(fuse_swiglu) == "1";
+  const char* argmax = std::getenv("HEARTH_CUDA_ARGMAX");
+  device_argmax_ = !(argmax != nullptr && std::string(argmax) == "0");
   const char* int8_gemm = std::getenv("HEARTH_CUDA_INT8_GEMM");
   int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));

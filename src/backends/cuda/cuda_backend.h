@@ -35,6 +35,10 @@ class CudaBackend final : public ops::Backend {
   std::unique_ptr<ops::Buffer> alloc(int64_t n_floats) override;
   std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
+  // Argmax rows reduced by a kernel (cuda_argmax.cu); only the other rows are copied.
+  bool device_argmax() const override { return device_argmax_; }
+  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+                  ops::ArgmaxRow* picks) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
   uint64_t device_memory_used() const override { return used_; }
   uint64_t device_memory_peak() const override { return peak_; }
@@ -201,7 +205,7 @@ class CudaBackend final : public ops::Backend {
   StageMemo stage_memo_[kStageMemo];
   int stage_memo_next_ = 0;
   uint64_t stage_epoch_ = 0;
-  static constexpr int kScratch = 9;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE
+  static constexpr int kScratch = 10;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE; 9: argmax rows
   void* scratch_[kScratch] = {};
   size_t scratch_bytes_[kScratch] = {};
   std::vector<void*> weights_;  // device copies made by prepare_weight
@@ -269,6 +273,7 @@ class CudaBackend final : public ops::Backend {
   // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
   bool int8_gemm_ = true;
+  bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)

@@ -1,0 +1,143 @@
+// CudaBackend::fetch_rows: the output rows of a step to the host, the rows of greedy
+// sequences reduced on the device to the index of their first largest value (and of
+// their first non-finite value), so that a 150k-250k entry row does not cross PCIe and
+// get scanned on the host for every sequence and token.
+#include <climits>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/launch.cuh"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kArgmaxThreads = 1024;
+
+// (value, index) pairs: the larger value, the smaller index on a tie (std::max_element's
+// first largest value); an index of INT_MAX is "none".
+__device__ __forceinline__ void better(float& v, int& i, float v2, int i2) {
+  if (i2 != INT_MAX && (i == INT_MAX || v2 > v || (v2 == v && i2 < i))) {
+    v = v2;
+    i = i2;
+  }
+}
+
+// One block per row: out[row] = (first largest finite value's index, first non-finite
+// value's index or -1, 1 if that value is NaN). kVec: the row read as float4 (n_cols a
+// multiple of 4, rows 16-byte aligned). Each thread visits its elements in increasing
+// index order, so a strict > keeps the first of equal values.
+template <bool kVec>
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ x, int64_t n_cols,
+                                                                     int3* __restrict__ out) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * n_cols;
+  float best = -INFINITY;
+  int bi = INT_MAX, bad = INT_MAX;
+  auto visit = [&](float v, int i) {
+    if (!isfinite(v)) {
+      bad = min(bad, i);
+    } else if (bi == INT_MAX || v > best) {
+      best = v;
+      bi = i;
+    }
+  };
+  if constexpr (kVec) {
+    const auto* r4 = reinterpret_cast<const float4*>(row);
+    const int64_t n4 = n_cols / 4;
+#pragma unroll 4
+    for (int64_t j = threadIdx.x; j < n4; j += kArgmaxThreads) {
+      const float4 v = r4[j];
+      const int i = static_cast<int>(4 * j);
+      visit(v.x, i);
+      visit(v.y, i + 1);
+      visit(v.z, i + 2);
+      visit(v.w, i + 3);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n_cols; i += kArgmaxThreads) visit(row[i], static_cast<int>(i));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, best, off);
+    const int i2 = __shfl_xor_sync(0xffffffffu, bi, off);
+    bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, off));
+    better(best, bi, v2, i2);
+  }
+  __shared__ float sv[kArgmaxThreads / 32];
+  __shared__ int si[kArgmaxThreads / 32], sb[kArgmaxThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = best;
+    si[warp] = bi;
+    sb[warp] = bad;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) {
+      better(sv[0], si[0], sv[w], si[w]);
+      sb[0] = min(sb[0], sb[w]);
+    }
+    const int b = sb[0] == INT_MAX ? -1 : sb[0];
+    out[blockIdx.x] = make_int3(si[0] == INT_MAX ? -1 : si[0], b, b >= 0 && isnan(row[b]) ? 1 : 0);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only,
+                             float* dst, ops::ArgmaxRow* picks) {
+  bind();
+  if (n_rows < 0 || n_cols <= 0 || n_rows * n_cols > src.size() || n_cols > INT_MAX) {
+    fail(ErrorKind::kInternal, "cuda", "fetch_rows: rows out of the buffer");
+  }
+  bool any = false;
+  for (int64_t r = 0; r < n_rows && argmax_only != nullptr; ++r) any = any || argmax_only[r] != 0;
+  if (!any || n_rows == 0) {
+    copy_to_host(src, 0, n_rows * n_cols, dst);
+    return;
+  }
+  auto* d_out = static_cast<int3*>(scratch(9, sizeof(int3) * static_cast<size_t>(n_rows), "fetch_rows"));
+  // Every row is reduced (the step's launches do not depend on which rows are greedy).
+  const bool vec = n_cols % 4 == 0 && reinterpret_cast<uintptr_t>(src.data()) % 16 == 0;
+  if (!skip_launch("argmax_rows", {sig_of(src.data()), sig_of(n_rows), sig_of(n_cols), sig_of(d_out)})) {
+    if (vec) {
+      ::hearth::cuda::launch_pdl(argmax_rows_kernel<true>, static_cast<unsigned>(n_rows), kArgmaxThreads, 0, stream_,
+                                 src.data(), n_cols, d_out);
+    } else {
+      ::hearth::cuda::launch_pdl(argmax_rows_kernel<false>, static_cast<unsigned>(n_rows), kArgmaxThreads, 0, stream_,
+                                 src.data(), n_cols, d_out);
+    }
+    HEARTH_CUDA_LAUNCHED("argmax_rows");
+  }
+  if (mode_ != StepMode::kEager) {
+    // The end of a graph step, as in copy_to_host.
+    skip_launch("fetch_rows", {sig_of(src.data()), static_cast<uint64_t>(n_rows), static_cast<uint64_t>(n_cols)});
+    end_step_launch();
+  }
+  flush_capture();
+  if (wait_timing_) wait("fetch_rows");
+  std::vector<int3> h(static_cast<size_t>(n_rows));
+  HEARTH_CUDA_CHECK("fetch_rows",
+                    cudaMemcpyAsync(h.data(), d_out, sizeof(int3) * h.size(), cudaMemcpyDeviceToHost, stream_));
+  // The other rows, each run of consecutive ones in one copy.
+  for (int64_t r = 0; r < n_rows;) {
+    if (argmax_only[r] != 0) {
+      ++r;
+      continue;
+    }
+    int64_t e = r;
+    while (e < n_rows && argmax_only[e] == 0) ++e;
+    HEARTH_CUDA_CHECK("fetch_rows", cudaMemcpyAsync(dst + r * n_cols, src.data() + r * n_cols,
+                                                    sizeof(float) * (e - r) * n_cols, cudaMemcpyDeviceToHost, stream_));
+    r = e;
+  }
+  wait("fetch_rows");
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (argmax_only[r] != 0) picks[r] = ops::ArgmaxRow{h[r].x, h[r].y, h[r].z};
+  }
+}
+
+}  // namespace hearth::cuda
