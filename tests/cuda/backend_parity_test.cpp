@@ -245,7 +245,9 @@ TEST(CudaParity, FetchRowsArgmax) {
       EXPECT_EQ(dg[static_cast<size_t>(r * cols)], -5.0f) << what << ": an argmax row was written";
       EXPECT_EQ(pg[r].bad, pc[r].bad) << what;
       EXPECT_EQ(pg[r].bad_nan, pc[r].bad_nan) << what;
-      if (pc[r].bad < 0) EXPECT_EQ(pg[r].argmax, pc[r].argmax) << what;
+      if (pc[r].bad < 0) {
+        EXPECT_EQ(pg[r].argmax, pc[r].argmax) << what;
+      }
     }
     EXPECT_EQ(pg[1].argmax, cols / 3);
     EXPECT_EQ(pg[6].argmax, 0);

@@ -226,7 +226,10 @@ class CudaBackend final : public ops::Backend {
     std::vector<StageRec> stages;
     size_t stage_end = 0;  // the staging offset after the step
   };
-  void end_step_launch();  // at the copy_to_host ending a recorded or replayed step
+  void end_step_launch();
+  // A graph step's stagings ([0, end) of the ring, written on the host as its ops ran)
+  // to the device in one copy, before the graph that reads them is launched.
+  void upload_stages(size_t end);  // at the copy_to_host ending a recorded or replayed step
   void launch_timed(void* exec);  // cudaGraphLaunch (timed with HEARTH_CUDA_WAIT_TIMING)
   [[noreturn]] void retry_step();  // a replayed step that is not its recording: StepRetry
   void drop_graphs();
