@@ -129,10 +129,13 @@ __global__ void gdn_prep_kernel(GdnArgs g, float* __restrict__ qn, float* __rest
 // adjacent threads, part p owning state rows p, p + kParts, ... (DK / kParts registers), so
 // that a token's two dot products are short chains plus two shuffles. The token's q and k
 // (prepared by gdn_prep_kernel) go through shared memory, double-buffered: one barrier a
-// token.
+// token. kPrep (decode steps: one token a sequence): each block prepares its token's q, k
+// and gates itself, as gdn_prep_kernel does (the same block sums over the same 128
+// threads for d_k <= 128), instead of reading them from that kernel: one launch less a
+// layer.
 constexpr int kCols = 32, kParts = 4;
 
-template <int DK>
+template <int DK, bool kPrep = false>
 __global__ void __launch_bounds__(kCols * kParts)
     gdn_recurrent_kernel(GdnArgs g, const float* __restrict__ qn, const float* __restrict__ kn,
                          const float* __restrict__ gd, const float* __restrict__ bt) {
@@ -140,6 +143,7 @@ __global__ void __launch_bounds__(kCols * kParts)
   ::hearth::cuda::pdl_trigger();
   constexpr int kPer = DK / kParts;
   __shared__ float qs[2][DK], ks[2][DK];
+  __shared__ float red[32];
   const ops::GdnSeq sq = g.seqs[blockIdx.x];
   const int h = blockIdx.y;
   const int tid = static_cast<int>(threadIdx.x);
@@ -157,11 +161,32 @@ __global__ void __launch_bounds__(kCols * kParts)
   for (int64_t t = 0; t < sq.n_tokens; ++t) {
     const int64_t row = sq.first_row + t;
     const int buf = static_cast<int>(t & 1);
-    for (int i = tid; i < DK; i += kCols * kParts) {
-      qs[buf][i] = i < g.dk ? qn[(row * g.hk + kh) * g.dk + i] : 0.0f;
-      ks[buf][i] = i < g.dk ? kn[(row * g.hk + kh) * g.dk + i] : 0.0f;
+    float decay, beta;
+    if constexpr (kPrep) {
+      const float* src = g.qkv + row * g.C;
+      float qsq = 0.0f, ksq = 0.0f;
+      for (int i = tid; i < g.dk; i += kCols * kParts) {
+        const float qv = src[kh * g.dk + i], kv = src[g.kd + kh * g.dk + i];
+        qsq += qv * qv;
+        ksq += kv * kv;
+      }
+      qsq = block_sum(qsq, red);
+      ksq = block_sum(ksq, red);
+      const float qinv = 1.0f / sqrtf(qsq + g.l2_eps) * g.scale, kinv = 1.0f / sqrtf(ksq + g.l2_eps);
+      for (int i = tid; i < DK; i += kCols * kParts) {
+        qs[buf][i] = i < g.dk ? src[kh * g.dk + i] * qinv : 0.0f;
+        ks[buf][i] = i < g.dk ? src[g.kd + kh * g.dk + i] * kinv : 0.0f;
+      }
+      decay = expf(g.A[h] * softplus_f(g.a[row * g.hv + h] + g.dt[h]));
+      beta = sigmoid_f(g.b[row * g.hv + h]);
+    } else {
+      for (int i = tid; i < DK; i += kCols * kParts) {
+        qs[buf][i] = i < g.dk ? qn[(row * g.hk + kh) * g.dk + i] : 0.0f;
+        ks[buf][i] = i < g.dk ? kn[(row * g.hk + kh) * g.dk + i] : 0.0f;
+      }
+      decay = gd[row * g.hv + h];
+      beta = bt[row * g.hv + h];
     }
-    const float decay = gd[row * g.hv + h], beta = bt[row * g.hv + h];
     const float v = owner ? g.qkv[row * g.C + 2 * g.kd + static_cast<int64_t>(h) * g.dv + c] : 0.0f;
     __syncthreads();
     float delta = 0.0f;
@@ -285,20 +310,27 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
                                       sig_of(g.dk), sig_of(g.dv), sig_of(g.v_tiled), sig_of(g.l2_eps), sig_of(tmp)})) {
     return;
   }
-  const int prep_threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, (sh.d_k + 31) / 32 * 32)));
-  ::hearth::cuda::launch_pdl(gdn_prep_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(sh.n_k_heads)), prep_threads, 0, stream_, g, qn, kn, gd, bt);
-  HEARTH_CUDA_LAUNCHED("gated_delta_net");
+  // Decode steps (a token a sequence) prepare q, k and gates inside the recurrence (its
+  // 128 threads sum like the prep kernel's for d_k <= 128); prompts in one parallel pass first.
+  const bool fused = fuse_ && n_rows == n_seqs && sh.d_k <= kCols * kParts;
+  if (!fused) {
+    const int prep_threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, (sh.d_k + 31) / 32 * 32)));
+    ::hearth::cuda::launch_pdl(gdn_prep_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(sh.n_k_heads)),
+                               prep_threads, 0, stream_, g, qn, kn, gd, bt);
+    HEARTH_CUDA_LAUNCHED("gated_delta_net");
+  }
   const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(sh.n_v_heads),
                   static_cast<unsigned>((sh.d_v + kCols - 1) / kCols));
   const int threads = kCols * kParts;
+  auto launch = [&](auto kernel) { ::hearth::cuda::launch_pdl(kernel, grid, threads, 0, stream_, g, qn, kn, gd, bt); };
   if (sh.d_k <= 32) {
-    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<32>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
+    fused ? launch(gdn_recurrent_kernel<32, true>) : launch(gdn_recurrent_kernel<32>);
   } else if (sh.d_k <= 64) {
-    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<64>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
+    fused ? launch(gdn_recurrent_kernel<64, true>) : launch(gdn_recurrent_kernel<64>);
   } else if (sh.d_k <= 128) {
-    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<128>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
+    fused ? launch(gdn_recurrent_kernel<128, true>) : launch(gdn_recurrent_kernel<128>);
   } else {
-    ::hearth::cuda::launch_pdl(gdn_recurrent_kernel<256>, grid, threads, 0, stream_, g, qn, kn, gd, bt);
+    launch(gdn_recurrent_kernel<256>);
   }
   HEARTH_CUDA_LAUNCHED("gated_delta_net");
 }
