@@ -136,26 +136,21 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     }
     hearth::cuda::set_q8_matvec_threads_per_row(0);
     hearth::cuda::set_q8_matvec_shape(0, -1);
-    // One row a warp (set_q8_matvec_rows(1)): the default's bits.
-    hearth::cuda::set_q8_matvec_rows(1);
-    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
-    hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
-    check_launch(stream);
-    hearth::cuda::set_q8_matvec_rows(0);
-    CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
-    if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
-      fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": one row a warp differs from the default's bits");
-    }
-    // Activations read from global memory instead of staged in shared memory: the same bits.
-    hearth::cuda::set_q8_matvec_smem_x(0);
-    CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
-    hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
-    check_launch(stream);
-    hearth::cuda::set_q8_matvec_smem_x(1);
-    CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
-    if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
-      fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": activations from global memory differ from the default's bits");
-    }
+    // One row a warp, and activations read from global memory instead of staged in shared
+    // memory: the default's bits.
+    auto same_bits = [&](void (*set)(int), int on, int off, const char* what) {
+      set(on);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
+      hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
+      check_launch(stream);
+      set(off);
+      CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+      if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+        fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": " + what + " differs from the default's bits");
+      }
+    };
+    same_bits(hearth::cuda::set_q8_matvec_rows, 1, 0, "one row a warp");
+    same_bits(hearth::cuda::set_q8_matvec_smem_x, 0, 1, "activations from global memory");
     for (const int tpr : {32, 64, 128}) {
       hearth::cuda::set_q8_matvec_threads_per_row(tpr);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));

@@ -88,6 +88,20 @@ struct GdnArgs {
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// The factors that L2-normalise key head kh's q (also times 1/sqrt(d_k)) and k of the row
+// at src, summed over the block (every thread gets them; synchronises the block).
+__device__ __forceinline__ float2 qk_inv_norms(const GdnArgs& g, const float* src, int kh, float* red) {
+  float qsq = 0.0f, ksq = 0.0f;
+  for (int i = threadIdx.x; i < g.dk; i += blockDim.x) {
+    const float qv = src[kh * g.dk + i], kv = src[g.kd + kh * g.dk + i];
+    qsq += qv * qv;
+    ksq += kv * kv;
+  }
+  qsq = block_sum(qsq, red);
+  ksq = block_sum(ksq, red);
+  return make_float2(1.0f / sqrtf(qsq + g.l2_eps) * g.scale, 1.0f / sqrtf(ksq + g.l2_eps));
+}
+
 // The per-token inputs of the recurrence, for all rows at once (no dependence between
 // tokens): block (row, key head) writes that head's q and k L2-normalised (q also times
 // 1/sqrt(d_k)) into qn / kn [row][hk][dk]; the blocks of key head 0 also write each value
@@ -100,15 +114,8 @@ __global__ void gdn_prep_kernel(GdnArgs g, float* __restrict__ qn, float* __rest
   const int64_t row = blockIdx.x;
   const int kh = blockIdx.y;
   const float* src = g.qkv + row * g.C;
-  float qsq = 0.0f, ksq = 0.0f;
-  for (int i = threadIdx.x; i < g.dk; i += blockDim.x) {
-    const float qv = src[kh * g.dk + i], kv = src[g.kd + kh * g.dk + i];
-    qsq += qv * qv;
-    ksq += kv * kv;
-  }
-  qsq = block_sum(qsq, red);
-  ksq = block_sum(ksq, red);
-  const float qinv = 1.0f / sqrtf(qsq + g.l2_eps) * g.scale, kinv = 1.0f / sqrtf(ksq + g.l2_eps);
+  const float2 inv = qk_inv_norms(g, src, kh, red);
+  const float qinv = inv.x, kinv = inv.y;
   float* qo = qn + (row * g.hk + kh) * g.dk;
   float* ko = kn + (row * g.hk + kh) * g.dk;
   for (int i = threadIdx.x; i < g.dk; i += blockDim.x) {
@@ -164,18 +171,10 @@ __global__ void __launch_bounds__(kCols * kParts)
     float decay, beta;
     if constexpr (kPrep) {
       const float* src = g.qkv + row * g.C;
-      float qsq = 0.0f, ksq = 0.0f;
-      for (int i = tid; i < g.dk; i += kCols * kParts) {
-        const float qv = src[kh * g.dk + i], kv = src[g.kd + kh * g.dk + i];
-        qsq += qv * qv;
-        ksq += kv * kv;
-      }
-      qsq = block_sum(qsq, red);
-      ksq = block_sum(ksq, red);
-      const float qinv = 1.0f / sqrtf(qsq + g.l2_eps) * g.scale, kinv = 1.0f / sqrtf(ksq + g.l2_eps);
+      const float2 inv = qk_inv_norms(g, src, kh, red);
       for (int i = tid; i < DK; i += kCols * kParts) {
-        qs[buf][i] = i < g.dk ? src[kh * g.dk + i] * qinv : 0.0f;
-        ks[buf][i] = i < g.dk ? src[g.kd + kh * g.dk + i] * kinv : 0.0f;
+        qs[buf][i] = i < g.dk ? src[kh * g.dk + i] * inv.x : 0.0f;
+        ks[buf][i] = i < g.dk ? src[g.kd + kh * g.dk + i] * inv.y : 0.0f;
       }
       decay = expf(g.A[h] * softplus_f(g.a[row * g.hv + h] + g.dt[h]));
       beta = sigmoid_f(g.b[row * g.hv + h]);
