@@ -91,9 +91,9 @@ void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, con
   if (logits == nullptr) fail(ErrorKind::kInternal, "model", "no logits buffer for " + std::to_string(rows) + " rows");
   be.matmul(output, cur, rows, logits->data());
   out.resize(static_cast<size_t>(rows * n_vocab));
-  bool any_argmax = false;
-  for (uint8_t a : lay.argmax_only) any_argmax = any_argmax || a != 0;
-  if (any_argmax && be.device_argmax() && lay.argmax_only.size() == static_cast<size_t>(rows)) {
+  // Through fetch_rows whether or not a row is greedy now (the back-end's step must not
+  // depend on it: CUDA graphs are recorded per step size).
+  if (be.device_argmax() && lay.argmax_only.size() == static_cast<size_t>(rows)) {
     lay.picks.assign(static_cast<size_t>(rows), ops::ArgmaxRow{});
     be.fetch_rows(*logits, rows, n_vocab, lay.argmax_only.data(), out.data(), lay.picks.data());
     return;

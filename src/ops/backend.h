@@ -148,7 +148,8 @@ class Backend {
   virtual std::unique_ptr<Buffer> alloc_lazy(int64_t n_floats) = 0;
   virtual void copy_to_host(Buffer& src, int64_t offset, int64_t n, float* dst) = 0;
   // Whether fetch_rows computes its argmax rows where the logits are (then only a few
-  // bytes per such row cross to the host); models ask for argmax rows only then.
+  // bytes per such row cross to the host); models then end every step with fetch_rows
+  // (greedy rows or not), else with copy_to_host.
   virtual bool device_argmax() const { return false; }
   // The step's output rows ([n_rows, n_cols] at the start of src) to the host, ending the
   // step like copy_to_host: row r into dst row r, except rows with argmax_only[r] set,

@@ -93,12 +93,13 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
   if (n_rows < 0 || n_cols <= 0 || n_rows * n_cols > src.size() || n_cols > INT_MAX) {
     fail(ErrorKind::kInternal, "cuda", "fetch_rows: rows out of the buffer");
   }
-  bool any = false;
-  for (int64_t r = 0; r < n_rows && argmax_only != nullptr; ++r) any = any || argmax_only[r] != 0;
-  if (!any || n_rows == 0) {
+  if (n_rows == 0 || argmax_only == nullptr) {
     copy_to_host(src, 0, n_rows * n_cols, dst);
     return;
   }
+  // The kernel runs whichever rows are greedy, even none: a step's launches (and so its
+  // recorded graph) must not depend on its sequences' sampling settings, or steps of one
+  // size would alternate between two recordings.
   auto* d_out = static_cast<int3*>(scratch(9, sizeof(int3) * static_cast<size_t>(n_rows), "fetch_rows"));
   // Every row is reduced (the step's launches do not depend on which rows are greedy).
   const bool vec = n_cols % 4 == 0 && reinterpret_cast<uintptr_t>(src.data()) % 16 == 0;
