@@ -17,6 +17,13 @@
 namespace hearth::engine {
 namespace {
 
+// The error that ends a request whose logits row is not finite (one message for the row
+// scanned here and for the row reduced on the device).
+std::string non_finite_error(int64_t token, bool is_nan, int32_t n_generated) {
+  return "the model's output for this request is not finite (logit of token " + std::to_string(token) + " is " +
+         (is_nan ? "NaN" : "infinite") + ") at generated token " + std::to_string(n_generated);
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -480,9 +487,7 @@ void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const 
     }
     if (am != nullptr) {  // greedy, unconstrained, no log-probabilities: the argmax is the sample
       if (am->bad >= 0) {
-        pick.error = "the model's output for this request is not finite (logit of token " + std::to_string(am->bad) +
-                     " is " + (am->bad_nan != 0 ? "NaN" : "infinite") + ") at generated token " +
-                     std::to_string(live.n_generated);
+        pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
         return;
       }
       const std::optional<int32_t> forced = live.reasoning.forced();
@@ -493,9 +498,7 @@ void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const 
     // A non-finite output (a numerical fault of this sequence) would make the sampler's
     // choice meaningless: the request ends instead of emitting garbage.
     if (const int64_t bad = first_non_finite(lg); bad >= 0) {
-      pick.error = "the model's output for this request is not finite (logit of token " + std::to_string(bad) +
-                   " is " + (std::isnan(lg[static_cast<size_t>(bad)]) ? "NaN" : "infinite") +
-                   ") at generated token " + std::to_string(live.n_generated);
+      pick.error = non_finite_error(bad, std::isnan(lg[static_cast<size_t>(bad)]), live.n_generated);
       return;
     }
     if (live.request.top_logprobs >= 0) live.raw.assign(lg.begin(), lg.end());
