@@ -610,6 +610,9 @@ TEST(CudaParity, AttentionDecodeAndPrefill) {
     // Prefill: a fresh 70-token prompt, and a 33-token chunk on top of 20 cached positions,
     // with a decode token between them.
     run_attention(ac, {{0, 70, 0, nullptr}, {70, 1, 300, nullptr}, {71, 33, 20, nullptr}}, "prefill");
+    // Longer: a 300-token prompt, a 200-token chunk on top of 900 cached positions (many
+    // tiles and 32-key chunks of the tensor-core kernel) and a decode token between them.
+    run_attention(ac, {{0, 300, 0, nullptr}, {300, 1, 50, nullptr}, {301, 200, 900, nullptr}}, "prefill long");
   }
 }
 

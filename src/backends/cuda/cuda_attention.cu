@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_attention.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "core/error.h"
@@ -22,10 +23,6 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kAttnWarps = 8;
-
-struct SeqDesc {
-  int32_t first_row, n_tokens, pos0, table_off;
-};
 
 __device__ __forceinline__ float kv_load(const float* p) { return *p; }
 __device__ __forceinline__ float kv_load(const __half* p) { return __half2float(*p); }
@@ -313,10 +310,6 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, const i
 // lanes over dimensions (V rows broadcast per key). Warp w owns queries w, w + 4, ...
 constexpr int kPrefillQ = 16, kPrefillWarps = 4, kChunk = 32;
 
-struct Tile {
-  int32_t seq, row0, n_rows;  // rows row0 .. row0 + n_rows - 1 of the sequence (relative)
-};
-
 template <class T, int EPL>
 __global__ void __launch_bounds__(kPrefillWarps * 32)
     attention_prefill_kernel(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
@@ -547,38 +540,54 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const auto group = static_cast<int>(n_head / n_head_kv);
   bool prompt = false;
   for (int64_t s = 0; s < n_seqs; ++s) prompt = prompt || seqs[s].n_tokens > 1;
-  if (prompt && group <= kPrefillQ) {
-    // Some sequence brings several query rows: tiles of kPrefillQ / group rows.
+  const bool tc = prompt && tc_attention_ && cache.type == ops::KvType::F16 &&
+                  prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim);
+  if (prompt && (tc || group <= kPrefillQ)) {
+    // Tiles of the sequences that bring several query rows (with the scalar kernel: of
+    // every sequence); on the tensor cores the one-row sequences go to the decode kernel
+    // below, as in a step without prompts.
     timer.rename("attention prefill");
-    const int rows_per_tile = kPrefillQ / group;
+    const int rows_per_tile = tc ? kTcQueries / group : kPrefillQ / group;
     std::vector<Tile> tiles;
     for (int64_t s = 0; s < n_seqs; ++s) {
+      if (tc && seqs[s].n_tokens == 1) continue;
       for (int64_t r = 0; r < seqs[s].n_tokens; r += rows_per_tile) {
         tiles.push_back(Tile{static_cast<int32_t>(s), static_cast<int32_t>(r),
                              static_cast<int32_t>(std::min<int64_t>(rows_per_tile, seqs[s].n_tokens - r))});
       }
     }
-    if (tiles.empty()) return;
     const Tile* d_tiles = stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "attention");
     const dim3 pgrid(static_cast<unsigned>(tiles.size()), static_cast<unsigned>(n_head_kv));
-    if (skip_launch("attention prefill", {sig_of(q), sig_of(cache.k), sig_of(cache.v),
-                                          sig_of(static_cast<int>(cache.type)), sig_of(cache.n_kv_dim), sig_of(bs_log2),
-                                          sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables), sig_of(tiles.size()),
-                                          sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
-                                          sig_of(out)})) {
-      return;
+    if (!skip_launch(tc ? "attention prefill tc" : "attention prefill",
+                     {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(static_cast<int>(cache.type)),
+                      sig_of(cache.n_kv_dim), sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
+                      sig_of(tiles.size()), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
+                      sig_of(out)})) {
+      if (tc) {
+        launch_prefill_tc(pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head),
+                          group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out);
+      } else if (cache.type == ops::KvType::F16) {
+        launch_prefill<__half>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
+                               static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
+                               scale, out);
+      } else {
+        launch_prefill<float>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
+                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
+                              scale, out);
+      }
+      HEARTH_CUDA_LAUNCHED("attention");
     }
-    if (cache.type == ops::KvType::F16) {
-      launch_prefill<__half>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
-                             static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
-                             scale, out);
-    } else {
-      launch_prefill<float>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
-                            static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
-                            scale, out);
+    if (!tc) return;
+    // The decode kernel takes the one-row sequences' rows only.
+    bool any = false;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      if (seqs[s].n_tokens == 1) {
+        any = true;
+        continue;
+      }
+      for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = -1;
     }
-    HEARTH_CUDA_LAUNCHED("attention");
-    return;
+    if (!any) return;
   }
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
   // Decode: the keys are split over blocks of kSplitKeys (at most kMaxSplits of them per
@@ -590,7 +599,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int64_t head_blocks = n_head_kv * n_chunks;
   // Enough splits to give the GPU about 1,024 blocks, no more (each split adds a partial
   // result to write and merge).
-  const int64_t want = std::max<int64_t>(1, (1024 + n_rows * head_blocks - 1) / (n_rows * head_blocks));
+  const int64_t rows_in = std::max<int64_t>(1, std::count_if(row_seq.begin(), row_seq.end(), [](int32_t r) { return r >= 0; }));
+  const int64_t want = std::max<int64_t>(1, (1024 + rows_in * head_blocks - 1) / (rows_in * head_blocks));
   // (From the bucket, not the exact length: each row divides its own keys among them.)
   const int64_t n_split = std::min({int64_t{kMaxSplits}, bucket_keys / kSplitKeys, want});
   float* part = nullptr;

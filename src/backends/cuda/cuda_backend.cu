@@ -165,6 +165,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   device_argmax_ = !(argmax != nullptr && std::string(argmax) == "0");
   const char* int8_gemm = std::getenv("HEARTH_CUDA_INT8_GEMM");
   int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
+  const char* attn_tc = std::getenv("HEARTH_CUDA_ATTN_TC");
+  tc_attention_ = !(attn_tc != nullptr && std::string(attn_tc) == "0");
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
   {
     const char* ilp = std::getenv("HEARTH_CUDA_MATVEC_ILP");

@@ -278,6 +278,7 @@ class CudaBackend final : public ops::Backend {
   bool int8_gemm_ = true;
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
+  bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go

@@ -1,0 +1,39 @@
+// What the attention kernels of CudaBackend::attention share: the batch description
+// staged once per call, the prompt tiles, and the tensor-core prompt kernel's launcher
+// (cuda_attention_tc.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hearth::cuda {
+
+// Per sequence: its first query row, rows, position of its first row, and where its block
+// table starts in the staged tables.
+struct SeqDesc {
+  int32_t first_row, n_tokens, pos0, table_off;
+};
+
+// Rows row0 .. row0 + n_rows - 1 (relative) of sequence seq.
+struct Tile {
+  int32_t seq, row0, n_rows;
+};
+
+// Query vectors (rows x the query heads of one KV head) per block of the tensor-core
+// prompt kernel.
+constexpr int kTcQueries = 64;
+
+// Whether the tensor-core prompt kernel takes this shape: f16 cache, head size 64, 128 or
+// 256, at most kTcQueries query heads per KV head, 16-byte aligned key rows.
+bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const void* v, int64_t kv_stride);
+
+// Causal attention of the tiles' query rows (grid: tiles x KV heads; each tile at most
+// kTcQueries / group rows) over the f16 paged cache, on the f16 tensor cores with f32
+// accumulation. q and the softmax weights enter as a pair of f16 values (value and
+// remainder), so scores and sums keep ~f32 precision.
+void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
+                       const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
+                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out);
+
+}  // namespace hearth::cuda

@@ -1,0 +1,266 @@
+// Prompt attention on the f16 tensor cores (flash-attention style). A block of 4 warps
+// takes up to 64 query vectors of one sequence and KV head (rows x the query heads that
+// share the KV head; warp w the vectors 16 w .. 16 w + 15) and walks the keys the tile's
+// last row sees in chunks of 32: the chunk's K and V rows are copied from the paged
+// cache to shared memory (cp.async, through the block table), each warp computes its
+// 16 x 32 scores with mma.m16n8k16, applies the causal mask, updates its online softmax
+// in registers, and adds the chunk's weighted values to its 16 x head_dim accumulator.
+//
+// Precision: the cache holds f16, so K and V are exact operands; q (scaled) and the
+// softmax weights are f32 and enter as two f16 values each, x = hi + lo with hi = f16(x)
+// and lo = f16(x - hi), one MMA per half: the products are exact and the sums f32, so
+// scores and outputs stay within f32 rounding of the CUDA scalar kernel.
+#include <cuda_fp16.h>
+
+#include "backends/cuda/cuda_attention.cuh"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/launch.cuh"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kWarps = kTcQueries / 16, kKeys = 32;
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const __half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const __half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+// (x0, x1) as f16 pairs: hi = f16(x), lo = f16(x - hi).
+__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
+  const __half2 h = __floats2half2_rn(x0, x1);
+  const __half2 l = __floats2half2_rn(x0 - __low2float(h), x1 - __high2float(h));
+  hi = *reinterpret_cast<const unsigned*>(&h);
+  lo = *reinterpret_cast<const unsigned*>(&l);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    attention_prefill_tc_kernel(const float* __restrict__ q, const __half* __restrict__ kc,
+                                const __half* __restrict__ vc, const SeqDesc* __restrict__ seqs,
+                                const Tile* __restrict__ tiles, const int32_t* __restrict__ tables, int n_head,
+                                int group, int64_t kv_stride, int bs_log2, float scale, float* __restrict__ out) {
+  constexpr int DS = D + 8;  // shared row stride in halves: 16 bytes of padding, conflict-free ldmatrix
+  constexpr int NT = D / 8;  // 8-wide column tiles of the output
+  extern __shared__ __align__(16) __half sm[];
+  __half* qh = sm;                  // [kTcQueries][DS]
+  __half* ql = qh + kTcQueries * DS;  // [kTcQueries][DS]
+  __half* ks = ql + kTcQueries * DS;  // [kKeys][DS]
+  __half* vs = ks + kKeys * DS;       // [kKeys][DS]
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const Tile tile = tiles[blockIdx.x];
+  const SeqDesc sd = seqs[tile.seq];
+  const int hkv = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int nq = tile.n_rows * group;
+  const int32_t* table = tables + sd.table_off;
+  // Query vector v: row tile.row0 + v / group, head hkv * group + v % group.
+  for (int i = static_cast<int>(threadIdx.x); i < kTcQueries * (D / 2); i += kWarps * 32) {
+    const int v = i / (D / 2), d = 2 * (i % (D / 2));
+    float2 x = make_float2(0.0f, 0.0f);
+    if (v < nq) {
+      const int64_t row = sd.first_row + tile.row0 + v / group;
+      x = *reinterpret_cast<const float2*>(q + (row * n_head + hkv * group + v % group) * D + d);
+      x.x *= scale;
+      x.y *= scale;
+    }
+    unsigned hi, lo;
+    split_pair(x.x, x.y, hi, lo);
+    *reinterpret_cast<unsigned*>(qh + v * DS + d) = hi;
+    *reinterpret_cast<unsigned*>(ql + v * DS + d) = lo;
+  }
+  // This thread's two query vectors (rows gid and gid + 8 of the warp's 16) see keys below
+  // their limits; the warp's last vector sees the most.
+  const int v0 = 16 * warp + gid, v1 = v0 + 8;
+  const int base = sd.pos0 + tile.row0;
+  const int lim0 = v0 < nq ? base + v0 / group + 1 : 0, lim1 = v1 < nq ? base + v1 / group + 1 : 0;
+  const int warp_lim = 16 * warp < nq ? base + min(16 * warp + 15, nq - 1) / group + 1 : 0;
+  const int n_keys = base + tile.n_rows;
+  const int bs_mask = (1 << bs_log2) - 1;
+  const int64_t kv_off = static_cast<int64_t>(hkv) * D;
+  float o[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  for (int c0 = 0; c0 < n_keys; c0 += kKeys) {
+    __syncthreads();  // the previous chunk is no longer read (and q is staged)
+    for (int i = static_cast<int>(threadIdx.x); i < kKeys * (D / 8); i += kWarps * 32) {
+      const int j = i / (D / 8), c = 8 * (i % (D / 8)), key = c0 + j;
+      __half* kd = ks + j * DS + c;
+      __half* vd = vs + j * DS + c;
+      if (key < n_keys) {
+        const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
+        cp_async16(kd, kc + r * kv_stride + kv_off + c);
+        cp_async16(vd, vc + r * kv_stride + kv_off + c);
+      } else {
+        *reinterpret_cast<int4*>(kd) = make_int4(0, 0, 0, 0);
+        *reinterpret_cast<int4*>(vd) = make_int4(0, 0, 0, 0);
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    if (c0 >= warp_lim) continue;  // warp-uniform: no key of this chunk is seen by the warp
+    // Scores: s[n] is the 16 x 8 tile of keys c0 + 8 n .. c0 + 8 n + 7.
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int k0 = 0; k0 < D; k0 += 16) {
+      unsigned ah[4], al[4];
+      const int qoff = (16 * warp + (lane & 15)) * DS + k0 + (lane >> 4) * 8;
+      ldsm_x4(ah, qh + qoff);
+      ldsm_x4(al, ql + qoff);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        unsigned b[4];
+        ldsm_x4(b, ks + (16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
+        mma_f16(s[2 * np], ah, b[0], b[1]);
+        mma_f16(s[2 * np], al, b[0], b[1]);
+        mma_f16(s[2 * np + 1], ah, b[2], b[3]);
+        mma_f16(s[2 * np + 1], al, b[2], b[3]);
+      }
+    }
+    // Causal mask and the online softmax of rows v0 (entries 0, 1) and v1 (entries 2, 3).
+    float cm0 = -INFINITY, cm1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = c0 + 8 * n + 2 * tig + (e & 1);
+        if (key >= (e < 2 ? lim0 : lim1)) s[n][e] = -INFINITY;
+      }
+      cm0 = fmaxf(cm0, fmaxf(s[n][0], s[n][1]));
+      cm1 = fmaxf(cm1, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      cm0 = fmaxf(cm0, __shfl_xor_sync(0xffffffffu, cm0, off));
+      cm1 = fmaxf(cm1, __shfl_xor_sync(0xffffffffu, cm1, off));
+    }
+    const float n0 = fmaxf(m0, cm0), n1 = fmaxf(m1, cm1);
+    const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;  // no (-inf) - (-inf)
+    const float corr0 = expf(m0 - b0), corr1 = expf(m1 - b1);
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      s[n][0] = expf(s[n][0] - b0);
+      s[n][1] = expf(s[n][1] - b0);
+      s[n][2] = expf(s[n][2] - b1);
+      s[n][3] = expf(s[n][3] - b1);
+      sum0 += s[n][0] + s[n][1];
+      sum1 += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
+      sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+    }
+    l0 = l0 * corr0 + sum0;
+    l1 = l1 * corr1 + sum1;
+    m0 = n0;
+    m1 = n1;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      o[t][0] *= corr0;
+      o[t][1] *= corr0;
+      o[t][2] *= corr1;
+      o[t][3] *= corr1;
+    }
+    // Weighted values: keys 16 kk .. 16 kk + 15 as the A operand (score tiles 2 kk, 2 kk + 1).
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      unsigned ph[4], pl[4];
+      split_pair(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      split_pair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+      for (int dp = 0; dp < NT / 2; ++dp) {
+        unsigned b[4];
+        ldsm_x4_trans(b, vs + (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + 16 * dp + (lane >> 4) * 8);
+        mma_f16(o[2 * dp], ph, b[0], b[1]);
+        mma_f16(o[2 * dp], pl, b[0], b[1]);
+        mma_f16(o[2 * dp + 1], ph, b[2], b[3]);
+        mma_f16(o[2 * dp + 1], pl, b[2], b[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int v = half ? v1 : v0;
+    if (v >= nq) continue;
+    const int64_t row = sd.first_row + tile.row0 + v / group;
+    float* dst = out + (row * n_head + hkv * group + v % group) * D + 2 * tig;
+    const float inv = 1.0f / (half ? l1 : l0);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      *reinterpret_cast<float2*>(dst + 8 * t) = make_float2(o[t][2 * half] * inv, o[t][2 * half + 1] * inv);
+    }
+  }
+}
+
+template <int D>
+void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
+              const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
+              float scale, float* out) {
+  const size_t smem = sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * kKeys) * (D + 8);
+  static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
+  if (!raised) {
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                       "attention", "cudaFuncSetAttribute");
+    raised = true;
+  }
+  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D>, grid, kWarps * 32, smem, st, q,
+                             static_cast<const __half*>(k), static_cast<const __half*>(v), seqs, tiles, tables, n_head,
+                             group, kv_stride, bs_log2, scale, out);
+}
+
+}  // namespace
+
+bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const void* v, int64_t kv_stride) {
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  if (group < 1 || group > kTcQueries) return false;
+  return (reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) % 16 == 0 && kv_stride % 8 == 0;
+}
+
+void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
+                       const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
+                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out) {
+  switch (head_dim) {
+    case 64:
+      launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out);
+      break;
+    case 128:
+      launch_d<128>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out);
+      break;
+    default:
+      launch_d<256>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out);
+      break;
+  }
+}
+
+}  // namespace hearth::cuda
