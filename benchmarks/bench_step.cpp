@@ -6,22 +6,28 @@
 //
 // Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
 //                             [--prompt P] [--kv f16|f32] [--prefill L1,L2,...] [--chunk C]
+//                             [--device cpu|cuda[:N]]
 // Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
 // step) and that speed over the first batch size's; the first steps after load (before
 // anything else ran on the weights but the prompts) against the warm median; and with
 // --prefill, prompt processing: a fresh sequence of L tokens fed in chunks of C (default:
 // all at once, as `hearth serve` does up to its --prefill-chunk), median over R reps.
 // With HEARTH_CPU_OP_TIMING=1, the CPU back-end's per-operation table (all reps) of the
-// decode steps and of each prefill length goes to stderr.
+// decode steps and of each prefill length goes to stderr. On a GPU (--device cuda) each
+// sequence asks for its next token's argmax only, as a greedy request of `hearth serve`
+// does (the row is reduced on the device when the back-end can), and a step's time runs
+// until its picks are on the host.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backends/backend_factory.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -45,7 +51,7 @@ std::vector<int> parse_list(const std::string& s) {
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
-                         "[--prompt P] [--kv f16|f32]\n");
+                         "[--prompt P] [--kv f16|f32] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]]\n");
     return 2;
   }
   const std::string model_path = argv[1];
@@ -54,6 +60,7 @@ int run(int argc, char** argv) {
   hearth::ops::KvType kv_type = hearth::ops::KvType::F16;
   std::vector<int> prefills;
   int chunk = 0;
+  std::string device = "cpu";
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
@@ -66,12 +73,16 @@ int run(int argc, char** argv) {
     else if (a == "--kv") kv_type = v == "f32" ? hearth::ops::KvType::F32 : hearth::ops::KvType::F16;
     else if (a == "--prefill") prefills = parse_list(v);
     else if (a == "--chunk") chunk = std::atoi(v.c_str());
+    else if (a == "--device") device = v;
     else throw std::runtime_error("unknown option " + a);
   }
   if (threads < 1 || reps < 1 || steps < 1 || prompt < 1) throw std::runtime_error("values must be positive");
 
   const hearth::gguf::File file = hearth::gguf::File::open(model_path);
-  hearth::cpu::CpuBackend backend(threads);
+  const std::unique_ptr<hearth::ops::Backend> owned = hearth::backends::make_backend(device, threads);
+  hearth::ops::Backend& backend = *owned;
+  auto* cpu = dynamic_cast<hearth::cpu::CpuBackend*>(owned.get());  // op timing and packing: the CPU's
+  const bool argmax_only = cpu == nullptr;
   const auto model = hearth::model::load_causal_lm(file, backend);
   const hearth::model::Hparams& hp = model->hparams();
   const int max_b = *std::max_element(batches.begin(), batches.end());
@@ -97,9 +108,10 @@ int run(int argc, char** argv) {
   }
   std::printf("bench_step: %s, %d threads, prompt %d, %d reps x %d steps\n", model_path.c_str(), threads, prompt, reps,
               steps);
-  std::printf("backend: %s; %.1f MB of weights repacked\n", backend.name().c_str(), backend.packed_bytes() / 1e6);
+  std::printf("backend: %s; %.1f MB of weights repacked\n", backend.name().c_str(),
+              cpu != nullptr ? cpu->packed_bytes() / 1e6 : 0.0);
   std::map<int, std::vector<double>> ms;
-  backend.reset_op_timing();  // the prompts above are not part of either table
+  if (cpu != nullptr) cpu->reset_op_timing();  // the prompts above are not part of either table
   double decode_wall_ms = 0;
   for (int r = 0; r < reps; ++r) {
     for (const int b : batches) {
@@ -109,7 +121,7 @@ int run(int argc, char** argv) {
         std::vector<hearth::model::BatchSeq> batch;
         for (int s = 0; s < b; ++s) {
           tok[s] = 100 + (st * 31 + s * 17 + r) % 5000;
-          batch.push_back({&seqs[s], &tok[s], 1, true});
+          batch.push_back({&seqs[s], &tok[s], 1, true, argmax_only});
         }
         const auto t0 = std::chrono::steady_clock::now();
         model->forward_batch(pool, batch, logits);
@@ -118,7 +130,7 @@ int run(int argc, char** argv) {
       }
     }
   }
-  if (backend.op_timing()) backend.print_op_timing("decode steps, all batch sizes and reps", decode_wall_ms);
+  if (cpu != nullptr && cpu->op_timing()) cpu->print_op_timing("decode steps, all batch sizes and reps", decode_wall_ms);
   // The first batch size's first repetition ran right after load (and the prompts).
   std::vector<double> cold(ms[batches[0]].begin(), ms[batches[0]].begin() + std::min<size_t>(steps, 8));
   std::sort(cold.begin(), cold.end());
@@ -145,7 +157,7 @@ int run(int argc, char** argv) {
     for (int t = 0; t < len; ++t) toks.push_back(100 + (t * 7919 + 13) % (static_cast<int>(hp.n_vocab) - 200));
     const int step = chunk > 0 ? chunk : len;
     std::vector<double> t_ms;
-    backend.reset_op_timing();
+    if (cpu != nullptr) cpu->reset_op_timing();
     for (int r = 0; r < reps; ++r) {
       pre.n_past = 0;
       if (recurrent) pool.clear_state(pre.state_slot);
@@ -157,10 +169,10 @@ int run(int argc, char** argv) {
       }
       t_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
-    if (backend.op_timing()) {
+    if (cpu != nullptr && cpu->op_timing()) {
       double wall = 0;
       for (const double t : t_ms) wall += t;
-      backend.print_op_timing("prefill of " + std::to_string(len) + " tokens, " + std::to_string(reps) + " reps", wall);
+      cpu->print_op_timing("prefill of " + std::to_string(len) + " tokens, " + std::to_string(reps) + " reps", wall);
     }
     std::sort(t_ms.begin(), t_ms.end());
     const double med = t_ms[t_ms.size() / 2];
