@@ -177,7 +177,8 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
   std::vector<float> x(static_cast<size_t>(kTok * cols));
   std::uniform_real_distribution<float> ud(-1.f, 1.f);
   for (auto& v : x) v = ud(rng);
-  const std::vector<double> xq = q8_values(x);
+  // (The tokens quantized as the kernel does: as Q8_K per 256 values, or in chunks of 32.)
+  const std::vector<double> xq = hearth::cuda::q8_gemm_uses_q8k() ? q8k_values(x) : q8_values(x);
   std::vector<double> ref(static_cast<size_t>(kTok * rows)), mag(ref.size()), ref32(ref.size()), mag32(ref.size());
   parallel_for(rows, [&](int64_t r) {
     for (int t = 0; t < kTok; ++t) {

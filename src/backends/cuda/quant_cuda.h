@@ -93,6 +93,9 @@ size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows);
 // outputs are the same bits in any batch. scratch: q8_gemm_scratch_bytes, 256-byte aligned.
 constexpr int64_t kMaxQ8GemmTokens = 64;
 bool q8_gemm_supported(GgmlType type);
+// Whether q8_gemm quantizes the tokens as ggml's Q8_K (one scale per 256 values, the CPU
+// back-end's rounding; the default) rather than in chunks of 32 (HEARTH_CUDA_MMQ_Q8K=0).
+bool q8_gemm_uses_q8k();
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);

@@ -11,9 +11,18 @@
 // flight in registers. The columns are split over blockIdx.z from the weight's shape only,
 // the partial sums added in split order: a token's outputs are the same bits in any batch
 // of 1 to 64 tokens.
+//
+// The default kernel (mmq_q4k_q8k_kernel; HEARTH_CUDA_MMQ_Q8K=0: the one above) quantizes
+// the tokens as the CPU back-end does for K-quants (ggml's Q8_K: one scale per 256
+// values, the signed extreme mapped to -127), so a block's whole dot product is integer
+// until one scale per 256 columns: the 6-bit sub-block scales enter the A operand split
+// in two 3-bit halves (q * hi and q * lo, every byte <= 105: int8; sums 8 hi + lo), and the mins as a second MMA with A = the sub-block's min in every byte, whose
+// accumulator sums m * sum(xq) over the sub-blocks. Per output and 256 columns: two
+// conversions and four multiply-adds instead of that per 32 columns.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/launch.cuh"
@@ -46,6 +55,18 @@ __device__ __forceinline__ void mma_s8(const int (&a)[4], int b0, int b1, int (&
       "{%10, %11, %12, %13};\n"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+__device__ __forceinline__ void mma_s8_acc(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
 
 // One step's weight registers of a thread: its two rows' block headers (d, dmin, scales)
@@ -179,6 +200,190 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Tokens as ggml's Q8_K (the CPU back-end's quantize_q8_k, same rounding): per token and
+// 256 columns, iscale = -127 / (the value of largest magnitude, the first on ties),
+// q = min(127, round-to-nearest-even(iscale x)), scale 1 / iscale (0 and q = 0 for an
+// all-zero block). One warp per (token, 256 columns), 8 consecutive values a lane.
+__global__ void q8k_quantize_kernel(const float* __restrict__ x, int64_t n_tokens, int64_t n_cols,
+                                    int8_t* __restrict__ xq, float* __restrict__ xd) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t nb = n_cols / kStep;
+  const int64_t wid = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (wid >= n_tokens * nb) return;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t tok = wid / nb, b = wid % nb;
+  const float* src = x + tok * n_cols + b * kStep + lane * 8;
+  float e[8];
+  float amax = 0.0f, mx = 0.0f;
+  int idx = 0x7fffffff;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    e[j] = src[j];
+    if (fabsf(e[j]) > amax) {
+      amax = fabsf(e[j]);
+      mx = e[j];
+      idx = lane * 8 + j;
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float oa = __shfl_xor_sync(0xffffffffu, amax, off), om = __shfl_xor_sync(0xffffffffu, mx, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+    if (oa > amax || (oa == amax && oi < idx)) {
+      amax = oa;
+      mx = om;
+      idx = oi;
+    }
+  }
+  unsigned packed[2] = {0u, 0u};
+  float d = 0.0f;
+  if (amax != 0.0f) {
+    const float iscale = -127.0f / mx;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int v = min(127, __float2int_rn(iscale * e[j]));
+      packed[j / 4] |= (static_cast<unsigned>(v) & 0xffu) << (8 * (j % 4));
+    }
+    d = 1.0f / iscale;
+  }
+  *reinterpret_cast<uint2*>(xq + tok * n_cols + b * kStep + lane * 8) = make_uint2(packed[0], packed[1]);
+  if (lane == 0) xd[tok * nb + b] = d;
+}
+
+// out: [splits][n_tokens][n_rows] partial sums (y itself with one split); x as Q8_K
+// (xq: [n_tokens][n_cols], xd: [n_tokens][n_cols / 256]).
+template <int BN>
+__global__ void __launch_bounds__(kThreads)
+    mmq_q4k_q8k_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
+                       const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t n_tokens,
+                       int steps_per_split, float* __restrict__ out) {
+  constexpr int NT8 = BN / 8;
+  __shared__ __align__(16) int8_t xs[2][BN][kXRow];
+  __shared__ float ds[2][BN];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows + warp * 16;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
+  const int n_steps = static_cast<int>(n_cols / kStep);
+  const int step0 = static_cast<int>(blockIdx.z) * steps_per_split;
+  const int step1 = min(n_steps, step0 + steps_per_split);
+  const uint8_t* r0 = w + min(row0 + gid, n_rows - 1) * row_bytes;  // rows past the end: read, never written
+  const uint8_t* r1 = w + min(row0 + gid + 8, n_rows - 1) * row_bytes;
+
+  auto stage = [&](int buf, int st) {
+    for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
+      const int tk = i / (kStep / 16), c = i % (kStep / 16);
+      int8_t* dst = &xs[buf][tk][c * 16];
+      if (tok0 + tk < n_tokens) {
+        cp_async16(dst, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
+      } else {
+        *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+      }
+    }
+    if (static_cast<int>(threadIdx.x) < BN) {
+      const int tk = static_cast<int>(threadIdx.x);
+      if (tok0 + tk < n_tokens) {
+        cp_async4(&ds[buf][tk], xd + (tok0 + tk) * n_steps + st);
+      } else {
+        ds[buf][tk] = 0.0f;
+      }
+    }
+  };
+
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  float acc[NT8][4];
+#pragma unroll
+  for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+  }
+  StepWeights cur, next;
+  if (step0 < step1) {
+    stage(0, step0);
+    cp_async_commit();
+    load_step(r0, r1, step0, tig, cur);
+  }
+  for (int st = step0; st < step1; ++st) {
+    const int buf = (st - step0) & 1;
+    const bool more = st + 1 < step1;
+    if (more) {
+      stage(buf ^ 1, st + 1);
+      cp_async_commit();
+      load_step(r0, r1, st + 1, tig, next);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int s0[3] = {cur.head[0].y, cur.head[0].z, cur.head[0].w};
+    const int s1[3] = {cur.head[1].y, cur.head[1].z, cur.head[1].w};
+    // Per n-tile: ch sums q * (scale >> 3), cl q * (scale & 7), cm min * q over the sub-blocks.
+    int ch[NT8][4], cl[NT8][4], cm[NT8][4];
+#pragma unroll
+    for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ch[n][i] = cl[n][i] = cm[n][i] = 0;
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int sb = 2 * g + h;
+        int sc0, m0, sc1, m1;
+        q8::scale_min_k4(s0, sb, &sc0, &m0);
+        q8::scale_min_k4(s1, sb, &sc1, &m1);
+        int ah[4], al[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int qn = h ? (cur.q[g][i] >> 4) & q8::kLo4 : cur.q[g][i] & q8::kLo4;
+          const int sc = (i & 1) ? sc1 : sc0;
+          ah[i] = qn * (sc >> 3);  // bytes <= 15 * 7: no carries
+          al[i] = qn * (sc & 7);
+        }
+        const int mm0 = m0 * 0x01010101, mm1 = m1 * 0x01010101;
+        const int am[4] = {mm0, mm1, mm0, mm1};
+#pragma unroll
+        for (int n = 0; n < NT8; ++n) {
+          const int8_t* xb = &xs[buf][n * 8 + gid][sb * 32 + 4 * tig];
+          const int b0 = *reinterpret_cast<const int*>(xb), b1 = *reinterpret_cast<const int*>(xb + 16);
+          mma_s8_acc(ah, b0, b1, ch[n]);
+          mma_s8_acc(al, b0, b1, cl[n]);
+          mma_s8_acc(am, b0, b1, cm[n]);
+        }
+      }
+    }
+    int c[NT8][4];
+#pragma unroll
+    for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) c[n][i] = 8 * ch[n][i] + cl[n][i];
+    }
+    const float2 dm0 = __half22float2(*reinterpret_cast<const __half2*>(&cur.head[0].x));
+    const float2 dm1 = __half22float2(*reinterpret_cast<const __half2*>(&cur.head[1].x));
+#pragma unroll
+    for (int n = 0; n < NT8; ++n) {
+      const float xa = ds[buf][n * 8 + 2 * tig], xb = ds[buf][n * 8 + 2 * tig + 1];
+      acc[n][0] += dm0.x * xa * static_cast<float>(c[n][0]) - dm0.y * xa * static_cast<float>(cm[n][0]);
+      acc[n][1] += dm0.x * xb * static_cast<float>(c[n][1]) - dm0.y * xb * static_cast<float>(cm[n][1]);
+      acc[n][2] += dm1.x * xa * static_cast<float>(c[n][2]) - dm1.y * xa * static_cast<float>(cm[n][2]);
+      acc[n][3] += dm1.x * xb * static_cast<float>(c[n][3]) - dm1.y * xb * static_cast<float>(cm[n][3]);
+    }
+    __syncthreads();  // this buffer is staged again two steps on
+    if (more) cur = next;
+  }
+  float* o = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
+#pragma unroll
+  for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t tok = tok0 + n * 8 + 2 * tig + (i & 1), row = row0 + gid + (i >= 2 ? 8 : 0);
+      if (tok < n_tokens && row < n_rows) o[tok * n_rows + row] = acc[n][i];
+    }
+  }
+}
+
 struct Plan {
   int bn, splits, steps_per_split;
   int64_t row_tiles, tok_tiles;
@@ -188,7 +393,11 @@ struct Plan {
 // warps per multiprocessor, each with at least two steps.
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
-  p.bn = n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64;
+  static const int max_bn = [] {  // HEARTH_CUDA_MMQ_BN=32: 33-64 tokens as two tiles of 32
+    const char* e = std::getenv("HEARTH_CUDA_MMQ_BN");
+    return e != nullptr && std::string(e) == "32" ? 32 : 64;
+  }();
+  p.bn = n_tokens <= 16 ? 16 : n_tokens <= 32 || max_bn == 32 ? 32 : 64;
   p.row_tiles = (w.n_rows + kRows - 1) / kRows;
   p.tok_tiles = (n_tokens + p.bn - 1) / p.bn;
   const int n_steps = static_cast<int>(w.n_cols / kStep);
@@ -204,6 +413,14 @@ size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 }  // namespace
 
 bool q8_gemm_supported(GgmlType type) { return type == GgmlType::Q4_K; }
+
+bool q8_gemm_uses_q8k() {
+  static const bool on = [] {
+    const char* e = std::getenv("HEARTH_CUDA_MMQ_Q8K");
+    return !(e != nullptr && std::string(e) == "0");
+  }();
+  return on;
+}
 
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
   const Plan p = plan_for(w, n_tokens);
@@ -231,7 +448,6 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
   const Plan p = plan_for(w, n_tokens);
   int8_t* xq = static_cast<int8_t*>(scratch);
   float2* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(n_tokens, w.n_cols));
-  q8_quantize(x, n_tokens, w.n_cols, xq, xd, stream);
   float* out = y;
   if (p.splits > 1) {
     out = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + q8_scratch_bytes(w.n_cols, n_tokens));
@@ -239,19 +455,42 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
                   static_cast<unsigned>(p.splits));
   const auto* wd = static_cast<const uint8_t*>(w.data);
-  switch (p.bn) {
-    case 16:
-      launch_pdl(mmq_q4k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
-                 p.steps_per_split, out);
-      break;
-    case 32:
-      launch_pdl(mmq_q4k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
-                 p.steps_per_split, out);
-      break;
-    default:
-      launch_pdl(mmq_q4k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
-                 p.steps_per_split, out);
-      break;
+  if (q8_gemm_uses_q8k()) {
+    // The Q8_K scales (one float per 256 columns) where the chunk scales would be.
+    auto* xk = reinterpret_cast<float*>(xd);
+    const int64_t warps = n_tokens * (w.n_cols / kStep);
+    launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens,
+               w.n_cols, xq, xk);
+    switch (p.bn) {
+      case 16:
+        launch_pdl(mmq_q4k_q8k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk,
+                   n_tokens, p.steps_per_split, out);
+        break;
+      case 32:
+        launch_pdl(mmq_q4k_q8k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk,
+                   n_tokens, p.steps_per_split, out);
+        break;
+      default:
+        launch_pdl(mmq_q4k_q8k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk,
+                   n_tokens, p.steps_per_split, out);
+        break;
+    }
+  } else {
+    q8_quantize(x, n_tokens, w.n_cols, xq, xd, stream);
+    switch (p.bn) {
+      case 16:
+        launch_pdl(mmq_q4k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd,
+                   n_tokens, p.steps_per_split, out);
+        break;
+      case 32:
+        launch_pdl(mmq_q4k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd,
+                   n_tokens, p.steps_per_split, out);
+        break;
+      default:
+        launch_pdl(mmq_q4k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd,
+                   n_tokens, p.steps_per_split, out);
+        break;
+    }
   }
   if (p.splits > 1) {
     const int64_t n = n_tokens * w.n_rows;
