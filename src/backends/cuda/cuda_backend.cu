@@ -195,6 +195,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* pdl = std::getenv("HEARTH_CUDA_PDL");
   set_pdl_enabled(prop.major >= 9 && !(pdl != nullptr && std::string(pdl) == "0"));
   HEARTH_CUDA_CHECK("init", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  q8_gemm_prepare();
   // Keep memory freed by buffers in the pool: scratch of every step is reused, not
   // returned to the driver and asked for again.
   cudaMemPool_t pool = nullptr;

@@ -44,6 +44,8 @@ class CudaBackend final : public ops::Backend {
   uint64_t device_memory_peak() const override { return peak_; }
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
+  // Whether matmul sends this product to q8_gemm (int8 tensor cores).
+  bool int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) const;
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
   void matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                     float* const* ys) override;

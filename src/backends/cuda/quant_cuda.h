@@ -96,6 +96,11 @@ bool q8_gemm_supported(GgmlType type);
 // Whether q8_gemm quantizes the tokens as ggml's Q8_K (one scale per 256 values, the CPU
 // back-end's rounding; the default) rather than in chunks of 32 (HEARTH_CUDA_MMQ_Q8K=0).
 bool q8_gemm_uses_q8k();
+// Kernel attributes q8_gemm needs (more than 48 KiB of shared memory), set once per device
+// before any launch (so none is set during a stream capture).
+void q8_gemm_prepare();
+// Fewest tokens q8_gemm takes over from the matrix-vector kernels (Q8_K kernel only).
+constexpr int64_t kMinQ8GemmTokens = 4;
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);

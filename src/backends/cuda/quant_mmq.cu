@@ -252,29 +252,45 @@ __global__ void q8k_quantize_kernel(const float* __restrict__ x, int64_t n_token
 }
 
 // out: [splits][n_tokens][n_rows] partial sums (y itself with one split); x as Q8_K
-// (xq: [n_tokens][n_cols], xd: [n_tokens][n_cols / 256]).
-template <int BN>
-__global__ void __launch_bounds__(kThreads)
+// (xq: [n_tokens][n_cols], xd: [n_tokens][n_cols / 256]). The block's weight rows and the
+// tokens of a step are both staged in shared memory (cp.async, one step ahead), so a
+// thread holds only its accumulators: three (64 tokens) or four blocks of 4 warps fit an SM. A warp takes its
+// tokens in groups of up to 32 (integer sums of one group live at a time).
+template <int BN, int NS>
+constexpr size_t q8k_smem_bytes() {
+  return NS * (static_cast<size_t>(kRows) * kBlockBytes + static_cast<size_t>(BN) * kXRow + sizeof(float) * BN);
+}
+
+template <int BN, int NS, int MINB = 4>
+__global__ void __launch_bounds__(kThreads, MINB)
     mmq_q4k_q8k_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                        const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t n_tokens,
                        int steps_per_split, float* __restrict__ out) {
-  constexpr int NT8 = BN / 8;
-  __shared__ __align__(16) int8_t xs[2][BN][kXRow];
-  __shared__ float ds[2][BN];
+  constexpr int NT8 = BN / 8, TG = BN < 32 ? BN : 32, NTG = TG / 8;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* wsm = smem;                                                       // [NS][kRows][kBlockBytes]
+  int8_t* xs = reinterpret_cast<int8_t*>(smem + NS * kRows * kBlockBytes);  // [NS][BN][kXRow]
+  float* ds = reinterpret_cast<float*>(xs + NS * BN * kXRow);                // [NS][BN]
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int gid = lane >> 2, tig = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows + warp * 16;
+  const int64_t rowb = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t row0 = rowb + warp * 16;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;
   const int n_steps = static_cast<int>(n_cols / kStep);
   const int step0 = static_cast<int>(blockIdx.z) * steps_per_split;
   const int step1 = min(n_steps, step0 + steps_per_split);
-  const uint8_t* r0 = w + min(row0 + gid, n_rows - 1) * row_bytes;  // rows past the end: read, never written
-  const uint8_t* r1 = w + min(row0 + gid + 8, n_rows - 1) * row_bytes;
 
   auto stage = [&](int buf, int st) {
+    uint8_t* wb = wsm + buf * (kRows * kBlockBytes);
+    for (int i = static_cast<int>(threadIdx.x); i < kRows * (kBlockBytes / 16); i += kThreads) {
+      const int r = i / (kBlockBytes / 16), c = i % (kBlockBytes / 16);
+      const int64_t row = min(rowb + r, n_rows - 1);  // rows past the end: read, never written
+      cp_async16(wb + r * kBlockBytes + c * 16, w + row * row_bytes + static_cast<int64_t>(st) * kBlockBytes + c * 16);
+    }
+    int8_t* xb = xs + buf * (BN * kXRow);
     for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
       const int tk = i / (kStep / 16), c = i % (kStep / 16);
-      int8_t* dst = &xs[buf][tk][c * 16];
+      int8_t* dst = xb + tk * kXRow + c * 16;
       if (tok0 + tk < n_tokens) {
         cp_async16(dst, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
       } else {
@@ -284,9 +300,9 @@ __global__ void __launch_bounds__(kThreads)
     if (static_cast<int>(threadIdx.x) < BN) {
       const int tk = static_cast<int>(threadIdx.x);
       if (tok0 + tk < n_tokens) {
-        cp_async4(&ds[buf][tk], xd + (tok0 + tk) * n_steps + st);
+        cp_async4(ds + buf * BN + tk, xd + (tok0 + tk) * n_steps + st);
       } else {
-        ds[buf][tk] = 0.0f;
+        ds[buf * BN + tk] = 0.0f;
       }
     }
   };
@@ -299,79 +315,78 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
   }
-  StepWeights cur, next;
-  if (step0 < step1) {
-    stage(0, step0);
+  // NS - 1 steps in flight: each step waits for its own copies, then (after the barrier
+  // that also tells every warp is done with the step before) stages the step NS - 1 on
+  // into the buffer that step used. One commit group per step, empty ones included.
+#pragma unroll
+  for (int k = 0; k < NS - 1; ++k) {
+    if (step0 + k < step1) stage(k, step0 + k);
     cp_async_commit();
-    load_step(r0, r1, step0, tig, cur);
   }
   for (int st = step0; st < step1; ++st) {
-    const int buf = (st - step0) & 1;
-    const bool more = st + 1 < step1;
-    if (more) {
-      stage(buf ^ 1, st + 1);
-      cp_async_commit();
-      load_step(r0, r1, st + 1, tig, next);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const int it = st - step0, buf = it % NS;
+    cp_async_wait<NS - 2>();
     __syncthreads();
-    const int s0[3] = {cur.head[0].y, cur.head[0].z, cur.head[0].w};
-    const int s1[3] = {cur.head[1].y, cur.head[1].z, cur.head[1].w};
-    // Per n-tile: ch sums q * (scale >> 3), cl q * (scale & 7), cm min * q over the sub-blocks.
-    int ch[NT8][4], cl[NT8][4], cm[NT8][4];
+    if (st + NS - 1 < step1) stage((it + NS - 1) % NS, st + NS - 1);
+    cp_async_commit();
+    const uint8_t* w0 = wsm + buf * (kRows * kBlockBytes) + (warp * 16 + gid) * kBlockBytes;  // row gid
+    const uint8_t* w1 = w0 + 8 * kBlockBytes;                                                 // row gid + 8
+    const int4 hd0 = *reinterpret_cast<const int4*>(w0), hd1 = *reinterpret_cast<const int4*>(w1);
+    const int s0[3] = {hd0.y, hd0.z, hd0.w}, s1[3] = {hd1.y, hd1.z, hd1.w};
+    const int8_t* xb = xs + buf * (BN * kXRow);
+    const float* db = ds + buf * BN;
 #pragma unroll
-    for (int n = 0; n < NT8; ++n) {
+    for (int grp = 0; grp < BN / TG; ++grp) {
+      // Per n-tile of the group: ch sums q * (scale >> 3), cl q * (scale & 7), cm min * q.
+      int ch[NTG][4], cl[NTG][4], cm[NTG][4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ch[n][i] = cl[n][i] = cm[n][i] = 0;
-    }
+      for (int n = 0; n < NTG; ++n) {
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {
+        for (int i = 0; i < 4; ++i) ch[n][i] = cl[n][i] = cm[n][i] = 0;
+      }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int sb = 2 * g + h;
-        int sc0, m0, sc1, m1;
-        q8::scale_min_k4(s0, sb, &sc0, &m0);
-        q8::scale_min_k4(s1, sb, &sc1, &m1);
-        int ah[4], al[4];
+      for (int g = 0; g < 4; ++g) {
+        const int off = 16 + 32 * g + 4 * tig;
+        const int q[4] = {*reinterpret_cast<const int*>(w0 + off), *reinterpret_cast<const int*>(w1 + off),
+                          *reinterpret_cast<const int*>(w0 + off + 16), *reinterpret_cast<const int*>(w1 + off + 16)};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int qn = h ? (cur.q[g][i] >> 4) & q8::kLo4 : cur.q[g][i] & q8::kLo4;
-          const int sc = (i & 1) ? sc1 : sc0;
-          ah[i] = qn * (sc >> 3);  // bytes <= 15 * 7: no carries
-          al[i] = qn * (sc & 7);
-        }
-        const int mm0 = m0 * 0x01010101, mm1 = m1 * 0x01010101;
-        const int am[4] = {mm0, mm1, mm0, mm1};
+        for (int h = 0; h < 2; ++h) {
+          const int sb = 2 * g + h;
+          int sc0, m0, sc1, m1;
+          q8::scale_min_k4(s0, sb, &sc0, &m0);
+          q8::scale_min_k4(s1, sb, &sc1, &m1);
+          int ah[4], al[4];
 #pragma unroll
-        for (int n = 0; n < NT8; ++n) {
-          const int8_t* xb = &xs[buf][n * 8 + gid][sb * 32 + 4 * tig];
-          const int b0 = *reinterpret_cast<const int*>(xb), b1 = *reinterpret_cast<const int*>(xb + 16);
-          mma_s8_acc(ah, b0, b1, ch[n]);
-          mma_s8_acc(al, b0, b1, cl[n]);
-          mma_s8_acc(am, b0, b1, cm[n]);
+          for (int i = 0; i < 4; ++i) {
+            const int qn = h ? (q[i] >> 4) & q8::kLo4 : q[i] & q8::kLo4;
+            const int sc = (i & 1) ? sc1 : sc0;
+            ah[i] = qn * (sc >> 3);  // bytes <= 15 * 7: no carries
+            al[i] = qn * (sc & 7);
+          }
+          const int mm0 = m0 * 0x01010101, mm1 = m1 * 0x01010101;
+          const int am[4] = {mm0, mm1, mm0, mm1};
+#pragma unroll
+          for (int n = 0; n < NTG; ++n) {
+            const int8_t* xp = xb + ((grp * NTG + n) * 8 + gid) * kXRow + sb * 32 + 4 * tig;
+            const int b0 = *reinterpret_cast<const int*>(xp), b1 = *reinterpret_cast<const int*>(xp + 16);
+            mma_s8_acc(ah, b0, b1, ch[n]);
+            mma_s8_acc(al, b0, b1, cl[n]);
+            mma_s8_acc(am, b0, b1, cm[n]);
+          }
         }
       }
-    }
-    int c[NT8][4];
+      const float2 dm0 = __half22float2(*reinterpret_cast<const __half2*>(&hd0.x));
+      const float2 dm1 = __half22float2(*reinterpret_cast<const __half2*>(&hd1.x));
 #pragma unroll
-    for (int n = 0; n < NT8; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) c[n][i] = 8 * ch[n][i] + cl[n][i];
+      for (int n = 0; n < NTG; ++n) {
+        const int nn = grp * NTG + n;
+        const float xa = db[nn * 8 + 2 * tig], xc = db[nn * 8 + 2 * tig + 1];
+        acc[nn][0] += dm0.x * xa * static_cast<float>(8 * ch[n][0] + cl[n][0]) - dm0.y * xa * static_cast<float>(cm[n][0]);
+        acc[nn][1] += dm0.x * xc * static_cast<float>(8 * ch[n][1] + cl[n][1]) - dm0.y * xc * static_cast<float>(cm[n][1]);
+        acc[nn][2] += dm1.x * xa * static_cast<float>(8 * ch[n][2] + cl[n][2]) - dm1.y * xa * static_cast<float>(cm[n][2]);
+        acc[nn][3] += dm1.x * xc * static_cast<float>(8 * ch[n][3] + cl[n][3]) - dm1.y * xc * static_cast<float>(cm[n][3]);
+      }
     }
-    const float2 dm0 = __half22float2(*reinterpret_cast<const __half2*>(&cur.head[0].x));
-    const float2 dm1 = __half22float2(*reinterpret_cast<const __half2*>(&cur.head[1].x));
-#pragma unroll
-    for (int n = 0; n < NT8; ++n) {
-      const float xa = ds[buf][n * 8 + 2 * tig], xb = ds[buf][n * 8 + 2 * tig + 1];
-      acc[n][0] += dm0.x * xa * static_cast<float>(c[n][0]) - dm0.y * xa * static_cast<float>(cm[n][0]);
-      acc[n][1] += dm0.x * xb * static_cast<float>(c[n][1]) - dm0.y * xb * static_cast<float>(cm[n][1]);
-      acc[n][2] += dm1.x * xa * static_cast<float>(c[n][2]) - dm1.y * xa * static_cast<float>(cm[n][2]);
-      acc[n][3] += dm1.x * xb * static_cast<float>(c[n][3]) - dm1.y * xb * static_cast<float>(cm[n][3]);
-    }
-    __syncthreads();  // this buffer is staged again two steps on
-    if (more) cur = next;
   }
   float* o = out + static_cast<int64_t>(blockIdx.z) * n_tokens * n_rows;
 #pragma unroll
@@ -384,6 +399,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int BN, int NS, int MINB = 4>
+void launch_q8k(dim3 grid, cudaStream_t stream, const uint8_t* w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
+                const int8_t* xq, const float* xd, int64_t n_tokens, int steps_per_split, float* out) {
+  constexpr size_t smem = q8k_smem_bytes<BN, NS>();  // (allowed past 48 KiB by q8_gemm_prepare)
+  launch_pdl(mmq_q4k_q8k_kernel<BN, NS, MINB>, grid, kThreads, smem, stream, w, row_bytes, n_rows, n_cols, xq, xd, n_tokens,
+             steps_per_split, out);
+}
+
 struct Plan {
   int bn, splits, steps_per_split;
   int64_t row_tiles, tok_tiles;
@@ -393,10 +416,8 @@ struct Plan {
 // warps per multiprocessor, each with at least two steps.
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
-  static const int max_bn = [] {  // HEARTH_CUDA_MMQ_BN=32: 33-64 tokens as two tiles of 32
-    const char* e = std::getenv("HEARTH_CUDA_MMQ_BN");
-    return e != nullptr && std::string(e) == "32" ? 32 : 64;
-  }();
+  // Token tiles: the Q8_K kernel takes at most 32 tokens a block (33-64: two tiles).
+  const int max_bn = q8_gemm_uses_q8k() ? 32 : 64;
   p.bn = n_tokens <= 16 ? 16 : n_tokens <= 32 || max_bn == 32 ? 32 : 64;
   p.row_tiles = (w.n_rows + kRows - 1) / kRows;
   p.tok_tiles = (n_tokens + p.bn - 1) / p.bn;
@@ -413,6 +434,18 @@ size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 }  // namespace
 
 bool q8_gemm_supported(GgmlType type) { return type == GgmlType::Q4_K; }
+
+template <int BN, int NS, int MINB>
+void allow_smem() {
+  check_launch(cudaFuncSetAttribute(mmq_q4k_q8k_kernel<BN, NS, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(q8k_smem_bytes<BN, NS>())));
+}
+
+void q8_gemm_prepare() {
+  allow_smem<16, 4, 4>();
+  allow_smem<32, 3, 4>();
+  allow_smem<32, 3, 3>();
+}
 
 bool q8_gemm_uses_q8k() {
   static const bool on = [] {
@@ -461,19 +494,13 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
     const int64_t warps = n_tokens * (w.n_cols / kStep);
     launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens,
                w.n_cols, xq, xk);
-    switch (p.bn) {
-      case 16:
-        launch_pdl(mmq_q4k_q8k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk,
-                   n_tokens, p.steps_per_split, out);
-        break;
-      case 32:
-        launch_pdl(mmq_q4k_q8k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk,
-                   n_tokens, p.steps_per_split, out);
-        break;
-      default:
-        launch_pdl(mmq_q4k_q8k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk,
-                   n_tokens, p.steps_per_split, out);
-        break;
+    // 16 tokens: four steps in flight; 32 (33-64: two tiles of 32): three.
+    if (p.bn == 16) {
+      launch_q8k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+    } else if (std::getenv("HEARTH_CUDA_MMQ_MINB3") != nullptr) {
+      launch_q8k<32, 3, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+    } else {
+      launch_q8k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
     }
   } else {
     q8_quantize(x, n_tokens, w.n_cols, xq, xd, stream);
