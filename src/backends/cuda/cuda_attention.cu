@@ -309,6 +309,9 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, const i
 // conflicts), the chunk's softmax update is one warp max and sum, and the value sum has
 // lanes over dimensions (V rows broadcast per key). Warp w owns queries w, w + 4, ...
 constexpr int kPrefillQ = 16, kPrefillWarps = 4, kChunk = 32;
+// Decode rows go to the tensor-core kernel from this context bucket on (keys split in
+// ranges of at least kTcDecodeRangeKeys).
+constexpr int64_t kTcDecodeMinKeys = 4096, kTcDecodeRangeKeys = 256;
 
 template <class T, int EPL>
 __global__ void __launch_bounds__(kPrefillWarps * 32)
@@ -590,6 +593,38 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     if (!any) return;
   }
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
+  if (tc_attention_ && cache.type == ops::KvType::F16 && bucket_keys >= kTcDecodeMinKeys &&
+      prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
+    // Long contexts: the one-row sequences on the tensor cores, their keys split over
+    // ranges of at least kTcDecodeRangeKeys (about 1,024 blocks in all), merged by
+    // attention_combine_kernel. (The scalar kernel below spends ~200 us a layer on the
+    // 8B's 32k keys: one block an SM, a chain of shuffles and exps per key.)
+    std::vector<Tile> dt;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      if (seqs[s].n_tokens == 1) dt.push_back(Tile{static_cast<int32_t>(s), 0, 1});
+    }
+    const auto n_tiles = static_cast<int64_t>(dt.size());
+    const int64_t want = std::max<int64_t>(1, 1024 / (n_tiles * n_head_kv));
+    const int64_t n_split = std::min({int64_t{kMaxSplits}, bucket_keys / kTcDecodeRangeKeys, want});
+    float* part = static_cast<float*>(
+        scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+    const Tile* d_tiles = stage_array(dt.data(), n_tiles, "attention");
+    if (skip_launch("attention decode tc", {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(cache.n_kv_dim),
+                                            sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
+                                            sig_of(d_row_seq), sig_of(n_tiles), sig_of(n_head), sig_of(n_head_kv),
+                                            sig_of(head_dim), sig_of(scale), sig_of(out), sig_of(n_rows),
+                                            sig_of(n_split), sig_of(part)})) {
+      return;
+    }
+    launch_prefill_tc(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
+                           static_cast<unsigned>(n_split)),
+                      stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
+                      static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out, part);
+    HEARTH_CUDA_LAUNCHED("attention");
+    ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
+    HEARTH_CUDA_LAUNCHED("attention");
+    return;
+  }
   // Decode: the keys are split over blocks of kSplitKeys (at most kMaxSplits of them per
   // row and head), whose partial softmax results one more kernel merges; a short
   // context runs in one block per row and head.

@@ -31,9 +31,11 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 // Causal attention of the tiles' query rows (grid: tiles x KV heads; each tile at most
 // kTcQueries / group rows) over the f16 paged cache, on the f16 tensor cores with f32
 // accumulation. q and the softmax weights enter as a pair of f16 values (value and
-// remainder), so scores and sums keep ~f32 precision.
+// remainder), so scores and sums keep ~f32 precision. part != null (grid.z key ranges per
+// tile): each range's [max, sum, unnormalised output] goes to part[((row * n_head + head) *
+// grid.z + z) * (head_dim + 2)] instead, for attention_combine_kernel to merge.
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
-                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out);
+                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part = nullptr);
 
 }  // namespace hearth::cuda

@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     attention_prefill_tc_kernel(const float* __restrict__ q, const __half* __restrict__ kc,
                                 const __half* __restrict__ vc, const SeqDesc* __restrict__ seqs,
                                 const Tile* __restrict__ tiles, const int32_t* __restrict__ tables, int n_head,
-                                int group, int64_t kv_stride, int bs_log2, float scale, float* __restrict__ out) {
+                                int group, int64_t kv_stride, int bs_log2, float scale, float* __restrict__ out,
+                                float* __restrict__ part) {
   constexpr int DS = D + 8;  // shared row stride in halves: 16 bytes of padding, conflict-free ldmatrix
   constexpr int NT = D / 8;  // 8-wide column tiles of the output
   extern __shared__ __align__(16) __half sm[];
@@ -99,19 +100,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int lim0 = v0 < nq ? base + v0 / group + 1 : 0, lim1 = v1 < nq ? base + v1 / group + 1 : 0;
   const int warp_lim = 16 * warp < nq ? base + min(16 * warp + 15, nq - 1) / group + 1 : 0;
   const int n_keys = base + tile.n_rows;
+  // Split over keys (part != null, decode rows of long contexts): this block takes range
+  // blockIdx.z of gridDim.z equal ranges and writes [max, sum, unnormalised acc] there.
+  const int range = (n_keys + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int k_begin = part != nullptr ? static_cast<int>(blockIdx.z) * range : 0;
+  const int k_end = part != nullptr ? min(n_keys, k_begin + range) : n_keys;
   const int bs_mask = (1 << bs_log2) - 1;
   const int64_t kv_off = static_cast<int64_t>(hkv) * D;
   float o[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  for (int c0 = 0; c0 < n_keys; c0 += kKeys) {
+  for (int c0 = k_begin; c0 < k_end; c0 += kKeys) {
     __syncthreads();  // the previous chunk is no longer read (and q is staged)
     for (int i = static_cast<int>(threadIdx.x); i < kKeys * (D / 8); i += kWarps * 32) {
       const int j = i / (D / 8), c = 8 * (i % (D / 8)), key = c0 + j;
       __half* kd = ks + j * DS + c;
       __half* vd = vs + j * DS + c;
-      if (key < n_keys) {
+      if (key < k_end) {
         const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
         cp_async16(kd, kc + r * kv_stride + kv_off + c);
         cp_async16(vd, vc + r * kv_stride + kv_off + c);
@@ -150,7 +156,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = c0 + 8 * n + 2 * tig + (e & 1);
-        if (key >= (e < 2 ? lim0 : lim1)) s[n][e] = -INFINITY;
+        if (key >= (e < 2 ? lim0 : lim1) || key >= k_end) s[n][e] = -INFINITY;
       }
       cm0 = fmaxf(cm0, fmaxf(s[n][0], s[n][1]));
       cm1 = fmaxf(cm1, fmaxf(s[n][2], s[n][3]));
@@ -213,6 +219,19 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int v = half ? v1 : v0;
     if (v >= nq) continue;
     const int64_t row = sd.first_row + tile.row0 + v / group;
+    if (part != nullptr) {
+      float* pp = part + ((row * n_head + hkv * group + v % group) * gridDim.z + blockIdx.z) * (D + 2);
+      if (tig == 0) {
+        pp[0] = half ? m1 : m0;
+        pp[1] = half ? l1 : l0;
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        pp[2 + 8 * t + 2 * tig] = o[t][2 * half];
+        pp[2 + 8 * t + 2 * tig + 1] = o[t][2 * half + 1];
+      }
+      continue;
+    }
     float* dst = out + (row * n_head + hkv * group + v % group) * D + 2 * tig;
     const float inv = 1.0f / (half ? l1 : l0);
 #pragma unroll
@@ -225,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 template <int D>
 void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
-              float scale, float* out) {
+              float scale, float* out, float* part) {
   const size_t smem = sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * kKeys) * (D + 8);
   static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
   if (!raised) {
@@ -236,7 +255,7 @@ void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const v
   }
   ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D>, grid, kWarps * 32, smem, st, q,
                              static_cast<const __half*>(k), static_cast<const __half*>(v), seqs, tiles, tables, n_head,
-                             group, kv_stride, bs_log2, scale, out);
+                             group, kv_stride, bs_log2, scale, out, part);
 }
 
 }  // namespace
@@ -249,16 +268,16 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
-                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out) {
+                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part) {
   switch (head_dim) {
     case 64:
-      launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out);
+      launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
       break;
     case 128:
-      launch_d<128>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out);
+      launch_d<128>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
       break;
     default:
-      launch_d<256>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out);
+      launch_d<256>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
       break;
   }
 }
