@@ -48,7 +48,7 @@ struct ServeOptions {
   int64_t ctx = 0;
   int32_t max_seqs = 8;
   std::string kv_cache_bytes;
-  int32_t prefill_chunk = 512;
+  int32_t prefill_chunk = -1;  // -1: 512 on the CPU, kGpuPrefillChunk on a GPU
   int32_t max_queue = 64;
   std::string api_key;
   int threads = 0;
@@ -123,7 +123,9 @@ void serve(ServeOptions o) {
 #endif
   if (o.model.empty()) o.model = find_default_model();
   if (o.max_seqs < 1 || o.max_seqs > 1024) fail(ErrorKind::kInvalidInput, "serve", "--max-seqs must be in [1, 1024]");
-  if (o.prefill_chunk < 1) fail(ErrorKind::kInvalidInput, "serve", "--prefill-chunk must be >= 1");
+  if (o.prefill_chunk != -1 && o.prefill_chunk < 1) {
+    fail(ErrorKind::kInvalidInput, "serve", "--prefill-chunk must be >= 1");
+  }
   if (o.max_queue < 0) fail(ErrorKind::kInvalidInput, "serve", "--max-queue must be >= 0");
   if (o.state_snapshots < 0 || o.state_snapshots > 4096) {
     fail(ErrorKind::kInvalidInput, "serve", "--state-snapshots must be in [0, 4096]");
@@ -211,7 +213,11 @@ void serve(ServeOptions o) {
   ec.block_size = block_size;
   ec.kv_type = kv_type;
   ec.max_seqs = o.max_seqs;
-  ec.prefill_chunk = o.prefill_chunk;
+  // A GPU takes a 1,024-token step in about the time a CPU-sized chunk costs it in launches
+  // and weight reads: a typical chat prompt is one step (time to first token), and many
+  // streams' prompts go through in half the steps (9B, 64 streams: +14 % aggregate, p99
+  // inter-token gap 56 -> 82 ms; docs/BENCHMARKS.md).
+  ec.prefill_chunk = o.prefill_chunk != -1 ? o.prefill_chunk : device.cuda ? kGpuPrefillChunk : 512;
   ec.max_queue = o.max_queue;
   ec.n_snapshots = o.state_snapshots;
   ec.commit_kv = o.kv_commit;
@@ -312,7 +318,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes,
                   "Hard budget for all KV memory, e.g. 512M, 2G (default: max-seqs full contexts, at most 40% of "
                   "free memory; on a GPU at most 90% of its free memory after the weights)");
-  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens processed per step")->default_val(512);
+  cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Prompt tokens processed per step [default: 512; 1024 on a GPU]");
   cmd->add_flag("--no-warmup", o->no_warmup,
                 "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--kv-commit", o->kv_commit,

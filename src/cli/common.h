@@ -23,6 +23,8 @@ uint64_t parse_byte_size(const std::string& text, const std::string& option);
 // Device memory kept free beyond weights and cache (CUDA context, cuBLAS workspace,
 // scratch of the largest step).
 constexpr uint64_t kDeviceReserveBytes = uint64_t{1} << 30;
+// `serve`'s prompt tokens per step on a GPU when --prefill-chunk is not given (512 on the CPU).
+constexpr int32_t kGpuPrefillChunk = 1024;
 // Resolves --device for a model that needs `need_bytes` of device memory (weights + KV
 // cache): auto falls back to the CPU with a log line saying why; an explicit CUDA
 // device that cannot hold it is refused before loading, with the numbers.

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -441,10 +442,12 @@ void allow_smem() {
                                     static_cast<int>(q8k_smem_bytes<BN, NS>())));
 }
 
+std::atomic<bool> g_prepared{false};
+
 void q8_gemm_prepare() {
   allow_smem<16, 4, 4>();
   allow_smem<32, 3, 4>();
-  allow_smem<32, 3, 3>();
+  g_prepared = true;
 }
 
 bool q8_gemm_uses_q8k() {
@@ -489,6 +492,7 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
                   static_cast<unsigned>(p.splits));
   const auto* wd = static_cast<const uint8_t*>(w.data);
   if (q8_gemm_uses_q8k()) {
+    if (!g_prepared) q8_gemm_prepare();  // callers without a CudaBackend (which prepares at start)
     // The Q8_K scales (one float per 256 columns) where the chunk scales would be.
     auto* xk = reinterpret_cast<float*>(xd);
     const int64_t warps = n_tokens * (w.n_cols / kStep);
@@ -497,8 +501,6 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
     // 16 tokens: four steps in flight; 32 (33-64: two tiles of 32): three.
     if (p.bn == 16) {
       launch_q8k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
-    } else if (std::getenv("HEARTH_CUDA_MMQ_MINB3") != nullptr) {
-      launch_q8k<32, 3, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
     } else {
       launch_q8k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
     }
