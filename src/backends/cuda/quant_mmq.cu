@@ -70,6 +70,22 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
 
+// Step st's 256 quantized values of tokens tok0 .. tok0 + BN - 1 into dst ([BN][kXRow]),
+// by the whole block (cp.async; zeros past n_tokens).
+template <int BN>
+__device__ __forceinline__ void stage_tokens(int8_t* dst, const int8_t* __restrict__ xq, int64_t n_cols, int64_t tok0,
+                                             int64_t n_tokens, int st) {
+  for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
+    const int tk = i / (kStep / 16), c = i % (kStep / 16);
+    int8_t* d = dst + tk * kXRow + c * 16;
+    if (tok0 + tk < n_tokens) {
+      cp_async16(d, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
+    } else {
+      *reinterpret_cast<int4*>(d) = make_int4(0, 0, 0, 0);
+    }
+  }
+}
+
 // One step's weight registers of a thread: its two rows' block headers (d, dmin, scales)
 // and, per 64-element group g, the words at byte 4 tig and 16 + 4 tig of qs[32 g ..].
 struct StepWeights {
@@ -119,15 +135,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint8_t* r1 = w + min(row0 + gid + 8, n_rows - 1) * row_bytes;
 
   auto stage = [&](int buf, int st) {
-    for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
-      const int tk = i / (kStep / 16), c = i % (kStep / 16);
-      int8_t* dst = &xs[buf][tk][c * 16];
-      if (tok0 + tk < n_tokens) {
-        cp_async16(dst, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
-      } else {
-        *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-      }
-    }
+    stage_tokens<BN>(&xs[buf][0][0], xq, n_cols, tok0, n_tokens, st);
     for (int i = static_cast<int>(threadIdx.x); i < BN * 4; i += kThreads) {  // 8 float2 = 4 x 16 bytes a token
       const int tk = i / 4, c = i % 4;
       float2* dst = &ds[buf][tk][2 * c];
@@ -288,16 +296,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
       const int64_t row = min(rowb + r, n_rows - 1);  // rows past the end: read, never written
       cp_async16(wb + r * kBlockBytes + c * 16, w + row * row_bytes + static_cast<int64_t>(st) * kBlockBytes + c * 16);
     }
-    int8_t* xb = xs + buf * (BN * kXRow);
-    for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
-      const int tk = i / (kStep / 16), c = i % (kStep / 16);
-      int8_t* dst = xb + tk * kXRow + c * 16;
-      if (tok0 + tk < n_tokens) {
-        cp_async16(dst, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
-      } else {
-        *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-      }
-    }
+    stage_tokens<BN>(xs + buf * (BN * kXRow), xq, n_cols, tok0, n_tokens, st);
     if (static_cast<int>(threadIdx.x) < BN) {
       const int tk = static_cast<int>(threadIdx.x);
       if (tok0 + tk < n_tokens) {
