@@ -6,6 +6,7 @@
 #   tok.gguf (tokenizer metadata), prompt512.txt, data/qwen35/ (fixtures), lib/ (shared
 #   libraries the machine may lack)
 # Usage: cuda_device_check.sh [parity] [bench SHAPE...] [profile SHAPE...] [serve SHAPE...] [load SHAPE...]
+#        [invariance SHAPE...]
 #   (default: parity bench llama3-8b qwen35-9b)
 #   bench: hearth run --device cuda, 128 tokens after a 512-token prompt (random-weight
 #          GGUF of that shape, generated once into $MODELS_DIR);
@@ -13,7 +14,9 @@
 #            the host's time inside each op, nothing synchronised);
 #   serve: hearth serve --device cuda, one chat completion through the HTTP API;
 #   load: hearth bench against hearth serve --device cuda, 1/16/64 concurrent streams of a
-#         512-token prompt + 128 tokens ($LOAD_CONCURRENCY overrides the list).
+#         512-token prompt + 128 tokens ($LOAD_CONCURRENCY overrides the list);
+#   invariance: benchmarks/batch_invariance.py against hearth serve --device cuda (greedy answers
+#         alone vs in a batch of 24 with sampled ones).
 # Writes logs to $OUT (or ./out) and prints a summary last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,7 +54,7 @@ for s in "${steps[@]}"; do
       grep -E '^(matmul|attention|gated_delta_net|model) ' "$out/parity.txt" | awk '{print "  " $0}' >>"$summary"
       grep -E '^\[  FAILED  \]' "$out/parity.txt" | head -20 | tee -a "$summary"
       ;;
-    bench | profile | serve | load) mode=$s ;;
+    bench | profile | serve | load | invariance) mode=$s ;;
     *)
       [ -n "$mode" ] || { echo "unknown step $s"; continue; }
       f="$models/$s.gguf"
@@ -70,6 +73,15 @@ for s in "${steps[@]}"; do
         say "load $s (hearth bench, concurrency ${LOAD_CONCURRENCY:-1,16,64}): rc=$?"
         grep -E 'concurrency|aggregate|tok/s|failed' "$out/load-$s.txt" | tail -20 | sed 's/^/  /' >>"$summary"
         grep -A12 -iE '^#+ .*concurrency' "$out/load-$s/report.md" | head -30 | sed 's/^/  /' >>"$summary"
+        continue
+      fi
+      if [ "$mode" = invariance ]; then
+        "$here/hearth" serve -m "$f" --device cuda --port 18081 --max-seqs 32 --kv-cache-bytes 4G >"$out/inv-serve-$s.txt" 2>&1 &
+        pid=$!
+        for _ in $(seq 60); do grep -q listening "$out/inv-serve-$s.txt" && break; sleep 1; done
+        python3 "$here/batch_invariance.py" --port 18081 >"$out/invariance-$s.txt" 2>&1
+        say "invariance $s: rc=$? $(grep -E 'equal to alone' "$out/invariance-$s.txt" | tr '\n' ' ')"
+        kill $pid; wait $pid 2>/dev/null
         continue
       fi
       if [ "$mode" = serve ]; then
