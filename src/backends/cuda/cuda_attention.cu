@@ -604,6 +604,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
       if (seqs[s].n_tokens == 1) dt.push_back(Tile{static_cast<int32_t>(s), 0, 1});
     }
     const auto n_tiles = static_cast<int64_t>(dt.size());
+    if (n_tiles == 0) return;  // (every row belongs to a prompt, done above)
     const int64_t want = std::max<int64_t>(1, 1024 / (n_tiles * n_head_kv));
     const int64_t n_split = std::min({int64_t{kMaxSplits}, bucket_keys / kTcDecodeRangeKeys, want});
     float* part = static_cast<float*>(
