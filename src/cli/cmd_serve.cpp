@@ -285,6 +285,7 @@ void serve(ServeOptions o) {
               static_cast<long long>(n_blocks), static_cast<long long>(block_size),
               static_cast<double>(n_blocks) * static_cast<double>(block_bytes) / (1 << 20), ops::kv_type_name(kv_type),
               o.max_seqs);
+  log_device_memory_total(backend, device);
   std::printf("hearth: chat template%s: tool calls %s%s, reasoning %s\n", o.chat_template.empty() ? "" : " (--chat-template)",
               server::tool_format_name(chat_cfg.caps.tool_format),
               chat_cfg.caps.renders_tools && chat_cfg.caps.tool_format != server::ToolFormat::kNone

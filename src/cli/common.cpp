@@ -2,10 +2,12 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
 
+#include "backends/cuda_info.h"
 #include "core/error.h"
 #include "engine/warm_up.h"
 
@@ -79,6 +81,20 @@ void log_device_memory(const ops::Backend& be, const backends::Device& d) {
   if (!d.cuda) return;
   std::fprintf(stderr, "hearth: loaded on %s: %.1f MiB of device memory in use\n", be.name().c_str(),
                static_cast<double>(be.device_memory_used()) / (1 << 20));
+}
+
+void log_device_memory_total(const ops::Backend& be, const backends::Device& d) {
+  if (!d.cuda) return;
+  size_t free_b = 0, total_b = 0;
+  std::string err;
+  if (!backends::cuda_memory_info(d.index, &free_b, &total_b, &err)) return;
+  const double mib = 1 << 20;
+  const double used = static_cast<double>(total_b - free_b), own = static_cast<double>(be.device_memory_used());
+  std::fprintf(stderr,
+               "hearth: device memory on %s: %.1f MiB in use of %.1f MiB (%.1f MiB allocated by hearth: weights, KV "
+               "cache, states, scratch; %.1f MiB CUDA context, libraries, graphs and pools)\n",
+               d.str().c_str(), used / mib, static_cast<double>(total_b) / mib, own / mib,
+               std::max(0.0, used - own) / mib);
 }
 
 void log_warm_up(model::CausalLm& model, ops::Backend& be, int64_t n_ctx, ops::KvType kv_type) {

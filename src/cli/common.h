@@ -31,6 +31,10 @@ constexpr int32_t kGpuPrefillChunk = 1024;
 backends::Device choose_device(const std::string& spec, uint64_t need_bytes, const std::string& command);
 // After loading: one stderr line with the device memory the back-end holds (CUDA only).
 void log_device_memory(const ops::Backend& be, const backends::Device& d);
+// Once everything is allocated (weights, KV cache, states, warm-up): the device memory in
+// use on the GPU, split into what the back-end allocated and the rest (CUDA context,
+// libraries, graphs, the allocator's pool). Nothing on the CPU.
+void log_device_memory_total(const ops::Backend& be, const backends::Device& d);
 // On a GPU, before the first request: engine::warm_up, then one stderr line with its time.
 void log_warm_up(model::CausalLm& model, ops::Backend& be, int64_t n_ctx, ops::KvType kv_type);
 
