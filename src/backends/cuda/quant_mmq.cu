@@ -264,7 +264,7 @@ __global__ void q8k_quantize_kernel(const float* __restrict__ x, int64_t n_token
 // (xq: [n_tokens][n_cols], xd: [n_tokens][n_cols / 256]). The block's weight rows and the
 // tokens of a step are both staged in shared memory (cp.async, NS - 1 steps ahead), so a
 // thread holds only its accumulators: four blocks of 4 warps fit an SM (BN <= 32; the
-// group loop below also takes BN = 64, measured slower: two tiles of 32 are used).
+// group loop below also takes BN = 64, measured no faster: two tiles of 32 are used).
 template <int BN, int NS>
 constexpr size_t q8k_smem_bytes() {
   return NS * (static_cast<size_t>(kRows) * kBlockBytes + static_cast<size_t>(BN) * kXRow + sizeof(float) * BN);
