@@ -6,7 +6,7 @@
 //
 // Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
 //                             [--prompt P] [--kv f16|f32] [--prefill L1,L2,...] [--chunk C]
-//                             [--device cpu|cuda[:N]]
+//                             [--device cpu|cuda[:N]] [--deterministic 1]
 // Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
 // step) and that speed over the first batch size's; the first steps after load (before
 // anything else ran on the weights but the prompts) against the warm median; and with
@@ -51,7 +51,8 @@ std::vector<int> parse_list(const std::string& s) {
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
-                         "[--prompt P] [--kv f16|f32] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]]\n");
+                         "[--prompt P] [--kv f16|f32] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]] "
+                         "[--deterministic 1]\n");
     return 2;
   }
   const std::string model_path = argv[1];
@@ -61,6 +62,7 @@ int run(int argc, char** argv) {
   std::vector<int> prefills;
   int chunk = 0;
   std::string device = "cpu";
+  bool deterministic = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
@@ -74,6 +76,7 @@ int run(int argc, char** argv) {
     else if (a == "--prefill") prefills = parse_list(v);
     else if (a == "--chunk") chunk = std::atoi(v.c_str());
     else if (a == "--device") device = v;
+    else if (a == "--deterministic") deterministic = v == "1";
     else throw std::runtime_error("unknown option " + a);
   }
   if (threads < 1 || reps < 1 || steps < 1 || prompt < 1) throw std::runtime_error("values must be positive");
@@ -81,6 +84,7 @@ int run(int argc, char** argv) {
   const hearth::gguf::File file = hearth::gguf::File::open(model_path);
   const std::unique_ptr<hearth::ops::Backend> owned = hearth::backends::make_backend(device, threads);
   hearth::ops::Backend& backend = *owned;
+  if (!backend.set_deterministic(deterministic)) throw std::runtime_error("no batch-invariant kernels on " + device);
   auto* cpu = dynamic_cast<hearth::cpu::CpuBackend*>(owned.get());  // op timing and packing: the CPU's
   const bool argmax_only = cpu == nullptr;
   const auto model = hearth::model::load_causal_lm(file, backend);

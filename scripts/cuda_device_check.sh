@@ -17,6 +17,7 @@
 #         512-token prompt + 128 tokens ($LOAD_CONCURRENCY overrides the list);
 #   invariance: benchmarks/batch_invariance.py against hearth serve --device cuda (greedy answers
 #         alone vs in a batch of 24 with sampled ones).
+# $HEARTH_ARGS: more options for every hearth run / serve above (e.g. --deterministic).
 # Writes logs to $OUT (or ./out) and prints a summary last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,13 +62,13 @@ for s in "${steps[@]}"; do
       [ -f "$f" ] || python3 "$here/make_random_gguf.py" --shape "$s" --tokenizer "$here/tok.gguf" "$f" 2>&1 | tee -a "$out/gen.txt"
       if [ "$mode" = profile ]; then
         HEARTH_CUDA_WAIT_TIMING=1 HEARTH_CUDA_OP_TIMING=${PROFILE_MODE:-1} "$here/hearth" run -m "$f" --device cuda --raw -f "$here/prompt512.txt" -n "${PROFILE_TOKENS:-32}" --temp 0 \
-          --ctx 2048 >"$out/profile-$s.txt" 2>&1
+          --ctx 2048 ${HEARTH_ARGS:-} >"$out/profile-$s.txt" 2>&1
         say "profile $s (512 prompt + ${PROFILE_TOKENS:-32} tokens, HEARTH_CUDA_OP_TIMING=${PROFILE_MODE:-1}): rc=$?"
         grep -E -A14 'op timing|CUDA waits' "$out/profile-$s.txt" | sed 's/^/  /' >>"$summary"
         continue
       fi
       if [ "$mode" = load ]; then
-        "$here/hearth" bench --launch "h=$here/hearth serve -m $f --device cuda --max-seqs 64 --kv-cache-bytes 8G" \
+        "$here/hearth" bench --launch "h=$here/hearth serve -m $f --device cuda --max-seqs 64 --kv-cache-bytes 8G ${HEARTH_ARGS:-}" \
           --scenario concurrency --concurrency "${LOAD_CONCURRENCY:-1,16,64}" --reps 1 --max-tokens 128 --lengths 512 \
           --out "$out/load-$s" >"$out/load-$s.txt" 2>&1
         say "load $s (hearth bench, concurrency ${LOAD_CONCURRENCY:-1,16,64}): rc=$?"
@@ -76,7 +77,7 @@ for s in "${steps[@]}"; do
         continue
       fi
       if [ "$mode" = invariance ]; then
-        "$here/hearth" serve -m "$f" --device cuda --port 18081 --max-seqs 32 --kv-cache-bytes 4G >"$out/inv-serve-$s.txt" 2>&1 &
+        "$here/hearth" serve -m "$f" --device cuda --port 18081 --max-seqs 32 --kv-cache-bytes 4G ${HEARTH_ARGS:-} >"$out/inv-serve-$s.txt" 2>&1 &
         pid=$!
         for _ in $(seq 60); do grep -q listening "$out/inv-serve-$s.txt" && break; sleep 1; done
         python3 "$here/batch_invariance.py" --port 18081 >"$out/invariance-$s.txt" 2>&1
@@ -85,7 +86,7 @@ for s in "${steps[@]}"; do
         continue
       fi
       if [ "$mode" = serve ]; then
-        "$here/hearth" serve -m "$f" --device cuda --port 18080 --max-seqs 4 --kv-cache-bytes 1G >"$out/serve-$s.txt" 2>&1 &
+        "$here/hearth" serve -m "$f" --device cuda --port 18080 --max-seqs 4 --kv-cache-bytes 1G ${HEARTH_ARGS:-} >"$out/serve-$s.txt" 2>&1 &
         pid=$!
         for _ in $(seq 60); do grep -q listening "$out/serve-$s.txt" && break; sleep 1; done
         resp=$(python3 -c 'import json,urllib.request as u; r=u.urlopen(u.Request("http://127.0.0.1:18080/v1/chat/completions", data=json.dumps({"messages":[{"role":"user","content":"hello there"}],"max_tokens":16,"temperature":0}).encode(), headers={"Content-Type":"application/json"}), timeout=60); d=json.load(r); print(d["usage"], repr(d["choices"][0]["message"]["content"][:60]))' 2>&1)
@@ -98,7 +99,7 @@ for s in "${steps[@]}"; do
       # "EAGER" (CUDA_MODULE_LOADING=EAGER: every kernel loaded at start-up).
       for load in ${CUDA_LOADING_MODES:-LAZY}; do
         HEARTH_CUDA_WAIT_TIMING=1 CUDA_MODULE_LOADING=$load "$here/hearth" run -m "$f" --device cuda --raw \
-          -f "$here/prompt512.txt" -n 128 --temp 0 --ctx 2048 >"$out/run-$s-$load.txt" 2>&1
+          -f "$here/prompt512.txt" -n 128 --temp 0 --ctx 2048 ${HEARTH_ARGS:-} >"$out/run-$s-$load.txt" 2>&1
         say "run $s --device cuda ($load module loading): rc=$? $(grep -E '^(Prompt|Generation|Peak)|loaded on|warmed up|CUDA waits|CUDA graphs' "$out/run-$s-$load.txt" | tr '\n' ' ')"
       done
       ;;

@@ -33,6 +33,7 @@ using json = nlohmann::ordered_json;
 
 struct RunOptions {
   bool no_warmup = false;
+  bool deterministic = false;
   std::string model;
   std::string prompt;
   std::string prompt_file;
@@ -97,6 +98,7 @@ void run(RunOptions o) {
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
   const std::unique_ptr<ops::Backend> backend_ptr = backends::make_backend(device, o.threads);
   ops::Backend& backend = *backend_ptr;
+  apply_deterministic(backend, o.deterministic);
   const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
   model::CausalLm& model = *loaded;
   log_device_memory(backend, device);
@@ -200,6 +202,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
   cmd->add_option("--system", o->system, "System message (chat template only)");
+  cmd->add_flag("--deterministic", o->deterministic,
+                "Batch-invariant kernels: a request's output does not depend on what else runs with it (the CPU "
+                "back-end always is; on a GPU slower: docs/ARCHITECTURE.md)");
   cmd->add_flag("--no-warmup", o->no_warmup,
                 "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");

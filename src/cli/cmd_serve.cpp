@@ -42,6 +42,7 @@ namespace {
 
 struct ServeOptions {
   bool no_warmup = false;
+  bool deterministic = false;
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -198,6 +199,7 @@ void serve(ServeOptions o) {
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
   const std::unique_ptr<ops::Backend> backend_ptr = backends::make_backend(device, o.threads);
   ops::Backend& backend = *backend_ptr;
+  apply_deterministic(backend, o.deterministic);
   const std::unique_ptr<model::CausalLm> loaded = model::load_causal_lm(file, backend);
   model::CausalLm& model = *loaded;
   std::optional<std::string> template_source;
@@ -321,6 +323,9 @@ void add_serve_command(CLI::App& app) {
                   "free memory; on a GPU at most 90% of its free memory after the weights)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk,
                   "Prompt tokens processed per step [default: 512; 1024 on a GPU]");
+  cmd->add_flag("--deterministic", o->deterministic,
+                "Batch-invariant kernels: a request's output does not depend on what else runs with it (the CPU "
+                "back-end always is; on a GPU slower: docs/ARCHITECTURE.md)");
   cmd->add_flag("--no-warmup", o->no_warmup,
                 "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--kv-commit", o->kv_commit,

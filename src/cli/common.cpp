@@ -83,6 +83,17 @@ void log_device_memory(const ops::Backend& be, const backends::Device& d) {
                static_cast<double>(be.device_memory_used()) / (1 << 20));
 }
 
+void apply_deterministic(ops::Backend& be, bool on) {
+  if (!on) return;
+  if (!be.set_deterministic(true)) {
+    fail(ErrorKind::kUnsupported, "--deterministic", "the " + be.name() + " back-end has no batch-invariant kernels");
+  }
+  std::fprintf(stderr,
+               "hearth: deterministic: batch-invariant kernels on %s (a request's output does not depend on what else "
+               "runs with it)\n",
+               be.name().c_str());
+}
+
 void log_device_memory_total(const ops::Backend& be, const backends::Device& d) {
   if (!d.cuda) return;
   size_t free_b = 0, total_b = 0;

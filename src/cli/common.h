@@ -31,6 +31,9 @@ constexpr int32_t kGpuPrefillChunk = 1024;
 backends::Device choose_device(const std::string& spec, uint64_t need_bytes, const std::string& command);
 // After loading: one stderr line with the device memory the back-end holds (CUDA only).
 void log_device_memory(const ops::Backend& be, const backends::Device& d);
+// --deterministic: turns the back-end's batch-invariant kernels on (with a log line), or
+// fails with Error(kUnsupported) when it has none. Nothing when off.
+void apply_deterministic(ops::Backend& be, bool on);
 // Once everything is allocated (weights, KV cache, states, warm-up): the device memory in
 // use on the GPU, split into what the back-end allocated and the rest (CUDA context,
 // libraries, graphs, the allocator's pool). Nothing on the CPU.

@@ -163,6 +163,11 @@ class Backend {
   // Device memory this back-end holds now / at most so far, in bytes (0 for host back-ends).
   virtual uint64_t device_memory_used() const { return 0; }
   virtual uint64_t device_memory_peak() const { return 0; }
+  // Batch-invariant kernels on (`--deterministic`): a row's results must then not depend
+  // on the other rows of a step (how many there are, whose they are, prompt or decode),
+  // so that a request's greedy output is the same alone or in any batch. Returns whether
+  // the back-end gives that; the default gives it only when not asked.
+  virtual bool set_deterministic(bool on) { return !on; }
 
   // out: [n_ids, table.n_cols] = rows ids[] of table (dequantized).
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out) = 0;

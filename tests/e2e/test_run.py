@@ -117,3 +117,14 @@ def test_unsupported_architecture_is_refused(run_hearth, shared_dir):
     r = run_hearth("run", "-m", vocab_only, "--raw", "-p", "x")
     assert r.returncode == 2
     assert "architecture" in r.stderr and "not supported" in r.stderr
+
+
+def test_deterministic_flag_on_the_cpu(run_hearth, default_model):
+    """--deterministic: the CPU back-end is batch-invariant already, so the flag is accepted,
+    says so, and changes no token (same greedy ids and log-probabilities as without it)."""
+    args = ["-m", default_model, "-p", "Name three colours.", "-n", "6", "--temp", "0", "--device", "cpu"]
+    plain = run_json(run_hearth, *args)
+    r = run_hearth("run", *args, "--deterministic", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "deterministic: batch-invariant kernels on cpu" in r.stderr
+    assert json.loads(r.stdout)["tokens"] == plain["tokens"]

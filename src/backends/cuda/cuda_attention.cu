@@ -541,7 +541,9 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int32_t* d_tables = stage_array(tables.data(), static_cast<int64_t>(tables.size()), "attention");
   const int epl = head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
   const auto group = static_cast<int>(n_head / n_head_kv);
-  bool prompt = false;
+  // Deterministic: every row through the prompt kernels (one row of a sequence is a tile
+  // of one), whatever else the step holds: a row's sums then depend on its own keys only.
+  bool prompt = deterministic_;
   for (int64_t s = 0; s < n_seqs; ++s) prompt = prompt || seqs[s].n_tokens > 1;
   const bool tc = prompt && tc_attention_ && cache.type == ops::KvType::F16 &&
                   prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim);
@@ -553,7 +555,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     const int rows_per_tile = tc ? kTcQueries / group : kPrefillQ / group;
     std::vector<Tile> tiles;
     for (int64_t s = 0; s < n_seqs; ++s) {
-      if (tc && seqs[s].n_tokens == 1) continue;
+      if (tc && !deterministic_ && seqs[s].n_tokens == 1) continue;
       for (int64_t r = 0; r < seqs[s].n_tokens; r += rows_per_tile) {
         tiles.push_back(Tile{static_cast<int32_t>(s), static_cast<int32_t>(r),
                              static_cast<int32_t>(std::min<int64_t>(rows_per_tile, seqs[s].n_tokens - r))});
@@ -580,7 +582,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
       }
       HEARTH_CUDA_LAUNCHED("attention");
     }
-    if (!tc) return;
+    if (!tc || deterministic_) return;
     // The decode kernel takes the one-row sequences' rows only.
     bool any = false;
     for (int64_t s = 0; s < n_seqs; ++s) {
@@ -593,7 +595,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     if (!any) return;
   }
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
-  if (tc_attention_ && cache.type == ops::KvType::F16 && bucket_keys >= kTcDecodeMinKeys &&
+  if (!deterministic_ && tc_attention_ && cache.type == ops::KvType::F16 && bucket_keys >= kTcDecodeMinKeys &&
       prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
     // Long contexts: the one-row sequences on the tensor cores, their keys split over
     // ranges of at least kTcDecodeRangeKeys (about 1,024 blocks in all), merged by
@@ -638,7 +640,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int64_t rows_in = std::max<int64_t>(1, std::count_if(row_seq.begin(), row_seq.end(), [](int32_t r) { return r >= 0; }));
   const int64_t want = std::max<int64_t>(1, (1024 + rows_in * head_blocks - 1) / (rows_in * head_blocks));
   // (From the bucket, not the exact length: each row divides its own keys among them.)
-  const int64_t n_split = std::min({int64_t{kMaxSplits}, bucket_keys / kSplitKeys, want});
+  // (Deterministic: one range, the row's keys in order, whatever the batch.)
+  const int64_t n_split = deterministic_ ? 1 : std::min({int64_t{kMaxSplits}, bucket_keys / kSplitKeys, want});
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(

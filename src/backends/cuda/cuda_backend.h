@@ -42,10 +42,23 @@ class CudaBackend final : public ops::Backend {
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
   uint64_t device_memory_used() const override { return used_; }
   uint64_t device_memory_peak() const override { return peak_; }
+  // --deterministic: every product, attention row, recurrence and MoE layer through one
+  // kernel family whose per-row arithmetic does not depend on the batch (docs/ARCHITECTURE.md,
+  // "Deterministic mode"); slower, so off by default. Set before the first step.
+  bool set_deterministic(bool on) override {
+    deterministic_ = on;
+    return true;
+  }
+  bool deterministic() const { return deterministic_; }
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
   // Whether matmul sends this product to q8_gemm (int8 tensor cores).
   bool int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) const;
+  // matmul with deterministic_: one kernel family per weight for every token count, each
+  // computing a token's sums the same way in any batch: Q4_K on q8_gemm, the other types
+  // quant_gemm takes on quant_gemm (calls of up to 64 tokens), small matrices and the
+  // rest on the matrix-vector kernels (threads per row independent of the token count).
+  void matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
   void matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                     float* const* ys) override;
@@ -278,6 +291,7 @@ class CudaBackend final : public ops::Backend {
   // Whether x: [n_tokens, n_cols] was quantized into scratch5 by the op just before.
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
   bool int8_gemm_ = true;
+  bool deterministic_ = false;  // batch-invariant kernels only (set_deterministic)
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)

@@ -311,7 +311,7 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   }
   // Decode steps (a token a sequence) prepare q, k and gates inside the recurrence (its
   // 128 threads sum like the prep kernel's for d_k <= 128); prompts in one parallel pass first.
-  const bool fused = fuse_ && n_rows == n_seqs && sh.d_k <= kCols * kParts;
+  const bool fused = fuse_ && !deterministic_ && n_rows == n_seqs && sh.d_k <= kCols * kParts;
   if (!fused) {
     const int prep_threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, (sh.d_k + 31) / 32 * 32)));
     ::hearth::cuda::launch_pdl(gdn_prep_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(sh.n_k_heads)),

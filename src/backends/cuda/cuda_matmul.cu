@@ -49,6 +49,11 @@ bool CudaBackend::int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) co
 void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
   OpTimer timer(*this, "matmul");
   if (n_tokens <= 0) return;
+  if (deterministic_) {
+    timer.rename("matmul invariant");
+    matmul_invariant(w, x, n_tokens, y);
+    return;
+  }
   const DeviceWeight dw = device_weight(w, "matmul");
   // 4 to 8 tokens of Q4_K: the int8 tensor cores beat the matrix-vector kernel (q4_K
   // 4096 x 14336, 8 tokens: 28 against 73 us).
@@ -133,13 +138,53 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   matmul_gemm(w, x, n_tokens, y);
 }
 
+void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  // The family depends on the weight only. Calls of up to 256 tokens on q8_gemm (its partial sums for 256 tokens of a 4096-row
+  // matrix: 32 MiB), of up to 64 on quant_gemm (past 64 tokens it stops splitting the
+  // columns, which changes the order of a sum); small matrices and the other types on the
+  // matrix-vector kernels, 8 tokens a launch.
+  // (Measured on the H200, 9B shape: Q6_K matrices on the matrix-vector kernels instead
+  // of quant_gemm made one stream 1.5x faster but 64 streams 1.7x slower and prompts 1.6x;
+  // the output head alone on them, 64 streams 1.25x slower for 1.15x at one stream. A
+  // user who asks for this mode runs batches: quant_gemm for all.)
+  constexpr int64_t kQ8GemmChunk = 256;
+  const bool big = w.n_rows > kF32GemmMaxRows;
+  const bool gemm8 = int8_gemm_ && big && q8_gemm_supported(w.type) && w.n_cols % 256 == 0 && w.row_bytes % 16 == 0;
+  const bool qgemm = !gemm8 && big && quant_gemm_supported(w.type);
+  const bool q8 = !gemm8 && !qgemm && q8_matvec_ && q8_matvec_supported(w.type);
+  const int64_t chunk = std::min(n_tokens, gemm8 ? kQ8GemmChunk : qgemm ? kMaxQ8GemmTokens : kMaxMatvecTokens);
+  const size_t bytes = gemm8   ? q8_gemm_scratch_bytes(dw, chunk)
+                       : qgemm ? quant_gemm_scratch_bytes(dw, chunk)
+                       : q8    ? q8_matvec_scratch_bytes(w.n_cols, chunk)
+                               : 0;
+  void* tmp = bytes > 0 ? scratch(5, bytes, "matmul") : nullptr;
+  if (skip_launch("matmul invariant", {sig_of(w), sig_of(x), sig_of(n_tokens), sig_of(y), sig_of(tmp)})) return;
+  if (gemm8 || qgemm) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
+      const int64_t nt = std::min(chunk, n_tokens - t0);
+      // (A shorter last call needs no more scratch than a full one.)
+      if (gemm8) {
+        q8_gemm(dw, x + t0 * w.n_cols, nt, y + t0 * w.n_rows, tmp, bytes, stream_);
+      } else {
+        quant_gemm(dw, x + t0 * w.n_cols, nt, y + t0 * w.n_rows, tmp, bytes, stream_);
+      }
+    }
+  } else if (q8) {
+    q8_matvec_multi(&dw, 1, x, n_tokens, &y, tmp, bytes, stream_, false);
+  } else {
+    quant_matvec(dw, x, n_tokens, y, stream_);
+  }
+  HEARTH_CUDA_LAUNCHED("matmul");
+}
+
 void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
   // Decode products sharing x (q/k/v, gate/up, the Gated DeltaNet's four inputs): the
   // weights with 8-bit activation kernels quantize x once for all of them, the others
   // (f32 routers and gates) share one f32 launch; each weight's result is the one
   // matmul gives it.
-  bool small = n > 1 && n <= 8 && n_tokens > 0 && n_tokens <= kMaxMatvecTokens;
+  bool small = !deterministic_ && n > 1 && n <= 8 && n_tokens > 0 && n_tokens <= kMaxMatvecTokens;
   for (int i = 0; small && i < n; ++i) small = ws[i]->n_cols == ws[0]->n_cols;
   if (!small) {
     for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
@@ -182,7 +227,7 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
 
 void* CudaBackend::q8_ready_scratch(const float* out, int64_t n_rows, int64_t n) {
   q8_ready_ = {};
-  if (!fuse_quant_ || !q8_matvec_ || n_rows <= 0 || n_rows > kMaxMatvecTokens || n % 32 != 0) return nullptr;
+  if (deterministic_ || !fuse_quant_ || !q8_matvec_ || n_rows <= 0 || n_rows > kMaxMatvecTokens || n % 32 != 0) return nullptr;
   const size_t bytes = q8_matvec_scratch_bytes(n, n_rows);
   void* s = scratch(5, bytes, "add_rms_norm");
   q8_ready_ = {out, n_rows, n, s, op_seq_};
@@ -200,7 +245,7 @@ void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightVi
                                 int64_t n_tokens, float* g, float* u) {
   // Decode: one 8-bit kernel computes a row of gate and of up per warp and writes
   // silu(gate) * up (the bits of the separate products and swiglu_kernel).
-  if (!fuse_swiglu_ || !q8_matvec_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens ||
+  if (deterministic_ || !fuse_swiglu_ || !q8_matvec_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens ||
       !q8_matvec_supported(gate.type) || up.type != gate.type || up.n_rows != gate.n_rows ||
       up.n_cols != gate.n_cols) {
     // Both products in one launch, then SwiGLU (its output quantized for the product

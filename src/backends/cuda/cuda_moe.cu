@@ -139,9 +139,17 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   // Decode batches (up to kMaxFusedTokens tokens: many streams) stay on the device; each
   // (token, expert) pair reads its expert's rows, so prompts (more tokens, the same experts
   // again and again) group the tokens of each expert instead.
-  const bool q8 = q8_matvec_ && n <= kMaxFusedTokens && q8_matvec_supported(L.gate->type) &&
-                  L.up->type == L.gate->type && L.up->row_bytes == L.gate->row_bytes &&
-                  q8_matvec_supported(L.down->type);
+  const bool q8_types = q8_matvec_ && q8_matvec_supported(L.gate->type) && L.up->type == L.gate->type &&
+                        L.up->row_bytes == L.gate->row_bytes && q8_matvec_supported(L.down->type);
+  if (deterministic_ && q8_types && n > kMaxFusedTokens) {
+    // Deterministic: the decode path below (each (token, expert) pair on its own) in
+    // batches it takes, never the grouped one, whose tiles depend on the other tokens.
+    for (int64_t t0 = 0; t0 < n; t0 += kMaxFusedTokens) {
+      moe_ffn(L, x + t0 * E, std::min(kMaxFusedTokens, n - t0), out + t0 * E);
+    }
+    return;
+  }
+  const bool q8 = q8_types && n <= kMaxFusedTokens;
   const int64_t pairs = n * K;
   // Router logits, then (decode) the pairs' hidden and output rows: scratch at fixed
   // addresses (a recorded step reuses them); slot 8 is this op's alone.
@@ -182,7 +190,7 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_ids.data(), ids, 4 * h_ids.size(), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_w.data(), wts, 4 * h_w.size(), cudaMemcpyDeviceToHost, stream_));
   wait("moe_ffn");
-  if (grouped_moe_ok(L)) {
+  if (!deterministic_ && grouped_moe_ok(L)) {
     timer.rename("moe_ffn grouped");
     moe_grouped(L, x, n, h_ids, h_w, out);
     return;

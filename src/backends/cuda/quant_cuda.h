@@ -86,12 +86,15 @@ size_t q8_scratch_scales_offset(int64_t n_tokens, int64_t n_cols);
 // Bytes of scratch that 8-bit activations of n_rows rows of n_cols take (no token cap).
 size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows);
 
-// y: [n_tokens, w.n_rows] = x w^T for 1..kMaxQ8GemmTokens tokens on the integer tensor
-// cores (quant_mmq.cu): x quantized as for q8_matvec, each 32-element sub-block one
+// y: [n_tokens, w.n_rows] = x w^T for 1..kMaxQ8GemmCallTokens tokens on the integer
+// tensor cores (quant_mmq.cu): x quantized as for q8_matvec, each 32-element sub-block one
 // mma.m16n8k32 s8 product scaled in f32. Its result equals the exact product of the
 // dequantized weights with the quantized x to f32 rounding (as q8_matvec's); a token's
 // outputs are the same bits in any batch. scratch: q8_gemm_scratch_bytes, 256-byte aligned.
+// The default mode sends it batches of up to kMaxQ8GemmTokens (past that cuBLAS wins);
+// the deterministic one every Q4_K product, in calls of up to kMaxQ8GemmCallTokens.
 constexpr int64_t kMaxQ8GemmTokens = 64;
+constexpr int64_t kMaxQ8GemmCallTokens = 1024;
 bool q8_gemm_supported(GgmlType type);
 // Whether q8_gemm quantizes the tokens as ggml's Q8_K (one scale per 256 values, the CPU
 // back-end's rounding; the default) rather than in chunks of 32 (HEARTH_CUDA_MMQ_Q8K=0).

@@ -1,4 +1,4 @@
-// q8_gemm: Q4_K weights times 9-64 tokens on the integer tensor cores. The tokens are
+// q8_gemm: Q4_K weights times 4-64 tokens (deterministic mode: any number) on the integer tensor cores. The tokens are
 // quantized in chunks of 32 (quantize_chunks, as for the decode matrix-vector product),
 // each 32-element sub-block of a weight row meets a chunk in one mma.m16n8k32 (s8 x s8 ->
 // s32) with the weight's 4-bit quants taken straight from the GGUF block into the A
@@ -470,7 +470,9 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
          "q8_gemm (" + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) + "): " + what);
   };
   if (!q8_gemm_supported(w.type)) bad("no integer tensor-core kernel for this type");
-  if (n_tokens < 0 || n_tokens > kMaxQ8GemmTokens) bad("1 to 64 tokens, not " + std::to_string(n_tokens));
+  if (n_tokens < 0 || n_tokens > kMaxQ8GemmCallTokens) {
+    bad("1 to " + std::to_string(kMaxQ8GemmCallTokens) + " tokens, not " + std::to_string(n_tokens));
+  }
   if (w.n_cols <= 0 || w.n_cols % kStep != 0) bad("n_cols must be a positive multiple of 256");
   if (w.row_bytes < static_cast<uint64_t>(w.n_cols / kStep) * kBlockBytes ||
       (reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % 16 != 0) {
