@@ -3,6 +3,8 @@
 // in a batch of 5, 9, 64, 260 or 300, a decode row beside prompts, the last row of a prompt chunk
 // instead of a decode step, a token of a prompt-sized MoE batch. Each test also reports
 // whether the default (fast) mode differs for the same rows, which it may.
+#include <tuple>
+
 #include "parity_common.h"
 
 namespace {
@@ -32,36 +34,45 @@ struct SubBatch {
 constexpr SubBatch kSubs[] = {{0, 1}, {37, 1}, {69, 1}, {3, 5}, {10, 8}, {20, 9}, {5, 64}};
 constexpr SubBatch kLongSubs[] = {{0, 1}, {299, 1}, {3, 5}, {20, 9}, {5, 64}, {40, 260}};
 
+// Every type at two shapes; Q4_K also at shapes whose column splits (q8_gemm's, which
+// q8k_matvec follows for 1-8 tokens) are 1, 2 and 4 (8 at 1088 x 4096).
 TEST(CudaDeterministic, MatmulRowsAreTheSameInAnyBatch) {
   NEED_GPU();
   const int64_t N = 300;
+  std::vector<std::tuple<GgmlType, int64_t, int64_t>> cases;
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1088, 4096}, {384, 1024}}) {
     for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0, GgmlType::Q4_0,
                           GgmlType::Q3_K, GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
-      const auto w = make_weight(type, randn(static_cast<size_t>(rows * cols), 11, 0.5f), rows, cols);
-      const auto x = randn(static_cast<size_t>(N * cols), 7);
-      int differ_default = 0;
-      for (bool det : {false, true}) {
-        const std::unique_ptr<DeterministicOn> on = det ? std::make_unique<DeterministicOn>() : nullptr;
-        Both xb(x), yb(N * rows);
-        gpu().matmul(w->g, xb.g->data(), N, yb.g->data());
-        const std::vector<float> all = yb.gv();
-        for (const SubBatch& sb : kLongSubs) {
-          Both xs(slice(x, sb.t0 * cols, sb.n * cols)), ys(sb.n * rows);
-          gpu().matmul(w->g, xs.g->data(), sb.n, ys.g->data());
-          const bool same = bits(ys.gv(), 0, static_cast<size_t>(sb.n * rows)) ==
-                            bits(all, static_cast<size_t>(sb.t0 * rows), static_cast<size_t>(sb.n * rows));
-          if (det) {
-            EXPECT_TRUE(same) << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] tokens " << sb.t0
-                              << ".." << sb.t0 + sb.n - 1 << " alone differ from the same rows of " << N;
-          } else {
-            differ_default += same ? 0 : 1;
-          }
+      cases.emplace_back(type, rows, cols);
+    }
+  }
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8192, 512}, {16384, 1024}, {4096, 2048}}) {
+    cases.emplace_back(GgmlType::Q4_K, rows, cols);
+  }
+  for (const auto& [type, rows, cols] : cases) {
+    const auto w = make_weight(type, randn(static_cast<size_t>(rows * cols), 11, 0.5f), rows, cols);
+    const auto x = randn(static_cast<size_t>(N * cols), 7);
+    int differ_default = 0;
+    for (bool det : {false, true}) {
+      const std::unique_ptr<DeterministicOn> on = det ? std::make_unique<DeterministicOn>() : nullptr;
+      Both xb(x), yb(N * rows);
+      gpu().matmul(w->g, xb.g->data(), N, yb.g->data());
+      const std::vector<float> all = yb.gv();
+      for (const SubBatch& sb : kLongSubs) {
+        Both xs(slice(x, sb.t0 * cols, sb.n * cols)), ys(sb.n * rows);
+        gpu().matmul(w->g, xs.g->data(), sb.n, ys.g->data());
+        const bool same = bits(ys.gv(), 0, static_cast<size_t>(sb.n * rows)) ==
+                          bits(all, static_cast<size_t>(sb.t0 * rows), static_cast<size_t>(sb.n * rows));
+        if (det) {
+          EXPECT_TRUE(same) << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] tokens " << sb.t0
+                            << ".." << sb.t0 + sb.n - 1 << " alone differ from the same rows of " << N;
+        } else {
+          differ_default += same ? 0 : 1;
         }
       }
-      std::cout << "deterministic matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols
-                << "]: default mode differs in " << differ_default << " of " << std::size(kLongSubs) << " sub-batches\n";
     }
+    std::cout << "deterministic matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols
+              << "]: default mode differs in " << differ_default << " of " << std::size(kLongSubs) << " sub-batches\n";
   }
 }
 

@@ -558,7 +558,13 @@ struct AttnCase {
 };
 
 void run_attention(const AttnCase& ac, const std::vector<ops::AttentionSeq>& shape_seqs, const char* what) {
-  const int64_t bs = 16, n_blocks = 400, kvd = ac.n_head_kv * ac.head_dim;
+  const int64_t bs = 16, kvd = ac.n_head_kv * ac.head_dim;
+  int64_t n_blocks = 400;  // (or what the sequences need)
+  {
+    int64_t need = 0;
+    for (const auto& s : shape_seqs) need += (s.pos0 + s.n_tokens + bs - 1) / bs;
+    n_blocks = std::max(n_blocks, need);
+  }
   const int64_t floats = (n_blocks * bs * kvd * ops::kv_type_size(ac.type) + 3) / 4;
   Both K(floats, true), V(floats, true);
   const ops::KvLayer kc{K.c->data(), V.c->data(), ac.type, bs, kvd};
@@ -612,6 +618,9 @@ TEST(CudaParity, AttentionDecodeAndPrefill) {
     // ranges of ~157 keys, merged by the last).
     run_attention(ac, {{0, 1, 0, nullptr}, {1, 1, 15, nullptr}, {2, 1, 100, nullptr}, {3, 1, 700, nullptr}}, "decode");
     run_attention(ac, {{0, 1, 3, nullptr}, {1, 1, 5000, nullptr}, {2, 1, 40, nullptr}}, "decode long");
+    // One row 20,000 keys deep: on the tensor cores more than 64 key ranges (a model with
+    // few KV heads spreads such a row over the whole GPU).
+    if (ac.n_head_kv <= 3) run_attention(ac, {{0, 1, 20000, nullptr}}, "decode 20k");
     // Prefill: a fresh 70-token prompt, and a 33-token chunk on top of 20 cached positions,
     // with a decode token between them.
     run_attention(ac, {{0, 70, 0, nullptr}, {70, 1, 300, nullptr}, {71, 33, 20, nullptr}}, "prefill");

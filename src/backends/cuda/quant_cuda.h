@@ -107,6 +107,13 @@ constexpr int64_t kMinQ8GemmTokens = 4;
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);
+// q8_gemm's result (the same bits for each token) from a matrix-vector kernel: Q4_K, 1 to
+// kMaxQ8kMatvecTokens tokens quantized as Q8_K, a warp per row (quant_mmq.cu); for the
+// deterministic mode's decode steps. scratch: q8_scratch_bytes(n_cols, n_tokens).
+constexpr int64_t kMaxQ8kMatvecTokens = 8;
+bool q8k_matvec_takes(const DeviceWeight& w, int64_t n_tokens);
+void q8k_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+                size_t scratch_bytes, cudaStream_t stream);
 
 // The routed experts' decode products on 8-bit activations. Weights hold n_expert
 // experts stacked (expert e's rows from row e * rows_per_expert); pair p of the
