@@ -75,7 +75,7 @@ std::vector<float> exact_matmul(const WeightPair& w, const std::vector<X>& x, in
 }
 
 // The GPU's products against the exact ones. Up to 8 tokens (matrix-vector kernels; and
-// Q4_K matrices of more than 512 rows from 4 to 64 tokens, q8_gemm):
+// Q4_K / Q6_K matrices of more than 512 rows from 4 to 64 tokens, q8_gemm):
 // for the types with 8-bit activation kernels (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K) the exact
 // product with x quantized as those kernels do (q8_ref.h; q8_gemm as Q8_K) within 1e-4, and the f32 one
 // within 1e-2 (the CPU's 8-bit activations are reported); other types f32 arithmetic on
@@ -101,8 +101,8 @@ TEST(CudaParity, MatmulAllTypes) {
       gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
       const auto exact = exact_matmul(*w, x, n_tok);
       const double eg = rel_err(yb.gv(), exact), ec = rel_err(yb.cv(), exact);
-      // 8-bit activations: the matrix-vector kernels (up to 8 tokens), and q8_gemm (Q4_K
-      // matrices of more than 512 rows, up to 64 tokens).
+      // 8-bit activations: the matrix-vector kernels (up to 8 tokens), and q8_gemm (Q4_K /
+      // Q6_K matrices of more than 512 rows, up to 64 tokens).
       const bool by_gemm = dynamic_cast<hearth::cuda::CudaBackend&>(gpu()).int8_gemm_takes(w->g, n_tok);
       const bool matvec = !by_gemm && n_tok <= 8 && hearth::cuda::q8_matvec_supported(type);
       const bool q8_path = matvec || by_gemm;

@@ -1,4 +1,5 @@
-// q8_gemm: Q4_K weights times 4-64 tokens (deterministic mode: any number) on the integer tensor cores. The tokens are
+// q8_gemm: Q4_K (and, with Q8_K tokens, Q6_K: quant_mmq_q6k.cuh) weights times 4-64 tokens
+// (deterministic mode: any number) on the integer tensor cores. The tokens are
 // quantized in chunks of 32 (quantize_chunks, as for the decode matrix-vector product),
 // each 32-element sub-block of a weight row meets a chunk in one mma.m16n8k32 (s8 x s8 ->
 // s32) with the weight's 4-bit quants taken straight from the GGUF block into the A
@@ -477,6 +478,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+#include "backends/cuda/quant_mmq_q6k.cuh"
+
 struct Plan {
   int bn, splits, steps_per_split;
   int64_t row_tiles, tok_tiles;
@@ -503,12 +506,23 @@ size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 
 }  // namespace
 
-bool q8_gemm_supported(GgmlType type) { return type == GgmlType::Q4_K; }
+bool q8_gemm_supported(GgmlType type) {
+  static const bool q6k = [] {  // HEARTH_CUDA_MMQ_Q6K=0: Q6_K products as before (for measuring)
+    const char* e = std::getenv("HEARTH_CUDA_MMQ_Q6K");
+    return !(e != nullptr && std::string(e) == "0");
+  }();
+  return type == GgmlType::Q4_K || (type == GgmlType::Q6_K && q6k && q8_gemm_uses_q8k());
+}
 
 template <int BN, int NS, int MINB>
 void allow_smem() {
   check_launch(cudaFuncSetAttribute(mmq_q4k_q8k_kernel<BN, NS, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(q8k_smem_bytes<BN, NS>())));
+}
+template <int BN, int NS>
+void allow_smem_q6k() {
+  check_launch(cudaFuncSetAttribute(mmq_q6k_q8k_kernel<BN, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(q6k_smem_bytes<BN, NS>())));
 }
 
 std::atomic<bool> g_prepared{false};
@@ -516,6 +530,8 @@ std::atomic<bool> g_prepared{false};
 void q8_gemm_prepare() {
   allow_smem<16, 4, 4>();
   allow_smem<32, 3, 4>();
+  allow_smem_q6k<16, 4>();
+  allow_smem_q6k<32, 3>();
   g_prepared = true;
 }
 
@@ -544,7 +560,8 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
     bad("1 to " + std::to_string(kMaxQ8GemmCallTokens) + " tokens, not " + std::to_string(n_tokens));
   }
   if (w.n_cols <= 0 || w.n_cols % kStep != 0) bad("n_cols must be a positive multiple of 256");
-  if (w.row_bytes < static_cast<uint64_t>(w.n_cols / kStep) * kBlockBytes ||
+  const int block_bytes = w.type == GgmlType::Q6_K ? kQ6Bytes : kBlockBytes;
+  if (w.row_bytes < static_cast<uint64_t>(w.n_cols / kStep) * block_bytes ||
       (reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % 16 != 0) {
     bad("rows must hold their blocks at 16-byte aligned addresses");
   }
@@ -570,7 +587,13 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
     launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens,
                w.n_cols, xq, xk);
     // 16 tokens: four steps in flight; 32 (33-64: two tiles of 32): three.
-    if (p.bn == 16) {
+    if (w.type == GgmlType::Q6_K) {
+      if (p.bn == 16) {
+        launch_q6k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+      } else {
+        launch_q6k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+      }
+    } else if (p.bn == 16) {
       launch_q8k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
     } else {
       launch_q8k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
@@ -599,7 +622,7 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
 }
 
 bool q8k_matvec_takes(const DeviceWeight& w, int64_t n_tokens) {
-  return q8_gemm_uses_q8k() && q8_gemm_supported(w.type) && n_tokens >= 1 && n_tokens <= kMaxQ8kMatvecTokens &&
+  return q8_gemm_uses_q8k() && w.type == GgmlType::Q4_K && n_tokens >= 1 && n_tokens <= kMaxQ8kMatvecTokens &&
          w.n_cols > 0 && w.n_cols % kStep == 0 && w.row_bytes % 16 == 0 &&
          reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
          w.row_bytes >= static_cast<uint64_t>(w.n_cols / kStep) * kBlockBytes;
