@@ -34,8 +34,8 @@ struct SubBatch {
 constexpr SubBatch kSubs[] = {{0, 1}, {37, 1}, {69, 1}, {3, 5}, {10, 8}, {20, 9}, {5, 64}};
 constexpr SubBatch kLongSubs[] = {{0, 1}, {299, 1}, {3, 5}, {20, 9}, {5, 64}, {40, 260}};
 
-// Every type at two shapes; Q4_K also at shapes whose column splits (q8_gemm's, which
-// q8k_matvec follows for 1-8 tokens) are 1, 2 and 4 (8 at 1088 x 4096).
+// Every type at two shapes; Q4_K also at shapes whose q8_gemm column splits are 1, 2 and 4
+// (8 at 1088 x 4096).
 TEST(CudaDeterministic, MatmulRowsAreTheSameInAnyBatch) {
   NEED_GPU();
   const int64_t N = 300;

@@ -113,7 +113,9 @@ TEST(CudaParity, MatmulAllTypes) {
         const double eq = rel_err(yb.gv(), exact_matmul(*w, q8k ? q8k_values(x) : q8_values(x), n_tok));
         EXPECT_LE(eq, 1e-4) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok << " (vs quantized x)";
         // Same integer dot products as the CPU back-end: the two differ by f32 rounding only.
-        if (q8k) EXPECT_LE(rel_err(yb.gv(), yb.cv()), 1e-5) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
+        if (q8k) {
+          EXPECT_LE(rel_err(yb.gv(), yb.cv()), 1e-5) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
+        }
         EXPECT_LE(eg, 1e-2) << hearth::ggml_type_name(type) << " n_tokens=" << n_tok;
         std::cout << "matmul " << hearth::ggml_type_name(type) << " [" << rows << "x" << cols << "] n=" << n_tok
                   << ": gpu (8-bit x) vs exact of quantized x " << eq << ", vs exact " << eg << ", cpu vs exact "

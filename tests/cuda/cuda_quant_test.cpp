@@ -381,7 +381,8 @@ void run_case(GgmlType type, int64_t rows, int64_t cols, bool quantized, std::mt
     run_q8_case(tag, dw, wf, x, ref, mag, kTokens, stream, fails, q8_worst);
   }
   if (hearth::cuda::quant_gemm_supported(type) && rows * cols <= (int64_t{17} << 20)) run_gemm_case(tag, dw, wf, rng, stream, fails, gemm_worst);
-  if (hearth::cuda::q8_gemm_supported(type) && cols % 256 == 0 && rows * cols <= (int64_t{17} << 20)) {
+  if (hearth::cuda::q8_gemm_supported(type) && cols % 256 == 0 && dw.row_bytes % 16 == 0 &&
+      rows * cols <= (int64_t{17} << 20)) {
     run_q8_gemm_case(tag, dw, wf, rng, stream, fails, q8_worst);
   }
 

@@ -165,9 +165,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   device_argmax_ = !(argmax != nullptr && std::string(argmax) == "0");
   const char* int8_gemm = std::getenv("HEARTH_CUDA_INT8_GEMM");
   int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
-  if (const char* ms = std::getenv("HEARTH_CUDA_TC_MAX_SPLITS")) {
-    tc_max_splits_ = std::max<int64_t>(1, std::min<int64_t>(256, std::atoll(ms)));
-  }
   const char* attn_tc = std::getenv("HEARTH_CUDA_ATTN_TC");
   tc_attention_ = !(attn_tc != nullptr && std::string(attn_tc) == "0");
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
@@ -182,8 +179,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
-  const char* q8k_matvec = std::getenv("HEARTH_CUDA_Q8K_MATVEC");
-  q8k_decode_ = q8k_matvec != nullptr && std::string(q8k_matvec) == "1";
   if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);
   int n = 0;
   HEARTH_CUDA_CHECK("init", cudaGetDeviceCount(&n));

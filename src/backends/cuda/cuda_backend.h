@@ -292,15 +292,8 @@ class CudaBackend final : public ops::Backend {
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
   bool int8_gemm_ = true;
   bool deterministic_ = false;  // batch-invariant kernels only (set_deterministic)
-  // Q4_K products of the few tokens q8_gemm leaves to the matrix-vector kernels on
-  // q8k_matvec instead (q8_gemm's bits; HEARTH_CUDA_Q8K_MATVEC=1, for measuring).
-  bool q8k_decode_ = false;
-  bool q8k_decode_takes(const ops::WeightView& w, int64_t n_tokens) const;
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
-  // Key ranges of a long-context decode row on the tensor cores, at most (the combine
-  // kernel takes 256; HEARTH_CUDA_TC_MAX_SPLITS: fewer, for measuring).
-  int64_t tc_max_splits_ = 256;
   bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)

@@ -40,16 +40,12 @@ __global__ void f32_to_f16_kernel(const float* __restrict__ x, __half* __restric
 }  // namespace
 
 bool CudaBackend::int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) const {
-  const int64_t lo = q8_gemm_uses_q8k() ? kMinQ8GemmTokens : kMaxMatvecTokens + 1;
+  const int64_t lo = !q8_gemm_uses_q8k()          ? kMaxMatvecTokens + 1
+                     : w.type == GgmlType::Q6_K ? kMinQ8GemmTokensQ6K
+                                                : kMinQ8GemmTokens;
   return int8_gemm_ && w.n_rows > kF32GemmMaxRows && n_tokens >= lo &&
          n_tokens <= std::min(qgemm_max_tokens_, kMaxQ8GemmTokens) && q8_gemm_supported(w.type) &&
          w.n_cols % 256 == 0 && w.row_bytes % 16 == 0;
-}
-
-bool CudaBackend::q8k_decode_takes(const ops::WeightView& w, int64_t n_tokens) const {
-  return q8k_decode_ && int8_gemm_ && w.n_rows > kF32GemmMaxRows && n_tokens <= kMaxMatvecTokens &&
-         !int8_gemm_takes(w, n_tokens) && w.backend_data != nullptr &&
-         q8k_matvec_takes(DeviceWeight{w.type, w.backend_data, w.n_rows, w.n_cols, w.row_bytes}, n_tokens);
 }
 
 void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
@@ -61,15 +57,6 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     return;
   }
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (q8k_decode_takes(w, n_tokens)) {
-    timer.rename("matmul q8k matvec");
-    const size_t bytes = q8_scratch_bytes(w.n_cols, n_tokens);
-    void* tmp = scratch(5, bytes, "matmul");
-    if (skip_launch("matmul q8k", {sig_of(w), sig_of(x), sig_of(n_tokens), sig_of(y), sig_of(tmp)})) return;
-    q8k_matvec(dw, x, n_tokens, y, tmp, bytes, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    return;
-  }
   // 4 to 8 tokens of Q4_K: the int8 tensor cores beat the matrix-vector kernel (q4_K
   // 4096 x 14336, 8 tokens: 28 against 73 us).
   const bool gemm8 = int8_gemm_takes(w, n_tokens);
@@ -155,9 +142,8 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
 
 void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  // The family depends on the weight only. Calls of up to 256 tokens on q8_gemm (1-8 on
-  // q8k_matvec, which computes q8_gemm's bits) (its partial sums for 256 tokens of a 4096-row
-  // matrix: 32 MiB), of up to 64 on quant_gemm (past 64 tokens it stops splitting the
+  // The family depends on the weight only. Calls of up to 256 tokens on q8_gemm (its
+  // partial sums for 256 tokens of a 4096-row matrix: 32 MiB), of up to 64 on quant_gemm (past 64 tokens it stops splitting the
   // columns, which changes the order of a sum); small matrices and the other types on the
   // matrix-vector kernels, 8 tokens a launch.
   // (Measured on the H200, 9B shape: Q6_K matrices on the matrix-vector kernels instead
@@ -180,9 +166,7 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
     for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
       const int64_t nt = std::min(chunk, n_tokens - t0);
       // (A shorter last call needs no more scratch than a full one.)
-      if (gemm8 && q8k_matvec_takes(dw, nt)) {  // decode steps: q8_gemm's bits, at matrix-vector speed
-        q8k_matvec(dw, x + t0 * w.n_cols, nt, y + t0 * w.n_rows, tmp, bytes, stream_);
-      } else if (gemm8) {
+      if (gemm8) {
         q8_gemm(dw, x + t0 * w.n_cols, nt, y + t0 * w.n_rows, tmp, bytes, stream_);
       } else {
         quant_gemm(dw, x + t0 * w.n_cols, nt, y + t0 * w.n_rows, tmp, bytes, stream_);
@@ -214,7 +198,7 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
   int nq = 0, nf = 0;
   uint64_t h = 0;
   for (int i = 0; i < n; ++i) {
-    if (int8_gemm_takes(*ws[i], n_tokens) || q8k_decode_takes(*ws[i], n_tokens)) {  // its own product
+    if (int8_gemm_takes(*ws[i], n_tokens)) {  // its own product on the int8 tensor cores
       matmul(*ws[i], x, n_tokens, ys[i]);
       continue;
     }

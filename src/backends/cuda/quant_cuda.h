@@ -92,7 +92,7 @@ size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows);
 // dequantized weights with the quantized x to f32 rounding (as q8_matvec's); a token's
 // outputs are the same bits in any batch. scratch: q8_gemm_scratch_bytes, 256-byte aligned.
 // The default mode sends it batches of up to kMaxQ8GemmTokens (past that cuBLAS wins);
-// the deterministic one every Q4_K product, in calls of up to kMaxQ8GemmCallTokens.
+// the deterministic one every Q4_K / Q6_K product, in calls of up to kMaxQ8GemmCallTokens.
 constexpr int64_t kMaxQ8GemmTokens = 64;
 constexpr int64_t kMaxQ8GemmCallTokens = 1024;
 bool q8_gemm_supported(GgmlType type);
@@ -102,18 +102,14 @@ bool q8_gemm_uses_q8k();
 // Kernel attributes q8_gemm needs (more than 48 KiB of shared memory), set once per device
 // before any launch (so none is set during a stream capture).
 void q8_gemm_prepare();
-// Fewest tokens q8_gemm takes over from the matrix-vector kernels (Q8_K kernel only).
+// Fewest tokens q8_gemm takes over from the matrix-vector kernels (Q8_K kernel only): Q4_K
+// from 4, Q6_K from 9 (measured on the H200: its 4-8 token products were faster on the
+// matrix-vector kernel, 9B 4-sequence step 5.28 against 6.04 ms).
 constexpr int64_t kMinQ8GemmTokens = 4;
+constexpr int64_t kMinQ8GemmTokensQ6K = 9;
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);
-// q8_gemm's result (the same bits for each token) from a matrix-vector kernel: Q4_K, 1 to
-// kMaxQ8kMatvecTokens tokens quantized as Q8_K, a warp per row (quant_mmq.cu); for the
-// deterministic mode's decode steps. scratch: q8_scratch_bytes(n_cols, n_tokens).
-constexpr int64_t kMaxQ8kMatvecTokens = 8;
-bool q8k_matvec_takes(const DeviceWeight& w, int64_t n_tokens);
-void q8k_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
-                size_t scratch_bytes, cudaStream_t stream);
 
 // The routed experts' decode products on 8-bit activations. Weights hold n_expert
 // experts stacked (expert e's rows from row e * rows_per_expert); pair p of the

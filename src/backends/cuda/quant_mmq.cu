@@ -116,8 +116,8 @@ __device__ __forceinline__ float2 sub_scales(const int4 head, int j) {
 }
 
 // One 256-column step of a Q8_K product: acc + d xa isum - dmin xa msum, with every
-// rounding spelled out (nothing left to the compiler's contraction), so that q8_gemm and
-// q8k_matvec, which share it, give a token the same bits.
+// rounding spelled out (nothing left to the compiler's contraction): any kernel that
+// computes a token's sums in q8_gemm's order through this gets its bits.
 __device__ __forceinline__ float q8k_step(float acc, float2 dm, float xa, int isum, int msum) {
   const float a = __fmul_rn(dm.x, xa), b = __fmul_rn(dm.y, xa);
   return __fadd_rn(acc, __fmaf_rn(a, static_cast<float>(isum), -__fmul_rn(b, static_cast<float>(msum))));
@@ -416,68 +416,6 @@ void launch_q8k(dim3 grid, cudaStream_t stream, const uint8_t* w, uint64_t row_b
              steps_per_split, out);
 }
 
-// q8k_matvec: Q4_K rows times 1..NT tokens quantized as Q8_K, a warp per row, with
-// q8_gemm's arithmetic: the row's steps split as q8_gemm splits them (a group of 32, 16,
-// 8 or 4 lanes per split, each lane 8, 16, 32 or 64 columns of a step), each
-// step's integer sums (exact: any grouping) turned into floats by q8k_step in step order,
-// the splits added in split order. A token's outputs are q8_gemm's bits.
-template <int NT>
-__global__ void __launch_bounds__(kThreads)
-    q8k_matvec_q4k_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
-                          const int8_t* __restrict__ xq, const float* __restrict__ xd, int splits, int steps_per_split,
-                          int group_log2, float* __restrict__ y) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
-  if (row >= n_rows) return;  // the whole warp
-  const int g_lanes = 1 << group_log2, z = lane >> group_log2, li = lane & (g_lanes - 1);
-  const unsigned group_mask = g_lanes == 32 ? 0xffffffffu : ((1u << g_lanes) - 1u) << (z * g_lanes);
-  const int n_steps = static_cast<int>(n_cols / kStep), cols = kStep >> group_log2, col0 = li * cols;
-  const int st0 = z * steps_per_split, st1 = z < splits ? min(n_steps, st0 + steps_per_split) : st0;
-  const uint8_t* wr = w + row * row_bytes;
-  float acc[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  for (int st = st0; st < st1; ++st) {
-    const uint8_t* b = wr + static_cast<int64_t>(st) * kBlockBytes;
-    const int4 hd = *reinterpret_cast<const int4*>(b);
-    const int s3[3] = {hd.y, hd.z, hd.w};
-    int isum[NT], msum[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) isum[t] = msum[t] = 0;
-    for (int c = col0; c < col0 + cols; c += 8) {  // 8 values of one sub-block
-      const int sb = c >> 5, g = sb >> 1, j = c & 31;
-      int sc, m;
-      q8::scale_min_k4(s3, sb, &sc, &m);
-      const int2 qw = *reinterpret_cast<const int2*>(b + 16 + 32 * g + j);
-      const int q0 = (sb & 1) ? (qw.x >> 4) & q8::kLo4 : qw.x & q8::kLo4;
-      const int q1 = (sb & 1) ? (qw.y >> 4) & q8::kLo4 : qw.y & q8::kLo4;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int2 xw = *reinterpret_cast<const int2*>(xq + t * n_cols + static_cast<int64_t>(st) * kStep + c);
-        isum[t] += sc * __dp4a(q1, xw.y, __dp4a(q0, xw.x, 0));
-        msum[t] += m * __dp4a(0x01010101, xw.y, __dp4a(0x01010101, xw.x, 0));
-      }
-    }
-    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&hd.x));
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      for (int off = g_lanes >> 1; off > 0; off >>= 1) {
-        isum[t] += __shfl_xor_sync(group_mask, isum[t], off);
-        msum[t] += __shfl_xor_sync(group_mask, msum[t], off);
-      }
-      acc[t] = q8k_step(acc[t], dm, xd[t * n_steps + st], isum[t], msum[t]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    float sum = __shfl_sync(0xffffffffu, acc[t], 0);
-    for (int k = 1; k < splits; ++k) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, acc[t], k << group_log2));
-    if (lane == 0) y[t * n_rows + row] = sum;
-  }
-}
-
 #include "backends/cuda/quant_mmq_q6k.cuh"
 
 struct Plan {
@@ -618,50 +556,6 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
   if (p.splits > 1) {
     const int64_t n = n_tokens * w.n_rows;
     sum_splits(out, p.splits, n, y, stream);
-  }
-}
-
-bool q8k_matvec_takes(const DeviceWeight& w, int64_t n_tokens) {
-  return q8_gemm_uses_q8k() && w.type == GgmlType::Q4_K && n_tokens >= 1 && n_tokens <= kMaxQ8kMatvecTokens &&
-         w.n_cols > 0 && w.n_cols % kStep == 0 && w.row_bytes % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
-         w.row_bytes >= static_cast<uint64_t>(w.n_cols / kStep) * kBlockBytes;
-}
-
-void q8k_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
-                size_t scratch_bytes, cudaStream_t stream) {
-  if (!q8k_matvec_takes(w, n_tokens)) {
-    fail(ErrorKind::kInvalidInput, "cuda quant",
-         "q8k_matvec (" + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) +
-             "): Q4_K, 1 to 8 tokens, n_cols a multiple of 256, 16-byte aligned rows (and Q8_K tokens)");
-  }
-  if (w.n_rows == 0) return;
-  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 || scratch_bytes < q8_scratch_bytes(w.n_cols, n_tokens)) {
-    fail(ErrorKind::kInvalidInput, "cuda quant", "q8k_matvec: scratch must hold q8_scratch_bytes, 256-byte aligned");
-  }
-  const Plan p = plan_for(w, n_tokens);  // (its splits depend on the weight's shape only)
-  int group_log2 = 5;
-  while ((32 >> group_log2) < p.splits) --group_log2;  // lanes per split: 32, 16, 8 or 4
-  auto* xq = static_cast<int8_t*>(scratch);
-  auto* xk = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(n_tokens, w.n_cols));
-  const int64_t warps = n_tokens * (w.n_cols / kStep);
-  launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens, w.n_cols,
-             xq, xk);
-  const auto blocks = static_cast<unsigned>((w.n_rows + kThreads / 32 - 1) / (kThreads / 32));
-  const auto* wd = static_cast<const uint8_t*>(w.data);
-  auto go = [&](auto kernel) {
-    launch_pdl(kernel, dim3(blocks), kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, p.splits,
-               p.steps_per_split, group_log2, y);
-  };
-  switch (n_tokens) {
-    case 1: go(q8k_matvec_q4k_kernel<1>); break;
-    case 2: go(q8k_matvec_q4k_kernel<2>); break;
-    case 3: go(q8k_matvec_q4k_kernel<3>); break;
-    case 4: go(q8k_matvec_q4k_kernel<4>); break;
-    case 5: go(q8k_matvec_q4k_kernel<5>); break;
-    case 6: go(q8k_matvec_q4k_kernel<6>); break;
-    case 7: go(q8k_matvec_q4k_kernel<7>); break;
-    default: go(q8k_matvec_q4k_kernel<8>); break;
   }
 }
 
