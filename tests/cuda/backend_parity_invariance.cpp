@@ -190,15 +190,7 @@ TEST(CudaDeterministic, MoeRowsAreTheSameInAnyBatch) {
   const auto gate = make_weight(GgmlType::Q4_K, randn(static_cast<size_t>(X * F * E), 72, 0.5f), X * F, E);
   const auto up = make_weight(GgmlType::Q4_K, randn(static_cast<size_t>(X * F * E), 73, 0.5f), X * F, E);
   const auto down = make_weight(GgmlType::Q6_K, randn(static_cast<size_t>(X * E * F), 74, 0.5f), X * E, F);
-  ops::MoeLayer L;
-  L.router = &router->g;
-  L.gate = &gate->g;
-  L.up = &up->g;
-  L.down = &down->g;
-  L.n_expert = X;
-  L.n_used = K;
-  L.n_embd = E;
-  L.n_ff = F;
+  const ops::MoeLayer L = gpu_moe_layer(*router, *gate, *up, *down, X, K, E, F);
   const auto x = randn(static_cast<size_t>(N * E), 81);
   int differ_default = 0;
   for (bool det : {false, true}) {

@@ -312,15 +312,7 @@ TEST(CudaParity, MoeFfnFused) {
     return out;
   };
   const auto wr = deq(*router, X, E), wg = deq(*gate, X * F, E), wu = deq(*up, X * F, E), wd = deq(*down, X * E, F);
-  ops::MoeLayer L;
-  L.router = &router->g;
-  L.gate = &gate->g;
-  L.up = &up->g;
-  L.down = &down->g;
-  L.n_expert = X;
-  L.n_used = K;
-  L.n_embd = E;
-  L.n_ff = F;
+  const ops::MoeLayer L = gpu_moe_layer(*router, *gate, *up, *down, X, K, E, F);
   for (int64_t n : {1, 3, 8, 20, 80, 200}) {
     const auto x = randn(static_cast<size_t>(n * E), 80 + static_cast<uint32_t>(n));
     const bool q8 = n <= 64;  // CudaBackend's kMaxFusedTokens

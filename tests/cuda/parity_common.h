@@ -116,4 +116,20 @@ inline std::unique_ptr<WeightPair> make_weight(GgmlType type, const std::vector<
   return w;
 }
 
+// A MoE layer over GPU weights (router, stacked gate / up / down).
+inline ops::MoeLayer gpu_moe_layer(const WeightPair& router, const WeightPair& gate, const WeightPair& up,
+                                   const WeightPair& down, int64_t n_expert, int64_t n_used, int64_t n_embd,
+                                   int64_t n_ff) {
+  ops::MoeLayer L;
+  L.router = &router.g;
+  L.gate = &gate.g;
+  L.up = &up.g;
+  L.down = &down.g;
+  L.n_expert = n_expert;
+  L.n_used = n_used;
+  L.n_embd = n_embd;
+  L.n_ff = n_ff;
+  return L;
+}
+
 }  // namespace parity
