@@ -25,7 +25,7 @@ void Scheduler::add(std::unique_ptr<SeqSlot> seq) {
       const int64_t a = pos / bs * bs;
       if (a > 0 && a < n) pts.push_back(static_cast<int32_t>(a));
     };
-    // Message boundaries, thinned so that cutting chunks there costs few extra steps:
+    // Message boundaries, thinned so that snapshots there hold few slots:
     // each kept one at least snapshot_gap tokens after the previous kept one.
     int64_t last = 0;
     for (int32_t b : seq->boundaries) {
@@ -44,11 +44,39 @@ void Scheduler::add(std::unique_ptr<SeqSlot> seq) {
   waiting_.push_back(std::move(seq));
 }
 
-int64_t Scheduler::cut_chunk(const SeqSlot& seq, int64_t n) const {
+int64_t Scheduler::cut_chunk(const SeqSlot& seq, int64_t n, std::vector<int32_t>& mids) const {
   if (!config_.recurrent) return n;
-  const auto it = std::upper_bound(seq.snapshot_points.begin(), seq.snapshot_points.end(), seq.kv.n_past);
-  if (it != seq.snapshot_points.end() && *it < seq.kv.n_past + n) return *it - seq.kv.n_past;
+  const int64_t p0 = seq.kv.n_past;
+  // A point at the chunk's end is snapshotted by commit(); those inside by the model.
+  for (auto it = std::upper_bound(seq.snapshot_points.begin(), seq.snapshot_points.end(), p0);
+       it != seq.snapshot_points.end() && *it < p0 + n; ++it) {
+    if (static_cast<int32_t>(mids.size()) >= config_.max_step_snapshots) return *it - p0;
+    mids.push_back(*it);
+  }
   return n;
+}
+
+std::vector<model::StateSnap> Scheduler::take_step_snapshots(const SeqSlot& seq, const std::vector<int32_t>& mids) {
+  std::vector<model::StateSnap> snaps;
+  for (int32_t p : mids) {
+    const int32_t slot = take_snapshot_slot();
+    if (slot < 0) break;
+    step_snaps_.push_back(slot);
+    snaps.push_back({static_cast<int32_t>(p - seq.kv.n_past), slot});
+  }
+  return snaps;
+}
+
+bool Scheduler::attach_snapshot(SeqSlot& seq, int64_t p, int32_t slot) {
+  const auto idx = static_cast<size_t>(p / blocks_.block_size() - 1);
+  if (idx >= seq.hashes.size()) return false;
+  const BlockId blk = seq.kv.blocks[idx];
+  const BlockMeta& m = blocks_.meta(blk);
+  if (!m.hashed || m.hash != seq.hashes[idx] || m.snapshot >= 0) return false;  // not ours, or kept already
+  blocks_.attach_snapshot(blk, slot);
+  snap_block_[static_cast<size_t>(slot - config_.max_seqs)] = blk;
+  snap_lru_.push_back(slot);
+  return true;
 }
 
 void Scheduler::reclaim_dropped() {
@@ -123,7 +151,11 @@ void Scheduler::preempt(size_t index) {
 
 StepPlan Scheduler::plan() {
   StepPlan plan;
+  // Slots of a plan that never reached commit() (its forward pass failed) come back.
+  for (int32_t slot : step_snaps_) free_snap_.push_back(slot);
+  step_snaps_.clear();
   int64_t prefill_budget = config_.prefill_chunk;
+  std::vector<int32_t> mids;
   // Running sequences, oldest first. A sequence that cannot get a block preempts the
   // youngest running one (which is later in this loop, so not planned yet).
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -133,7 +165,8 @@ StepPlan Scheduler::plan() {
     // Decoding: the one token left is a sampled one. The last token of a prompt (or
     // of a recompute) is still prefill and counts against the budget.
     const bool decoding = pending == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
-    const int64_t n = decoding ? 1 : cut_chunk(seq, std::min(pending, prefill_budget));
+    mids.clear();
+    const int64_t n = decoding ? 1 : cut_chunk(seq, std::min(pending, prefill_budget), mids);
     if (n <= 0) continue;  // prefill budget spent: continues next step
     bool preempted_self = false;
     while (!ensure_blocks(seq, seq.kv.n_past + n)) {
@@ -147,7 +180,8 @@ StepPlan Scheduler::plan() {
     }
     if (preempted_self) break;
     if (!decoding) prefill_budget -= n;
-    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size())});
+    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
+                          take_step_snapshots(seq, mids)});
   }
   // Admissions, in arrival order, while there is room and prefill budget.
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_seqs && prefill_budget > 0) {
@@ -172,7 +206,8 @@ StepPlan Scheduler::plan() {
       seq.hashes.resize(keep);
     }
     seq.kv.n_past = static_cast<int64_t>(seq.kv.blocks.size()) * bs;
-    const int64_t n = cut_chunk(seq, std::min(seq.pending(), prefill_budget));
+    mids.clear();
+    const int64_t n = cut_chunk(seq, std::min(seq.pending(), prefill_budget), mids);
     if (!ensure_blocks(seq, seq.kv.n_past + n)) {
       release_all(seq);  // wait for blocks to come free; keep arrival order
       break;
@@ -196,7 +231,8 @@ StepPlan Scheduler::plan() {
     prefill_budget -= n;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size())});
+    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
+                          take_step_snapshots(seq, mids)});
   }
   return plan;
 }
@@ -204,6 +240,7 @@ StepPlan Scheduler::plan() {
 std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
   const int64_t bs = blocks_.block_size();
   std::vector<StateOp> ops;
+  step_snaps_.clear();  // every planned inside snapshot is attached or given back below
   if (config_.recurrent) reclaim_dropped();
   for (const StepItem& item : plan.items) {
     SeqSlot& seq = *item.seq;
@@ -214,6 +251,11 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
       seq.hashes.push_back(blocks_.commit_full(seq.kv.blocks[b], parent, toks));
     }
     if (!config_.recurrent) continue;
+    // The snapshots the model took inside the chunk (oldest first in the LRU order).
+    for (const model::StateSnap& sn : item.snaps) {
+      const int64_t p = seq.kv.n_past - item.n_tokens + sn.after;
+      if (!attach_snapshot(seq, p, sn.slot)) free_snap_.push_back(sn.slot);
+    }
     // A snapshot of the state at this block boundary, if it is a snapshot point (or
     // the sequence is past its prompt: the rolling decode snapshot).
     const int64_t p = seq.kv.n_past;
@@ -234,9 +276,7 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
     }
     const int32_t slot = take_snapshot_slot();
     if (slot < 0) continue;
-    blocks_.attach_snapshot(blk, slot);
-    snap_block_[static_cast<size_t>(slot - config_.max_seqs)] = blk;
-    snap_lru_.push_back(slot);
+    attach_snapshot(seq, p, slot);
     ops.push_back({seq.kv.state_slot, slot});
     if (decode_point) {
       seq.decode_snapshot = slot;

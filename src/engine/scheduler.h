@@ -19,11 +19,12 @@
 // slots (max_seqs ..) at block boundaries and attached to the block ending there,
 // living and dying with it (LRU over snapshots when the slots run out). Snapshot
 // points: the aligned position at or before each message boundary the engine marks
-// (chat-template control tokens; thinned to one per snapshot_gap tokens, since each
-// point cuts a prefill chunk and so may cost a step), every snapshot_every tokens, the prompt's last
+// (chat-template control tokens; thinned to one per snapshot_gap tokens), every snapshot_every tokens, the prompt's last
 // block boundary before its final token, and, while decoding, each block boundary (a
-// rolling one: the sequence's previous decode snapshot is dropped). Prefill chunks are
-// cut to end at snapshot points. On admission a sequence resumes from the deepest
+// rolling one: the sequence's previous decode snapshot is dropped). A prefill chunk
+// takes up to max_step_snapshots points inside it as snapshots within the step
+// (StepItem::snaps: the model copies the state when its recurrence reaches them, so a
+// point costs no step of its own) and is cut to end at the next point. On admission a sequence resumes from the deepest
 // matched block that has a snapshot (its later matched blocks are let go) or from a
 // cleared state. The state copies are the engine's to do: StepPlan::state_before
 // before the forward pass, commit()'s result right after it.
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "model/batch_layout.h"
 #include "model/kv_cache.h"
 
 namespace hearth::engine {
@@ -47,6 +49,7 @@ struct SchedulerConfig {
   int32_t n_snapshots = 0;       // snapshot slots (ids max_seqs ..)
   int32_t snapshot_every = 2048; // also snapshot long prompts at multiples of this
   int32_t snapshot_gap = 512;    // message boundaries closer than this to the previous one are skipped
+  int32_t max_step_snapshots = 4;  // snapshot points inside one prefill chunk (0: chunks end at every point)
 };
 
 // A recurrent-state copy for the engine: src < 0 clears dst.
@@ -78,6 +81,9 @@ struct StepItem {
   SeqSlot* seq = nullptr;
   int32_t n_tokens = 0;          // tokens[kv.n_past, kv.n_past + n_tokens) run this step
   bool logits = false;           // reaches the last known token: sample after it
+  // Recurrent models: snapshots inside the chunk (after < n_tokens), into slots taken
+  // by plan(); commit() attaches them to their blocks (or gives the slots back).
+  std::vector<model::StateSnap> snaps = {};
 };
 
 struct StepPlan {
@@ -122,7 +128,14 @@ class Scheduler {
   bool ensure_blocks(SeqSlot& seq, int64_t n_positions);
   void release_all(SeqSlot& seq, bool forget = false);
   void preempt(size_t running_index);
-  int64_t cut_chunk(const SeqSlot& seq, int64_t n) const;
+  // The chunk of at most n tokens from kv.n_past, cut at the snapshot point after the
+  // ones it takes inside (appended to mids, absolute positions).
+  int64_t cut_chunk(const SeqSlot& seq, int64_t n, std::vector<int32_t>& mids) const;
+  // Slots for a chunk's inside snapshots (plan()); a point without a free slot is skipped.
+  std::vector<model::StateSnap> take_step_snapshots(const SeqSlot& seq, const std::vector<int32_t>& mids);
+  // Attaches snapshot slot `slot` (holding the state at position p) to the block ending
+  // at p when that block is the sequence's own and has none yet; false otherwise.
+  bool attach_snapshot(SeqSlot& seq, int64_t p, int32_t slot);
   void resume_from_snapshot(SeqSlot& seq, StepPlan& plan);
   int32_t take_snapshot_slot();
   void drop_snapshot(int32_t slot);
@@ -137,6 +150,7 @@ class Scheduler {
   std::vector<int32_t> free_live_, free_snap_;
   std::vector<BlockId> snap_block_;  // per snapshot slot (index slot - max_seqs): its block or kNoBlock
   std::list<int32_t> snap_lru_;      // held snapshot slots, least recently used first
+  std::vector<int32_t> step_snaps_;  // slots planned for inside snapshots, until commit()
 };
 
 }  // namespace hearth::engine

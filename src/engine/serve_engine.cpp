@@ -362,7 +362,7 @@ void ServeEngine::step() {
       const bool argmax = item.logits && lv.sampler.plain_greedy() && lv.request.top_logprobs < 0 && !lv.matcher &&
                           !lv.fault;
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
-                                       item.n_tokens, item.logits, argmax});
+                                       item.n_tokens, item.logits, argmax, item.snaps});
     }
     // The grammar masks of this step's samples depend only on the tokens accepted so
     // far: computed on the mask worker while the forward pass runs. A mask that fails

@@ -17,6 +17,8 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   tokens.assign(new_tokens.begin(), new_tokens.end());
   attn_seqs.assign(1, ops::AttentionSeq{0, n, seq.n_past, seq.blocks.data()});
   state_slots.assign(1, seq.state_slot);
+  snaps.assign(1, {});
+  has_snaps = false;
   positions.resize(static_cast<size_t>(n));
   slots.resize(static_cast<size_t>(n));
   const BlockMapHost map{seq.blocks.data(), cache.pool().block_size()};
@@ -37,6 +39,8 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   argmax_only.clear();
   attn_seqs.clear();
   state_slots.clear();
+  snaps.clear();
+  has_snaps = false;
   for (const BatchSeq& b : seqs) {
     if (b.n_tokens <= 0) continue;
     SeqKv& kv = *b.kv;
@@ -48,6 +52,17 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     const auto first = static_cast<int64_t>(tokens.size());
     attn_seqs.push_back(ops::AttentionSeq{first, b.n_tokens, kv.n_past, kv.blocks.data()});
     state_slots.push_back(kv.state_slot);
+    int32_t prev = 0;
+    for (const StateSnap& sn : b.snaps) {
+      if (sn.after <= prev || sn.after >= b.n_tokens || sn.slot < 0 || sn.slot == kv.state_slot) {
+        fail(ErrorKind::kInternal, "model", "a state snapshot after " + std::to_string(sn.after) + " of " +
+                                                std::to_string(b.n_tokens) + " tokens (slot " +
+                                                std::to_string(sn.slot) + ") is out of order or range");
+      }
+      prev = sn.after;
+    }
+    snaps.push_back(b.snaps);
+    has_snaps = has_snaps || !b.snaps.empty();
     const BlockMapHost map{kv.blocks.data(), pool.block_size()};
     for (int64_t i = 0; i < b.n_tokens; ++i) {
       tokens.push_back(b.tokens[i]);

@@ -17,6 +17,14 @@ namespace hearth::model {
 // One sequence of a batched forward pass: n_tokens new tokens at positions
 // kv->n_past .., appended to its cache (and, for hybrid models, run through the
 // recurrent state in slot kv->state_slot). The caller has given kv enough blocks.
+// Hybrid models: after `after` of this step's tokens (0 < after < n_tokens), a copy of
+// the sequence's recurrent state goes to state slot `slot` (a snapshot inside a prefill
+// chunk, so the chunk need not end there; the same state as a chunk cut at that point).
+struct StateSnap {
+  int32_t after = 0;
+  int32_t slot = -1;
+};
+
 struct BatchSeq {
   SeqKv* kv = nullptr;
   const int32_t* tokens = nullptr;
@@ -26,12 +34,15 @@ struct BatchSeq {
   // logits): where the back-end computes it on the device the row itself does not
   // cross to the host (BatchLayout::picks).
   bool argmax_only = false;
+  std::vector<StateSnap> snaps = {};  // hybrid models: snapshots inside the step, by `after`
 };
 
 struct BatchLayout {
   std::vector<int32_t> tokens, positions, slots, out_rows;
   std::vector<ops::AttentionSeq> attn_seqs;
   std::vector<int32_t> state_slots;  // per attention sequence (-1: none)
+  std::vector<std::vector<StateSnap>> snaps;  // per attention sequence (hybrid models)
+  bool has_snaps = false;
   // Per output row: whether only its argmax is needed; after the step, picks holds those
   // rows' argmax (ops::Backend::fetch_rows) when the back-end computed them, else it is
   // empty and every row's logits were copied.

@@ -212,16 +212,36 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
     be.matmul_multi(ws, 4, cur, n, ys);
   }
   const BatchLayout& lay = lay_;
-  s_.gdn_seqs.clear();
-  for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
-    const int32_t slot = lay.state_slots[i];
-    s_.gdn_seqs.push_back({lay.attn_seqs[i].first_row, lay.attn_seqs[i].n_tokens, pool.conv_state(slot, L.index),
-                           pool.ssm_state(slot, L.index)});
+  // The recurrence runs in passes when a sequence snapshots its state inside the step:
+  // pass k takes each sequence's rows up to its k-th snapshot point (from the one
+  // before), then the states of the sequences that snapshot there are copied. Every
+  // other op of the layer runs once over all rows.
+  size_t n_passes = 1;
+  if (lay.has_snaps) {
+    for (const auto& sn : lay.snaps) n_passes = std::max(n_passes, sn.size() + 1);
   }
-  const auto ns = static_cast<int64_t>(s_.gdn_seqs.size());
-  be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, s_.gdn_seqs.data(), ns, s_.conv->data());
-  be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, s_.gdn_seqs.data(), ns,
-                     s_.o->data());
+  for (size_t pass = 0; pass < n_passes; ++pass) {
+    s_.gdn_seqs.clear();
+    for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
+      const std::vector<StateSnap>* sn = lay.has_snaps ? &lay.snaps[i] : nullptr;
+      const size_t k = sn != nullptr ? sn->size() : 0;
+      if (pass > k) continue;  // done in an earlier pass
+      const int64_t n_i = lay.attn_seqs[i].n_tokens;
+      const int64_t from = pass == 0 ? 0 : (*sn)[pass - 1].after;
+      const int64_t to = pass < k ? (*sn)[pass].after : n_i;
+      const int32_t slot = lay.state_slots[i];
+      s_.gdn_seqs.push_back({lay.attn_seqs[i].first_row + from, to - from, pool.conv_state(slot, L.index),
+                             pool.ssm_state(slot, L.index)});
+    }
+    const auto ns = static_cast<int64_t>(s_.gdn_seqs.size());
+    be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, s_.gdn_seqs.data(), ns, s_.conv->data());
+    be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, s_.gdn_seqs.data(), ns,
+                       s_.o->data());
+    if (pass + 1 == n_passes) break;
+    for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
+      if (pass < lay.snaps[i].size()) pool.copy_layer_state(lay.state_slots[i], lay.snaps[i][pass].slot, L.index);
+    }
+  }
   be.gated_rms_norm(s_.o->data(), s_.z->data(), g.norm, n * sh.n_v_heads, sh.d_v, hp_.rms_eps);
   be.matmul(g.out, s_.o->data(), n, cur);
 }

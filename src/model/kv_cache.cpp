@@ -59,6 +59,10 @@ void KvPool::copy_state(int64_t src, int64_t dst) {
   if (src != dst) backend_->copy(slot(src), state_floats(), slot(dst));
 }
 
+void KvPool::copy_layer_state(int64_t src, int64_t dst, int64_t r) {
+  if (src != dst) backend_->copy(conv_state(src, r), conv_floats_ + ssm_floats_, conv_state(dst, r));
+}
+
 ops::KvLayer KvPool::layer(int64_t l) const {
   return ops::KvLayer{k_[static_cast<size_t>(l)]->data(), v_[static_cast<size_t>(l)]->data(), type_, block_size_,
                       n_kv_dim_};

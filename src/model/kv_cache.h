@@ -41,6 +41,8 @@ class KvPool {
   float* ssm_state(int64_t s, int64_t r) const;
   void clear_state(int64_t s);
   void copy_state(int64_t src, int64_t dst);
+  // Only the r-th recurrent layer's state (conv and delta rule).
+  void copy_layer_state(int64_t src, int64_t dst, int64_t r);
 
  private:
   float* slot(int64_t s) const;

@@ -626,29 +626,32 @@ TEST(CudaParity, AttentionDecodeAndPrefill) {
 
 // ---------------------------------------------------------------- Gated DeltaNet
 
-void run_gdn(const ops::GdnShape& sh, const std::vector<int64_t>& lens, double tol) {
+// gap: rows left out before each sequence (the model's passes around a snapshot inside
+// a step run a subset of a batch's sequences, or the rows after a point).
+void run_gdn(const ops::GdnShape& sh, const std::vector<int64_t>& lens, double tol, int64_t gap = 0) {
   const int64_t C = sh.conv_channels(), HV = sh.n_v_heads, K = sh.conv_kernel;
   int64_t n = 0;
-  for (int64_t l : lens) n += l;
+  for (int64_t l : lens) n += l + gap;
   const auto ns = static_cast<int64_t>(lens.size());
   const int64_t per = sh.conv_state_floats() + sh.ssm_state_floats();
   Both state(randn(static_cast<size_t>(ns * per), 41, 0.1f));
   std::vector<ops::GdnSeq> sc, sg;
   int64_t row = 0;
   for (int64_t s = 0; s < ns; ++s) {
+    row += gap;
     sc.push_back({row, lens[s], state.c->data() + s * per, state.c->data() + s * per + sh.conv_state_floats()});
     sg.push_back({row, lens[s], state.g->data() + s * per, state.g->data() + s * per + sh.conv_state_floats()});
     row += lens[s];
   }
   const auto conv_w = make_weight(GgmlType::F32, randn(static_cast<size_t>(C * K), 42, 0.5f), C, K);
-  Both x(randn(static_cast<size_t>(n * C), 43)), conv(n * C);
+  Both x(randn(static_cast<size_t>(n * C), 43)), conv(std::vector<float>(static_cast<size_t>(n * C), 0.0f));
   cpu().ssm_conv_silu(x.c->data(), C, conv_w->c, sc.data(), ns, conv.c->data());
   gpu().ssm_conv_silu(x.g->data(), C, conv_w->g, sg.data(), ns, conv.g->data());
   EXPECT_LE(conv.err(), 1e-5) << "ssm_conv_silu";
   // The GDN op reads the CPU's conv output on both sides (so its own error is measured).
   const auto conv_out = conv.cv();
   Both qkv(conv_out), a(randn(static_cast<size_t>(n * HV), 44)), b(randn(static_cast<size_t>(n * HV), 45)),
-      o(n * sh.value_dim());
+      o(std::vector<float>(static_cast<size_t>(n * sh.value_dim()), 0.0f));
   std::vector<float> av = randu(static_cast<size_t>(HV), 46, 0.05f, 1.6f);
   for (auto& v : av) v = -v;
   const auto A = make_weight(GgmlType::F32, av, 1, HV);
@@ -661,6 +664,7 @@ void run_gdn(const ops::GdnShape& sh, const std::vector<int64_t>& lens, double t
   std::cout << "gated_delta_net Hk " << sh.n_k_heads << " Hv " << sh.n_v_heads << " dk " << sh.d_k << " dv " << sh.d_v
             << (sh.v_tiled ? " tiled" : " grouped") << " lens";
   for (int64_t l : lens) std::cout << " " << l;
+  if (gap > 0) std::cout << " gaps " << gap;
   std::cout << ": output " << eo << ", state " << es << "\n";
 }
 
@@ -676,6 +680,8 @@ TEST(CudaParity, GatedDeltaNet) {
   run_gdn(big, {5, 70, 1}, 1e-3);
   tiny.v_tiled = true;
   run_gdn(tiny, {70, 3}, 1e-3);
+  // Sequences with rows left out between them.
+  run_gdn(big, {40, 1, 23}, 1e-3, 7);
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 //     a recurrent-state snapshot: cached_tokens covers the previous prompt and most of
 //     the answer, and the output equals a cold run of the same prompt;
 //   - the same prompt twice: the second resumes at the last block boundary before its
-//     final token.
+//     final token;
+//   - a prompt prefilled in one chunk keeps the states at its snapshot points inside it
+//     (taken by the model mid-step): a request sharing the prefix resumes there and
+//     equals a cold run.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -150,6 +153,37 @@ TEST_P(HybridEngine, PreemptionKeepsResults) {
   // 16 blocks of 16: the four sequences (up to 101 positions each) cannot all fit.
   const auto outs = run(l, config(16), ps, 12);
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(outs[i].tokens, alone(l, ps[i], 12)) << "prompt " << i;
+}
+
+TEST_P(HybridEngine, SnapshotTakenInsideAChunkResumesExactly) {
+  Loaded l(GetParam());
+  EngineConfig cfg = config();
+  cfg.prefill_chunk = 256;  // the whole prompt in one step
+  cfg.snapshot_every = 64;  // points 64, 128 and 144 (the last boundary) inside it
+  ServeEngine engine(*l.model, l.tok, cfg);
+  engine.start();
+  std::vector<int32_t> p1;
+  for (int i = 0; i < 150; ++i) p1.push_back((i * 61 + 11) % 256);
+  auto c1 = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(greedy(p1, 4), c1), ServeEngine::Admit::kOk);
+  const Outcome o1 = collect({c1})[0];
+  EXPECT_EQ(o1.tokens, alone(l, p1, 4));
+  // Shares 140 tokens: resumes from the state kept at 128, inside the first chunk.
+  std::vector<int32_t> p2(p1.begin(), p1.begin() + 140);
+  for (int i = 0; i < 12; ++i) p2.push_back((i * 17 + 200) % 256);
+  auto c2 = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(greedy(p2, 8), c2), ServeEngine::Admit::kOk);
+  const Outcome o2 = collect({c2})[0];
+  EXPECT_EQ(o2.fin.cached_tokens, 128);
+  EXPECT_EQ(o2.tokens, alone(l, p2, 8)) << GetParam();
+  // Shares 100: resumes from 64.
+  std::vector<int32_t> p3(p1.begin(), p1.begin() + 100);
+  for (int i = 0; i < 5; ++i) p3.push_back((i * 13 + 100) % 256);
+  auto c3 = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(greedy(p3, 8), c3), ServeEngine::Admit::kOk);
+  const Outcome o3 = collect({c3})[0];
+  EXPECT_EQ(o3.fin.cached_tokens, 64);
+  EXPECT_EQ(o3.tokens, alone(l, p3, 8)) << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridEngine, ::testing::Values("dense", "moe", "next"),

@@ -516,8 +516,9 @@ TEST(Scheduler, WaitingForBlocksDoesNotRecountPrefixQueries) {
 
 namespace {
 
-SchedulerConfig recurrent_config(int32_t max_seqs, int32_t n_snapshots, int32_t chunk = 512) {
+SchedulerConfig recurrent_config(int32_t max_seqs, int32_t n_snapshots, int32_t chunk = 512, int32_t step_snaps = 4) {
   SchedulerConfig c;
+  c.max_step_snapshots = step_snaps;
   c.max_seqs = max_seqs;
   c.prefill_chunk = chunk;
   c.recurrent = true;
@@ -551,7 +552,7 @@ std::vector<StateOp> run_until(Scheduler& sched, SeqSlot* seq, int32_t n_gen, st
 
 TEST(SchedulerRecurrent, ChunksEndAtSnapshotPointsAndSnapshotsAttachToTheirBlocks) {
   BlockManager bm(64, 16);
-  Scheduler sched(recurrent_config(2, 8), bm);
+  Scheduler sched(recurrent_config(2, 8, 512, 0), bm);  // no snapshots inside a step
   auto s = make_seq(1, iota_tokens(150));
   s->boundaries = {5, 20, 40, 100};  // aligned: 0 (skipped), 16 (gap < 32: skipped), 32, 96
   SeqSlot* seq = s.get();
@@ -583,6 +584,72 @@ TEST(SchedulerRecurrent, ChunksEndAtSnapshotPointsAndSnapshotsAttachToTheirBlock
   EXPECT_EQ(sched.n_snapshots_held(), 6);
 }
 
+// Points inside a chunk become snapshots the model takes within the step (up to
+// max_step_snapshots; the chunk ends at the next point), attached at commit().
+TEST(SchedulerRecurrent, SnapshotPointsInsideAChunkCostNoStep) {
+  BlockManager bm(64, 16);
+  Scheduler sched(recurrent_config(2, 8, 512, 3), bm);
+  auto s = make_seq(1, iota_tokens(150));
+  s->boundaries = {5, 20, 40, 100};
+  SeqSlot* seq = s.get();
+  sched.add(std::move(s));
+  ASSERT_EQ(seq->snapshot_points, (std::vector<int32_t>{32, 64, 96, 128, 144}));
+  StepPlan first = sched.plan();
+  ASSERT_EQ(first.items.size(), 1u);
+  // 32, 64, 96 inside; the chunk ends at the fourth point, 128.
+  EXPECT_EQ(first.items[0].n_tokens, 128);
+  ASSERT_EQ(first.items[0].snaps.size(), 3u);
+  std::set<int32_t> slots;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(first.items[0].snaps[i].after, 32 * static_cast<int32_t>(i + 1));
+    EXPECT_GE(first.items[0].snaps[i].slot, 2);  // snapshot slots come after the live ones
+    EXPECT_TRUE(slots.insert(first.items[0].snaps[i].slot).second);
+  }
+  first.items[0].seq->kv.n_past += first.items[0].n_tokens;
+  auto ops = sched.commit(first);
+  ASSERT_EQ(ops.size(), 1u);  // only the chunk's end is the engine's copy
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(bm.meta(seq->kv.blocks[static_cast<size_t>(2 * i + 1)]).snapshot, first.items[0].snaps[i].slot);
+  }
+  EXPECT_EQ(bm.meta(seq->kv.blocks[7]).snapshot, ops[0].dst);
+  EXPECT_EQ(sched.n_snapshots_held(), 4);
+  StepPlan second = sched.plan();
+  ASSERT_EQ(second.items.size(), 1u);
+  EXPECT_EQ(second.items[0].n_tokens, 150 - 128);  // 144 inside, to the prompt's end
+  ASSERT_EQ(second.items[0].snaps.size(), 1u);
+  EXPECT_EQ(second.items[0].snaps[0].after, 16);
+  EXPECT_TRUE(second.items[0].logits);
+  second.items[0].seq->kv.n_past += second.items[0].n_tokens;
+  EXPECT_TRUE(sched.commit(second).empty());
+  EXPECT_EQ(bm.meta(seq->kv.blocks[8]).snapshot, second.items[0].snaps[0].slot);
+  EXPECT_EQ(sched.n_snapshots_held(), 5);
+  bm.check_invariants();
+}
+
+// A plan whose forward pass failed never reaches commit(): its inside snapshots' slots
+// return at the next plan, and a block that is not the sequence's own takes none.
+TEST(SchedulerRecurrent, InsideSnapshotSlotsComeBackWhenUnused) {
+  BlockManager bm(64, 16);
+  Scheduler sched(recurrent_config(1, 2), bm);
+  auto s = make_seq(1, iota_tokens(100));
+  SeqSlot* seq = s.get();
+  sched.add(std::move(s));
+  StepPlan lost = sched.plan();  // points 64 and 96 inside: both slots taken
+  ASSERT_EQ(lost.items.size(), 1u);
+  ASSERT_EQ(lost.items[0].snaps.size(), 2u);
+  sched.finish(1);
+  auto again = make_seq(2, iota_tokens(100));
+  seq = again.get();
+  sched.add(std::move(again));
+  StepPlan plan = sched.plan();
+  ASSERT_EQ(plan.items.size(), 1u);
+  ASSERT_EQ(plan.items[0].snaps.size(), 2u);  // the slots came back
+  seq->kv.n_past += plan.items[0].n_tokens;
+  sched.commit(plan);
+  EXPECT_EQ(sched.n_snapshots_held(), 2);
+  bm.check_invariants();
+}
+
 TEST(SchedulerRecurrent, ASecondRequestResumesFromTheDeepestMatchedSnapshot) {
   BlockManager bm(64, 16);
   Scheduler sched(recurrent_config(2, 8), bm);
@@ -605,7 +672,9 @@ TEST(SchedulerRecurrent, ASecondRequestResumesFromTheDeepestMatchedSnapshot) {
   ASSERT_EQ(plan.state_before.size(), 1u);
   EXPECT_EQ(plan.state_before[0].src, bm.meta(sb->kv.blocks[3]).snapshot);
   EXPECT_EQ(plan.state_before[0].dst, sb->kv.state_slot);
-  EXPECT_EQ(plan.items[0].n_tokens, 112 - 64);  // cut at its own next point (119 / 16 * 16)
+  EXPECT_EQ(plan.items[0].n_tokens, 120 - 64);  // to its end, with its own point 112 inside
+  ASSERT_EQ(plan.items[0].snaps.size(), 1u);
+  EXPECT_EQ(plan.items[0].snaps[0].after, 112 - 64);
 }
 
 TEST(SchedulerRecurrent, SnapshotSlotsAreRecycledLeastRecentlyUsedAndWithEvictedBlocks) {

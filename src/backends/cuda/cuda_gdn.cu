@@ -235,15 +235,16 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   if (n_seqs <= 0) return;
   const auto* d_seqs = stage_array(seqs, n_seqs, "ssm_conv_silu");
   const int64_t total = n_seqs * channels;
-  int64_t n_rows = 0;
-  bool rows_in_order = true;
+  int64_t n_tokens = 0, n_rows = 0;  // n_rows: the rows up to the last sequence's end
+  bool rows_in_order = true;          // sequences in row order, not overlapping (gaps allowed)
   for (int64_t i = 0; i < n_seqs; ++i) {
-    rows_in_order = rows_in_order && seqs[i].first_row == n_rows;
-    n_rows += seqs[i].n_tokens;
+    rows_in_order = rows_in_order && seqs[i].first_row >= n_rows;
+    n_rows = seqs[i].first_row + seqs[i].n_tokens;
+    n_tokens += seqs[i].n_tokens;
   }
   // Several tokens of a sequence: a thread per (row, channel), then the states (one
   // thread per sequence and channel walking its tokens serialised prompts of 512 rows).
-  const bool by_rows = n_rows > n_seqs && rows_in_order;
+  const bool by_rows = n_tokens > n_seqs && rows_in_order;
   if (skip_launch("ssm_conv_silu", {sig_of(x), sig_of(channels), sig_of(wt), sig_of(K), sig_of(d_seqs), sig_of(n_seqs),
                                     sig_of(out), sig_of(by_rows), sig_of(n_rows)})) {
     return;
