@@ -309,9 +309,9 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, const i
 // conflicts), the chunk's softmax update is one warp max and sum, and the value sum has
 // lanes over dimensions (V rows broadcast per key). Warp w owns queries w, w + 4, ...
 constexpr int kPrefillQ = 16, kPrefillWarps = 4, kChunk = 32;
-// Decode rows go to the tensor-core kernel from this context bucket on (keys split in
-// ranges of at least kTcDecodeRangeKeys).
-constexpr int64_t kTcDecodeMinKeys = 4096, kTcDecodeRangeKeys = 256;
+// Decode rows go to the tensor-core kernel from the context bucket tc_decode_min_keys_ on
+// (keys split in ranges of at least kTcDecodeRangeKeys).
+constexpr int64_t kTcDecodeRangeKeys = 256;
 
 template <class T, int EPL>
 __global__ void __launch_bounds__(kPrefillWarps * 32)
@@ -595,7 +595,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     if (!any) return;
   }
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
-  if (!deterministic_ && tc_attention_ && cache.type == ops::KvType::F16 && bucket_keys >= kTcDecodeMinKeys &&
+  if (!deterministic_ && tc_attention_ && cache.type == ops::KvType::F16 && bucket_keys >= tc_decode_min_keys_ &&
       prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
     // Long contexts: the one-row sequences on the tensor cores, their keys split over
     // ranges of at least kTcDecodeRangeKeys (about 1,024 blocks in all), merged by
@@ -624,7 +624,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     launch_prefill_tc(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
                            static_cast<unsigned>(n_split)),
                       stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
-                      static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out, part);
+                      static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out, part,
+                      tc_decode_warps_ && group <= kTcDecodeGroup);
     HEARTH_CUDA_LAUNCHED("attention");
     ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
     HEARTH_CUDA_LAUNCHED("attention");

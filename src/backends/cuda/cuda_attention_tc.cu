@@ -10,6 +10,12 @@
 // softmax weights are f32 and enter as two f16 values each, x = hi + lo with hi = f16(x)
 // and lo = f16(x - hi), one MMA per half: the products are exact and the sums f32, so
 // scores and outputs stay within f32 rounding of the CUDA scalar kernel.
+//
+// Decode rows of long contexts (kDecode: one row a tile, at most 16 query vectors, the
+// keys split over blocks by the caller): the four warps share the 16 query vectors and
+// take 16 keys each of a 64-key chunk, so all of them compute and twice the keys are in
+// flight per barrier; their softmax states are merged in shared memory at the end, in
+// warp order.
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_attention.cuh"
@@ -55,7 +61,7 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
   lo = *reinterpret_cast<const unsigned*>(&l);
 }
 
-template <int D>
+template <int D, bool kDecode>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     attention_prefill_tc_kernel(const float* __restrict__ q, const __half* __restrict__ kc,
                                 const __half* __restrict__ vc, const SeqDesc* __restrict__ seqs,
@@ -64,11 +70,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                                 float* __restrict__ part) {
   constexpr int DS = D + 8;  // shared row stride in halves: 16 bytes of padding, conflict-free ldmatrix
   constexpr int NT = D / 8;  // 8-wide column tiles of the output
+  constexpr int QR = kDecode ? 16 : kTcQueries;        // query vectors staged
+  constexpr int KI = kDecode ? kWarps * 16 : kKeys;    // keys staged per iteration
+  constexpr int KW = kDecode ? 16 : kKeys;             // keys a warp scores per iteration
   extern __shared__ __align__(16) __half sm[];
-  __half* qh = sm;                  // [kTcQueries][DS]
-  __half* ql = qh + kTcQueries * DS;  // [kTcQueries][DS]
-  __half* ks = ql + kTcQueries * DS;  // [kKeys][DS]
-  __half* vs = ks + kKeys * DS;       // [kKeys][DS]
+  __half* qh = sm;                  // [QR][DS]
+  __half* ql = qh + QR * DS;        // [QR][DS]
+  __half* ks = ql + QR * DS;        // [KI][DS]
+  __half* vs = ks + KI * DS;        // [KI][DS]
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const Tile tile = tiles[blockIdx.x];
@@ -79,7 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int nq = tile.n_rows * group;
   const int32_t* table = tables + sd.table_off;
   // Query vector v: row tile.row0 + v / group, head hkv * group + v % group.
-  for (int i = static_cast<int>(threadIdx.x); i < kTcQueries * (D / 2); i += kWarps * 32) {
+  for (int i = static_cast<int>(threadIdx.x); i < QR * (D / 2); i += kWarps * 32) {
     const int v = i / (D / 2), d = 2 * (i % (D / 2));
     float2 x = make_float2(0.0f, 0.0f);
     if (v < nq) {
@@ -95,10 +104,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
   // This thread's two query vectors (rows gid and gid + 8 of the warp's 16) see keys below
   // their limits; the warp's last vector sees the most.
-  const int v0 = 16 * warp + gid, v1 = v0 + 8;
+  const int qw = kDecode ? 0 : 16 * warp;  // the warp's first query vector
+  const int kw = kDecode ? KW * warp : 0;  // the warp's first key of an iteration's chunk
+  const int v0 = qw + gid, v1 = v0 + 8;
   const int base = sd.pos0 + tile.row0;
   const int lim0 = v0 < nq ? base + v0 / group + 1 : 0, lim1 = v1 < nq ? base + v1 / group + 1 : 0;
-  const int warp_lim = 16 * warp < nq ? base + min(16 * warp + 15, nq - 1) / group + 1 : 0;
+  const int warp_lim = qw < nq ? base + min(qw + 15, nq - 1) / group + 1 : 0;
   const int n_keys = base + tile.n_rows;
   // Split over keys (part != null, decode rows of long contexts): this block takes range
   // blockIdx.z of gridDim.z equal ranges and writes [max, sum, unnormalised acc] there.
@@ -111,9 +122,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
   for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  for (int c0 = k_begin; c0 < k_end; c0 += kKeys) {
+  for (int ci = k_begin; ci < k_end; ci += KI) {
     __syncthreads();  // the previous chunk is no longer read (and q is staged)
-    for (int i = static_cast<int>(threadIdx.x); i < kKeys * (D / 8); i += kWarps * 32) {
+    for (int i = static_cast<int>(threadIdx.x); i < KI * (D / 8); i += kWarps * 32) {
+      const int c0 = ci;
       const int j = i / (D / 8), c = 8 * (i % (D / 8)), key = c0 + j;
       __half* kd = ks + j * DS + c;
       __half* vd = vs + j * DS + c;
@@ -128,21 +140,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     cp_async_wait_all();
     __syncthreads();
-    if (c0 >= warp_lim) continue;  // warp-uniform: no key of this chunk is seen by the warp
+    const int c0 = ci + kw;  // the warp's keys: c0 .. c0 + KW - 1
+    if (c0 >= warp_lim || c0 >= k_end) continue;  // warp-uniform: none of them is seen by the warp
     // Scores: s[n] is the 16 x 8 tile of keys c0 + 8 n .. c0 + 8 n + 7.
-    float s[4][4];
+    constexpr int NS = KW / 8;
+    float s[NS][4];
 #pragma unroll
-    for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < NS; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int k0 = 0; k0 < D; k0 += 16) {
       unsigned ah[4], al[4];
-      const int qoff = (16 * warp + (lane & 15)) * DS + k0 + (lane >> 4) * 8;
+      const int qoff = (qw + (lane & 15)) * DS + k0 + (lane >> 4) * 8;
       ldsm_x4(ah, qh + qoff);
       ldsm_x4(al, ql + qoff);
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
+      for (int np = 0; np < NS / 2; ++np) {
         unsigned b[4];
-        ldsm_x4(b, ks + (16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
+        ldsm_x4(b, ks + (kw + 16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
         mma_f16(s[2 * np], ah, b[0], b[1]);
         mma_f16(s[2 * np], al, b[0], b[1]);
         mma_f16(s[2 * np + 1], ah, b[2], b[3]);
@@ -152,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     // Causal mask and the online softmax of rows v0 (entries 0, 1) and v1 (entries 2, 3).
     float cm0 = -INFINITY, cm1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
+    for (int n = 0; n < NS; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = c0 + 8 * n + 2 * tig + (e & 1);
@@ -171,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const float corr0 = expf(m0 - b0), corr1 = expf(m1 - b1);
     float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
+    for (int n = 0; n < NS; ++n) {
       s[n][0] = expf(s[n][0] - b0);
       s[n][1] = expf(s[n][1] - b0);
       s[n][2] = expf(s[n][2] - b1);
@@ -197,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     // Weighted values: keys 16 kk .. 16 kk + 15 as the A operand (score tiles 2 kk, 2 kk + 1).
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
+    for (int kk = 0; kk < NS / 2; ++kk) {
       unsigned ph[4], pl[4];
       split_pair(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
       split_pair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
@@ -206,11 +220,63 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int dp = 0; dp < NT / 2; ++dp) {
         unsigned b[4];
-        ldsm_x4_trans(b, vs + (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + 16 * dp + (lane >> 4) * 8);
+        ldsm_x4_trans(b, vs + (kw + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + 16 * dp + (lane >> 4) * 8);
         mma_f16(o[2 * dp], ph, b[0], b[1]);
         mma_f16(o[2 * dp], pl, b[0], b[1]);
         mma_f16(o[2 * dp + 1], ph, b[2], b[3]);
         mma_f16(o[2 * dp + 1], pl, b[2], b[3]);
+      }
+    }
+  }
+  if constexpr (kDecode) {
+    // The warps' states of the same 16 vectors, merged in warp order: (m, l) per warp and
+    // vector into the q buffers, the unnormalised outputs into the key / value buffers.
+    __syncthreads();  // every warp is done with q, K and V
+    float* ml = reinterpret_cast<float*>(qh);  // [kWarps][16][2]
+    float* ow = reinterpret_cast<float*>(ks);  // [kWarps][16][D]
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int v = gid + 8 * half;
+      if (tig == 0) {
+        ml[(warp * 16 + v) * 2] = half ? m1 : m0;
+        ml[(warp * 16 + v) * 2 + 1] = half ? l1 : l0;
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        *reinterpret_cast<float2*>(ow + (warp * 16 + v) * D + 8 * t + 2 * tig) =
+            make_float2(o[t][2 * half], o[t][2 * half + 1]);
+      }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int v = gid + 8 * half;
+      float mm = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, ml[(w * 16 + v) * 2]);
+      const float bm = mm == -INFINITY ? 0.0f : mm;
+      float ll = 0.0f, f[kWarps];
+      for (int w = 0; w < kWarps; ++w) {
+        f[w] = expf(ml[(w * 16 + v) * 2] - bm);
+        ll += ml[(w * 16 + v) * 2 + 1] * f[w];
+      }
+      if (half) {
+        m1 = mm;
+        l1 = ll;
+      } else {
+        m0 = mm;
+        l0 = ll;
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float a0 = 0.0f, a1 = 0.0f;
+        for (int w = 0; w < kWarps; ++w) {
+          const float2 x = *reinterpret_cast<const float2*>(ow + (w * 16 + v) * D + 8 * t + 2 * tig);
+          a0 += x.x * f[w];
+          a1 += x.y * f[w];
+        }
+        o[t][2 * half] = a0;
+        o[t][2 * half + 1] = a1;
       }
     }
   }
@@ -241,21 +307,35 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
 }
 
-template <int D>
-void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
-              const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
-              float scale, float* out, float* part) {
-  const size_t smem = sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * kKeys) * (D + 8);
+template <int D, bool kDecode>
+void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
+               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
+               float scale, float* out, float* part) {
+  // (The decode merge reuses the q buffers for [4][16] (m, l) and the K / V ones for
+  // [4][16][D] f32 outputs: both fit.)
+  const size_t smem = kDecode ? sizeof(__half) * static_cast<size_t>(2 * 16 + 2 * kWarps * 16) * (D + 8)
+                              : sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * kKeys) * (D + 8);
   static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D>,
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                        "attention", "cudaFuncSetAttribute");
     raised = true;
   }
-  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D>, grid, kWarps * 32, smem, st, q,
+  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode>, grid, kWarps * 32, smem, st, q,
                              static_cast<const __half*>(k), static_cast<const __half*>(v), seqs, tiles, tables, n_head,
                              group, kv_stride, bs_log2, scale, out, part);
+}
+
+template <int D>
+void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
+              const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
+              float scale, float* out, float* part, bool decode) {
+  if (decode) {
+    launch_dk<D, true>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+  } else {
+    launch_dk<D, false>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+  }
 }
 
 }  // namespace
@@ -268,16 +348,17 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
-                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part) {
+                       int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part,
+                       bool decode) {
   switch (head_dim) {
     case 64:
-      launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+      launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
       break;
     case 128:
-      launch_d<128>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+      launch_d<128>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
       break;
     default:
-      launch_d<256>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+      launch_d<256>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
       break;
   }
 }
