@@ -92,7 +92,8 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
   if (config.commit_kv) pool_.commit();
   const char* timing = std::getenv("HEARTH_ENGINE_TIMING");
-  timing_.on = timing != nullptr && std::string(timing) == "1";
+  timing_.on = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "2");
+  timing_.each = timing != nullptr && std::string(timing) == "2";
 }
 
 ServeEngine::~ServeEngine() { stop(); }
@@ -461,6 +462,11 @@ void ServeEngine::step() {
       timing_.plan_ms += ms_between(t0, t_forward);
       timing_.forward_ms += ms_between(t_forward, t_forward_end);
       timing_.sample_ms += ms_between(t_forward_end, Clock::now());
+      if (timing_.each && plan.n_tokens() > 8) {
+        std::fprintf(stderr, "hearth: step of %zu sequences, %d tokens: plan %.2f ms, forward %.2f ms, sampling %.2f ms\n",
+                     plan.items.size(), plan.n_tokens(), ms_between(t0, t_forward), ms_between(t_forward, t_forward_end),
+                     ms_between(t_forward_end, Clock::now()));
+      }
     }
     if (observer_ != nullptr) {
       observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
@@ -540,6 +546,10 @@ ServeEngine::RowEnd ServeEngine::finish_row(SeqSlot& seq, Live& live, int32_t ne
   if (live.fault_due(FaultKind::kStop)) fail(ErrorKind::kInternal, "stop", "injected stop-matcher fault");
   if (live.n_generated == 0) {
     live.t_first = now;
+    if (timing_.each) {
+      std::fprintf(stderr, "hearth: request %llu: first token %.2f ms after it arrived\n",
+                   static_cast<unsigned long long>(seq.id), ms_between(live.channel->created, now));
+    }
     if (observer_ != nullptr) observer_->on_first_token(ms_between(live.channel->created, now) / 1000.0);
   } else if (observer_ != nullptr) {
     observer_->on_token_interval(ms_between(live.t_last, now) / 1000.0);

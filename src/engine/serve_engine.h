@@ -149,9 +149,10 @@ class ServeEngine {
   std::vector<float> logits_;
   // HEARTH_ENGINE_TIMING=1: where the engine thread's steps spend their time (planning
   // and state copies, the forward pass with the logits' copy to the host, sampling and
-  // streaming), printed to stderr when the engine stops.
+  // streaming), printed to stderr when the engine stops. HEARTH_ENGINE_TIMING=2 also
+  // prints every step of more than 8 tokens and each request's time to its first token.
   struct StepTiming {
-    bool on = false;
+    bool on = false, each = false;
     int64_t steps = 0, rows = 0, tokens = 0;
     double plan_ms = 0, forward_ms = 0, sample_ms = 0;
   } timing_;
