@@ -23,6 +23,11 @@ class ReasoningBudget {
   explicit ReasoningBudget(ReasoningLimit limit);
   // The token to emit now instead of sampling, if the budget is spent.
   std::optional<int32_t> forced();
+  // Whether the next forced() returns a token (without taking it).
+  bool would_force() const {
+    return limit_.budget >= 0 && !limit_.close_tokens.empty() && !done_ &&
+           (forcing_ || (inside_ && n_inside_ >= limit_.budget));
+  }
   // After every generated token (sampled or forced): the text it decoded to.
   void accept(std::string_view text);
   bool inside() const { return inside_; }

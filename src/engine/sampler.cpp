@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -72,7 +73,19 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
+double Sampler::next_uniform() {
+  return std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  if (p_.temperature <= 0.0f) {
+    apply_penalties(logits, history);
+    return static_cast<int32_t>(argmax_first(logits));
+  }
+  return sample(logits, history, next_uniform());
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history, double u) {
   apply_penalties(logits, history);
   if (p_.temperature <= 0.0f) return static_cast<int32_t>(argmax_first(logits));
   const size_t vocab = logits.size();
@@ -182,8 +195,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       block_sums_[b] = sum_of(probs_.data() + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
       sum += block_sums_[b];
     }
-    std::uniform_real_distribution<double> uniform(0.0, sum);
-    const double r = uniform(rng_);
+    const double r = u * sum;  // (what std::uniform_real_distribution(0, sum) makes of u)
     for (size_t b = 0; b + 1 < block_sums_.size() && r >= acc + block_sums_[b]; ++b) {
       acc += block_sums_[b];
       from = (b + 1) * kSumBlock;
@@ -198,8 +210,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       probs_[i] = std::exp((logits[candidates_[i]] - max_l) / p_.temperature);
       sum += probs_[i];
     }
-    std::uniform_real_distribution<double> uniform(0.0, sum);
-    const double r = uniform(rng_);
+    const double r = u * sum;
     for (size_t i = 0; i < n; ++i) {
       acc += probs_[i];
       if (r < acc) return candidates_[i];

@@ -32,6 +32,22 @@ class Sampler {
   // Picks the next token from logits ([n_vocab], modified in place by the penalties)
   // given the tokens so far (prompt + generated).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // The same with the draw's uniform number u (in [0, 1)) taken ahead by next_uniform():
+  // a temperature draw is the token where u x the candidates' total probability falls
+  // (one uniform number per sampled token, none for greedy).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history, double u);
+  double next_uniform();
+  // A temperature draw over the whole vocabulary with nothing else (no top-k, top-p,
+  // min-p or penalties: the OpenAI-style server default). Such a draw is a function of
+  // the row, draw_scale() and u alone (a back-end may compute it where the logits are,
+  // ops::RowReduce): exp((l - max) x scale) of every token in float with exp_shifted's
+  // arithmetic, summed in double per 1024 tokens in sum_of's order, the blocks in order,
+  // r = u x total, then the first token whose running sum from its block's start exceeds r.
+  bool full_row_draw() const {
+    return p_.temperature > 0.0f && p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f &&
+           p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+  }
+  float draw_scale() const { return 1.0f / p_.temperature; }
   // Greedy with no penalties: sample() returns the row's first largest value, whatever
   // the history (so the argmax alone, computed elsewhere, is the sample).
   bool plain_greedy() const {

@@ -359,11 +359,17 @@ void ServeEngine::step() {
     for (const StepItem& item : plan.items) {
       // Greedy rows that nothing else reads (no log-probabilities, constraint or injected
       // fault) need only their argmax: the back-end may reduce them where the logits are.
-      const Live& lv = *live_.at(item.seq->id);
-      const bool argmax = item.logits && lv.sampler.plain_greedy() && lv.request.top_logprobs < 0 && !lv.matcher &&
-                          !lv.fault;
+      Live& lv = *live_.at(item.seq->id);
+      const bool plain = item.logits && lv.request.top_logprobs < 0 && !lv.matcher && !lv.fault;
+      const bool argmax = plain && lv.sampler.plain_greedy();
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits, argmax, item.snaps});
+      // Temperature draws over the whole row likewise (their one uniform number is taken
+      // now; a back-end that does not draw leaves the row to the host sampler with it).
+      if (plain && !argmax && lv.sampler.full_row_draw() && !lv.reasoning.would_force()) {
+        batch_.back().draw_scale = lv.sampler.draw_scale();
+        batch_.back().draw_u = lv.sampler.next_uniform();
+      }
     }
     // The grammar masks of this step's samples depend only on the tokens accepted so
     // far: computed on the mask worker while the forward pass runs. A mask that fails
@@ -411,16 +417,18 @@ void ServeEngine::step() {
     }
     picks_.assign(rows.size(), RowPick{});
     const std::vector<ops::ArgmaxRow>& device_picks = model_.picks();
-    std::vector<uint8_t> row_argmax;  // per sampled row, in the order of rows
+    std::vector<const model::BatchSeq*> row_seq;  // per sampled row, in the order of rows
     for (const model::BatchSeq& b : batch_) {
-      if (b.logits) row_argmax.push_back(b.argmax_only ? 1 : 0);
+      if (b.logits) row_seq.push_back(&b);
     }
     auto pick = [&](int64_t r) {
-      const bool reduced = device_picks.size() == rows.size() && row_argmax.size() == rows.size() &&
-                           row_argmax[static_cast<size_t>(r)] != 0;
+      const auto i = static_cast<size_t>(r);
+      const bool have = device_picks.size() == rows.size() && row_seq.size() == rows.size();
+      const bool reduced = have && (row_seq[i]->argmax_only || row_seq[i]->draw_u >= 0.0);
       pick_row(*rows[r].first, *rows[r].second,
                std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab),
-               reduced ? &device_picks[static_cast<size_t>(r)] : nullptr, picks_[r]);
+               reduced ? &device_picks[i] : nullptr, row_seq.size() == rows.size() ? row_seq[i]->draw_u : -1.0,
+               picks_[r]);
     };
     constexpr size_t kParallelRows = 8;
     if (rows.size() >= kParallelRows && !sample_pool_) {
@@ -485,13 +493,22 @@ void ServeEngine::step() {
   if (!plan.empty()) ++stats_.steps;
 }
 
-void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, RowPick& pick) {
+void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, double draw_u,
+                           RowPick& pick) {
   try {
     if (!live.mask_error.empty()) {
       pick.error = std::move(live.mask_error);
       return;
     }
-    if (am != nullptr) {  // greedy, unconstrained, no log-probabilities: the argmax is the sample
+    if (am != nullptr && draw_u >= 0.0 && (am->bad >= 0 || am->argmax >= 0)) {  // drawn by the back-end
+      if (am->bad >= 0) {
+        pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
+        return;
+      }
+      pick.token = am->argmax;
+      return;
+    }
+    if (am != nullptr && draw_u < 0.0) {  // greedy, unconstrained, no log-probabilities: the argmax is the sample
       if (am->bad >= 0) {
         pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
         return;
@@ -515,7 +532,11 @@ void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const 
     if (!forced && live.fault_due(FaultKind::kSampler)) {
       fail(ErrorKind::kInternal, "sampler", "injected sampler fault");
     }
-    pick.token = forced ? *forced : live.sampler.sample(lg, seq.tokens);
+    if (forced) {
+      pick.token = *forced;
+    } else {
+      pick.token = draw_u >= 0.0 ? live.sampler.sample(lg, seq.tokens, draw_u) : live.sampler.sample(lg, seq.tokens);
+    }
   } catch (const std::exception& ex) {
     pick.error = request_fault("sampling", ex);
   }

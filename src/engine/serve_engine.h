@@ -122,9 +122,11 @@ class ServeEngine {
     int32_t token = -1;
     std::string error;
   };
-  // am: the row reduced to its argmax on the device (the sequence is greedy and nothing
-  // reads its logits; lg is then not written), else null.
-  void pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, RowPick& pick);
+  // am: the row reduced on the device (the sequence is greedy, or draw_u >= 0: a
+  // temperature draw over the whole row with that uniform number, and nothing else reads
+  // its logits; lg is then not written unless the back-end left the draw to the host),
+  // else null. draw_u >= 0: the uniform number taken for this row's draw.
+  void pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, double draw_u, RowPick& pick);
   RowEnd finish_row(SeqSlot& seq, Live& live, int32_t next, std::string& error);
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
   // Ends every queued and running request with `error` (finish reason `reason`:

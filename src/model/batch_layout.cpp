@@ -28,7 +28,7 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   }
   out_rows.clear();
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) out_rows.push_back(static_cast<int32_t>(i));
-  argmax_only.assign(out_rows.size(), argmax && !all_logits ? 1 : 0);
+  reduce.assign(out_rows.size(), ops::RowReduce{argmax && !all_logits ? ops::RowKind::kArgmax : ops::RowKind::kCopy});
 }
 
 void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
@@ -36,7 +36,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   positions.clear();
   slots.clear();
   out_rows.clear();
-  argmax_only.clear();
+  reduce.clear();
   attn_seqs.clear();
   state_slots.clear();
   snaps.clear();
@@ -71,7 +71,13 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     }
     if (b.logits) {
       out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
-      argmax_only.push_back(b.argmax_only ? 1 : 0);
+      if (b.argmax_only) {
+        reduce.push_back({ops::RowKind::kArgmax});
+      } else if (b.draw_u >= 0.0) {
+        reduce.push_back({ops::RowKind::kDraw, b.draw_scale, b.draw_u});
+      } else {
+        reduce.push_back({});
+      }
     }
   }
 }
@@ -108,9 +114,9 @@ void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, con
   out.resize(static_cast<size_t>(rows * n_vocab));
   // Through fetch_rows whether or not a row is greedy now (the back-end's step must not
   // depend on it: CUDA graphs are recorded per step size).
-  if (be.device_argmax() && lay.argmax_only.size() == static_cast<size_t>(rows)) {
+  if (be.device_argmax() && lay.reduce.size() == static_cast<size_t>(rows)) {
     lay.picks.assign(static_cast<size_t>(rows), ops::ArgmaxRow{});
-    be.fetch_rows(*logits, rows, n_vocab, lay.argmax_only.data(), out.data(), lay.picks.data());
+    be.fetch_rows(*logits, rows, n_vocab, lay.reduce.data(), out.data(), lay.picks.data());
     return;
   }
   be.copy_to_host(*logits, 0, rows * n_vocab, out.data());

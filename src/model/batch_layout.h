@@ -34,7 +34,11 @@ struct BatchSeq {
   // logits): where the back-end computes it on the device the row itself does not
   // cross to the host (BatchLayout::picks).
   bool argmax_only = false;
-  std::vector<StateSnap> snaps = {};  // hybrid models: snapshots inside the step, by `after`
+  std::vector<StateSnap> snaps = {};
+  // Else, when draw_u >= 0: only a temperature draw over the row is needed (its scale
+  // and uniform number; ops::RowKind::kDraw).
+  float draw_scale = 1.0f;
+  double draw_u = -1.0;  // hybrid models: snapshots inside the step, by `after`
 };
 
 struct BatchLayout {
@@ -43,10 +47,10 @@ struct BatchLayout {
   std::vector<int32_t> state_slots;  // per attention sequence (-1: none)
   std::vector<std::vector<StateSnap>> snaps;  // per attention sequence (hybrid models)
   bool has_snaps = false;
-  // Per output row: whether only its argmax is needed; after the step, picks holds those
+  // Per output row: how the back-end returns it (copy, argmax, draw); after the step, picks holds those
   // rows' argmax (ops::Backend::fetch_rows) when the back-end computed them, else it is
   // empty and every row's logits were copied.
-  std::vector<uint8_t> argmax_only;
+  std::vector<ops::RowReduce> reduce;
   std::vector<ops::ArgmaxRow> picks;
 
   // One sequence with its own cache. Throws Error when the context would overflow.

@@ -10,11 +10,15 @@ void Backend::moe_ffn(const MoeLayer&, const float*, int64_t, float*) {
   fail(ErrorKind::kUnsupported, name(), "moe_ffn: this back-end routes experts through the model's generic path");
 }
 
-void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce, float* dst,
                          ArgmaxRow* picks) {
   copy_to_host(src, 0, n_rows * n_cols, dst);
   for (int64_t r = 0; r < n_rows; ++r) {
-    if (argmax_only == nullptr || argmax_only[r] == 0) continue;
+    if (reduce == nullptr || reduce[r].kind == RowKind::kCopy) continue;
+    if (reduce[r].kind == RowKind::kDraw) {
+      picks[r] = ArgmaxRow{};  // not drawn here: the row is on the host
+      continue;
+    }
     const float* row = dst + r * n_cols;
     ArgmaxRow p;
     for (int64_t i = 0; i < n_cols; ++i) {

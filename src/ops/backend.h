@@ -113,9 +113,22 @@ struct MoeLayer {
   bool norm_weights = true;  // divide the chosen experts' probabilities by their sum
 };
 
-// One output row reduced to what greedy decoding needs (Backend::fetch_rows).
+// How Backend::fetch_rows returns one output row.
+enum class RowKind : uint8_t {
+  kCopy = 0,    // the whole row
+  kArgmax = 1,  // only the index of its first largest value (greedy decoding)
+  kDraw = 2,    // a temperature draw over the whole row (engine::Sampler::full_row_draw)
+};
+struct RowReduce {
+  RowKind kind = RowKind::kCopy;
+  float scale = 1.0f;  // kDraw: 1 / temperature
+  double u = 0.0;      // kDraw: the draw's uniform number in [0, 1)
+};
+
+// One output row reduced to what greedy decoding or a draw needs (Backend::fetch_rows).
 struct ArgmaxRow {
-  int32_t argmax = -1;    // index of the first largest value (when bad < 0)
+  int32_t argmax = -1;    // index of the first largest value (kDraw: the drawn token; -1:
+                          // the back-end did not draw and copied the row instead)
   int32_t bad = -1;       // index of the first NaN or infinite value, -1 when none
   int32_t bad_nan = 0;    // 1: that value is NaN (else infinite)
 };
@@ -152,11 +165,13 @@ class Backend {
   // (greedy rows or not), else with copy_to_host.
   virtual bool device_argmax() const { return false; }
   // The step's output rows ([n_rows, n_cols] at the start of src) to the host, ending the
-  // step like copy_to_host: row r into dst row r, except rows with argmax_only[r] set,
-  // whose dst rows are left as they are and of which picks[r] holds only the index of the
-  // first largest value and the first non-finite one. The default copies every row and
-  // scans the argmax rows on the host.
-  virtual void fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+  // step like copy_to_host: row r into dst row r, except rows reduced by reduce[r]
+  // (nullptr: none): for kArgmax the dst row is left as it is and picks[r] holds only
+  // the index of the first largest value and the first non-finite one; for kDraw the
+  // back-end may likewise return the drawn token (and the first non-finite value) in
+  // picks[r], or copy the row and set picks[r].argmax = -1. The default copies every row,
+  // scans the argmax rows on the host and draws none.
+  virtual void fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce, float* dst,
                           ArgmaxRow* picks);
   // Writes n floats from host memory into dst at offset (tests, state restore).
   virtual void copy_from_host(const float* src, int64_t n, Buffer& dst, int64_t offset) = 0;

@@ -12,6 +12,8 @@
 #include <limits>
 #include <string>
 
+#include "engine/logit_scan.h"
+#include "engine/sampler.h"
 #include "parity_common.h"
 
 namespace parity {
@@ -51,6 +53,7 @@ hearth::cpu::CpuBackend& cpu() {
 namespace {
 
 using namespace parity;
+namespace engine = hearth::engine;
 
 // ---------------------------------------------------------------- matrix products
 
@@ -238,11 +241,13 @@ TEST(CudaParity, FetchRowsArgmax) {
     v[6 * cols + 0] = v[6 * cols + 1] = 70.0f;
     Both b(v);
     const std::vector<uint8_t> argmax_only = {1, 1, 1, 1, 1, 0, 1, 0, 1};
+    std::vector<ops::RowReduce> reduce;
+    for (uint8_t a : argmax_only) reduce.push_back({a != 0 ? ops::RowKind::kArgmax : ops::RowKind::kCopy});
     std::vector<float> dc(v.size(), -5.0f), dg(v.size(), -5.0f);
     std::vector<ops::ArgmaxRow> pc(rows), pg(rows);
-    cpu().ops::Backend::fetch_rows(*b.c, rows, cols, argmax_only.data(), dc.data(), pc.data());
+    cpu().ops::Backend::fetch_rows(*b.c, rows, cols, reduce.data(), dc.data(), pc.data());
     ASSERT_TRUE(gpu().device_argmax());
-    gpu().fetch_rows(*b.g, rows, cols, argmax_only.data(), dg.data(), pg.data());
+    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), dg.data(), pg.data());
     for (int64_t r = 0; r < rows; ++r) {
       const std::string what = "cols " + std::to_string(cols) + " row " + std::to_string(r);
       if (argmax_only[r] == 0) {
@@ -259,6 +264,69 @@ TEST(CudaParity, FetchRowsArgmax) {
     EXPECT_EQ(pg[1].argmax, cols / 3);
     EXPECT_EQ(pg[6].argmax, 0);
   }
+}
+
+// Temperature draws over whole rows (fetch_rows, RowKind::kDraw) give the token the host
+// sampler draws from the same row with the same uniform number, for every row: rows of
+// the 248k and 128k vocabularies and odd widths, flat and peaked, several temperatures,
+// u near 0 and 1; a non-finite row reports its first bad value; argmax and copied rows
+// in the same call keep their meaning.
+TEST(CudaParity, FetchRowsDraw) {
+  NEED_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int drawn = 0;
+  for (int64_t cols : {int64_t{248320}, int64_t{128256}, int64_t{4099}, int64_t{1024}, int64_t{33}}) {
+    const int64_t rows = 12;
+    auto v = randn(static_cast<size_t>(rows * cols), 93, 3.0f);
+    for (int64_t i = 0; i < cols; ++i) v[static_cast<size_t>(2 * cols + i)] *= 0.01f;  // nearly flat
+    v[static_cast<size_t>(3 * cols + cols / 2)] = 40.0f;                              // one dominant token
+    v[static_cast<size_t>(5 * cols + cols - 1)] = nan;                                // non-finite
+    v[static_cast<size_t>(7 * cols + 3)] = -std::numeric_limits<float>::infinity();  // a masked token
+    Both b(v);
+    const double us[] = {0.0, 0.3, 0.999999, 0.5, 0.7, 0.0001, 0.25, 0.9, 0.61, 0.42, 0.05, 0.83};
+    const float temps[] = {1.0f, 0.7f, 1.0f, 0.3f, 1.5f, 1.0f, 0.01f, 2.0f, 1.0f, 0.9f, 1.1f, 0.5f};
+    std::vector<ops::RowReduce> reduce(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) reduce[r] = {ops::RowKind::kDraw, 1.0f / temps[r], us[r]};
+    reduce[10] = {ops::RowKind::kArgmax};
+    reduce[11] = {ops::RowKind::kCopy};
+    std::vector<float> dg(v.size(), -5.0f);
+    std::vector<ops::ArgmaxRow> pg(rows);
+    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), dg.data(), pg.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::string what = "cols " + std::to_string(cols) + " row " + std::to_string(r);
+      std::vector<float> row(v.begin() + r * cols, v.begin() + (r + 1) * cols);
+      if (reduce[r].kind == ops::RowKind::kCopy) {
+        EXPECT_EQ(0, std::memcmp(dg.data() + r * cols, row.data(), sizeof(float) * cols)) << what;
+        continue;
+      }
+      const int64_t bad = engine::first_non_finite(row);
+      if (bad >= 0 && std::isnan(row[static_cast<size_t>(bad)])) {
+        EXPECT_EQ(pg[r].bad, bad) << what;
+        continue;
+      }
+      if (reduce[r].kind == ops::RowKind::kArgmax) {
+        EXPECT_EQ(pg[r].argmax, engine::argmax_first(row)) << what;
+        continue;
+      }
+      if (bad >= 0) {  // an infinity: reported like a NaN
+        EXPECT_EQ(pg[r].bad, bad) << what;
+        continue;
+      }
+      engine::SamplerParams sp;
+      sp.temperature = temps[r];
+      sp.top_k = 0;
+      sp.top_p = 1.0f;
+      sp.min_p = 0.0f;
+      engine::Sampler s(sp);
+      ASSERT_TRUE(s.full_row_draw());
+      EXPECT_EQ(s.draw_scale(), reduce[r].scale);
+      EXPECT_EQ(pg[r].bad, -1) << what;
+      EXPECT_EQ(pg[r].argmax, s.sample(row, {}, us[r])) << what << " u " << us[r] << " temperature " << temps[r];
+      EXPECT_EQ(dg[static_cast<size_t>(r * cols)], -5.0f) << what << ": a drawn row was written";
+      ++drawn;
+    }
+  }
+  std::cout << "fetch_rows draws compared with the host sampler: " << drawn << "\n";
 }
 
 // F32 weights of few rows against many tokens (CudaBackend::matmul -> small_gemm: the

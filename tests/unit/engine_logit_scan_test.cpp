@@ -132,15 +132,22 @@ TEST(LogitScan, FetchRowsReducesArgmaxRows) {
   host[4 * cols + 9] = nan;
   auto buf = be.alloc(rows * cols);
   be.copy_from_host(host.data(), rows * cols, *buf, 0);
+  // Row 5 asks for a draw, which the CPU leaves to the host sampler: copied, no token.
   const std::vector<uint8_t> argmax_only = {1, 1, 1, 1, 1, 0, 1};
+  std::vector<hearth::ops::RowReduce> reduce;
+  for (uint8_t a : argmax_only) {
+    reduce.push_back({a != 0 ? hearth::ops::RowKind::kArgmax : hearth::ops::RowKind::kDraw, 1.0f, 0.5});
+  }
   std::vector<float> dst(host.size(), -7.0f);
   std::vector<hearth::ops::ArgmaxRow> picks(rows);
-  be.fetch_rows(*buf, rows, cols, argmax_only.data(), dst.data(), picks.data());
+  be.fetch_rows(*buf, rows, cols, reduce.data(), dst.data(), picks.data());
   EXPECT_EQ(be.argmax_rows_fetched(), 6);
+  EXPECT_EQ(be.draw_rows_fetched(), 1);
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<float> row(host.begin() + r * cols, host.begin() + (r + 1) * cols);
     if (argmax_only[r] == 0) {
       EXPECT_EQ(0, std::memcmp(dst.data() + r * cols, row.data(), sizeof(float) * cols)) << "row " << r;
+      EXPECT_EQ(picks[r].argmax, -1) << "row " << r;
       continue;
     }
     const int64_t bad = first_non_finite(row);

@@ -281,3 +281,32 @@ TEST(Sampler, TopPOnAFlatDistributionMatchesAFullSort) {
     ASSERT_EQ(got, want) << "seed " << seed;
   }
 }
+
+namespace {
+// A uniform number taken ahead (next_uniform) and passed in draws what sample() draws
+// with the same seed, on every path of the sampler.
+TEST(SamplerUniformAhead, SameTokensAsDrawingInside) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> row(5000);
+  for (auto& x : row) x = nd(gen);
+  for (int mode = 0; mode < 4; ++mode) {
+    hearth::engine::SamplerParams p;
+    p.temperature = 0.8f;
+    p.seed = 99;
+    p.top_k = mode == 1 ? 50 : 0;
+    p.top_p = mode == 2 ? 0.9f : 1.0f;
+    p.min_p = mode == 3 ? 0.05f : 0.0f;
+    hearth::engine::Sampler a(p), b(p);
+    EXPECT_EQ(a.full_row_draw(), mode == 0);
+    for (int i = 0; i < 20; ++i) {
+      std::vector<float> ra = row, rb = row;
+      const int32_t ta = a.sample(ra, {});
+      const double u = b.next_uniform();
+      EXPECT_GE(u, 0.0);
+      EXPECT_LT(u, 1.0);
+      EXPECT_EQ(ta, b.sample(rb, {}, u)) << "mode " << mode << " draw " << i;
+    }
+  }
+}
+}  // namespace

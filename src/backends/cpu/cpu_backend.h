@@ -48,11 +48,15 @@ class CpuBackend final : public ops::Backend {
   // engine's greedy path as on a GPU (Backend::fetch_rows reducing argmax rows).
   void set_argmax_rows(bool on) { argmax_rows_ = on; }
   int64_t argmax_rows_fetched() const { return argmax_rows_fetched_; }
+  int64_t draw_rows_fetched() const { return draw_rows_fetched_; }
   bool device_argmax() const override { return argmax_rows_; }
-  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce, float* dst,
                   ops::ArgmaxRow* picks) override {
-    for (int64_t r = 0; r < n_rows && argmax_only != nullptr; ++r) argmax_rows_fetched_ += argmax_only[r] != 0;
-    Backend::fetch_rows(src, n_rows, n_cols, argmax_only, dst, picks);
+    for (int64_t r = 0; r < n_rows && reduce != nullptr; ++r) {
+      argmax_rows_fetched_ += reduce[r].kind == ops::RowKind::kArgmax;
+      draw_rows_fetched_ += reduce[r].kind == ops::RowKind::kDraw;
+    }
+    Backend::fetch_rows(src, n_rows, n_cols, reduce, dst, picks);
   }
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
@@ -133,7 +137,7 @@ class CpuBackend final : public ops::Backend {
 
   ThreadPool pool_;
   bool argmax_rows_ = false;
-  int64_t argmax_rows_fetched_ = 0;
+  int64_t argmax_rows_fetched_ = 0, draw_rows_fetched_ = 0;
   bool reference_kernels_;
   bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
   std::vector<uint8_t> act_scratch_;

@@ -167,6 +167,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
   const char* attn_tc = std::getenv("HEARTH_CUDA_ATTN_TC");
   tc_attention_ = !(attn_tc != nullptr && std::string(attn_tc) == "0");
+  const char* draw = std::getenv("HEARTH_CUDA_DRAW");
+  device_draw_ = !(draw != nullptr && std::string(draw) == "0");
   const char* tc_warps = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE_WARPS");
   tc_decode_warps_ = !(tc_warps != nullptr && std::string(tc_warps) == "0");
   if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_MIN")) tc_decode_min_keys_ = std::max(1, std::atoi(m));

@@ -37,7 +37,7 @@ class CudaBackend final : public ops::Backend {
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
   // Argmax rows reduced by a kernel (cuda_argmax.cu); only the other rows are copied.
   bool device_argmax() const override { return device_argmax_; }
-  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const uint8_t* argmax_only, float* dst,
+  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce, float* dst,
                   ops::ArgmaxRow* picks) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
   uint64_t device_memory_used() const override { return used_; }
@@ -294,6 +294,7 @@ class CudaBackend final : public ops::Backend {
   bool deterministic_ = false;  // batch-invariant kernels only (set_deterministic)
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
+  bool device_draw_ = true;  // temperature draws over whole rows in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
   bool tc_decode_warps_ = true;  // long-context decode: warps split keys (HEARTH_CUDA_ATTN_TC_DECODE_WARPS=0: queries)
   int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
