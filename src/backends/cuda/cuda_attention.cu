@@ -625,7 +625,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
                            static_cast<unsigned>(n_split)),
                       stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
                       static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out, part,
-                      tc_decode_warps_ && group <= kTcDecodeGroup);
+                      group <= kTcDecodeGroup ? tc_decode_mode_ : 0);
     HEARTH_CUDA_LAUNCHED("attention");
     ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
     HEARTH_CUDA_LAUNCHED("attention");

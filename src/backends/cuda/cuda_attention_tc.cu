@@ -15,7 +15,8 @@
 // keys split over blocks by the caller): the four warps share the 16 query vectors and
 // take 16 keys each of a 64-key chunk, so all of them compute and twice the keys are in
 // flight per barrier; their softmax states are merged in shared memory at the end, in
-// warp order.
+// warp order. Two stage buffers (NSTG 2, the default for decode): the next chunk's
+// copies are issued before this chunk is computed.
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_attention.cuh"
@@ -53,6 +54,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_committed() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // (x0, x1) as f16 pairs: hi = f16(x), lo = f16(x - hi).
 __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
   const __half2 h = __floats2half2_rn(x0, x1);
@@ -61,7 +64,7 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
   lo = *reinterpret_cast<const unsigned*>(&l);
 }
 
-template <int D, bool kDecode>
+template <int D, bool kDecode, int NSTG>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     attention_prefill_tc_kernel(const float* __restrict__ q, const __half* __restrict__ kc,
                                 const __half* __restrict__ vc, const SeqDesc* __restrict__ seqs,
@@ -76,8 +79,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   extern __shared__ __align__(16) __half sm[];
   __half* qh = sm;                  // [QR][DS]
   __half* ql = qh + QR * DS;        // [QR][DS]
-  __half* ks = ql + QR * DS;        // [KI][DS]
-  __half* vs = ks + KI * DS;        // [KI][DS]
+  __half* ks = ql + QR * DS;        // [NSTG][KI][DS]
+  __half* vs = ks + NSTG * KI * DS; // [NSTG][KI][DS]
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const Tile tile = tiles[blockIdx.x];
@@ -122,13 +125,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
   for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  for (int ci = k_begin; ci < k_end; ci += KI) {
-    __syncthreads();  // the previous chunk is no longer read (and q is staged)
+  // The K and V rows of keys ci .. ci + KI - 1 into stage buffer buf (zeros past k_end).
+  auto stage = [&](int buf, int ci) {
     for (int i = static_cast<int>(threadIdx.x); i < KI * (D / 8); i += kWarps * 32) {
-      const int c0 = ci;
-      const int j = i / (D / 8), c = 8 * (i % (D / 8)), key = c0 + j;
-      __half* kd = ks + j * DS + c;
-      __half* vd = vs + j * DS + c;
+      const int j = i / (D / 8), c = 8 * (i % (D / 8)), key = ci + j;
+      __half* kd = ks + (buf * KI + j) * DS + c;
+      __half* vd = vs + (buf * KI + j) * DS + c;
       if (key < k_end) {
         const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
         cp_async16(kd, kc + r * kv_stride + kv_off + c);
@@ -138,8 +140,28 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         *reinterpret_cast<int4*>(vd) = make_int4(0, 0, 0, 0);
       }
     }
-    cp_async_wait_all();
-    __syncthreads();
+  };
+  // NSTG 2: the next chunk's copies are in flight while this one is computed.
+  if constexpr (NSTG == 2) {
+    if (k_begin < k_end) stage(0, k_begin);
+    cp_async_commit();
+  }
+  int it = 0;
+  for (int ci = k_begin; ci < k_end; ci += KI, ++it) {
+    const int buf = NSTG == 2 ? (it & 1) : 0;
+    if constexpr (NSTG == 2) {
+      cp_async_wait_committed();  // this chunk's copies
+      __syncthreads();            // ... seen by all; every warp is done with the other buffer
+      if (ci + KI < k_end) stage(buf ^ 1, ci + KI);
+      cp_async_commit();
+    } else {
+      __syncthreads();  // the previous chunk is no longer read (and q is staged)
+      stage(0, ci);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    const __half* kb = ks + buf * KI * DS;
+    const __half* vb = vs + buf * KI * DS;
     const int c0 = ci + kw;  // the warp's keys: c0 .. c0 + KW - 1
     if (c0 >= warp_lim || c0 >= k_end) continue;  // warp-uniform: none of them is seen by the warp
     // Scores: s[n] is the 16 x 8 tile of keys c0 + 8 n .. c0 + 8 n + 7.
@@ -156,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int np = 0; np < NS / 2; ++np) {
         unsigned b[4];
-        ldsm_x4(b, ks + (kw + 16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
+        ldsm_x4(b, kb + (kw + 16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
         mma_f16(s[2 * np], ah, b[0], b[1]);
         mma_f16(s[2 * np], al, b[0], b[1]);
         mma_f16(s[2 * np + 1], ah, b[2], b[3]);
@@ -220,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int dp = 0; dp < NT / 2; ++dp) {
         unsigned b[4];
-        ldsm_x4_trans(b, vs + (kw + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + 16 * dp + (lane >> 4) * 8);
+        ldsm_x4_trans(b, vb + (kw + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + 16 * dp + (lane >> 4) * 8);
         mma_f16(o[2 * dp], ph, b[0], b[1]);
         mma_f16(o[2 * dp], pl, b[0], b[1]);
         mma_f16(o[2 * dp + 1], ph, b[2], b[3]);
@@ -307,22 +329,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
 }
 
-template <int D, bool kDecode>
+template <int D, bool kDecode, int NSTG>
 void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
                const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
                float scale, float* out, float* part) {
   // (The decode merge reuses the q buffers for [4][16] (m, l) and the K / V ones for
   // [4][16][D] f32 outputs: both fit.)
-  const size_t smem = kDecode ? sizeof(__half) * static_cast<size_t>(2 * 16 + 2 * kWarps * 16) * (D + 8)
-                              : sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * kKeys) * (D + 8);
+  const size_t smem = kDecode ? sizeof(__half) * static_cast<size_t>(2 * 16 + 2 * NSTG * kWarps * 16) * (D + 8)
+                              : sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * NSTG * kKeys) * (D + 8);
   static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode>,
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                        "attention", "cudaFuncSetAttribute");
     raised = true;
   }
-  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode>, grid, kWarps * 32, smem, st, q,
+  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode, NSTG>, grid, kWarps * 32, smem, st, q,
                              static_cast<const __half*>(k), static_cast<const __half*>(v), seqs, tiles, tables, n_head,
                              group, kv_stride, bs_log2, scale, out, part);
 }
@@ -330,11 +352,13 @@ void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const 
 template <int D>
 void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
-              float scale, float* out, float* part, bool decode) {
-  if (decode) {
-    launch_dk<D, true>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+              float scale, float* out, float* part, int decode) {
+  if (decode == 2) {
+    launch_dk<D, true, 2>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+  } else if (decode == 1) {
+    launch_dk<D, true, 1>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   } else {
-    launch_dk<D, false>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    launch_dk<D, false, 1>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   }
 }
 
@@ -349,7 +373,7 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part,
-                       bool decode) {
+                       int decode) {
   switch (head_dim) {
     case 64:
       launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);

@@ -169,8 +169,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   tc_attention_ = !(attn_tc != nullptr && std::string(attn_tc) == "0");
   const char* draw = std::getenv("HEARTH_CUDA_DRAW");
   device_draw_ = !(draw != nullptr && std::string(draw) == "0");
-  const char* tc_warps = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE_WARPS");
-  tc_decode_warps_ = !(tc_warps != nullptr && std::string(tc_warps) == "0");
+  if (const char* m = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE")) tc_decode_mode_ = std::clamp(std::atoi(m), 0, 2);
   if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_MIN")) tc_decode_min_keys_ = std::max(1, std::atoi(m));
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
   {

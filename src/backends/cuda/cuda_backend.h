@@ -295,7 +295,9 @@ class CudaBackend final : public ops::Backend {
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool device_draw_ = true;  // temperature draws over whole rows in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
-  bool tc_decode_warps_ = true;  // long-context decode: warps split keys (HEARTH_CUDA_ATTN_TC_DECODE_WARPS=0: queries)
+  // Long-context decode on the tensor cores (HEARTH_CUDA_ATTN_TC_DECODE): 2 warps split keys,
+  // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).
+  int tc_decode_mode_ = 2;
   int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
