@@ -36,7 +36,7 @@ class Runner {
   StreamClient client(const Target& t) const { return StreamClient(t.endpoint, epoch_, o_.request_timeout_s); }
   json body(const Target& t, json messages, int max_tokens) const {
     return json{{"model", t.model}, {"messages", std::move(messages)}, {"max_tokens", max_tokens},
-                {"temperature", 0}, {"seed", o_.seed}};
+                {"temperature", o_.temperature}, {"seed", o_.seed}};
   }
   // Runs `bodies` at once (released by a latch) and records them as one group.
   GroupResult run_group(const Step& s, const Target& t, const std::vector<json>& bodies,

@@ -26,6 +26,7 @@ struct BenchOptions {
   std::vector<int> concurrency = {1, 2, 4, 8};
   std::string model;            // "" : the first id of each target's /v1/models
   uint64_t seed = 42;
+  double temperature = 0.0;     // of every request (0: greedy, as the articles measured)
   int agent_turns = 8;
   int64_t agent_system_tokens = 1500;
   double request_timeout_s = 600;

@@ -27,6 +27,7 @@ struct BenchCli {
   int reps = 5, max_tokens = 128, agent_turns = 8;
   int64_t agent_system_tokens = 1500;
   uint64_t seed = 42;
+  double temperature = 0.0;
   double launch_timeout = 300, request_timeout = 600;
   bool quick = false;
 };
@@ -100,6 +101,8 @@ void bench_main(const BenchCli& c, CLI::App* cmd) {
   o.agent_turns = c.agent_turns;
   o.agent_system_tokens = c.agent_system_tokens;
   o.seed = c.seed;
+  o.temperature = c.temperature;
+  if (!(c.temperature >= 0.0 && c.temperature <= 2.0)) bad("--temperature must be in [0, 2]");
   o.model = c.model;
   o.request_timeout_s = c.request_timeout;
   if (c.quick) {
@@ -232,7 +235,10 @@ void add_bench_command(CLI::App& app) {
                   "Size of the agent's system prompt with its tool definitions")->default_val(1500);
   cmd->add_option("--api-key", c->api_key, "Send 'Authorization: Bearer KEY'");
   cmd->add_option("--out", c->out, "Directory for results.json, report.md and the charts")->default_val("bench-results");
-  cmd->add_option("--seed", c->seed, "Seed of the generated prompts")->default_val(42);
+  cmd->add_option("--seed", c->seed, "Seed of the generated prompts (and of sampled requests)")->default_val(42);
+  cmd->add_option("--temperature", c->temperature,
+                  "Temperature of every request (default 0: greedy; e.g. 1 to measure sampled decoding, the OpenAI default)")
+      ->default_val(0.0);
   cmd->add_option("--launch-timeout", c->launch_timeout, "Seconds to wait for a launched server")->default_val(300);
   cmd->add_option("--request-timeout", c->request_timeout, "Seconds before a request is abandoned")->default_val(600);
   cmd->add_flag("--quick", c->quick,

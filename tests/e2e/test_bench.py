@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 GAP = 0.05  # seconds between scripted tokens
+SEEN_TEMPERATURES = []  # the temperature of every completion request the scripted server got
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -50,6 +51,7 @@ class Scripted(BaseHTTPRequestHandler):
         if req.get("model") != "scripted":
             self._json(404, {"error": {"message": f"model '{req.get('model')}' not found"}})
             return
+        SEEN_TEMPERATURES.append(req.get("temperature"))
         words = sum(len(m["content"].split()) for m in req["messages"] if isinstance(m.get("content"), str))
         n = min(10, req.get("max_tokens", 10))
         self.send_response(200)
@@ -137,6 +139,22 @@ def test_scripted_arithmetic_and_flags(run_hearth, scripted, tmp_path):
     assert (out / "decode_vs_input.svg").read_text().startswith("<svg")
 
 
+def test_temperature_reaches_every_request(run_hearth, scripted, tmp_path):
+    SEEN_TEMPERATURES.clear()
+    out = tmp_path / "t"
+    p = run_hearth("bench", "--target", f"good={scripted}/good", "--scenario", "single", "--lengths", "20",
+                   "--reps", "1", "--max-tokens", "3", "--temperature", "0.7", "--out", out, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert SEEN_TEMPERATURES and all(t == 0.7 for t in SEEN_TEMPERATURES), SEEN_TEMPERATURES
+    assert json.loads((out / "results.json").read_text())["options"]["temperature"] == 0.7
+    assert "temperature 0.70" in (out / "report.md").read_text()
+    SEEN_TEMPERATURES.clear()
+    p = run_hearth("bench", "--target", f"good={scripted}/good", "--scenario", "single", "--lengths", "20",
+                   "--reps", "1", "--max-tokens", "3", "--out", tmp_path / "g", timeout=60)
+    assert p.returncode == 0 and SEEN_TEMPERATURES and all(t == 0 for t in SEEN_TEMPERATURES), SEEN_TEMPERATURES
+    assert "greedy" in (tmp_path / "g" / "report.md").read_text()
+
+
 def test_unknown_model_and_bad_input(run_hearth, scripted, tmp_path):
     p = run_hearth("bench", "--target", f"s={scripted}/good", "--model", "nope", "--scenario", "single",
                    "--lengths", "20", "--reps", "1", "--out", tmp_path / "o", timeout=60)
@@ -145,7 +163,9 @@ def test_unknown_model_and_bad_input(run_hearth, scripted, tmp_path):
     assert "no target could be measured" in p.stderr
     for args, text in [(["--target", "x"], "NAME=URL"), (["--target", "a=localhost:1"], "not a server URL"),
                        (["--target", f"a={scripted}", "--scenario", "bogus"], "unknown scenario 'bogus'"),
-                       (["--target", f"a={scripted}", "--lengths", "1,x"], "--lengths"), ([], "at least one")]:
+                       (["--target", f"a={scripted}", "--lengths", "1,x"], "--lengths"),
+                       (["--target", f"a={scripted}", "--temperature", "3"], "--temperature must be in [0, 2]"),
+                       ([], "at least one")]:
         p = run_hearth("bench", *args, "--out", tmp_path / "o2", timeout=30)
         assert p.returncode == 2 and text in p.stderr and p.stderr.count("\n") == 1, (args, p.stderr)
 
