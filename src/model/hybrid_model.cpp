@@ -242,7 +242,7 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
       if (pass < lay.snaps[i].size()) pool.copy_layer_state(lay.state_slots[i], lay.snaps[i][pass].slot, L.index);
     }
   }
-  be.gated_rms_norm(s_.o->data(), s_.z->data(), g.norm, n * sh.n_v_heads, sh.d_v, hp_.rms_eps);
+  be.gated_rms_norm(s_.o->data(), s_.z->data(), g.norm, n * sh.n_v_heads, sh.d_v, hp_.rms_eps, sh.n_v_heads);
   be.matmul(g.out, s_.o->data(), n, cur);
 }
 

@@ -226,8 +226,11 @@ class Backend {
                                const WeightView& dt_bias, const GdnShape& shape, const GdnSeq* seqs, int64_t n_seqs,
                                float* o) = 0;
   // x: [n_rows, n] = x / sqrt(mean(x^2) + eps) * w * silu(z) (w F32 [n]), in place.
+  // rows_per_token: how many consecutive rows make one token's vector (the product after
+  // it reads x as [n_rows / rows_per_token, rows_per_token * n]; a back-end may prepare
+  // that product's input here).
   virtual void gated_rms_norm(float* x, const float* z, const WeightView& w, int64_t n_rows, int64_t n,
-                              float eps) = 0;
+                              float eps, int64_t rows_per_token = 1) = 0;
   // x: [n_rows, n] += y, then out = x / sqrt(mean(x^2) + eps) * weight: a residual add
   // and the norm after it, one kernel where the back-end fuses them (same results as
   // add + rms_norm). out may alias y, not x.

@@ -227,6 +227,33 @@ TEST(CudaParity, FusedQuantization) {
 // fetch_rows on the GPU (greedy rows reduced by a kernel) against the host scan of the
 // base implementation: the same argmax (first of equal values) and first non-finite
 // index for every argmax row, the other rows copied bit for bit, argmax rows untouched.
+// The Gated DeltaNet's gated norm quantizing its output for the out projection right
+// after it (rows_per_token heads a token): the same product bits as the product
+// quantizing x itself (another op between them), and the same normed values.
+TEST(CudaParity, GatedNormQuantizedForTheProduct) {
+  NEED_GPU();
+  const int64_t hv = 32, dv = 128, vd = hv * dv, rows = 256;
+  const auto nw = make_weight(GgmlType::F32, randn(static_cast<size_t>(dv), 71), 1, dv);
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    const auto w = make_weight(type, randn(static_cast<size_t>(rows * vd), 72, 0.5f), rows, vd);
+    for (int64_t n_tok : {1, 3, 8}) {
+      const auto xv = randn(static_cast<size_t>(n_tok * vd), 73, 2.0f), zv = randn(static_cast<size_t>(n_tok * vd), 74);
+      std::vector<float> res[2], normed[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Both x(xv), z(zv), out(n_tok * rows), other(16);
+        gpu().gated_rms_norm(x.g->data(), z.g->data(), nw->g, n_tok * hv, dv, 1e-6f, fused != 0 ? hv : 1);
+        if (fused == 0) gpu().fill(other.g->data(), 1.0f, 16);
+        gpu().matmul(w->g, x.g->data(), n_tok, out.g->data());
+        res[fused] = out.gv();
+        normed[fused] = x.gv();
+      }
+      const std::string what = std::string(hearth::ggml_type_name(type)) + " n_tokens=" + std::to_string(n_tok);
+      EXPECT_EQ(0, std::memcmp(normed[0].data(), normed[1].data(), sizeof(float) * normed[0].size())) << what;
+      EXPECT_EQ(0, std::memcmp(res[0].data(), res[1].data(), sizeof(float) * res[0].size())) << what;
+    }
+  }
+}
+
 TEST(CudaParity, FetchRowsArgmax) {
   NEED_GPU();
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();

@@ -99,9 +99,9 @@ class RetryOnce final : public ops::Backend {
                        int64_t n_seqs, float* o) override {
     if (!op()) in_.gated_delta_net(qkv, a, b, ssm_a, dt_bias, shape, seqs, n_seqs, o);
   }
-  void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t rows, int64_t n,
-                      float eps) override {
-    if (!op()) in_.gated_rms_norm(x, z, w, rows, n, eps);
+  void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t rows, int64_t n, float eps,
+                      int64_t rows_per_token = 1) override {
+    if (!op()) in_.gated_rms_norm(x, z, w, rows, n, eps, rows_per_token);
   }
   void sigmoid_mul(float* x, const float* g, int64_t n) override {
     if (!op()) in_.sigmoid_mul(x, g, n);

@@ -81,7 +81,7 @@ class CpuBackend final : public ops::Backend {
                        const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
                        int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
-                      float eps) override;
+                      float eps, int64_t rows_per_token = 1) override;
   void sigmoid_mul(float* x, const float* gate, int64_t n) override;
   void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;

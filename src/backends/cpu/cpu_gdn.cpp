@@ -548,7 +548,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
 }
 
 void CpuBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
-                                float eps) {
+                                float eps, int64_t /*rows_per_token*/) {
   const OpScope timer(op_times_.get(), "gated_rms_norm");
   const float* wt = f32_weight(w, n, "gated norm weight");
   pool_.parallel_for(n_rows, 16, [&](int64_t begin, int64_t end, int) {

@@ -167,6 +167,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
   const char* attn_tc = std::getenv("HEARTH_CUDA_ATTN_TC");
   tc_attention_ = !(attn_tc != nullptr && std::string(attn_tc) == "0");
+  const char* gq8 = std::getenv("HEARTH_CUDA_GATED_Q8");
+  gated_norm_q8_ = !(gq8 != nullptr && std::string(gq8) == "0");
   const char* draw = std::getenv("HEARTH_CUDA_DRAW");
   device_draw_ = !(draw != nullptr && std::string(draw) == "0");
   if (const char* m = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE")) tc_decode_mode_ = std::clamp(std::atoi(m), 0, 2);

@@ -79,7 +79,7 @@ class CudaBackend final : public ops::Backend {
                        const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
                        int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
-                      float eps) override;
+                      float eps, int64_t rows_per_token = 1) override;
   void add_rms_norm(float* x, const float* y, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                     float* out) override;
   void rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head, int64_t n_head_kv,
@@ -294,6 +294,7 @@ class CudaBackend final : public ops::Backend {
   bool deterministic_ = false;  // batch-invariant kernels only (set_deterministic)
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
+  bool gated_norm_q8_ = true;  // the gated norm quantizes for the out projection (HEARTH_CUDA_GATED_Q8=0: not)
   bool device_draw_ = true;  // temperature draws over whole rows in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
   // Long-context decode on the tensor cores (HEARTH_CUDA_ATTN_TC_DECODE): 2 warps split keys,
   // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).

@@ -187,6 +187,34 @@ __global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y,
 }
 
 // x = x / sqrt(mean(x^2) + eps) * w * silu(z), one block per row.
+// gated_rms_norm_kernel with one value a thread (blockDim == n, a multiple of 32), whose
+// output is also quantized for q8_matvec as swiglu_q8_kernel does it (a warp a chunk of
+// 32; the chunks of consecutive rows follow each other): the same bits as both kernels.
+__global__ void gated_rms_norm_q8_kernel(float* x, const float* z, const float* w, int64_t n, float eps,
+                                         int8_t* __restrict__ xq, float2* __restrict__ xd) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  __shared__ float red[32];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * n + threadIdx.x;
+  const float xv = x[i];
+  float ss = 0.0f;
+  ss += xv * xv;
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  const float v = xv * inv * w[threadIdx.x] * silu_f(z[i]);
+  x[i] = v;
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float d = amax / 127.f;
+  const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+  int sum = q;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  xq[i] = static_cast<int8_t>(q);
+  if ((threadIdx.x & 31) == 0) xd[i / 32] = make_float2(d, d * static_cast<float>(sum));
+}
+
 __global__ void gated_rms_norm_kernel(float* x, const float* z, const float* w, int64_t n, float eps) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
@@ -357,12 +385,30 @@ void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_
 }
 
 void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
-                                 float eps) {
+                                 float eps, int64_t rows_per_token) {
   OpTimer timer(*this, "gated_rms_norm");
   const float* wt = f32_values(w, n, "gated_rms_norm");
   if (n_rows <= 0) return;
-  if (skip_launch("gated_rms_norm", {sig_of(x), sig_of(z), sig_of(wt), sig_of(n_rows), sig_of(n), sig_of(eps)})) return;
-  ::hearth::cuda::launch_pdl(gated_rms_norm_kernel, static_cast<unsigned>(n_rows), row_threads(n), 0, stream_, x, z, wt, n, eps);
+  // With the product after it quantizing x ([tokens, rows_per_token * n]): done here when a
+  // thread holds one value (the same sums as the plain kernel).
+  void* q8 = nullptr;
+  if (gated_norm_q8_ && n % 32 == 0 && row_threads(n) == n && rows_per_token > 0 && n_rows % rows_per_token == 0) {
+    q8 = q8_ready_scratch(x, n_rows / rows_per_token, rows_per_token * n);
+  }
+  if (skip_launch("gated_rms_norm",
+                  {sig_of(x), sig_of(z), sig_of(wt), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(q8)})) {
+    return;
+  }
+  if (q8 != nullptr) {
+    auto* xq = static_cast<int8_t*>(q8);
+    auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(q8) +
+                                         q8_scratch_scales_offset(n_rows / rows_per_token, rows_per_token * n));
+    ::hearth::cuda::launch_pdl(gated_rms_norm_q8_kernel, static_cast<unsigned>(n_rows), static_cast<int>(n), 0, stream_,
+                               x, z, wt, n, eps, xq, xd);
+  } else {
+    ::hearth::cuda::launch_pdl(gated_rms_norm_kernel, static_cast<unsigned>(n_rows), row_threads(n), 0, stream_, x, z,
+                               wt, n, eps);
+  }
   HEARTH_CUDA_LAUNCHED("gated_rms_norm");
 }
 
