@@ -627,7 +627,7 @@ TEST(SchedulerRecurrent, SnapshotPointsInsideAChunkCostNoStep) {
 }
 
 // A plan whose forward pass failed never reaches commit(): its inside snapshots' slots
-// return at the next plan, and a block that is not the sequence's own takes none.
+// return at the next plan.
 TEST(SchedulerRecurrent, InsideSnapshotSlotsComeBackWhenUnused) {
   BlockManager bm(64, 16);
   Scheduler sched(recurrent_config(1, 2), bm);

@@ -44,9 +44,24 @@ __global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float* 
   GRID_LOOP(i, n) out[i] = silu_f(g[i]) * u[i];
 }
 
+// Value v of lane `lane` of a warp that holds one chunk of 32 values, quantized for
+// q8_matvec as its quantize_chunks does it (quant_q8.cu): d = max |v| / 127, q = round(v /
+// d) ties to even, into *q; lane 0 writes the chunk's (d, d * sum q) to *d_out.
+__device__ __forceinline__ void quantize_in_warp(float v, int lane, int8_t* q_out, float2* d_out) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float d = amax / 127.f;
+  const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+  int sum = q;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  *q_out = static_cast<int8_t>(q);
+  if (lane == 0) *d_out = make_float2(d, d * static_cast<float>(sum));
+}
+
 // swiglu_kernel whose output is also quantized for q8_matvec, one warp per chunk of 32
-// values, as its quantize_chunks does it (quant_q8.cu): d = max |v| / 127, q = round(v / d)
-// ties to even, xd = (d, d * sum q); the same bits. out may alias g.
+// values (quantize_in_warp); the same bits. out may alias g.
 __global__ void __launch_bounds__(256)
     swiglu_q8_kernel(const float* g, const float* u, int64_t n_chunks, float* out, int8_t* __restrict__ xq,
                      float2* __restrict__ xd) {
@@ -58,16 +73,7 @@ __global__ void __launch_bounds__(256)
   const int64_t i = chunk * 32 + lane;
   const float v = silu_f(g[i]) * u[i];
   out[i] = v;
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = amax / 127.f;
-  const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
-  int sum = q;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  xq[i] = static_cast<int8_t>(q);
-  if (lane == 0) xd[chunk] = make_float2(d, d * static_cast<float>(sum));
+  quantize_in_warp(v, lane, xq + i, xd + chunk);
 }
 
 __global__ void sigmoid_mul_kernel(float* x, const float* g, int64_t n) {
@@ -188,8 +194,8 @@ __global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y,
 
 // x = x / sqrt(mean(x^2) + eps) * w * silu(z), one block per row.
 // gated_rms_norm_kernel with one value a thread (blockDim == n, a multiple of 32), whose
-// output is also quantized for q8_matvec as swiglu_q8_kernel does it (a warp a chunk of
-// 32; the chunks of consecutive rows follow each other): the same bits as both kernels.
+// output is also quantized for q8_matvec (quantize_in_warp, a warp a chunk of 32; the
+// chunks of consecutive rows follow each other): the same bits as both kernels.
 __global__ void gated_rms_norm_q8_kernel(float* x, const float* z, const float* w, int64_t n, float eps,
                                          int8_t* __restrict__ xq, float2* __restrict__ xd) {
   ::hearth::cuda::pdl_wait();
@@ -203,16 +209,7 @@ __global__ void gated_rms_norm_q8_kernel(float* x, const float* z, const float* 
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
   const float v = xv * inv * w[threadIdx.x] * silu_f(z[i]);
   x[i] = v;
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = amax / 127.f;
-  const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
-  int sum = q;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  xq[i] = static_cast<int8_t>(q);
-  if ((threadIdx.x & 31) == 0) xd[i / 32] = make_float2(d, d * static_cast<float>(sum));
+  quantize_in_warp(v, static_cast<int>(threadIdx.x & 31), xq + i, xd + i / 32);
 }
 
 __global__ void gated_rms_norm_kernel(float* x, const float* z, const float* w, int64_t n, float eps) {
