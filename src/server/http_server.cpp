@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <set>
+#include <string>
 
 #include "core/error.h"
 #include "server/anthropic_routes.h"
@@ -19,6 +21,18 @@ namespace hearth::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// HEARTH_ENGINE_TIMING=2: where a request's time to its first token goes outside the
+// engine (parsing, template and tokenizer before submit; the output parser and the
+// stream after the first token), printed per request.
+bool request_timing() {
+  static const bool on = [] {
+    const char* t = std::getenv("HEARTH_ENGINE_TIMING");
+    return t != nullptr && std::string(t) == "2";
+  }();
+  return on;
+}
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 constexpr auto kPoll = std::chrono::milliseconds(50);
 // Connections the kernel queues before they are accepted (a burst of benchmark clients).
 constexpr int kListenBacklog = 1024;
@@ -369,6 +383,7 @@ struct HttpServer::Impl {
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, bool is_chat) {
+    const auto t_in = Clock::now();
     if (!authorized(req, res)) return;
     std::shared_ptr<engine::RequestChannel> channel;
     ResponseContext ctx;
@@ -377,7 +392,9 @@ struct HttpServer::Impl {
     try {
       pr = is_chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
       if (pr.model) check_model(*pr.model);
+      const auto t_prompt = Clock::now();
       std::vector<int32_t> prompt = prompt_tokens(pr, prepared);
+      const double prompt_ms = ms_since(t_prompt);
       if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", is_chat ? "messages" : "prompt"));
       const int64_t n_ctx = engine.n_ctx(), cap = engine.max_sequence_tokens();
       const auto n_prompt = static_cast<int64_t>(prompt.size());
@@ -413,6 +430,10 @@ struct HttpServer::Impl {
       }
       if (is_chat) g.reasoning = reasoning_limit(prepared, opt.chat, tok);
       channel = std::make_shared<engine::RequestChannel>();
+      if (request_timing()) {
+        std::fprintf(stderr, "hearth: request prepared in %.2f ms (template and tokenizer %.2f ms, %zu prompt tokens)\n",
+                     ms_since(t_in), prompt_ms, g.prompt.size());
+      }
       switch (engine.submit(std::move(g), channel)) {
         case engine::ServeEngine::Admit::kOk:
           break;
@@ -511,7 +532,7 @@ struct HttpServer::Impl {
             return false;
           }
           size_t text_offset = 0;
-          bool had_calls = false;
+          bool had_calls = false, first_written = false;
           auto quiet_since = Clock::now();
           for (;;) {
             std::vector<engine::Delta> ds;
@@ -525,6 +546,10 @@ struct HttpServer::Impl {
             for (const auto& d : ds) {
               if (is_chat) {
                 std::vector<OutputEvent> events = parser->feed(d.text);
+                if (request_timing() && !first_written && !events.empty()) {
+                  first_written = true;
+                  std::fprintf(stderr, "hearth: first streamed event %.2f ms after submit\n", ms_since(ch->created));
+                }
                 for (const auto& e : events) had_calls = had_calls || e.kind == OutputEvent::Kind::kToolCallBegin;
                 for (const std::string& chunk : chat_chunks_events(*context, events, d.tokens)) {
                   if (!write(sse_data(chunk))) {
