@@ -31,14 +31,26 @@ bool eligible(const Vocab& v, TokenId id, bool parse_special) {
   return parse_special || !(v.tokens[id].attr & (kAttrControl | kAttrUnknown));
 }
 
-// llama.cpp: each special token, longest first, splits every raw fragment at its occurrences.
+// llama.cpp: each special token, longest first, splits every raw fragment at its occurrences
+// (only those the text holds: found in one pass over it).
 std::vector<Fragment> partition_longest_first(const Vocab& v, std::string_view text, bool parse_special) {
   std::vector<Fragment> frags{{kNoToken, 0, text.size()}};
   std::vector<Fragment> next;
-  for (TokenId id : v.special_tokens) {
+  std::vector<uint32_t> present;  // indices into special_tokens
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!v.special_first_byte[static_cast<uint8_t>(text[i])]) continue;
+    // Every special token starting at i, not only the longest.
+    v.special_at(text, i, [&](uint32_t k) {
+      present.push_back(k);
+      return false;
+    });
+  }
+  std::sort(present.begin(), present.end());
+  present.erase(std::unique(present.begin(), present.end()), present.end());
+  for (uint32_t k : present) {
+    const TokenId id = v.special_tokens[k];
     if (!eligible(v, id, parse_special)) continue;
     const std::string& tok = v.tokens[id].text;
-    if (text.find(tok) == std::string_view::npos) continue;
     const uint32_t attr = v.tokens[id].attr;
     next.clear();
     for (const Fragment& f : frags) {
@@ -78,14 +90,9 @@ std::vector<Fragment> partition_leftmost_longest(const Vocab& v, std::string_vie
   std::vector<Fragment> frags;
   size_t raw_start = 0, i = 0;
   while (i < text.size()) {
-    TokenId found = kNoToken;
-    for (TokenId id : v.special_tokens) {  // longest first
-      const std::string& tok = v.tokens[id].text;
-      if (tok[0] == text[i] && eligible(v, id, parse_special) && text.compare(i, tok.size(), tok) == 0) {
-        found = id;
-        break;
-      }
-    }
+    // The longest eligible special token starting at i.
+    const int64_t k = v.special_at(text, i, [&](uint32_t j) { return eligible(v, v.special_tokens[j], parse_special); });
+    const TokenId found = k < 0 ? kNoToken : v.special_tokens[static_cast<size_t>(k)];
     if (found == kNoToken) {
       ++i;
       continue;

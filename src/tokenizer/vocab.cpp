@@ -53,6 +53,15 @@ void Vocab::finalize() {
   std::stable_sort(special_tokens.begin(), special_tokens.end(), [&](TokenId a, TokenId b) {
     return tokens[a].text.size() > tokens[b].text.size();
   });
+  special_first_byte.assign(256, 0);
+  special_lengths.clear();
+  special_index.clear();
+  for (size_t k = 0; k < special_tokens.size(); ++k) {
+    const std::string& t = tokens[static_cast<size_t>(special_tokens[k])].text;
+    special_first_byte[static_cast<uint8_t>(t[0])] = 1;
+    if (special_lengths.empty() || special_lengths.back() != t.size()) special_lengths.push_back(t.size());
+    special_index.emplace(t, static_cast<uint32_t>(k));  // keeps the first (longest-first order)
+  }
   if (add_bos && bos == kNoToken) {
     fail(ErrorKind::kInvalidInput, "tokenizer", source + ": add_bos_token is true but there is no BOS token");
   }

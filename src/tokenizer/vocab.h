@@ -72,6 +72,29 @@ struct Vocab {
 
   // Ids of CONTROL / USER_DEFINED / UNKNOWN tokens, longest text first (ties: lower id).
   std::vector<TokenId> special_tokens;
+  // Finding them in a text without trying each at each position (a vocabulary may hold
+  // hundreds of thousands: unused control tokens): whether a byte starts one, their
+  // distinct lengths (longest first), and text -> the first index in special_tokens.
+  struct TextHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<uint8_t> special_first_byte;  // [256]
+  std::vector<size_t> special_lengths;
+  std::unordered_map<std::string, uint32_t, TextHash, std::equal_to<>> special_index;
+  // The index in special_tokens of the longest special token whose text starts text at
+  // pos and that `accept` takes (accept(index) -> bool), or -1. (Of special tokens sharing
+  // one text, only the first in special_tokens is offered.)
+  template <class Accept>
+  int64_t special_at(std::string_view text, size_t pos, Accept&& accept) const {
+    if (special_first_byte.empty() || !special_first_byte[static_cast<uint8_t>(text[pos])]) return -1;
+    for (size_t len : special_lengths) {
+      if (len > text.size() - pos) continue;
+      const auto it = special_index.find(text.substr(pos, len));
+      if (it != special_index.end() && accept(it->second)) return it->second;
+    }
+    return -1;
+  }
 
   TokenId find(std::string_view text) const;  // kNoToken when absent
   int32_t merge_rank(std::string_view left, std::string_view right) const;  // -1 when absent

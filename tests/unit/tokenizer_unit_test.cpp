@@ -336,3 +336,31 @@ TEST(Threads, ConcurrentEncodeMatchesSerial) {
 }
 
 }  // namespace
+
+// The special-token index (Vocab::special_at): the longest special token at a position that
+// the caller accepts, found among many (a vocabulary padded with 100,000 unused control
+// tokens sharing one prefix), and nothing where no special token starts.
+TEST(SpecialTokens, IndexFindsTheLongestAcceptedAmongMany) {
+  tk::Vocab v;
+  v.tokens.push_back({"a"});
+  v.tokens.push_back({"<|im_start|>", 0.0f, tk::kAttrControl});
+  v.tokens.push_back({"<|im", 0.0f, tk::kAttrUserDefined});
+  v.tokens.push_back({"<think>", 0.0f, tk::kAttrUserDefined});
+  for (int i = 0; i < 100000; ++i) v.tokens.push_back({"<|unused_" + std::to_string(i) + "|>", 0.0f, tk::kAttrControl});
+  v.finalize();
+  ASSERT_EQ(v.special_tokens.size(), 100003u);
+  const std::string text = "a<|im_start|>b<|imx<think><|unused_777|>";
+  auto id_at = [&](size_t pos, bool controls) {
+    const int64_t k = v.special_at(text, pos, [&](uint32_t j) {
+      return controls || !(v.tokens[static_cast<size_t>(v.special_tokens[j])].attr & tk::kAttrControl);
+    });
+    return k < 0 ? tk::kNoToken : v.special_tokens[static_cast<size_t>(k)];
+  };
+  EXPECT_EQ(id_at(0, true), tk::kNoToken);  // 'a' starts no special token
+  EXPECT_EQ(id_at(1, true), 1);             // the longest: <|im_start|>
+  EXPECT_EQ(id_at(1, false), 2);            // controls refused: <|im
+  EXPECT_EQ(id_at(14, true), 2);            // "<|imx": only <|im
+  EXPECT_EQ(id_at(19, true), 3);
+  EXPECT_EQ(id_at(26, true), v.find("<|unused_777|>"));
+  EXPECT_EQ(id_at(text.size() - 1, true), tk::kNoToken);
+}
