@@ -423,12 +423,12 @@ void ServeEngine::step() {
     }
     auto pick = [&](int64_t r) {
       const auto i = static_cast<size_t>(r);
-      const bool have = device_picks.size() == rows.size() && row_seq.size() == rows.size();
-      const bool reduced = have && (row_seq[i]->argmax_only || row_seq[i]->draw_u >= 0.0);
+      const bool aligned = row_seq.size() == rows.size();
+      const double draw_u = aligned ? row_seq[i]->draw_u : -1.0;
+      const bool reduced = aligned && device_picks.size() == rows.size() && (row_seq[i]->argmax_only || draw_u >= 0.0);
       pick_row(*rows[r].first, *rows[r].second,
                std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab),
-               reduced ? &device_picks[i] : nullptr, row_seq.size() == rows.size() ? row_seq[i]->draw_u : -1.0,
-               picks_[r]);
+               reduced ? &device_picks[i] : nullptr, draw_u, picks_[r]);
     };
     constexpr size_t kParallelRows = 8;
     if (rows.size() >= kParallelRows && !sample_pool_) {
@@ -500,20 +500,14 @@ void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const 
       pick.error = std::move(live.mask_error);
       return;
     }
-    if (am != nullptr && draw_u >= 0.0 && (am->bad >= 0 || am->argmax >= 0)) {  // drawn by the back-end
+    // Reduced by the back-end: greedy (the argmax is the sample), or a draw it made (a draw
+    // it left undone, argmax -1, is the host's below with the same uniform number).
+    if (am != nullptr && (draw_u < 0.0 || am->bad >= 0 || am->argmax >= 0)) {
       if (am->bad >= 0) {
         pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
         return;
       }
-      pick.token = am->argmax;
-      return;
-    }
-    if (am != nullptr && draw_u < 0.0) {  // greedy, unconstrained, no log-probabilities: the argmax is the sample
-      if (am->bad >= 0) {
-        pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
-        return;
-      }
-      const std::optional<int32_t> forced = live.reasoning.forced();
+      const std::optional<int32_t> forced = draw_u < 0.0 ? live.reasoning.forced() : std::nullopt;
       pick.token = forced ? *forced : am->argmax;
       return;
     }
