@@ -110,6 +110,7 @@ json results_json(const BenchResults& res, const std::string& command_line) {
   j["wall_s"] = res.wall_s;
   j["options"] = {{"scenarios", o.scenarios}, {"reps", o.reps}, {"max_tokens", o.max_tokens},
                   {"lengths", o.lengths}, {"concurrency", o.concurrency}, {"seed", o.seed}, {"temperature", o.temperature},
+                  {"top_p", o.top_p}, {"top_k", o.top_k},
                   {"agent_turns", o.agent_turns}, {"agent_system_tokens", o.agent_system_tokens}};
   const std::vector<TargetSummary> ts = summarize_targets(res);
   j["targets"] = json::array();
@@ -156,12 +157,16 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
   const std::vector<SummaryRow> rows = summarize_rows(res);
   const std::vector<TargetSummary> ts = summarize_targets(res);
   std::string md = "# hearth bench report\n\n```\n" + command_line + "\n```\n\n";
+  std::string sampling = "greedy";
+  if (res.options.temperature > 0.0) {
+    sampling = "temperature " + std::to_string(res.options.temperature).substr(0, 4);
+    if (res.options.top_k > 0) sampling += ", top_k " + std::to_string(res.options.top_k);
+    if (res.options.top_p < 1.0) sampling += ", top_p " + std::to_string(res.options.top_p).substr(0, 4);
+  }
   char buf[256];
   std::snprintf(buf, sizeof buf, "%d repetitions, max %d completion tokens, seed %llu, %s; run took %.0f s.\n\n",
                 res.options.reps, res.options.max_tokens, static_cast<unsigned long long>(res.options.seed),
-                res.options.temperature > 0.0 ? ("temperature " + std::to_string(res.options.temperature).substr(0, 4)).c_str()
-                                              : "greedy",
-                res.wall_s);
+                sampling.c_str(), res.wall_s);
   md += buf;
   md += "Figures are medians over repetitions with (min-max). TTFT = request start to first streamed token; "
         "decode tok/s = (completion tokens - 1) / (last token time - first token time); wall tok/s = completion "

@@ -35,8 +35,11 @@ class Runner {
  private:
   StreamClient client(const Target& t) const { return StreamClient(t.endpoint, epoch_, o_.request_timeout_s); }
   json body(const Target& t, json messages, int max_tokens) const {
-    return json{{"model", t.model}, {"messages", std::move(messages)}, {"max_tokens", max_tokens},
-                {"temperature", o_.temperature}, {"seed", o_.seed}};
+    json b{{"model", t.model}, {"messages", std::move(messages)}, {"max_tokens", max_tokens},
+           {"temperature", o_.temperature}, {"seed", o_.seed}};
+    if (o_.top_p < 1.0) b["top_p"] = o_.top_p;
+    if (o_.top_k > 0) b["top_k"] = o_.top_k;
+    return b;
   }
   // Runs `bodies` at once (released by a latch) and records them as one group.
   GroupResult run_group(const Step& s, const Target& t, const std::vector<json>& bodies,

@@ -27,6 +27,8 @@ struct BenchOptions {
   std::string model;            // "" : the first id of each target's /v1/models
   uint64_t seed = 42;
   double temperature = 0.0;     // of every request (0: greedy, as the articles measured)
+  double top_p = 1.0;           // sent when below 1 (nucleus sampling)
+  int top_k = 0;                // sent when above 0 (not an OpenAI field; llama.cpp, vLLM and Hearth read it)
   int agent_turns = 8;
   int64_t agent_system_tokens = 1500;
   double request_timeout_s = 600;

@@ -28,6 +28,8 @@ struct BenchCli {
   int64_t agent_system_tokens = 1500;
   uint64_t seed = 42;
   double temperature = 0.0;
+  double top_p = 1.0;
+  int top_k = 0;
   double launch_timeout = 300, request_timeout = 600;
   bool quick = false;
 };
@@ -103,6 +105,10 @@ void bench_main(const BenchCli& c, CLI::App* cmd) {
   o.seed = c.seed;
   o.temperature = c.temperature;
   if (!(c.temperature >= 0.0 && c.temperature <= 2.0)) bad("--temperature must be in [0, 2]");
+  o.top_p = c.top_p;
+  if (!(c.top_p > 0.0 && c.top_p <= 1.0)) bad("--top-p must be in (0, 1]");
+  o.top_k = c.top_k;
+  if (c.top_k < 0) bad("--top-k must be >= 0");
   o.model = c.model;
   o.request_timeout_s = c.request_timeout;
   if (c.quick) {
@@ -239,6 +245,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--temperature", c->temperature,
                   "Temperature of every request (default 0: greedy; e.g. 1 to measure sampled decoding, the OpenAI default)")
       ->default_val(0.0);
+  cmd->add_option("--top-p", c->top_p, "top_p of every request (sent when below 1)")->default_val(1.0);
+  cmd->add_option("--top-k", c->top_k, "top_k of every request (sent when above 0; not an OpenAI field)")->default_val(0);
   cmd->add_option("--launch-timeout", c->launch_timeout, "Seconds to wait for a launched server")->default_val(300);
   cmd->add_option("--request-timeout", c->request_timeout, "Seconds before a request is abandoned")->default_val(600);
   cmd->add_flag("--quick", c->quick,

@@ -50,10 +50,30 @@ HEARTH_SCAN_CLONES int32_t block_max_key(const float* b) {
   return m;
 }
 
-// exp(t) for the block's t = (x - shift) * scale <= 0: Cody-Waite reduction t = n ln2 + r,
-// a degree-7 polynomial of r, 2^n from the exponent bits. t below -87 (and -inf) gives 0.
+// exp(t) for t = (x - shift) * scale <= 0: Cody-Waite reduction t = n ln2 + r, a degree-7
+// polynomial of r, 2^n from the exponent bits; t below -87 (and -inf) gives 0. The block
+// form below vectorises; both round every step alike (no contraction: -ffp-contract=off).
+constexpr uint32_t kLow = 0xc2ae0000u;  // the bits of -87.0f
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+inline float exp_poly(float v) {
+  const float n = (v * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const float r = (v - n * 0.693145752f) - n * 1.42860677e-06f;
+  float p = 1.98756912e-4f;
+  p = p * r + 1.39819994e-3f;
+  p = p * r + 8.33345205e-3f;
+  p = p * r + 4.16657962e-2f;
+  p = p * r + 1.66666657e-1f;
+  p = p * r + 5.0e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
+  float scale2;
+  std::memcpy(&scale2, &e, sizeof scale2);
+  return p * scale2;
+}
+
 HEARTH_SCAN_CLONES void exp_block(const float* __restrict x, float shift, float scale, float* __restrict out) {
-  constexpr uint32_t kLow = 0xc2ae0000u;  // the bits of -87.0f
   float t[kBlock];
   uint32_t tb[kBlock], keep[kBlock];
   for (size_t i = 0; i < kBlock; ++i) t[i] = (x[i] - shift) * scale;
@@ -66,20 +86,7 @@ HEARTH_SCAN_CLONES void exp_block(const float* __restrict x, float shift, float 
   }
   std::memcpy(t, tb, sizeof t);
   for (size_t i = 0; i < kBlock; ++i) {
-    const float v = t[i];
-    const float n = (v * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
-    const float r = (v - n * 0.693145752f) - n * 1.42860677e-06f;
-    float p = 1.98756912e-4f;
-    p = p * r + 1.39819994e-3f;
-    p = p * r + 8.33345205e-3f;
-    p = p * r + 4.16657962e-2f;
-    p = p * r + 1.66666657e-1f;
-    p = p * r + 5.0e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
-    float scale2;
-    std::memcpy(&scale2, &e, sizeof scale2);
-    const float y = p * scale2;
+    const float y = exp_poly(t[i]);
     uint32_t yb;
     std::memcpy(&yb, &y, sizeof yb);
     yb &= keep[i];
@@ -100,6 +107,14 @@ void exp_shifted(std::span<const float> x, float shift, float scale, float* out)
     exp_block(in, shift, scale, res);
     std::copy(res, res + (n - i), out + i);
   }
+}
+
+float exp_shifted_one(float x, float shift, float scale) {
+  const float t = (x - shift) * scale;
+  uint32_t tb;
+  std::memcpy(&tb, &t, sizeof tb);
+  if ((tb >> 31) != 0 && tb > kLow) return 0.0f;
+  return exp_poly(t);
 }
 
 int64_t first_non_finite(std::span<const float> v) {

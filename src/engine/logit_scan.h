@@ -20,5 +20,8 @@ int64_t argmax_first(std::span<const float> v);
 // (masked tokens). A polynomial in fixed blocks that vectorises: ~3x std::exp's speed on
 // a 248k-entry row. out holds x.size() floats.
 void exp_shifted(std::span<const float> x, float shift, float scale, float* out);
+// exp_shifted's value for one x, bit for bit (the same roundings, one at a time): for the
+// few candidates of a ranked draw, where a back-end may repeat the arithmetic.
+float exp_shifted_one(float x, float shift, float scale);
 
 }  // namespace hearth::engine

@@ -39,6 +39,19 @@ double sum_of(const float* p, size_t n) {
 
 constexpr size_t kSumBlock = 1024;
 
+// The total of probabilities p[0 .. n): sum_of per kSumBlock, the blocks added in order
+// (block_sums holds the blocks' sums). Every total of a draw is taken this way, so that a
+// back-end can repeat it (ops::RowReduce).
+double blocked_total(const float* p, size_t n, std::vector<double>& block_sums) {
+  block_sums.resize((n + kSumBlock - 1) / kSumBlock);
+  double sum = 0.0;
+  for (size_t b = 0; b < block_sums.size(); ++b) {
+    block_sums[b] = sum_of(p + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
+    sum += block_sums[b];
+  }
+  return sum;
+}
+
 }  // namespace
 
 void validate(const SamplerParams& p) {
@@ -124,8 +137,10 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     double total = 0.0;
     if (p_.top_p < 1.0f) {
       all_exps(1.0f);
-      total = sum_of(probs_.data(), vocab);
+      total = blocked_total(probs_.data(), vocab, block_sums_);
     }
+    // The cut: the first rank whose running sum of exp(l - max_l) reaches top_p x total.
+    const double threshold = static_cast<double>(p_.top_p) * total;
     size_t sorted = vocab;
     if (top_k_on) {
       sorted = n = static_cast<size_t>(p_.top_k);
@@ -150,8 +165,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       double cum = 0.0;
       size_t cut = 0;
       for (size_t i = 0; i < sorted && cut == 0; ++i) {
-        cum += std::exp(static_cast<double>(logits[candidates_[i]]) - max_l) / total;
-        if (cum >= p_.top_p) cut = i + 1;
+        cum += static_cast<double>(probs_[static_cast<size_t>(candidates_[i])]);
+        if (cum >= threshold) cut = i + 1;
       }
       if (cut != 0) {
         n = cut;
@@ -163,7 +178,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         by_buckets = true;
         std::vector<double> mass(kBuckets, 0.0);
         for (size_t i = 0; i < vocab; ++i) mass[static_cast<size_t>(bucket(logits[i]))] += probs_[i];
-        const double want = static_cast<double>(p_.top_p) * total * (1.0 + 1e-6);
+        const double want = threshold * (1.0 + 1e-6);
         double acc = 0.0;
         int last = 0;
         for (; last < kBuckets - 1; ++last) {
@@ -180,7 +195,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     if (p_.min_p > 0.0f) {
       // Sorted: the first is the most likely (exp(0) = 1); keep p >= min_p * p_max.
       size_t keep = 1;
-      while (keep < n && std::exp(logits[candidates_[keep]] - max_l) >= p_.min_p) ++keep;
+      while (keep < n && exp_shifted_one(logits[candidates_[keep]], max_l, 1.0f) >= p_.min_p) ++keep;
       n = keep;
     }
   }
@@ -190,11 +205,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   double acc = 0.0;
   if (n == vocab && !ranked) {  // every token, in id order: sums per block, then the block of r
     all_exps(1.0f / p_.temperature);
-    block_sums_.resize((n + kSumBlock - 1) / kSumBlock);
-    for (size_t b = 0; b < block_sums_.size(); ++b) {
-      block_sums_[b] = sum_of(probs_.data() + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
-      sum += block_sums_[b];
-    }
+    sum = blocked_total(probs_.data(), n, block_sums_);
     const double r = u * sum;  // (what std::uniform_real_distribution(0, sum) makes of u)
     for (size_t b = 0; b + 1 < block_sums_.size() && r >= acc + block_sums_[b]; ++b) {
       acc += block_sums_[b];
@@ -206,8 +217,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     }
   } else {
     probs_.resize(n);
+    const float scale = 1.0f / p_.temperature;
     for (size_t i = 0; i < n; ++i) {
-      probs_[i] = std::exp((logits[candidates_[i]] - max_l) / p_.temperature);
+      probs_[i] = exp_shifted_one(logits[candidates_[i]], max_l, scale);
       sum += probs_[i];
     }
     const double r = u * sum;

@@ -37,16 +37,22 @@ class Sampler {
   // (one uniform number per sampled token, none for greedy).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history, double u);
   double next_uniform();
-  // A temperature draw over the whole vocabulary with nothing else (no top-k, top-p,
-  // min-p or penalties: the OpenAI-style server default). Such a draw is a function of
-  // the row, draw_scale() and u alone (a back-end may compute it where the logits are,
-  // ops::RowReduce): exp((l - max) x scale) of every token in float with exp_shifted's
-  // arithmetic, summed in double per 1024 tokens in sum_of's order, the blocks in order,
-  // r = u x total, then the first token whose running sum from its block's start exceeds r.
-  bool full_row_draw() const {
-    return p_.temperature > 0.0f && p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f &&
-           p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+  // A temperature draw with no penalties (top-k, top-p and min-p allowed): such a draw is
+  // a function of the row, the parameters and u alone, so a back-end may compute it where
+  // the logits are (ops::RowReduce). Its arithmetic, which the back-end repeats exactly:
+  // p(l) = exp_shifted_one(l, max, s) (s = 1 for the filters, draw_scale() for the draw);
+  // totals over the whole vocabulary summed in double per 1024 tokens in sum_of's order,
+  // the blocks in order; ranks by decreasing logit, ties by token id; top-k keeps the
+  // first top_k ranks; top-p cuts at the first rank whose running double sum of p(l)
+  // reaches top_p x total; min-p keeps the ranks before the first with p(l) < min_p; with
+  // neither top-k nor top-p, min-p keeps tokens in id order. The draw: r = u x the kept
+  // tokens' total (summed one by one in their order, or by blocks when every token is
+  // kept unranked), then the first token whose running sum exceeds r.
+  bool drawable() const {
+    return p_.temperature > 0.0f && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f &&
+           p_.frequency_penalty == 0.0f;
   }
+  const SamplerParams& params() const { return p_; }
   float draw_scale() const { return 1.0f / p_.temperature; }
   // Greedy with no penalties: sample() returns the row's first largest value, whatever
   // the history (so the argmax alone, computed elsewhere, is the sample).

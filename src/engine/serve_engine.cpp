@@ -364,11 +364,12 @@ void ServeEngine::step() {
       const bool argmax = plain && lv.sampler.plain_greedy();
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits, argmax, item.snaps});
-      // Temperature draws over the whole row likewise (their one uniform number is taken
-      // now; a back-end that does not draw leaves the row to the host sampler with it).
-      if (plain && !argmax && lv.sampler.full_row_draw() && !lv.reasoning.would_force()) {
-        batch_.back().draw_scale = lv.sampler.draw_scale();
-        batch_.back().draw_u = lv.sampler.next_uniform();
+      // Temperature draws likewise (their one uniform number is taken now; a back-end
+      // that does not draw leaves the row to the host sampler with it).
+      if (plain && !argmax && lv.sampler.drawable() && !lv.reasoning.would_force()) {
+        const SamplerParams& sp = lv.sampler.params();
+        batch_.back().draw = ops::RowReduce{ops::RowKind::kDraw, lv.sampler.draw_scale(), lv.sampler.next_uniform(),
+                                            sp.top_k, sp.top_p, sp.min_p};
       }
     }
     // The grammar masks of this step's samples depend only on the tokens accepted so
@@ -424,7 +425,8 @@ void ServeEngine::step() {
     auto pick = [&](int64_t r) {
       const auto i = static_cast<size_t>(r);
       const bool aligned = row_seq.size() == rows.size();
-      const double draw_u = aligned ? row_seq[i]->draw_u : -1.0;
+      const double draw_u =
+          aligned && row_seq[i]->draw.kind == ops::RowKind::kDraw ? row_seq[i]->draw.u : -1.0;
       const bool reduced = aligned && device_picks.size() == rows.size() && (row_seq[i]->argmax_only || draw_u >= 0.0);
       pick_row(*rows[r].first, *rows[r].second,
                std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab),

@@ -73,8 +73,8 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
       out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
       if (b.argmax_only) {
         reduce.push_back({ops::RowKind::kArgmax});
-      } else if (b.draw_u >= 0.0) {
-        reduce.push_back({ops::RowKind::kDraw, b.draw_scale, b.draw_u});
+      } else if (b.draw.kind == ops::RowKind::kDraw) {
+        reduce.push_back(b.draw);
       } else {
         reduce.push_back({});
       }

@@ -35,10 +35,9 @@ struct BatchSeq {
   // cross to the host (BatchLayout::picks).
   bool argmax_only = false;
   std::vector<StateSnap> snaps = {};
-  // Else, when draw_u >= 0: only a temperature draw over the row is needed (its scale
-  // and uniform number; ops::RowKind::kDraw).
-  float draw_scale = 1.0f;
-  double draw_u = -1.0;  // hybrid models: snapshots inside the step, by `after`
+  // Else, when draw.kind is kDraw: only a temperature draw from the row is needed (its
+  // parameters and uniform number, engine::Sampler::drawable).
+  ops::RowReduce draw = {};
 };
 
 struct BatchLayout {

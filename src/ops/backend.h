@@ -117,12 +117,15 @@ struct MoeLayer {
 enum class RowKind : uint8_t {
   kCopy = 0,    // the whole row
   kArgmax = 1,  // only the index of its first largest value (greedy decoding)
-  kDraw = 2,    // a temperature draw over the whole row (engine::Sampler::full_row_draw)
+  kDraw = 2,    // a temperature draw (engine::Sampler::drawable, whose arithmetic it repeats)
 };
 struct RowReduce {
   RowKind kind = RowKind::kCopy;
   float scale = 1.0f;  // kDraw: 1 / temperature
   double u = 0.0;      // kDraw: the draw's uniform number in [0, 1)
+  int32_t top_k = 0;   // kDraw: the top_k most likely tokens only (<= 0 or >= the row: all)
+  float top_p = 1.0f;  // kDraw: then the most likely holding top_p of the mass (>= 1: all)
+  float min_p = 0.0f;  // kDraw: then those at least min_p x the most likely (<= 0: all)
 };
 
 // One output row reduced to what greedy decoding or a draw needs (Backend::fetch_rows).

@@ -8,7 +8,9 @@
 //   rel = max |gpu - cpu| / max(max |cpu|, 1e-6)
 // and each test prints what it measured (docs/BENCHMARKS.md records a run on an H200).
 // This file: the operations and the shared back-ends; backend_parity_models.cpp: whole models.
+#include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -345,7 +347,7 @@ TEST(CudaParity, FetchRowsDraw) {
       sp.top_p = 1.0f;
       sp.min_p = 0.0f;
       engine::Sampler s(sp);
-      ASSERT_TRUE(s.full_row_draw());
+      ASSERT_TRUE(s.drawable());
       EXPECT_EQ(s.draw_scale(), reduce[r].scale);
       EXPECT_EQ(pg[r].bad, -1) << what;
       EXPECT_EQ(pg[r].argmax, s.sample(row, {}, us[r])) << what << " u " << us[r] << " temperature " << temps[r];
@@ -354,6 +356,77 @@ TEST(CudaParity, FetchRowsDraw) {
     }
   }
   std::cout << "fetch_rows draws compared with the host sampler: " << drawn << "\n";
+}
+
+// Draws with top-k, top-p and min-p (fetch_rows, RowKind::kDraw with its filters) give
+// the token the host sampler draws with the same parameters and uniform number; a row the
+// device leaves undecided (too many candidates) comes back whole, with argmax -1. Rows
+// peaked like a trained model's and flat like a random one's.
+TEST(CudaParity, FetchRowsFilteredDraw) {
+  NEED_GPU();
+  struct Filter {
+    int32_t top_k;
+    float top_p, min_p, temperature;
+  };
+  const Filter filters[] = {
+      {40, 1.0f, 0.0f, 0.8f},  {20, 0.8f, 0.0f, 0.7f},  {0, 0.95f, 0.0f, 1.0f},  {0, 0.5f, 0.0f, 0.6f},
+      {0, 1.0f, 0.05f, 1.0f},  {0, 0.9f, 0.1f, 1.2f},   {1000, 1.0f, 0.02f, 1.0f}, {2500, 1.0f, 0.0f, 1.0f},
+      {0, 1.0f, 0.5f, 0.9f},   {50, 0.95f, 0.05f, 0.3f}, {1, 1.0f, 0.0f, 1.0f},   {0, 0.99f, 0.0f, 2.0f},
+      {64, 0.9f, 0.0f, 1.0f},  {0, 1.0f, 1e-6f, 1.0f},  {7, 0.3f, 0.3f, 0.5f},   {0, 0.7f, 0.0f, 0.01f},
+  };
+  const int64_t rows = static_cast<int64_t>(std::size(filters));
+  int drawn = 0, left = 0;
+  for (int64_t cols : {int64_t{248320}, int64_t{151936}, int64_t{4099}, int64_t{1024}, int64_t{33}}) {
+    for (int shape = 0; shape < 2; ++shape) {
+      // shape 0: peaked (a few tokens far above the rest), 1: nearly flat
+      auto v = randn(static_cast<size_t>(rows * cols), 71 + static_cast<uint64_t>(shape), shape == 0 ? 1.5f : 0.3f);
+      if (shape == 0) {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int j = 0; j < 6; ++j) v[static_cast<size_t>(r * cols + (r * 977 + j * 131) % cols)] += 20.0f - 2.0f * j;
+        }
+        // exact ties at the top and around the k-th rank
+        v[static_cast<size_t>(12 * cols + 5)] = v[static_cast<size_t>(12 * cols + 9)] = 30.0f;
+      }
+      Both b(v);
+      std::vector<ops::RowReduce> reduce(static_cast<size_t>(rows));
+      std::vector<double> us(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        const Filter& f = filters[r];
+        us[static_cast<size_t>(r)] = std::fmod(0.137 + 0.311 * static_cast<double>(r + shape), 1.0);
+        reduce[r] = {ops::RowKind::kDraw, 1.0f / f.temperature, us[static_cast<size_t>(r)], f.top_k, f.top_p, f.min_p};
+      }
+      std::vector<float> dg(v.size(), -5.0f);
+      std::vector<ops::ArgmaxRow> pg(rows);
+      gpu().fetch_rows(*b.g, rows, cols, reduce.data(), dg.data(), pg.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const Filter& f = filters[r];
+        const std::string what = "cols " + std::to_string(cols) + " shape " + std::to_string(shape) + " row " +
+                                 std::to_string(r);
+        std::vector<float> row(v.begin() + r * cols, v.begin() + (r + 1) * cols);
+        engine::SamplerParams sp;
+        sp.temperature = f.temperature;
+        sp.top_k = f.top_k;
+        sp.top_p = f.top_p;
+        sp.min_p = f.min_p;
+        engine::Sampler s(sp);
+        ASSERT_TRUE(s.drawable());
+        ASSERT_EQ(s.draw_scale(), reduce[r].scale);
+        const int32_t want = s.sample(row, {}, us[static_cast<size_t>(r)]);
+        EXPECT_EQ(pg[r].bad, -1) << what;
+        if (pg[r].argmax < 0) {  // left to the host: the row came back whole
+          EXPECT_EQ(0, std::memcmp(dg.data() + r * cols, v.data() + r * cols, sizeof(float) * cols)) << what;
+          ++left;
+          continue;
+        }
+        EXPECT_EQ(pg[r].argmax, want) << what << " top_k " << f.top_k << " top_p " << f.top_p << " min_p "
+                                      << f.min_p << " temperature " << f.temperature;
+        ++drawn;
+      }
+    }
+  }
+  std::cout << "filtered draws on the device equal to the host sampler: " << drawn << ", left to the host: " << left
+            << "\n";
+  EXPECT_GE(drawn, 100);  // most of the 160 rows are decided on the device
 }
 
 // F32 weights of few rows against many tokens (CudaBackend::matmul -> small_gemm: the

@@ -13,6 +13,7 @@ import pytest
 
 GAP = 0.05  # seconds between scripted tokens
 SEEN_TEMPERATURES = []  # the temperature of every completion request the scripted server got
+SEEN_FILTERS = []  # and its (top_p, top_k), None where not sent
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -52,6 +53,7 @@ class Scripted(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"model '{req.get('model')}' not found"}})
             return
         SEEN_TEMPERATURES.append(req.get("temperature"))
+        SEEN_FILTERS.append((req.get("top_p"), req.get("top_k")))
         words = sum(len(m["content"].split()) for m in req["messages"] if isinstance(m.get("content"), str))
         n = min(10, req.get("max_tokens", 10))
         self.send_response(200)
@@ -148,11 +150,26 @@ def test_temperature_reaches_every_request(run_hearth, scripted, tmp_path):
     assert SEEN_TEMPERATURES and all(t == 0.7 for t in SEEN_TEMPERATURES), SEEN_TEMPERATURES
     assert json.loads((out / "results.json").read_text())["options"]["temperature"] == 0.7
     assert "temperature 0.70" in (out / "report.md").read_text()
+    assert SEEN_FILTERS and all(f == (None, None) for f in SEEN_FILTERS), SEEN_FILTERS
     SEEN_TEMPERATURES.clear()
+    SEEN_FILTERS.clear()
     p = run_hearth("bench", "--target", f"good={scripted}/good", "--scenario", "single", "--lengths", "20",
                    "--reps", "1", "--max-tokens", "3", "--out", tmp_path / "g", timeout=60)
     assert p.returncode == 0 and SEEN_TEMPERATURES and all(t == 0 for t in SEEN_TEMPERATURES), SEEN_TEMPERATURES
     assert "greedy" in (tmp_path / "g" / "report.md").read_text()
+    # top_p / top_k: sent to every request when given, and named in the report
+    SEEN_FILTERS.clear()
+    out = tmp_path / "f"
+    p = run_hearth("bench", "--target", f"good={scripted}/good", "--scenario", "single", "--lengths", "20",
+                   "--reps", "1", "--max-tokens", "3", "--temperature", "0.7", "--top-p", "0.9", "--top-k", "40",
+                   "--out", out, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert SEEN_FILTERS and all(f == (0.9, 40) for f in SEEN_FILTERS), SEEN_FILTERS
+    assert "top_k 40, top_p 0.90" in (out / "report.md").read_text()
+    opts = json.loads((out / "results.json").read_text())["options"]
+    assert opts["top_p"] == 0.9 and opts["top_k"] == 40
+    p = run_hearth("bench", "--target", f"good={scripted}/good", "--top-p", "1.5", "--out", out, timeout=60)
+    assert p.returncode != 0 and "--top-p must be in (0, 1]" in p.stderr
 
 
 def test_unknown_model_and_bad_input(run_hearth, scripted, tmp_path):

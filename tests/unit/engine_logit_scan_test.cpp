@@ -106,6 +106,9 @@ TEST(LogitScan, ExpShiftedMatchesStdExp) {
         if (v[i] == top) {
           EXPECT_EQ(out[i], 1.0f);
         }
+        // One value at a time: the same bits (a back-end repeats this arithmetic).
+        const float one = hearth::engine::exp_shifted_one(v[i], top, scale);
+        EXPECT_EQ(std::memcmp(&one, &out[i], sizeof one), 0) << "i=" << i << " x=" << v[i];
       }
     }
   }

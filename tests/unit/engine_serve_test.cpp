@@ -233,45 +233,49 @@ TEST_F(ServeEngineTest, GreedyRowsReducedOnTheBackEndGiveTheSameTokens) {
   loaded_->backend.set_argmax_rows(false);
 }
 
-// Temperature draws over the whole row (the server's default sampling) go to the
-// back-end as draw rows with their uniform number taken ahead; the CPU leaves them to the
-// host sampler, which must then draw exactly what generate() draws with the same seed.
+// Temperature draws (the server's default: the whole row; and with top-k, top-p, min-p)
+// go to the back-end as draw rows with their uniform number taken ahead; the CPU leaves
+// them to the host sampler, which must then draw exactly what generate() draws with the
+// same seed.
 TEST_F(ServeEngineTest, DrawRowsOfferedToTheBackEndGiveTheSameTokens) {
   const auto prompts = four_prompts();
-  auto sampled = [](const std::vector<int32_t>& p, uint64_t seed) {
-    GenRequest r;
-    r.prompt = p;
-    r.max_tokens = kTokens;
-    r.sampler.temperature = 0.9f;
-    r.sampler.top_k = 0;
-    r.sampler.top_p = 1.0f;
-    r.sampler.min_p = 0.0f;
-    r.sampler.seed = seed;
-    return r;
-  };
-  std::vector<std::vector<int32_t>> alone;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    hearth::model::KvCache cache(loaded_->backend, model().hparams(), 256, ops::KvType::F32);
-    hearth::engine::GenerateOptions o;
-    o.max_tokens = kTokens;
-    o.sampler = sampled(prompts[i], 11 + i).sampler;
-    alone.push_back(hearth::engine::generate(model(), cache, tok(), prompts[i], o, nullptr).tokens);
-  }
-  for (bool device_rows : {false, true}) {
-    loaded_->backend.set_argmax_rows(device_rows);
-    const int64_t before = loaded_->backend.draw_rows_fetched();
-    ServeEngine engine(model(), tok(), base_config(ops::KvType::F32));
-    std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (int mode = 0; mode < 4; ++mode) {
+    auto sampled = [mode](const std::vector<int32_t>& p, uint64_t seed) {
+      GenRequest r;
+      r.prompt = p;
+      r.max_tokens = kTokens;
+      r.sampler.temperature = 0.9f;
+      r.sampler.top_k = mode == 1 ? 40 : 0;
+      r.sampler.top_p = mode == 1 ? 0.9f : mode == 2 ? 0.8f : 1.0f;
+      r.sampler.min_p = mode == 3 ? 0.05f : 0.0f;
+      r.sampler.seed = seed;
+      return r;
+    };
+    std::vector<std::vector<int32_t>> alone;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      chans.push_back(std::make_shared<RequestChannel>());
-      EXPECT_EQ(engine.submit(sampled(prompts[i], 11 + i), chans.back()), ServeEngine::Admit::kOk);
+      hearth::model::KvCache cache(loaded_->backend, model().hparams(), 256, ops::KvType::F32);
+      hearth::engine::GenerateOptions o;
+      o.max_tokens = kTokens;
+      o.sampler = sampled(prompts[i], 11 + i).sampler;
+      alone.push_back(hearth::engine::generate(model(), cache, tok(), prompts[i], o, nullptr).tokens);
     }
-    engine.start();
-    const auto outs = collect(chans);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(outs[i].tokens, alone[i]) << "request " << i << (device_rows ? " (draw rows)" : "");
+    for (bool device_rows : {false, true}) {
+      loaded_->backend.set_argmax_rows(device_rows);
+      const int64_t before = loaded_->backend.draw_rows_fetched();
+      ServeEngine engine(model(), tok(), base_config(ops::KvType::F32));
+      std::vector<std::shared_ptr<RequestChannel>> chans;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        chans.push_back(std::make_shared<RequestChannel>());
+        EXPECT_EQ(engine.submit(sampled(prompts[i], 11 + i), chans.back()), ServeEngine::Admit::kOk);
+      }
+      engine.start();
+      const auto outs = collect(chans);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(outs[i].tokens, alone[i]) << "mode " << mode << " request " << i
+                                            << (device_rows ? " (draw rows)" : "");
+      }
+      if (device_rows) EXPECT_GE(loaded_->backend.draw_rows_fetched(), before + 4 * kTokens) << "mode " << mode;
     }
-    if (device_rows) EXPECT_GE(loaded_->backend.draw_rows_fetched(), before + 4 * kTokens);
   }
   loaded_->backend.set_argmax_rows(false);
 }

@@ -1,122 +1,21 @@
 // CudaBackend::fetch_rows: the output rows of a step to the host, the rows of greedy
 // sequences reduced on the device to the index of their first largest value (and of
-// their first non-finite value), and the rows of temperature draws over the whole
-// vocabulary (engine::Sampler::full_row_draw) to the drawn token, so that a 150k-250k
-// entry row does not cross PCIe and get scanned on the host for every sequence and token.
-// A draw repeats the host sampler's arithmetic exactly (the same token for the same row
-// and uniform number): exp_shifted's polynomial with every rounding spelled out, the
-// probabilities summed in double per 1024 tokens in sum_of's order (eight running sums,
-// the tail, then the eight), the blocks in order, r = u x total, the running sum from the
-// block holding r.
+// their first non-finite value), and the rows of temperature draws (engine::Sampler::
+// drawable) to the drawn token (cuda_draw.cuh), so that a 150k-250k entry row does not
+// cross PCIe and get scanned on the host for every sequence and token.
 #include <climits>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/cuda_draw.cuh"
 #include "backends/cuda/launch.cuh"
 #include "core/error.h"
 
 namespace hearth::cuda {
 namespace {
 
-constexpr int kArgmaxThreads = 1024;
-constexpr int kDrawBlock = 1024;                       // engine::Sampler's kSumBlock
-constexpr int64_t kMaxDrawCols = 256LL * kDrawBlock;   // rows drawn on the device (wider: copied)
-
-// engine::exp_shifted's exp((x - shift) * scale) for one value, bit for bit (no contraction).
-__device__ __forceinline__ float exp_like_host(float x, float shift, float scale) {
-  constexpr unsigned kLow = 0xc2ae0000u;  // the bits of -87.0f
-  const float t = __fmul_rn(__fsub_rn(x, shift), scale);
-  const unsigned tb = __float_as_uint(t);
-  if ((tb >> 31) != 0u && tb > kLow) return 0.0f;
-  const float n = __fsub_rn(__fadd_rn(__fmul_rn(t, 1.44269504f), 12582912.0f), 12582912.0f);
-  const float r = __fsub_rn(__fsub_rn(t, __fmul_rn(n, 0.693145752f)), __fmul_rn(n, 1.42860677e-06f));
-  float p = 1.98756912e-4f;
-  p = __fadd_rn(__fmul_rn(p, r), 1.39819994e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.33345205e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.16657962e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.66666657e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 5.0e-1f);
-  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
-  return __fmul_rn(p, __int_as_float((static_cast<int>(n) + 127) << 23));
-}
-
-// The draw of one row by the whole block (after the argmax: shift = the largest value).
-__device__ int draw_row(const float* __restrict__ row, int n, float shift, float scale, double u) {
-  __shared__ double part[256 * 8];  // [block][running sum]
-  __shared__ double bsum[256];
-  __shared__ float pr[kDrawBlock];
-  __shared__ double s_acc, s_r;
-  __shared__ int s_from, s_found;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int nb = (n + kDrawBlock - 1) / kDrawBlock;
-  for (int task = tid; task < nb * 8; task += kArgmaxThreads) {  // running sum k of block b
-    const int b = task / 8, k = task % 8;
-    const int len = min(kDrawBlock, n - b * kDrawBlock), full = len / 8 * 8;
-    const float* x = row + static_cast<int64_t>(b) * kDrawBlock;
-    double a = 0.0;
-    for (int i = k; i < full; i += 8) a = __dadd_rn(a, static_cast<double>(exp_like_host(x[i], shift, scale)));
-    part[task] = a;
-  }
-  __syncthreads();
-  for (int b = tid; b < nb; b += kArgmaxThreads) {
-    const int len = min(kDrawBlock, n - b * kDrawBlock), full = len / 8 * 8;
-    const float* x = row + static_cast<int64_t>(b) * kDrawBlock;
-    double sb = 0.0;
-    for (int i = full; i < len; ++i) sb = __dadd_rn(sb, static_cast<double>(exp_like_host(x[i], shift, scale)));
-    for (int k = 0; k < 8; ++k) sb = __dadd_rn(sb, part[b * 8 + k]);
-    bsum[b] = sb;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    double sum = 0.0;
-    for (int b = 0; b < nb; ++b) sum = __dadd_rn(sum, bsum[b]);
-    const double r = __dmul_rn(u, sum);
-    double acc = 0.0;
-    int from = 0;
-    for (int b = 0; b + 1 < nb && r >= __dadd_rn(acc, bsum[b]); ++b) {
-      acc = __dadd_rn(acc, bsum[b]);
-      from = (b + 1) * kDrawBlock;
-    }
-    s_r = r;
-    s_acc = acc;
-    s_from = from;
-    s_found = -1;
-  }
-  __syncthreads();
-  for (int start = s_from; start < n; start += kDrawBlock) {
-    const int i = start + tid;
-    pr[tid] = i < n ? exp_like_host(row[i], shift, scale) : 0.0f;
-    __syncthreads();
-    if (tid == 0) {
-      double acc = s_acc;
-      const int len = min(kDrawBlock, n - start);
-      for (int j = 0; j < len; ++j) {
-        acc = __dadd_rn(acc, static_cast<double>(pr[j]));
-        if (s_r < acc) {
-          s_found = start + j;
-          break;
-        }
-      }
-      s_acc = acc;
-    }
-    __syncthreads();
-    if (s_found >= 0) break;
-  }
-  if (s_found >= 0) return s_found;
-  // Rounding left r at the very top: the last token that can be drawn (as the host does).
-  if (tid == 0) {
-    for (int i = n; i-- > 0;) {
-      if (exp_like_host(row[i], shift, scale) > 0.0f) {
-        s_found = i;
-        break;
-      }
-    }
-    if (s_found < 0) s_found = n - 1;
-  }
-  __syncthreads();
-  return s_found;
-}
+constexpr int kArgmaxThreads = draw::kDrawThreads;
 
 // (value, index) pairs: the larger value, the smaller index on a tie (std::max_element's
 // first largest value); an index of INT_MAX is "none".
@@ -188,11 +87,16 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
     out[blockIdx.x] = make_int3(si[0] == INT_MAX ? -1 : si[0], b, b >= 0 && isnan(row[b]) ? 1 : 0);
   }
   const ops::RowReduce rr = reduce[blockIdx.x];
-  if (rr.kind != ops::RowKind::kDraw || n_cols > kMaxDrawCols) return;
+  if (rr.kind != ops::RowKind::kDraw || n_cols > draw::kMaxCols) return;
   __syncthreads();  // (si, sb final)
   if (sb[0] != INT_MAX || si[0] == INT_MAX) return;  // a non-finite row is not drawn (the host reports it)
-  const int tok = draw_row(row, static_cast<int>(n_cols), row[si[0]], rr.scale, rr.u);
-  if (threadIdx.x == 0) out[blockIdx.x].x = tok;
+  __shared__ draw::Smem sm;
+  const int n = static_cast<int>(n_cols);
+  const float top = row[si[0]];
+  const bool filtered = (rr.top_k > 0 && rr.top_k < n) || rr.top_p < 1.0f || rr.min_p > 0.0f;
+  int tok = filtered ? draw::draw_filtered(row, n, top, rr, sm) : -2;
+  if (tok == -2) tok = draw::draw_full(row, n, top, rr.scale, rr.u, sm);
+  if (threadIdx.x == 0) out[blockIdx.x].x = tok;  // -1: left to the host (the row is copied)
 }
 
 }  // namespace
@@ -208,7 +112,7 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
     return;
   }
   // Rows reduced here: argmax rows, and draw rows when drawing is on and the row fits.
-  const bool draws = device_draw_ && n_cols <= kMaxDrawCols;
+  const bool draws = device_draw_ && n_cols <= draw::kMaxCols;
   auto reduced = [&](int64_t r) {
     return reduce[r].kind == ops::RowKind::kArgmax || (draws && reduce[r].kind == ops::RowKind::kDraw);
   };
@@ -259,6 +163,17 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
     r = e;
   }
   wait("fetch_rows");
+  // Draws the device left undecided (too many candidates for a top-p or min-p cut, or a
+  // cut that rounding put past them): their rows now, drawn on the host.
+  bool late = false;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (reduced(r) && reduce[r].kind == ops::RowKind::kDraw && h[r].x < 0 && h[r].y < 0) {
+      HEARTH_CUDA_CHECK("fetch_rows", cudaMemcpyAsync(dst + r * n_cols, src.data() + r * n_cols,
+                                                      sizeof(float) * n_cols, cudaMemcpyDeviceToHost, stream_));
+      late = true;
+    }
+  }
+  if (late) wait("fetch_rows");
   for (int64_t r = 0; r < n_rows; ++r) {
     if (reduced(r)) {
       picks[r] = ops::ArgmaxRow{h[r].x, h[r].y, h[r].z};

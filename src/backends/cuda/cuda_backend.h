@@ -295,7 +295,7 @@ class CudaBackend final : public ops::Backend {
   bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool gated_norm_q8_ = true;  // the gated norm quantizes for the out projection (HEARTH_CUDA_GATED_Q8=0: not)
-  bool device_draw_ = true;  // temperature draws over whole rows in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
+  bool device_draw_ = true;  // temperature draws in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
   // Long-context decode on the tensor cores (HEARTH_CUDA_ATTN_TC_DECODE): 2 warps split keys,
   // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).
   int tc_decode_mode_ = 2;
