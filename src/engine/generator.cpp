@@ -67,10 +67,22 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   const auto t0 = Clock::now();
   std::vector<float> logits;  // reused for every token: no per-token allocation
   std::vector<int32_t> step(1);
-  // Greedy with nothing that reads the logits: the back-end may reduce each step's row to
-  // its argmax where the logits are (model.picks()), so the row does not cross to the host.
-  const bool argmax_only = sampler.plain_greedy() && !matcher && options.n_logprobs <= 0;
-  model.forward(cache, prompt, false, logits, argmax_only);
+  // Greedy, or a draw without penalties, with nothing else that reads the logits: the
+  // back-end may reduce each step's row to its argmax or drawn token where the logits are
+  // (model.picks()), so the row does not cross to the host. A draw's uniform number is
+  // taken before the step (the same numbers, in the same order, as drawing afterwards).
+  const bool plain = !matcher && options.n_logprobs <= 0;
+  const bool argmax_only = plain && sampler.plain_greedy();
+  const bool device_draw = plain && !argmax_only && sampler.drawable();
+  double u = -1.0;
+  auto last_row = [&]() {
+    if (argmax_only) return ops::RowReduce{ops::RowKind::kArgmax};
+    if (!device_draw) return ops::RowReduce{};
+    const SamplerParams& sp = sampler.params();
+    u = sampler.next_uniform();
+    return ops::RowReduce{ops::RowKind::kDraw, sampler.draw_scale(), u, sp.top_k, sp.top_p, sp.min_p};
+  };
+  model.forward(cache, prompt, false, logits, last_row());
   const auto t_prefill = Clock::now();
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};
@@ -83,7 +95,8 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       grammar::apply_mask(logits, mask);
     }
     int32_t next = -1;
-    if (const auto& picks = model.picks(); argmax_only && picks.size() == 1) {
+    const auto& picks = model.picks();
+    if ((argmax_only || device_draw) && picks.size() == 1 && (argmax_only || picks[0].bad >= 0 || picks[0].argmax >= 0)) {
       if (picks[0].bad >= 0) {
         fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
                                               std::to_string(picks[0].bad) + " is " +
@@ -91,6 +104,8 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                                               std::to_string(r.tokens.size()));
       }
       next = picks[0].argmax;
+    } else if (device_draw) {
+      next = sampler.sample(logits, history, u);  // the row came back: drawn here with the same number
     } else {
       next = sampler.sample(logits, history);
     }
@@ -136,7 +151,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       break;
     }
     step[0] = next;
-    model.forward(cache, step, false, logits, argmax_only);
+    model.forward(cache, step, false, logits, last_row());
   }
   const std::string tail = stream.flush();
   if (!tail.empty()) {

@@ -6,7 +6,8 @@
 
 namespace hearth::model {
 
-void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, bool argmax) {
+void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits,
+                         const ops::RowReduce& last) {
   const auto n = static_cast<int64_t>(new_tokens.size());
   SeqKv& seq = cache.seq();
   if (seq.n_past + n > cache.n_ctx()) {
@@ -28,7 +29,7 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   }
   out_rows.clear();
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) out_rows.push_back(static_cast<int32_t>(i));
-  reduce.assign(out_rows.size(), ops::RowReduce{argmax && !all_logits ? ops::RowKind::kArgmax : ops::RowKind::kCopy});
+  reduce.assign(out_rows.size(), all_logits ? ops::RowReduce{} : last);
 }
 
 void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {

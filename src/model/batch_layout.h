@@ -53,7 +53,8 @@ struct BatchLayout {
   std::vector<ops::ArgmaxRow> picks;
 
   // One sequence with its own cache. Throws Error when the context would overflow.
-  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, bool argmax_only = false);
+  // last: how its last row is returned (ignored with all_logits: every row copied).
+  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, const ops::RowReduce& last = {});
   // Many sequences sharing a pool (sequences with no tokens are skipped). Throws
   // Error(kInternal) when a sequence lacks the blocks for its positions.
   void batch(const KvPool& pool, const std::vector<BatchSeq>& seqs);

@@ -26,10 +26,12 @@ class CausalLm {
   // writing the logits of the last token ([n_vocab]), or of every token ([n,
   // n_vocab]) when all_logits, into `logits` (resized; its capacity is reused).
   // Throws Error when the context is full.
-  // argmax_only (not with all_logits): only the last token's argmax is needed; picks()
-  // then holds it when the back-end computed it on the device (logits left unwritten).
+  // last (not with all_logits): how the last token's row is needed: kArgmax only its
+  // argmax, kDraw only a draw from it (ops::RowReduce); picks() then holds the result when
+  // the back-end computed it on the device (logits left unwritten; a draw it left undone
+  // has argmax -1 and the row written).
   void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits,
-               bool argmax_only = false);
+               const ops::RowReduce& last = {});
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false) {
     std::vector<float> out;
     forward(cache, tokens, all_logits, out);

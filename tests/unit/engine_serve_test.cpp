@@ -252,12 +252,23 @@ TEST_F(ServeEngineTest, DrawRowsOfferedToTheBackEndGiveTheSameTokens) {
       return r;
     };
     std::vector<std::vector<int32_t>> alone;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      hearth::model::KvCache cache(loaded_->backend, model().hparams(), 256, ops::KvType::F32);
-      hearth::engine::GenerateOptions o;
-      o.max_tokens = kTokens;
-      o.sampler = sampled(prompts[i], 11 + i).sampler;
-      alone.push_back(hearth::engine::generate(model(), cache, tok(), prompts[i], o, nullptr).tokens);
+    // generate() (hearth run) offers its draws to the back-end too: the same tokens.
+    for (bool device_rows : {false, true}) {
+      loaded_->backend.set_argmax_rows(device_rows);
+      const int64_t before = loaded_->backend.draw_rows_fetched();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        hearth::model::KvCache cache(loaded_->backend, model().hparams(), 256, ops::KvType::F32);
+        hearth::engine::GenerateOptions o;
+        o.max_tokens = kTokens;
+        o.sampler = sampled(prompts[i], 11 + i).sampler;
+        auto toks = hearth::engine::generate(model(), cache, tok(), prompts[i], o, nullptr).tokens;
+        if (!device_rows) {
+          alone.push_back(std::move(toks));
+        } else {
+          EXPECT_EQ(toks, alone[i]) << "generate, mode " << mode << " request " << i << " (draw rows)";
+        }
+      }
+      if (device_rows) EXPECT_GE(loaded_->backend.draw_rows_fetched(), before + 4 * (kTokens - 1)) << "mode " << mode;
     }
     for (bool device_rows : {false, true}) {
       loaded_->backend.set_argmax_rows(device_rows);
