@@ -6,7 +6,8 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared"
+# The shared test data beside the repository ($HEARTH_SHARED_DIR: elsewhere, e.g. on a GPU machine).
+SHARED = pathlib.Path(os.environ.get("HEARTH_SHARED_DIR", ROOT.parent / "shared"))
 
 
 def _default_model():

@@ -1,7 +1,9 @@
 """Helpers for the `hearth serve` end-to-end tests: start/stop the real server, raw HTTP over
 sockets (byte-exact SSE), and Prometheus text parsing. Every wait has a timeout."""
 import json
+import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,7 +20,10 @@ class Server:
     """One `hearth serve --port 0` process. stop() sends SIGTERM and returns the exit code."""
 
     def __init__(self, hearth_bin, model, *args, start_timeout=90):
-        self.args = [str(hearth_bin), "serve", "-m", str(model), "--port", "0", *map(str, args)]
+        # $HEARTH_E2E_SERVE_ARGS: more options for every server (e.g. "--deterministic" when the
+        # suite runs against a GPU, where greedy results are batch-invariant only under that flag).
+        extra = shlex.split(os.environ.get("HEARTH_E2E_SERVE_ARGS", ""))
+        self.args = [str(hearth_bin), "serve", "-m", str(model), "--port", "0", *map(str, args), *extra]
         # stderr (the request log) goes to a file so a full pipe can never block the server.
         self.stderr_file = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self.stderr_file,

@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import threading
 import time
 import uuid
@@ -427,8 +428,10 @@ GREEDY_PROMPT = "The history of the printing press begins"
 def run_reference(hearth_bin, default_model):
     import subprocess
 
+    # $HEARTH_E2E_RUN_ARGS: the servers' extra options that `run` shares (e.g. --deterministic).
+    extra = shlex.split(os.environ.get("HEARTH_E2E_RUN_ARGS", ""))
     r = subprocess.run([str(hearth_bin), "run", "-m", str(default_model), "--raw", "-p", GREEDY_PROMPT, "-n", "24",
-                        "--temp", "0", "--json", "--kv-type", "f16", "--logprobs", "1", *THREADS],
+                        "--temp", "0", "--json", "--kv-type", "f16", "--logprobs", "1", *THREADS, *extra],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
