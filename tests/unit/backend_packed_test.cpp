@@ -107,7 +107,7 @@ TEST(Packed, KernelEqualsReferenceBitForBit) {
     const int64_t blk = block_of(type);
     for (const int64_t n_rows : {1, 15, 16, 17, 40}) {
       for (const int64_t n : {blk, 3 * blk, 6 * blk}) {
-        for (int64_t n_tok = 1; n_tok <= 9; ++n_tok) {
+        for (int64_t n_tok = 1; n_tok <= 13; ++n_tok) {  // tiles of 8 and 4 and the rest
           const auto seed = static_cast<uint32_t>(n_rows * 131 + n * 7 + n_tok);
           const auto w = make_weight(type, n_rows, n, seed);
           const auto p = cpu::pack_weight(w.view);
