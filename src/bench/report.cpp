@@ -110,7 +110,8 @@ json results_json(const BenchResults& res, const std::string& command_line) {
   j["wall_s"] = res.wall_s;
   j["options"] = {{"scenarios", o.scenarios}, {"reps", o.reps}, {"max_tokens", o.max_tokens},
                   {"lengths", o.lengths}, {"concurrency", o.concurrency}, {"seed", o.seed}, {"temperature", o.temperature},
-                  {"top_p", o.top_p}, {"top_k", o.top_k},
+                  {"top_p", o.top_p}, {"top_k", o.top_k}, {"frequency_penalty", o.frequency_penalty},
+                  {"presence_penalty", o.presence_penalty},
                   {"agent_turns", o.agent_turns}, {"agent_system_tokens", o.agent_system_tokens}};
   const std::vector<TargetSummary> ts = summarize_targets(res);
   j["targets"] = json::array();
@@ -162,6 +163,12 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
     sampling = "temperature " + std::to_string(res.options.temperature).substr(0, 4);
     if (res.options.top_k > 0) sampling += ", top_k " + std::to_string(res.options.top_k);
     if (res.options.top_p < 1.0) sampling += ", top_p " + std::to_string(res.options.top_p).substr(0, 4);
+  }
+  if (res.options.frequency_penalty != 0.0) {
+    sampling += ", frequency_penalty " + std::to_string(res.options.frequency_penalty).substr(0, 4);
+  }
+  if (res.options.presence_penalty != 0.0) {
+    sampling += ", presence_penalty " + std::to_string(res.options.presence_penalty).substr(0, 4);
   }
   char buf[256];
   std::snprintf(buf, sizeof buf, "%d repetitions, max %d completion tokens, seed %llu, %s; run took %.0f s.\n\n",

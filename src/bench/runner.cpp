@@ -39,6 +39,8 @@ class Runner {
            {"temperature", o_.temperature}, {"seed", o_.seed}};
     if (o_.top_p < 1.0) b["top_p"] = o_.top_p;
     if (o_.top_k > 0) b["top_k"] = o_.top_k;
+    if (o_.frequency_penalty != 0.0) b["frequency_penalty"] = o_.frequency_penalty;
+    if (o_.presence_penalty != 0.0) b["presence_penalty"] = o_.presence_penalty;
     return b;
   }
   // Runs `bodies` at once (released by a latch) and records them as one group.

@@ -29,6 +29,8 @@ struct BenchOptions {
   double temperature = 0.0;     // of every request (0: greedy, as the articles measured)
   double top_p = 1.0;           // sent when below 1 (nucleus sampling)
   int top_k = 0;                // sent when above 0 (not an OpenAI field; llama.cpp, vLLM and Hearth read it)
+  double frequency_penalty = 0.0;  // sent when not 0
+  double presence_penalty = 0.0;   // sent when not 0
   int agent_turns = 8;
   int64_t agent_system_tokens = 1500;
   double request_timeout_s = 600;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,8 @@ struct BenchCli {
   double temperature = 0.0;
   double top_p = 1.0;
   int top_k = 0;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
   double launch_timeout = 300, request_timeout = 600;
   bool quick = false;
 };
@@ -109,6 +112,10 @@ void bench_main(const BenchCli& c, CLI::App* cmd) {
   if (!(c.top_p > 0.0 && c.top_p <= 1.0)) bad("--top-p must be in (0, 1]");
   o.top_k = c.top_k;
   if (c.top_k < 0) bad("--top-k must be >= 0");
+  o.frequency_penalty = c.frequency_penalty;
+  o.presence_penalty = c.presence_penalty;
+  if (!(std::fabs(c.frequency_penalty) <= 2.0)) bad("--frequency-penalty must be in [-2, 2]");
+  if (!(std::fabs(c.presence_penalty) <= 2.0)) bad("--presence-penalty must be in [-2, 2]");
   o.model = c.model;
   o.request_timeout_s = c.request_timeout;
   if (c.quick) {
@@ -247,6 +254,10 @@ void add_bench_command(CLI::App& app) {
       ->default_val(0.0);
   cmd->add_option("--top-p", c->top_p, "top_p of every request (sent when below 1)")->default_val(1.0);
   cmd->add_option("--top-k", c->top_k, "top_k of every request (sent when above 0; not an OpenAI field)")->default_val(0);
+  cmd->add_option("--frequency-penalty", c->frequency_penalty, "frequency_penalty of every request (sent when not 0)")
+      ->default_val(0.0);
+  cmd->add_option("--presence-penalty", c->presence_penalty, "presence_penalty of every request (sent when not 0)")
+      ->default_val(0.0);
   cmd->add_option("--launch-timeout", c->launch_timeout, "Seconds to wait for a launched server")->default_val(300);
   cmd->add_option("--request-timeout", c->request_timeout, "Seconds before a request is abandoned")->default_val(600);
   cmd->add_flag("--quick", c->quick,

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "engine/row_reduce.h"
 
 namespace hearth::engine {
 namespace {
@@ -72,17 +73,11 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   // (model.picks()), so the row does not cross to the host. A draw's uniform number is
   // taken before the step (the same numbers, in the same order, as drawing afterwards).
   const bool plain = !matcher && options.n_logprobs <= 0;
-  const bool argmax_only = plain && sampler.plain_greedy();
-  const bool device_draw = plain && !argmax_only && sampler.drawable();
-  double u = -1.0;
-  auto last_row = [&]() {
-    if (argmax_only) return ops::RowReduce{ops::RowKind::kArgmax};
-    if (!device_draw) return ops::RowReduce{};
-    const SamplerParams& sp = sampler.params();
-    u = sampler.next_uniform();
-    return ops::RowReduce{ops::RowKind::kDraw, sampler.draw_scale(), u, sp.top_k, sp.top_p, sp.min_p};
-  };
-  model.forward(cache, prompt, false, logits, last_row());
+  ops::RowReduce last{};
+  std::vector<ops::PenaltyToken> pens;
+  auto offer = [&]() { last = plain ? offered_row(sampler, history, pens, true) : ops::RowReduce{}; };
+  offer();
+  model.forward(cache, prompt, false, logits, last, pens);
   const auto t_prefill = Clock::now();
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};
@@ -96,7 +91,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
     }
     int32_t next = -1;
     const auto& picks = model.picks();
-    if ((argmax_only || device_draw) && picks.size() == 1 && (argmax_only || picks[0].bad >= 0 || picks[0].argmax >= 0)) {
+    const bool offered = last.kind != ops::RowKind::kCopy && picks.size() == 1;
+    const bool penalized = offered && picks[0].penalized != 0;  // a copied row with its penalties
+    if (offered && (picks[0].bad >= 0 || picks[0].argmax >= 0)) {
       if (picks[0].bad >= 0) {
         fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
                                               std::to_string(picks[0].bad) + " is " +
@@ -104,8 +101,10 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                                               std::to_string(r.tokens.size()));
       }
       next = picks[0].argmax;
-    } else if (device_draw) {
-      next = sampler.sample(logits, history, u);  // the row came back: drawn here with the same number
+    } else if (last.kind == ops::RowKind::kDraw || penalized) {
+      // The row is here (penalties applied or not, as picks says): sampled here, a draw
+      // with the number already taken for it.
+      next = sampler.sample(logits, history, last.u, penalized);
     } else {
       next = sampler.sample(logits, history);
     }
@@ -151,7 +150,8 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       break;
     }
     step[0] = next;
-    model.forward(cache, step, false, logits, last_row());
+    offer();
+    model.forward(cache, step, false, logits, last, pens);
   }
   const std::string tail = stream.flush();
   if (!tail.empty()) {

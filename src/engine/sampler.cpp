@@ -71,13 +71,19 @@ void validate(const SamplerParams& p) {
 
 Sampler::Sampler(const SamplerParams& params) : p_(params), rng_(params.seed) { validate(p_); }
 
-void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) const {
-  const bool any = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
-  if (!any || p_.repeat_last_n == 0 || history.empty()) return;
+void Sampler::penalty_counts(std::span<const int32_t> history, std::vector<std::pair<int32_t, int32_t>>& out) const {
+  out.clear();
+  if (!has_penalties() || p_.repeat_last_n == 0 || history.empty()) return;
   const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
-  std::unordered_map<int32_t, int> counts;
+  std::unordered_map<int32_t, int32_t> counts;
   for (size_t i = history.size() - n; i < history.size(); ++i) ++counts[history[i]];
-  for (const auto& [tok, count] : counts) {
+  out.assign(counts.begin(), counts.end());
+  std::sort(out.begin(), out.end());
+}
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
+  penalty_counts(history, counts_);
+  for (const auto& [tok, count] : counts_) {
     if (tok < 0 || static_cast<size_t>(tok) >= logits.size()) continue;
     float& l = logits[static_cast<size_t>(tok)];
     // Repetition penalty as in CTRL / llama.cpp: shrink positive logits, grow negative ones.
@@ -98,8 +104,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   return sample(logits, history, next_uniform());
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history, double u) {
-  apply_penalties(logits, history);
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history, double u, bool penalties_applied) {
+  if (!penalties_applied) apply_penalties(logits, history);
   if (p_.temperature <= 0.0f) return static_cast<int32_t>(argmax_first(logits));
   const size_t vocab = logits.size();
   const float max_l = logits[static_cast<size_t>(argmax_first(logits))];

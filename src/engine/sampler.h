@@ -35,10 +35,22 @@ class Sampler {
   // The same with the draw's uniform number u (in [0, 1)) taken ahead by next_uniform():
   // a temperature draw is the token where u x the candidates' total probability falls
   // (one uniform number per sampled token, none for greedy).
-  int32_t sample(std::span<float> logits, std::span<const int32_t> history, double u);
+  // penalties_applied: the row already has this sampler's penalties applied (a back-end
+  // applied them where the logits are, then copied the row: ops::ArgmaxRow::penalized).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history, double u, bool penalties_applied = false);
   double next_uniform();
-  // A temperature draw with no penalties (top-k, top-p and min-p allowed): such a draw is
-  // a function of the row, the parameters and u alone, so a back-end may compute it where
+  // Whether a repetition, presence or frequency penalty is on.
+  bool has_penalties() const {
+    return p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  }
+  // The penalties' input: each distinct token of the last repeat_last_n of history with its
+  // number of occurrences there, by increasing token (empty when no penalty is on). A
+  // penalized logit l becomes (l > 0 ? l / repeat_penalty : l x repeat_penalty) - (count
+  // x frequency_penalty + presence_penalty), each operation rounded to float; tokens outside
+  // the row are ignored.
+  void penalty_counts(std::span<const int32_t> history, std::vector<std::pair<int32_t, int32_t>>& out) const;
+  // A temperature draw (top-k, top-p, min-p, penalties): a function of the row, the
+  // parameters, the penalty counts and u alone, so a back-end may compute it where
   // the logits are (ops::RowReduce). Its arithmetic, which the back-end repeats exactly:
   // p(l) = exp_shifted_one(l, max, s) (s = 1 for the filters, draw_scale() for the draw);
   // totals over the whole vocabulary summed in double per 1024 tokens in sum_of's order,
@@ -48,10 +60,8 @@ class Sampler {
   // neither top-k nor top-p, min-p keeps tokens in id order. The draw: r = u x the kept
   // tokens' total (summed one by one in their order, or by blocks when every token is
   // kept unranked), then the first token whose running sum exceeds r.
-  bool drawable() const {
-    return p_.temperature > 0.0f && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f &&
-           p_.frequency_penalty == 0.0f;
-  }
+  // (Penalties come first, as penalty_counts states; a back-end given the counts may apply them.)
+  bool drawable() const { return p_.temperature > 0.0f; }
   const SamplerParams& params() const { return p_; }
   float draw_scale() const { return 1.0f / p_.temperature; }
   // Greedy with no penalties: sample() returns the row's first largest value, whatever
@@ -62,7 +72,8 @@ class Sampler {
   }
 
  private:
-  void apply_penalties(std::span<float> logits, std::span<const int32_t> history) const;
+  void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
+  std::vector<std::pair<int32_t, int32_t>> counts_;
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::vector<int32_t> candidates_;

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/row_reduce.h"
 #include "engine/generator.h"
 #include "engine/logit_scan.h"
 #include "engine/stop_matcher.h"
@@ -364,12 +365,12 @@ void ServeEngine::step() {
       const bool argmax = plain && lv.sampler.plain_greedy();
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits, argmax, item.snaps});
-      // Temperature draws likewise (their one uniform number is taken now; a back-end
-      // that does not draw leaves the row to the host sampler with it).
-      if (plain && !argmax && lv.sampler.drawable() && !lv.reasoning.would_force()) {
-        const SamplerParams& sp = lv.sampler.params();
-        batch_.back().draw = ops::RowReduce{ops::RowKind::kDraw, lv.sampler.draw_scale(), lv.sampler.next_uniform(),
-                                            sp.top_k, sp.top_p, sp.min_p};
+      // Temperature draws and penalized greedy rows likewise (a draw's one uniform number
+      // is taken now; a back-end that does not reduce the row leaves it to the host
+      // sampler with it).
+      if (plain && !argmax) {
+        model::BatchSeq& b = batch_.back();
+        b.draw = offered_row(lv.sampler, item.seq->tokens, b.penalties, !lv.reasoning.would_force());
       }
     }
     // The grammar masks of this step's samples depend only on the tokens accepted so
@@ -427,7 +428,8 @@ void ServeEngine::step() {
       const bool aligned = row_seq.size() == rows.size();
       const double draw_u =
           aligned && row_seq[i]->draw.kind == ops::RowKind::kDraw ? row_seq[i]->draw.u : -1.0;
-      const bool reduced = aligned && device_picks.size() == rows.size() && (row_seq[i]->argmax_only || draw_u >= 0.0);
+      const bool reduced = aligned && device_picks.size() == rows.size() &&
+                           (row_seq[i]->argmax_only || row_seq[i]->draw.kind != ops::RowKind::kCopy);
       pick_row(*rows[r].first, *rows[r].second,
                std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab),
                reduced ? &device_picks[i] : nullptr, draw_u, picks_[r]);
@@ -502,9 +504,9 @@ void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const 
       pick.error = std::move(live.mask_error);
       return;
     }
-    // Reduced by the back-end: greedy (the argmax is the sample), or a draw it made (a draw
-    // it left undone, argmax -1, is the host's below with the same uniform number).
-    if (am != nullptr && (draw_u < 0.0 || am->bad >= 0 || am->argmax >= 0)) {
+    // Reduced by the back-end: greedy (the argmax is the sample), or a draw it made (a row
+    // it left undone, argmax -1, is the host's below, with the same uniform number).
+    if (am != nullptr && (am->bad >= 0 || am->argmax >= 0)) {
       if (am->bad >= 0) {
         pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
         return;
@@ -531,7 +533,12 @@ void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const 
     if (forced) {
       pick.token = *forced;
     } else {
-      pick.token = draw_u >= 0.0 ? live.sampler.sample(lg, seq.tokens, draw_u) : live.sampler.sample(lg, seq.tokens);
+      const bool penalized = am != nullptr && am->penalized != 0;  // the copy has its penalties
+      if (draw_u >= 0.0 || penalized) {
+        pick.token = live.sampler.sample(lg, seq.tokens, draw_u >= 0.0 ? draw_u : 0.0, penalized);
+      } else {
+        pick.token = live.sampler.sample(lg, seq.tokens);
+      }
     }
   } catch (const std::exception& ex) {
     pick.error = request_fault("sampling", ex);

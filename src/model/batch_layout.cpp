@@ -1,13 +1,29 @@
 #include "model/batch_layout.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
 
 namespace hearth::model {
 
+namespace {
+
+// A row's penalty tokens into its slot of the layout's list (rows offer at most
+// kMaxPenaltyTokens; more are sampled on the host from a copied row).
+void set_penalties(const ops::RowReduce& r, std::span<const ops::PenaltyToken> pens, ops::PenaltyToken* slot) {
+  if (r.n_penalty <= 0) return;
+  if (r.n_penalty > ops::kMaxPenaltyTokens || static_cast<size_t>(r.n_penalty) > pens.size()) {
+    fail(ErrorKind::kInternal, "model", "a row with " + std::to_string(r.n_penalty) + " penalty tokens (at most " +
+                                            std::to_string(ops::kMaxPenaltyTokens) + ")");
+  }
+  std::copy(pens.begin(), pens.begin() + r.n_penalty, slot);
+}
+
+}  // namespace
+
 void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits,
-                         const ops::RowReduce& last) {
+                         const ops::RowReduce& last, std::span<const ops::PenaltyToken> pens) {
   const auto n = static_cast<int64_t>(new_tokens.size());
   SeqKv& seq = cache.seq();
   if (seq.n_past + n > cache.n_ctx()) {
@@ -30,6 +46,8 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   out_rows.clear();
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) out_rows.push_back(static_cast<int32_t>(i));
   reduce.assign(out_rows.size(), all_logits ? ops::RowReduce{} : last);
+  penalties.assign(out_rows.size() * ops::kMaxPenaltyTokens, ops::PenaltyToken{});
+  if (!all_logits) set_penalties(reduce.back(), pens, penalties.data() + (out_rows.size() - 1) * ops::kMaxPenaltyTokens);
 }
 
 void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
@@ -38,6 +56,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   slots.clear();
   out_rows.clear();
   reduce.clear();
+  penalties.clear();
   attn_seqs.clear();
   state_slots.clear();
   snaps.clear();
@@ -74,11 +93,11 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
       out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
       if (b.argmax_only) {
         reduce.push_back({ops::RowKind::kArgmax});
-      } else if (b.draw.kind == ops::RowKind::kDraw) {
-        reduce.push_back(b.draw);
       } else {
-        reduce.push_back({});
+        reduce.push_back(b.draw);
       }
+      penalties.resize(penalties.size() + ops::kMaxPenaltyTokens);
+      set_penalties(reduce.back(), b.penalties, penalties.data() + penalties.size() - ops::kMaxPenaltyTokens);
     }
   }
 }
@@ -117,7 +136,7 @@ void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, con
   // depend on it: CUDA graphs are recorded per step size).
   if (be.device_argmax() && lay.reduce.size() == static_cast<size_t>(rows)) {
     lay.picks.assign(static_cast<size_t>(rows), ops::ArgmaxRow{});
-    be.fetch_rows(*logits, rows, n_vocab, lay.reduce.data(), out.data(), lay.picks.data());
+    be.fetch_rows(*logits, rows, n_vocab, lay.reduce.data(), lay.penalties.data(), out.data(), lay.picks.data());
     return;
   }
   be.copy_to_host(*logits, 0, rows * n_vocab, out.data());

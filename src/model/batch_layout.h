@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -35,9 +36,11 @@ struct BatchSeq {
   // cross to the host (BatchLayout::picks).
   bool argmax_only = false;
   std::vector<StateSnap> snaps = {};
-  // Else, when draw.kind is kDraw: only a temperature draw from the row is needed (its
-  // parameters and uniform number, engine::Sampler::drawable).
+  // Else, when draw.kind is not kCopy: only a draw (kDraw: its parameters and uniform
+  // number, engine::Sampler::drawable) or the argmax (kArgmax) of the row after the
+  // penalties of draw.n_penalty (the first tokens of `penalties`) is needed.
   ops::RowReduce draw = {};
+  std::vector<ops::PenaltyToken> penalties = {};
 };
 
 struct BatchLayout {
@@ -50,11 +53,14 @@ struct BatchLayout {
   // rows' argmax (ops::Backend::fetch_rows) when the back-end computed them, else it is
   // empty and every row's logits were copied.
   std::vector<ops::RowReduce> reduce;
+  std::vector<ops::PenaltyToken> penalties;  // kMaxPenaltyTokens per output row (ops::Backend::fetch_rows)
   std::vector<ops::ArgmaxRow> picks;
 
   // One sequence with its own cache. Throws Error when the context would overflow.
-  // last: how its last row is returned (ignored with all_logits: every row copied).
-  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, const ops::RowReduce& last = {});
+  // last: how its last row is returned (ignored with all_logits: every row copied), with
+  // last.n_penalty tokens of `penalties`.
+  void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, const ops::RowReduce& last = {},
+              std::span<const ops::PenaltyToken> penalties = {});
   // Many sequences sharing a pool (sequences with no tokens are skipped). Throws
   // Error(kInternal) when a sequence lacks the blocks for its positions.
   void batch(const KvPool& pool, const std::vector<BatchSeq>& seqs);

@@ -6,13 +6,13 @@
 namespace hearth::model {
 
 void CausalLm::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& out,
-                       const ops::RowReduce& last) {
+                       const ops::RowReduce& last, std::span<const ops::PenaltyToken> penalties) {
   if (tokens.empty()) {
     out.clear();
     lay_.picks.clear();
     return;
   }
-  lay_.single(cache, tokens, all_logits, last);
+  lay_.single(cache, tokens, all_logits, last, penalties);
   run_step(cache.pool(), out);
   cache.seq().n_past += static_cast<int64_t>(tokens.size());
 }

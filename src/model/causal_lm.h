@@ -31,7 +31,7 @@ class CausalLm {
   // the back-end computed it on the device (logits left unwritten; a draw it left undone
   // has argmax -1 and the row written).
   void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits,
-               const ops::RowReduce& last = {});
+               const ops::RowReduce& last = {}, std::span<const ops::PenaltyToken> penalties = {});
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false) {
     std::vector<float> out;
     forward(cache, tokens, all_logits, out);

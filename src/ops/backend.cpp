@@ -10,13 +10,13 @@ void Backend::moe_ffn(const MoeLayer&, const float*, int64_t, float*) {
   fail(ErrorKind::kUnsupported, name(), "moe_ffn: this back-end routes experts through the model's generic path");
 }
 
-void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce, float* dst,
-                         ArgmaxRow* picks) {
+void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce,
+                         const PenaltyToken* /*penalties*/, float* dst, ArgmaxRow* picks) {
   copy_to_host(src, 0, n_rows * n_cols, dst);
   for (int64_t r = 0; r < n_rows; ++r) {
     if (reduce == nullptr || reduce[r].kind == RowKind::kCopy) continue;
-    if (reduce[r].kind == RowKind::kDraw) {
-      picks[r] = ArgmaxRow{};  // not drawn here: the row is on the host
+    if (reduce[r].kind == RowKind::kDraw || reduce[r].n_penalty > 0) {
+      picks[r] = ArgmaxRow{};  // not reduced here: the row is on the host, as it was
       continue;
     }
     const float* row = dst + r * n_cols;

@@ -119,6 +119,13 @@ enum class RowKind : uint8_t {
   kArgmax = 1,  // only the index of its first largest value (greedy decoding)
   kDraw = 2,    // a temperature draw (engine::Sampler::drawable, whose arithmetic it repeats)
 };
+// A token of a row's recent history and how often it occurred there: the repetition,
+// presence and frequency penalties' input (engine::Sampler::penalty_counts).
+struct PenaltyToken {
+  int32_t token = 0;
+  int32_t count = 0;
+};
+constexpr int kMaxPenaltyTokens = 64;  // per row in Backend::fetch_rows (more: the row is sampled on the host)
 struct RowReduce {
   RowKind kind = RowKind::kCopy;
   float scale = 1.0f;  // kDraw: 1 / temperature
@@ -126,6 +133,12 @@ struct RowReduce {
   int32_t top_k = 0;   // kDraw: the top_k most likely tokens only (<= 0 or >= the row: all)
   float top_p = 1.0f;  // kDraw: then the most likely holding top_p of the mass (>= 1: all)
   float min_p = 0.0f;  // kDraw: then those at least min_p x the most likely (<= 0: all)
+  // kArgmax / kDraw: penalties applied to the row first, to the n_penalty tokens of this
+  // row's slot of fetch_rows' penalty list, as engine::Sampler applies them (0: none).
+  int32_t n_penalty = 0;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
 };
 
 // One output row reduced to what greedy decoding or a draw needs (Backend::fetch_rows).
@@ -134,6 +147,7 @@ struct ArgmaxRow {
                           // the back-end did not draw and copied the row instead)
   int32_t bad = -1;       // index of the first NaN or infinite value, -1 when none
   int32_t bad_nan = 0;    // 1: that value is NaN (else infinite)
+  int32_t penalized = 0;  // 1: a row copied to the host (argmax -1) already has its penalties applied
 };
 
 // Thrown by a back-end that replays recorded steps (CUDA graphs) when a step turns out,
@@ -172,10 +186,13 @@ class Backend {
   // (nullptr: none): for kArgmax the dst row is left as it is and picks[r] holds only
   // the index of the first largest value and the first non-finite one; for kDraw the
   // back-end may likewise return the drawn token (and the first non-finite value) in
-  // picks[r], or copy the row and set picks[r].argmax = -1. The default copies every row,
-  // scans the argmax rows on the host and draws none.
-  virtual void fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce, float* dst,
-                          ArgmaxRow* picks);
+  // picks[r], or copy the row and set picks[r].argmax = -1. Rows with penalties
+  // (reduce[r].n_penalty > 0, their tokens at penalties[r * kMaxPenaltyTokens ..]) are
+  // reduced after applying them, or copied with argmax -1 (picks[r].penalized: whether the
+  // copy has them applied). The default copies every row, scans the argmax rows without
+  // penalties on the host and draws none.
+  virtual void fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce,
+                          const PenaltyToken* penalties, float* dst, ArgmaxRow* picks);
   // Writes n floats from host memory into dst at offset (tests, state restore).
   virtual void copy_from_host(const float* src, int64_t n, Buffer& dst, int64_t offset) = 0;
   // Device memory this back-end holds now / at most so far, in bytes (0 for host back-ends).

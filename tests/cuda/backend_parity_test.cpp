@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "engine/logit_scan.h"
@@ -274,9 +275,9 @@ TEST(CudaParity, FetchRowsArgmax) {
     for (uint8_t a : argmax_only) reduce.push_back({a != 0 ? ops::RowKind::kArgmax : ops::RowKind::kCopy});
     std::vector<float> dc(v.size(), -5.0f), dg(v.size(), -5.0f);
     std::vector<ops::ArgmaxRow> pc(rows), pg(rows);
-    cpu().ops::Backend::fetch_rows(*b.c, rows, cols, reduce.data(), dc.data(), pc.data());
+    cpu().ops::Backend::fetch_rows(*b.c, rows, cols, reduce.data(), nullptr, dc.data(), pc.data());
     ASSERT_TRUE(gpu().device_argmax());
-    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), dg.data(), pg.data());
+    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), nullptr, dg.data(), pg.data());
     for (int64_t r = 0; r < rows; ++r) {
       const std::string what = "cols " + std::to_string(cols) + " row " + std::to_string(r);
       if (argmax_only[r] == 0) {
@@ -320,7 +321,7 @@ TEST(CudaParity, FetchRowsDraw) {
     reduce[11] = {ops::RowKind::kCopy};
     std::vector<float> dg(v.size(), -5.0f);
     std::vector<ops::ArgmaxRow> pg(rows);
-    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), dg.data(), pg.data());
+    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), nullptr, dg.data(), pg.data());
     for (int64_t r = 0; r < rows; ++r) {
       const std::string what = "cols " + std::to_string(cols) + " row " + std::to_string(r);
       std::vector<float> row(v.begin() + r * cols, v.begin() + (r + 1) * cols);
@@ -397,7 +398,7 @@ TEST(CudaParity, FetchRowsFilteredDraw) {
       }
       std::vector<float> dg(v.size(), -5.0f);
       std::vector<ops::ArgmaxRow> pg(rows);
-      gpu().fetch_rows(*b.g, rows, cols, reduce.data(), dg.data(), pg.data());
+      gpu().fetch_rows(*b.g, rows, cols, reduce.data(), nullptr, dg.data(), pg.data());
       for (int64_t r = 0; r < rows; ++r) {
         const Filter& f = filters[r];
         const std::string what = "cols " + std::to_string(cols) + " shape " + std::to_string(shape) + " row " +
@@ -427,6 +428,90 @@ TEST(CudaParity, FetchRowsFilteredDraw) {
   std::cout << "filtered draws on the device equal to the host sampler: " << drawn << ", left to the host: " << left
             << "\n";
   EXPECT_GE(drawn, 100);  // most of the 160 rows are decided on the device
+}
+
+// Rows with repetition / presence / frequency penalties (fetch_rows with their token
+// counts): greedy rows give the host sampler's penalized argmax, draws its token; a row
+// left to the host comes back with the penalties applied, bit for bit as the host applies them.
+TEST(CudaParity, FetchRowsPenalized) {
+  NEED_GPU();
+  int checked = 0, left = 0, changed = 0;
+  for (int64_t cols : {int64_t{248320}, int64_t{4099}, int64_t{33}}) {
+    const int64_t rows = 10;
+    auto v = randn(static_cast<size_t>(rows * cols), 57, 1.5f);
+    std::vector<ops::RowReduce> reduce(static_cast<size_t>(rows));
+    std::vector<ops::PenaltyToken> pens(static_cast<size_t>(rows) * ops::kMaxPenaltyTokens);
+    std::vector<engine::SamplerParams> params(static_cast<size_t>(rows));
+    std::vector<std::vector<int32_t>> histories(static_cast<size_t>(rows));
+    std::vector<double> us(static_cast<size_t>(rows));
+    std::mt19937 gen(11);
+    for (int64_t r = 0; r < rows; ++r) {
+      engine::SamplerParams& sp = params[static_cast<size_t>(r)];
+      sp.temperature = r % 2 == 0 ? 0.0f : 0.8f;
+      sp.top_k = r % 4 == 1 ? 40 : 0;
+      sp.top_p = r % 4 == 3 ? 0.9f : 1.0f;
+      sp.min_p = 0.0f;
+      sp.repeat_penalty = r < 4 ? 1.3f : 1.0f;
+      sp.frequency_penalty = r % 3 == 0 ? 0.7f : 0.0f;
+      sp.presence_penalty = r >= 6 ? 1.5f : (r < 4 ? 0.0f : 0.4f);
+      // A history that repeats the row's likely tokens (so the penalties change the answer).
+      std::vector<int32_t>& h = histories[static_cast<size_t>(r)];
+      std::vector<float> row(v.begin() + r * cols, v.begin() + (r + 1) * cols);
+      const auto top = static_cast<int32_t>(engine::argmax_first(row));
+      for (int j = 0; j < 50; ++j) {
+        h.push_back(j % 3 == 0 ? top : static_cast<int32_t>(gen() % static_cast<uint32_t>(cols)));
+      }
+      v[static_cast<size_t>(r * cols + (top + 1) % cols)] = v[static_cast<size_t>(r * cols + top)] - 1e-3f;
+      h.push_back(-1);  // a token outside the row: ignored
+      engine::Sampler s(sp);
+      std::vector<std::pair<int32_t, int32_t>> counts;
+      s.penalty_counts(h, counts);
+      ASSERT_LE(counts.size(), static_cast<size_t>(ops::kMaxPenaltyTokens));
+      for (size_t j = 0; j < counts.size(); ++j) {
+        pens[static_cast<size_t>(r) * ops::kMaxPenaltyTokens + j] = {counts[j].first, counts[j].second};
+      }
+      us[static_cast<size_t>(r)] = std::fmod(0.21 + 0.37 * static_cast<double>(r), 1.0);
+      ops::RowReduce& rr = reduce[static_cast<size_t>(r)];
+      rr.kind = sp.temperature > 0.0f ? ops::RowKind::kDraw : ops::RowKind::kArgmax;
+      rr.scale = sp.temperature > 0.0f ? 1.0f / sp.temperature : 1.0f;
+      rr.u = us[static_cast<size_t>(r)];
+      rr.top_k = sp.top_k;
+      rr.top_p = sp.top_p;
+      rr.min_p = sp.min_p;
+      rr.n_penalty = static_cast<int32_t>(counts.size());
+      rr.repeat_penalty = sp.repeat_penalty;
+      rr.presence_penalty = sp.presence_penalty;
+      rr.frequency_penalty = sp.frequency_penalty;
+    }
+    Both b(v);
+    std::vector<float> dg(v.size(), -5.0f);
+    std::vector<ops::ArgmaxRow> pg(rows);
+    gpu().fetch_rows(*b.g, rows, cols, reduce.data(), pens.data(), dg.data(), pg.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::string what = "cols " + std::to_string(cols) + " row " + std::to_string(r);
+      std::vector<float> row(v.begin() + r * cols, v.begin() + (r + 1) * cols);
+      const auto& h = histories[static_cast<size_t>(r)];
+      engine::Sampler s(params[static_cast<size_t>(r)]);
+      ASSERT_TRUE(s.has_penalties()) << what;
+      EXPECT_EQ(pg[r].bad, -1) << what;
+      EXPECT_EQ(pg[r].penalized, 1) << what;
+      std::vector<float> host = row;
+      const int32_t want = s.sample(host, h, us[static_cast<size_t>(r)]);  // penalizes `host` in place
+      if (pg[r].argmax < 0) {  // left to the host: the penalized row came back
+        EXPECT_EQ(0, std::memcmp(dg.data() + r * cols, host.data(), sizeof(float) * cols)) << what;
+        ++left;
+        continue;
+      }
+      EXPECT_EQ(pg[r].argmax, want) << what;
+      // Greedy rows whose answer the penalties changed (so the check above can fail).
+      if (params[static_cast<size_t>(r)].temperature <= 0.0f && want != engine::argmax_first(row)) ++changed;
+      ++checked;
+    }
+  }
+  std::cout << "penalized rows equal to the host sampler: " << checked << " (greedy answers the penalties changed: "
+            << changed << "), left to the host: " << left << "\n";
+  EXPECT_GE(checked, 25);
+  EXPECT_GE(changed, 6);
 }
 
 // F32 weights of few rows against many tokens (CudaBackend::matmul -> small_gemm: the

@@ -14,6 +14,7 @@ import pytest
 GAP = 0.05  # seconds between scripted tokens
 SEEN_TEMPERATURES = []  # the temperature of every completion request the scripted server got
 SEEN_FILTERS = []  # and its (top_p, top_k), None where not sent
+SEEN_PENALTIES = []  # and its (frequency_penalty, presence_penalty)
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -54,6 +55,7 @@ class Scripted(BaseHTTPRequestHandler):
             return
         SEEN_TEMPERATURES.append(req.get("temperature"))
         SEEN_FILTERS.append((req.get("top_p"), req.get("top_k")))
+        SEEN_PENALTIES.append((req.get("frequency_penalty"), req.get("presence_penalty")))
         words = sum(len(m["content"].split()) for m in req["messages"] if isinstance(m.get("content"), str))
         n = min(10, req.get("max_tokens", 10))
         self.send_response(200)
@@ -168,6 +170,14 @@ def test_temperature_reaches_every_request(run_hearth, scripted, tmp_path):
     assert "top_k 40, top_p 0.90" in (out / "report.md").read_text()
     opts = json.loads((out / "results.json").read_text())["options"]
     assert opts["top_p"] == 0.9 and opts["top_k"] == 40
+    # penalties likewise
+    SEEN_PENALTIES.clear()
+    p = run_hearth("bench", "--target", f"good={scripted}/good", "--scenario", "single", "--lengths", "20",
+                   "--reps", "1", "--max-tokens", "3", "--frequency-penalty", "0.5", "--presence-penalty", "-0.25",
+                   "--out", out, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert SEEN_PENALTIES and all(x == (0.5, -0.25) for x in SEEN_PENALTIES), SEEN_PENALTIES
+    assert "frequency_penalty 0.50, presence_penalty -0.2" in (out / "report.md").read_text()
     p = run_hearth("bench", "--target", f"good={scripted}/good", "--top-p", "1.5", "--out", out, timeout=60)
     assert p.returncode != 0 and "--top-p must be in (0, 1]" in p.stderr
 

@@ -143,7 +143,7 @@ TEST(LogitScan, FetchRowsReducesArgmaxRows) {
   }
   std::vector<float> dst(host.size(), -7.0f);
   std::vector<hearth::ops::ArgmaxRow> picks(rows);
-  be.fetch_rows(*buf, rows, cols, reduce.data(), dst.data(), picks.data());
+  be.fetch_rows(*buf, rows, cols, reduce.data(), nullptr, dst.data(), picks.data());
   EXPECT_EQ(be.argmax_rows_fetched(), 6);
   EXPECT_EQ(be.draw_rows_fetched(), 1);
   for (int64_t r = 0; r < rows; ++r) {

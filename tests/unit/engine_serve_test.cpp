@@ -239,23 +239,32 @@ TEST_F(ServeEngineTest, GreedyRowsReducedOnTheBackEndGiveTheSameTokens) {
 // same seed.
 TEST_F(ServeEngineTest, DrawRowsOfferedToTheBackEndGiveTheSameTokens) {
   const auto prompts = four_prompts();
-  for (int mode = 0; mode < 4; ++mode) {
+  // modes 4, 5: penalties (a draw with top-k; greedy), offered as rows with their tokens
+  for (int mode = 0; mode < 6; ++mode) {
     auto sampled = [mode](const std::vector<int32_t>& p, uint64_t seed) {
       GenRequest r;
       r.prompt = p;
       r.max_tokens = kTokens;
-      r.sampler.temperature = 0.9f;
-      r.sampler.top_k = mode == 1 ? 40 : 0;
+      r.sampler.temperature = mode == 5 ? 0.0f : 0.9f;
+      r.sampler.top_k = mode == 1 || mode == 4 ? 40 : 0;
       r.sampler.top_p = mode == 1 ? 0.9f : mode == 2 ? 0.8f : 1.0f;
       r.sampler.min_p = mode == 3 ? 0.05f : 0.0f;
+      if (mode >= 4) {
+        r.sampler.repeat_penalty = 1.3f;
+        r.sampler.frequency_penalty = mode == 4 ? 0.5f : 0.0f;
+        r.sampler.presence_penalty = mode == 5 ? 0.8f : 0.0f;
+      }
       r.sampler.seed = seed;
       return r;
+    };
+    const auto offered = [&] {
+      return mode == 5 ? loaded_->backend.argmax_rows_fetched() : loaded_->backend.draw_rows_fetched();
     };
     std::vector<std::vector<int32_t>> alone;
     // generate() (hearth run) offers its draws to the back-end too: the same tokens.
     for (bool device_rows : {false, true}) {
       loaded_->backend.set_argmax_rows(device_rows);
-      const int64_t before = loaded_->backend.draw_rows_fetched();
+      const int64_t before = offered();
       for (size_t i = 0; i < prompts.size(); ++i) {
         hearth::model::KvCache cache(loaded_->backend, model().hparams(), 256, ops::KvType::F32);
         hearth::engine::GenerateOptions o;
@@ -268,11 +277,11 @@ TEST_F(ServeEngineTest, DrawRowsOfferedToTheBackEndGiveTheSameTokens) {
           EXPECT_EQ(toks, alone[i]) << "generate, mode " << mode << " request " << i << " (draw rows)";
         }
       }
-      if (device_rows) EXPECT_GE(loaded_->backend.draw_rows_fetched(), before + 4 * (kTokens - 1)) << "mode " << mode;
+      if (device_rows) EXPECT_GE(offered(), before + 4 * (kTokens - 1)) << "mode " << mode;
     }
     for (bool device_rows : {false, true}) {
       loaded_->backend.set_argmax_rows(device_rows);
-      const int64_t before = loaded_->backend.draw_rows_fetched();
+      const int64_t before = offered();
       ServeEngine engine(model(), tok(), base_config(ops::KvType::F32));
       std::vector<std::shared_ptr<RequestChannel>> chans;
       for (size_t i = 0; i < prompts.size(); ++i) {
@@ -285,7 +294,7 @@ TEST_F(ServeEngineTest, DrawRowsOfferedToTheBackEndGiveTheSameTokens) {
         EXPECT_EQ(outs[i].tokens, alone[i]) << "mode " << mode << " request " << i
                                             << (device_rows ? " (draw rows)" : "");
       }
-      if (device_rows) EXPECT_GE(loaded_->backend.draw_rows_fetched(), before + 4 * kTokens) << "mode " << mode;
+      if (device_rows) EXPECT_GE(offered(), before + 4 * kTokens) << "mode " << mode;
     }
   }
   loaded_->backend.set_argmax_rows(false);

@@ -50,13 +50,13 @@ class CpuBackend final : public ops::Backend {
   int64_t argmax_rows_fetched() const { return argmax_rows_fetched_; }
   int64_t draw_rows_fetched() const { return draw_rows_fetched_; }
   bool device_argmax() const override { return argmax_rows_; }
-  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce, float* dst,
-                  ops::ArgmaxRow* picks) override {
+  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce,
+                  const ops::PenaltyToken* penalties, float* dst, ops::ArgmaxRow* picks) override {
     for (int64_t r = 0; r < n_rows && reduce != nullptr; ++r) {
       argmax_rows_fetched_ += reduce[r].kind == ops::RowKind::kArgmax;
       draw_rows_fetched_ += reduce[r].kind == ops::RowKind::kDraw;
     }
-    Backend::fetch_rows(src, n_rows, n_cols, reduce, dst, picks);
+    Backend::fetch_rows(src, n_rows, n_cols, reduce, penalties, dst, picks);
   }
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;

@@ -31,12 +31,28 @@ __device__ __forceinline__ void better(float& v, int& i, float v2, int i2) {
 // multiple of 4, rows 16-byte aligned). Each thread visits its elements in increasing
 // index order, so a strict > keeps the first of equal values.
 template <bool kVec>
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ x, int64_t n_cols,
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(float* __restrict__ x, int64_t n_cols,
                                                                      const ops::RowReduce* __restrict__ reduce,
-                                                                     int3* __restrict__ out) {
+                                                                     const ops::PenaltyToken* __restrict__ pens,
+                                                                     int4* __restrict__ out) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
-  const float* row = x + static_cast<int64_t>(blockIdx.x) * n_cols;
+  float* row = x + static_cast<int64_t>(blockIdx.x) * n_cols;
+  const ops::RowReduce rr = reduce[blockIdx.x];
+  const bool penalized = rr.kind != ops::RowKind::kCopy && rr.n_penalty > 0;
+  if (penalized) {
+    // engine::Sampler's penalties, in place, each operation rounded as there (distinct tokens).
+    const ops::PenaltyToken* pt = pens + static_cast<int64_t>(blockIdx.x) * ops::kMaxPenaltyTokens;
+    for (int j = static_cast<int>(threadIdx.x); j < min(rr.n_penalty, ops::kMaxPenaltyTokens); j += kArgmaxThreads) {
+      const int tok = pt[j].token;
+      if (tok < 0 || tok >= n_cols) continue;
+      float l = row[tok];
+      l = l > 0.0f ? __fdiv_rn(l, rr.repeat_penalty) : __fmul_rn(l, rr.repeat_penalty);
+      row[tok] = __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(pt[j].count), rr.frequency_penalty),
+                                        rr.presence_penalty));
+    }
+    __syncthreads();
+  }
   float best = -INFINITY;
   int bi = INT_MAX, bad = INT_MAX;
   auto visit = [&](float v, int i) {
@@ -84,9 +100,8 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
       sb[0] = min(sb[0], sb[w]);
     }
     const int b = sb[0] == INT_MAX ? -1 : sb[0];
-    out[blockIdx.x] = make_int3(si[0] == INT_MAX ? -1 : si[0], b, b >= 0 && isnan(row[b]) ? 1 : 0);
+    out[blockIdx.x] = make_int4(si[0] == INT_MAX ? -1 : si[0], b, b >= 0 && isnan(row[b]) ? 1 : 0, penalized ? 1 : 0);
   }
-  const ops::RowReduce rr = reduce[blockIdx.x];
   if (rr.kind != ops::RowKind::kDraw || n_cols > draw::kMaxCols) return;
   __syncthreads();  // (si, sb final)
   if (sb[0] != INT_MAX || si[0] == INT_MAX) return;  // a non-finite row is not drawn (the host reports it)
@@ -102,7 +117,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
 }  // namespace
 
 void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce,
-                             float* dst, ops::ArgmaxRow* picks) {
+                             const ops::PenaltyToken* penalties, float* dst, ops::ArgmaxRow* picks) {
   bind();
   if (n_rows < 0 || n_cols <= 0 || n_rows * n_cols > src.size() || n_cols > INT_MAX) {
     fail(ErrorKind::kInternal, "cuda", "fetch_rows: rows out of the buffer");
@@ -122,21 +137,29 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
       if (k.kind == ops::RowKind::kDraw) k = ops::RowReduce{};
     }
   }
+  // Every row's penalty slot is staged (the step's uploads do not depend on which rows have penalties).
+  const size_t n_pen = static_cast<size_t>(n_rows) * ops::kMaxPenaltyTokens;
+  if (penalties == nullptr) {
+    pen_zero_.assign(n_pen, ops::PenaltyToken{});
+    penalties = pen_zero_.data();
+    for (auto& k : kinds) k.n_penalty = 0;
+  }
   const auto* d_reduce = stage_array(kinds.data(), n_rows, "fetch_rows");
+  const auto* d_pens = stage_array(penalties, static_cast<int64_t>(n_pen), "fetch_rows");
   // The kernel runs whichever rows are greedy, even none: a step's launches (and so its
   // recorded graph) must not depend on its sequences' sampling settings, or steps of one
   // size would alternate between two recordings.
-  auto* d_out = static_cast<int3*>(scratch(9, sizeof(int3) * static_cast<size_t>(n_rows), "fetch_rows"));
+  auto* d_out = static_cast<int4*>(scratch(9, sizeof(int4) * static_cast<size_t>(n_rows), "fetch_rows"));
   // Every row is reduced (the step's launches do not depend on which rows are greedy).
   const bool vec = n_cols % 4 == 0 && reinterpret_cast<uintptr_t>(src.data()) % 16 == 0;
   if (!skip_launch("argmax_rows",
-                   {sig_of(src.data()), sig_of(n_rows), sig_of(n_cols), sig_of(d_reduce), sig_of(d_out)})) {
+                   {sig_of(src.data()), sig_of(n_rows), sig_of(n_cols), sig_of(d_reduce), sig_of(d_pens), sig_of(d_out)})) {
     if (vec) {
       ::hearth::cuda::launch_pdl(argmax_rows_kernel<true>, static_cast<unsigned>(n_rows), kArgmaxThreads, 0, stream_,
-                                 src.data(), n_cols, d_reduce, d_out);
+                                 src.data(), n_cols, d_reduce, d_pens, d_out);
     } else {
       ::hearth::cuda::launch_pdl(argmax_rows_kernel<false>, static_cast<unsigned>(n_rows), kArgmaxThreads, 0, stream_,
-                                 src.data(), n_cols, d_reduce, d_out);
+                                 src.data(), n_cols, d_reduce, d_pens, d_out);
     }
     HEARTH_CUDA_LAUNCHED("argmax_rows");
   }
@@ -147,9 +170,9 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
   }
   flush_capture();
   if (wait_timing_) wait("fetch_rows");
-  std::vector<int3> h(static_cast<size_t>(n_rows));
+  std::vector<int4> h(static_cast<size_t>(n_rows));
   HEARTH_CUDA_CHECK("fetch_rows",
-                    cudaMemcpyAsync(h.data(), d_out, sizeof(int3) * h.size(), cudaMemcpyDeviceToHost, stream_));
+                    cudaMemcpyAsync(h.data(), d_out, sizeof(int4) * h.size(), cudaMemcpyDeviceToHost, stream_));
   // The other rows, each run of consecutive ones in one copy.
   for (int64_t r = 0; r < n_rows;) {
     if (reduced(r)) {
@@ -176,7 +199,7 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
   if (late) wait("fetch_rows");
   for (int64_t r = 0; r < n_rows; ++r) {
     if (reduced(r)) {
-      picks[r] = ops::ArgmaxRow{h[r].x, h[r].y, h[r].z};
+      picks[r] = ops::ArgmaxRow{h[r].x, h[r].y, h[r].z, h[r].w};
     } else if (reduce[r].kind == ops::RowKind::kDraw) {
       picks[r] = ops::ArgmaxRow{};  // copied: drawn on the host
     }

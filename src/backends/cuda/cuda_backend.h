@@ -37,7 +37,8 @@ class CudaBackend final : public ops::Backend {
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
   // Argmax rows reduced by a kernel (cuda_argmax.cu); only the other rows are copied.
   bool device_argmax() const override { return device_argmax_; }
-  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce, float* dst,
+  void fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce,
+                  const ops::PenaltyToken* penalties, float* dst,
                   ops::ArgmaxRow* picks) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
   uint64_t device_memory_used() const override { return used_; }
@@ -296,6 +297,7 @@ class CudaBackend final : public ops::Backend {
   bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
   bool gated_norm_q8_ = true;  // the gated norm quantizes for the out projection (HEARTH_CUDA_GATED_Q8=0: not)
   bool device_draw_ = true;  // temperature draws in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
+  std::vector<ops::PenaltyToken> pen_zero_;  // fetch_rows without a penalty list: empty slots
   // Long-context decode on the tensor cores (HEARTH_CUDA_ATTN_TC_DECODE): 2 warps split keys,
   // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).
   int tc_decode_mode_ = 2;
