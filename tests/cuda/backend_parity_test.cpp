@@ -16,6 +16,7 @@
 #include <string>
 
 #include "engine/logit_scan.h"
+#include "engine/row_reduce.h"
 #include "engine/sampler.h"
 #include "parity_common.h"
 
@@ -463,25 +464,16 @@ TEST(CudaParity, FetchRowsPenalized) {
       }
       v[static_cast<size_t>(r * cols + (top + 1) % cols)] = v[static_cast<size_t>(r * cols + top)] - 1e-3f;
       h.push_back(-1);  // a token outside the row: ignored
+      // The row as the engine offers it (engine::offered_row: the counts, the draw's number).
+      sp.seed = 100 + static_cast<uint64_t>(r);
       engine::Sampler s(sp);
-      std::vector<std::pair<int32_t, int32_t>> counts;
-      s.penalty_counts(h, counts);
-      ASSERT_LE(counts.size(), static_cast<size_t>(ops::kMaxPenaltyTokens));
-      for (size_t j = 0; j < counts.size(); ++j) {
-        pens[static_cast<size_t>(r) * ops::kMaxPenaltyTokens + j] = {counts[j].first, counts[j].second};
-      }
-      us[static_cast<size_t>(r)] = std::fmod(0.21 + 0.37 * static_cast<double>(r), 1.0);
-      ops::RowReduce& rr = reduce[static_cast<size_t>(r)];
-      rr.kind = sp.temperature > 0.0f ? ops::RowKind::kDraw : ops::RowKind::kArgmax;
-      rr.scale = sp.temperature > 0.0f ? 1.0f / sp.temperature : 1.0f;
-      rr.u = us[static_cast<size_t>(r)];
-      rr.top_k = sp.top_k;
-      rr.top_p = sp.top_p;
-      rr.min_p = sp.min_p;
-      rr.n_penalty = static_cast<int32_t>(counts.size());
-      rr.repeat_penalty = sp.repeat_penalty;
-      rr.presence_penalty = sp.presence_penalty;
-      rr.frequency_penalty = sp.frequency_penalty;
+      std::vector<ops::PenaltyToken> mine;
+      const ops::RowReduce rr = engine::offered_row(s, h, mine, true);
+      ASSERT_EQ(rr.n_penalty, static_cast<int32_t>(mine.size()));
+      ASSERT_GT(rr.n_penalty, 0);
+      std::copy(mine.begin(), mine.end(), pens.begin() + r * ops::kMaxPenaltyTokens);
+      reduce[static_cast<size_t>(r)] = rr;
+      us[static_cast<size_t>(r)] = rr.u;
     }
     Both b(v);
     std::vector<float> dg(v.size(), -5.0f);
