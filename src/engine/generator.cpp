@@ -68,10 +68,10 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   const auto t0 = Clock::now();
   std::vector<float> logits;  // reused for every token: no per-token allocation
   std::vector<int32_t> step(1);
-  // Greedy, or a draw without penalties, with nothing else that reads the logits: the
-  // back-end may reduce each step's row to its argmax or drawn token where the logits are
-  // (model.picks()), so the row does not cross to the host. A draw's uniform number is
-  // taken before the step (the same numbers, in the same order, as drawing afterwards).
+  // Greedy or a draw (penalties included, engine::offered_row) with nothing else that reads
+  // the logits: the back-end may reduce each step's row to its argmax or drawn token where
+  // the logits are (model.picks()), so the row does not cross to the host. A draw's uniform
+  // number is taken before the step (the same numbers, in the same order, as drawing afterwards).
   const bool plain = !matcher && options.n_logprobs <= 0;
   ops::RowReduce last{};
   std::vector<ops::PenaltyToken> pens;

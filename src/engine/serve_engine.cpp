@@ -10,9 +10,9 @@
 #include <optional>
 
 #include "core/error.h"
-#include "engine/row_reduce.h"
 #include "engine/generator.h"
 #include "engine/logit_scan.h"
+#include "engine/row_reduce.h"
 #include "engine/stop_matcher.h"
 
 namespace hearth::engine {
