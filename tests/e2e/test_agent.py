@@ -82,8 +82,10 @@ def test_shell_tool_output_is_capped(hearth_bin, default_model, tmp_path):
 @pytest.fixture
 def short_dir(tmp_path):
     """A short absolute path to tmp_path (a symlink): the tiny model copies a plain path like
-    /tmp/hagent123/notes.txt faithfully but mangles pytest's long names."""
-    link = f"/tmp/hagent{os.getpid()}"
+    /tmp/hagent1/notes.txt faithfully but mangles pytest's long names. The name is fixed: the
+    greedy answer depends on it, and with a per-process number some numbers were mangled
+    (/tmp/hagent8676 written as /tmp/hagent867)."""
+    link = "/tmp/hagent1"
     if os.path.lexists(link):
         os.unlink(link)
     os.symlink(tmp_path, link)
