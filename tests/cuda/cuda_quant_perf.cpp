@@ -97,6 +97,18 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         std::printf(" | tpr%d %5.1f%% %3.0fus", tpr, 100 * moved / s / kPeak, s * 1e6);
       }
       hearth::cuda::set_q8_matvec_threads_per_row(0);
+      // Weights streamed through shared memory (0: off; 1, the default; 2; 3), 1 and 2 tokens.
+      for (const int shape : {0, 1, 2, 3}) {
+        hearth::cuda::set_q8_matvec_stream(shape);
+        for (int nt : {1, 2}) {
+          const double s = time_it([&](int k) {
+            hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, nt, d_y, d_s, sb, stream);
+          });
+          const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
+          std::printf(" | stream%d t=%d %5.1f%% %3.0fus", shape, nt, 100 * moved / s / kPeak, s * 1e6);
+        }
+      }
+      hearth::cuda::set_q8_matvec_stream(1);
       CUDA_OK(cudaFree(d_s));
     }
     {

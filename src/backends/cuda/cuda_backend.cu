@@ -182,6 +182,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     set_q8_matvec_rows(rows != nullptr ? std::atoi(rows) : 0);
     const char* smem_x = std::getenv("HEARTH_CUDA_MATVEC_SMEM");
     set_q8_matvec_smem_x(smem_x != nullptr ? std::atoi(smem_x) : 1);
+    const char* streamed = std::getenv("HEARTH_CUDA_MATVEC_STREAM");
+    set_q8_matvec_stream(streamed != nullptr ? std::atoi(streamed) : 1);
   }
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";

@@ -64,6 +64,10 @@ void set_q8_matvec_rows(int rows);
 // 1 (the default): one or two tokens' activations staged in shared memory by each block of
 // the decode product (at most 48 KiB); 0: read from global memory. Same sums.
 void set_q8_matvec_smem_x(int on);
+// Weights streamed through shared memory by the bulk copy engine for one or two tokens
+// (Hopper and later; quant_q8_stream.cuh): 0 off, 1 (default) eight warps a block and
+// three segments in flight, 2 four warps and four, 3 sixteen warps and two. Same bits.
+void set_q8_matvec_stream(int shape);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);

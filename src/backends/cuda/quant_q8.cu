@@ -11,6 +11,7 @@
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/quant_shared.cuh"
 #include "backends/cuda/quant_q8_dot.cuh"
+#include "backends/cuda/quant_q8_stream.cuh"
 #include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"
 #include "backends/cuda/launch.cuh"
@@ -292,7 +293,78 @@ int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
 int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
 int g_matvec_smem = 1;  // set_q8_matvec_smem_x (1: activations staged in shared memory, NT <= 2)
+int g_matvec_stream = 1;  // set_q8_matvec_stream (0: off; 1, 2, 3: the shapes of launch_stream_shape)
 constexpr int64_t kMaxSmemX = 48 * 1024;
+
+// Compute capability major and opt-in shared memory per block of the current device.
+struct DeviceLimits {
+  int major = 0, smem_optin = 0;
+};
+const DeviceLimits& device_limits() {
+  static DeviceLimits cached[16];
+  static bool known[16] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) {
+    static const DeviceLimits none;
+    return none;
+  }
+  if (!known[dev]) {
+    cudaDeviceGetAttribute(&cached[dev].major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&cached[dev].smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    known[dev] = true;
+  }
+  return cached[dev];
+}
+
+// The streamed-weight kernel (quant_q8_stream.cuh) for ws[0..n) and NT tokens: W warps a
+// block (2 W rows), S segments in flight. Returns false where it does not apply (before
+// Hopper, rows not in whole segments, misaligned rows, too much shared memory).
+template <class T, int NT, int W, int S>
+bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
+                   cudaStream_t stream) {
+  const int64_t n_cols = ws[0].n_cols;
+  const size_t smem = q8::stream_smem_bytes<T, NT, W, S>(n_cols);
+  const DeviceLimits& lim = device_limits();
+  if (lim.major < 9 || n_cols % q8::StreamSeg<T>::kCols != 0 || smem > static_cast<size_t>(lim.smem_optin)) {
+    return false;
+  }
+  for (int i = 0; i < n; ++i) {
+    if ((reinterpret_cast<uintptr_t>(ws[i].data) | ws[i].row_bytes) % 16 != 0) return false;
+  }
+  auto* kernel = q8::q8_matvec_stream_kernel<T, NT, W, S, kMaxTargets, Targets>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, device_limits().smem_optin);
+  check_launch(attr);
+  constexpr int kRowsPerBlock = 2 * W;
+  Targets tg{};
+  unsigned blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    tg.w[i] = static_cast<const uint8_t*>(ws[i].data);
+    tg.row_bytes[i] = ws[i].row_bytes;
+    tg.n_rows[i] = ws[i].n_rows;
+    tg.y[i] = ys[i];
+    blocks += static_cast<unsigned>((ws[i].n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    tg.block_end[i] = blocks;
+  }
+  tg.n = n;
+  const int n_units = static_cast<int>(n_cols / T::kElems) * T::kUnits;
+  ::hearth::cuda::launch_pdl(kernel, blocks, W * 32, smem, stream, tg, n_units, xq, xd, n_cols);
+  return true;
+}
+
+template <class T, int NT>
+bool launch_stream_shape(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
+                         cudaStream_t stream) {
+  switch (g_matvec_stream) {
+    // Measured on the H200 (docs/BENCHMARKS.md): decode steps of the Llama-3-8B / Qwen3.5-9B
+    // shapes 2,590 / 2,724 us with eight warps and three segments, 2,702 / 2,792 with four
+    // and four, 2,921 / 2,963 with two warps and six, 2,739 / 2,826 with the register-fed kernel.
+    case 1: return launch_stream<T, NT, 8, 3>(ws, ys, n, xq, xd, stream);
+    case 2: return launch_stream<T, NT, 4, 4>(ws, ys, n, xq, xd, stream);
+    case 3: return launch_stream<T, NT, 16, 2>(ws, ys, n, xq, xd, stream);
+    default: return false;
+  }
+}
 
 template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = false, bool kSmemX = false>
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
@@ -347,6 +419,10 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : 32;
   // The activations staged in shared memory for one or two tokens (at most 48 KiB).
   if constexpr (NT <= 2) {
+    if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early &&
+        launch_stream_shape<T, NT>(ws, ys, n, xq, xd, stream)) {
+      return;
+    }
     if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early &&
         NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
       launch_tpr<T, NT, R, 32, 1, true, false, true>(ws, ys, n, xq, xd, stream);
@@ -479,6 +555,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
 void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
 void set_q8_matvec_smem_x(int on) { g_matvec_smem = on; }
+void set_q8_matvec_stream(int shape) { g_matvec_stream = shape; }
 void set_q8_matvec_shape(int ilp, int early) {
   g_matvec_ilp = ilp;
   g_matvec_early = early;

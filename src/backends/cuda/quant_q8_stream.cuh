@@ -1,0 +1,183 @@
+// The decode matrix-vector product with its weights streamed through shared memory by
+// the bulk copy engine (Hopper: cp.async.bulk completing on an mbarrier), for one or two
+// tokens. The register-fed kernel of quant_q8.cu keeps about one 64-element unit per lane
+// and row in flight, so the weights' latency is hidden only by the warps an SM holds
+// (measured: ~2 TB/s, half the bandwidth). Here a block of W warps owns 2 W consecutive
+// rows and walks them in segments of 32 units a row (one unit a lane); the weight bytes of
+// S segments are requested at once by a few instructions, before the block even waits
+// for the kernel before it (weights are constants), and each segment is decoded from
+// shared memory once it lands.
+//
+// Same sums as q8_matvec_kernel with a warp per two rows: lane l takes units l, l + 32,
+// ... of its rows in that order with the same decoders and the activations staged the
+// same way (q8::SharedX), then the same warp reduction: the outputs are the same bits
+// (cuda_quant_test compares them). Internal to quant_q8.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/launch.cuh"
+#include "backends/cuda/quant_q8_dot.cuh"
+
+namespace hearth::cuda::q8 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// One arrival that also announces `bytes` of copies completing on the barrier.
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global to shared memory.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+#endif
+
+// Units of a row per segment (one a lane) and the segment's bytes for type T.
+template <class T>
+struct StreamSeg {
+  static constexpr int kUnits = 32;
+  static constexpr int kBytes = kUnits / T::kUnits * T::kBytes;
+  static constexpr int kCols = kUnits / T::kUnits * T::kElems;
+  static_assert(kBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
+};
+
+// Shared memory of a launch: S stages of 2 W row segments, the NT tokens' staged
+// activations (rows of n16p 16-byte chunks), S barriers.
+template <class T, int NT, int W, int S>
+__host__ __device__ constexpr size_t stream_smem_bytes(int64_t n_cols) {
+  return static_cast<size_t>(S) * 2 * W * StreamSeg<T>::kBytes +
+         static_cast<size_t>(NT) * static_cast<size_t>(((n_cols / 16 + 7) & ~int64_t{7}) * 16) + 8 * S;
+}
+
+// TG: quant_q8.cu's Targets (up to kMaxTargets weights of one type and shape sharing x;
+// blocks [block_end[i - 1], block_end[i]) compute weight i). Requires n_units a multiple
+// of 32, data and row_bytes multiples of 16 (checked by the launcher).
+template <class T, int NT, int W, int S, int kMaxTargets, class TG>
+__global__ void __launch_bounds__(W * 32)
+    q8_matvec_stream_kernel(const TG tg, int n_units, const int8_t* __restrict__ xq, const float2* __restrict__ xd,
+                            int64_t n_cols) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int G = 2 * W;  // rows of the block, two a warp
+  using Seg = StreamSeg<T>;
+  constexpr int kStage = G * Seg::kBytes;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int n16 = static_cast<int>(n_cols / 16), n16p = (n16 + 7) & ~7;
+  int4* xs = reinterpret_cast<int4*>(smem + S * kStage);
+  auto* bars = reinterpret_cast<uint64_t*>(xs + NT * n16p);
+
+  const uint8_t* w = tg.w[0];
+  uint64_t row_bytes = tg.row_bytes[0];
+  int64_t n_rows = tg.n_rows[0];
+  float* y = tg.y[0];
+  unsigned first_block = 0;
+#pragma unroll
+  for (int k = 1; k < kMaxTargets; ++k) {
+    if (k < tg.n && blockIdx.x >= tg.block_end[k - 1]) {
+      w = tg.w[k];
+      row_bytes = tg.row_bytes[k];
+      n_rows = tg.n_rows[k];
+      y = tg.y[k];
+      first_block = tg.block_end[k - 1];
+    }
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x - first_block) * G;
+  const int n_seg = n_units / Seg::kUnits;
+
+  // Warp 0 requests segment k of the block's rows into stage k % S (lane r: row r).
+  auto issue = [&](int k) {
+    uint64_t* bar = bars + k % S;
+    uint8_t* dst = smem + (k % S) * kStage;
+    if (lane == 0) mbar_arrive_expect(bar, kStage);
+    __syncwarp();
+    if (lane < G) {
+      const int64_t r = min(row0 + lane, n_rows - 1);
+      bulk_copy(dst + lane * Seg::kBytes, w + static_cast<uint64_t>(r) * row_bytes + static_cast<uint64_t>(k) * Seg::kBytes,
+                Seg::kBytes, bar);
+    }
+  };
+  if (warp == 0) {
+    if (lane == 0) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) mbar_init(bars + s, 1);
+      mbar_init_fence();
+    }
+    __syncwarp();
+    for (int k = 0; k < S && k < n_seg; ++k) issue(k);
+  }
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  {
+    const auto* src = reinterpret_cast<const int4*>(xq);
+    for (int c = threadIdx.x; c < NT * n16; c += W * 32) {
+      const int t = c / n16, k = c - t * n16;
+      xs[t * n16p + swizzle16(k)] = __ldg(src + c);
+    }
+  }
+  __syncthreads();
+
+  float acc[2][NT];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+  }
+  const int64_t chunks = n_cols / 32;
+  const int s_unit = lane % T::kUnits;
+  for (int k = 0; k < n_seg; ++k) {
+    mbar_wait(bars + k % S, static_cast<uint32_t>((k / S) & 1));
+    const uint8_t* seg = smem + (k % S) * kStage + (lane / T::kUnits) * T::kBytes;
+    typename T::Dec dec[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) dec[r] = T::decode(seg + (2 * warp + r) * Seg::kBytes, s_unit);
+    const int b = (k * Seg::kUnits + lane) / T::kUnits;  // the unit's block in the row
+    const float2* db = xd + static_cast<int64_t>(b) * (T::kElems / 32);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const SharedX x{xs + t * n16p, b * (T::kElems / 16)};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) acc[r][t] += T::dot(dec[r], s_unit, x, db + t * chunks);
+    }
+    __syncthreads();  // every warp is done with stage k % S
+    if (warp == 0 && k + S < n_seg) issue(k + S);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      const int64_t row = row0 + 2 * warp + r;
+      if (lane == 0 && row < n_rows) y[t * n_rows + row] = v;
+    }
+  }
+#else
+  __trap();  // launched on Hopper and later only (q8_matvec_stream_ok)
+#endif
+}
+
+}  // namespace hearth::cuda::q8
