@@ -109,6 +109,24 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         }
       }
       hearth::cuda::set_q8_matvec_stream(1);
+      hearth::cuda::set_q8_matvec_persistent(0);
+      for (int nt : {1, 2}) {
+        const double s = time_it([&](int k) {
+          hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, nt, d_y, d_s, sb, stream);
+        });
+        const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
+        std::printf(" | stream1-block-a-group t=%d %5.1f%% %3.0fus", nt, 100 * moved / s / kPeak, s * 1e6);
+      }
+      hearth::cuda::set_q8_matvec_persistent(1);
+      hearth::cuda::set_q8_matvec_stream_max_rows(0);  // streamed whatever the rows
+      for (int nt : {1, 2}) {
+        const double s = time_it([&](int k) {
+          hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, nt, d_y, d_s, sb, stream);
+        });
+        const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
+        std::printf(" | stream1-any-rows t=%d %5.1f%% %3.0fus", nt, 100 * moved / s / kPeak, s * 1e6);
+      }
+      hearth::cuda::set_q8_matvec_stream_max_rows(65536);
       CUDA_OK(cudaFree(d_s));
     }
     {

@@ -157,6 +157,7 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
       same_bits(hearth::cuda::set_q8_matvec_stream, shape, 1,
                 ("streamed weights shape " + std::to_string(shape) + " (0: off)").c_str());
     }
+    same_bits(hearth::cuda::set_q8_matvec_persistent, 0, 1, "streamed weights, a block per group of rows");
     for (const int tpr : {32, 64, 128}) {
       hearth::cuda::set_q8_matvec_threads_per_row(tpr);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));

@@ -184,6 +184,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     set_q8_matvec_smem_x(smem_x != nullptr ? std::atoi(smem_x) : 1);
     const char* streamed = std::getenv("HEARTH_CUDA_MATVEC_STREAM");
     set_q8_matvec_stream(streamed != nullptr ? std::atoi(streamed) : 1);
+    const char* persist = std::getenv("HEARTH_CUDA_MATVEC_PERSIST");
+    set_q8_matvec_persistent(persist != nullptr ? std::atoi(persist) : 1);
+    const char* stream_rows = std::getenv("HEARTH_CUDA_MATVEC_STREAM_ROWS");
+    set_q8_matvec_stream_max_rows(stream_rows != nullptr ? std::atoll(stream_rows) : 65536);
   }
   const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
   q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";

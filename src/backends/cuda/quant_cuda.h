@@ -68,6 +68,12 @@ void set_q8_matvec_smem_x(int on);
 // (Hopper and later; quant_q8_stream.cuh): 0 off, 1 (default) eight warps a block and
 // three segments in flight, 2 four warps and four, 3 sixteen warps and two. Same bits.
 void set_q8_matvec_stream(int shape);
+// 1 (the default): the streamed kernel runs at most as many blocks as the device holds
+// at once, each walking several groups of rows; 0: a block per group. Same bits.
+void set_q8_matvec_persistent(int on);
+// Launches of more rows than this (65,536 by default; 0: no limit) take the register-fed
+// kernel instead of the streamed one. Same bits.
+void set_q8_matvec_stream_max_rows(int64_t rows);
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "backends/cuda/quant_cuda.h"
@@ -293,6 +294,8 @@ int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
 int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
 int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
 int g_matvec_smem = 1;  // set_q8_matvec_smem_x (1: activations staged in shared memory, NT <= 2)
+int64_t g_matvec_stream_rows = 65536;  // set_q8_matvec_stream_max_rows (0: no limit)
+int g_matvec_persist = 1;  // set_q8_matvec_persistent (0: a block per group of rows)
 int g_matvec_stream = 1;  // set_q8_matvec_stream (0: off; 1, 2, 3: the shapes of launch_stream_shape)
 constexpr int64_t kMaxSmemX = 48 * 1024;
 
@@ -328,25 +331,42 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
   if (lim.major < 9 || n_cols % q8::StreamSeg<T>::kCols != 0 || smem > static_cast<size_t>(lim.smem_optin)) {
     return false;
   }
+  int64_t rows = 0;
   for (int i = 0; i < n; ++i) {
     if ((reinterpret_cast<uintptr_t>(ws[i].data) | ws[i].row_bytes) % 16 != 0) return false;
+    rows += ws[i].n_rows;
   }
+  // Tall matrices of short rows (the output projection: 128k-248k rows of 4,096) stay on the
+  // register-fed kernel: measured on the H200 (cuda_quant_test --perf, q6_K 128,256 x 4,096,
+  // one token) 142 us there against 170 us streamed.
+  if (g_matvec_stream_rows > 0 && rows > g_matvec_stream_rows) return false;
   auto* kernel = q8::q8_matvec_stream_kernel<T, NT, W, S, kMaxTargets, Targets>;
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, device_limits().smem_optin);
   check_launch(attr);
-  constexpr int kRowsPerBlock = 2 * W;
+  constexpr int kRowsPerGroup = 2 * W;
   Targets tg{};
-  unsigned blocks = 0;
+  unsigned groups = 0;
   for (int i = 0; i < n; ++i) {
     tg.w[i] = static_cast<const uint8_t*>(ws[i].data);
     tg.row_bytes[i] = ws[i].row_bytes;
     tg.n_rows[i] = ws[i].n_rows;
     tg.y[i] = ys[i];
-    blocks += static_cast<unsigned>((ws[i].n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    tg.block_end[i] = blocks;
+    groups += static_cast<unsigned>((ws[i].n_rows + kRowsPerGroup - 1) / kRowsPerGroup);
+    tg.block_end[i] = groups;  // row groups, for this kernel
   }
   tg.n = n;
+  // Blocks the device holds at once with this much shared memory (cached per kilobyte).
+  static std::atomic<int> resident[256];
+  const size_t kib = std::min<size_t>(smem >> 10, 255);
+  int per_sm = resident[kib].load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    check_launch(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32, smem));
+    per_sm = std::max(per_sm, 1);
+    resident[kib].store(per_sm, std::memory_order_relaxed);
+  }
+  const unsigned slots = static_cast<unsigned>(per_sm) * static_cast<unsigned>(device_sm_count());
+  const unsigned blocks = g_matvec_persist != 0 ? std::min(groups, slots) : groups;
   const int n_units = static_cast<int>(n_cols / T::kElems) * T::kUnits;
   ::hearth::cuda::launch_pdl(kernel, blocks, W * 32, smem, stream, tg, n_units, xq, xd, n_cols);
   return true;
@@ -556,6 +576,8 @@ void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
 void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
 void set_q8_matvec_smem_x(int on) { g_matvec_smem = on; }
 void set_q8_matvec_stream(int shape) { g_matvec_stream = shape; }
+void set_q8_matvec_persistent(int on) { g_matvec_persist = on; }
+void set_q8_matvec_stream_max_rows(int64_t rows) { g_matvec_stream_rows = rows; }
 void set_q8_matvec_shape(int ilp, int early) {
   g_matvec_ilp = ilp;
   g_matvec_early = early;

@@ -6,7 +6,8 @@
 // rows and walks them in segments of 32 units a row (one unit a lane); the weight bytes of
 // S segments are requested at once by a few instructions, before the block even waits
 // for the kernel before it (weights are constants), and each segment is decoded from
-// shared memory once it lands.
+// shared memory once it lands. At most as many blocks as the SMs hold at once walk all
+// the rows, so that the stream of copies does not stop between groups of rows.
 //
 // Same sums as q8_matvec_kernel with a warp per two rows: lane l takes units l, l + 32,
 // ... of its rows in that order with the same decoders and the activations staged the
@@ -73,14 +74,17 @@ __host__ __device__ constexpr size_t stream_smem_bytes(int64_t n_cols) {
 }
 
 // TG: quant_q8.cu's Targets (up to kMaxTargets weights of one type and shape sharing x;
-// blocks [block_end[i - 1], block_end[i]) compute weight i). Requires n_units a multiple
-// of 32, data and row_bytes multiples of 16 (checked by the launcher).
+// block_end[i] here counts the row groups of 2 W rows of weights 0..i). Block b takes the
+// groups [b G / B, (b + 1) G / B) of the G in all (B blocks: as many as the SMs hold at
+// once, or one a group), one segment after another through the same stages, x staged
+// once. Requires n_units a multiple of 32, data and row_bytes multiples of 16 (checked by
+// the launcher).
 template <class T, int NT, int W, int S, int kMaxTargets, class TG>
 __global__ void __launch_bounds__(W * 32)
     q8_matvec_stream_kernel(const TG tg, int n_units, const int8_t* __restrict__ xq, const float2* __restrict__ xd,
                             int64_t n_cols) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int G = 2 * W;  // rows of the block, two a warp
+  constexpr int G = 2 * W;  // rows of a group, two a warp
   using Seg = StreamSeg<T>;
   constexpr int kStage = G * Seg::kBytes;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -88,34 +92,45 @@ __global__ void __launch_bounds__(W * 32)
   int4* xs = reinterpret_cast<int4*>(smem + S * kStage);
   auto* bars = reinterpret_cast<uint64_t*>(xs + NT * n16p);
 
-  const uint8_t* w = tg.w[0];
-  uint64_t row_bytes = tg.row_bytes[0];
-  int64_t n_rows = tg.n_rows[0];
-  float* y = tg.y[0];
-  unsigned first_block = 0;
+  // Group g: weight k's rows from row0 (constant indices only: no local-memory copy).
+  struct Group {
+    const uint8_t* w;
+    uint64_t row_bytes;
+    int64_t n_rows, row0;
+    float* y;
+  };
+  auto group = [&](unsigned g) {
+    Group r{tg.w[0], tg.row_bytes[0], tg.n_rows[0], 0, tg.y[0]};
+    unsigned first = 0;
 #pragma unroll
-  for (int k = 1; k < kMaxTargets; ++k) {
-    if (k < tg.n && blockIdx.x >= tg.block_end[k - 1]) {
-      w = tg.w[k];
-      row_bytes = tg.row_bytes[k];
-      n_rows = tg.n_rows[k];
-      y = tg.y[k];
-      first_block = tg.block_end[k - 1];
+    for (int k = 1; k < kMaxTargets; ++k) {
+      if (k < tg.n && g >= tg.block_end[k - 1]) {
+        r = Group{tg.w[k], tg.row_bytes[k], tg.n_rows[k], 0, tg.y[k]};
+        first = tg.block_end[k - 1];
+      }
     }
-  }
+    r.row0 = static_cast<int64_t>(g - first) * G;
+    return r;
+  };
+  const unsigned n_groups = tg.block_end[tg.n - 1];
+  const auto g_begin = static_cast<unsigned>(static_cast<uint64_t>(blockIdx.x) * n_groups / gridDim.x);
+  const auto g_end = static_cast<unsigned>((static_cast<uint64_t>(blockIdx.x) + 1) * n_groups / gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x - first_block) * G;
   const int n_seg = n_units / Seg::kUnits;
+  const int n_it = static_cast<int>(g_end - g_begin) * n_seg;
 
-  // Warp 0 requests segment k of the block's rows into stage k % S (lane r: row r).
-  auto issue = [&](int k) {
-    uint64_t* bar = bars + k % S;
-    uint8_t* dst = smem + (k % S) * kStage;
+  // Warp 0 requests step it (segment it % n_seg of group g_begin + it / n_seg) into stage
+  // it % S (lane r: the group's row r).
+  auto issue = [&](int it) {
+    uint64_t* bar = bars + it % S;
+    uint8_t* dst = smem + (it % S) * kStage;
     if (lane == 0) mbar_arrive_expect(bar, kStage);
     __syncwarp();
     if (lane < G) {
-      const int64_t r = min(row0 + lane, n_rows - 1);
-      bulk_copy(dst + lane * Seg::kBytes, w + static_cast<uint64_t>(r) * row_bytes + static_cast<uint64_t>(k) * Seg::kBytes,
+      const Group gr = group(g_begin + static_cast<unsigned>(it / n_seg));
+      const int64_t r = min(gr.row0 + lane, gr.n_rows - 1);
+      const uint64_t k = static_cast<uint64_t>(it % n_seg);
+      bulk_copy(dst + lane * Seg::kBytes, gr.w + static_cast<uint64_t>(r) * gr.row_bytes + k * Seg::kBytes,
                 Seg::kBytes, bar);
     }
   };
@@ -126,7 +141,7 @@ __global__ void __launch_bounds__(W * 32)
       mbar_init_fence();
     }
     __syncwarp();
-    for (int k = 0; k < S && k < n_seg; ++k) issue(k);
+    for (int it = 0; it < S && it < n_it; ++it) issue(it);
   }
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
@@ -147,9 +162,10 @@ __global__ void __launch_bounds__(W * 32)
   }
   const int64_t chunks = n_cols / 32;
   const int s_unit = lane % T::kUnits;
-  for (int k = 0; k < n_seg; ++k) {
-    mbar_wait(bars + k % S, static_cast<uint32_t>((k / S) & 1));
-    const uint8_t* seg = smem + (k % S) * kStage + (lane / T::kUnits) * T::kBytes;
+  for (int it = 0; it < n_it; ++it) {
+    const int k = it % n_seg;
+    mbar_wait(bars + it % S, static_cast<uint32_t>((it / S) & 1));
+    const uint8_t* seg = smem + (it % S) * kStage + (lane / T::kUnits) * T::kBytes;
     typename T::Dec dec[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) dec[r] = T::decode(seg + (2 * warp + r) * Seg::kBytes, s_unit);
@@ -161,22 +177,26 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
       for (int r = 0; r < 2; ++r) acc[r][t] += T::dot(dec[r], s_unit, x, db + t * chunks);
     }
-    __syncthreads();  // every warp is done with stage k % S
-    if (warp == 0 && k + S < n_seg) issue(k + S);
-  }
+    __syncthreads();  // every warp is done with stage it % S
+    if (warp == 0 && it + S < n_it) issue(it + S);
+    if (k == n_seg - 1) {  // the group's rows are complete
+      const Group gr = group(g_begin + static_cast<unsigned>(it / n_seg));
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      float v = acc[r][t];
+        for (int t = 0; t < NT; ++t) {
+          float v = acc[r][t];
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      const int64_t row = row0 + 2 * warp + r;
-      if (lane == 0 && row < n_rows) y[t * n_rows + row] = v;
+          for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+          const int64_t row = gr.row0 + 2 * warp + r;
+          if (lane == 0 && row < gr.n_rows) gr.y[t * gr.n_rows + row] = v;
+          acc[r][t] = 0.f;
+        }
+      }
     }
   }
 #else
-  __trap();  // launched on Hopper and later only (q8_matvec_stream_ok)
+  __trap();  // launched on Hopper and later only (quant_q8.cu: launch_stream)
 #endif
 }
 
