@@ -70,6 +70,24 @@ struct Targets {
   int n;
 };
 
+// ws[0..n) and ys as Targets, block_end[i] counting units of `rows_per_unit` rows of
+// weights 0..i (only weight 0's with first_only); returns the units in all.
+unsigned make_targets(const DeviceWeight* ws, float* const* ys, int n, int64_t rows_per_unit, bool first_only,
+                      Targets* tg) {
+  *tg = Targets{};
+  unsigned units = 0;
+  for (int i = 0; i < n; ++i) {
+    tg->w[i] = static_cast<const uint8_t*>(ws[i].data);
+    tg->row_bytes[i] = ws[i].row_bytes;
+    tg->n_rows[i] = ws[i].n_rows;
+    tg->y[i] = ys[i];
+    if (!first_only || i == 0) units += static_cast<unsigned>((ws[i].n_rows + rows_per_unit - 1) / rows_per_unit);
+    tg->block_end[i] = units;
+  }
+  tg->n = n;
+  return units;
+}
+
 // TPR threads per row (32: a warp per row, no block-wide step; kThreads: the block), R
 // rows per group of TPR threads, NT tokens. Each thread strides over its rows' units,
 // decoding ILP of them (their weight loads in flight together) before multiplying them
@@ -344,18 +362,8 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, device_limits().smem_optin);
   check_launch(attr);
-  constexpr int kRowsPerGroup = 2 * W;
-  Targets tg{};
-  unsigned groups = 0;
-  for (int i = 0; i < n; ++i) {
-    tg.w[i] = static_cast<const uint8_t*>(ws[i].data);
-    tg.row_bytes[i] = ws[i].row_bytes;
-    tg.n_rows[i] = ws[i].n_rows;
-    tg.y[i] = ys[i];
-    groups += static_cast<unsigned>((ws[i].n_rows + kRowsPerGroup - 1) / kRowsPerGroup);
-    tg.block_end[i] = groups;  // row groups, for this kernel
-  }
-  tg.n = n;
+  Targets tg;
+  const unsigned groups = make_targets(ws, ys, n, 2 * W, false, &tg);  // block_end: groups of 2 W rows
   // Blocks the device holds at once with this much shared memory (cached per kilobyte).
   static std::atomic<int> resident[256];
   const size_t kib = std::min<size_t>(smem >> 10, 255);
@@ -390,17 +398,8 @@ template <class T, int NT, int R, int TPR, int ILP, bool kEarly, bool kSwiGLU = 
 void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                 cudaStream_t stream) {
   constexpr int kRowsPerBlock = kThreads / TPR * (kSwiGLU ? 1 : R);
-  Targets tg{};
-  unsigned blocks = 0;
-  for (int i = 0; i < n; ++i) {
-    tg.w[i] = static_cast<const uint8_t*>(ws[i].data);
-    tg.row_bytes[i] = ws[i].row_bytes;
-    tg.n_rows[i] = ws[i].n_rows;
-    tg.y[i] = ys[i];
-    if (!kSwiGLU || i == 0) blocks += static_cast<unsigned>((ws[i].n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    tg.block_end[i] = blocks;
-  }
-  tg.n = n;
+  Targets tg;
+  const unsigned blocks = make_targets(ws, ys, n, kRowsPerBlock, kSwiGLU, &tg);
   if constexpr (kSwiGLU) tg.n = 1;  // every block: rows of both (gate first)
   const int n_units = static_cast<int>(ws[0].n_cols / T::kElems) * T::kUnits;
   const size_t smem = kSmemX ? static_cast<size_t>(NT) * ((ws[0].n_cols / 16 + 7) / 8) * 128 : 0;
