@@ -97,7 +97,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         std::printf(" | tpr%d %5.1f%% %3.0fus", tpr, 100 * moved / s / kPeak, s * 1e6);
       }
       hearth::cuda::set_q8_matvec_threads_per_row(0);
-      // Weights streamed through shared memory (0: off; 1, the default; 2; 3), a block per
+      // Weights streamed through shared memory (0: off; 1; 2; 3; 4, the default), a block per
       // group of rows, and tall matrices streamed too; 1 and 2 tokens each.
       auto time_streamed = [&](const std::string& label) {
         for (int nt : {1, 2}) {
@@ -108,16 +108,16 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
           std::printf(" | %s t=%d %5.1f%% %3.0fus", label.c_str(), nt, 100 * moved / s / kPeak, s * 1e6);
         }
       };
-      for (const int shape : {0, 1, 2, 3}) {
+      for (const int shape : {0, 1, 2, 3, 4}) {
         hearth::cuda::set_q8_matvec_stream(shape);
         time_streamed("stream" + std::to_string(shape));
       }
-      hearth::cuda::set_q8_matvec_stream(1);
+      hearth::cuda::set_q8_matvec_stream(4);
       hearth::cuda::set_q8_matvec_persistent(0);
-      time_streamed("stream1-block-a-group");
+      time_streamed("stream4-block-a-group");
       hearth::cuda::set_q8_matvec_persistent(1);
       hearth::cuda::set_q8_matvec_stream_max_rows(0);  // streamed whatever the rows
-      time_streamed("stream1-any-rows");
+      time_streamed("stream4-any-rows");
       hearth::cuda::set_q8_matvec_stream_max_rows(65536);
       CUDA_OK(cudaFree(d_s));
     }

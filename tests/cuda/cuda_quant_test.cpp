@@ -151,10 +151,10 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     };
     same_bits(hearth::cuda::set_q8_matvec_rows, 1, 0, "one row a warp");
     same_bits(hearth::cuda::set_q8_matvec_smem_x, 0, 1, "activations from global memory");
-    // The weights streamed through shared memory in every block shape (1, the default;
-    // 2; 3) against the register-fed kernel (0).
-    for (const int shape : {0, 2, 3}) {
-      same_bits(hearth::cuda::set_q8_matvec_stream, shape, 1,
+    // The weights streamed through shared memory in every block shape (4, the default;
+    // 1; 2; 3) against the register-fed kernel (0).
+    for (const int shape : {0, 1, 2, 3}) {
+      same_bits(hearth::cuda::set_q8_matvec_stream, shape, 4,
                 ("streamed weights shape " + std::to_string(shape) + " (0: off)").c_str());
     }
     same_bits(hearth::cuda::set_q8_matvec_persistent, 0, 1, "streamed weights, a block per group of rows");

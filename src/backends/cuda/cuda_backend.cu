@@ -183,7 +183,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const char* smem_x = std::getenv("HEARTH_CUDA_MATVEC_SMEM");
     set_q8_matvec_smem_x(smem_x != nullptr ? std::atoi(smem_x) : 1);
     const char* streamed = std::getenv("HEARTH_CUDA_MATVEC_STREAM");
-    set_q8_matvec_stream(streamed != nullptr ? std::atoi(streamed) : 1);
+    set_q8_matvec_stream(streamed != nullptr ? std::atoi(streamed) : 4);
     const char* persist = std::getenv("HEARTH_CUDA_MATVEC_PERSIST");
     set_q8_matvec_persistent(persist != nullptr ? std::atoi(persist) : 1);
     const char* stream_rows = std::getenv("HEARTH_CUDA_MATVEC_STREAM_ROWS");

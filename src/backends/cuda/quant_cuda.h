@@ -65,8 +65,9 @@ void set_q8_matvec_rows(int rows);
 // the decode product (at most 48 KiB); 0: read from global memory. Same sums.
 void set_q8_matvec_smem_x(int on);
 // Weights streamed through shared memory by the bulk copy engine for one or two tokens
-// (Hopper and later; quant_q8_stream.cuh): 0 off, 1 (default) eight warps a block and
-// three segments in flight, 2 four warps and four, 3 sixteen warps and two. Same bits.
+// (Hopper and later; quant_q8_stream.cuh): 0 off, 1 eight warps a block and three
+// segments in flight, 2 four warps and four, 3 sixteen warps and two, 4 (the default)
+// eight warps and three with a ninth warp of its own requesting the segments. Same bits.
 void set_q8_matvec_stream(int shape);
 // 1 (the default): the streamed kernel runs at most as many blocks as the device holds
 // at once, each walking several groups of rows; 0: a block per group. Same bits.

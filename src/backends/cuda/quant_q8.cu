@@ -314,7 +314,7 @@ int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
 int g_matvec_smem = 1;  // set_q8_matvec_smem_x (1: activations staged in shared memory, NT <= 2)
 int64_t g_matvec_stream_rows = 65536;  // set_q8_matvec_stream_max_rows (0: no limit)
 int g_matvec_persist = 1;  // set_q8_matvec_persistent (0: a block per group of rows)
-int g_matvec_stream = 1;  // set_q8_matvec_stream (0: off; 1, 2, 3: the shapes of launch_stream_shape)
+int g_matvec_stream = 4;  // set_q8_matvec_stream (0: off; 1, 2, 3: the shapes of launch_stream_shape)
 constexpr int64_t kMaxSmemX = 48 * 1024;
 
 // Compute capability major and opt-in shared memory per block of the current device.
@@ -340,7 +340,7 @@ const DeviceLimits& device_limits() {
 // The streamed-weight kernel (quant_q8_stream.cuh) for ws[0..n) and NT tokens: W warps a
 // block (2 W rows), S segments in flight. Returns false where it does not apply (before
 // Hopper, rows not in whole segments, misaligned rows, too much shared memory).
-template <class T, int NT, int W, int S>
+template <class T, int NT, int W, int S, bool kProducer = false>
 bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                    cudaStream_t stream) {
   const int64_t n_cols = ws[0].n_cols;
@@ -358,7 +358,8 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
   // register-fed kernel: measured on the H200 (cuda_quant_test --perf, q6_K 128,256 x 4,096,
   // one token) 142 us there against 170 us streamed.
   if (g_matvec_stream_rows > 0 && rows > g_matvec_stream_rows) return false;
-  auto* kernel = q8::q8_matvec_stream_kernel<T, NT, W, S, kMaxTargets, Targets>;
+  auto* kernel = q8::q8_matvec_stream_kernel<T, NT, W, S, kMaxTargets, Targets, kProducer>;
+  constexpr int kBlock = (W + (kProducer ? 1 : 0)) * 32;
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, device_limits().smem_optin);
   check_launch(attr);
@@ -369,14 +370,14 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
   const size_t kib = std::min<size_t>(smem >> 10, 255);
   int per_sm = resident[kib].load(std::memory_order_relaxed);
   if (per_sm == 0) {
-    check_launch(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32, smem));
+    check_launch(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, smem));
     per_sm = std::max(per_sm, 1);
     resident[kib].store(per_sm, std::memory_order_relaxed);
   }
   const unsigned slots = static_cast<unsigned>(per_sm) * static_cast<unsigned>(device_sm_count());
   const unsigned blocks = g_matvec_persist != 0 ? std::min(groups, slots) : groups;
   const int n_units = static_cast<int>(n_cols / T::kElems) * T::kUnits;
-  ::hearth::cuda::launch_pdl(kernel, blocks, W * 32, smem, stream, tg, n_units, xq, xd, n_cols);
+  ::hearth::cuda::launch_pdl(kernel, blocks, kBlock, smem, stream, tg, n_units, xq, xd, n_cols);
   return true;
 }
 
@@ -386,10 +387,13 @@ bool launch_stream_shape(const DeviceWeight* ws, float* const* ys, int n, const 
   switch (g_matvec_stream) {
     // Measured on the H200 (docs/BENCHMARKS.md): decode steps of the Llama-3-8B / Qwen3.5-9B
     // shapes 2,590 / 2,724 us with eight warps and three segments, 2,702 / 2,792 with four
-    // and four, 2,921 / 2,963 with two warps and six, 2,739 / 2,826 with the register-fed kernel.
+    // and four, 2,921 / 2,963 with two warps and six, 2,739 / 2,826 with the register-fed
+    // kernel (a block per 16 rows, one call); with persistent blocks and a producer warp of
+    // its own (4, the default) 2,577 / 2,621 against 2,682 / 2,764 without (another call).
     case 1: return launch_stream<T, NT, 8, 3>(ws, ys, n, xq, xd, stream);
     case 2: return launch_stream<T, NT, 4, 4>(ws, ys, n, xq, xd, stream);
     case 3: return launch_stream<T, NT, 16, 2>(ws, ys, n, xq, xd, stream);
+    case 4: return launch_stream<T, NT, 8, 3, true>(ws, ys, n, xq, xd, stream);
     default: return false;
   }
 }

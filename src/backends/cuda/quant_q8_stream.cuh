@@ -37,6 +37,9 @@ __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier
 __device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   do {
@@ -66,11 +69,11 @@ struct StreamSeg {
 };
 
 // Shared memory of a launch: S stages of 2 W row segments, the NT tokens' staged
-// activations (rows of n16p 16-byte chunks), S barriers.
+// activations (rows of n16p 16-byte chunks), 2 S barriers (stage full, stage free).
 template <class T, int NT, int W, int S>
 __host__ __device__ constexpr size_t stream_smem_bytes(int64_t n_cols) {
   return static_cast<size_t>(S) * 2 * W * StreamSeg<T>::kBytes +
-         static_cast<size_t>(NT) * static_cast<size_t>(((n_cols / 16 + 7) & ~int64_t{7}) * 16) + 8 * S;
+         static_cast<size_t>(NT) * static_cast<size_t>(((n_cols / 16 + 7) & ~int64_t{7}) * 16) + 16 * S;
 }
 
 // TG: quant_q8.cu's Targets (up to kMaxTargets weights of one type and shape sharing x;
@@ -79,8 +82,13 @@ __host__ __device__ constexpr size_t stream_smem_bytes(int64_t n_cols) {
 // once, or one a group), one segment after another through the same stages, x staged
 // once. Requires n_units a multiple of 32, data and row_bytes multiples of 16 (checked by
 // the launcher).
-template <class T, int NT, int W, int S, int kMaxTargets, class TG>
-__global__ void __launch_bounds__(W * 32)
+//
+// kProducer: a warp of its own (warp W) requests the segments, waiting for each stage to be
+// released by the W computing warps (an arrival each on the stage's "free" barrier), so
+// that those never wait for each other; otherwise warp 0 requests them between its own
+// segments after a barrier of the whole block.
+template <class T, int NT, int W, int S, int kMaxTargets, class TG, bool kProducer = false>
+__global__ void __launch_bounds__((W + (kProducer ? 1 : 0)) * 32)
     q8_matvec_stream_kernel(const TG tg, int n_units, const int8_t* __restrict__ xq, const float2* __restrict__ xd,
                             int64_t n_cols) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -134,7 +142,26 @@ __global__ void __launch_bounds__(W * 32)
                 Seg::kBytes, bar);
     }
   };
-  if (warp == 0) {
+  uint64_t* freed = bars + S;  // kProducer: stage s released by the W computing warps
+  if constexpr (kProducer) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        mbar_init(bars + s, 1);
+        mbar_init(freed + s, W);
+      }
+      mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == W) {  // the producer: every segment, each stage once released
+      for (int it = 0; it < n_it; ++it) {
+        if (it >= S) mbar_wait(freed + it % S, static_cast<uint32_t>((it / S - 1) & 1));
+        issue(it);
+      }
+      ::hearth::cuda::pdl_trigger();
+      return;
+    }
+  } else if (warp == 0) {
     if (lane == 0) {
 #pragma unroll
       for (int s = 0; s < S; ++s) mbar_init(bars + s, 1);
@@ -152,7 +179,11 @@ __global__ void __launch_bounds__(W * 32)
       xs[t * n16p + swizzle16(k)] = __ldg(src + c);
     }
   }
-  __syncthreads();
+  if constexpr (kProducer) {
+    asm volatile("bar.sync 1, %0;" ::"n"(W * 32) : "memory");  // the computing warps only
+  } else {
+    __syncthreads();
+  }
 
   float acc[2][NT];
 #pragma unroll
@@ -177,8 +208,13 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
       for (int r = 0; r < 2; ++r) acc[r][t] += T::dot(dec[r], s_unit, x, db + t * chunks);
     }
-    __syncthreads();  // every warp is done with stage it % S
-    if (warp == 0 && it + S < n_it) issue(it + S);
+    if constexpr (kProducer) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(freed + it % S);  // this warp is done with stage it % S
+    } else {
+      __syncthreads();  // every warp is done with stage it % S
+      if (warp == 0 && it + S < n_it) issue(it + S);
+    }
     if (k == n_seg - 1) {  // the group's rows are complete
       const Group gr = group(g_begin + static_cast<unsigned>(it / n_seg));
 #pragma unroll
