@@ -440,16 +440,15 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   // 75 % busy, mostly with activations). A row's sum is the same either way.
   constexpr int R = 2;
   const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : 32;
-  // The activations staged in shared memory for one or two tokens (at most 48 KiB).
+  // One or two tokens in the default shape: the weights streamed through shared memory
+  // (Hopper), else the activations staged in shared memory (at most 48 KiB).
   if constexpr (NT <= 2) {
-    if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early &&
-        launch_stream_shape<T, NT>(ws, ys, n, xq, xd, stream)) {
-      return;
-    }
-    if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early &&
-        NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
-      launch_tpr<T, NT, R, 32, 1, true, false, true>(ws, ys, n, xq, xd, stream);
-      return;
+    if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early) {
+      if (launch_stream_shape<T, NT>(ws, ys, n, xq, xd, stream)) return;
+      if (NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
+        launch_tpr<T, NT, R, 32, 1, true, false, true>(ws, ys, n, xq, xd, stream);
+        return;
+      }
     }
   }
   if (tpr == 128) {
