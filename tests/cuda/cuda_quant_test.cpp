@@ -9,6 +9,7 @@
 //  - q8_matvec (8-bit activations) vs the product with the quantized x;
 //  - quant_gemm (tensor cores, 9..130 tokens) vs the product of the f16-rounded weights and x,
 //    and bit-identical outputs for a token whatever the batch (9..64 tokens; 65..130);
+//  - the routed experts' products grouped by expert bit-identical with pair by pair;
 //  - dequantize_rows_f32 and get_rows_f32 bit-identical with the CPU dequantizer,
 //    dequantize_rows_f16 bit-identical with that value rounded to f16 (ties to even).
 // Weights come from the CPU reference quantizers (realistic blocks) or are random bytes
@@ -631,6 +632,12 @@ int run_tests(const std::string& only) {
     std::printf("multi   %s  (quant_matvec_multi and q8_matvec_multi: 8 weights of 3 types, 3 tokens)\n",
                 fails.count == before ? "ok  " : "FAIL");
   }
+  if (only.empty() || only == "moe") {
+    const int before = fails.count;
+    run_moe_group_cases(rng, stream, fails);
+    std::printf("moe     %s  (q8_moe_gate_up / q8_moe_down grouped by expert vs pair by pair: same bits)\n",
+                fails.count == before ? "ok  " : "FAIL");
+  }
   CUDA_OK(cudaStreamDestroy(stream));
   std::printf(fails.count == 0 ? "all passed\n" : "%d failure(s)\n", fails.count);
   return fails.count == 0 ? 0 : 1;
@@ -656,7 +663,7 @@ int main(int argc, char** argv) {
     } else if (a == "--type" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--type NAME] [--perf [--rows R] [--cols C]]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--type NAME|moe] [--perf [--rows R] [--cols C]]\n", argv[0]);
       return 2;
     }
   }

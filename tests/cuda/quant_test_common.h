@@ -145,5 +145,8 @@ inline void check_launch(cudaStream_t s) {
 }
 
 int run_perf(int64_t rows, int64_t cols, const std::string& only);
+// q8_moe_gate_up / q8_moe_down with the pairs grouped by expert against pair by pair
+// (cuda_quant_moe.cpp): the same bits.
+void run_moe_group_cases(std::mt19937_64& rng, cudaStream_t stream, Failures& fails);
 
 }  // namespace quant_test

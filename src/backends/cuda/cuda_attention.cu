@@ -595,12 +595,16 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     if (!any) return;
   }
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
-  if (!deterministic_ && tc_attention_ && cache.type == ops::KvType::F16 && bucket_keys >= tc_decode_min_keys_ &&
+  int64_t decode_rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) decode_rows += seqs[s].n_tokens == 1 ? 1 : 0;
+  if (!deterministic_ && tc_attention_ && cache.type == ops::KvType::F16 &&
+      (bucket_keys >= tc_decode_min_keys_ || decode_rows >= tc_decode_min_rows_) &&
       prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
-    // Long contexts: the one-row sequences on the tensor cores, their keys split over
-    // ranges of at least kTcDecodeRangeKeys (about 1,024 blocks in all), merged by
-    // attention_combine_kernel. (The scalar kernel below spends ~200 us a layer on the
-    // 8B's 32k keys: one block an SM, a chain of shuffles and exps per key.)
+    // Long contexts, and batches of decode rows: the one-row sequences on the tensor cores,
+    // their keys split over ranges of at least kTcDecodeRangeKeys (about 1,024 blocks in
+    // all), merged by attention_combine_kernel. (The scalar kernel below spends ~200 us a
+    // layer on the 8B's 32k keys, and ~300 us on 64 rows of 640 keys: ~180 registers a
+    // thread hold one block an SM, each warp a chain of shuffles and exps per key.)
     std::vector<Tile> dt;
     for (int64_t s = 0; s < n_seqs; ++s) {
       if (seqs[s].n_tokens == 1) dt.push_back(Tile{static_cast<int32_t>(s), 0, 1});
@@ -608,7 +612,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     const auto n_tiles = static_cast<int64_t>(dt.size());
     if (n_tiles == 0) return;  // (every row belongs to a prompt, done above)
     const int64_t want = std::max<int64_t>(1, 1024 / (n_tiles * n_head_kv));
-    const int64_t n_split = std::min({int64_t{kMaxSplits}, bucket_keys / kTcDecodeRangeKeys, want});
+    const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / kTcDecodeRangeKeys, want}));
     // (Up to 256 ranges measured on the H200 at 32k: 35B-A3B no faster, 9B / 8B 6.5 / 3.3 %
     // slower: the merge reads more partial rows than the extra blocks save.)
     float* part = static_cast<float*>(

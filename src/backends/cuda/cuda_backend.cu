@@ -173,6 +173,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   device_draw_ = !(draw != nullptr && std::string(draw) == "0");
   if (const char* m = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE")) tc_decode_mode_ = std::clamp(std::atoi(m), 0, 2);
   if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_MIN")) tc_decode_min_keys_ = std::max(1, std::atoi(m));
+  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_ROWS")) tc_decode_min_rows_ = std::max(1, std::atoi(m));
+  if (const char* m = std::getenv("HEARTH_CUDA_MOE_GROUP_MIN")) moe_group_min_tokens_ = std::max(1, std::atoi(m));
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
   {
     const char* ilp = std::getenv("HEARTH_CUDA_MATVEC_ILP");

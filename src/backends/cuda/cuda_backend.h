@@ -302,6 +302,8 @@ class CudaBackend final : public ops::Backend {
   // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).
   int tc_decode_mode_ = 2;
   int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
+  int64_t tc_decode_min_rows_ = 2;  // and steps with this many decode rows (HEARTH_CUDA_TC_DECODE_ROWS)
+  int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (HEARTH_CUDA_MOE_GROUP_MIN)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)

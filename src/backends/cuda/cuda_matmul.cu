@@ -22,12 +22,15 @@ constexpr int64_t kGemmTileElems = int64_t{64} << 20;
 // For many tokens, matrices of at most this many rows (routers, recurrent gates, the
 // gate / up of small experts), and F16 / BF16 matrices of at most this many elements,
 // take the f32 path (dequantized to f32, cuBLAS SGEMM): their outputs pick experts or
-// gate states and must not carry the f16 rounding of the activations.
+// gate states and must not carry the f16 rounding of the activations. (Batched decode of
+// Q4_K / Q6_K matrices from kMinQ8GemmRows rows takes the int8 products instead, with the
+// 8-bit activations the same matrices get at 1-8 tokens.)
 constexpr int64_t kF32GemmMaxRows = 512;
 // f32 products of at most this many rows (and more tokens than the matrix-vector kernels
 // take) use small_gemm instead of cuBLAS's SGEMM (0.4-0.5 ms a call for these shapes).
 constexpr int64_t kSmallGemmMaxRows = 1024;
 constexpr int64_t kF32GemmMaxElems = int64_t{4} << 20;
+constexpr int64_t kMinQ8GemmRows = 64;
 
 __global__ void f32_to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
   ::hearth::cuda::pdl_wait();
@@ -43,7 +46,9 @@ bool CudaBackend::int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) co
   const int64_t lo = !q8_gemm_uses_q8k()          ? kMaxMatvecTokens + 1
                      : w.type == GgmlType::Q6_K ? kMinQ8GemmTokensQ6K
                                                 : kMinQ8GemmTokens;
-  return int8_gemm_ && w.n_rows > kF32GemmMaxRows && n_tokens >= lo &&
+  // From 64 rows (a tile): a 512-row matrix (a MoE model's shared expert, 2 KV heads' K / V)
+  // otherwise took dequantize + f32 products at 9-64 tokens (125 us a call on the H200).
+  return int8_gemm_ && w.n_rows >= kMinQ8GemmRows && n_tokens >= lo &&
          n_tokens <= std::min(qgemm_max_tokens_, kMaxQ8GemmTokens) && q8_gemm_supported(w.type) &&
          w.n_cols % 256 == 0 && w.row_bytes % 16 == 0;
 }
@@ -247,9 +252,10 @@ void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightVi
                                 int64_t n_tokens, float* g, float* u) {
   // Decode: one 8-bit kernel computes a row of gate and of up per warp and writes
   // silu(gate) * up (the bits of the separate products and swiglu_kernel).
+  // (Only where the separate products take the matrix-vector kernel too.)
   if (deterministic_ || !fuse_swiglu_ || !q8_matvec_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens ||
       !q8_matvec_supported(gate.type) || up.type != gate.type || up.n_rows != gate.n_rows ||
-      up.n_cols != gate.n_cols) {
+      up.n_cols != gate.n_cols || int8_gemm_takes(gate, n_tokens)) {
     // Both products in one launch, then SwiGLU (its output quantized for the product
     // after it when that takes 8-bit activations).
     const ops::WeightView* ws[2] = {&gate, &up};

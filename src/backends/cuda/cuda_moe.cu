@@ -2,8 +2,9 @@
 // for decode. The router's logits are turned into each token's experts and weights by
 // one kernel (softmax, top-k with ties to the lower index, renormalisation); for up to
 // kMaxFusedTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
-// run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*), and
-// a last kernel sums each token's experts in a fixed order. Prompts (more tokens) copy
+// run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*; from
+// moe_group_min_tokens_ tokens over the pairs grouped by expert on the device, each used
+// expert read once), and a last kernel sums each token's experts in a fixed order. Prompts (more tokens) copy
 // the routing to the host once per layer, sort the (token, expert) pairs by expert and run
 // each projection as one grouped tensor-core product over all experts (quant_gemm_grouped;
 // one matrix product per used expert for the types it lacks).
@@ -157,9 +158,15 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   const int64_t tmp_floats = pad(n * X) + (q8 ? pad(pairs * F) + pad(pairs * E) : 0);
   auto* logits = static_cast<float*>(scratch(8, sizeof(float) * static_cast<size_t>(tmp_floats), "moe_ffn"));
   matmul(*L.router, x, n, logits);
-  auto* route = static_cast<uint8_t*>(scratch(6, static_cast<size_t>(n * K) * 8, "moe_ffn"));
+  // Batches of moe_group_min_tokens_ or more: the pairs grouped by expert on the device, so
+  // that an expert several tokens chose is read once (the same bits as pair by pair).
+  const bool group = q8 && n >= moe_group_min_tokens_ && X <= 512 && pairs <= 2048;
+  const size_t route_bytes = (static_cast<size_t>(pairs) * 8 + 255) / 256 * 256;
+  auto* route = static_cast<uint8_t*>(scratch(
+      6, route_bytes + (group ? q8_moe_group_bytes(pairs, static_cast<int>(X)) : 0), "moe_ffn"));
   auto* ids = reinterpret_cast<int32_t*>(route);
   auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(n * K) * 4);
+  void* groups = group ? route + route_bytes : nullptr;
   const size_t q8_bytes = q8 ? std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs)) : 0;
   void* q8_tmp = q8 ? scratch(5, q8_bytes, "moe_ffn") : nullptr;
   if (skip_launch("moe_ffn", {sig_of(*L.router), sig_of(*L.gate), sig_of(*L.up), sig_of(*L.down), sig_of(x),
@@ -173,10 +180,15 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   if (q8) {
     float* h = logits + pad(n * X);
     float* y = h + pad(pairs * F);
-    q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n, static_cast<int>(K), x, h, q8_tmp,
-                   q8_bytes, stream_);
+    if (group) {
+      q8_moe_group(ids, pairs, static_cast<int>(X), groups, stream_);
+      HEARTH_CUDA_LAUNCHED("moe_ffn");
+    }
+    q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n, static_cast<int>(K),
+                   x, h, q8_tmp, q8_bytes, stream_, groups, static_cast<int>(X));
     HEARTH_CUDA_LAUNCHED("moe_ffn");
-    q8_moe_down(device_weight(*L.down, "moe_ffn"), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_);
+    q8_moe_down(device_weight(*L.down, "moe_ffn"), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_, groups,
+                static_cast<int>(X));
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     ::hearth::cuda::launch_pdl(moe_combine_kernel, grid_for(n * E), kThreads, 0, stream_, y, nullptr, wts, n, static_cast<int>(K), E, out);
     HEARTH_CUDA_LAUNCHED("moe_ffn");

@@ -122,19 +122,6 @@ size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);
 
-// The routed experts' decode products on 8-bit activations. Weights hold n_expert
-// experts stacked (expert e's rows from row e * rows_per_expert); pair p of the
-// n_tokens * n_used pairs is token p / n_used with expert ids[p] (device int32).
-// q8_moe_gate_up: h: [n_pairs, rows_per_expert] = silu(gate_e x) * (up_e x), gate and
-//   up of one type and shape; scratch of q8_scratch_bytes(n_cols, n_tokens).
-// q8_moe_down: y: [n_pairs, rows_per_expert] = down_e h[p]; scratch of
-//   q8_scratch_bytes(down.n_cols, n_pairs).
-void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
-                    int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
-                    cudaStream_t stream);
-void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
-                 const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-
 // ys[i]: [n_tokens, ws[i].n_rows] = x times ws[i] transposed, for n weights with equal
 // n_cols that share x (q/k/v, gate/up): as n quant_matvec calls, with one launch for each
 // run of consecutive weights of one type (up to 4).
@@ -169,6 +156,26 @@ size_t quant_gemm_grouped_scratch_bytes(const DeviceWeight& w, int64_t n_pairs);
 void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const ExpertTile* tiles, int n_tiles,
                         int tile_tokens_max, const float* x, int64_t n_pairs, float* y, void* scratch,
                         size_t scratch_bytes, cudaStream_t stream);
+
+// The routed experts' decode products on 8-bit activations (quant_q8_moe.cu). Weights hold
+// n_expert experts stacked (expert e's rows from row e * rows_per_expert); pair p of the
+// n_tokens * n_used pairs is token p / n_used with expert ids[p] (device int32).
+// q8_moe_gate_up: h: [n_pairs, rows_per_expert] = silu(gate_e x) * (up_e x), gate and
+//   up of one type and shape; scratch of q8_scratch_bytes(n_cols, n_tokens).
+// q8_moe_down: y: [n_pairs, rows_per_expert] = down_e h[p]; scratch of
+//   q8_scratch_bytes(down.n_cols, n_pairs).
+// groups (optional): the pairs grouped by expert by q8_moe_group (n_expert <= 512, at most
+// 2,048 pairs, q8_moe_group_bytes at a 16-byte aligned address): each used expert's rows
+// are then read once for all its pairs (rows of up to 64 units; longer ones as without).
+// A pair's outputs are the same bits with and without groups, whatever the other pairs.
+size_t q8_moe_group_bytes(int64_t n_pairs, int n_expert);
+void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* groups, cudaStream_t stream);
+void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
+                    int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
+                    cudaStream_t stream, const void* groups = nullptr, int n_expert = 0);
+void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
+                 const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                 const void* groups = nullptr, int n_expert = 0);
 
 // dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
 // tensor-core products of many tokens) or f32.

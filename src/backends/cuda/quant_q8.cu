@@ -12,6 +12,7 @@
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/quant_shared.cuh"
 #include "backends/cuda/quant_q8_dot.cuh"
+#include "backends/cuda/quant_q8_internal.cuh"
 #include "backends/cuda/quant_q8_stream.cuh"
 #include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"
@@ -20,21 +21,19 @@
 namespace hearth::cuda {
 namespace {
 
+using q8::align_up;
+using q8::bad;
+using q8::check;
+using q8::kChunk;
+using q8::kThreads;
 using q8::Q8Dot;
 using q8::Q8Wide;
-
-constexpr int kThreads = 128;
-constexpr int kChunk = 32;
+using q8::quantize_into;
+using q8::warp_add;
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-template <class V>
-__device__ __forceinline__ V warp_add(V v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
 }
 
@@ -233,79 +232,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Sum of v over the TPR threads of a row group (32: one warp; kThreads: the block),
-// in a fixed order; valid in the group's first thread.
-template <int TPR>
-__device__ __forceinline__ float group_sum(float v) {
-  v = warp_add(v);
-  if constexpr (TPR == 32) {
-    return v;
-  } else {
-    __shared__ float part[kThreads / 32];
-    __syncthreads();  // part may still be read from a previous call
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = part[0];
-#pragma unroll
-    for (int k = 1; k < kThreads / 32; ++k) s += part[k];
-    return s;
-  }
-}
-
-// Routed experts, one (row, pair) per group of TPR threads: pair p = blockIdx.y is token
-// p / n_used with expert ids[p]; expert e's rows start at row e * rows_per_expert.
-// kGateUp: out[p, r] = silu(w[r] . x) * (w2[r] . x) with x the token's quantized input;
-// else out[p, r] = w[r] . x with x pair p's own quantized row.
-template <class T, int TPR, bool kGateUp>
-__global__ void __launch_bounds__(kThreads)
-    q8_expert_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w2, uint64_t row_bytes,
-                     int64_t rows_per_expert, int n_units, const int32_t* __restrict__ ids, int n_used,
-                     const int8_t* __restrict__ xq, const float2* __restrict__ xd, int64_t n_cols,
-                     float* __restrict__ out) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  const int p = blockIdx.y;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
-  const int64_t e = ids[p];
-  const int x_row = kGateUp ? p / n_used : p;
-  const int8_t* xb = xq + x_row * n_cols;
-  const float2* db = xd + x_row * (n_cols / kChunk);
-  const bool live = r < rows_per_expert;
-  const uint64_t off = static_cast<uint64_t>(e * rows_per_expert + (live ? r : 0)) * row_bytes;
-  float acc = 0.f, acc2 = 0.f;
-  for (int u = live ? static_cast<int>(threadIdx.x % TPR) : n_units; u < n_units; u += TPR) {
-    const int b = u / T::kUnits, s = u % T::kUnits;
-    const int8_t* xu = xb + static_cast<int64_t>(b) * T::kElems;
-    const float2* du = db + static_cast<int64_t>(b) * (T::kElems / kChunk);
-    const q8::GlobalX x{xu};
-    acc += T::dot(T::decode(w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
-    if constexpr (kGateUp) acc2 += T::dot(T::decode(w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
-  }
-  acc = group_sum<TPR>(acc);
-  if constexpr (kGateUp) acc2 = group_sum<TPR>(acc2);
-  if (live && threadIdx.x % TPR == 0) {
-    out[static_cast<int64_t>(p) * rows_per_expert + r] = kGateUp ? acc / (1.f + expf(-acc)) * acc2 : acc;
-  }
-}
-
-template <class T, bool kGateUp>
-void launch_expert(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids, int n_used,
-                   int64_t n_pairs, const int8_t* xq, const float2* xd, float* out, cudaStream_t stream) {
-  const int n_units = static_cast<int>(w.n_cols / T::kElems) * T::kUnits;
-  const auto* a = static_cast<const uint8_t*>(w.data);
-  const auto* b = static_cast<const uint8_t*>(w2);
-  if (n_units <= 64) {  // a warp per row: short rows (a 512-wide down projection is 16 units)
-    const dim3 grid(static_cast<unsigned>((rows_per_expert + kThreads / 32 - 1) / (kThreads / 32)),
-                    static_cast<unsigned>(n_pairs));
-    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, 32, kGateUp>, grid, kThreads, 0, stream, a, b, w.row_bytes, rows_per_expert, n_units, ids,
-                                                                     n_used, xq, xd, w.n_cols, out);
-  } else {
-    const dim3 grid(static_cast<unsigned>(rows_per_expert), static_cast<unsigned>(n_pairs));
-    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, kThreads, kGateUp>, grid, kThreads, 0, stream, a, b, w.row_bytes, rows_per_expert, n_units,
-                                                                           ids, n_used, xq, xd, w.n_cols, out);
-  }
-}
-
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
 int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
 int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
@@ -483,7 +409,6 @@ void launch(const DeviceWeight* ws, float* const* ys, int n, int64_t n_tokens, c
   }
 }
 
-[[noreturn]] void bad(const std::string& what) { fail(ErrorKind::kInvalidInput, "cuda q8_matvec", what); }
 
 // Block bytes and the alignment the decoders assume for data and row_bytes.
 bool layout(GgmlType t, int* block_elems, int* block_bytes, int* align) {
@@ -500,9 +425,31 @@ bool layout(GgmlType t, int* block_elems, int* block_bytes, int* align) {
   }
 }
 
+
+// ws[0..n): one type, each with rows; ys at token t0.
+void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, const int8_t* xq, const float2* xd,
+                 cudaStream_t stream, bool swiglu = false) {
+  switch (ws[0].type) {
+    case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q4_K: launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q5_K: launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q6_K: launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+namespace q8 {
+
+void bad(const std::string& what) { fail(ErrorKind::kInvalidInput, "cuda q8_matvec", what); }
+
 size_t align_up(size_t v) { return (v + 255) & ~static_cast<size_t>(255); }
 
-// Checks w against the decoders' assumptions; returns false when it has no rows.
 bool check(const DeviceWeight& w, int64_t n_cols) {
   int elems = 0, bytes = 0, align = 0;
   if (!layout(w.type, &elems, &bytes, &align)) {
@@ -525,46 +472,6 @@ bool check(const DeviceWeight& w, int64_t n_cols) {
   return w.n_rows > 0;
 }
 
-// ws[0..n): one type, each with rows; ys at token t0.
-void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, const int8_t* xq, const float2* xd,
-                 cudaStream_t stream, bool swiglu = false) {
-  switch (ws[0].type) {
-    case GgmlType::Q4_0: launch<Q8Dot<GgmlType::Q4_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q4_1: launch<Q8Dot<GgmlType::Q4_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q5_0: launch<Q8Dot<GgmlType::Q5_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q5_1: launch<Q8Dot<GgmlType::Q5_1>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q8_0: launch<Q8Dot<GgmlType::Q8_0>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q4_K: launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q5_K: launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    case GgmlType::Q6_K: launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
-    default: break;
-  }
-}
-
-template <bool kGateUp>
-void launch_expert_type(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids,
-                        int n_used, int64_t n_pairs, const int8_t* xq, const float2* xd, float* out,
-                        cudaStream_t stream) {
-#define HEARTH_Q8_EXPERT(T) \
-  launch_expert<Q8Dot<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
-#define HEARTH_Q8_EXPERT_WIDE(T)                                                                                 \
-  launch_expert<Q8Wide<GgmlType::T>, kGateUp>(w, w2, rows_per_expert, ids, n_used, n_pairs, xq, xd, out, stream)
-  switch (w.type) {
-    case GgmlType::Q4_0: HEARTH_Q8_EXPERT(Q4_0); break;
-    case GgmlType::Q4_1: HEARTH_Q8_EXPERT(Q4_1); break;
-    case GgmlType::Q5_0: HEARTH_Q8_EXPERT(Q5_0); break;
-    case GgmlType::Q5_1: HEARTH_Q8_EXPERT(Q5_1); break;
-    case GgmlType::Q8_0: HEARTH_Q8_EXPERT(Q8_0); break;
-    case GgmlType::Q4_K: HEARTH_Q8_EXPERT_WIDE(Q4_K); break;
-    case GgmlType::Q5_K: HEARTH_Q8_EXPERT_WIDE(Q5_K); break;
-    case GgmlType::Q6_K: HEARTH_Q8_EXPERT_WIDE(Q6_K); break;
-    default: break;
-  }
-#undef HEARTH_Q8_EXPERT
-#undef HEARTH_Q8_EXPERT_WIDE
-}
-
-// x: [n_rows, n_cols] quantized into scratch; returns the (xq, xd) pair.
 void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch, int8_t** xq, float2** xd,
                    cudaStream_t stream) {
   *xq = static_cast<int8_t*>(scratch);
@@ -572,7 +479,7 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
   q8_quantize(x, n_rows, n_cols, *xq, *xd, stream);
 }
 
-}  // namespace
+}  // namespace q8
 
 void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
 void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
@@ -680,45 +587,6 @@ void q8_quantize(const float* x, int64_t n_rows, int64_t n_cols, int8_t* xq, flo
 size_t q8_scratch_bytes(int64_t n_cols, int64_t n_rows) {
   const auto rows = static_cast<size_t>(n_rows), cols = static_cast<size_t>(n_cols);
   return align_up(rows * cols) + align_up(rows * (cols / kChunk) * sizeof(float2));
-}
-
-void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
-                    int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
-                    cudaStream_t stream) {
-  check(gate, gate.n_cols);
-  check(up, gate.n_cols);
-  if (up.type != gate.type || up.row_bytes != gate.row_bytes || up.n_rows != gate.n_rows) {
-    bad("q8_moe_gate_up: gate and up must have one type and shape");
-  }
-  if (rows_per_expert <= 0 || gate.n_rows % rows_per_expert != 0 || n_used <= 0) {
-    bad("q8_moe_gate_up: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
-        std::to_string(gate.n_rows) + " rows");
-  }
-  if (n_tokens <= 0) return;
-  if (scratch_bytes < q8_scratch_bytes(gate.n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
-    bad("q8_moe_gate_up: scratch must hold q8_scratch_bytes and be 256-byte aligned");
-  }
-  int8_t* xq = nullptr;
-  float2* xd = nullptr;
-  quantize_into(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
-  launch_expert_type<true>(gate, up.data, rows_per_expert, ids, n_used, n_tokens * n_used, xq, xd, h, stream);
-}
-
-void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
-                 const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
-  check(down, down.n_cols);
-  if (rows_per_expert <= 0 || down.n_rows % rows_per_expert != 0) {
-    bad("q8_moe_down: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
-        std::to_string(down.n_rows) + " rows");
-  }
-  if (n_pairs <= 0) return;
-  if (scratch_bytes < q8_scratch_bytes(down.n_cols, n_pairs) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
-    bad("q8_moe_down: scratch must hold q8_scratch_bytes and be 256-byte aligned");
-  }
-  int8_t* hq = nullptr;
-  float2* hd = nullptr;
-  quantize_into(h, n_pairs, down.n_cols, scratch, &hq, &hd, stream);
-  launch_expert_type<false>(down, nullptr, rows_per_expert, ids, 1, n_pairs, hq, hd, y, stream);
 }
 
 }  // namespace hearth::cuda

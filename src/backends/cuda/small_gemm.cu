@@ -13,7 +13,7 @@ constexpr int kTile = 32;       // rows and tokens per block
 constexpr int kStep = 32;       // columns per shared-memory step
 constexpr int kThreads = 256;   // 32 rows x 8 token lanes; each thread 4 tokens
 constexpr int kTargetBlocks = 264;  // two per multiprocessor of an H100 / H200
-constexpr int64_t kMinSplitCols = 256;
+constexpr int64_t kMinSplitCols = 128;
 
 // Block (rx, ty, s): rows [32 rx, +32) x tokens [32 ty, +32) over columns
 // [s * span, (s + 1) * span); out[s] gets its partial sums (out = y when one split).
@@ -69,12 +69,13 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int splits, in
 }
 
 // Column splits from the weight's shape alone (so a token's result is the same in any
-// batch): enough blocks for the GPU with 16 token tiles, each split at least
-// kMinSplitCols wide; spans are whole steps, so the last split may be unused.
+// batch): enough blocks for the GPU with two token tiles (a decode batch of up to 64
+// tokens; a MoE router of 256 rows took 2 splits of 1,024 columns, ~40 us a call), each
+// split at least kMinSplitCols wide; spans are whole steps, so the last split may be unused.
 int64_t span_for(int64_t n_rows, int64_t n_cols) {
   const int64_t row_tiles = (n_rows + kTile - 1) / kTile;
   const int64_t by_cols = std::max<int64_t>(1, n_cols / kMinSplitCols);
-  const int64_t splits = std::clamp<int64_t>(kTargetBlocks / 16 / std::max<int64_t>(row_tiles, 1), 1, by_cols);
+  const int64_t splits = std::clamp<int64_t>(kTargetBlocks / 2 / std::max<int64_t>(row_tiles, 1), 1, by_cols);
   const int64_t span = (n_cols + splits - 1) / splits;
   return (span + kStep - 1) / kStep * kStep;
 }

@@ -1,0 +1,374 @@
+// The routed experts' decode products on 8-bit activations (quant_cuda.h: q8_moe_*).
+// A block per (pair, rows) reads the pair's expert rows for that pair alone; when a batch's
+// pairs are grouped by expert first (q8_moe_group: one small kernel, stable, on the
+// device), a block per (used expert, rows) reads each row once and multiplies it with
+// every pair of that expert. Both give a pair the same sums in the same order (a lane's
+// units in order, the lanes' butterfly), so a pair's outputs are the same bits either way
+// and do not depend on the other pairs of the batch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda/launch.cuh"
+#include "backends/cuda/quant_cuda.h"
+#include "backends/cuda/quant_q8_dot.cuh"
+#include "backends/cuda/quant_q8_internal.cuh"
+#include "backends/cuda/quant_q8_wide.cuh"
+#include "core/error.h"
+
+namespace hearth::cuda {
+namespace {
+
+using q8::bad;
+using q8::check;
+using q8::kChunk;
+using q8::kThreads;
+using q8::Q8Dot;
+using q8::Q8Wide;
+using q8::quantize_into;
+using q8::warp_add;
+
+constexpr int kSortThreads = 512;       // one thread per expert: n_expert <= 512
+constexpr int kMaxGroupPairs = 64 * 32;  // pairs a group call takes (64 tokens x 32 experts)
+constexpr int kGroupThreads = 256;      // grouped products: eight warps a block
+constexpr int kGroupTokens = 8;         // pairs an expert row meets per pass (registers)
+constexpr int kMaxGroupUnits = 64;      // longer rows keep a block per (pair, row)
+
+struct ExpertArgs {
+  const uint8_t* w;
+  const uint8_t* w2;  // kGateUp: the up rows (same layout as w)
+  uint64_t row_bytes;
+  int64_t rows_per_expert;
+  int n_units;
+  const int32_t* ids;  // per pair: its expert
+  int n_used;
+  const int8_t* xq;
+  const float2* xd;
+  int64_t n_cols;
+  float* out;
+  // Grouped: *n_runs runs of pairs, run i = pairs order[runs[i].first ..] of expert runs[i].expert.
+  const int32_t* n_runs;
+  const ExpertTile* runs;
+  const int32_t* order;
+};
+
+// Sum of v over the TPR threads of a row group (32: one warp; kThreads: the block),
+// in a fixed order; valid in the group's first thread.
+template <int TPR>
+__device__ __forceinline__ float group_sum(float v) {
+  v = warp_add(v);
+  if constexpr (TPR == 32) {
+    return v;
+  } else {
+    __shared__ float part[kThreads / 32];
+    __syncthreads();  // part may still be read from a previous call
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = part[0];
+#pragma unroll
+    for (int k = 1; k < kThreads / 32; ++k) s += part[k];
+    return s;
+  }
+}
+
+__device__ __forceinline__ float gate_up_out(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// Routed experts, one (row, pair) per group of TPR threads: pair p = blockIdx.y is token
+// p / n_used with expert ids[p]; expert e's rows start at row e * rows_per_expert.
+// kGateUp: out[p, r] = silu(w[r] . x) * (w2[r] . x) with x the token's quantized input;
+// else out[p, r] = w[r] . x with x pair p's own quantized row.
+template <class T, int TPR, bool kGateUp>
+__global__ void __launch_bounds__(kThreads) q8_expert_kernel(const ExpertArgs a) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int p = blockIdx.y;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
+  const int64_t e = a.ids[p];
+  const int x_row = kGateUp ? p / a.n_used : p;
+  const int8_t* xb = a.xq + x_row * a.n_cols;
+  const float2* db = a.xd + x_row * (a.n_cols / kChunk);
+  const bool live = r < a.rows_per_expert;
+  const uint64_t off = static_cast<uint64_t>(e * a.rows_per_expert + (live ? r : 0)) * a.row_bytes;
+  float acc = 0.f, acc2 = 0.f;
+  for (int u = live ? static_cast<int>(threadIdx.x % TPR) : a.n_units; u < a.n_units; u += TPR) {
+    const int b = u / T::kUnits, s = u % T::kUnits;
+    const q8::GlobalX x{xb + static_cast<int64_t>(b) * T::kElems};
+    const float2* du = db + static_cast<int64_t>(b) * (T::kElems / kChunk);
+    acc += T::dot(T::decode(a.w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
+    if constexpr (kGateUp) acc2 += T::dot(T::decode(a.w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
+  }
+  acc = group_sum<TPR>(acc);
+  if constexpr (kGateUp) acc2 = group_sum<TPR>(acc2);
+  if (live && threadIdx.x % TPR == 0) {
+    a.out[static_cast<int64_t>(p) * a.rows_per_expert + r] = kGateUp ? gate_up_out(acc, acc2) : acc;
+  }
+}
+
+// Grouped: block (rows, run blockIdx.y); each group of L lanes owns one row of the run's
+// expert and meets the run's pairs kGroupTokens at a time, decoding each unit of the row
+// once per pass. Lane l takes units l, l + L, ... as q8_expert_kernel<T, 32> does with
+// L = 32 (n_units <= 64), or with L >= n_units (every lane at most one unit); the
+// butterfly over L lanes then adds what the 32-lane one adds (the other lanes hold zeros),
+// so each pair's output is that kernel's, bit for bit.
+template <class T, int L, bool kGateUp>
+__global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const ExpertArgs a) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  if (static_cast<int>(blockIdx.y) >= *a.n_runs) return;
+  const ExpertTile run = a.runs[blockIdx.y];
+  const int lane = threadIdx.x & 31, l = lane % L;
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * (kGroupThreads / 32) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
+  const bool live = r < a.rows_per_expert;
+  const uint64_t off = static_cast<uint64_t>(run.expert * a.rows_per_expert + (live ? r : 0)) * a.row_bytes;
+  const int64_t n_blocks_x = a.n_cols / kChunk;
+  for (int c0 = 0; c0 < run.count; c0 += kGroupTokens) {
+    const int nt = min(kGroupTokens, run.count - c0);
+    int pair[kGroupTokens];
+    float acc[kGroupTokens], acc2[kGroupTokens];
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) {
+      pair[j] = a.order[run.first + c0 + min(j, nt - 1)];
+      acc[j] = 0.f;
+      acc2[j] = 0.f;
+    }
+    for (int u = live ? l : a.n_units; u < a.n_units; u += L) {
+      const int b = u / T::kUnits, s = u % T::kUnits;
+      const auto dec = T::decode(a.w + off + static_cast<uint64_t>(b) * T::kBytes, s);
+      [[maybe_unused]] const auto dec2 = kGateUp ? T::decode(a.w2 + off + static_cast<uint64_t>(b) * T::kBytes, s) : dec;
+#pragma unroll
+      for (int j = 0; j < kGroupTokens; ++j) {
+        if (j >= nt) break;
+        const int64_t x_row = kGateUp ? pair[j] / a.n_used : pair[j];
+        const q8::GlobalX x{a.xq + x_row * a.n_cols + static_cast<int64_t>(b) * T::kElems};
+        const float2* du = a.xd + x_row * n_blocks_x + static_cast<int64_t>(b) * (T::kElems / kChunk);
+        acc[j] += T::dot(dec, s, x, du);
+        if constexpr (kGateUp) acc2[j] += T::dot(dec2, s, x, du);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) {
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1) {
+        acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        if constexpr (kGateUp) acc2[j] += __shfl_xor_sync(0xffffffffu, acc2[j], o);
+      }
+    }
+    if (live && l == 0) {
+#pragma unroll
+      for (int j = 0; j < kGroupTokens; ++j) {
+        if (j >= nt) break;
+        a.out[static_cast<int64_t>(pair[j]) * a.rows_per_expert + r] = kGateUp ? gate_up_out(acc[j], acc2[j]) : acc[j];
+      }
+    }
+  }
+}
+
+// One block: the pairs of ids grouped by expert, stable (pairs in order within an expert):
+// order[] holds pair indices expert by expert, runs[i] the i-th used expert's range of
+// order (experts ascending), *n_runs their number. Thread e counts expert e's pairs.
+__global__ void __launch_bounds__(kSortThreads)
+    moe_group_kernel(const int32_t* __restrict__ ids, int n_pairs, int n_expert, int32_t* __restrict__ n_runs,
+                     ExpertTile* __restrict__ runs, int32_t* __restrict__ order) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  __shared__ int32_t sids[kMaxGroupPairs];
+  __shared__ int32_t start[kSortThreads], slot[kSortThreads];
+  const int e = threadIdx.x;
+  for (int i = e; i < n_pairs; i += kSortThreads) sids[i] = ids[i];
+  __syncthreads();
+  int c = 0;
+  if (e < n_expert) {
+    for (int i = 0; i < n_pairs; ++i) c += sids[i] == e;
+  }
+  // Inclusive scans (Hillis-Steele) of the counts and of the used flags.
+  start[e] = c;
+  slot[e] = c > 0;
+  __syncthreads();
+  for (int d = 1; d < kSortThreads; d <<= 1) {
+    const int s0 = e >= d ? start[e - d] : 0, u0 = e >= d ? slot[e - d] : 0;
+    __syncthreads();
+    start[e] += s0;
+    slot[e] += u0;
+    __syncthreads();
+  }
+  const int first = start[e] - c, run = slot[e] - (c > 0);
+  if (e == kSortThreads - 1) *n_runs = slot[e];
+  if (c > 0) {
+    runs[run] = ExpertTile{e, first, c};
+    int k = first;
+    for (int i = 0; i < n_pairs; ++i) {
+      if (sids[i] == e) order[k++] = i;
+    }
+  }
+}
+
+template <class T, bool kGateUp>
+void launch_expert(const ExpertArgs& a, int64_t n_pairs, int max_runs, cudaStream_t stream) {
+  if (a.runs != nullptr && a.n_units <= kMaxGroupUnits) {
+    auto go = [&](auto kernel, int lanes) {
+      const int64_t rows_per_block = (kGroupThreads / 32) * (32 / lanes);
+      const dim3 grid(static_cast<unsigned>((a.rows_per_expert + rows_per_block - 1) / rows_per_block),
+                      static_cast<unsigned>(max_runs));
+      ::hearth::cuda::launch_pdl(kernel, grid, kGroupThreads, 0, stream, a);
+    };
+    if (a.n_units <= 4) {
+      go(q8_expert_grouped_kernel<T, 4, kGateUp>, 4);
+    } else if (a.n_units <= 8) {
+      go(q8_expert_grouped_kernel<T, 8, kGateUp>, 8);
+    } else if (a.n_units <= 16) {
+      go(q8_expert_grouped_kernel<T, 16, kGateUp>, 16);
+    } else {
+      go(q8_expert_grouped_kernel<T, 32, kGateUp>, 32);
+    }
+    return;
+  }
+  ExpertArgs b = a;
+  b.runs = nullptr;
+  if (a.n_units <= kMaxGroupUnits) {  // a warp per row: short rows (a 512-wide down projection is 16 units)
+    const dim3 grid(static_cast<unsigned>((a.rows_per_expert + kThreads / 32 - 1) / (kThreads / 32)),
+                    static_cast<unsigned>(n_pairs));
+    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, 32, kGateUp>, grid, kThreads, 0, stream, b);
+  } else {
+    const dim3 grid(static_cast<unsigned>(a.rows_per_expert), static_cast<unsigned>(n_pairs));
+    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, kThreads, kGateUp>, grid, kThreads, 0, stream, b);
+  }
+}
+
+template <bool kGateUp>
+void launch_expert_type(GgmlType type, ExpertArgs a, int64_t n_pairs, int max_runs, cudaStream_t stream) {
+  a.n_units = 0;
+#define HEARTH_Q8_EXPERT(D, T)                                                           \
+  a.n_units = static_cast<int>(a.n_cols / D<GgmlType::T>::kElems) * D<GgmlType::T>::kUnits; \
+  launch_expert<D<GgmlType::T>, kGateUp>(a, n_pairs, max_runs, stream)
+  switch (type) {
+    case GgmlType::Q4_0: HEARTH_Q8_EXPERT(Q8Dot, Q4_0); break;
+    case GgmlType::Q4_1: HEARTH_Q8_EXPERT(Q8Dot, Q4_1); break;
+    case GgmlType::Q5_0: HEARTH_Q8_EXPERT(Q8Dot, Q5_0); break;
+    case GgmlType::Q5_1: HEARTH_Q8_EXPERT(Q8Dot, Q5_1); break;
+    case GgmlType::Q8_0: HEARTH_Q8_EXPERT(Q8Dot, Q8_0); break;
+    case GgmlType::Q4_K: HEARTH_Q8_EXPERT(Q8Wide, Q4_K); break;
+    case GgmlType::Q5_K: HEARTH_Q8_EXPERT(Q8Wide, Q5_K); break;
+    case GgmlType::Q6_K: HEARTH_Q8_EXPERT(Q8Wide, Q6_K); break;
+    default: break;
+  }
+#undef HEARTH_Q8_EXPERT
+}
+
+// The group layout in `groups`: n_runs, then runs[min(n_pairs, n_expert)], then order[n_pairs].
+struct GroupView {
+  int32_t* n_runs;
+  ExpertTile* runs;
+  int32_t* order;
+  int max_runs;
+};
+GroupView group_view(const void* groups, int64_t n_pairs, int n_expert) {
+  auto* base = static_cast<uint8_t*>(const_cast<void*>(groups));
+  GroupView g{};
+  g.max_runs = static_cast<int>(std::min<int64_t>(n_pairs, n_expert));
+  g.n_runs = reinterpret_cast<int32_t*>(base);
+  g.runs = reinterpret_cast<ExpertTile*>(base + 16);
+  g.order = reinterpret_cast<int32_t*>(base + 16 + q8::align_up(sizeof(ExpertTile) * static_cast<size_t>(g.max_runs)));
+  return g;
+}
+
+ExpertArgs expert_args(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids, int n_used,
+                       const int8_t* xq, const float2* xd, float* out, const void* groups, int64_t n_pairs,
+                       int n_expert, int* max_runs) {
+  ExpertArgs a{};
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.w2 = static_cast<const uint8_t*>(w2);
+  a.row_bytes = w.row_bytes;
+  a.rows_per_expert = rows_per_expert;
+  a.ids = ids;
+  a.n_used = n_used;
+  a.xq = xq;
+  a.xd = xd;
+  a.n_cols = w.n_cols;
+  a.out = out;
+  *max_runs = 0;
+  if (groups != nullptr) {
+    const GroupView g = group_view(groups, n_pairs, n_expert);
+    a.n_runs = g.n_runs;
+    a.runs = g.runs;
+    a.order = g.order;
+    *max_runs = g.max_runs;
+  }
+  return a;
+}
+
+void check_groups(const void* groups, int64_t n_pairs, int n_expert, int64_t experts_in_weight, const char* what) {
+  if (groups == nullptr) return;
+  if (n_expert <= 0 || n_expert > kSortThreads || n_expert > experts_in_weight || n_pairs > kMaxGroupPairs ||
+      reinterpret_cast<uintptr_t>(groups) % 16 != 0) {
+    bad(std::string(what) + ": grouped pairs need 1 to " + std::to_string(kSortThreads) + " experts (the weight's " +
+        std::to_string(experts_in_weight) + "), at most " + std::to_string(kMaxGroupPairs) +
+        " pairs and a 16-byte aligned buffer");
+  }
+}
+
+}  // namespace
+
+size_t q8_moe_group_bytes(int64_t n_pairs, int n_expert) {
+  const auto runs = static_cast<size_t>(std::min<int64_t>(n_pairs, n_expert));
+  return 16 + q8::align_up(sizeof(ExpertTile) * runs) + sizeof(int32_t) * static_cast<size_t>(n_pairs);
+}
+
+void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* groups, cudaStream_t stream) {
+  if (n_pairs <= 0) return;
+  check_groups(groups, n_pairs, n_expert, n_expert, "q8_moe_group");
+  if (groups == nullptr) bad("q8_moe_group: groups is null");
+  const GroupView g = group_view(groups, n_pairs, n_expert);
+  ::hearth::cuda::launch_pdl(moe_group_kernel, 1, kSortThreads, 0, stream, ids, static_cast<int>(n_pairs), n_expert,
+                             g.n_runs, g.runs, g.order);
+}
+
+void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
+                    int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
+                    cudaStream_t stream, const void* groups, int n_expert) {
+  check(gate, gate.n_cols);
+  check(up, gate.n_cols);
+  if (up.type != gate.type || up.row_bytes != gate.row_bytes || up.n_rows != gate.n_rows) {
+    bad("q8_moe_gate_up: gate and up must have one type and shape");
+  }
+  if (rows_per_expert <= 0 || gate.n_rows % rows_per_expert != 0 || n_used <= 0) {
+    bad("q8_moe_gate_up: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
+        std::to_string(gate.n_rows) + " rows");
+  }
+  if (n_tokens <= 0) return;
+  if (scratch_bytes < q8_scratch_bytes(gate.n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    bad("q8_moe_gate_up: scratch must hold q8_scratch_bytes and be 256-byte aligned");
+  }
+  const int64_t n_pairs = n_tokens * n_used;
+  check_groups(groups, n_pairs, n_expert, gate.n_rows / rows_per_expert, "q8_moe_gate_up");
+  int8_t* xq = nullptr;
+  float2* xd = nullptr;
+  quantize_into(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
+  int max_runs = 0;
+  const ExpertArgs a =
+      expert_args(gate, up.data, rows_per_expert, ids, n_used, xq, xd, h, groups, n_pairs, n_expert, &max_runs);
+  launch_expert_type<true>(gate.type, a, n_pairs, max_runs, stream);
+}
+
+void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
+                 const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                 const void* groups, int n_expert) {
+  check(down, down.n_cols);
+  if (rows_per_expert <= 0 || down.n_rows % rows_per_expert != 0) {
+    bad("q8_moe_down: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
+        std::to_string(down.n_rows) + " rows");
+  }
+  if (n_pairs <= 0) return;
+  if (scratch_bytes < q8_scratch_bytes(down.n_cols, n_pairs) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    bad("q8_moe_down: scratch must hold q8_scratch_bytes and be 256-byte aligned");
+  }
+  check_groups(groups, n_pairs, n_expert, down.n_rows / rows_per_expert, "q8_moe_down");
+  int8_t* hq = nullptr;
+  float2* hd = nullptr;
+  quantize_into(h, n_pairs, down.n_cols, scratch, &hq, &hd, stream);
+  int max_runs = 0;
+  const ExpertArgs a = expert_args(down, nullptr, rows_per_expert, ids, 1, hq, hd, y, groups, n_pairs, n_expert, &max_runs);
+  launch_expert_type<false>(down.type, a, n_pairs, max_runs, stream);
+}
+
+}  // namespace hearth::cuda
