@@ -4,7 +4,8 @@
 // device), a block per (used expert, rows) reads each row once and multiplies it with
 // every pair of that expert. Both give a pair the same sums in the same order (a lane's
 // units in order, the lanes' butterfly), so a pair's outputs are the same bits either way
-// and do not depend on the other pairs of the batch.
+// and do not depend on the other pairs of the batch. Rows longer than kMaxGroupUnits
+// units take a block per (pair, row) and are never grouped.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,70 +54,70 @@ struct ExpertArgs {
   const int32_t* order;
 };
 
-// Sum of v over the TPR threads of a row group (32: one warp; kThreads: the block),
-// in a fixed order; valid in the group's first thread.
-template <int TPR>
-__device__ __forceinline__ float group_sum(float v) {
+// Sum of v over the block in a fixed order (warps' butterflies, then warp by warp);
+// valid in thread 0.
+__device__ __forceinline__ float block_sum_fixed(float v) {
   v = warp_add(v);
-  if constexpr (TPR == 32) {
-    return v;
-  } else {
-    __shared__ float part[kThreads / 32];
-    __syncthreads();  // part may still be read from a previous call
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = part[0];
+  __shared__ float part[kThreads / 32];
+  __syncthreads();  // part may still be read from a previous call
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float s = part[0];
 #pragma unroll
-    for (int k = 1; k < kThreads / 32; ++k) s += part[k];
-    return s;
-  }
+  for (int k = 1; k < kThreads / 32; ++k) s += part[k];
+  return s;
 }
 
 __device__ __forceinline__ float gate_up_out(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
-// Routed experts, one (row, pair) per group of TPR threads: pair p = blockIdx.y is token
-// p / n_used with expert ids[p]; expert e's rows start at row e * rows_per_expert.
+// Rows of more than kMaxGroupUnits units: a block per (row, pair); pair p = blockIdx.y
+// is token p / n_used with expert ids[p]; expert e's rows start at row e * rows_per_expert.
 // kGateUp: out[p, r] = silu(w[r] . x) * (w2[r] . x) with x the token's quantized input;
 // else out[p, r] = w[r] . x with x pair p's own quantized row.
-template <class T, int TPR, bool kGateUp>
+template <class T, bool kGateUp>
 __global__ void __launch_bounds__(kThreads) q8_expert_kernel(const ExpertArgs a) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int p = blockIdx.y;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
+  const int64_t r = blockIdx.x;
   const int64_t e = a.ids[p];
   const int x_row = kGateUp ? p / a.n_used : p;
   const int8_t* xb = a.xq + x_row * a.n_cols;
   const float2* db = a.xd + x_row * (a.n_cols / kChunk);
-  const bool live = r < a.rows_per_expert;
-  const uint64_t off = static_cast<uint64_t>(e * a.rows_per_expert + (live ? r : 0)) * a.row_bytes;
+  const uint64_t off = static_cast<uint64_t>(e * a.rows_per_expert + r) * a.row_bytes;
   float acc = 0.f, acc2 = 0.f;
-  for (int u = live ? static_cast<int>(threadIdx.x % TPR) : a.n_units; u < a.n_units; u += TPR) {
+  for (int u = static_cast<int>(threadIdx.x); u < a.n_units; u += kThreads) {
     const int b = u / T::kUnits, s = u % T::kUnits;
     const q8::GlobalX x{xb + static_cast<int64_t>(b) * T::kElems};
     const float2* du = db + static_cast<int64_t>(b) * (T::kElems / kChunk);
     acc += T::dot(T::decode(a.w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
     if constexpr (kGateUp) acc2 += T::dot(T::decode(a.w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
   }
-  acc = group_sum<TPR>(acc);
-  if constexpr (kGateUp) acc2 = group_sum<TPR>(acc2);
-  if (live && threadIdx.x % TPR == 0) {
-    a.out[static_cast<int64_t>(p) * a.rows_per_expert + r] = kGateUp ? gate_up_out(acc, acc2) : acc;
-  }
+  acc = block_sum_fixed(acc);
+  if constexpr (kGateUp) acc2 = block_sum_fixed(acc2);
+  if (threadIdx.x == 0) a.out[static_cast<int64_t>(p) * a.rows_per_expert + r] = kGateUp ? gate_up_out(acc, acc2) : acc;
 }
 
-// Grouped: block (rows, run blockIdx.y); each group of L lanes owns one row of the run's
-// expert and meets the run's pairs kGroupTokens at a time, decoding each unit of the row
-// once per pass. Lane l takes units l, l + L, ... as q8_expert_kernel<T, 32> does with
-// L = 32 (n_units <= 64), or with L >= n_units (every lane at most one unit); the
-// butterfly over L lanes then adds what the 32-lane one adds (the other lanes hold zeros),
-// so each pair's output is that kernel's, bit for bit.
+// Rows of up to kMaxGroupUnits units: block (rows, run blockIdx.y), a run being the pairs
+// of one expert (grouped: order[first .. first + count)) or, without groups, pair
+// blockIdx.y alone. Each group of L lanes owns one row of the run's expert and meets the
+// run's pairs kGroupTokens at a time, decoding each unit of the row once per pass; lane l
+// takes units l, l + L, ... (L = 32 for 33-64 units, else the smallest power of two
+// >= n_units: whole warps for short rows) and the L lanes' butterfly sums them. A pair's
+// sums involve its own row of x only, in one order: the same bits grouped or not, in any
+// batch. (They are also the bits of a warp per (pair, row) with units lane, lane + 32
+// and a 32-lane butterfly: the lanes past L add zeros.)
 template <class T, int L, bool kGateUp>
 __global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const ExpertArgs a) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
-  if (static_cast<int>(blockIdx.y) >= *a.n_runs) return;
-  const ExpertTile run = a.runs[blockIdx.y];
+  ExpertTile run;  // without groups: pair blockIdx.y alone
+  if (a.runs != nullptr) {
+    if (static_cast<int>(blockIdx.y) >= *a.n_runs) return;
+    run = a.runs[blockIdx.y];
+  } else {
+    run = ExpertTile{a.ids[blockIdx.y], static_cast<int32_t>(blockIdx.y), 1};
+  }
   const int lane = threadIdx.x & 31, l = lane % L;
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * (kGroupThreads / 32) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
   const bool live = r < a.rows_per_expert;
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const 
     float acc[kGroupTokens], acc2[kGroupTokens];
 #pragma unroll
     for (int j = 0; j < kGroupTokens; ++j) {
-      pair[j] = a.order[run.first + c0 + min(j, nt - 1)];
+      const int i = run.first + c0 + min(j, nt - 1);
+      pair[j] = a.runs != nullptr ? a.order[i] : i;
       acc[j] = 0.f;
       acc2[j] = 0.f;
     }
@@ -203,13 +205,16 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
+// Rows of up to kMaxGroupUnits units on the grouped kernel (without groups: a run per
+// pair, which also gives short rows such as a 512-wide down projection's 8 units whole
+// warps), longer ones a block per (pair, row).
 template <class T, bool kGateUp>
 void launch_expert(const ExpertArgs& a, int64_t n_pairs, int max_runs, cudaStream_t stream) {
-  if (a.runs != nullptr && a.n_units <= kMaxGroupUnits) {
+  if (a.n_units <= kMaxGroupUnits) {
     auto go = [&](auto kernel, int lanes) {
       const int64_t rows_per_block = (kGroupThreads / 32) * (32 / lanes);
       const dim3 grid(static_cast<unsigned>((a.rows_per_expert + rows_per_block - 1) / rows_per_block),
-                      static_cast<unsigned>(max_runs));
+                      static_cast<unsigned>(a.runs != nullptr ? max_runs : n_pairs));
       ::hearth::cuda::launch_pdl(kernel, grid, kGroupThreads, 0, stream, a);
     };
     if (a.n_units <= 4) {
@@ -223,16 +228,8 @@ void launch_expert(const ExpertArgs& a, int64_t n_pairs, int max_runs, cudaStrea
     }
     return;
   }
-  ExpertArgs b = a;
-  b.runs = nullptr;
-  if (a.n_units <= kMaxGroupUnits) {  // a warp per row: short rows (a 512-wide down projection is 16 units)
-    const dim3 grid(static_cast<unsigned>((a.rows_per_expert + kThreads / 32 - 1) / (kThreads / 32)),
-                    static_cast<unsigned>(n_pairs));
-    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, 32, kGateUp>, grid, kThreads, 0, stream, b);
-  } else {
-    const dim3 grid(static_cast<unsigned>(a.rows_per_expert), static_cast<unsigned>(n_pairs));
-    ::hearth::cuda::launch_pdl(q8_expert_kernel<T, kThreads, kGateUp>, grid, kThreads, 0, stream, b);
-  }
+  const dim3 grid(static_cast<unsigned>(a.rows_per_expert), static_cast<unsigned>(n_pairs));
+  ::hearth::cuda::launch_pdl(q8_expert_kernel<T, kGateUp>, grid, kThreads, 0, stream, a);
 }
 
 template <bool kGateUp>
