@@ -4,8 +4,8 @@
 // kMaxFusedTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
 // run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*; from
 // moe_group_min_tokens_ tokens over the pairs grouped by expert on the device, each used
-// expert read once), and a last kernel sums each token's experts in a fixed order. Prompts (more tokens) copy
-// the routing to the host once per layer, sort the (token, expert) pairs by expert and run
+// expert read once), and a last kernel sums each token's experts in a fixed order.
+// Prompts (more tokens) copy the routing to the host once per layer, sort the (token, expert) pairs by expert and run
 // each projection as one grouped tensor-core product over all experts (quant_gemm_grouped;
 // one matrix product per used expert for the types it lacks).
 #include <cuda_runtime.h>
@@ -160,7 +160,7 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   matmul(*L.router, x, n, logits);
   // Batches of moe_group_min_tokens_ or more: the pairs grouped by expert on the device, so
   // that an expert several tokens chose is read once (the same bits as pair by pair).
-  const bool group = q8 && n >= moe_group_min_tokens_ && X <= 512 && pairs <= 2048;
+  const bool group = q8 && n >= moe_group_min_tokens_ && q8_moe_group_fits(pairs, X);
   const size_t route_bytes = (static_cast<size_t>(pairs) * 8 + 255) / 256 * 256;
   auto* route = static_cast<uint8_t*>(scratch(
       6, route_bytes + (group ? q8_moe_group_bytes(pairs, static_cast<int>(X)) : 0), "moe_ffn"));

@@ -168,6 +168,7 @@ void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const Ex
 // 2,048 pairs, q8_moe_group_bytes at a 16-byte aligned address): each used expert's rows
 // are then read once for all its pairs (rows of up to 64 units; longer ones as without).
 // A pair's outputs are the same bits with and without groups, whatever the other pairs.
+bool q8_moe_group_fits(int64_t n_pairs, int64_t n_expert);  // what q8_moe_group takes
 size_t q8_moe_group_bytes(int64_t n_pairs, int n_expert);
 void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* groups, cudaStream_t stream);
 void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,

@@ -306,6 +306,10 @@ void check_groups(const void* groups, int64_t n_pairs, int n_expert, int64_t exp
 
 }  // namespace
 
+bool q8_moe_group_fits(int64_t n_pairs, int64_t n_expert) {
+  return n_pairs > 0 && n_pairs <= kMaxGroupPairs && n_expert > 0 && n_expert <= kSortThreads;
+}
+
 size_t q8_moe_group_bytes(int64_t n_pairs, int n_expert) {
   const auto runs = static_cast<size_t>(std::min<int64_t>(n_pairs, n_expert));
   return 16 + q8::align_up(sizeof(ExpertTile) * runs) + sizeof(int32_t) * static_cast<size_t>(n_pairs);
