@@ -132,6 +132,10 @@ void HybridModel::bind_ffn(const std::string& p, Ffn& f) {
   }
 }
 
+SharedExpert HybridModel::shared_expert(const Ffn& f) const {
+  return SharedExpert{&f.gate, &f.up, &f.down, f.shexp_gate ? &*f.shexp_gate : nullptr, hp_.n_ff_shexp};
+}
+
 MoeParams HybridModel::moe_params() const {
   return MoeParams{hp_.n_expert, hp_.n_expert_used, hp_.n_embd, hp_.n_ff_exp, hp_.expert_weights_norm};
 }
@@ -190,11 +194,13 @@ void HybridModel::run(KvPool& pool, std::vector<float>& out) {
     }
     // Residual adds fused with the norm after them (the next layer's first one).
     be.add_rms_norm(s_.x->data(), s_.cur->data(), L.post_norm, n, E, hp_.rms_eps, s_.cur->data());
-    run_ffn(L, n);
-    if (l + 1 < layers_.size()) {
-      be.add_rms_norm(s_.x->data(), s_.cur->data(), layers_[l + 1].attn_norm, n, E, hp_.rms_eps, s_.cur->data());
+    const ops::WeightView* next_norm = l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : nullptr;
+    const float* y = run_ffn(L, n, next_norm);
+    if (y == nullptr) continue;  // (the experts' op did the residual add and the next norm)
+    if (next_norm != nullptr) {
+      be.add_rms_norm(s_.x->data(), y, *next_norm, n, E, hp_.rms_eps, s_.cur->data());
     } else {
-      be.add(s_.x->data(), s_.cur->data(), n * E);
+      be.add(s_.x->data(), y, n * E);
     }
   }
   output_logits(be, lay_, s_.x->data(), s_.cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab,
@@ -268,7 +274,7 @@ void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
   be.matmul(a.wo, s_.attn->data(), n, cur);
 }
 
-void HybridModel::run_ffn(const Layer& L, int64_t n) {
+float* HybridModel::run_ffn(const Layer& L, int64_t n, const ops::WeightView* next_norm) {
   ops::Backend& be = backend_;
   const Ffn& f = L.ffn;
   const int64_t E = hp_.n_embd;
@@ -276,13 +282,24 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
   if (!f.moe) {
     be.matmul_swiglu(f.gate, f.up, cur, n, gate, up);
     be.matmul(f.down, gate, n, cur);
-    return;
+    return cur;
+  }
+  // Routed and shared experts in one op where the back-end takes both; then also the
+  // residual add and the next layer's norm (MoeNormAfter), so that the back-end may fuse
+  // the experts' weighted sum with them.
+  const SharedExpert shared = shared_expert(f);
+  const bool one_op = hp_.n_ff_shexp == 0 || moe_takes_shared(be, *f.moe, moe_params(), shared, n);
+  if (one_op) {
+    const SharedExpert* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
+    if (next_norm != nullptr) {
+      const MoeNormAfter after{s_.x->data(), next_norm, hp_.rms_eps, cur};
+      moe_ffn(be, *f.moe, moe_params(), cur, n, s_.moe->data(), sh, &after);
+      return nullptr;
+    }
+    moe_ffn(be, *f.moe, moe_params(), cur, n, s_.moe->data(), sh);
+    return s_.moe->data();
   }
   moe_ffn(be, *f.moe, moe_params(), cur, n, s_.moe->data());
-  if (hp_.n_ff_shexp == 0) {
-    be.copy(s_.moe->data(), n * E, cur);
-    return;
-  }
   // Shared expert, scaled by sigmoid(its gate . x), plus the routed experts (its gate's
   // dot product shares x with gate / up: one matmul_multi).
   const ops::WeightView* shared_in[] = {&f.gate, &f.up, f.shexp_gate ? &*f.shexp_gate : nullptr};
@@ -292,6 +309,7 @@ void HybridModel::run_ffn(const Layer& L, int64_t n) {
   be.matmul(f.down, gate, n, cur);
   if (f.shexp_gate) be.sigmoid_scale_rows(cur, s_.sg->data(), n, E);
   be.add(cur, s_.moe->data(), n * E);
+  return cur;
 }
 
 }  // namespace hearth::model

@@ -58,7 +58,11 @@ class HybridModel final : public CausalLm {
   void run(KvPool& pool, std::vector<float>& out) override;
   void run_gdn(const Layer& L, KvPool& pool, int64_t n);
   void run_attn(const Layer& L, KvPool& pool, int64_t n);
-  void run_ffn(const Layer& L, int64_t n);
+  // The feed-forward of s_.cur; returns the buffer holding its output (s_.cur or s_.moe).
+  // next_norm: the next layer's first norm, which the experts' op may apply itself (after
+  // the residual add, into s_.cur): then it returns null.
+  float* run_ffn(const Layer& L, int64_t n, const ops::WeightView* next_norm);
+  SharedExpert shared_expert(const Ffn& f) const;
 
   const gguf::File& file_;
   ops::Backend& backend_;

@@ -87,19 +87,53 @@ void route_top_k(const float* logits, int64_t n, const MoeParams& p, std::vector
   ops::route_top_k(logits, n, p.n_expert, p.n_used, p.norm_weights, ids, weights);
 }
 
-void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out) {
+namespace {
+
+ops::MoeLayer moe_layer(const MoeWeights& w, const MoeParams& p, const SharedExpert* shared) {
+  ops::MoeLayer layer;
+  layer.router = &w.router;
+  layer.gate = &w.gate_all;
+  layer.up = &w.up_all;
+  layer.down = &w.down_all;
+  layer.n_expert = p.n_expert;
+  layer.n_used = p.n_used;
+  layer.n_embd = p.n_embd;
+  layer.n_ff = p.n_ff;
+  layer.norm_weights = p.norm_weights;
+  if (shared != nullptr) {
+    layer.shared_gate = shared->gate;
+    layer.shared_up = shared->up;
+    layer.shared_down = shared->down;
+    layer.shared_inp = shared->inp;
+    layer.n_ff_shared = shared->n_ff;
+  }
+  return layer;
+}
+
+}  // namespace
+
+bool moe_takes_shared(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const SharedExpert& shared,
+                      int64_t n) {
+  return w.fused && be.moe_takes_shared(moe_layer(w, p, &shared), n);
+}
+
+void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out,
+             const SharedExpert* shared, const MoeNormAfter* after) {
+  if (shared != nullptr && !moe_takes_shared(be, w, p, *shared, n)) {
+    fail(ErrorKind::kInternal, "moe_ffn", "the back-end does not take this layer's shared expert");
+  }
+  if (after != nullptr) {
+    if (w.fused) {
+      be.moe_ffn_add_rms_norm(moe_layer(w, p, shared), x, n, out, after->x_res, *after->norm, after->eps,
+                              after->norm_out);
+    } else {
+      moe_ffn(be, w, p, x, n, out, shared);
+      be.add_rms_norm(after->x_res, out, *after->norm, n, p.n_embd, after->eps, after->norm_out);
+    }
+    return;
+  }
   if (w.fused) {
-    ops::MoeLayer layer;
-    layer.router = &w.router;
-    layer.gate = &w.gate_all;
-    layer.up = &w.up_all;
-    layer.down = &w.down_all;
-    layer.n_expert = p.n_expert;
-    layer.n_used = p.n_used;
-    layer.n_embd = p.n_embd;
-    layer.n_ff = p.n_ff;
-    layer.norm_weights = p.norm_weights;
-    be.moe_ffn(layer, x, n, out);
+    be.moe_ffn(moe_layer(w, p, shared), x, n, out);
     return;
   }
   auto router = be.alloc(n * p.n_expert);

@@ -38,7 +38,34 @@ MoeWeights bind_moe(const gguf::File& file, ops::Backend& backend, const std::st
 void route_top_k(const float* logits, int64_t n, const MoeParams& p, std::vector<int32_t>& ids,
                  std::vector<float>& weights);
 
-// out: [n, n_embd] (overwritten) = the routed FFN of x: [n, n_embd]. Both are back-end buffers.
-void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out);
+// A shared expert (every token's; ops::MoeLayer's shared_* fields): gate / up
+// [n_embd -> n_ff], down, and an optional one-row f32 gate (inp) whose sigmoid scales it.
+struct SharedExpert {
+  const ops::WeightView* gate = nullptr;
+  const ops::WeightView* up = nullptr;
+  const ops::WeightView* down = nullptr;
+  const ops::WeightView* inp = nullptr;
+  int64_t n_ff = 0;
+};
+
+// Whether the back-end's moe_ffn takes this shared expert together with the routed ones in
+// a call of n tokens.
+bool moe_takes_shared(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const SharedExpert& shared,
+                      int64_t n);
+
+// After the experts (optional): x_res += out, then norm_out = rms_norm(x_res) * norm (the
+// residual add and the next norm, Backend::moe_ffn_add_rms_norm). norm_out may alias x.
+struct MoeNormAfter {
+  float* x_res = nullptr;
+  const ops::WeightView* norm = nullptr;
+  float eps = 0.0f;
+  float* norm_out = nullptr;
+};
+
+// out: [n, n_embd] (overwritten) = the routed FFN of x: [n, n_embd], plus the shared expert's
+// when `shared` is given (only where moe_takes_shared); then `after` when given. All are
+// back-end buffers.
+void moe_ffn(ops::Backend& be, const MoeWeights& w, const MoeParams& p, const float* x, int64_t n, float* out,
+             const SharedExpert* shared = nullptr, const MoeNormAfter* after = nullptr);
 
 }  // namespace hearth::model

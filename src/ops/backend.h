@@ -111,6 +111,15 @@ struct MoeLayer {
   const WeightView* down = nullptr;    // all experts' [n_ff -> n_embd]
   int64_t n_expert = 0, n_used = 0, n_embd = 0, n_ff = 0;
   bool norm_weights = true;  // divide the chosen experts' probabilities by their sum
+  // A shared expert every token uses (optional; set only where Backend::moe_takes_shared
+  // says the back-end takes it for the call): out += s * shared_down(silu(shared_gate x) *
+  // (shared_up x)), s = sigmoid(shared_inp . x) (shared_inp: one f32 row of n_embd), or 1
+  // without shared_inp; shared_gate / shared_up [n_embd -> n_ff_shared].
+  const WeightView* shared_gate = nullptr;
+  const WeightView* shared_up = nullptr;
+  const WeightView* shared_down = nullptr;
+  const WeightView* shared_inp = nullptr;
+  int64_t n_ff_shared = 0;
 };
 
 // How Backend::fetch_rows returns one output row.
@@ -308,6 +317,18 @@ class Backend {
   // of the router's logits, ties to the lower index; optionally renormalised) of
   // weight * down_e(silu(gate_e x) * up_e x), x: [n, n_embd].
   virtual void moe_ffn(const MoeLayer& layer, const float* x, int64_t n, float* out);
+  // moe_ffn into out, then add_rms_norm(x_res, out, norm, n, n_embd, eps, norm_out) (the
+  // residual add and the next norm): one op where the back-end fuses the experts' sum with
+  // them. norm_out may alias x.
+  virtual void moe_ffn_add_rms_norm(const MoeLayer& layer, const float* x, int64_t n, float* out, float* x_res,
+                                    const WeightView& norm, float eps, float* norm_out) {
+    moe_ffn(layer, x, n, out);
+    add_rms_norm(x_res, out, norm, n, layer.n_embd, eps, norm_out);
+  }
+  // Whether moe_ffn also takes layer's shared expert (its shared_* fields set) for a call
+  // of n_tokens tokens; otherwise models run the shared expert as separate ops and that
+  // moe_ffn call never sees it.
+  virtual bool moe_takes_shared(const MoeLayer& /*layer*/, int64_t /*n_tokens*/) const { return false; }
 };
 
 }  // namespace hearth::ops

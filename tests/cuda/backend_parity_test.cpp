@@ -302,68 +302,122 @@ TEST(CudaParity, MoeFfnFused) {
     return out;
   };
   const auto wr = deq(*router, X, E), wg = deq(*gate, X * F, E), wu = deq(*up, X * F, E), wd = deq(*down, X * E, F);
-  const ops::MoeLayer L = gpu_moe_layer(*router, *gate, *up, *down, X, K, E, F);
-  for (int64_t n : {1, 3, 8, 20, 80, 200}) {
-    const auto x = randn(static_cast<size_t>(n * E), 80 + static_cast<uint32_t>(n));
-    const bool q8 = n <= 64;  // CudaBackend's kMaxFusedTokens
-    const auto xq = q8_values(x);
-    std::vector<float> want(static_cast<size_t>(n * E), 0.f);
-    std::vector<bool> clear_row(static_cast<size_t>(n), true);
-    int clear = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      std::vector<double> p(static_cast<size_t>(X)), logit(static_cast<size_t>(X));
-      double mx = -1e300, sum = 0;
-      for (int64_t e = 0; e < X; ++e) {
-        double s = 0;
-        for (int64_t c = 0; c < E; ++c) s += static_cast<double>(wr[e * E + c]) * x[t * E + c];
-        p[e] = logit[e] = s;
-        mx = std::max(mx, s);
-      }
-      for (auto& v : p) sum += (v = std::exp(v - mx));
-      for (auto& v : p) v /= sum;
-      std::vector<int64_t> order(static_cast<size_t>(X));
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
-      // A token whose K-th and (K+1)-th logits are within 1e-3 could route either way.
-      if (logit[order[K - 1]] - logit[order[K]] > 1e-3) {
-        ++clear;
-      } else {
-        clear_row[t] = false;
-      }
-      double chosen = 0;
-      for (int64_t k = 0; k < K; ++k) chosen += p[order[k]];
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t e = order[k];
-        std::vector<float> h(static_cast<size_t>(F));
-        for (int64_t r = 0; r < F; ++r) {
-          double g = 0, u = 0;
-          for (int64_t c = 0; c < E; ++c) {
-            const double xv = q8 ? xq[t * E + c] : x[t * E + c];
-            g += wg[(e * F + r) * E + c] * xv;
-            u += wu[(e * F + r) * E + c] * xv;
+  // A shared expert (Qwen3.5-MoE's): its own gate / up / down of the routed experts' types,
+  // scaled by sigmoid(inp . x); decode batches run it as each token's last pair.
+  const auto sgate = make_weight(GgmlType::Q4_K, randn(static_cast<size_t>(F * E), 75, 0.5f), F, E);
+  const auto sup = make_weight(GgmlType::Q4_K, randn(static_cast<size_t>(F * E), 76, 0.5f), F, E);
+  const auto sdown = make_weight(GgmlType::Q6_K, randn(static_cast<size_t>(E * F), 77, 0.5f), E, F);
+  const auto sinp = make_weight(GgmlType::F32, randn(static_cast<size_t>(E), 78, 0.05f), 1, E);
+  const auto wsg = deq(*sgate, F, E), wsu = deq(*sup, F, E), wsd = deq(*sdown, E, F), wsi = deq(*sinp, 1, E);
+  const auto norm_w = make_weight(GgmlType::F32, randn(static_cast<size_t>(E), 79, 1.0f), 1, E);
+  for (const bool with_shared : {false, true}) {
+    ops::MoeLayer L = gpu_moe_layer(*router, *gate, *up, *down, X, K, E, F);
+    if (with_shared) {
+      L.shared_gate = &sgate->g;
+      L.shared_up = &sup->g;
+      L.shared_down = &sdown->g;
+      L.shared_inp = &sinp->g;
+      L.n_ff_shared = F;
+      ASSERT_TRUE(gpu().moe_takes_shared(L, 1));
+      EXPECT_FALSE(gpu().moe_takes_shared(L, 80));  // prompts: the model's separate ops
+      ops::MoeLayer odd = L;  // another type for the shared down rows: not taken
+      odd.shared_down = &sgate->g;
+      EXPECT_FALSE(gpu().moe_takes_shared(odd, 1));
+    }
+    for (int64_t n : {1, 3, 8, 16, 20, 80, 200}) {
+      if (with_shared && !gpu().moe_takes_shared(L, n)) continue;
+      const auto x = randn(static_cast<size_t>(n * E), 80 + static_cast<uint32_t>(n));
+      const bool q8 = n <= 64;  // CudaBackend's kMaxFusedTokens
+      const auto xq = q8_values(x);
+      std::vector<float> want(static_cast<size_t>(n * E), 0.f);
+      std::vector<bool> clear_row(static_cast<size_t>(n), true);
+      int clear = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<double> p(static_cast<size_t>(X)), logit(static_cast<size_t>(X));
+        double mx = -1e300, sum = 0;
+        for (int64_t e = 0; e < X; ++e) {
+          double s = 0;
+          for (int64_t c = 0; c < E; ++c) s += static_cast<double>(wr[e * E + c]) * x[t * E + c];
+          p[e] = logit[e] = s;
+          mx = std::max(mx, s);
+        }
+        for (auto& v : p) sum += (v = std::exp(v - mx));
+        for (auto& v : p) v /= sum;
+        std::vector<int64_t> order(static_cast<size_t>(X));
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+        // A token whose K-th and (K+1)-th logits are within 1e-3 could route either way.
+        if (logit[order[K - 1]] - logit[order[K]] > 1e-3) {
+          ++clear;
+        } else {
+          clear_row[t] = false;
+        }
+        double chosen = 0;
+        for (int64_t k = 0; k < K; ++k) chosen += p[order[k]];
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t e = order[k];
+          std::vector<float> h(static_cast<size_t>(F));
+          for (int64_t r = 0; r < F; ++r) {
+            double g = 0, u = 0;
+            for (int64_t c = 0; c < E; ++c) {
+              const double xv = q8 ? xq[t * E + c] : x[t * E + c];
+              g += wg[(e * F + r) * E + c] * xv;
+              u += wu[(e * F + r) * E + c] * xv;
+            }
+            h[r] = static_cast<float>(g / (1 + std::exp(-g)) * u);
           }
-          h[r] = static_cast<float>(g / (1 + std::exp(-g)) * u);
+          const std::vector<double> hq = q8 ? q8_values(h) : std::vector<double>(h.begin(), h.end());
+          for (int64_t c = 0; c < E; ++c) {
+            double y = 0;
+            for (int64_t r = 0; r < F; ++r) y += wd[(e * E + c) * F + r] * hq[r];
+            want[t * E + c] += static_cast<float>(p[e] / chosen * y);
+          }
         }
-        const std::vector<double> hq = q8 ? q8_values(h) : std::vector<double>(h.begin(), h.end());
-        for (int64_t c = 0; c < E; ++c) {
-          double y = 0;
-          for (int64_t r = 0; r < F; ++r) y += wd[(e * E + c) * F + r] * hq[r];
-          want[t * E + c] += static_cast<float>(p[e] / chosen * y);
+        if (with_shared) {
+          double gs = 0;
+          for (int64_t c = 0; c < E; ++c) gs += static_cast<double>(wsi[c]) * x[t * E + c];
+          const double sg = 1 / (1 + std::exp(-gs));
+          std::vector<float> h(static_cast<size_t>(F));
+          for (int64_t r = 0; r < F; ++r) {
+            double g = 0, u = 0;
+            for (int64_t c = 0; c < E; ++c) {
+              const double xv = q8 ? xq[t * E + c] : x[t * E + c];
+              g += wsg[r * E + c] * xv;
+              u += wsu[r * E + c] * xv;
+            }
+            h[r] = static_cast<float>(g / (1 + std::exp(-g)) * u);
+          }
+          const std::vector<double> hq = q8 ? q8_values(h) : std::vector<double>(h.begin(), h.end());
+          for (int64_t c = 0; c < E; ++c) {
+            double y = 0;
+            for (int64_t r = 0; r < F; ++r) y += wsd[c * F + r] * hq[r];
+            want[t * E + c] += static_cast<float>(sg * y);
+          }
         }
       }
+      ASSERT_GE(clear, (n + 1) / 2) << "the test's routing has many near-ties: pick other seeds";
+      Both xb(x), out(n * E);
+      gpu().moe_ffn(L, xb.g->data(), n, out.g->data());
+      std::vector<float> got = out.gv();
+      for (int64_t t = 0; t < n; ++t) {  // compare only the tokens routed without a near-tie
+        if (!clear_row[t]) std::fill(got.begin() + t * E, got.begin() + (t + 1) * E, 0.f);
+        if (!clear_row[t]) std::fill(want.begin() + t * E, want.begin() + (t + 1) * E, 0.f);
+      }
+      const double err = rel_err(got, want);
+      EXPECT_LE(err, q8 ? 2e-3 : 5e-3) << "moe_ffn n=" << n << (with_shared ? " with the shared expert" : "");
+      std::cout << "moe_ffn " << n << " tokens (" << (q8 ? "8-bit activations" : "grouped tensor-core products")
+                << (with_shared ? ", shared expert" : "") << "): gpu vs double " << err << "\n";
+      // moe_ffn_add_rms_norm (decode: the experts' sum, the residual add and the norm in one
+      // kernel) against moe_ffn then add_rms_norm: the same bits.
+      const auto res = randn(static_cast<size_t>(n * E), 90 + static_cast<uint32_t>(n));
+      Both r1(res), r2(res), y1(n * E), y2(n * E), o1(n * E), o2(n * E);
+      gpu().moe_ffn(L, xb.g->data(), n, y1.g->data());
+      gpu().add_rms_norm(r1.g->data(), y1.g->data(), norm_w->g, n, E, 1e-6f, o1.g->data());
+      gpu().moe_ffn_add_rms_norm(L, xb.g->data(), n, y2.g->data(), r2.g->data(), norm_w->g, 1e-6f, o2.g->data());
+      EXPECT_EQ(y1.gv(), y2.gv()) << "moe_ffn_add_rms_norm n=" << n << ": the experts' sum";
+      EXPECT_EQ(r1.gv(), r2.gv()) << "moe_ffn_add_rms_norm n=" << n << ": the residual";
+      EXPECT_EQ(o1.gv(), o2.gv()) << "moe_ffn_add_rms_norm n=" << n << ": the norm";
     }
-    ASSERT_GE(clear, (n + 1) / 2) << "the test's routing has many near-ties: pick other seeds";
-    Both xb(x), out(n * E);
-    gpu().moe_ffn(L, xb.g->data(), n, out.g->data());
-    std::vector<float> got = out.gv();
-    for (int64_t t = 0; t < n; ++t) {  // compare only the tokens routed without a near-tie
-      if (!clear_row[t]) std::fill(got.begin() + t * E, got.begin() + (t + 1) * E, 0.f);
-      if (!clear_row[t]) std::fill(want.begin() + t * E, want.begin() + (t + 1) * E, 0.f);
-    }
-    const double err = rel_err(got, want);
-    EXPECT_LE(err, q8 ? 2e-3 : 5e-3) << "moe_ffn n=" << n;
-    std::cout << "moe_ffn " << n << " tokens (" << (q8 ? "8-bit activations" : "grouped tensor-core products")
-              << "): gpu vs double " << err << "\n";
   }
 }
 

@@ -224,6 +224,21 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
     } else if (std::memcmp(first.data(), y.data(), sizeof(float) * static_cast<size_t>(rows)) != 0) {
       fails.add(tag + " q8_gemm nt=" + std::to_string(nt) + ": the first token's outputs differ from a batch of 1");
     }
+    // Both kernel variants (scaling the raw sub-block sums afterwards, or the scale's split
+    // halves in two MMAs): the default's bits.
+    std::vector<float> y2(y.size());
+    for (int mode : {0, 1}) {
+      hearth::cuda::set_q8_gemm_scale_after(mode);
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+      hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
+      check_launch(stream);
+      CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+      if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+        fails.add(tag + " q8_gemm nt=" + std::to_string(nt) + ": scale-after mode " + std::to_string(mode) +
+                  " differs from the default's bits");
+      }
+    }
+    hearth::cuda::set_q8_gemm_scale_after(2);
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));

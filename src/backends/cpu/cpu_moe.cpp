@@ -202,6 +202,9 @@ void CpuBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, floa
       L.down->n_cols != F) {
     fail(ErrorKind::kInternal, "cpu", "moe_ffn: expert weights of '" + L.gate->name + "' do not match the layer's shape");
   }
+  if (L.shared_gate != nullptr) {  // (moe_takes_shared is false here: models run it as separate ops)
+    fail(ErrorKind::kInternal, "cpu", "moe_ffn: a shared expert ('" + L.shared_gate->name + "') is not taken here");
+  }
 
   // Routing, and the (token, expert) pairs grouped by expert.
   s.logits.resize(static_cast<size_t>(n * X));

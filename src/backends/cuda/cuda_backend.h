@@ -65,6 +65,9 @@ class CudaBackend final : public ops::Backend {
                     float* const* ys) override;
   bool fused_moe() const override { return true; }
   void moe_ffn(const ops::MoeLayer& layer, const float* x, int64_t n, float* out) override;
+  bool moe_takes_shared(const ops::MoeLayer& layer, int64_t n_tokens) const override;
+  void moe_ffn_add_rms_norm(const ops::MoeLayer& layer, const float* x, int64_t n, float* out, float* x_res,
+                            const ops::WeightView& norm, float eps, float* norm_out) override;
   void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) override;
   void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                 float* y) override;
@@ -199,6 +202,19 @@ class CudaBackend final : public ops::Backend {
   bool grouped_moe_ok(const ops::MoeLayer& L) const;
   void moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n, const std::vector<int32_t>& ids,
                    const std::vector<float>& wts, float* out);
+  // moe_ffn, and moe_ffn_add_rms_norm's fused form (after: the residual add and norm done by
+  // the kernel that sums the experts, in decode batches).
+  struct NormAfter {
+    float* x_res;
+    const ops::WeightView* norm;
+    float eps;
+    float* out;
+  };
+  void moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n, float* out, const NormAfter* after);
+  bool moe_decode_q8(const ops::MoeLayer& L, int64_t n) const;
+  // moe_ffn's routed experts of a prompt (the routing read back to the host).
+  void moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids, const float* wts,
+                          float* out, OpTimer& timer);
 
   int device_ = 0;
   std::string name_;
@@ -286,6 +302,13 @@ class CudaBackend final : public ops::Backend {
   bool fuse_quant_ = true;
   // The scratch an op writing out: [n_rows, n] quantizes it into (nullptr: not wanted).
   void* q8_ready_scratch(const float* out, int64_t n_rows, int64_t n);
+  // add_rms_norm's one-kernel path: whether it takes these buffers, and its launch (y the
+  // weighted sum of MoE pair rows when pairs is given, also written to y_out; q8: from
+  // q8_ready_scratch or null).
+  bool add_rms_norm_vec_ok(const float* x, const float* y, const float* out, const ops::WeightView& weight,
+                           int64_t n) const;
+  void launch_add_rms_norm(float* x, const float* y, const float* w, int64_t n_rows, int64_t n, float eps, float* out,
+                           void* q8, const float* pairs, const float* wts, int per, float* y_out);
   // out: [n_rows, n_cols] = silu(gate) * up, quantized for the 8-bit product after it
   // where it can be (matmul_swiglu's unfused path).
   void swiglu_rows(const float* gate, const float* up, int64_t n_rows, int64_t n_cols, float* out);
@@ -304,6 +327,11 @@ class CudaBackend final : public ops::Backend {
   int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
   int64_t tc_decode_min_rows_ = 2;  // and steps with this many decode rows (HEARTH_CUDA_TC_DECODE_ROWS)
   int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (HEARTH_CUDA_MOE_GROUP_MIN)
+  // moe_ffn takes shared experts in decode calls of up to this many tokens (0: never;
+  // HEARTH_CUDA_MOE_SHARED; more tokens: the model's separate ops, whose int8 tensor-core
+  // products beat a 64-pair run of the shared expert).
+  int64_t moe_shared_max_tokens_ = 16;
+  bool moe_norm_ = true;    // moe_ffn_add_rms_norm as one op in decode (HEARTH_CUDA_MOE_NORM=0: two)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)

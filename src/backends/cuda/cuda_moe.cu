@@ -4,7 +4,11 @@
 // kMaxFusedTokens tokens the selected experts' gate/up (+ SwiGLU) and down products
 // run as one kernel each over all (token, expert) pairs (quant_cuda.h q8_moe_*; from
 // moe_group_min_tokens_ tokens over the pairs grouped by expert on the device, each used
-// expert read once), and a last kernel sums each token's experts in a fixed order.
+// expert read once), and a last kernel sums each token's experts in a fixed order. A
+// shared expert (moe_takes_shared) is each decode token's last pair, on its own weights,
+// weighted by sigmoid(its gate row . x) from the routing kernel: the eight separate ops of
+// a shared expert become none (HEARTH_CUDA_MOE_SHARED=0: the model runs them). With
+// moe_ffn_add_rms_norm that last kernel also adds the residual and applies the next norm.
 // Prompts (more tokens) copy the routing to the host once per layer, sort the (token, expert) pairs by expert and run
 // each projection as one grouped tensor-core product over all experts (quant_gemm_grouped;
 // one matrix product per used expert for the types it lacks).
@@ -32,13 +36,39 @@ __device__ __forceinline__ float warp_max_f(float v) {
   return v;
 }
 
+// The shared expert's slot of the routing (moe_route_kernel): a token's last pair is expert
+// n_expert (the shared one) with weight sigmoid(inp . x) (1 without inp).
+struct SharedSlot {
+  bool on = false;
+  const float* x = nullptr;    // [n, n_embd]
+  const float* inp = nullptr;  // [n_embd] f32, or null
+  int64_t n_embd = 0;
+};
+
 // One warp per token: probabilities = softmax(logits); the n_used best (ties: lower
-// index first), weights = their probabilities (divided by their sum when norm).
+// index first), weights = their probabilities (divided by their sum when norm); with
+// the shared slot, n_used + 1 pairs a token (the shared expert's last).
 __global__ void moe_route_kernel(const float* __restrict__ logits, int n_expert, int n_used, bool norm,
-                                 int32_t* __restrict__ ids, float* __restrict__ weights) {
+                                 int32_t* __restrict__ ids, float* __restrict__ weights, SharedSlot shared) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int t = blockIdx.x, lane = threadIdx.x;
+  const int stride = n_used + (shared.on ? 1 : 0);
+  ids += static_cast<int64_t>(t) * stride;
+  weights += static_cast<int64_t>(t) * stride;
+  if (shared.on) {
+    float g = 1.f;
+    if (shared.inp != nullptr) {
+      const float* xr = shared.x + static_cast<int64_t>(t) * shared.n_embd;
+      float d = 0.f;
+      for (int64_t c = lane; c < shared.n_embd; c += 32) d += xr[c] * shared.inp[c];
+      g = sigmoid_f(warp_sum(d));
+    }
+    if (lane == 0) {
+      ids[n_used] = n_expert;
+      weights[n_used] = g;
+    }
+  }
   const float* l = logits + static_cast<int64_t>(t) * n_expert;
   float v[kMaxPerLane];
   float mx = -INFINITY;
@@ -83,12 +113,12 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int n_expert,
     if (bi % 32 == lane) taken |= 1u << (bi / 32);
     chosen += best;
     if (lane == 0) {
-      ids[t * n_used + k] = bi;
-      weights[t * n_used + k] = best;
+      ids[k] = bi;
+      weights[k] = best;
     }
   }
   if (norm && lane == 0) {
-    for (int k = 0; k < n_used; ++k) weights[t * n_used + k] /= chosen;
+    for (int k = 0; k < n_used; ++k) weights[k] /= chosen;
   }
 }
 
@@ -124,8 +154,52 @@ ops::WeightView expert_slice(const ops::WeightView& all, int64_t rows, int64_t e
 
 }  // namespace
 
+bool CudaBackend::moe_takes_shared(const ops::MoeLayer& L, int64_t n_tokens) const {
+  // The shared expert as one more pair of each token in the 8-bit decode kernels: its
+  // weights of the stacked experts' types and row lengths, one f32 gate row. (Not in the
+  // deterministic mode, whose separate products are batch-invariant already.)
+  if (L.shared_gate == nullptr || L.shared_up == nullptr || L.shared_down == nullptr || L.gate == nullptr ||
+      L.up == nullptr || L.down == nullptr || !q8_matvec_ || deterministic_ || n_tokens <= 0 ||
+      n_tokens > std::min(moe_shared_max_tokens_, kMaxFusedTokens)) {
+    return false;
+  }
+  const auto same = [](const ops::WeightView& a, const ops::WeightView& b) {
+    return a.type == b.type && a.row_bytes == b.row_bytes && a.n_cols == b.n_cols;
+  };
+  const bool inp_ok = L.shared_inp == nullptr ||
+                      (L.shared_inp->type == GgmlType::F32 && L.shared_inp->n_cols == L.n_embd);
+  return q8_matvec_supported(L.gate->type) && q8_matvec_supported(L.down->type) && L.up->type == L.gate->type &&
+         L.up->row_bytes == L.gate->row_bytes && same(*L.shared_gate, *L.gate) && same(*L.shared_up, *L.gate) &&
+         same(*L.shared_down, *L.down) && L.n_ff_shared == L.n_ff && L.shared_gate->n_rows == L.n_ff &&
+         L.shared_up->n_rows == L.n_ff && L.shared_down->n_rows == L.n_embd && inp_ok &&
+         L.n_expert + 1 <= 32 * kMaxPerLane && L.n_used + 1 <= kMaxUsed;
+}
+
+bool CudaBackend::moe_decode_q8(const ops::MoeLayer& L, int64_t n) const {
+  return q8_matvec_ && q8_matvec_supported(L.gate->type) && L.up->type == L.gate->type &&
+         L.up->row_bytes == L.gate->row_bytes && q8_matvec_supported(L.down->type) && n <= kMaxFusedTokens;
+}
+
 void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, float* out) {
-  OpTimer timer(*this, "moe_ffn");
+  moe_ffn_impl(L, x, n, out, nullptr);
+}
+
+void CudaBackend::moe_ffn_add_rms_norm(const ops::MoeLayer& L, const float* x, int64_t n, float* out, float* x_res,
+                                       const ops::WeightView& norm, float eps, float* norm_out) {
+  // Decode: the kernel after the experts' products sums each token's pairs into out and
+  // does add_rms_norm's residual add and norm (its arithmetic) in the same pass.
+  if (!fuse_ || !moe_norm_ || deterministic_ || n <= 0 || !moe_decode_q8(L, n) || L.n_embd % 32 != 0 ||
+      norm.type != GgmlType::F32 || !add_rms_norm_vec_ok(x_res, out, norm_out, norm, L.n_embd)) {
+    moe_ffn(L, x, n, out);
+    add_rms_norm(x_res, out, norm, n, L.n_embd, eps, norm_out);
+    return;
+  }
+  const NormAfter after{x_res, &norm, eps, norm_out};
+  moe_ffn_impl(L, x, n, out, &after);
+}
+
+void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n, float* out, const NormAfter* after) {
+  OpTimer timer(*this, after != nullptr ? "moe_ffn + add_rms_norm" : "moe_ffn");
   const int64_t X = L.n_expert, K = L.n_used, E = L.n_embd, F = L.n_ff;
   if (X <= 0 || X > 32 * kMaxPerLane || K <= 0 || K > std::min<int64_t>(X, kMaxUsed)) {
     fail(ErrorKind::kUnsupported, "cuda", "moe_ffn: " + std::to_string(X) + " experts, " + std::to_string(K) +
@@ -135,6 +209,11 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   if (L.router->n_rows != X || L.gate->n_rows != X * F || L.up->n_rows != X * F || L.down->n_rows != X * E ||
       L.gate->n_cols != E || L.down->n_cols != F) {
     fail(ErrorKind::kInvalidInput, "cuda", "moe_ffn: expert weights do not match the layer's shape");
+  }
+  const bool shared = L.shared_gate != nullptr;
+  if (shared && !moe_takes_shared(L, n)) {
+    fail(ErrorKind::kInvalidInput, "cuda", "moe_ffn: the shared expert '" + L.shared_gate->name + "' is not taken for " +
+                                               std::to_string(n) + " tokens (moe_takes_shared)");
   }
   if (n <= 0) return;
   // Decode batches (up to kMaxFusedTokens tokens: many streams) stay on the device; each
@@ -151,7 +230,15 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
     return;
   }
   const bool q8 = q8_types && n <= kMaxFusedTokens;
-  const int64_t pairs = n * K;
+  if (after != nullptr && !q8) fail(ErrorKind::kInternal, "cuda", "moe_ffn: the fused norm is for decode batches");
+  // With a shared expert (decode): it is each token's last pair (expert X, its own
+  // weights, weight sigmoid(inp . x)), so the same kernels run it with the routed ones.
+  const int64_t S = shared ? 1 : 0, KS = K + S, XS = X + S;
+  const int64_t pairs = n * KS;
+  const size_t q8_bytes = q8 ? std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs)) : 0;
+  void* q8_tmp = q8 ? scratch(5, q8_bytes, "moe_ffn") : nullptr;
+  // x quantized by the op before (the norm): taken before the router's product clears it.
+  const bool x_ready = q8 && n <= kMaxMatvecTokens && take_q8_ready(x, n, E, q8_tmp);
   // Router logits, then (decode) the pairs' hidden and output rows: scratch at fixed
   // addresses (a recorded step reuses them); slot 8 is this op's alone.
   const auto pad = [](int64_t f) { return (f + 63) / 64 * 64; };
@@ -160,41 +247,65 @@ void CudaBackend::moe_ffn(const ops::MoeLayer& L, const float* x, int64_t n, flo
   matmul(*L.router, x, n, logits);
   // Batches of moe_group_min_tokens_ or more: the pairs grouped by expert on the device, so
   // that an expert several tokens chose is read once (the same bits as pair by pair).
-  const bool group = q8 && n >= moe_group_min_tokens_ && q8_moe_group_fits(pairs, X);
+  const bool group = q8 && n >= moe_group_min_tokens_ && q8_moe_group_fits(pairs, XS);
   const size_t route_bytes = (static_cast<size_t>(pairs) * 8 + 255) / 256 * 256;
   auto* route = static_cast<uint8_t*>(scratch(
-      6, route_bytes + (group ? q8_moe_group_bytes(pairs, static_cast<int>(X)) : 0), "moe_ffn"));
+      6, route_bytes + (group ? q8_moe_group_bytes(pairs, static_cast<int>(XS)) : 0), "moe_ffn"));
   auto* ids = reinterpret_cast<int32_t*>(route);
-  auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(n * K) * 4);
+  auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(pairs) * 4);
   void* groups = group ? route + route_bytes : nullptr;
-  const size_t q8_bytes = q8 ? std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs)) : 0;
-  void* q8_tmp = q8 ? scratch(5, q8_bytes, "moe_ffn") : nullptr;
+  const void* sh_gate = shared ? L.shared_gate->backend_data : nullptr;
+  const void* sh_up = shared ? L.shared_up->backend_data : nullptr;
+  const void* sh_down = shared ? L.shared_down->backend_data : nullptr;
+  const float* sh_inp = shared && L.shared_inp != nullptr ? static_cast<const float*>(L.shared_inp->backend_data)
+                                                          : nullptr;
+  // After (decode): the norm's output quantized for the product after it (as add_rms_norm does).
+  const float* norm_w = after != nullptr ? f32_values(*after->norm, E, "moe_ffn") : nullptr;
+  if (norm_w != nullptr && (reinterpret_cast<uintptr_t>(norm_w) & 15) != 0) {
+    fail(ErrorKind::kInternal, "cuda", "moe_ffn: norm weight values not 16-byte aligned");
+  }
+  void* norm_q8 = after != nullptr ? q8_ready_scratch(after->out, n, E) : nullptr;
   if (skip_launch("moe_ffn", {sig_of(*L.router), sig_of(*L.gate), sig_of(*L.up), sig_of(*L.down), sig_of(x),
                               sig_of(n), sig_of(out), sig_of(logits), sig_of(route), sig_of(q8_tmp), sig_of(X),
-                              sig_of(K), sig_of(L.norm_weights)})) {
+                              sig_of(K), sig_of(L.norm_weights), sig_of(sh_gate), sig_of(sh_up), sig_of(sh_down),
+                              sig_of(sh_inp), sig_of(x_ready), sig_of(norm_w), sig_of(norm_q8),
+                              sig_of(after != nullptr ? after->x_res : nullptr),
+                              sig_of(after != nullptr ? after->out : nullptr), sig_of(after != nullptr ? after->eps : 0.f)})) {
     return;
   }
-  ::hearth::cuda::launch_pdl(moe_route_kernel, static_cast<unsigned>(n), 32, 0, stream_, logits, static_cast<int>(X), static_cast<int>(K),
-                                                                   L.norm_weights, ids, wts);
+  const SharedSlot slot{shared, x, sh_inp, E};
+  ::hearth::cuda::launch_pdl(moe_route_kernel, static_cast<unsigned>(n), 32, 0, stream_, logits, static_cast<int>(X),
+                             static_cast<int>(K), L.norm_weights, ids, wts, slot);
   HEARTH_CUDA_LAUNCHED("moe_ffn");
   if (q8) {
     float* h = logits + pad(n * X);
     float* y = h + pad(pairs * F);
     if (group) {
-      q8_moe_group(ids, pairs, static_cast<int>(X), groups, stream_);
+      q8_moe_group(ids, pairs, static_cast<int>(XS), groups, stream_);
       HEARTH_CUDA_LAUNCHED("moe_ffn");
     }
-    q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n, static_cast<int>(K),
-                   x, h, q8_tmp, q8_bytes, stream_, groups, static_cast<int>(X));
+    q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n, static_cast<int>(KS),
+                   x, h, q8_tmp, q8_bytes, stream_, groups, static_cast<int>(XS), sh_gate, sh_up, x_ready);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     q8_moe_down(device_weight(*L.down, "moe_ffn"), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_, groups,
-                static_cast<int>(X));
+                static_cast<int>(XS), sh_down);
     HEARTH_CUDA_LAUNCHED("moe_ffn");
-    ::hearth::cuda::launch_pdl(moe_combine_kernel, grid_for(n * E), kThreads, 0, stream_, y, nullptr, wts, n, static_cast<int>(K), E, out);
+    if (after != nullptr) {
+      launch_add_rms_norm(after->x_res, out, norm_w, n, E, after->eps, after->out, norm_q8, y, wts,
+                          static_cast<int>(KS), out);
+    } else {
+      ::hearth::cuda::launch_pdl(moe_combine_kernel, grid_for(n * E), kThreads, 0, stream_, y, nullptr, wts, n,
+                                 static_cast<int>(KS), E, out);
+    }
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     return;
   }
+  moe_routed_on_host(L, x, n, ids, wts, out, timer);
+}
 
+void CudaBackend::moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids,
+                                     const float* wts, float* out, OpTimer& timer) {
+  const int64_t X = L.n_expert, K = L.n_used, E = L.n_embd, F = L.n_ff;
   // Many tokens: the routing to the host, then each used expert over its tokens.
   std::vector<int32_t> h_ids(static_cast<size_t>(n * K));
   std::vector<float> h_w(static_cast<size_t>(n * K));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
@@ -137,10 +138,20 @@ __global__ void rms_norm_vec_kernel(const float4* __restrict__ x, const float4* 
 // kQ8 (n4 a multiple of 8): out also quantized for q8_matvec, as its quantize_chunks
 // does it (quant_q8.cu): per 32 values (8 threads' float4) d = max |v| / 127,
 // q = round(v / d) ties to even, xd = (d, d * sum q); the same bits.
-template <int kPer, bool kQ8 = false>
+// y as the weighted sum of a MoE layer's pair rows (MoePairs: y row t = sum over k < per
+// of wts[t * per + k] * pairs row t * per + k, in k order as moe_combine_kernel sums them),
+// also written to y_out: the experts' combine, the residual add and the norm in one kernel.
+struct MoePairs {
+  const float4* pairs = nullptr;
+  const float* wts = nullptr;
+  int per = 0;
+  float4* y_out = nullptr;
+};
+
+template <int kPer, bool kQ8 = false, bool kPairs = false>
 __global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y, const float4* __restrict__ w,
                                         int64_t n4, float eps, float4* out, char4* __restrict__ xq,
-                                        float2* __restrict__ xd) {
+                                        float2* __restrict__ xd, MoePairs mp) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   __shared__ float red[32];
@@ -153,7 +164,23 @@ __global__ void add_rms_norm_vec_kernel(float4* __restrict__ x, const float4* y,
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (i < n4) {
-      const float4 a = xr[i], b = yr[i];
+      float4 b;
+      if constexpr (kPairs) {
+        b = make_float4(0.f, 0.f, 0.f, 0.f);
+        const int64_t p0 = static_cast<int64_t>(blockIdx.x) * mp.per;
+        for (int e = 0; e < mp.per; ++e) {
+          const float we = mp.wts[p0 + e];
+          const float4 pv = mp.pairs[(p0 + e) * n4 + i];
+          b.x += we * pv.x;
+          b.y += we * pv.y;
+          b.z += we * pv.z;
+          b.w += we * pv.w;
+        }
+        mp.y_out[blockIdx.x * n4 + i] = b;
+      } else {
+        b = yr[i];
+      }
+      const float4 a = xr[i];
       v[k] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
       xr[i] = v[k];
     } else {
@@ -450,13 +477,17 @@ void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int
   HEARTH_CUDA_LAUNCHED("store_kv");
 }
 
+bool CudaBackend::add_rms_norm_vec_ok(const float* x, const float* y, const float* out, const ops::WeightView& weight,
+                                      int64_t n) const {
+  return fuse_ && n % 4 == 0 && n <= 4 * 4 * 1024 && x != out &&
+         ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out)) & 15) ==
+             0 &&
+         (weight.type != GgmlType::F32 || (reinterpret_cast<uintptr_t>(weight.backend_data) & 15) == 0);
+}
+
 void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& weight, int64_t n_rows, int64_t n,
                                float eps, float* out) {
-  const bool vec = fuse_ && n % 4 == 0 && n <= 4 * 4 * 1024 && x != out &&
-                   ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(out)) &
-                    15) == 0 &&
-                   (weight.type != GgmlType::F32 || (reinterpret_cast<uintptr_t>(weight.backend_data) & 15) == 0);
-  if (!vec) {
+  if (!add_rms_norm_vec_ok(x, y, out, weight, n)) {
     Backend::add_rms_norm(x, y, weight, n_rows, n, eps, out);
     return;
   }
@@ -472,39 +503,47 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& 
                   {sig_of(x), sig_of(y), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(out), sig_of(q8)})) {
     return;
   }
+  launch_add_rms_norm(x, y, w, n_rows, n, eps, out, q8, nullptr, nullptr, 0, nullptr);
+  HEARTH_CUDA_LAUNCHED("add_rms_norm");
+}
+
+void CudaBackend::launch_add_rms_norm(float* x, const float* y, const float* w, int64_t n_rows, int64_t n, float eps,
+                                      float* out, void* q8, const float* pairs, const float* wts, int per,
+                                      float* y_out) {
   // The configuration of rms_norm's vector path (the same sums).
   const int64_t n4 = n / 4;
   const int threads = static_cast<int>(std::min<int64_t>(1024, (n4 + 31) / 32 * 32));
-  const int64_t per = (n4 + threads - 1) / threads;
+  const int64_t per_thread = (n4 + threads - 1) / threads;
   const auto grid = static_cast<unsigned>(n_rows);
   auto* x4 = reinterpret_cast<float4*>(x);
   const auto* y4 = reinterpret_cast<const float4*>(y);
   const auto* w4 = reinterpret_cast<const float4*>(w);
   auto* o4 = reinterpret_cast<float4*>(out);
-  if (q8 != nullptr) {
-    auto* xq = static_cast<char4*>(q8);
-    auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(q8) + q8_scratch_scales_offset(n_rows, n));
-    if (per <= 1) {
-      ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<1, true>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
-                                 xq, xd);
-    } else if (per <= 2) {
-      ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<2, true>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
-                                 xq, xd);
+  auto* xq = static_cast<char4*>(q8);
+  auto* xd = q8 != nullptr ? reinterpret_cast<float2*>(static_cast<uint8_t*>(q8) + q8_scratch_scales_offset(n_rows, n))
+                           : nullptr;
+  const MoePairs mp{reinterpret_cast<const float4*>(pairs), wts, per, reinterpret_cast<float4*>(y_out)};
+  auto go = [&](auto kernel) {
+    ::hearth::cuda::launch_pdl(kernel, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4, xq, xd, mp);
+  };
+  // <rows a thread, quantize for the next product, y from MoE pairs>
+  auto pick = [&](auto q8_tag, auto pairs_tag) {
+    constexpr bool kQ8 = decltype(q8_tag)::value, kPairs = decltype(pairs_tag)::value;
+    if (per_thread <= 1) {
+      go(add_rms_norm_vec_kernel<1, kQ8, kPairs>);
+    } else if (per_thread <= 2) {
+      go(add_rms_norm_vec_kernel<2, kQ8, kPairs>);
     } else {
-      ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<4, true>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
-                                 xq, xd);
+      go(add_rms_norm_vec_kernel<4, kQ8, kPairs>);
     }
-  } else if (per <= 1) {
-    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<1>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
-                               static_cast<char4*>(nullptr), static_cast<float2*>(nullptr));
-  } else if (per <= 2) {
-    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<2>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
-                               static_cast<char4*>(nullptr), static_cast<float2*>(nullptr));
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (q8 != nullptr) {
+    pairs != nullptr ? pick(T{}, T{}) : pick(T{}, F{});
   } else {
-    ::hearth::cuda::launch_pdl(add_rms_norm_vec_kernel<4>, grid, threads, 0, stream_, x4, y4, w4, n4, eps, o4,
-                               static_cast<char4*>(nullptr), static_cast<float2*>(nullptr));
+    pairs != nullptr ? pick(F{}, T{}) : pick(F{}, F{});
   }
-  HEARTH_CUDA_LAUNCHED("add_rms_norm");
 }
 
 void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head,

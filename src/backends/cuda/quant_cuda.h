@@ -110,6 +110,10 @@ bool q8_gemm_supported(GgmlType type);
 // Whether q8_gemm quantizes the tokens as ggml's Q8_K (one scale per 256 values, the CPU
 // back-end's rounding; the default) rather than in chunks of 32 (HEARTH_CUDA_MMQ_Q8K=0).
 bool q8_gemm_uses_q8k();
+// Q4_K with Q8_K tokens: one MMA on the raw quants a sub-block, scaled after in integers,
+// or two on the scale's split halves (the same bits): 1 / 0 forces one, 2 picks by the
+// token tile (the default; HEARTH_CUDA_MMQ_SCALE_AFTER). For tests.
+void set_q8_gemm_scale_after(int mode);
 // Kernel attributes q8_gemm needs (more than 48 KiB of shared memory), set once per device
 // before any launch (so none is set during a stream capture).
 void q8_gemm_prepare();
@@ -168,15 +172,20 @@ void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const Ex
 // 2,048 pairs, q8_moe_group_bytes at a 16-byte aligned address): each used expert's rows
 // are then read once for all its pairs (rows of up to 64 units; longer ones as without).
 // A pair's outputs are the same bits with and without groups, whatever the other pairs.
+// shared_w (and for gate_up shared_w2, its up rows): a shared expert's rows_per_expert rows,
+// of the stacked weights' type and row length, taken by pairs whose id is the stacked
+// weights' expert count (n_rows / rows_per_expert); n_expert then counts it too.
+// x_ready: x already quantized into scratch (as q8_matvec_multi's x_ready).
 bool q8_moe_group_fits(int64_t n_pairs, int64_t n_expert);  // what q8_moe_group takes
 size_t q8_moe_group_bytes(int64_t n_pairs, int n_expert);
 void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* groups, cudaStream_t stream);
 void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
                     int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
-                    cudaStream_t stream, const void* groups = nullptr, int n_expert = 0);
+                    cudaStream_t stream, const void* groups = nullptr, int n_expert = 0,
+                    const void* shared_w = nullptr, const void* shared_w2 = nullptr, bool x_ready = false);
 void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
                  const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream,
-                 const void* groups = nullptr, int n_expert = 0);
+                 const void* groups = nullptr, int n_expert = 0, const void* shared_w = nullptr);
 
 // dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
 // tensor-core products of many tokens) or f32.

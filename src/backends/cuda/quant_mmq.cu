@@ -279,7 +279,11 @@ constexpr size_t q8k_smem_bytes() {
   return NS * (static_cast<size_t>(kRows) * kBlockBytes + static_cast<size_t>(BN) * kXRow + sizeof(float) * BN);
 }
 
-template <int BN, int NS, int MINB = 4>
+// kScaleAfter: each sub-block's raw 4-bit quants meet the tokens in one MMA and the integer
+// sums are scaled by the 6-bit sub-block scale afterwards (four integer multiply-adds a
+// tile), instead of two MMAs on the pre-scaled halves: the same integers, so the same bits,
+// with one MMA fewer a sub-block and tile (HEARTH_CUDA_MMQ_SCALE_AFTER).
+template <int BN, int NS, int MINB = 4, bool kScaleAfter = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     mmq_q4k_q8k_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                        const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t n_tokens,
@@ -364,23 +368,42 @@ __global__ void __launch_bounds__(kThreads, MINB)
           int sc0, m0, sc1, m1;
           q8::scale_min_k4(s0, sb, &sc0, &m0);
           q8::scale_min_k4(s1, sb, &sc1, &m1);
-          int ah[4], al[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int qn = h ? (q[i] >> 4) & q8::kLo4 : q[i] & q8::kLo4;
-            const int sc = (i & 1) ? sc1 : sc0;
-            ah[i] = qn * (sc >> 3);  // bytes <= 15 * 7: no carries
-            al[i] = qn * (sc & 7);
-          }
           const int mm0 = m0 * 0x01010101, mm1 = m1 * 0x01010101;
           const int am[4] = {mm0, mm1, mm0, mm1};
+          if constexpr (kScaleAfter) {
+            // ch: sc * (q . x), the same integer as 8 (q sc_hi . x) + (q sc_lo . x).
+            int aq[4];
 #pragma unroll
-          for (int n = 0; n < NTG; ++n) {
-            const int8_t* xp = xb + ((grp * NTG + n) * 8 + gid) * kXRow + sb * 32 + 4 * tig;
-            const int b0 = *reinterpret_cast<const int*>(xp), b1 = *reinterpret_cast<const int*>(xp + 16);
-            mma_s8_acc(ah, b0, b1, ch[n]);
-            mma_s8_acc(al, b0, b1, cl[n]);
-            mma_s8_acc(am, b0, b1, cm[n]);
+            for (int i = 0; i < 4; ++i) aq[i] = h ? (q[i] >> 4) & q8::kLo4 : q[i] & q8::kLo4;
+#pragma unroll
+            for (int n = 0; n < NTG; ++n) {
+              const int8_t* xp = xb + ((grp * NTG + n) * 8 + gid) * kXRow + sb * 32 + 4 * tig;
+              const int b0 = *reinterpret_cast<const int*>(xp), b1 = *reinterpret_cast<const int*>(xp + 16);
+              int c[4];
+              mma_s8(aq, b0, b1, c);
+              ch[n][0] += sc0 * c[0];
+              ch[n][1] += sc0 * c[1];
+              ch[n][2] += sc1 * c[2];
+              ch[n][3] += sc1 * c[3];
+              mma_s8_acc(am, b0, b1, cm[n]);
+            }
+          } else {
+            int ah[4], al[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int qn = h ? (q[i] >> 4) & q8::kLo4 : q[i] & q8::kLo4;
+              const int sc = (i & 1) ? sc1 : sc0;
+              ah[i] = qn * (sc >> 3);  // bytes <= 15 * 7: no carries
+              al[i] = qn * (sc & 7);
+            }
+#pragma unroll
+            for (int n = 0; n < NTG; ++n) {
+              const int8_t* xp = xb + ((grp * NTG + n) * 8 + gid) * kXRow + sb * 32 + 4 * tig;
+              const int b0 = *reinterpret_cast<const int*>(xp), b1 = *reinterpret_cast<const int*>(xp + 16);
+              mma_s8_acc(ah, b0, b1, ch[n]);
+              mma_s8_acc(al, b0, b1, cl[n]);
+              mma_s8_acc(am, b0, b1, cm[n]);
+            }
           }
         }
       }
@@ -390,10 +413,11 @@ __global__ void __launch_bounds__(kThreads, MINB)
       for (int n = 0; n < NTG; ++n) {
         const int nn = grp * NTG + n;
         const float xa = db[nn * 8 + 2 * tig], xc = db[nn * 8 + 2 * tig + 1];
-        acc[nn][0] = q8k_step(acc[nn][0], dm0, xa, 8 * ch[n][0] + cl[n][0], cm[n][0]);
-        acc[nn][1] = q8k_step(acc[nn][1], dm0, xc, 8 * ch[n][1] + cl[n][1], cm[n][1]);
-        acc[nn][2] = q8k_step(acc[nn][2], dm1, xa, 8 * ch[n][2] + cl[n][2], cm[n][2]);
-        acc[nn][3] = q8k_step(acc[nn][3], dm1, xc, 8 * ch[n][3] + cl[n][3], cm[n][3]);
+        const int k8 = kScaleAfter ? 1 : 8;  // (cl stays 0 with kScaleAfter)
+        acc[nn][0] = q8k_step(acc[nn][0], dm0, xa, k8 * ch[n][0] + cl[n][0], cm[n][0]);
+        acc[nn][1] = q8k_step(acc[nn][1], dm0, xc, k8 * ch[n][1] + cl[n][1], cm[n][1]);
+        acc[nn][2] = q8k_step(acc[nn][2], dm1, xa, k8 * ch[n][2] + cl[n][2], cm[n][2]);
+        acc[nn][3] = q8k_step(acc[nn][3], dm1, xc, k8 * ch[n][3] + cl[n][3], cm[n][3]);
       }
     }
   }
@@ -408,12 +432,34 @@ __global__ void __launch_bounds__(kThreads, MINB)
   }
 }
 
+// 0 / 1: HEARTH_CUDA_MMQ_SCALE_AFTER (or set_q8_gemm_scale_after) forces the variant; 2:
+// by the token tile, measured on the H200 (Qwen3.5-9B step, same call): 16-token tiles
+// scale after (16 sequences 7.75 -> 7.51 ms), 32-token ones keep the split (64
+// sequences 16.13 against 16.29 ms). -1: not read yet.
+std::atomic<int> g_scale_after{-1};
+
+template <int BN>
+bool scale_after() {
+  int v = g_scale_after.load();
+  if (v < 0) {
+    const char* e = std::getenv("HEARTH_CUDA_MMQ_SCALE_AFTER");
+    v = e != nullptr && (std::string(e) == "0" || std::string(e) == "1") ? std::atoi(e) : 2;
+    g_scale_after = v;
+  }
+  return v == 2 ? BN <= 16 : v == 1;
+}
+
 template <int BN, int NS, int MINB = 4>
 void launch_q8k(dim3 grid, cudaStream_t stream, const uint8_t* w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                 const int8_t* xq, const float* xd, int64_t n_tokens, int steps_per_split, float* out) {
   constexpr size_t smem = q8k_smem_bytes<BN, NS>();  // (allowed past 48 KiB by q8_gemm_prepare)
-  launch_pdl(mmq_q4k_q8k_kernel<BN, NS, MINB>, grid, kThreads, smem, stream, w, row_bytes, n_rows, n_cols, xq, xd, n_tokens,
-             steps_per_split, out);
+  if (scale_after<BN>()) {
+    launch_pdl(mmq_q4k_q8k_kernel<BN, NS, MINB, true>, grid, kThreads, smem, stream, w, row_bytes, n_rows, n_cols, xq,
+               xd, n_tokens, steps_per_split, out);
+  } else {
+    launch_pdl(mmq_q4k_q8k_kernel<BN, NS, MINB, false>, grid, kThreads, smem, stream, w, row_bytes, n_rows, n_cols, xq,
+               xd, n_tokens, steps_per_split, out);
+  }
 }
 
 #include "backends/cuda/quant_mmq_q6k.cuh"
@@ -454,7 +500,9 @@ bool q8_gemm_supported(GgmlType type) {
 
 template <int BN, int NS, int MINB>
 void allow_smem() {
-  check_launch(cudaFuncSetAttribute(mmq_q4k_q8k_kernel<BN, NS, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  check_launch(cudaFuncSetAttribute(mmq_q4k_q8k_kernel<BN, NS, MINB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(q8k_smem_bytes<BN, NS>())));
+  check_launch(cudaFuncSetAttribute(mmq_q4k_q8k_kernel<BN, NS, MINB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(q8k_smem_bytes<BN, NS>())));
 }
 template <int BN, int NS>
@@ -472,6 +520,8 @@ void q8_gemm_prepare() {
   allow_smem_q6k<32, 3>();
   g_prepared = true;
 }
+
+void set_q8_gemm_scale_after(int mode) { g_scale_after = mode; }
 
 bool q8_gemm_uses_q8k() {
   static const bool on = [] {

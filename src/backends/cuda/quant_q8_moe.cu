@@ -52,7 +52,19 @@ struct ExpertArgs {
   const int32_t* n_runs;
   const ExpertTile* runs;
   const int32_t* order;
+  // The shared expert: pairs with id shared_id read its rows at ws (ws2: up rows).
+  const uint8_t* ws;
+  const uint8_t* ws2;
+  int64_t shared_id;
 };
+
+// Row r of expert e (the stacked weights, or the shared expert's own) and, for gate / up,
+// the matching up row.
+__device__ __forceinline__ const uint8_t* expert_row(const ExpertArgs& a, const uint8_t* w, const uint8_t* ws,
+                                                     int64_t e, int64_t r) {
+  return e == a.shared_id ? ws + static_cast<uint64_t>(r) * a.row_bytes
+                          : w + static_cast<uint64_t>(e * a.rows_per_expert + r) * a.row_bytes;
+}
 
 // Sum of v over the block in a fixed order (warps' butterflies, then warp by warp);
 // valid in thread 0.
@@ -84,14 +96,15 @@ __global__ void __launch_bounds__(kThreads) q8_expert_kernel(const ExpertArgs a)
   const int x_row = kGateUp ? p / a.n_used : p;
   const int8_t* xb = a.xq + x_row * a.n_cols;
   const float2* db = a.xd + x_row * (a.n_cols / kChunk);
-  const uint64_t off = static_cast<uint64_t>(e * a.rows_per_expert + r) * a.row_bytes;
+  const uint8_t* w = expert_row(a, a.w, a.ws, e, r);
+  [[maybe_unused]] const uint8_t* w2 = kGateUp ? expert_row(a, a.w2, a.ws2, e, r) : nullptr;
   float acc = 0.f, acc2 = 0.f;
   for (int u = static_cast<int>(threadIdx.x); u < a.n_units; u += kThreads) {
     const int b = u / T::kUnits, s = u % T::kUnits;
     const q8::GlobalX x{xb + static_cast<int64_t>(b) * T::kElems};
     const float2* du = db + static_cast<int64_t>(b) * (T::kElems / kChunk);
-    acc += T::dot(T::decode(a.w + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
-    if constexpr (kGateUp) acc2 += T::dot(T::decode(a.w2 + off + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
+    acc += T::dot(T::decode(w + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
+    if constexpr (kGateUp) acc2 += T::dot(T::decode(w2 + static_cast<uint64_t>(b) * T::kBytes, s), s, x, du);
   }
   acc = block_sum_fixed(acc);
   if constexpr (kGateUp) acc2 = block_sum_fixed(acc2);
@@ -121,7 +134,8 @@ __global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const 
   const int lane = threadIdx.x & 31, l = lane % L;
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * (kGroupThreads / 32) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
   const bool live = r < a.rows_per_expert;
-  const uint64_t off = static_cast<uint64_t>(run.expert * a.rows_per_expert + (live ? r : 0)) * a.row_bytes;
+  const uint8_t* w = expert_row(a, a.w, a.ws, run.expert, live ? r : 0);
+  [[maybe_unused]] const uint8_t* w2 = kGateUp ? expert_row(a, a.w2, a.ws2, run.expert, live ? r : 0) : nullptr;
   const int64_t n_blocks_x = a.n_cols / kChunk;
   for (int c0 = 0; c0 < run.count; c0 += kGroupTokens) {
     const int nt = min(kGroupTokens, run.count - c0);
@@ -136,8 +150,8 @@ __global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const 
     }
     for (int u = live ? l : a.n_units; u < a.n_units; u += L) {
       const int b = u / T::kUnits, s = u % T::kUnits;
-      const auto dec = T::decode(a.w + off + static_cast<uint64_t>(b) * T::kBytes, s);
-      [[maybe_unused]] const auto dec2 = kGateUp ? T::decode(a.w2 + off + static_cast<uint64_t>(b) * T::kBytes, s) : dec;
+      const auto dec = T::decode(w + static_cast<uint64_t>(b) * T::kBytes, s);
+      [[maybe_unused]] const auto dec2 = kGateUp ? T::decode(w2 + static_cast<uint64_t>(b) * T::kBytes, s) : dec;
 #pragma unroll
       for (int j = 0; j < kGroupTokens; ++j) {
         if (j >= nt) break;
@@ -271,10 +285,13 @@ GroupView group_view(const void* groups, int64_t n_pairs, int n_expert) {
 
 ExpertArgs expert_args(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids, int n_used,
                        const int8_t* xq, const float2* xd, float* out, const void* groups, int64_t n_pairs,
-                       int n_expert, int* max_runs) {
+                       int n_expert, int* max_runs, const void* shared_w, const void* shared_w2) {
   ExpertArgs a{};
   a.w = static_cast<const uint8_t*>(w.data);
   a.w2 = static_cast<const uint8_t*>(w2);
+  a.ws = static_cast<const uint8_t*>(shared_w);
+  a.ws2 = static_cast<const uint8_t*>(shared_w2);
+  a.shared_id = shared_w != nullptr ? w.n_rows / rows_per_expert : -1;
   a.row_bytes = w.row_bytes;
   a.rows_per_expert = rows_per_expert;
   a.ids = ids;
@@ -292,6 +309,14 @@ ExpertArgs expert_args(const DeviceWeight& w, const void* w2, int64_t rows_per_e
     *max_runs = g.max_runs;
   }
   return a;
+}
+
+void check_shared(const void* shared_w, bool with_w2, const void* shared_w2, const char* what) {
+  if (shared_w == nullptr) return;
+  if ((reinterpret_cast<uintptr_t>(shared_w) | (with_w2 ? reinterpret_cast<uintptr_t>(shared_w2) : 0)) % 16 != 0 ||
+      (with_w2 && shared_w2 == nullptr)) {
+    bad(std::string(what) + ": the shared expert's rows must be given (gate and up) at 16-byte aligned addresses");
+  }
 }
 
 void check_groups(const void* groups, int64_t n_pairs, int n_expert, int64_t experts_in_weight, const char* what) {
@@ -326,8 +351,10 @@ void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* group
 
 void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
                     int64_t n_tokens, int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes,
-                    cudaStream_t stream, const void* groups, int n_expert) {
+                    cudaStream_t stream, const void* groups, int n_expert, const void* shared_w,
+                    const void* shared_w2, bool x_ready) {
   check(gate, gate.n_cols);
+  check_shared(shared_w, true, shared_w2, "q8_moe_gate_up");
   check(up, gate.n_cols);
   if (up.type != gate.type || up.row_bytes != gate.row_bytes || up.n_rows != gate.n_rows) {
     bad("q8_moe_gate_up: gate and up must have one type and shape");
@@ -341,20 +368,23 @@ void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t ro
     bad("q8_moe_gate_up: scratch must hold q8_scratch_bytes and be 256-byte aligned");
   }
   const int64_t n_pairs = n_tokens * n_used;
-  check_groups(groups, n_pairs, n_expert, gate.n_rows / rows_per_expert, "q8_moe_gate_up");
-  int8_t* xq = nullptr;
-  float2* xd = nullptr;
-  quantize_into(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
+  check_groups(groups, n_pairs, n_expert, gate.n_rows / rows_per_expert + (shared_w != nullptr ? 1 : 0),
+               "q8_moe_gate_up");
+  int8_t* xq = static_cast<int8_t*>(scratch);
+  auto* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(n_tokens, gate.n_cols));
+  if (!x_ready) quantize_into(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
   int max_runs = 0;
   const ExpertArgs a =
-      expert_args(gate, up.data, rows_per_expert, ids, n_used, xq, xd, h, groups, n_pairs, n_expert, &max_runs);
+      expert_args(gate, up.data, rows_per_expert, ids, n_used, xq, xd, h, groups, n_pairs, n_expert, &max_runs,
+                  shared_w, shared_w2);
   launch_expert_type<true>(gate.type, a, n_pairs, max_runs, stream);
 }
 
 void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_t* ids, int64_t n_pairs,
                  const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream,
-                 const void* groups, int n_expert) {
+                 const void* groups, int n_expert, const void* shared_w) {
   check(down, down.n_cols);
+  check_shared(shared_w, false, nullptr, "q8_moe_down");
   if (rows_per_expert <= 0 || down.n_rows % rows_per_expert != 0) {
     bad("q8_moe_down: rows_per_expert " + std::to_string(rows_per_expert) + " does not divide " +
         std::to_string(down.n_rows) + " rows");
@@ -363,12 +393,14 @@ void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_
   if (scratch_bytes < q8_scratch_bytes(down.n_cols, n_pairs) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
     bad("q8_moe_down: scratch must hold q8_scratch_bytes and be 256-byte aligned");
   }
-  check_groups(groups, n_pairs, n_expert, down.n_rows / rows_per_expert, "q8_moe_down");
+  check_groups(groups, n_pairs, n_expert, down.n_rows / rows_per_expert + (shared_w != nullptr ? 1 : 0),
+               "q8_moe_down");
   int8_t* hq = nullptr;
   float2* hd = nullptr;
   quantize_into(h, n_pairs, down.n_cols, scratch, &hq, &hd, stream);
   int max_runs = 0;
-  const ExpertArgs a = expert_args(down, nullptr, rows_per_expert, ids, 1, hq, hd, y, groups, n_pairs, n_expert, &max_runs);
+  const ExpertArgs a = expert_args(down, nullptr, rows_per_expert, ids, 1, hq, hd, y, groups, n_pairs, n_expert,
+                                   &max_runs, shared_w, nullptr);
   launch_expert_type<false>(down.type, a, n_pairs, max_runs, stream);
 }
 
