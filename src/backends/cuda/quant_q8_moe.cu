@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/launch.cuh"
@@ -115,11 +116,10 @@ __global__ void __launch_bounds__(kThreads) q8_expert_kernel(const ExpertArgs a)
 // of one expert (grouped: order[first .. first + count)) or, without groups, pair
 // blockIdx.y alone. Each group of L lanes owns one row of the run's expert and meets the
 // run's pairs kGroupTokens at a time, decoding each unit of the row once per pass; lane l
-// takes units l, l + L, ... (L = 32 for 33-64 units, else the smallest power of two
-// >= n_units: whole warps for short rows) and the L lanes' butterfly sums them. A pair's
+// takes units l, l + L, ... (L: the smallest power of two >= n_units / units_per_lane(),
+// 2 to 32; two units a lane by default) and the L lanes' butterfly sums them. A pair's
 // sums involve its own row of x only, in one order: the same bits grouped or not, in any
-// batch. (They are also the bits of a warp per (pair, row) with units lane, lane + 32
-// and a 32-lane butterfly: the lanes past L add zeros.)
+// batch.
 template <class T, int L, bool kGateUp>
 __global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const ExpertArgs a) {
   ::hearth::cuda::pdl_wait();
@@ -219,6 +219,19 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
+// Units a lane of the grouped kernel takes (HEARTH_CUDA_MOE_UPL; 0: not read yet). Two,
+// measured on the H200 (Qwen3.5-35B-A3B shape, 8 layers, against one a lane): one token
+// 0.67 -> 0.66 ms a step, 16 tokens 2.72 -> 2.66, 64 tokens 6.06 -> 5.50 (more loads in
+// flight a lane); four: 64 tokens 5.43, but 16 tokens 2.86.
+int g_units_per_lane = 0;
+int units_per_lane() {
+  if (g_units_per_lane <= 0) {
+    const char* e = std::getenv("HEARTH_CUDA_MOE_UPL");
+    g_units_per_lane = e != nullptr ? std::max(1, std::atoi(e)) : 2;
+  }
+  return g_units_per_lane;
+}
+
 // Rows of up to kMaxGroupUnits units on the grouped kernel (without groups: a run per
 // pair, which also gives short rows such as a 512-wide down projection's 8 units whole
 // warps), longer ones a block per (pair, row).
@@ -231,11 +244,15 @@ void launch_expert(const ExpertArgs& a, int64_t n_pairs, int max_runs, cudaStrea
                       static_cast<unsigned>(a.runs != nullptr ? max_runs : n_pairs));
       ::hearth::cuda::launch_pdl(kernel, grid, kGroupThreads, 0, stream, a);
     };
-    if (a.n_units <= 4) {
+    // Lanes a row: enough for units_per_lane() units each (1: a unit a lane).
+    const int want = (a.n_units + units_per_lane() - 1) / units_per_lane();
+    if (want <= 2) {
+      go(q8_expert_grouped_kernel<T, 2, kGateUp>, 2);
+    } else if (want <= 4) {
       go(q8_expert_grouped_kernel<T, 4, kGateUp>, 4);
-    } else if (a.n_units <= 8) {
+    } else if (want <= 8) {
       go(q8_expert_grouped_kernel<T, 8, kGateUp>, 8);
-    } else if (a.n_units <= 16) {
+    } else if (want <= 16) {
       go(q8_expert_grouped_kernel<T, 16, kGateUp>, 16);
     } else {
       go(q8_expert_grouped_kernel<T, 32, kGateUp>, 32);
