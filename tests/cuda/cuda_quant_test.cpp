@@ -239,6 +239,22 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
       }
     }
     hearth::cuda::set_q8_gemm_scale_after(2);
+    // 33 or more tokens: the wide kernel's two shapes and the narrow kernel's 32-token
+    // tiles, the same bits.
+    if (nt > 32) {
+      for (int wide : {0, 2, 4}) {
+        hearth::cuda::set_q8_gemm_wide(wide);
+        CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+        hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
+        check_launch(stream);
+        CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+        if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+          fails.add(tag + " q8_gemm nt=" + std::to_string(nt) + ": wide kernel " + std::to_string(wide) +
+                    " differs from the default's bits");
+        }
+      }
+      hearth::cuda::set_q8_gemm_wide(2);
+    }
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));

@@ -463,6 +463,41 @@ void launch_q8k(dim3 grid, cudaStream_t stream, const uint8_t* w, uint64_t row_b
 }
 
 #include "backends/cuda/quant_mmq_q6k.cuh"
+#include "backends/cuda/quant_mmq_wide.cuh"
+
+// Warps along the rows of the wide kernel for 33 or more tokens (a block: 32 WR rows x 64
+// tokens), or 0 for two narrow 32-token tiles (HEARTH_CUDA_MMQ_WIDE=0|2|4); -1: not read.
+// Two by default, measured on the H200 (Qwen3.5-9B, 64 sequences, ms a step): two 32-token
+// tiles 16.14 / 16.16, WR = 2 14.14 / 14.19, WR = 4 14.30 / 14.38 (one block of eight warps
+// an SM at 244 registers a thread, where WR = 2 fits two of four warps).
+std::atomic<int> g_wide{-1};
+
+int wide_rows_warps() {
+  int v = g_wide.load();
+  if (v < 0) {
+    const char* e = std::getenv("HEARTH_CUDA_MMQ_WIDE");
+    const std::string s = e != nullptr ? e : "";
+    v = s == "0" ? 0 : s == "4" ? 4 : 2;
+    g_wide = v;
+  }
+  return v;
+}
+
+// Stages in flight: as many as let two blocks share a multiprocessor's 227 KiB.
+template <bool kQ6, int WR>
+constexpr int wide_stages() {
+  return kQ6 ? (WR == 4 ? 2 : 3) : (WR == 4 ? 3 : 4);
+}
+
+template <bool kQ6, int WR>
+void launch_wide(int64_t n_tokens, int64_t splits, cudaStream_t stream, const uint8_t* w, uint64_t row_bytes,
+                 int64_t n_rows, int64_t n_cols, const int8_t* xq, const float* xd, int steps_per_split, float* out) {
+  constexpr int NS = wide_stages<kQ6, WR>();
+  const dim3 grid(static_cast<unsigned>((n_rows + 32 * WR - 1) / (32 * WR)),
+                  static_cast<unsigned>((n_tokens + kWideTokens - 1) / kWideTokens), static_cast<unsigned>(splits));
+  launch_pdl(mmq_wide_kernel<kQ6, WR, NS>, grid, 64 * WR, wide_smem_bytes<kQ6, WR, NS>(), stream, w, row_bytes,
+             n_rows, n_cols, xq, xd, n_tokens, steps_per_split, out);
+}
 
 struct Plan {
   int bn, splits, steps_per_split;
@@ -505,6 +540,12 @@ void allow_smem() {
   check_launch(cudaFuncSetAttribute(mmq_q4k_q8k_kernel<BN, NS, MINB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(q8k_smem_bytes<BN, NS>())));
 }
+template <bool kQ6, int WR>
+void allow_smem_wide() {
+  constexpr int NS = wide_stages<kQ6, WR>();
+  check_launch(cudaFuncSetAttribute(mmq_wide_kernel<kQ6, WR, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(wide_smem_bytes<kQ6, WR, NS>())));
+}
 template <int BN, int NS>
 void allow_smem_q6k() {
   check_launch(cudaFuncSetAttribute(mmq_q6k_q8k_kernel<BN, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -518,10 +559,16 @@ void q8_gemm_prepare() {
   allow_smem<32, 3, 4>();
   allow_smem_q6k<16, 4>();
   allow_smem_q6k<32, 3>();
+  allow_smem_wide<false, 2>();
+  allow_smem_wide<false, 4>();
+  allow_smem_wide<true, 2>();
+  allow_smem_wide<true, 4>();
   g_prepared = true;
 }
 
 void set_q8_gemm_scale_after(int mode) { g_scale_after = mode; }
+
+void set_q8_gemm_wide(int rows_warps) { g_wide = rows_warps == 2 || rows_warps == 4 ? rows_warps : 0; }
 
 bool q8_gemm_uses_q8k() {
   static const bool on = [] {
@@ -574,8 +621,17 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
     const int64_t warps = n_tokens * (w.n_cols / kStep);
     launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens,
                w.n_cols, xq, xk);
-    // 16 tokens: four steps in flight; 32 (33-64: two tiles of 32): three.
-    if (w.type == GgmlType::Q6_K) {
+    // 16 tokens: four steps in flight; 32 (33-64: two tiles of 32): three. 33 or more
+    // tokens: the wide kernel, with the same column splits.
+    const int wr = n_tokens > 32 ? wide_rows_warps() : 0;
+    const bool q6 = w.type == GgmlType::Q6_K;
+    if (wr == 4) {
+      (q6 ? launch_wide<true, 4> : launch_wide<false, 4>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
+                                                           w.n_cols, xq, xk, p.steps_per_split, out);
+    } else if (wr == 2) {
+      (q6 ? launch_wide<true, 2> : launch_wide<false, 2>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
+                                                           w.n_cols, xq, xk, p.steps_per_split, out);
+    } else if (q6) {
       if (p.bn == 16) {
         launch_q6k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
       } else {
