@@ -205,8 +205,9 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
     }
   });
   float* d_x = device_copy(x);
-  float* d_y = nullptr;
+  float *d_y = nullptr, *d_y2 = nullptr;
   CUDA_OK(cudaMalloc(&d_y, sizeof(float) * kTok * rows));
+  CUDA_OK(cudaMalloc(&d_y2, sizeof(float) * kTok * rows));
   size_t sb = 0;
   for (int nt = 1; nt <= kTok; ++nt) sb = std::max(sb, hearth::cuda::q8_gemm_scratch_bytes(dw, nt));
   void* d_s = nullptr;
@@ -224,9 +225,28 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
     } else if (std::memcmp(first.data(), y.data(), sizeof(float) * static_cast<size_t>(rows)) != 0) {
       fails.add(tag + " q8_gemm nt=" + std::to_string(nt) + ": the first token's outputs differ from a batch of 1");
     }
+    // Two weights sharing x in one call (x quantized once): each the single call's bits.
+    std::vector<float> y2(y.size());
+    {
+      const DeviceWeight two[2] = {dw, dw};
+      float* outs[2] = {d_y, d_y2};
+      const size_t mb = hearth::cuda::q8_gemm_multi_scratch_bytes(two, 2, nt);
+      void* d_m = nullptr;
+      CUDA_OK(cudaMalloc(&d_m, mb));
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+      CUDA_OK(cudaMemsetAsync(d_y2, 0xff, sizeof(float) * kTok * rows, stream));
+      hearth::cuda::q8_gemm_multi(two, 2, d_x, nt, outs, d_m, mb, stream);
+      check_launch(stream);
+      for (float* o : outs) {
+        CUDA_OK(cudaMemcpy(y2.data(), o, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+        if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+          fails.add(tag + " q8_gemm_multi nt=" + std::to_string(nt) + ": differs from q8_gemm's bits");
+        }
+      }
+      CUDA_OK(cudaFree(d_m));
+    }
     // Both kernel variants (scaling the raw sub-block sums afterwards, or the scale's split
     // halves in two MMAs): the default's bits.
-    std::vector<float> y2(y.size());
     for (int mode : {0, 1}) {
       hearth::cuda::set_q8_gemm_scale_after(mode);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
@@ -259,6 +279,7 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));
   CUDA_OK(cudaFree(d_y));
+  CUDA_OK(cudaFree(d_y2));
 }
 
 // quant_gemm for 9..130 tokens against the double product of the f16-rounded weights and

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/cuda_backend.h"
@@ -187,6 +188,44 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
 
 void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
+  // Batched decode on the int8 tensor cores (q8_gemm): weights of one column count
+  // quantize x once between them (each product as matmul computes it); the others go on
+  // below.
+  static const bool gemm_multi = [] {  // HEARTH_CUDA_GEMM_MULTI=0: each product quantizes x itself
+    const char* e = std::getenv("HEARTH_CUDA_GEMM_MULTI");
+    return !(e != nullptr && std::string(e) == "0");
+  }();
+  if (gemm_multi && !deterministic_ && n > 1 && n <= 8) {
+    DeviceWeight gw[8];
+    float* gy[8];
+    const ops::WeightView* rest[8];
+    float* rest_y[8];
+    int ng = 0, nr = 0;
+    uint64_t h = 0;
+    for (int i = 0; i < n; ++i) {
+      if (int8_gemm_takes(*ws[i], n_tokens) && (ng == 0 || ws[i]->n_cols == gw[0].n_cols)) {
+        gw[ng] = device_weight(*ws[i], "matmul");
+        gy[ng++] = ys[i];
+        h = h * 1000003u + (sig_of(*ws[i]) ^ (sig_of(ys[i]) << 1));
+      } else {
+        rest[nr] = ws[i];
+        rest_y[nr++] = ys[i];
+      }
+    }
+    if (ng >= 2) {
+      {
+        OpTimer timer(*this, "matmul q8 gemm multi");
+        const size_t bytes = q8_gemm_multi_scratch_bytes(gw, ng, n_tokens);
+        void* tmp = scratch(5, bytes, "matmul");
+        if (!skip_launch("matmul q8 gemm multi", {h, sig_of(ng), sig_of(x), sig_of(n_tokens), sig_of(tmp)})) {
+          q8_gemm_multi(gw, ng, x, n_tokens, gy, tmp, bytes, stream_);
+          HEARTH_CUDA_LAUNCHED("matmul");
+        }
+      }
+      if (nr > 0) matmul_multi(rest, nr, x, n_tokens, rest_y);
+      return;
+    }
+  }
   // Decode products sharing x (q/k/v, gate/up, the Gated DeltaNet's four inputs): the
   // weights with 8-bit activation kernels quantize x once for all of them, the others
   // (f32 routers and gates) share one f32 launch; each weight's result is the one

@@ -129,6 +129,12 @@ constexpr int64_t kMinQ8GemmTokensQ6K = 9;
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);
+// q8_gemm for n weights of one column count sharing x (q / k / v, gate / up): x quantized
+// once, then each weight's products exactly as q8_gemm computes them (the same bits).
+// scratch: q8_gemm_multi_scratch_bytes, 256-byte aligned.
+size_t q8_gemm_multi_scratch_bytes(const DeviceWeight* ws, int n, int64_t n_tokens);
+void q8_gemm_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys, void* scratch,
+                   size_t scratch_bytes, cudaStream_t stream);
 
 // ys[i]: [n_tokens, ws[i].n_rows] = x times ws[i] transposed, for n weights with equal
 // n_cols that share x (q/k/v, gate/up): as n quant_matvec calls, with one launch for each

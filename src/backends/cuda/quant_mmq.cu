@@ -578,18 +578,79 @@ bool q8_gemm_uses_q8k() {
   return on;
 }
 
-size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
+namespace {
+
+// The products of w with tokens already quantized as Q8_K (xq, xk); split sums go through
+// part (at least q8_gemm_scratch_bytes less the quantized tokens' bytes).
+void q8k_products(const DeviceWeight& w, const int8_t* xq, const float* xk, int64_t n_tokens, float* y, void* part,
+                  cudaStream_t stream) {
   const Plan p = plan_for(w, n_tokens);
-  const size_t part = p.splits > 1 ? align256(sizeof(float) * static_cast<size_t>(p.splits * n_tokens * w.n_rows)) : 0;
-  return q8_scratch_bytes(w.n_cols, n_tokens) + part;
+  float* out = p.splits > 1 ? static_cast<float*>(part) : y;
+  const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
+                  static_cast<unsigned>(p.splits));
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  // 16 tokens: four steps in flight; 32: three. 33 or more tokens: the wide kernel, with
+  // the same column splits.
+  const int wr = n_tokens > 32 ? wide_rows_warps() : 0;
+  const bool q6 = w.type == GgmlType::Q6_K;
+  if (wr == 4) {
+    (q6 ? launch_wide<true, 4> : launch_wide<false, 4>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
+                                                         w.n_cols, xq, xk, p.steps_per_split, out);
+  } else if (wr == 2) {
+    (q6 ? launch_wide<true, 2> : launch_wide<false, 2>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
+                                                         w.n_cols, xq, xk, p.steps_per_split, out);
+  } else if (q6) {
+    if (p.bn == 16) {
+      launch_q6k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+    } else {
+      launch_q6k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+    }
+  } else if (p.bn == 16) {
+    launch_q8k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+  } else {
+    launch_q8k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
+  }
+  if (p.splits > 1) sum_splits(out, p.splits, n_tokens * w.n_rows, y, stream);
 }
 
-void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
-             cudaStream_t stream) {
-  auto bad = [&](const std::string& what) {
-    fail(ErrorKind::kInvalidInput, "cuda quant",
-         "q8_gemm (" + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) + "): " + what);
-  };
+// The chunk-scaled form (HEARTH_CUDA_MMQ_Q8K=0).
+void q8_chunk_products(const DeviceWeight& w, const int8_t* xq, const float2* xd, int64_t n_tokens, float* y,
+                       void* part, cudaStream_t stream) {
+  const Plan p = plan_for(w, n_tokens);
+  float* out = p.splits > 1 ? static_cast<float*>(part) : y;
+  const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
+                  static_cast<unsigned>(p.splits));
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  switch (p.bn) {
+    case 16:
+      launch_pdl(mmq_q4k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
+                 p.steps_per_split, out);
+      break;
+    case 32:
+      launch_pdl(mmq_q4k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
+                 p.steps_per_split, out);
+      break;
+    default:
+      launch_pdl(mmq_q4k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd, n_tokens,
+                 p.steps_per_split, out);
+      break;
+  }
+  if (p.splits > 1) sum_splits(out, p.splits, n_tokens * w.n_rows, y, stream);
+}
+
+size_t part_bytes(const DeviceWeight& w, int64_t n_tokens) {
+  const Plan p = plan_for(w, n_tokens);
+  return p.splits > 1 ? align256(sizeof(float) * static_cast<size_t>(p.splits * n_tokens * w.n_rows)) : 0;
+}
+
+[[noreturn]] void q8_gemm_bad(const DeviceWeight& w, const char* op, const std::string& what) {
+  fail(ErrorKind::kInvalidInput, "cuda quant",
+       std::string(op) + " (" + std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) + "): " + what);
+}
+
+// What q8_gemm requires of a weight and a call (a precise message otherwise).
+void check_q8_gemm(const DeviceWeight& w, int64_t n_tokens, const char* op) {
+  auto bad = [&](const std::string& what) { q8_gemm_bad(w, op, what); };
   if (!q8_gemm_supported(w.type)) bad("no integer tensor-core kernel for this type");
   if (n_tokens < 0 || n_tokens > kMaxQ8GemmCallTokens) {
     bad("1 to " + std::to_string(kMaxQ8GemmCallTokens) + " tokens, not " + std::to_string(n_tokens));
@@ -600,68 +661,81 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
       (reinterpret_cast<uintptr_t>(w.data) | w.row_bytes) % 16 != 0) {
     bad("rows must hold their blocks at 16-byte aligned addresses");
   }
-  if (n_tokens == 0 || w.n_rows == 0) return;
-  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 || scratch_bytes < q8_gemm_scratch_bytes(w, n_tokens)) {
-    bad("scratch must hold q8_gemm_scratch_bytes and be 256-byte aligned");
-  }
-  const Plan p = plan_for(w, n_tokens);
-  int8_t* xq = static_cast<int8_t*>(scratch);
-  float2* xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(n_tokens, w.n_cols));
-  float* out = y;
-  if (p.splits > 1) {
-    out = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + q8_scratch_bytes(w.n_cols, n_tokens));
-  }
-  const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.tok_tiles),
-                  static_cast<unsigned>(p.splits));
-  const auto* wd = static_cast<const uint8_t*>(w.data);
+}
+
+// x quantized into the head of scratch for the products of n_cols columns: Q8_K (xk set)
+// or chunks of 32 (xd set).
+void quantize_tokens(const float* x, int64_t n_tokens, int64_t n_cols, void* scratch, cudaStream_t stream,
+                     int8_t** xq, float** xk, float2** xd) {
+  *xq = static_cast<int8_t*>(scratch);
+  *xd = reinterpret_cast<float2*>(static_cast<uint8_t*>(scratch) + q8_scratch_scales_offset(n_tokens, n_cols));
+  *xk = nullptr;
   if (q8_gemm_uses_q8k()) {
     if (!g_prepared) q8_gemm_prepare();  // callers without a CudaBackend (which prepares at start)
     // The Q8_K scales (one float per 256 columns) where the chunk scales would be.
-    auto* xk = reinterpret_cast<float*>(xd);
-    const int64_t warps = n_tokens * (w.n_cols / kStep);
-    launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens,
-               w.n_cols, xq, xk);
-    // 16 tokens: four steps in flight; 32 (33-64: two tiles of 32): three. 33 or more
-    // tokens: the wide kernel, with the same column splits.
-    const int wr = n_tokens > 32 ? wide_rows_warps() : 0;
-    const bool q6 = w.type == GgmlType::Q6_K;
-    if (wr == 4) {
-      (q6 ? launch_wide<true, 4> : launch_wide<false, 4>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
-                                                           w.n_cols, xq, xk, p.steps_per_split, out);
-    } else if (wr == 2) {
-      (q6 ? launch_wide<true, 2> : launch_wide<false, 2>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
-                                                           w.n_cols, xq, xk, p.steps_per_split, out);
-    } else if (q6) {
-      if (p.bn == 16) {
-        launch_q6k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
-      } else {
-        launch_q6k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
-      }
-    } else if (p.bn == 16) {
-      launch_q8k<16, 4>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
-    } else {
-      launch_q8k<32, 3>(grid, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xk, n_tokens, p.steps_per_split, out);
-    }
+    *xk = reinterpret_cast<float*>(*xd);
+    const int64_t warps = n_tokens * (n_cols / kStep);
+    launch_pdl(q8k_quantize_kernel, dim3(static_cast<unsigned>((warps + 3) / 4)), 128, 0, stream, x, n_tokens, n_cols,
+               *xq, *xk);
   } else {
-    q8_quantize(x, n_tokens, w.n_cols, xq, xd, stream);
-    switch (p.bn) {
-      case 16:
-        launch_pdl(mmq_q4k_kernel<16>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd,
-                   n_tokens, p.steps_per_split, out);
-        break;
-      case 32:
-        launch_pdl(mmq_q4k_kernel<32>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd,
-                   n_tokens, p.steps_per_split, out);
-        break;
-      default:
-        launch_pdl(mmq_q4k_kernel<64>, grid, kThreads, 0, stream, wd, w.row_bytes, w.n_rows, w.n_cols, xq, xd,
-                   n_tokens, p.steps_per_split, out);
-        break;
-    }
+    q8_quantize(x, n_tokens, n_cols, *xq, *xd, stream);
   }
-  if (p.splits > 1) {
-    const int64_t n = n_tokens * w.n_rows;
-    sum_splits(out, p.splits, n, y, stream);
+}
+
+void products(const DeviceWeight& w, const int8_t* xq, const float* xk, const float2* xd, int64_t n_tokens, float* y,
+              void* part, cudaStream_t stream) {
+  if (xk != nullptr) {
+    q8k_products(w, xq, xk, n_tokens, y, part, stream);
+  } else {
+    q8_chunk_products(w, xq, xd, n_tokens, y, part, stream);
+  }
+}
+
+}  // namespace
+
+size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
+  return q8_scratch_bytes(w.n_cols, n_tokens) + part_bytes(w, n_tokens);
+}
+
+void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
+             cudaStream_t stream) {
+  check_q8_gemm(w, n_tokens, "q8_gemm");
+  if (n_tokens == 0 || w.n_rows == 0) return;
+  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 || scratch_bytes < q8_gemm_scratch_bytes(w, n_tokens)) {
+    q8_gemm_bad(w, "q8_gemm", "scratch must hold q8_gemm_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* xq = nullptr;
+  float* xk = nullptr;
+  float2* xd = nullptr;
+  quantize_tokens(x, n_tokens, w.n_cols, scratch, stream, &xq, &xk, &xd);
+  products(w, xq, xk, xd, n_tokens, y, static_cast<uint8_t*>(scratch) + q8_scratch_bytes(w.n_cols, n_tokens), stream);
+}
+
+size_t q8_gemm_multi_scratch_bytes(const DeviceWeight* ws, int n, int64_t n_tokens) {
+  if (n <= 0) return 0;
+  size_t part = 0;
+  for (int i = 0; i < n; ++i) part = std::max(part, part_bytes(ws[i], n_tokens));
+  return q8_scratch_bytes(ws[0].n_cols, n_tokens) + part;
+}
+
+void q8_gemm_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys, void* scratch,
+                   size_t scratch_bytes, cudaStream_t stream) {
+  for (int i = 0; i < n; ++i) {
+    check_q8_gemm(ws[i], n_tokens, "q8_gemm_multi");
+    if (ws[i].n_cols != ws[0].n_cols) q8_gemm_bad(ws[i], "q8_gemm_multi", "the weights must share n_cols");
+  }
+  if (n <= 0 || n_tokens == 0) return;
+  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 || scratch_bytes < q8_gemm_multi_scratch_bytes(ws, n, n_tokens)) {
+    q8_gemm_bad(ws[0], "q8_gemm_multi", "scratch must hold q8_gemm_multi_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* xq = nullptr;
+  float* xk = nullptr;
+  float2* xd = nullptr;
+  quantize_tokens(x, n_tokens, ws[0].n_cols, scratch, stream, &xq, &xk, &xd);
+  // One after another on the stream, so the split sums' scratch serves each in turn.
+  void* part = static_cast<uint8_t*>(scratch) + q8_scratch_bytes(ws[0].n_cols, n_tokens);
+  for (int i = 0; i < n; ++i) {
+    if (ws[i].n_rows > 0) products(ws[i], xq, xk, xd, n_tokens, ys[i], part, stream);
   }
 }
 
