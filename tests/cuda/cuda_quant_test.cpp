@@ -259,11 +259,11 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
       }
     }
     hearth::cuda::set_q8_gemm_scale_after(2);
-    // 33 or more tokens: the wide kernel's two shapes and the narrow kernel's 32-token
-    // tiles, the same bits.
-    if (nt > 32) {
+    // 17 or more tokens: the wide kernel's shapes (32- and 64-token tiles) and the narrow
+    // kernel's 32-token tiles, the same bits.
+    if (nt > 16) {
       for (int wide : {0, 2, 4}) {
-        hearth::cuda::set_q8_gemm_wide(wide);
+        hearth::cuda::set_q8_gemm_wide(wide, 17);
         CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
         hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
         check_launch(stream);
@@ -273,7 +273,7 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
                     " differs from the default's bits");
         }
       }
-      hearth::cuda::set_q8_gemm_wide(2);
+      hearth::cuda::set_q8_gemm_wide(2, 17);
     }
   }
   CUDA_OK(cudaFree(d_s));

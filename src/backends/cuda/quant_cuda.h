@@ -114,10 +114,11 @@ bool q8_gemm_uses_q8k();
 // or two on the scale's split halves (the same bits): 1 / 0 forces one, 2 picks by the
 // token tile (the default; HEARTH_CUDA_MMQ_SCALE_AFTER). For tests.
 void set_q8_gemm_scale_after(int mode);
-// 33 or more tokens: 2 or 4 warps along the rows of the wide kernel (quant_mmq_wide.cuh:
-// 64-token tiles, the same bits), or 0 for 32-token tiles of the narrow one
-// (HEARTH_CUDA_MMQ_WIDE; default 2). For tests and measurements.
-void set_q8_gemm_wide(int rows_warps);
+// From min_tokens (17 to 33; 0 keeps the setting; HEARTH_CUDA_MMQ_WIDE_MIN, default 17):
+// the wide kernel (quant_mmq_wide.cuh, the same bits) with 2 or 4 warps along the rows for
+// 33 or more tokens (HEARTH_CUDA_MMQ_WIDE; default 2; 17-32 tokens always take 4), or 0
+// for the narrow one. For tests and measurements.
+void set_q8_gemm_wide(int rows_warps, int min_tokens = 0);
 // Kernel attributes q8_gemm needs (more than 48 KiB of shared memory), set once per device
 // before any launch (so none is set during a stream capture).
 void q8_gemm_prepare();

@@ -73,16 +73,31 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 
 // Step st's 256 quantized values of tokens tok0 .. tok0 + BN - 1 into dst ([BN][kXRow]),
 // by the whole block (cp.async; zeros past n_tokens).
-template <int BN>
+template <int BN, int NT = kThreads>
 __device__ __forceinline__ void stage_tokens(int8_t* dst, const int8_t* __restrict__ xq, int64_t n_cols, int64_t tok0,
                                              int64_t n_tokens, int st) {
-  for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += kThreads) {
+  for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += NT) {
     const int tk = i / (kStep / 16), c = i % (kStep / 16);
     int8_t* d = dst + tk * kXRow + c * 16;
     if (tok0 + tk < n_tokens) {
       cp_async16(d, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
     } else {
       *reinterpret_cast<int4*>(d) = make_int4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Step st's Q8_K scales of tokens tok0 .. tok0 + BN - 1 into dst[BN] (threads 0 .. BN - 1;
+// zeros past n_tokens).
+template <int BN>
+__device__ __forceinline__ void stage_token_scales(float* dst, const float* __restrict__ xd, int64_t tok0,
+                                                   int64_t n_tokens, int n_steps, int st) {
+  if (static_cast<int>(threadIdx.x) < BN) {
+    const int tk = static_cast<int>(threadIdx.x);
+    if (tok0 + tk < n_tokens) {
+      cp_async4(dst + tk, xd + (tok0 + tk) * n_steps + st);
+    } else {
+      dst[tk] = 0.0f;
     }
   }
 }
@@ -310,14 +325,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
       cp_async16(wb + r * kBlockBytes + c * 16, w + row * row_bytes + static_cast<int64_t>(st) * kBlockBytes + c * 16);
     }
     stage_tokens<BN>(xs + buf * (BN * kXRow), xq, n_cols, tok0, n_tokens, st);
-    if (static_cast<int>(threadIdx.x) < BN) {
-      const int tk = static_cast<int>(threadIdx.x);
-      if (tok0 + tk < n_tokens) {
-        cp_async4(ds + buf * BN + tk, xd + (tok0 + tk) * n_steps + st);
-      } else {
-        ds[buf * BN + tk] = 0.0f;
-      }
-    }
+    stage_token_scales<BN>(ds + buf * BN, xd, tok0, n_tokens, n_steps, st);
   };
 
   ::hearth::cuda::pdl_wait();
@@ -489,14 +497,30 @@ constexpr int wide_stages() {
   return kQ6 ? (WR == 4 ? 2 : 3) : (WR == 4 ? 3 : 4);
 }
 
-template <bool kQ6, int WR>
+// Fewest tokens the wide kernel takes (HEARTH_CUDA_MMQ_WIDE_MIN, 17 to 33; 17-32 tokens:
+// 32-token tiles, one warp along the tokens and four along the rows). -1: not read yet.
+// 17 by default, measured on the H200 (Qwen3.5-9B, ms a step, narrow kernel / wide, two
+// pairs): 24 sequences 8.81, 8.78 -> 8.19, 8.19; 32 sequences 9.41, 9.40 -> 8.81, 8.80 (two
+// warps along the rows: 8.77, 8.68 and 9.42, 9.32, no gain).
+std::atomic<int> g_wide_min{-1};
+int wide_min_tokens() {
+  int v = g_wide_min.load();
+  if (v < 0) {
+    const char* e = std::getenv("HEARTH_CUDA_MMQ_WIDE_MIN");
+    v = e != nullptr ? std::clamp(std::atoi(e), 17, 33) : 17;
+    g_wide_min = v;
+  }
+  return v;
+}
+
+template <bool kQ6, int WR, int WC = 2>
 void launch_wide(int64_t n_tokens, int64_t splits, cudaStream_t stream, const uint8_t* w, uint64_t row_bytes,
                  int64_t n_rows, int64_t n_cols, const int8_t* xq, const float* xd, int steps_per_split, float* out) {
   constexpr int NS = wide_stages<kQ6, WR>();
   const dim3 grid(static_cast<unsigned>((n_rows + 32 * WR - 1) / (32 * WR)),
-                  static_cast<unsigned>((n_tokens + kWideTokens - 1) / kWideTokens), static_cast<unsigned>(splits));
-  launch_pdl(mmq_wide_kernel<kQ6, WR, NS>, grid, 64 * WR, wide_smem_bytes<kQ6, WR, NS>(), stream, w, row_bytes,
-             n_rows, n_cols, xq, xd, n_tokens, steps_per_split, out);
+                  static_cast<unsigned>((n_tokens + 32 * WC - 1) / (32 * WC)), static_cast<unsigned>(splits));
+  launch_pdl(mmq_wide_kernel<kQ6, WR, NS, WC>, grid, 32 * WR * WC, wide_smem_bytes<kQ6, WR, NS, WC>(), stream, w,
+             row_bytes, n_rows, n_cols, xq, xd, n_tokens, steps_per_split, out);
 }
 
 struct Plan {
@@ -543,8 +567,12 @@ void allow_smem() {
 template <bool kQ6, int WR>
 void allow_smem_wide() {
   constexpr int NS = wide_stages<kQ6, WR>();
-  check_launch(cudaFuncSetAttribute(mmq_wide_kernel<kQ6, WR, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(wide_smem_bytes<kQ6, WR, NS>())));
+  check_launch(cudaFuncSetAttribute(mmq_wide_kernel<kQ6, WR, NS, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(wide_smem_bytes<kQ6, WR, NS, 2>())));
+  if constexpr (WR == 4) {  // (32-token tiles take four warps along the rows)
+    check_launch(cudaFuncSetAttribute(mmq_wide_kernel<kQ6, WR, NS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(wide_smem_bytes<kQ6, WR, NS, 1>())));
+  }
 }
 template <int BN, int NS>
 void allow_smem_q6k() {
@@ -568,7 +596,10 @@ void q8_gemm_prepare() {
 
 void set_q8_gemm_scale_after(int mode) { g_scale_after = mode; }
 
-void set_q8_gemm_wide(int rows_warps) { g_wide = rows_warps == 2 || rows_warps == 4 ? rows_warps : 0; }
+void set_q8_gemm_wide(int rows_warps, int min_tokens) {
+  g_wide = rows_warps == 2 || rows_warps == 4 ? rows_warps : 0;
+  if (min_tokens > 0) g_wide_min = std::clamp(min_tokens, 17, 33);
+}
 
 bool q8_gemm_uses_q8k() {
   static const bool on = [] {
@@ -591,9 +622,12 @@ void q8k_products(const DeviceWeight& w, const int8_t* xq, const float* xk, int6
   const auto* wd = static_cast<const uint8_t*>(w.data);
   // 16 tokens: four steps in flight; 32: three. 33 or more tokens: the wide kernel, with
   // the same column splits.
-  const int wr = n_tokens > 32 ? wide_rows_warps() : 0;
+  const int wr = n_tokens >= wide_min_tokens() ? wide_rows_warps() : 0;
   const bool q6 = w.type == GgmlType::Q6_K;
-  if (wr == 4) {
+  if (wr != 0 && n_tokens <= 32) {  // 17-32 tokens: one warp along them, four along the rows
+    (q6 ? launch_wide<true, 4, 1> : launch_wide<false, 4, 1>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
+                                                               w.n_cols, xq, xk, p.steps_per_split, out);
+  } else if (wr == 4) {
     (q6 ? launch_wide<true, 4> : launch_wide<false, 4>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
                                                          w.n_cols, xq, xk, p.steps_per_split, out);
   } else if (wr == 2) {

@@ -76,14 +76,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
       cp_async4(wb + r * kQ6Stage + c * 4, w + row * row_bytes + static_cast<int64_t>(st) * kQ6Bytes - o + c * 4);
     }
     stage_tokens<BN>(xs + buf * (BN * kXRow), xq, n_cols, tok0, n_tokens, st);
-    if (static_cast<int>(threadIdx.x) < BN) {
-      const int tk = static_cast<int>(threadIdx.x);
-      if (tok0 + tk < n_tokens) {
-        cp_async4(ds + buf * BN + tk, xd + (tok0 + tk) * n_steps + st);
-      } else {
-        ds[buf * BN + tk] = 0.0f;
-      }
-    }
+    stage_token_scales<BN>(ds + buf * BN, xd, tok0, n_tokens, n_steps, st);
   };
 
   ::hearth::cuda::pdl_wait();

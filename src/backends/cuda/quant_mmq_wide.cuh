@@ -8,7 +8,7 @@
 // loaded with two 32-bit shared loads per (warp, tile), and 64 tokens run as two blocks
 // that each stage and decode the whole weight block again. Measured on the H200 that
 // made them instruction-bound (~0.5 TB/s, issue slots half busy, the tensor pipe ~4 %).
-// Here a block covers 32 WR rows x 64 tokens with 2 WR warps, each warp 32 rows (two
+// Here a block covers 32 WR rows x 32 WC tokens (64 by default) with WR WC warps, each warp 32 rows (two
 // m16 tiles) x 32 tokens (four n8 tiles): a decoded A fragment meets four token tiles,
 // a token fragment (ldmatrix.x4: two tiles' k32 fragments, or four tiles' k16 ones in
 // one instruction) two row tiles, and the weight bytes are staged once for 64 tokens.
@@ -32,10 +32,11 @@ __host__ __device__ constexpr int wide_stage_row() {
   return kQ6 ? kQ6Stage : kBlockBytes;
 }
 
-template <bool kQ6, int WR, int NS>
+// WC: warps along the tokens (a block's tokens: 32 WC).
+template <bool kQ6, int WR, int NS, int WC = 2>
 constexpr size_t wide_smem_bytes() {
-  return NS * (static_cast<size_t>(32 * WR) * wide_stage_row<kQ6>() + static_cast<size_t>(kWideTokens) * kXRow +
-               sizeof(float) * kWideTokens);
+  return NS * (static_cast<size_t>(32 * WR) * wide_stage_row<kQ6>() + static_cast<size_t>(32 * WC) * kXRow +
+               sizeof(float) * 32 * WC);
 }
 
 // One 256-column step's weights of rows rowb .. rowb + 32 WR - 1 into wb (Q4_K: 144-byte
@@ -164,12 +165,12 @@ __device__ __forceinline__ void wide_q6k_step(const uint8_t* w0, int o, const in
 
 // out: [splits][n_tokens][n_rows] partial sums (y itself with one split), as the narrow
 // kernels; the split of the columns is theirs (plan_for), so the bits are theirs too.
-template <bool kQ6, int WR, int NS>
-__global__ void __launch_bounds__(64 * WR)
+template <bool kQ6, int WR, int NS, int WC = 2>
+__global__ void __launch_bounds__(32 * WR * WC)
     mmq_wide_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
                     const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t n_tokens, int steps_per_split,
                     float* __restrict__ out) {
-  constexpr int NT = 64 * WR, RB = 32 * WR, SR = wide_stage_row<kQ6>(), BN = kWideTokens;
+  constexpr int NT = 32 * WR * WC, RB = 32 * WR, SR = wide_stage_row<kQ6>(), BN = 32 * WC;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* wsm = smem;                                            // [NS][RB][SR]
   int8_t* xs = reinterpret_cast<int8_t*>(smem + NS * RB * SR);  // [NS][BN][kXRow]
@@ -185,24 +186,8 @@ __global__ void __launch_bounds__(64 * WR)
 
   auto stage = [&](int buf, int st) {
     wide_stage_weights<kQ6, NT>(wsm + buf * (RB * SR), w, row_bytes, n_rows, rowb, RB, st);
-    int8_t* xb = xs + buf * (BN * kXRow);
-    for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += NT) {
-      const int tk = i / (kStep / 16), c = i % (kStep / 16);
-      int8_t* d = xb + tk * kXRow + c * 16;
-      if (tok0 + tk < n_tokens) {
-        cp_async16(d, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
-      } else {
-        *reinterpret_cast<int4*>(d) = make_int4(0, 0, 0, 0);
-      }
-    }
-    if (static_cast<int>(threadIdx.x) < BN) {
-      const int tk = static_cast<int>(threadIdx.x);
-      if (tok0 + tk < n_tokens) {
-        cp_async4(ds + buf * BN + tk, xd + (tok0 + tk) * n_steps + st);
-      } else {
-        ds[buf * BN + tk] = 0.0f;
-      }
-    }
+    stage_tokens<BN, NT>(xs + buf * (BN * kXRow), xq, n_cols, tok0, n_tokens, st);
+    stage_token_scales<BN>(ds + buf * BN, xd, tok0, n_tokens, n_steps, st);
   };
 
   ::hearth::cuda::pdl_wait();
