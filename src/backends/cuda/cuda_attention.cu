@@ -309,9 +309,6 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, const i
 // conflicts), the chunk's softmax update is one warp max and sum, and the value sum has
 // lanes over dimensions (V rows broadcast per key). Warp w owns queries w, w + 4, ...
 constexpr int kPrefillQ = 16, kPrefillWarps = 4, kChunk = 32;
-// Decode rows go to the tensor-core kernel from the context bucket tc_decode_min_keys_ on
-// (keys split in ranges of at least kTcDecodeRangeKeys).
-constexpr int64_t kTcDecodeRangeKeys = 256;
 
 template <class T, int EPL>
 __global__ void __launch_bounds__(kPrefillWarps * 32)
@@ -601,8 +598,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
       (bucket_keys >= tc_decode_min_keys_ || decode_rows >= tc_decode_min_rows_) &&
       prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
     // Long contexts, and batches of decode rows: the one-row sequences on the tensor cores,
-    // their keys split over ranges of at least kTcDecodeRangeKeys (about 1,024 blocks in
-    // all), merged by attention_combine_kernel. (The scalar kernel below spends ~200 us a
+    // their keys split over ranges of at least tc_decode_range_keys_ (about
+    // tc_decode_blocks_ blocks in all), merged by attention_combine_kernel. (The scalar kernel below spends ~200 us a
     // layer on the 8B's 32k keys, and ~300 us on 64 rows of 640 keys: ~180 registers a
     // thread hold one block an SM, each warp a chain of shuffles and exps per key.)
     std::vector<Tile> dt;
@@ -611,10 +608,16 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     }
     const auto n_tiles = static_cast<int64_t>(dt.size());
     if (n_tiles == 0) return;  // (every row belongs to a prompt, done above)
-    const int64_t want = std::max<int64_t>(1, 1024 / (n_tiles * n_head_kv));
-    const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / kTcDecodeRangeKeys, want}));
-    // (Up to 256 ranges measured on the H200 at 32k: 35B-A3B no faster, 9B / 8B 6.5 / 3.3 %
-    // slower: the merge reads more partial rows than the extra blocks save.)
+    // Key ranges: as many as fill the GPU's resident blocks once (one wave; measured on the
+    // H200: a single 32k row of the 8B in 32 ranges 52 us against 68 in 64, 64 rows of 640
+    // keys unsplit 63-72 us against 74-127 in 2 ranges), none shorter than
+    // tc_decode_range_keys_. (HEARTH_CUDA_TC_DECODE_BLOCKS sets the wave instead.)
+    const int mode = group <= kTcDecodeGroup ? tc_decode_mode_ : 0;
+    const int64_t wave = tc_decode_blocks_ > 0 ? tc_decode_blocks_
+                                               : mode > 0 ? tc_decode_resident_blocks(static_cast<int>(head_dim), mode)
+                                                          : 1024;
+    const int64_t want = std::max<int64_t>(1, wave / (n_tiles * n_head_kv));
+    const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
     float* part = static_cast<float*>(
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
     const Tile* d_tiles = stage_array(dt.data(), n_tiles, "attention");
@@ -629,7 +632,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
                            static_cast<unsigned>(n_split)),
                       stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
                       static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out, part,
-                      group <= kTcDecodeGroup ? tc_decode_mode_ : 0);
+                      mode);
     HEARTH_CUDA_LAUNCHED("attention");
     ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
     HEARTH_CUDA_LAUNCHED("attention");

@@ -34,13 +34,16 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 // remainder), so scores and sums keep ~f32 precision. part != null (grid.z key ranges per
 // tile): each range's [max, sum, unnormalised output] goes to part[((row * n_head + head) *
 // grid.z + z) * (head_dim + 2)] instead, for attention_combine_kernel to merge.
-// decode 1 or 2: every tile is one row and group <= kTcDecodeGroup (the decode variant:
-// the block's four warps split each chunk's keys instead of its query vectors; 2: with
-// the next chunk's copies in flight during each chunk).
+// decode 1-3: every tile is one row and group <= kTcDecodeGroup (the decode variant:
+// the block's four warps split each chunk's keys instead of its query vectors), with
+// decode - 1 chunks' copies in flight during each chunk.
 constexpr int kTcDecodeGroup = 16;
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part = nullptr,
                        int decode = 0);
+// Blocks of the decode variant (decode 1-3) for this head size that the whole GPU holds
+// at once (multiprocessors x blocks one holds by its registers and shared memory).
+int64_t tc_decode_resident_blocks(int head_dim, int decode);
 
 }  // namespace hearth::cuda

@@ -15,9 +15,11 @@
 // keys split over blocks by the caller): the four warps share the 16 query vectors and
 // take 16 keys each of a 64-key chunk, so all of them compute and twice the keys are in
 // flight per barrier; their softmax states are merged in shared memory at the end, in
-// warp order. Two stage buffers (NSTG 2, the default for decode): the next chunk's
-// copies are issued before this chunk is computed.
+// warp order. NSTG stage buffers (2 or 3 for decode): the next NSTG - 1 chunks' copies
+// are issued before this chunk is computed.
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "backends/cuda/cuda_attention.cuh"
 #include "backends/cuda/cuda_backend.h"
@@ -55,7 +57,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_committed() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed copy groups are still pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 // (x0, x1) as f16 pairs: hi = f16(x), lo = f16(x - hi).
 __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
   const __half2 h = __floats2half2_rn(x0, x1);
@@ -126,33 +132,49 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   // The K and V rows of keys ci .. ci + KI - 1 into stage buffer buf (zeros past k_end).
+  // Thread t copies the 16-byte piece t % (D / 8) of keys t / (D / 8) + j * KPS: a fixed
+  // trip count, so the block-table reads of its keys are issued together.
+  constexpr int KPS = kWarps * 32 / (D / 8);  // keys per pass of the block's threads
+  static_assert(KI % KPS == 0, "whole passes");
+  const int st_c = 8 * (static_cast<int>(threadIdx.x) % (D / 8)), st_j = static_cast<int>(threadIdx.x) / (D / 8);
   auto stage = [&](int buf, int ci) {
-    for (int i = static_cast<int>(threadIdx.x); i < KI * (D / 8); i += kWarps * 32) {
-      const int j = i / (D / 8), c = 8 * (i % (D / 8)), key = ci + j;
-      __half* kd = ks + (buf * KI + j) * DS + c;
-      __half* vd = vs + (buf * KI + j) * DS + c;
-      if (key < k_end) {
-        const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
-        cp_async16(kd, kc + r * kv_stride + kv_off + c);
-        cp_async16(vd, vc + r * kv_stride + kv_off + c);
+    int64_t rows[KI / KPS];
+#pragma unroll
+    for (int p = 0; p < KI / KPS; ++p) {
+      const int key = ci + st_j + p * KPS;
+      rows[p] = key < k_end ? static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask) : -1;
+    }
+#pragma unroll
+    for (int p = 0; p < KI / KPS; ++p) {
+      const int j = st_j + p * KPS;
+      __half* kd = ks + (buf * KI + j) * DS + st_c;
+      __half* vd = vs + (buf * KI + j) * DS + st_c;
+      if (rows[p] >= 0) {
+        cp_async16(kd, kc + rows[p] * kv_stride + kv_off + st_c);
+        cp_async16(vd, vc + rows[p] * kv_stride + kv_off + st_c);
       } else {
         *reinterpret_cast<int4*>(kd) = make_int4(0, 0, 0, 0);
         *reinterpret_cast<int4*>(vd) = make_int4(0, 0, 0, 0);
       }
     }
   };
-  // NSTG 2: the next chunk's copies are in flight while this one is computed.
-  if constexpr (NSTG == 2) {
-    if (k_begin < k_end) stage(0, k_begin);
-    cp_async_commit();
+  // NSTG > 1: the next NSTG - 1 chunks' copies are in flight while this one is computed
+  // (a commit group a chunk, empty past the range).
+  if constexpr (NSTG > 1) {
+#pragma unroll
+    for (int s = 0; s + 1 < NSTG; ++s) {
+      if (k_begin + s * KI < k_end) stage(s, k_begin + s * KI);
+      cp_async_commit();
+    }
   }
   int it = 0;
   for (int ci = k_begin; ci < k_end; ci += KI, ++it) {
-    const int buf = NSTG == 2 ? (it & 1) : 0;
-    if constexpr (NSTG == 2) {
-      cp_async_wait_committed();  // this chunk's copies
-      __syncthreads();            // ... seen by all; every warp is done with the other buffer
-      if (ci + KI < k_end) stage(buf ^ 1, ci + KI);
+    const int buf = NSTG > 1 ? it % NSTG : 0;
+    if constexpr (NSTG > 1) {
+      cp_async_wait_pending<NSTG - 2>();  // this chunk's copies (later chunks may still fly)
+      __syncthreads();                    // ... seen by all; every warp is done with chunk it - 1
+      const int nx = ci + (NSTG - 1) * KI;
+      if (nx < k_end) stage((it + NSTG - 1) % NSTG, nx);
       cp_async_commit();
     } else {
       __syncthreads();  // the previous chunk is no longer read (and q is staged)
@@ -329,31 +351,67 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
 }
 
+// Shared memory of a block. (The decode merge reuses the q buffers for [4][16] (m, l) and
+// the K / V ones for [4][16][D] f32 outputs: both fit.)
+template <int D, bool kDecode, int NSTG>
+constexpr size_t tc_smem_bytes() {
+  return kDecode ? sizeof(__half) * static_cast<size_t>(2 * 16 + 2 * NSTG * kWarps * 16) * (D + 8)
+                 : sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * NSTG * kKeys) * (D + 8);
+}
+
+// Allows the instantiation its shared memory (above 48 KiB), once.
+template <int D, bool kDecode, int NSTG>
+void allow_smem() {
+  static bool raised = false;
+  if (!raised) {
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(tc_smem_bytes<D, kDecode, NSTG>())),
+                       "attention", "cudaFuncSetAttribute");
+    raised = true;
+  }
+}
+
 template <int D, bool kDecode, int NSTG>
 void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
                const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
                float scale, float* out, float* part) {
-  // (The decode merge reuses the q buffers for [4][16] (m, l) and the K / V ones for
-  // [4][16][D] f32 outputs: both fit.)
-  const size_t smem = kDecode ? sizeof(__half) * static_cast<size_t>(2 * 16 + 2 * NSTG * kWarps * 16) * (D + 8)
-                              : sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * NSTG * kKeys) * (D + 8);
-  static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
-  if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                       "attention", "cudaFuncSetAttribute");
-    raised = true;
-  }
-  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode, NSTG>, grid, kWarps * 32, smem, st, q,
-                             static_cast<const __half*>(k), static_cast<const __half*>(v), seqs, tiles, tables, n_head,
-                             group, kv_stride, bs_log2, scale, out, part);
+  allow_smem<D, kDecode, NSTG>();
+  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode, NSTG>, grid, kWarps * 32,
+                             tc_smem_bytes<D, kDecode, NSTG>(), st, q, static_cast<const __half*>(k),
+                             static_cast<const __half*>(v), seqs, tiles, tables, n_head, group, kv_stride, bs_log2,
+                             scale, out, part);
+}
+
+template <int D, int NSTG>
+int64_t resident_decode_blocks() {
+  static const int64_t n = [] {
+    allow_smem<D, true, NSTG>();
+    int per_sm = 0, dev = 0, sms = 0;
+    CudaBackend::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG>,
+                                                                     kWarps * 32, tc_smem_bytes<D, true, NSTG>()),
+                       "attention", "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    CudaBackend::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
+    CudaBackend::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attention",
+                       "cudaDeviceGetAttribute");
+    return std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sms);
+  }();
+  return n;
+}
+
+template <int D>
+int64_t resident_decode_blocks_d(int decode) {
+  return decode == 3 ? resident_decode_blocks<D, 3>() : decode == 2 ? resident_decode_blocks<D, 2>()
+                                                                    : resident_decode_blocks<D, 1>();
 }
 
 template <int D>
 void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
               float scale, float* out, float* part, int decode) {
-  if (decode == 2) {
+  if (decode == 3) {
+    launch_dk<D, true, 3>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+  } else if (decode == 2) {
     launch_dk<D, true, 2>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   } else if (decode == 1) {
     launch_dk<D, true, 1>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
@@ -368,6 +426,17 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   if (group < 1 || group > kTcQueries) return false;
   return (reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) % 16 == 0 && kv_stride % 8 == 0;
+}
+
+int64_t tc_decode_resident_blocks(int head_dim, int decode) {
+  switch (head_dim) {
+    case 64:
+      return resident_decode_blocks_d<64>(decode);
+    case 128:
+      return resident_decode_blocks_d<128>(decode);
+    default:
+      return resident_decode_blocks_d<256>(decode);
+  }
 }
 
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,

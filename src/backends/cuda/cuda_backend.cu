@@ -171,7 +171,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gated_norm_q8_ = !(gq8 != nullptr && std::string(gq8) == "0");
   const char* draw = std::getenv("HEARTH_CUDA_DRAW");
   device_draw_ = !(draw != nullptr && std::string(draw) == "0");
-  if (const char* m = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE")) tc_decode_mode_ = std::clamp(std::atoi(m), 0, 2);
+  if (const char* m = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE")) tc_decode_mode_ = std::clamp(std::atoi(m), 0, 3);
+  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_RANGE")) tc_decode_range_keys_ = std::max(64, std::atoi(m));
+  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_BLOCKS")) tc_decode_blocks_ = std::max(1, std::atoi(m));
   if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_MIN")) tc_decode_min_keys_ = std::max(1, std::atoi(m));
   if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_ROWS")) tc_decode_min_rows_ = std::max(1, std::atoi(m));
   if (const char* m = std::getenv("HEARTH_CUDA_MOE_GROUP_MIN")) moe_group_min_tokens_ = std::max(1, std::atoi(m));

@@ -323,7 +323,11 @@ class CudaBackend final : public ops::Backend {
   std::vector<ops::PenaltyToken> pen_zero_;  // fetch_rows without a penalty list: empty slots
   // Long-context decode on the tensor cores (HEARTH_CUDA_ATTN_TC_DECODE): 2 warps split keys,
   // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).
-  int tc_decode_mode_ = 2;
+  int tc_decode_mode_ = 2;  // stage buffers of the decode kernel, 1-3 (HEARTH_CUDA_ATTN_TC_DECODE; 0: query split)
+  // Decode rows' keys split into ranges of at least this many keys, about this many blocks
+  // in all (HEARTH_CUDA_TC_DECODE_RANGE / _BLOCKS; 0: the blocks the GPU holds at once).
+  int64_t tc_decode_range_keys_ = 256;
+  int64_t tc_decode_blocks_ = 0;
   int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
   int64_t tc_decode_min_rows_ = 2;  // and steps with this many decode rows (HEARTH_CUDA_TC_DECODE_ROWS)
   int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (HEARTH_CUDA_MOE_GROUP_MIN)
