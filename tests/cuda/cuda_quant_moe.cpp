@@ -6,6 +6,7 @@
 // outputs within kMatvecTol of the exact product with the quantized activations.
 #include <cstring>
 
+#include "q8_ref.h"
 #include "quant_test_common.h"
 
 namespace quant_test {
@@ -24,6 +25,109 @@ std::vector<uint32_t> bits_of(const float* d, size_t n) {
   std::vector<uint32_t> b(n);
   std::memcpy(b.data(), v.data(), sizeof(float) * n);
   return b;
+}
+
+// The tensor-core form (q8_moe_mma_*): gate / up outputs against silu(g) u of the exact
+// products with the tokens as Q8_K, down outputs against the exact product with h as Q8_K
+// (h_in: the dp4a kernels' per-pair h, the same input for both), and a pair's outputs the
+// same bits when only the first half of the tokens is the batch.
+void run_mma_case(const std::string& tag0, const MoeCase& c, const std::vector<int32_t>& ids,
+                  const std::vector<float>& x, const hearth::cuda::DeviceWeight& gate,
+                  const hearth::cuda::DeviceWeight& up, const hearth::cuda::DeviceWeight& down, const int32_t* d_ids,
+                  const float* d_x, const float* h_in, cudaStream_t stream, Failures& fails) {
+  using namespace hearth::cuda;
+  const std::string tag = tag0 + " tensor cores";
+  const int64_t X = c.n_expert, E = c.n_embd, F = c.n_ff, n = c.n_tokens, P = n * c.n_used;
+  const size_t sb = std::max(q8_moe_mma_scratch_bytes(E, n), q8_moe_mma_scratch_bytes(F, P));
+  void *d_s = nullptr, *d_groups = nullptr;
+  CUDA_OK(cudaMalloc(&d_s, sb));
+  CUDA_OK(cudaMalloc(&d_groups, q8_moe_group_bytes(P, static_cast<int>(X))));
+  float *h[2], *y[2];
+  for (int b = 0; b < 2; ++b) {
+    CUDA_OK(cudaMalloc(&h[b], sizeof(float) * P * F));
+    CUDA_OK(cudaMalloc(&y[b], sizeof(float) * P * E));
+    CUDA_OK(cudaMemsetAsync(h[b], 0xff, sizeof(float) * P * F, stream));
+    CUDA_OK(cudaMemsetAsync(y[b], 0xff, sizeof(float) * P * E, stream));
+  }
+  // b = 0: the whole batch; b = 1: its first half of the tokens (their pairs first).
+  for (int b = 0; b < 2; ++b) {
+    const int64_t nb = b == 0 ? n : std::max<int64_t>(1, n / 2), pb = nb * c.n_used;
+    q8_moe_group(d_ids, pb, static_cast<int>(X), d_groups, stream);
+    q8_moe_mma_gate_up(gate, up, F, nb, c.n_used, d_x, h[b], d_s, sb, stream, d_groups, static_cast<int>(X));
+    q8_moe_mma_down(down, E, pb, h_in, y[b], d_s, sb, stream, d_groups, static_cast<int>(X));
+    check_launch(stream);
+  }
+  const int64_t p_half = std::max<int64_t>(1, n / 2) * c.n_used;
+  const auto h0 = bits_of(h[0], static_cast<size_t>(P * F)), h1 = bits_of(h[1], static_cast<size_t>(P * F));
+  const auto y0 = bits_of(y[0], static_cast<size_t>(P * E)), y1 = bits_of(y[1], static_cast<size_t>(P * E));
+  int64_t dh = 0, dy = 0;
+  for (int64_t i = 0; i < p_half * F; ++i) dh += h0[i] != h1[i];
+  for (int64_t i = 0; i < p_half * E; ++i) dy += y0[i] != y1[i];
+  if (dh != 0 || dy != 0) {
+    fails.add(tag + ": half the batch differs from the whole in " + std::to_string(dh) + " gate/up and " +
+              std::to_string(dy) + " down outputs");
+  }
+  std::vector<float> hv(static_cast<size_t>(P * F)), yv(static_cast<size_t>(P * E)), hin(static_cast<size_t>(P * F));
+  std::memcpy(hv.data(), h0.data(), sizeof(float) * hv.size());
+  std::memcpy(yv.data(), y0.data(), sizeof(float) * yv.size());
+  CUDA_OK(cudaMemcpy(hin.data(), h_in, sizeof(float) * hin.size(), cudaMemcpyDeviceToHost));
+  const std::vector<double> xq = q8k_values(x), hq = q8k_values(hin);
+  auto host_bytes = [](const DeviceWeight& w) {
+    std::vector<uint8_t> v(static_cast<size_t>(w.row_bytes * w.n_rows));
+    CUDA_OK(cudaMemcpy(v.data(), w.data, v.size(), cudaMemcpyDeviceToHost));
+    return v;
+  };
+  const std::vector<uint8_t> gb = host_bytes(gate), ub = host_bytes(up), db = host_bytes(down);
+  std::vector<float> rg(static_cast<size_t>(E)), ru(static_cast<size_t>(E)), rd(static_cast<size_t>(F));
+  double worst = 0;
+  for (int64_t p = 0; p < P; p += std::max<int64_t>(1, P / 7)) {
+    const int64_t e = ids[p], t = p / c.n_used;
+    for (int64_t r = 0; r < F; r += 37) {
+      hearth::dequantize_row_ref(gate.type, gb.data() + (e * F + r) * gate.row_bytes, rg.data(), E);
+      hearth::dequantize_row_ref(up.type, ub.data() + (e * F + r) * up.row_bytes, ru.data(), E);
+      double g = 0, u = 0, mg = 0, mu = 0;
+      for (int64_t k = 0; k < E; ++k) {
+        g += rg[k] * xq[t * E + k];
+        u += ru[k] * xq[t * E + k];
+        mg += std::fabs(rg[k] * xq[t * E + k]);
+        mu += std::fabs(ru[k] * xq[t * E + k]);
+      }
+      const double ref = g / (1 + std::exp(-g)) * u;
+      const double tol = 1.2 * kMatvecTol * (mg * std::fabs(u) + mu * (std::fabs(g) + 1));
+      const double err = std::fabs(hv[p * F + r] - ref);
+      worst = std::max(worst, err / (tol + 1e-30));
+      if (!(err <= tol)) {
+        fails.add(tag + ": gate/up pair " + std::to_string(p) + " row " + std::to_string(r) + " got " +
+                  std::to_string(hv[p * F + r]) + " want " + std::to_string(ref));
+        r = F;
+        p = P;
+      }
+    }
+    for (int64_t r = 0; r < E; r += 97) {
+      hearth::dequantize_row_ref(down.type, db.data() + (e * E + r) * down.row_bytes, rd.data(), F);
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < F; ++k) {
+        ref += rd[k] * hq[p * F + k];
+        mag += std::fabs(rd[k] * hq[p * F + k]);
+      }
+      const double err = std::fabs(yv[p * E + r] - ref);
+      worst = std::max(worst, err / (kMatvecTol * mag + 1e-30));
+      if (!(err <= kMatvecTol * mag)) {
+        fails.add(tag + ": down pair " + std::to_string(p) + " row " + std::to_string(r) + " got " +
+                  std::to_string(yv[p * E + r]) + " want " + std::to_string(ref));
+        r = E;
+        p = P;
+      }
+    }
+  }
+  std::printf("  %s: worst error %.3f of the tolerance, half batch same bits: %s\n", tag.c_str(), worst,
+              dh == 0 && dy == 0 ? "yes" : "no");
+  for (int b = 0; b < 2; ++b) {
+    CUDA_OK(cudaFree(h[b]));
+    CUDA_OK(cudaFree(y[b]));
+  }
+  CUDA_OK(cudaFree(d_s));
+  CUDA_OK(cudaFree(d_groups));
 }
 
 void run_moe_case(const MoeCase& c, std::mt19937_64& rng, cudaStream_t stream, Failures& fails) {
@@ -110,6 +214,9 @@ void run_moe_case(const MoeCase& c, std::mt19937_64& rng, cudaStream_t stream, F
         p = P;
       }
     }
+  }
+  if (q8_moe_mma_supported(c.gate_type, E, gate.row_bytes) && q8_moe_mma_supported(c.down_type, F, down.row_bytes)) {
+    run_mma_case(tag, c, ids, x, gate, up, down, d_ids, d_x, h[0], stream, fails);
   }
   for (int g = 0; g < 2; ++g) {
     CUDA_OK(cudaFree(h[g]));

@@ -331,6 +331,9 @@ class CudaBackend final : public ops::Backend {
   int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
   int64_t tc_decode_min_rows_ = 2;  // and steps with this many decode rows (HEARTH_CUDA_TC_DECODE_ROWS)
   int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (HEARTH_CUDA_MOE_GROUP_MIN)
+  // Grouped decode batches of at least this many tokens run the experts' products on the
+  // int8 tensor cores (q8_moe_mma_*; HEARTH_CUDA_MOE_MMA_MIN), not in deterministic mode.
+  int64_t moe_mma_min_tokens_ = 16;
   // moe_ffn takes shared experts in decode calls of up to this many tokens (0: never;
   // HEARTH_CUDA_MOE_SHARED; more tokens: the model's separate ops, whose int8 tensor-core
   // products beat a 64-pair run of the shared expert).

@@ -235,7 +235,17 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
   // weights, weight sigmoid(inp . x)), so the same kernels run it with the routed ones.
   const int64_t S = shared ? 1 : 0, KS = K + S, XS = X + S;
   const int64_t pairs = n * KS;
-  const size_t q8_bytes = q8 ? std::max(q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs)) : 0;
+  // Batches of moe_group_min_tokens_ or more: the pairs grouped by expert on the device, so
+  // that an expert several tokens chose is read once (the same bits as pair by pair); from
+  // moe_mma_min_tokens_ on, the grouped products on the int8 tensor cores (other bits than
+  // the dp4a kernels', so never in deterministic mode).
+  const bool group = q8 && n >= moe_group_min_tokens_ && q8_moe_group_fits(pairs, XS);
+  const bool mma = group && !deterministic_ && n >= moe_mma_min_tokens_ && q8_moe_mma_supported(L.gate->type, E, L.gate->row_bytes) &&
+                   q8_moe_mma_supported(L.down->type, F, L.down->row_bytes);
+  const size_t q8_bytes =
+      q8 ? std::max({q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs),
+                     mma ? std::max(q8_moe_mma_scratch_bytes(E, n), q8_moe_mma_scratch_bytes(F, pairs)) : size_t{0}})
+         : 0;
   void* q8_tmp = q8 ? scratch(5, q8_bytes, "moe_ffn") : nullptr;
   // x quantized by the op before (the norm): taken before the router's product clears it.
   const bool x_ready = q8 && n <= kMaxMatvecTokens && take_q8_ready(x, n, E, q8_tmp);
@@ -245,9 +255,6 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
   const int64_t tmp_floats = pad(n * X) + (q8 ? pad(pairs * F) + pad(pairs * E) : 0);
   auto* logits = static_cast<float*>(scratch(8, sizeof(float) * static_cast<size_t>(tmp_floats), "moe_ffn"));
   matmul(*L.router, x, n, logits);
-  // Batches of moe_group_min_tokens_ or more: the pairs grouped by expert on the device, so
-  // that an expert several tokens chose is read once (the same bits as pair by pair).
-  const bool group = q8 && n >= moe_group_min_tokens_ && q8_moe_group_fits(pairs, XS);
   const size_t route_bytes = (static_cast<size_t>(pairs) * 8 + 255) / 256 * 256;
   auto* route = static_cast<uint8_t*>(scratch(
       6, route_bytes + (group ? q8_moe_group_bytes(pairs, static_cast<int>(XS)) : 0), "moe_ffn"));
@@ -268,7 +275,7 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
   if (skip_launch("moe_ffn", {sig_of(*L.router), sig_of(*L.gate), sig_of(*L.up), sig_of(*L.down), sig_of(x),
                               sig_of(n), sig_of(out), sig_of(logits), sig_of(route), sig_of(q8_tmp), sig_of(X),
                               sig_of(K), sig_of(L.norm_weights), sig_of(sh_gate), sig_of(sh_up), sig_of(sh_down),
-                              sig_of(sh_inp), sig_of(x_ready), sig_of(norm_w), sig_of(norm_q8),
+                              sig_of(sh_inp), sig_of(x_ready), sig_of(mma), sig_of(norm_w), sig_of(norm_q8),
                               sig_of(after != nullptr ? after->x_res : nullptr),
                               sig_of(after != nullptr ? after->out : nullptr), sig_of(after != nullptr ? after->eps : 0.f)})) {
     return;
@@ -284,11 +291,21 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
       q8_moe_group(ids, pairs, static_cast<int>(XS), groups, stream_);
       HEARTH_CUDA_LAUNCHED("moe_ffn");
     }
-    q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n, static_cast<int>(KS),
-                   x, h, q8_tmp, q8_bytes, stream_, groups, static_cast<int>(XS), sh_gate, sh_up, x_ready);
-    HEARTH_CUDA_LAUNCHED("moe_ffn");
-    q8_moe_down(device_weight(*L.down, "moe_ffn"), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_, groups,
-                static_cast<int>(XS), sh_down);
+    if (mma) {
+      q8_moe_mma_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, n,
+                         static_cast<int>(KS), x, h, q8_tmp, q8_bytes, stream_, groups, static_cast<int>(XS), sh_gate,
+                         sh_up);
+      HEARTH_CUDA_LAUNCHED("moe_ffn");
+      q8_moe_mma_down(device_weight(*L.down, "moe_ffn"), E, pairs, h, y, q8_tmp, q8_bytes, stream_, groups,
+                      static_cast<int>(XS), sh_down);
+    } else {
+      q8_moe_gate_up(device_weight(*L.gate, "moe_ffn"), device_weight(*L.up, "moe_ffn"), F, ids, n,
+                     static_cast<int>(KS), x, h, q8_tmp, q8_bytes, stream_, groups, static_cast<int>(XS), sh_gate,
+                     sh_up, x_ready);
+      HEARTH_CUDA_LAUNCHED("moe_ffn");
+      q8_moe_down(device_weight(*L.down, "moe_ffn"), E, ids, pairs, h, y, q8_tmp, q8_bytes, stream_, groups,
+                  static_cast<int>(XS), sh_down);
+    }
     HEARTH_CUDA_LAUNCHED("moe_ffn");
     if (after != nullptr) {
       launch_add_rms_norm(after->x_res, out, norm_w, n, E, after->eps, after->out, norm_q8, y, wts,

@@ -198,6 +198,24 @@ void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_
                  const float* h, float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream,
                  const void* groups = nullptr, int n_expert = 0, const void* shared_w = nullptr);
 
+// The same products on the int8 tensor cores (quant_mmq_moe.cu), for decode batches with the
+// pairs grouped (groups required): Q4_K / Q6_K experts of a multiple of 256 columns, the
+// tokens (gate / up) and h (down) quantized as Q8_K into scratch (q8_moe_mma_scratch_bytes
+// of the product's n_cols and its token or pair count). A pair's outputs are the same bits
+// in any batch on this path (not those of q8_moe_*: other activation scales). Kernel
+// attributes by q8_moe_mma_prepare (from q8_gemm_prepare). Q4_K rows of a multiple of 16
+// bytes, Q6_K rows of an even number of 4-aligned blocks (q8_moe_mma_supported).
+bool q8_moe_mma_supported(GgmlType type, int64_t n_cols, uint64_t row_bytes);
+size_t q8_moe_mma_scratch_bytes(int64_t n_cols, int64_t n_rows);
+void q8_moe_mma_prepare();
+void q8_moe_mma_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, int64_t n_tokens,
+                        int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                        const void* groups, int n_expert, const void* shared_w = nullptr,
+                        const void* shared_w2 = nullptr);
+void q8_moe_mma_down(const DeviceWeight& down, int64_t rows_per_expert, int64_t n_pairs, const float* h, float* y,
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream, const void* groups, int n_expert,
+                     const void* shared_w = nullptr);
+
 // dst: [n_rows, w.n_cols] = rows row0 .. row0 + n_rows of w, dequantized, as f16 (for
 // tensor-core products of many tokens) or f32.
 void dequantize_rows_f16(const DeviceWeight& w, int64_t row0, int64_t n_rows, void* dst_f16, cudaStream_t stream);

@@ -36,71 +36,7 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kThreads = 128, kRows = 64, kStep = 256, kMaxSplits = 8;
-constexpr int kXRow = kStep + 16;  // staged bytes per token: rows 4 banks apart (conflict-free B loads)
-constexpr int kDRow = 10;          // staged chunk scales per token (8 used; 16-byte aligned, conflict-free)
-constexpr int kBlockBytes = 144;   // Q4_K
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void mma_s8(const int (&a)[4], int b0, int b1, int (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %11, %12, %13};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
-}
-
-__device__ __forceinline__ void mma_s8_acc(const int (&a)[4], int b0, int b1, int (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-
-// Step st's 256 quantized values of tokens tok0 .. tok0 + BN - 1 into dst ([BN][kXRow]),
-// by the whole block (cp.async; zeros past n_tokens).
-template <int BN, int NT = kThreads>
-__device__ __forceinline__ void stage_tokens(int8_t* dst, const int8_t* __restrict__ xq, int64_t n_cols, int64_t tok0,
-                                             int64_t n_tokens, int st) {
-  for (int i = static_cast<int>(threadIdx.x); i < BN * (kStep / 16); i += NT) {
-    const int tk = i / (kStep / 16), c = i % (kStep / 16);
-    int8_t* d = dst + tk * kXRow + c * 16;
-    if (tok0 + tk < n_tokens) {
-      cp_async16(d, xq + (tok0 + tk) * n_cols + static_cast<int64_t>(st) * kStep + c * 16);
-    } else {
-      *reinterpret_cast<int4*>(d) = make_int4(0, 0, 0, 0);
-    }
-  }
-}
-
-// Step st's Q8_K scales of tokens tok0 .. tok0 + BN - 1 into dst[BN] (threads 0 .. BN - 1;
-// zeros past n_tokens).
-template <int BN>
-__device__ __forceinline__ void stage_token_scales(float* dst, const float* __restrict__ xd, int64_t tok0,
-                                                   int64_t n_tokens, int n_steps, int st) {
-  if (static_cast<int>(threadIdx.x) < BN) {
-    const int tk = static_cast<int>(threadIdx.x);
-    if (tok0 + tk < n_tokens) {
-      cp_async4(dst + tk, xd + (tok0 + tk) * n_steps + st);
-    } else {
-      dst[tk] = 0.0f;
-    }
-  }
-}
+#include "backends/cuda/quant_mmq_core.cuh"
 
 // One step's weight registers of a thread: its two rows' block headers (d, dmin, scales)
 // and, per 64-element group g, the words at byte 4 tig and 16 + 4 tig of qs[32 g ..].
@@ -128,14 +64,6 @@ __device__ __forceinline__ void load_step(const uint8_t* r0, const uint8_t* r1, 
 __device__ __forceinline__ float2 sub_scales(const int4 head, int j) {
   const int sc3[3] = {head.y, head.z, head.w};
   return q8::k4_sub_scales(sc3, __half22float2(*reinterpret_cast<const __half2*>(&head.x)), j);
-}
-
-// One 256-column step of a Q8_K product: acc + d xa isum - dmin xa msum, with every
-// rounding spelled out (nothing left to the compiler's contraction): any kernel that
-// computes a token's sums in q8_gemm's order through this gets its bits.
-__device__ __forceinline__ float q8k_step(float acc, float2 dm, float xa, int isum, int msum) {
-  const float a = __fmul_rn(dm.x, xa), b = __fmul_rn(dm.y, xa);
-  return __fadd_rn(acc, __fmaf_rn(a, static_cast<float>(isum), -__fmul_rn(b, static_cast<float>(msum))));
 }
 
 // out: [splits][n_tokens][n_rows] partial sums (y itself with one split).
@@ -231,57 +159,6 @@ __global__ void __launch_bounds__(kThreads)
       if (tok < n_tokens && row < n_rows) o[tok * n_rows + row] = acc[n][i];
     }
   }
-}
-
-// Tokens as ggml's Q8_K (the CPU back-end's quantize_q8_k, same rounding): per token and
-// 256 columns, iscale = -127 / (the value of largest magnitude, the first on ties),
-// q = min(127, round-to-nearest-even(iscale x)), scale 1 / iscale (0 and q = 0 for an
-// all-zero block). One warp per (token, 256 columns), 8 consecutive values a lane.
-__global__ void q8k_quantize_kernel(const float* __restrict__ x, int64_t n_tokens, int64_t n_cols,
-                                    int8_t* __restrict__ xq, float* __restrict__ xd) {
-  ::hearth::cuda::pdl_wait();
-  ::hearth::cuda::pdl_trigger();
-  const int64_t nb = n_cols / kStep;
-  const int64_t wid = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (wid >= n_tokens * nb) return;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t tok = wid / nb, b = wid % nb;
-  const float* src = x + tok * n_cols + b * kStep + lane * 8;
-  float e[8];
-  float amax = 0.0f, mx = 0.0f;
-  int idx = 0x7fffffff;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    e[j] = src[j];
-    if (fabsf(e[j]) > amax) {
-      amax = fabsf(e[j]);
-      mx = e[j];
-      idx = lane * 8 + j;
-    }
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float oa = __shfl_xor_sync(0xffffffffu, amax, off), om = __shfl_xor_sync(0xffffffffu, mx, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-    if (oa > amax || (oa == amax && oi < idx)) {
-      amax = oa;
-      mx = om;
-      idx = oi;
-    }
-  }
-  unsigned packed[2] = {0u, 0u};
-  float d = 0.0f;
-  if (amax != 0.0f) {
-    const float iscale = -127.0f / mx;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int v = min(127, __float2int_rn(iscale * e[j]));
-      packed[j / 4] |= (static_cast<unsigned>(v) & 0xffu) << (8 * (j % 4));
-    }
-    d = 1.0f / iscale;
-  }
-  *reinterpret_cast<uint2*>(xq + tok * n_cols + b * kStep + lane * 8) = make_uint2(packed[0], packed[1]);
-  if (lane == 0) xd[tok * nb + b] = d;
 }
 
 // out: [splits][n_tokens][n_rows] partial sums (y itself with one split); x as Q8_K
@@ -591,6 +468,7 @@ void q8_gemm_prepare() {
   allow_smem_wide<false, 4>();
   allow_smem_wide<true, 2>();
   allow_smem_wide<true, 4>();
+  q8_moe_mma_prepare();
   g_prepared = true;
 }
 

@@ -12,38 +12,10 @@
 // or before each block (216 bytes; the 2 bytes before the block when it starts at an
 // odd 16-bit word). Rows of a multiple of 16 bytes (8 blocks) keep the last block of a
 // row ending on a word, so no read goes past a row.
-constexpr int kQ6Bytes = 210, kQ6Stage = 216;
 
 template <int BN, int NS>
 constexpr size_t q6k_smem_bytes() {
   return NS * (static_cast<size_t>(kRows) * kQ6Stage + static_cast<size_t>(BN) * kXRow + sizeof(float) * BN);
-}
-
-// The int8 mma with k = 16: A 16 x 16 (two words a thread: rows gid and gid + 8, columns
-// 4 tig .. 4 tig + 3), B 16 x 8 (one word: rows 4 tig .., column gid).
-__device__ __forceinline__ void mma_s8_k16(int a0, int a1, int b, int (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a0), "r"(a1), "r"(b), "r"(0), "r"(0), "r"(0), "r"(0));
-}
-
-// The 32-bit word at byte offset off of a staged row whose block starts at byte o (0 or
-// 2) of it: aligned loads when o is 0, two and a byte permute when it is 2.
-__device__ __forceinline__ int q6_word(const uint8_t* row, int o, int off) {
-  const int* p = reinterpret_cast<const int*>(row + off);
-  if (o == 0) return *p;
-  return static_cast<int>(__byte_perm(static_cast<unsigned>(p[0]), static_cast<unsigned>(p[1]), 0x5432));
-}
-
-// Values 4 tig .. 4 tig + 3 of group j of the block staged at row (o: its offset there),
-// each q - 32 as a signed byte.
-__device__ __forceinline__ int q6_quad(const uint8_t* row, int o, int j, int tig) {
-  const int h = j >> 3, quarter = (j & 7) >> 1, l = 16 * (j & 1) + 4 * tig;
-  const int ql = q6_word(row, o, 64 * h + 32 * (quarter & 1) + l);
-  const int qh = q6_word(row, o, 128 + 32 * h + l);
-  const int q = ((ql >> (4 * (quarter >> 1))) & 0x0f0f0f0f) | (((qh >> (2 * quarter)) & 0x03030303) << 4);
-  return static_cast<int>(__vsub4(static_cast<unsigned>(q), 0x20202020u));
 }
 
 template <int BN, int NS, int MINB = 3>

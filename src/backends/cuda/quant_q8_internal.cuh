@@ -1,5 +1,5 @@
 // What the 8-bit activation product files share (quant_q8.cu: dense products,
-// quant_q8_moe.cu: routed experts): block size, the activations' chunk, the warp sum and
+// quant_q8_moe.cu / quant_mmq_moe.cu: routed experts): block size, the activations' chunk, the warp sum and
 // the argument checks. Internal to those files.
 #pragma once
 
@@ -31,5 +31,18 @@ size_t align_up(size_t v);  // to 256 bytes
 // x: [n_rows, n_cols] quantized into scratch (q8_scratch_bytes); returns the (xq, xd) pair.
 void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch, int8_t** xq, float2** xd,
                    cudaStream_t stream);
+
+// The layout of q8_moe_group's `groups`: n_runs, then runs[min(n_pairs, n_expert)], then
+// order[n_pairs] (quant_q8_moe.cu; also read by quant_mmq_moe.cu).
+struct GroupView {
+  int32_t* n_runs;
+  ExpertTile* runs;
+  int32_t* order;
+  int max_runs;
+};
+GroupView group_view(const void* groups, int64_t n_pairs, int n_expert);
+// What the grouped expert products require of a call (a precise message otherwise).
+void check_shared(const void* shared_w, bool with_w2, const void* shared_w2, const char* what);
+void check_groups(const void* groups, int64_t n_pairs, int n_expert, int64_t experts_in_weight, const char* what);
 
 }  // namespace hearth::cuda::q8

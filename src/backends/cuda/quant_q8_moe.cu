@@ -24,6 +24,10 @@ namespace {
 
 using q8::bad;
 using q8::check;
+using q8::check_groups;
+using q8::check_shared;
+using q8::group_view;
+using q8::GroupView;
 using q8::kChunk;
 using q8::kThreads;
 using q8::Q8Dot;
@@ -283,23 +287,6 @@ void launch_expert_type(GgmlType type, ExpertArgs a, int64_t n_pairs, int max_ru
 #undef HEARTH_Q8_EXPERT
 }
 
-// The group layout in `groups`: n_runs, then runs[min(n_pairs, n_expert)], then order[n_pairs].
-struct GroupView {
-  int32_t* n_runs;
-  ExpertTile* runs;
-  int32_t* order;
-  int max_runs;
-};
-GroupView group_view(const void* groups, int64_t n_pairs, int n_expert) {
-  auto* base = static_cast<uint8_t*>(const_cast<void*>(groups));
-  GroupView g{};
-  g.max_runs = static_cast<int>(std::min<int64_t>(n_pairs, n_expert));
-  g.n_runs = reinterpret_cast<int32_t*>(base);
-  g.runs = reinterpret_cast<ExpertTile*>(base + 16);
-  g.order = reinterpret_cast<int32_t*>(base + 16 + q8::align_up(sizeof(ExpertTile) * static_cast<size_t>(g.max_runs)));
-  return g;
-}
-
 ExpertArgs expert_args(const DeviceWeight& w, const void* w2, int64_t rows_per_expert, const int32_t* ids, int n_used,
                        const int8_t* xq, const float2* xd, float* out, const void* groups, int64_t n_pairs,
                        int n_expert, int* max_runs, const void* shared_w, const void* shared_w2) {
@@ -328,11 +315,25 @@ ExpertArgs expert_args(const DeviceWeight& w, const void* w2, int64_t rows_per_e
   return a;
 }
 
+}  // namespace
+
+namespace q8 {
+
+GroupView group_view(const void* groups, int64_t n_pairs, int n_expert) {
+  auto* base = static_cast<uint8_t*>(const_cast<void*>(groups));
+  GroupView g{};
+  g.max_runs = static_cast<int>(std::min<int64_t>(n_pairs, n_expert));
+  g.n_runs = reinterpret_cast<int32_t*>(base);
+  g.runs = reinterpret_cast<ExpertTile*>(base + 16);
+  g.order = reinterpret_cast<int32_t*>(base + 16 + align_up(sizeof(ExpertTile) * static_cast<size_t>(g.max_runs)));
+  return g;
+}
+
 void check_shared(const void* shared_w, bool with_w2, const void* shared_w2, const char* what) {
   if (shared_w == nullptr) return;
   if ((reinterpret_cast<uintptr_t>(shared_w) | (with_w2 ? reinterpret_cast<uintptr_t>(shared_w2) : 0)) % 16 != 0 ||
       (with_w2 && shared_w2 == nullptr)) {
-    bad(std::string(what) + ": the shared expert's rows must be given (gate and up) at 16-byte aligned addresses");
+    q8::bad(std::string(what) + ": the shared expert's rows must be given (gate and up) at 16-byte aligned addresses");
   }
 }
 
@@ -340,13 +341,13 @@ void check_groups(const void* groups, int64_t n_pairs, int n_expert, int64_t exp
   if (groups == nullptr) return;
   if (n_expert <= 0 || n_expert > kSortThreads || n_expert > experts_in_weight || n_pairs > kMaxGroupPairs ||
       reinterpret_cast<uintptr_t>(groups) % 16 != 0) {
-    bad(std::string(what) + ": grouped pairs need 1 to " + std::to_string(kSortThreads) + " experts (the weight's " +
+    q8::bad(std::string(what) + ": grouped pairs need 1 to " + std::to_string(kSortThreads) + " experts (the weight's " +
         std::to_string(experts_in_weight) + "), at most " + std::to_string(kMaxGroupPairs) +
         " pairs and a 16-byte aligned buffer");
   }
 }
 
-}  // namespace
+}  // namespace q8
 
 bool q8_moe_group_fits(int64_t n_pairs, int64_t n_expert) {
   return n_pairs > 0 && n_pairs <= kMaxGroupPairs && n_expert > 0 && n_expert <= kSortThreads;
