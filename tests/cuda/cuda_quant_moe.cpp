@@ -57,6 +57,15 @@ void run_mma_case(const std::string& tag0, const MoeCase& c, const std::vector<i
     q8_moe_mma_down(down, E, pb, h_in, y[b], d_s, sb, stream, d_groups, static_cast<int>(X));
     check_launch(stream);
   }
+  // The down products again with every row tile staged step by step (the whole-row-tile
+  // kernel off): the same bits.
+  float* y_steps = nullptr;
+  CUDA_OK(cudaMalloc(&y_steps, sizeof(float) * P * E));
+  q8_moe_group(d_ids, P, static_cast<int>(X), d_groups, stream);
+  set_q8_moe_mma_rows(false);
+  q8_moe_mma_down(down, E, P, h_in, y_steps, d_s, sb, stream, d_groups, static_cast<int>(X));
+  set_q8_moe_mma_rows(true);
+  check_launch(stream);
   const int64_t p_half = std::max<int64_t>(1, n / 2) * c.n_used;
   const auto h0 = bits_of(h[0], static_cast<size_t>(P * F)), h1 = bits_of(h[1], static_cast<size_t>(P * F));
   const auto y0 = bits_of(y[0], static_cast<size_t>(P * E)), y1 = bits_of(y[1], static_cast<size_t>(P * E));
@@ -67,6 +76,11 @@ void run_mma_case(const std::string& tag0, const MoeCase& c, const std::vector<i
     fails.add(tag + ": half the batch differs from the whole in " + std::to_string(dh) + " gate/up and " +
               std::to_string(dy) + " down outputs");
   }
+  const auto ys = bits_of(y_steps, static_cast<size_t>(P * E));
+  int64_t dsteps = 0;
+  for (size_t i = 0; i < ys.size(); ++i) dsteps += ys[i] != y0[i];
+  if (dsteps != 0) fails.add(tag + ": down staged step by step differs in " + std::to_string(dsteps) + " outputs");
+  CUDA_OK(cudaFree(y_steps));
   std::vector<float> hv(static_cast<size_t>(P * F)), yv(static_cast<size_t>(P * E)), hin(static_cast<size_t>(P * F));
   std::memcpy(hv.data(), h0.data(), sizeof(float) * hv.size());
   std::memcpy(yv.data(), y0.data(), sizeof(float) * yv.size());
@@ -120,8 +134,9 @@ void run_mma_case(const std::string& tag0, const MoeCase& c, const std::vector<i
       }
     }
   }
-  std::printf("  %s: worst error %.3f of the tolerance, half batch same bits: %s\n", tag.c_str(), worst,
-              dh == 0 && dy == 0 ? "yes" : "no");
+  std::printf("  %s: worst error %.3f of the tolerance, half batch same bits: %s, row tiles whole / by step "
+              "same bits: %s\n",
+              tag.c_str(), worst, dh == 0 && dy == 0 ? "yes" : "no", dsteps == 0 ? "yes" : "no");
   for (int b = 0; b < 2; ++b) {
     CUDA_OK(cudaFree(h[b]));
     CUDA_OK(cudaFree(y[b]));

@@ -178,6 +178,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_ROWS")) tc_decode_min_rows_ = std::max(1, std::atoi(m));
   if (const char* m = std::getenv("HEARTH_CUDA_MOE_GROUP_MIN")) moe_group_min_tokens_ = std::max(1, std::atoi(m));
   if (const char* m = std::getenv("HEARTH_CUDA_MOE_MMA_MIN")) moe_mma_min_tokens_ = std::max(1, std::atoi(m));
+  if (const char* m = std::getenv("HEARTH_CUDA_MOE_SHARED_MMA")) moe_shared_mma_ = std::string(m) != "0";
   if (const char* m = std::getenv("HEARTH_CUDA_MOE_SHARED")) moe_shared_max_tokens_ = std::max(0, std::atoi(m));
   if (const char* m = std::getenv("HEARTH_CUDA_MOE_NORM")) moe_norm_ = std::string(m) != "0";
   if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));

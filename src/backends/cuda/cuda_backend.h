@@ -212,6 +212,8 @@ class CudaBackend final : public ops::Backend {
   };
   void moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n, float* out, const NormAfter* after);
   bool moe_decode_q8(const ops::MoeLayer& L, int64_t n) const;
+  // Whether moe_ffn runs a decode batch of n tokens on the tensor-core expert kernels.
+  bool moe_mma_takes(const ops::MoeLayer& L, int64_t n) const;
   // moe_ffn's routed experts of a prompt (the routing read back to the host).
   void moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids, const float* wts,
                           float* out, OpTimer& timer);
@@ -334,6 +336,9 @@ class CudaBackend final : public ops::Backend {
   // Grouped decode batches of at least this many tokens run the experts' products on the
   // int8 tensor cores (q8_moe_mma_*; HEARTH_CUDA_MOE_MMA_MIN), not in deterministic mode.
   int64_t moe_mma_min_tokens_ = 16;
+  // Decode batches the tensor-core expert kernels take also run the shared expert as each
+  // token's last pair, past moe_shared_max_tokens_ (HEARTH_CUDA_MOE_SHARED_MMA=0: not).
+  bool moe_shared_mma_ = true;
   // moe_ffn takes shared experts in decode calls of up to this many tokens (0: never;
   // HEARTH_CUDA_MOE_SHARED; more tokens: the model's separate ops, whose int8 tensor-core
   // products beat a 64-pair run of the shared expert).

@@ -158,9 +158,13 @@ bool CudaBackend::moe_takes_shared(const ops::MoeLayer& L, int64_t n_tokens) con
   // The shared expert as one more pair of each token in the 8-bit decode kernels: its
   // weights of the stacked experts' types and row lengths, one f32 gate row. (Not in the
   // deterministic mode, whose separate products are batch-invariant already.)
+  // Up to moe_shared_max_tokens_ tokens on any of those kernels; more (to kMaxFusedTokens)
+  // where the tensor-core ones take the batch: they give the shared expert's 8-pair tiles
+  // blocks of their own, where the dp4a kernels ran its pairs as one long run.
   if (L.shared_gate == nullptr || L.shared_up == nullptr || L.shared_down == nullptr || L.gate == nullptr ||
       L.up == nullptr || L.down == nullptr || !q8_matvec_ || deterministic_ || n_tokens <= 0 ||
-      n_tokens > std::min(moe_shared_max_tokens_, kMaxFusedTokens)) {
+      n_tokens > kMaxFusedTokens ||
+      (n_tokens > moe_shared_max_tokens_ && !(moe_shared_mma_ && moe_mma_takes(L, n_tokens)))) {
     return false;
   }
   const auto same = [](const ops::WeightView& a, const ops::WeightView& b) {
@@ -173,6 +177,13 @@ bool CudaBackend::moe_takes_shared(const ops::MoeLayer& L, int64_t n_tokens) con
          same(*L.shared_down, *L.down) && L.n_ff_shared == L.n_ff && L.shared_gate->n_rows == L.n_ff &&
          L.shared_up->n_rows == L.n_ff && L.shared_down->n_rows == L.n_embd && inp_ok &&
          L.n_expert + 1 <= 32 * kMaxPerLane && L.n_used + 1 <= kMaxUsed;
+}
+
+bool CudaBackend::moe_mma_takes(const ops::MoeLayer& L, int64_t n) const {
+  return !deterministic_ && n >= moe_mma_min_tokens_ && n >= moe_group_min_tokens_ && n <= kMaxFusedTokens &&
+         q8_moe_group_fits(n * (L.n_used + 1), L.n_expert + 1) &&
+         q8_moe_mma_supported(L.gate->type, L.n_embd, L.gate->row_bytes) && L.up->type == L.gate->type &&
+         L.up->row_bytes == L.gate->row_bytes && q8_moe_mma_supported(L.down->type, L.n_ff, L.down->row_bytes);
 }
 
 bool CudaBackend::moe_decode_q8(const ops::MoeLayer& L, int64_t n) const {
@@ -240,8 +251,7 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
   // moe_mma_min_tokens_ on, the grouped products on the int8 tensor cores (other bits than
   // the dp4a kernels', so never in deterministic mode).
   const bool group = q8 && n >= moe_group_min_tokens_ && q8_moe_group_fits(pairs, XS);
-  const bool mma = group && !deterministic_ && n >= moe_mma_min_tokens_ && q8_moe_mma_supported(L.gate->type, E, L.gate->row_bytes) &&
-                   q8_moe_mma_supported(L.down->type, F, L.down->row_bytes);
+  const bool mma = group && moe_mma_takes(L, n);
   const size_t q8_bytes =
       q8 ? std::max({q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs),
                      mma ? std::max(q8_moe_mma_scratch_bytes(E, n), q8_moe_mma_scratch_bytes(F, pairs)) : size_t{0}})

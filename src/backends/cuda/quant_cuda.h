@@ -208,6 +208,10 @@ void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_
 bool q8_moe_mma_supported(GgmlType type, int64_t n_cols, uint64_t row_bytes);
 size_t q8_moe_mma_scratch_bytes(int64_t n_cols, int64_t n_rows);
 void q8_moe_mma_prepare();
+// Short rows (64 of them in 32 KiB) of the down products staged as whole row tiles (the
+// default; HEARTH_CUDA_MOE_MMA_ROWS=0: off), or as the other products are: the same bits.
+// For tests and measurements.
+void set_q8_moe_mma_rows(bool on);
 void q8_moe_mma_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, int64_t n_tokens,
                         int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes, cudaStream_t stream,
                         const void* groups, int n_expert, const void* shared_w = nullptr,

@@ -35,7 +35,7 @@ namespace {
 
 #include "backends/cuda/quant_mmq_core.cuh"
 
-constexpr int kPairs = 8;  // pairs a pass: one n8 tile
+constexpr int kPairs = q8::kTilePairs;  // pairs a block: one n8 tile
 
 struct MmaArgs {
   const uint8_t* w;
@@ -50,9 +50,10 @@ struct MmaArgs {
   const int8_t* xq;
   const float* xd;
   float* out;  // [n_pairs][rows_per_expert]
-  const int32_t* n_runs;
-  const ExpertTile* runs;
+  const int32_t* n_tiles;
+  const ExpertTile* tiles;  // q8_moe_group's tiles of at most kPairs pairs of one expert
   const int32_t* order;
+  int64_t tiles_per_block;  // row tiles of 64 a block walks
 };
 
 template <bool kQ6>
@@ -68,9 +69,10 @@ constexpr size_t moe_smem_bytes() {
 
 // One 256-column step of a warp's 16 rows (w0: its row gid staged, row gid + 8 eight rows
 // on) with the eight staged tokens: acc[i] as mmq_q4k_q8k_kernel's scale-after form.
-__device__ __forceinline__ void q4k_tile_step(const uint8_t* w0, const int8_t* xb, const float* db, int gid, int tig,
-                                              float (&acc)[4]) {
-  const uint8_t* w1 = w0 + 8 * kBlockBytes;
+// ws: bytes from a staged row to the next; xs: from a staged token's values to the next.
+__device__ __forceinline__ void q4k_tile_step(const uint8_t* w0, int ws, const int8_t* xb, int xs, const float* db,
+                                              int gid, int tig, float (&acc)[4]) {
+  const uint8_t* w1 = w0 + 8 * ws;
   const int4 hd0 = *reinterpret_cast<const int4*>(w0), hd1 = *reinterpret_cast<const int4*>(w1);
   const int s0[3] = {hd0.y, hd0.z, hd0.w}, s1[3] = {hd1.y, hd1.z, hd1.w};
   int ch[4] = {0, 0, 0, 0}, cm[4] = {0, 0, 0, 0};
@@ -90,7 +92,7 @@ __device__ __forceinline__ void q4k_tile_step(const uint8_t* w0, const int8_t* x
       int aq[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) aq[i] = h ? (q[i] >> 4) & q8::kLo4 : q[i] & q8::kLo4;
-      const int8_t* xp = xb + gid * kXRow + sb * 32 + 4 * tig;
+      const int8_t* xp = xb + gid * xs + sb * 32 + 4 * tig;
       const int b0 = *reinterpret_cast<const int*>(xp), b1 = *reinterpret_cast<const int*>(xp + 16);
       int c[4];
       mma_s8(aq, b0, b1, c);
@@ -111,15 +113,15 @@ __device__ __forceinline__ void q4k_tile_step(const uint8_t* w0, const int8_t* x
 }
 
 // The same for Q6_K rows staged from byte o of their 4-aligned copy (mmq_q6k_q8k_kernel's sums).
-__device__ __forceinline__ void q6k_tile_step(const uint8_t* w0, int o, const int8_t* xb, const float* db, int gid,
-                                              int tig, float (&acc)[4]) {
-  const uint8_t* w1 = w0 + 8 * kQ6Stage;
+__device__ __forceinline__ void q6k_tile_step(const uint8_t* w0, int ws, int o, const int8_t* xb, int xs,
+                                              const float* db, int gid, int tig, float (&acc)[4]) {
+  const uint8_t* w1 = w0 + 8 * ws;
   int isum[4] = {0, 0, 0, 0};
 #pragma unroll 4
   for (int j = 0; j < 16; ++j) {
     const int a0 = q6_quad(w0, o, j, tig), a1 = q6_quad(w1, o, j, tig);
     const int sc0 = static_cast<int8_t>(w0[o + 192 + j]), sc1 = static_cast<int8_t>(w1[o + 192 + j]);
-    const int b = *reinterpret_cast<const int*>(xb + gid * kXRow + 16 * j + 4 * tig);
+    const int b = *reinterpret_cast<const int*>(xb + gid * xs + 16 * j + 4 * tig);
     int c[4];
     mma_s8_k16(a0, a1, b, c);
     isum[0] += sc0 * c[0];
@@ -136,37 +138,50 @@ __device__ __forceinline__ void q6k_tile_step(const uint8_t* w0, int o, const in
   acc[3] = __fmaf_rn(__fmul_rn(d1, xc), static_cast<float>(isum[3]), acc[3]);
 }
 
-// Block (row tile blockIdx.x, run blockIdx.y): 4 warps of 16 rows; the run's pairs in
-// passes of eight (the weights staged again each pass, from L2 after the first).
+// Block (blockIdx.x, tile blockIdx.y): the tile's up to eight pairs (one expert) times
+// a.tiles_per_block row tiles of 64 rows (4 warps of 16), walked as one pipeline of (row
+// tile, 256-column step) items, NS - 1 items staged ahead.
 template <bool kQ6, bool kGateUp, int NS>
 __global__ void __launch_bounds__(kThreads) mmq_moe_kernel(const MmaArgs a) {
   constexpr int M = kGateUp ? 2 : 1, SR = stage_row<kQ6>();
   extern __shared__ __align__(16) uint8_t smem[];
-  uint8_t* wsm = smem;                                                   // [NS][M][kRows][SR]
-  int8_t* xs = reinterpret_cast<int8_t*>(smem + NS * M * kRows * SR);    // [NS][kPairs][kXRow]
-  float* ds = reinterpret_cast<float*>(xs + NS * kPairs * kXRow);        // [NS][kPairs]
+  uint8_t* wsm = smem;                                                 // [NS][M][kRows][SR]
+  int8_t* xs = reinterpret_cast<int8_t*>(smem + NS * M * kRows * SR);  // [NS][kPairs][kXRow]
+  float* ds = reinterpret_cast<float*>(xs + NS * kPairs * kXRow);      // [NS][kPairs]
   __shared__ int pair_of[kPairs], xrow_of[kPairs];
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
-  if (static_cast<int>(blockIdx.y) >= *a.n_runs) return;
-  const ExpertTile run = a.runs[blockIdx.y];
+  if (static_cast<int>(blockIdx.y) >= *a.n_tiles) return;
+  const ExpertTile tile = a.tiles[blockIdx.y];
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   const int gid = lane >> 2, tig = lane & 3;
-  const int64_t rowb = static_cast<int64_t>(blockIdx.x) * kRows;
   const int n_steps = static_cast<int>(a.n_cols / kStep);
-  const bool shared = run.expert == a.shared_id;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * a.tiles_per_block;
+  const int64_t row_tiles = (a.rows_per_expert + kRows - 1) / kRows;
+  const int n_items = static_cast<int>((a.tiles_per_block < row_tiles - tile0 ? a.tiles_per_block : row_tiles - tile0)) * n_steps;
+  if (n_items <= 0) return;
+  const int nt = tile.count;
+  const bool shared = tile.expert == a.shared_id;
   const uint8_t* base[2] = {
-      shared ? a.ws : a.w + static_cast<uint64_t>(run.expert * a.rows_per_expert) * a.row_bytes,
-      kGateUp ? (shared ? a.ws2 : a.w2 + static_cast<uint64_t>(run.expert * a.rows_per_expert) * a.row_bytes)
+      shared ? a.ws : a.w + static_cast<uint64_t>(tile.expert * a.rows_per_expert) * a.row_bytes,
+      kGateUp ? (shared ? a.ws2 : a.w2 + static_cast<uint64_t>(tile.expert * a.rows_per_expert) * a.row_bytes)
               : nullptr};
+  if (tid < kPairs) {
+    const int p = a.order[tile.first + min(tid, nt - 1)];
+    pair_of[tid] = p;
+    xrow_of[tid] = kGateUp ? p / a.n_used : p;
+  }
+  __syncthreads();
 
-  auto stage = [&](int buf, int st, int nt) {
+  auto stage = [&](int buf, int item) {
+    const int st = item % n_steps;
+    const int64_t rowb = (tile0 + item / n_steps) * kRows;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       uint8_t* wb = wsm + (buf * M + m) * (kRows * SR);
       const uint8_t* src = base[m];
       if constexpr (kQ6) {
-        const int o = (st * kQ6Bytes) & 3;  // (row_bytes is a multiple of 16)
+        const int o = (st * kQ6Bytes) & 3;  // (rows of an even block count, 4-aligned)
         const int words = (o + kQ6Bytes + 3) / 4;
         for (int i = tid; i < kRows * (kQ6Stage / 4); i += kThreads) {
           const int r = i / (kQ6Stage / 4), c = i % (kQ6Stage / 4);
@@ -178,7 +193,8 @@ __global__ void __launch_bounds__(kThreads) mmq_moe_kernel(const MmaArgs a) {
         for (int i = tid; i < kRows * (kBlockBytes / 16); i += kThreads) {
           const int r = i / (kBlockBytes / 16), c = i % (kBlockBytes / 16);
           const int64_t row = min(rowb + r, a.rows_per_expert - 1);
-          cp_async16(wb + r * kBlockBytes + c * 16, src + row * a.row_bytes + static_cast<int64_t>(st) * kBlockBytes + c * 16);
+          cp_async16(wb + r * kBlockBytes + c * 16,
+                     src + row * a.row_bytes + static_cast<int64_t>(st) * kBlockBytes + c * 16);
         }
       }
     }
@@ -200,84 +216,233 @@ __global__ void __launch_bounds__(kThreads) mmq_moe_kernel(const MmaArgs a) {
     }
   };
 
-  for (int c0 = 0; c0 < run.count; c0 += kPairs) {
-    const int nt = min(kPairs, run.count - c0);
-    __syncthreads();  // the pass before is done with the buffers and the pair list
-    if (tid < kPairs) {
-      const int p = a.order[run.first + c0 + min(tid, nt - 1)];
-      pair_of[tid] = p;
-      xrow_of[tid] = kGateUp ? p / a.n_used : p;
-    }
+  float acc[M][4];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[m][i] = 0.f;
+  }
+#pragma unroll
+  for (int k = 0; k < NS - 1; ++k) {
+    if (k < n_items) stage(k, k);
+    cp_async_commit();
+  }
+  for (int it = 0; it < n_items; ++it) {
+    const int buf = it % NS, st = it % n_steps;
+    cp_async_wait<NS - 2>();
     __syncthreads();
-    float acc[M][4];
+    if (it + NS - 1 < n_items) stage((it + NS - 1) % NS, it + NS - 1);
+    cp_async_commit();
+    const int8_t* xb = xs + buf * (kPairs * kXRow);
+    const float* db = ds + buf * kPairs;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[m][i] = 0.f;
-    }
-#pragma unroll
-    for (int k = 0; k < NS - 1; ++k) {
-      if (k < n_steps) stage(k, k, nt);
-      cp_async_commit();
-    }
-    for (int st = 0; st < n_steps; ++st) {
-      const int buf = st % NS;
-      cp_async_wait<NS - 2>();
-      __syncthreads();
-      if (st + NS - 1 < n_steps) stage((st + NS - 1) % NS, st + NS - 1, nt);
-      cp_async_commit();
-      const int8_t* xb = xs + buf * (kPairs * kXRow);
-      const float* db = ds + buf * kPairs;
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const uint8_t* w0 = wsm + (buf * M + m) * (kRows * SR) + (warp * 16 + gid) * SR;
-        if constexpr (kQ6) {
-          q6k_tile_step(w0, (st * kQ6Bytes) & 3, xb, db, gid, tig, acc[m]);
-        } else {
-          q4k_tile_step(w0, xb, db, gid, tig, acc[m]);
-        }
+      const uint8_t* w0 = wsm + (buf * M + m) * (kRows * SR) + (warp * 16 + gid) * SR;
+      if constexpr (kQ6) {
+        q6k_tile_step(w0, SR, (st * kQ6Bytes) & 3, xb, kXRow, db, gid, tig, acc[m]);
+      } else {
+        q4k_tile_step(w0, SR, xb, kXRow, db, gid, tig, acc[m]);
       }
     }
+    if (st == n_steps - 1) {  // a row tile done: its outputs, then the next tile from zero
+      const int64_t rowb = (tile0 + it / n_steps) * kRows;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int tok = 2 * tig + (i & 1);
-      const int64_t row = rowb + warp * 16 + gid + (i >= 2 ? 8 : 0);
-      if (tok < nt && row < a.rows_per_expert) {
-        float v = acc[0][i];
-        if constexpr (kGateUp) v = v / (1.f + expf(-v)) * acc[M - 1][i];
-        a.out[static_cast<int64_t>(pair_of[tok]) * a.rows_per_expert + row] = v;
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 2 * tig + (i & 1);
+        const int64_t row = rowb + warp * 16 + gid + (i >= 2 ? 8 : 0);
+        if (tok < nt && row < a.rows_per_expert) {
+          float v = acc[0][i];
+          if constexpr (kGateUp) v = v / (1.f + expf(-v)) * acc[M - 1][i];
+          a.out[static_cast<int64_t>(pair_of[tok]) * a.rows_per_expert + row] = v;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][i] = 0.f;
       }
     }
   }
 }
 
-constexpr int kStagesGateUp = 3, kStagesDown = 3;
+// Rows short enough that 64 of them fit a stage (the Qwen3.5-35B-A3B's 512-wide down
+// projections: 64 x 420 bytes), products without gate / up: a row tile is one contiguous,
+// 16-aligned run of the expert's bytes (rows_per_expert a multiple of 64), staged whole by
+// 16-byte copies where the item kernel copies a Q6_K block 4 bytes at a time, and the
+// tile's pairs' x is staged once for all the block's row tiles. Same sums as the item
+// kernel (the same bits).
+template <bool kQ6, int NS>
+__global__ void __launch_bounds__(kThreads) mmq_moe_rows_kernel(const MmaArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int rb = static_cast<int>(a.row_bytes), tile_bytes = kRows * rb;
+  const int n_steps = static_cast<int>(a.n_cols / kStep), xstride = static_cast<int>(a.n_cols) + 16;
+  uint8_t* wsm = smem;                                                          // [NS][kRows][rb]
+  int8_t* xs = reinterpret_cast<int8_t*>(smem + NS * tile_bytes);              // [kPairs][xstride]
+  float* ds = reinterpret_cast<float*>(xs + kPairs * xstride);                  // [n_steps][kPairs]
+  __shared__ int pair_of[kPairs], xrow_of[kPairs];
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  if (static_cast<int>(blockIdx.y) >= *a.n_tiles) return;
+  const ExpertTile tile = a.tiles[blockIdx.y];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * a.tiles_per_block;
+  const int64_t row_tiles = a.rows_per_expert / kRows;
+  const int n_items = static_cast<int>(a.tiles_per_block < row_tiles - tile0 ? a.tiles_per_block : row_tiles - tile0);
+  if (n_items <= 0) return;
+  const int nt = tile.count;
+  const uint8_t* base = tile.expert == a.shared_id
+                            ? a.ws
+                            : a.w + static_cast<uint64_t>(tile.expert * a.rows_per_expert) * a.row_bytes;
+  if (tid < kPairs) {
+    const int p = a.order[tile.first + min(tid, nt - 1)];
+    pair_of[tid] = p;
+    xrow_of[tid] = p;
+  }
+  __syncthreads();
+  // The pairs' x for every step (zeros past the tile's pairs), in the first copy group.
+  for (int i = tid; i < kPairs * (n_steps * kStep / 16); i += kThreads) {
+    const int tk = i / (n_steps * kStep / 16), c = i % (n_steps * kStep / 16);
+    int8_t* d = xs + tk * xstride + c * 16;
+    if (tk < nt) {
+      cp_async16(d, a.xq + static_cast<int64_t>(xrow_of[tk]) * a.n_cols + c * 16);
+    } else {
+      *reinterpret_cast<int4*>(d) = make_int4(0, 0, 0, 0);
+    }
+  }
+  for (int i = tid; i < kPairs * n_steps; i += kThreads) {
+    const int st = i / kPairs, tk = i % kPairs;
+    if (tk < nt) {
+      cp_async4(ds + i, a.xd + static_cast<int64_t>(xrow_of[tk]) * n_steps + st);
+    } else {
+      ds[i] = 0.0f;
+    }
+  }
+  auto stage = [&](int buf, int item) {
+    const uint8_t* src = base + static_cast<uint64_t>((tile0 + item) * kRows) * a.row_bytes;
+    uint8_t* dst = wsm + buf * tile_bytes;
+    for (int i = tid; i < tile_bytes / 16; i += kThreads) cp_async16(dst + 16 * i, src + 16 * i);
+  };
+#pragma unroll
+  for (int k = 0; k < NS - 1; ++k) {
+    if (k < n_items) stage(k, k);
+    cp_async_commit();
+  }
+  for (int it = 0; it < n_items; ++it) {
+    const int buf = it % NS;
+    cp_async_wait<NS - 2>();
+    __syncthreads();
+    if (it + NS - 1 < n_items) stage((it + NS - 1) % NS, it + NS - 1);
+    cp_async_commit();
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const uint8_t* row = wsm + buf * tile_bytes + (warp * 16 + gid) * rb;
+    for (int st = 0; st < n_steps; ++st) {
+      if constexpr (kQ6) {
+        const int o = (st * kQ6Bytes) & 3;
+        q6k_tile_step(row + st * kQ6Bytes - o, rb, o, xs + st * kStep, xstride, ds + st * kPairs, gid, tig, acc);
+      } else {
+        q4k_tile_step(row + st * kBlockBytes, rb, xs + st * kStep, xstride, ds + st * kPairs, gid, tig, acc);
+      }
+    }
+    const int64_t rowb = (tile0 + it) * kRows;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int tok = 2 * tig + (i & 1);
+      const int64_t r = rowb + warp * 16 + gid + (i >= 2 ? 8 : 0);
+      if (tok < nt) a.out[static_cast<int64_t>(pair_of[tok]) * a.rows_per_expert + r] = acc[i];
+    }
+  }
+}
 
-template <bool kQ6, bool kGateUp>
-constexpr int stages() {
-  return kGateUp ? kStagesGateUp : kStagesDown;
+// Stages: three (two items in flight), measured on the H200 (Qwen3.5-35B-A3B, ms a step of
+// 16 / 32 / 64 sequences, two runs each): 2 stages 9.67, 9.63 / 13.82, 13.80 / 19.51, 19.44;
+// 3 stages 9.47, 9.47 / 13.81, 13.79 / 19.49, 19.53; 4 stages 9.76, 9.75 / 14.18, 14.17 /
+// 19.92, 19.92.
+constexpr int kStages = 3;
+
+// Items (row tile, step) a block walks at least (HEARTH_CUDA_MOE_MMA_ITEMS; 0: not read
+// yet): short rows take several row tiles a block, so a block's fixed costs and its
+// pipeline's start are shared. 4, measured on the H200 (Qwen3.5-35B-A3B, its down
+// projections on this kernel, ms a step of 16 / 32 / 64 sequences, two runs each): 4 items
+// 9.71, 9.70 / 12.99, 13.00 / 18.58, 18.58; 8 items 9.88, 9.89 / 13.17, 13.19 / 18.66, 18.66;
+// 16 items 10.68, 10.65 / 14.15, 14.17 / 19.06, 19.02.
+int g_items = 0;
+int items_per_block() {
+  if (g_items == 0) {
+    const char* e = std::getenv("HEARTH_CUDA_MOE_MMA_ITEMS");
+    g_items = e != nullptr ? std::clamp(std::atoi(e), 1, 64) : 4;
+  }
+  return g_items;
 }
 
 template <bool kQ6, bool kGateUp>
 void allow_smem() {
-  constexpr int NS = stages<kQ6, kGateUp>();
-  check_launch(cudaFuncSetAttribute(mmq_moe_kernel<kQ6, kGateUp, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(moe_smem_bytes<kQ6, kGateUp, NS>())));
+  check_launch(cudaFuncSetAttribute(mmq_moe_kernel<kQ6, kGateUp, kStages>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(moe_smem_bytes<kQ6, kGateUp, kStages>())));
 }
 
 void ensure_prepared();
 
-template <bool kGateUp>
-void launch_moe(bool q6, const MmaArgs& a, int max_runs, cudaStream_t stream) {
-  ensure_prepared();
-  const dim3 grid(static_cast<unsigned>((a.rows_per_expert + kRows - 1) / kRows), static_cast<unsigned>(max_runs));
-  if (q6) {
-    constexpr int NS = stages<true, kGateUp>();
-    launch_pdl(mmq_moe_kernel<true, kGateUp, NS>, grid, kThreads, moe_smem_bytes<true, kGateUp, NS>(), stream, a);
+template <bool kQ6, bool kGateUp>
+void launch(MmaArgs a, int max_tiles, cudaStream_t stream) {
+  const int64_t steps = a.n_cols / kStep, row_tiles = (a.rows_per_expert + kRows - 1) / kRows;
+  a.tiles_per_block = std::clamp<int64_t>((items_per_block() + steps - 1) / steps, 1, row_tiles);
+  const dim3 grid(static_cast<unsigned>((row_tiles + a.tiles_per_block - 1) / a.tiles_per_block),
+                  static_cast<unsigned>(max_tiles));
+  launch_pdl(mmq_moe_kernel<kQ6, kGateUp, kStages>, grid, kThreads, moe_smem_bytes<kQ6, kGateUp, kStages>(), stream,
+             a);
+}
+
+// The whole-row-tile kernel (HEARTH_CUDA_MOE_MMA_ROWS=0: off; _ROW_TILES: row tiles a
+// block, default 4; _ROWS_STAGES: 2 or 3, default 2). -1: not read yet. Measured on the
+// H200 (Qwen3.5-35B-A3B, ms a step of 16 / 32 / 64 sequences, two runs each): off 9.70,
+// 9.75 / 13.02, 13.07 / 18.59, 18.61; on 8.96, 8.92 / 11.80, 11.75 / 16.73, 16.74; three
+// stages 9.28, 9.23 / 12.30, 12.27 / 17.41, 17.32; 8 row tiles a block 8.87, 8.85 / 12.11,
+// 12.06 / 16.72, 16.73; 2 row tiles 8.98 / 11.83 / 16.80. Its down kernel alone (ncu, 64
+// sequences): 130.8 -> 83.5 us a layer for 157 MB (1.20 -> 1.88 TB/s).
+constexpr int kMaxRowsTileBytes = 32 << 10;
+constexpr int kMaxRowsSmem = 3 * kMaxRowsTileBytes + kPairs * (3 * kStep + 16) + 64 * 4;
+int g_rows_on = -1, g_rows_tiles = 0, g_rows_stages = 0;
+void read_rows_settings() {
+  if (g_rows_on >= 0) return;
+  const char* on = std::getenv("HEARTH_CUDA_MOE_MMA_ROWS");
+  const char* tiles = std::getenv("HEARTH_CUDA_MOE_MMA_ROW_TILES");
+  const char* ns = std::getenv("HEARTH_CUDA_MOE_MMA_ROWS_STAGES");
+  g_rows_tiles = tiles != nullptr ? std::clamp(std::atoi(tiles), 1, 64) : 4;
+  g_rows_stages = ns != nullptr && std::string(ns) == "3" ? 3 : 2;
+  g_rows_on = on != nullptr && std::string(on) == "0" ? 0 : 1;
+}
+
+bool rows_kernel_takes(const MmaArgs& a) {
+  read_rows_settings();
+  return g_rows_on == 1 && a.rows_per_expert % kRows == 0 && kRows * static_cast<int64_t>(a.row_bytes) <= kMaxRowsTileBytes &&
+         a.n_cols <= 3 * kStep;
+}
+
+template <bool kQ6>
+void launch_rows(MmaArgs a, int max_tiles, cudaStream_t stream) {
+  const int64_t row_tiles = a.rows_per_expert / kRows, n_steps = a.n_cols / kStep;
+  a.tiles_per_block = std::min<int64_t>(g_rows_tiles, row_tiles);
+  const dim3 grid(static_cast<unsigned>((row_tiles + a.tiles_per_block - 1) / a.tiles_per_block),
+                  static_cast<unsigned>(max_tiles));
+  const size_t x_bytes = static_cast<size_t>(kPairs) * (a.n_cols + 16) + sizeof(float) * kPairs * n_steps;
+  const size_t tile = static_cast<size_t>(kRows) * a.row_bytes;
+  if (g_rows_stages == 3) {
+    launch_pdl(mmq_moe_rows_kernel<kQ6, 3>, grid, kThreads, 3 * tile + x_bytes, stream, a);
   } else {
-    constexpr int NS = stages<false, kGateUp>();
-    launch_pdl(mmq_moe_kernel<false, kGateUp, NS>, grid, kThreads, moe_smem_bytes<false, kGateUp, NS>(), stream, a);
+    launch_pdl(mmq_moe_rows_kernel<kQ6, 2>, grid, kThreads, 2 * tile + x_bytes, stream, a);
   }
+}
+
+template <bool kGateUp>
+void launch_moe(bool q6, const MmaArgs& a, int max_tiles, cudaStream_t stream) {
+  ensure_prepared();
+  if (!kGateUp && rows_kernel_takes(a)) {
+    (q6 ? launch_rows<true> : launch_rows<false>)(a, max_tiles, stream);
+    return;
+  }
+  (q6 ? launch<true, kGateUp> : launch<false, kGateUp>)(a, max_tiles, stream);
 }
 
 size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
@@ -322,9 +487,10 @@ MmaArgs mma_args(const DeviceWeight& w, const void* w2, int64_t rows_per_expert,
   a.xq = xq;
   a.xd = xd;
   a.out = out;
-  a.n_runs = g.n_runs;
-  a.runs = g.runs;
+  a.n_tiles = g.n_tiles;
+  a.tiles = g.tiles;
   a.order = g.order;
+  a.tiles_per_block = 1;
   return a;
 }
 
@@ -354,11 +520,20 @@ size_t q8_moe_mma_scratch_bytes(int64_t n_cols, int64_t n_rows) {
   return align256(static_cast<size_t>(n_rows * n_cols)) + align256(sizeof(float) * static_cast<size_t>(n_rows * (n_cols / kStep)));
 }
 
+void set_q8_moe_mma_rows(bool on) {
+  read_rows_settings();
+  g_rows_on = on ? 1 : 0;
+}
+
 void q8_moe_mma_prepare() {
   allow_smem<false, true>();
   allow_smem<true, true>();
   allow_smem<false, false>();
   allow_smem<true, false>();
+  for (auto* k : {mmq_moe_rows_kernel<true, 2>, mmq_moe_rows_kernel<true, 3>, mmq_moe_rows_kernel<false, 2>,
+                  mmq_moe_rows_kernel<false, 3>}) {
+    check_launch(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsSmem));
+  }
   g_moe_prepared = true;
 }
 
@@ -384,7 +559,7 @@ void q8_moe_mma_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_
   quantize_q8k(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
   const q8::GroupView g = q8::group_view(groups, n_pairs, n_expert);
   launch_moe<true>(gate.type == GgmlType::Q6_K, mma_args(gate, up.data, rows_per_expert, n_used, xq, xd, h, g, shared_w, shared_w2),
-                   g.max_runs, stream);
+                   g.max_tiles, stream);
 }
 
 void q8_moe_mma_down(const DeviceWeight& down, int64_t rows_per_expert, int64_t n_pairs, const float* h, float* y,
@@ -404,7 +579,7 @@ void q8_moe_mma_down(const DeviceWeight& down, int64_t rows_per_expert, int64_t 
   quantize_q8k(h, n_pairs, down.n_cols, scratch, &hq, &hd, stream);
   const q8::GroupView g = q8::group_view(groups, n_pairs, n_expert);
   launch_moe<false>(down.type == GgmlType::Q6_K, mma_args(down, nullptr, rows_per_expert, 1, hq, hd, y, g, shared_w, nullptr),
-                    g.max_runs, stream);
+                    g.max_tiles, stream);
 }
 
 }  // namespace hearth::cuda

@@ -32,13 +32,17 @@ size_t align_up(size_t v);  // to 256 bytes
 void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch, int8_t** xq, float2** xd,
                    cudaStream_t stream);
 
-// The layout of q8_moe_group's `groups`: n_runs, then runs[min(n_pairs, n_expert)], then
-// order[n_pairs] (quant_q8_moe.cu; also read by quant_mmq_moe.cu).
+// The layout of q8_moe_group's `groups`: n_runs and n_tiles, then runs[min(n_pairs,
+// n_expert)], order[n_pairs] and tiles[max_tiles] (quant_q8_moe.cu; the tiles, each at most
+// kTilePairs pairs of one expert, are quant_mmq_moe.cu's blocks).
+constexpr int kTilePairs = 8;
 struct GroupView {
   int32_t* n_runs;
+  int32_t* n_tiles;
   ExpertTile* runs;
   int32_t* order;
-  int max_runs;
+  ExpertTile* tiles;
+  int max_runs, max_tiles;
 };
 GroupView group_view(const void* groups, int64_t n_pairs, int n_expert);
 // What the grouped expert products require of a call (a precise message otherwise).

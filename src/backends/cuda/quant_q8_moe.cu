@@ -29,6 +29,7 @@ using q8::check_shared;
 using q8::group_view;
 using q8::GroupView;
 using q8::kChunk;
+using q8::kTilePairs;
 using q8::kThreads;
 using q8::Q8Dot;
 using q8::Q8Wide;
@@ -186,14 +187,17 @@ __global__ void __launch_bounds__(kGroupThreads) q8_expert_grouped_kernel(const 
 
 // One block: the pairs of ids grouped by expert, stable (pairs in order within an expert):
 // order[] holds pair indices expert by expert, runs[i] the i-th used expert's range of
-// order (experts ascending), *n_runs their number. Thread e counts expert e's pairs.
+// order (experts ascending), *n_runs their number; tiles[] the same ranges cut into
+// pieces of at most kTilePairs pairs (*n_tiles of them: the tensor-core kernels' blocks).
+// Thread e counts expert e's pairs.
 __global__ void __launch_bounds__(kSortThreads)
     moe_group_kernel(const int32_t* __restrict__ ids, int n_pairs, int n_expert, int32_t* __restrict__ n_runs,
-                     ExpertTile* __restrict__ runs, int32_t* __restrict__ order) {
+                     ExpertTile* __restrict__ runs, int32_t* __restrict__ order, int32_t* __restrict__ n_tiles,
+                     ExpertTile* __restrict__ tiles) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   __shared__ int32_t sids[kMaxGroupPairs];
-  __shared__ int32_t start[kSortThreads], slot[kSortThreads];
+  __shared__ int32_t start[kSortThreads], slot[kSortThreads], tslot[kSortThreads];
   const int e = threadIdx.x;
   for (int i = e; i < n_pairs; i += kSortThreads) sids[i] = ids[i];
   __syncthreads();
@@ -202,18 +206,27 @@ __global__ void __launch_bounds__(kSortThreads)
     for (int i = 0; i < n_pairs; ++i) c += sids[i] == e;
   }
   // Inclusive scans (Hillis-Steele) of the counts and of the used flags.
+  const int nt = (c + kTilePairs - 1) / kTilePairs;  // tiles of at most kTilePairs pairs
   start[e] = c;
   slot[e] = c > 0;
+  tslot[e] = nt;
   __syncthreads();
   for (int d = 1; d < kSortThreads; d <<= 1) {
-    const int s0 = e >= d ? start[e - d] : 0, u0 = e >= d ? slot[e - d] : 0;
+    const int s0 = e >= d ? start[e - d] : 0, u0 = e >= d ? slot[e - d] : 0, t0 = e >= d ? tslot[e - d] : 0;
     __syncthreads();
     start[e] += s0;
     slot[e] += u0;
+    tslot[e] += t0;
     __syncthreads();
   }
-  const int first = start[e] - c, run = slot[e] - (c > 0);
-  if (e == kSortThreads - 1) *n_runs = slot[e];
+  const int first = start[e] - c, run = slot[e] - (c > 0), tile = tslot[e] - nt;
+  if (e == kSortThreads - 1) {
+    *n_runs = slot[e];
+    *n_tiles = tslot[e];
+  }
+  for (int j = 0; j < nt; ++j) {
+    tiles[tile + j] = ExpertTile{e, first + kTilePairs * j, min(kTilePairs, c - kTilePairs * j)};
+  }
   if (c > 0) {
     runs[run] = ExpertTile{e, first, c};
     int k = first;
@@ -323,9 +336,14 @@ GroupView group_view(const void* groups, int64_t n_pairs, int n_expert) {
   auto* base = static_cast<uint8_t*>(const_cast<void*>(groups));
   GroupView g{};
   g.max_runs = static_cast<int>(std::min<int64_t>(n_pairs, n_expert));
+  // Each used expert's pairs in tiles of kTilePairs: at most one part-filled tile an expert.
+  g.max_tiles = g.max_runs + static_cast<int>(n_pairs / kTilePairs);
   g.n_runs = reinterpret_cast<int32_t*>(base);
+  g.n_tiles = reinterpret_cast<int32_t*>(base + 4);
   g.runs = reinterpret_cast<ExpertTile*>(base + 16);
-  g.order = reinterpret_cast<int32_t*>(base + 16 + align_up(sizeof(ExpertTile) * static_cast<size_t>(g.max_runs)));
+  const size_t runs_bytes = align_up(sizeof(ExpertTile) * static_cast<size_t>(g.max_runs));
+  g.order = reinterpret_cast<int32_t*>(base + 16 + runs_bytes);
+  g.tiles = reinterpret_cast<ExpertTile*>(base + 16 + runs_bytes + align_up(sizeof(int32_t) * static_cast<size_t>(n_pairs)));
   return g;
 }
 
@@ -355,7 +373,9 @@ bool q8_moe_group_fits(int64_t n_pairs, int64_t n_expert) {
 
 size_t q8_moe_group_bytes(int64_t n_pairs, int n_expert) {
   const auto runs = static_cast<size_t>(std::min<int64_t>(n_pairs, n_expert));
-  return 16 + q8::align_up(sizeof(ExpertTile) * runs) + sizeof(int32_t) * static_cast<size_t>(n_pairs);
+  const size_t tiles = runs + static_cast<size_t>(n_pairs / q8::kTilePairs);
+  return 16 + q8::align_up(sizeof(ExpertTile) * runs) + q8::align_up(sizeof(int32_t) * static_cast<size_t>(n_pairs)) +
+         sizeof(ExpertTile) * tiles;
 }
 
 void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* groups, cudaStream_t stream) {
@@ -364,7 +384,7 @@ void q8_moe_group(const int32_t* ids, int64_t n_pairs, int n_expert, void* group
   if (groups == nullptr) bad("q8_moe_group: groups is null");
   const GroupView g = group_view(groups, n_pairs, n_expert);
   ::hearth::cuda::launch_pdl(moe_group_kernel, 1, kSortThreads, 0, stream, ids, static_cast<int>(n_pairs), n_expert,
-                             g.n_runs, g.runs, g.order);
+                             g.n_runs, g.runs, g.order, g.n_tiles, g.tiles);
 }
 
 void q8_moe_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, const int32_t* ids,
