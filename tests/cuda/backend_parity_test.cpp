@@ -293,13 +293,15 @@ TEST(CudaParity, SmallF32Gemm) {
 // The fused routed experts (CudaBackend::moe_ffn): Q4_K gate/up and Q6_K down experts,
 // an F32 router (tokens whose K-th and (K+1)-th logits are within 1e-3 are left out),
 // against a double-precision forward. Up to 64 tokens run on 8-bit activations, so the
-// reference quantizes x and the SwiGLU output as those kernels do (within 2e-3 of the
-// largest output); 80 and 200 tokens take the grouped tensor-core path (pairs sorted by
-// expert, tiles of up to 64 pairs, f16 activations: within 5e-3 of the unquantized forward).
+// reference quantizes x and the SwiGLU output as those kernels do (in chunks of 32 for the
+// dp4a kernels, as Q8_K where the int8 tensor-core expert kernels take the batch: within
+// 2e-3 of the largest output); 80 and 200 tokens take the grouped tensor-core path (pairs
+// sorted by expert, tiles of up to 64 pairs, f16 activations: within 5e-3 of the
+// unquantized forward).
 TEST(CudaParity, MoeFfnFused) {
   NEED_GPU();
   ASSERT_TRUE(gpu().fused_moe());
-  const int64_t X = 16, K = 4, E = 512, F = 256;
+  const int64_t X = 16, K = 4, E = 512, F = 512;
   const auto router = make_weight(GgmlType::F32, randn(static_cast<size_t>(X * E), 71, 0.05f), X, E);
   const auto gate = make_weight(GgmlType::Q4_K, randn(static_cast<size_t>(X * F * E), 72, 0.5f), X * F, E);
   const auto up = make_weight(GgmlType::Q4_K, randn(static_cast<size_t>(X * F * E), 73, 0.5f), X * F, E);
@@ -338,7 +340,12 @@ TEST(CudaParity, MoeFfnFused) {
       if (with_shared && !gpu().moe_takes_shared(L, n)) continue;
       const auto x = randn(static_cast<size_t>(n * E), 80 + static_cast<uint32_t>(n));
       const bool q8 = n <= 64;  // CudaBackend's kMaxFusedTokens
-      const auto xq = q8_values(x);
+      const bool q8k = static_cast<hearth::cuda::CudaBackend&>(gpu()).moe_mma_takes(L, n);
+      if (n == 20) {
+        EXPECT_TRUE(q8k) << "20 tokens should take the tensor-core expert kernels";
+      }
+      const auto quant = [&](const std::vector<float>& v) { return q8k ? q8k_values(v) : q8_values(v); };
+      const auto xq = quant(x);
       std::vector<float> want(static_cast<size_t>(n * E), 0.f);
       std::vector<bool> clear_row(static_cast<size_t>(n), true);
       int clear = 0;
@@ -376,7 +383,7 @@ TEST(CudaParity, MoeFfnFused) {
             }
             h[r] = static_cast<float>(g / (1 + std::exp(-g)) * u);
           }
-          const std::vector<double> hq = q8 ? q8_values(h) : std::vector<double>(h.begin(), h.end());
+          const std::vector<double> hq = q8 ? quant(h) : std::vector<double>(h.begin(), h.end());
           for (int64_t c = 0; c < E; ++c) {
             double y = 0;
             for (int64_t r = 0; r < F; ++r) y += wd[(e * E + c) * F + r] * hq[r];
@@ -397,7 +404,7 @@ TEST(CudaParity, MoeFfnFused) {
             }
             h[r] = static_cast<float>(g / (1 + std::exp(-g)) * u);
           }
-          const std::vector<double> hq = q8 ? q8_values(h) : std::vector<double>(h.begin(), h.end());
+          const std::vector<double> hq = q8 ? quant(h) : std::vector<double>(h.begin(), h.end());
           for (int64_t c = 0; c < E; ++c) {
             double y = 0;
             for (int64_t r = 0; r < F; ++r) y += wsd[c * F + r] * hq[r];
@@ -415,7 +422,10 @@ TEST(CudaParity, MoeFfnFused) {
       }
       const double err = rel_err(got, want);
       EXPECT_LE(err, q8 ? 2e-3 : 5e-3) << "moe_ffn n=" << n << (with_shared ? " with the shared expert" : "");
-      std::cout << "moe_ffn " << n << " tokens (" << (q8 ? "8-bit activations" : "grouped tensor-core products")
+      std::cout << "moe_ffn " << n << " tokens ("
+                << (q8k  ? "int8 tensor-core experts"
+                    : q8 ? "8-bit activations"
+                         : "grouped tensor-core products")
                 << (with_shared ? ", shared expert" : "") << "): gpu vs double " << err << "\n";
       // moe_ffn_add_rms_norm (decode: the experts' sum, the residual add and the norm in one
       // kernel) against moe_ffn then add_rms_norm: the same bits.

@@ -66,6 +66,9 @@ class CudaBackend final : public ops::Backend {
   bool fused_moe() const override { return true; }
   void moe_ffn(const ops::MoeLayer& layer, const float* x, int64_t n, float* out) override;
   bool moe_takes_shared(const ops::MoeLayer& layer, int64_t n_tokens) const override;
+  // Whether moe_ffn runs a decode batch of n tokens on the tensor-core expert kernels
+  // (q8_moe_mma_*: the tokens and h quantized as Q8_K).
+  bool moe_mma_takes(const ops::MoeLayer& L, int64_t n) const;
   void moe_ffn_add_rms_norm(const ops::MoeLayer& layer, const float* x, int64_t n, float* out, float* x_res,
                             const ops::WeightView& norm, float eps, float* norm_out) override;
   void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) override;
@@ -212,8 +215,6 @@ class CudaBackend final : public ops::Backend {
   };
   void moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n, float* out, const NormAfter* after);
   bool moe_decode_q8(const ops::MoeLayer& L, int64_t n) const;
-  // Whether moe_ffn runs a decode batch of n tokens on the tensor-core expert kernels.
-  bool moe_mma_takes(const ops::MoeLayer& L, int64_t n) const;
   // moe_ffn's routed experts of a prompt (the routing read back to the host).
   void moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids, const float* wts,
                           float* out, OpTimer& timer);
@@ -335,7 +336,9 @@ class CudaBackend final : public ops::Backend {
   int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (HEARTH_CUDA_MOE_GROUP_MIN)
   // Grouped decode batches of at least this many tokens run the experts' products on the
   // int8 tensor cores (q8_moe_mma_*; HEARTH_CUDA_MOE_MMA_MIN), not in deterministic mode.
-  int64_t moe_mma_min_tokens_ = 16;
+  // 8, measured on the H200 (Qwen3.5-35B-A3B, ms a step, the dp4a kernels / these): 8
+  // tokens 6.72 / 6.51, 12 tokens 9.58 / 8.35; 4 tokens 4.79 / 5.05 (an earlier form).
+  int64_t moe_mma_min_tokens_ = 8;
   // Decode batches the tensor-core expert kernels take also run the shared expert as each
   // token's last pair, past moe_shared_max_tokens_ (HEARTH_CUDA_MOE_SHARED_MMA=0: not).
   bool moe_shared_mma_ = true;
