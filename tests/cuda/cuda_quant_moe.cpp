@@ -3,7 +3,10 @@
 // by pair: every output the same bits, for rows of 4 to 128 units (the grouped kernel's
 // lane widths 4 / 8 / 16 / 32, two units a lane, and the rows it leaves to the per-pair
 // kernel), experts chosen by one pair up to 40, more than 256 experts, and the per-pair
-// outputs within kMatvecTol of the exact product with the quantized activations.
+// outputs within kMatvecTol of the exact product with the quantized activations. Where the
+// int8 tensor-core expert kernels (q8_moe_mma_*) take the shapes: their outputs against the
+// exact products with Q8_K activations, a pair's outputs the same bits in half the batch,
+// and the down rows staged whole or step by step the same bits.
 #include <cstring>
 
 #include "q8_ref.h"
@@ -257,6 +260,10 @@ void run_moe_group_cases(std::mt19937_64& rng, cudaStream_t stream, Failures& fa
       {GgmlType::Q8_0, GgmlType::Q4_0, 512, 256, 300, 33, 6, false},  // more than 256 experts
       {GgmlType::Q4_1, GgmlType::Q5_0, 1024, 512, 32, 64, 32, false}, // 2,048 pairs
       {GgmlType::Q4_K, GgmlType::Q6_K, 2048, 512, 512, 1, 8, false},
+      // The tensor-core expert kernels' other forms: Q4_K down rows (whole row tiles), Q6_K
+      // gate / up, down rows too long for a whole tile (step by step).
+      {GgmlType::Q4_K, GgmlType::Q4_K, 2048, 512, 64, 24, 8, true},
+      {GgmlType::Q6_K, GgmlType::Q6_K, 512, 1024, 32, 20, 4, false},
   };
   for (const MoeCase& c : cases) run_moe_case(c, rng, stream, fails);
 }

@@ -163,7 +163,7 @@ bool CudaBackend::moe_takes_shared(const ops::MoeLayer& L, int64_t n_tokens) con
   // blocks of their own, where the dp4a kernels ran its pairs as one long run.
   if (L.shared_gate == nullptr || L.shared_up == nullptr || L.shared_down == nullptr || L.gate == nullptr ||
       L.up == nullptr || L.down == nullptr || !q8_matvec_ || deterministic_ || n_tokens <= 0 ||
-      n_tokens > kMaxFusedTokens ||
+      moe_shared_max_tokens_ <= 0 || n_tokens > kMaxFusedTokens ||
       (n_tokens > moe_shared_max_tokens_ && !(moe_shared_mma_ && moe_mma_takes(L, n_tokens)))) {
     return false;
   }
