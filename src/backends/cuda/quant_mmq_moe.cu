@@ -537,6 +537,30 @@ void q8_moe_mma_prepare() {
   g_moe_prepared = true;
 }
 
+namespace {
+
+// What both products check of the groups and scratch, then x (n_x_rows rows of w.n_cols) as
+// Q8_K into scratch and the kernel.
+template <bool kGateUp>
+void run_products(const char* op, const DeviceWeight& w, const void* w2, int64_t rows_per_expert, int64_t n_x_rows,
+                  int64_t n_pairs, int n_used, const float* x, float* out, void* scratch, size_t scratch_bytes,
+                  cudaStream_t stream, const void* groups, int n_expert, const void* shared_w, const void* shared_w2) {
+  if (groups == nullptr) q8::bad(std::string(op) + ": the pairs must come grouped (q8_moe_group)");
+  q8::check_groups(groups, n_pairs, n_expert, w.n_rows / rows_per_expert + (shared_w != nullptr ? 1 : 0), op);
+  if (scratch_bytes < q8_moe_mma_scratch_bytes(w.n_cols, n_x_rows) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
+    q8::bad(std::string(op) + ": scratch must hold q8_moe_mma_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* xq = nullptr;
+  float* xd = nullptr;
+  quantize_q8k(x, n_x_rows, w.n_cols, scratch, &xq, &xd, stream);
+  const q8::GroupView g = q8::group_view(groups, n_pairs, n_expert);
+  launch_moe<kGateUp>(w.type == GgmlType::Q6_K,
+                      mma_args(w, w2, rows_per_expert, n_used, xq, xd, out, g, shared_w, shared_w2), g.max_tiles,
+                      stream);
+}
+
+}  // namespace
+
 void q8_moe_mma_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, int64_t n_tokens,
                         int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes, cudaStream_t stream,
                         const void* groups, int n_expert, const void* shared_w, const void* shared_w2) {
@@ -547,19 +571,9 @@ void q8_moe_mma_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_
   }
   q8::check_shared(shared_w, true, shared_w2, "q8_moe_mma_gate_up");
   if (n_tokens <= 0) return;
-  if (n_used <= 0 || groups == nullptr) q8::bad("q8_moe_mma_gate_up: the pairs must come grouped (q8_moe_group)");
-  const int64_t n_pairs = n_tokens * n_used;
-  q8::check_groups(groups, n_pairs, n_expert, gate.n_rows / rows_per_expert + (shared_w != nullptr ? 1 : 0),
-                   "q8_moe_mma_gate_up");
-  if (scratch_bytes < q8_moe_mma_scratch_bytes(gate.n_cols, n_tokens) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
-    q8::bad("q8_moe_mma_gate_up: scratch must hold q8_moe_mma_scratch_bytes and be 256-byte aligned");
-  }
-  int8_t* xq = nullptr;
-  float* xd = nullptr;
-  quantize_q8k(x, n_tokens, gate.n_cols, scratch, &xq, &xd, stream);
-  const q8::GroupView g = q8::group_view(groups, n_pairs, n_expert);
-  launch_moe<true>(gate.type == GgmlType::Q6_K, mma_args(gate, up.data, rows_per_expert, n_used, xq, xd, h, g, shared_w, shared_w2),
-                   g.max_tiles, stream);
+  if (n_used <= 0) q8::bad("q8_moe_mma_gate_up: n_used must be positive");
+  run_products<true>("q8_moe_mma_gate_up", gate, up.data, rows_per_expert, n_tokens, n_tokens * n_used, n_used, x, h,
+                     scratch, scratch_bytes, stream, groups, n_expert, shared_w, shared_w2);
 }
 
 void q8_moe_mma_down(const DeviceWeight& down, int64_t rows_per_expert, int64_t n_pairs, const float* h, float* y,
@@ -568,18 +582,8 @@ void q8_moe_mma_down(const DeviceWeight& down, int64_t rows_per_expert, int64_t 
   check_weight(down, rows_per_expert, "q8_moe_mma_down");
   q8::check_shared(shared_w, false, nullptr, "q8_moe_mma_down");
   if (n_pairs <= 0) return;
-  if (groups == nullptr) q8::bad("q8_moe_mma_down: the pairs must come grouped (q8_moe_group)");
-  q8::check_groups(groups, n_pairs, n_expert, down.n_rows / rows_per_expert + (shared_w != nullptr ? 1 : 0),
-                   "q8_moe_mma_down");
-  if (scratch_bytes < q8_moe_mma_scratch_bytes(down.n_cols, n_pairs) || reinterpret_cast<uintptr_t>(scratch) % 256 != 0) {
-    q8::bad("q8_moe_mma_down: scratch must hold q8_moe_mma_scratch_bytes and be 256-byte aligned");
-  }
-  int8_t* hq = nullptr;
-  float* hd = nullptr;
-  quantize_q8k(h, n_pairs, down.n_cols, scratch, &hq, &hd, stream);
-  const q8::GroupView g = q8::group_view(groups, n_pairs, n_expert);
-  launch_moe<false>(down.type == GgmlType::Q6_K, mma_args(down, nullptr, rows_per_expert, 1, hq, hd, y, g, shared_w, nullptr),
-                    g.max_tiles, stream);
+  run_products<false>("q8_moe_mma_down", down, nullptr, rows_per_expert, n_pairs, n_pairs, 1, h, y, scratch,
+                      scratch_bytes, stream, groups, n_expert, shared_w, nullptr);
 }
 
 }  // namespace hearth::cuda
