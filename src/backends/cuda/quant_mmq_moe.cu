@@ -1,18 +1,18 @@
 // The routed experts of decode batches on the int8 tensor cores (quant_cuda.h:
-// q8_moe_mma_*). The pairs come grouped by expert (q8_moe_group); block (rows, run) takes
-// 64 rows of the run's expert (for gate / up: those rows of both) and meets the run's pairs
-// eight at a time as one n8 tile of mma.sync products, with the weights' quants straight
-// from the GGUF blocks (staged by cp.async, NS - 1 steps of 256 columns ahead) and the
+// q8_moe_mma_*). The pairs come grouped by expert and cut into tiles of at most eight
+// (q8_moe_group); block (row tiles, tile) takes 64-row tiles of the tile's expert (for gate
+// / up: those rows of both) and meets its pairs as one n8 column of mma.sync products, with
+// the weights' quants straight from the GGUF blocks (staged by cp.async ahead) and the
 // tokens as Q8_K, so each output is q8_gemm's arithmetic for that token and row: the
 // integer sums of a 256-column block scaled once (Q4_K: d sc (q . x) - dmin m (sum x) in
 // integers, then d, dmin; Q6_K: groups of 16 times their int8 scale, then d).
 //
 // Why: the dp4a grouped kernel (quant_q8_moe.cu) pays a dot product per (pair, unit) on
 // the CUDA cores and was bound by that work, not by its weight stream (the 35B-A3B's
-// gate / up at 64 tokens: 1.29 TB/s). Here a pair costs an n8 column of an MMA.
+// gate / up at 64 tokens: 1.29 TB/s). Here a pair costs a column of an MMA tile.
 //
 // A pair's outputs depend on its own token and expert only (the sums run over the columns
-// in one order whatever the run's other pairs), so they are the same bits in any batch
+// in one order whatever the tile's other pairs), so they are the same bits in any batch
 // this path takes; they differ from the dp4a kernels' (tokens quantized per 256 values,
 // not per 32), so --deterministic, whose decode rows must not depend on the batch size,
 // keeps those.
