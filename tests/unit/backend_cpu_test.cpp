@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -465,6 +466,33 @@ TEST(QuantDot, Avx2ActivationQuantizersEqualReferenceOnTies) {
     ref->quantize_act(x.data(), a.data(), n);
     fast->quantize_act(x.data(), b.data(), n);
     EXPECT_EQ(a, b) << hearth::ggml_type_name(t);
+  }
+  // Q8_K (256-value blocks): the same rows, then blocks of the extreme's sign ties (the
+  // first of equal |x| sets the scale), non-finite values, a lone negative extreme.
+  const int64_t nk = 256 * 7;
+  std::vector<float> xk(nk);
+  const auto rk = random_floats(nk, 91, 3.0f);
+  for (int64_t i = 0; i < nk; ++i) xk[i] = rk[i];
+  for (int64_t i = 0; i < n; ++i) xk[i] = x[i];                                  // block 0 and most of 1
+  for (int64_t i = 256; i < 512; ++i) xk[i] = (i % 2 ? -0.0f : 0.0f);           // zero block
+  for (int64_t i = 512; i < 768; ++i) xk[i] = static_cast<float>(i % 33 - 16) * 0.25f;
+  xk[600] = 9.0f;
+  xk[601] = -9.0f;                                                                // sign tie: 9 first
+  xk[800] = -7.5f;
+  xk[801] = 7.5f;                                                                 // sign tie: -7.5 first
+  xk[1024 + 5] = std::numeric_limits<float>::quiet_NaN();                         // a NaN is skipped
+  xk[1280 + 9] = std::numeric_limits<float>::infinity();                          // scale of an infinity
+  for (int64_t i = 1536; i < 1792; ++i) xk[i] = static_cast<float>(i % 7) * 0.01f;
+  xk[1700] = -50.0f;
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const cpu::DotKernel* fast = cpu::avx2::find(t);
+    const cpu::DotKernel* ref = cpu::find_dot_kernel(t, true);
+    ASSERT_NE(fast, nullptr);
+    ASSERT_EQ(ref->act_type, GgmlType::Q8_K);
+    std::vector<uint8_t> a(row_bytes(ref->act_type, nk)), b(a.size(), 0xAA);
+    ref->quantize_act(xk.data(), a.data(), nk);
+    fast->quantize_act(xk.data(), b.data(), nk);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << hearth::ggml_type_name(t) << " byte " << i;
   }
 }
 

@@ -127,6 +127,33 @@ TEST(Packed, KernelEqualsReferenceBitForBit) {
   if (n_run == 0) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
 }
 
+// Prompts longer than a token block (HEARTH_CPU_TOKEN_BLOCK, 128 by default): the kernel
+// takes the tokens in blocks across a range of groups, the tails of a block and of the
+// prompt in the smaller tiles; same bits as the reference, for sub-ranges of groups too.
+TEST(Packed, LongPromptsInTokenBlocksEqualReference) {
+  int n_run = 0;
+  for (const GgmlType type : kTypes) {
+    const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
+    if (mm == nullptr) continue;
+    ++n_run;
+    const int64_t n_rows = 70, n = 2 * block_of(type);
+    for (const int64_t n_tok : {129, 263, 301}) {
+      const auto seed = static_cast<uint32_t>(n_tok * 17 + static_cast<int>(type));
+      const auto w = make_weight(type, n_rows, n, seed);
+      const auto p = cpu::pack_weight(w.view);
+      const auto acts = make_acts(type, n_tok, n, seed + 1);
+      std::vector<float> want(static_cast<size_t>(n_tok * n_rows), -7.0f), got(want.size(), -7.0f);
+      cpu::ref::packed_order_matmul(w.view, 0, n_rows, acts.a, n_tok, want.data(), n_rows);
+      mm(*p, 0, 2, acts.a, n_tok, got.data(), n_rows);  // groups split 2 + 3
+      mm(*p, 2, p->n_groups, acts.a, n_tok, got.data(), n_rows);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << name(type) << " tokens " << n_tok << " at " << i;
+      }
+    }
+  }
+  if (n_run == 0) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+}
+
 // The reference keeps vec_dot's order: equal to the SIMD vec_dot (dot_avx2.cpp, the kernel
 // llama.cpp's numbers were matched with) bit for bit, on zero rows and activations too.
 TEST(Packed, ReferenceEqualsVecDotBitForBit) {

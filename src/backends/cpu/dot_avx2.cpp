@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
 
 #include "quant/blocks.h"
 
@@ -338,15 +339,75 @@ HEARTH_AVX2 void quantize_q8_1(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ref::quantize_q8_k in vectors: the largest |x| (a NaN skipped), the signed value at its
+// first position, then per element nearbyint(x * iscale) capped at 127 and truncated to
+// its low byte as the reference's casts do (only non-finite inputs reach below -127);
+// bsums from the stored bytes by vpsadbw on the bytes biased by 128. Byte-identical to
+// the reference (Avx2ActivationQuantizersEqualReferenceOnTies).
+HEARTH_AVX2 void quantize_q8_k(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(dst);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i cap = _mm256_set1_epi32(127), low = _mm256_set1_epi32(0xff), bias = _mm256_set1_epi8(-128);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float* xb = x + b * kQKK;
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < kQKK; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + j), abs_mask), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    if (amax == 0.0f) {
+      std::memset(&y[b], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    float max = 0.0f;
+    const __m256 va = _mm256_set1_ps(amax);
+    for (int j = 0; j < kQKK; j += 8) {
+      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + j), abs_mask);
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(a, va, _CMP_EQ_OQ));
+      if (hit != 0) {
+        max = xb[j + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m256 vs = _mm256_set1_ps(iscale);
+    for (int c = 0; c < kQKK; c += 32) {
+      __m256i q[4];
+      for (int g = 0; g < 4; ++g) {
+        const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + c + 8 * g), vs),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[g] = _mm256_and_si256(_mm256_min_epi32(_mm256_cvtps_epi32(r), cap), low);
+      }
+      // 0..255 pass both unsigned packs unchanged; one permute fixes the lanes' order.
+      const __m256i a = _mm256_packus_epi32(q[0], q[1]), bb = _mm256_packus_epi32(q[2], q[3]);
+      const __m256i bytes =
+          _mm256_permutevar8x32_epi32(_mm256_packus_epi16(a, bb), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + c), bytes);
+      // Four sums of eight bytes, each + 1024 for the bias; a bsum is two of them.
+      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(bytes, bias), _mm256_setzero_si256());
+      alignas(32) int64_t s8[4];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s8), sad);
+      for (int k = 0; k < 2; ++k) {
+        const int v = static_cast<int>(s8[2 * k] + s8[2 * k + 1]) - 2048;
+        const int j = c / 16 + k;
+        y[b].bsums[2 * j] = static_cast<uint8_t>(v & 0xff);
+        y[b].bsums[2 * j + 1] = static_cast<uint8_t>((v >> 8) & 0xff);
+      }
+    }
+    store_f32(y[b].d, 1.0f / iscale);
+  }
+}
+
 constexpr std::array kKernels = {
     DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, quantize_q8_0, dot_q4_0_q8_0, "avx2"},
     DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, quantize_q8_1, dot_q4_1_q8_1, "avx2"},
     DotKernel{GgmlType::Q5_0, GgmlType::Q8_0, quantize_q8_0, dot_q5_0_q8_0, "avx2"},
     DotKernel{GgmlType::Q5_1, GgmlType::Q8_1, quantize_q8_1, dot_q5_1_q8_1, "avx2"},
     DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, quantize_q8_0, dot_q8_0_q8_0, "avx2"},
-    DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q4_k_q8_k, "avx2"},
-    DotKernel{GgmlType::Q5_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q5_k_q8_k, "avx2"},
-    DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, ref::quantize_q8_k, dot_q6_k_q8_k, "avx2"},
+    DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, quantize_q8_k, dot_q4_k_q8_k, "avx2"},
+    DotKernel{GgmlType::Q5_K, GgmlType::Q8_K, quantize_q8_k, dot_q5_k_q8_k, "avx2"},
+    DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, quantize_q8_k, dot_q6_k_q8_k, "avx2"},
 };
 
 }  // namespace

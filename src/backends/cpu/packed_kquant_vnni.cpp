@@ -4,7 +4,8 @@
 // a sub-block's integer sum for all 16 rows; the sums are multiplied by the rows'
 // sub-block scales (vpmulld), the mins / -32 terms come from vpdpwssd of the rows'
 // int16 mins / scales against broadcast activation sums, and vec_dot's float
-// expression per super-block then runs lane-wise. Same arithmetic as kquant::ref_matmul.
+// expression per super-block then runs lane-wise. Same arithmetic as kquant::ref_matmul. Long prompts go in
+// blocks of tokens (HEARTH_CPU_TOKEN_BLOCK, default 128; packed_matmul).
 #include "backends/cpu/packed_kquant.h"
 
 #if defined(__x86_64__)
@@ -200,6 +201,37 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ys + row0, mask, acc[t]);
 }
 
+// Tokens [t0, t1) against group g: tiles of eight (four), then the rest.
+template <GgmlType kType>
+HEARTH_VNNI void group_range(const PackedWeight& w, int64_t g, const PackedAct& a, int64_t t0, int64_t t1, bool wide,
+                             float* y, int64_t ys) {
+  if (wide) {
+    for (; t0 + 8 <= t1; t0 += 8) group_tokens<kType, 8>(w, g, a, t0, y, ys);
+  }
+  for (; t0 + 4 <= t1; t0 += 4) group_tokens<kType, 4>(w, g, a, t0, y, ys);
+  switch (t1 - t0) {
+    case 3: group_tokens<kType, 3>(w, g, a, t0, y, ys); break;
+    case 2: group_tokens<kType, 2>(w, g, a, t0, y, ys); break;
+    case 1: group_tokens<kType, 1>(w, g, a, t0, y, ys); break;
+    default: break;
+  }
+}
+
+// Tokens per block of a long prompt (HEARTH_CPU_TOKEN_BLOCK, a multiple of 8; 0: none).
+int64_t token_block() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("HEARTH_CPU_TOKEN_BLOCK");
+    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 128;
+    return v <= 0 ? int64_t{0} : std::max<int64_t>(8, v / 8 * 8);
+  }();
+  return n;
+}
+
+// A long prompt is taken in blocks of tokens, each block against every group of the
+// range before the next: the block's quantized rows (128 tokens of a 6,144-column row:
+// 0.8 MB) stay in the core's L2 across the groups instead of the whole prompt (3.6 MB)
+// streaming through it once per group. The tiles start at the same tokens either way (a
+// block is a multiple of eight), so every output keeps its bits.
 template <GgmlType kType>
 HEARTH_VNNI void packed_matmul(const PackedWeight& w, int64_t g0, int64_t g1, const PackedAct& a, int64_t n_tokens,
                                float* y, int64_t ys) {
@@ -207,18 +239,14 @@ HEARTH_VNNI void packed_matmul(const PackedWeight& w, int64_t g0, int64_t g1, co
     const char* e = std::getenv("HEARTH_CPU_TILE8");
     return e == nullptr || e[0] != '0';
   }();
-  for (int64_t g = g0; g < g1; ++g) {
-    int64_t t0 = 0;
-    if (wide) {
-      for (; t0 + 8 <= n_tokens; t0 += 8) group_tokens<kType, 8>(w, g, a, t0, y, ys);
-    }
-    for (; t0 + 4 <= n_tokens; t0 += 4) group_tokens<kType, 4>(w, g, a, t0, y, ys);
-    switch (n_tokens - t0) {
-      case 3: group_tokens<kType, 3>(w, g, a, t0, y, ys); break;
-      case 2: group_tokens<kType, 2>(w, g, a, t0, y, ys); break;
-      case 1: group_tokens<kType, 1>(w, g, a, t0, y, ys); break;
-      default: break;
-    }
+  const int64_t tb = token_block();
+  if (tb == 0 || n_tokens <= tb || g1 - g0 < 2) {
+    for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, 0, n_tokens, wide, y, ys);
+    return;
+  }
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += tb) {
+    const int64_t t1 = std::min(n_tokens, t0 + tb);
+    for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, t0, t1, wide, y, ys);
   }
 }
 
