@@ -194,35 +194,37 @@ TEST(Packed, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
     ASSERT_EQ(pa.data, wa.view.data);  // the original rows stay readable (get_rows)
     const auto* pw = static_cast<const cpu::PackedWeight*>(pa.backend_data);
     EXPECT_EQ(be.packed_bytes() - bytes_before, (3 + 3 + 1) * 3 * pw->block_bytes);  // groups x blocks
-    const int64_t n_tok = 7;
-    const auto x = make_x(n_tok, n, 5);
-    // matmul_multi of three packed weights = one matmul each = vec_dot.
-    std::vector<float> ya(n_tok * 48), yb(n_tok * 33), yc(n_tok * 16);
-    const WeightView* ws[3] = {&pa, &pb, &pc};
-    float* ys[3] = {ya.data(), yb.data(), yc.data()};
-    be.matmul_multi(ws, 3, x.data(), n_tok, ys);
-    const cpu::DotKernel* k = cpu::find_dot_kernel(type);
-    const auto rb = static_cast<int64_t>(*hearth::ggml_row_bytes(k->act_type, n));
-    std::vector<uint8_t> xq(static_cast<size_t>(rb * n_tok));
-    for (int64_t t = 0; t < n_tok; ++t) k->quantize_act(x.data() + t * n, xq.data() + t * rb, n);
-    for (int i = 0; i < 3; ++i) {
-      const WeightView& orig = i == 0 ? wa.view : i == 1 ? wb.view : wc.view;
-      std::vector<float> one(static_cast<size_t>(n_tok * orig.n_rows));
-      be.matmul(*ws[i], x.data(), n_tok, one.data());
-      for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t r = 0; r < orig.n_rows; ++r) {
-          const float want =
-              k->vec_dot(n, static_cast<const uint8_t*>(orig.data) + r * orig.row_bytes, xq.data() + t * rb);
-          const size_t j = static_cast<size_t>(t * orig.n_rows + r);
-          ASSERT_EQ(one[j], want) << name(type) << " weight " << i << " row " << r << " token " << t;
-          ASSERT_EQ(ys[i][j], want) << "matmul_multi " << name(type) << " weight " << i;
+    for (const int64_t n_tok : {7, 37}) {  // 37: several token blocks where they are set small
+      const auto x = make_x(n_tok, n, 5);
+      // matmul_multi of three packed weights = one matmul each = vec_dot.
+      std::vector<float> ya(n_tok * 48), yb(n_tok * 33), yc(n_tok * 16);
+      const WeightView* ws[3] = {&pa, &pb, &pc};
+      float* ys[3] = {ya.data(), yb.data(), yc.data()};
+      be.matmul_multi(ws, 3, x.data(), n_tok, ys);
+      const cpu::DotKernel* k = cpu::find_dot_kernel(type);
+      const auto rb = static_cast<int64_t>(*hearth::ggml_row_bytes(k->act_type, n));
+      std::vector<uint8_t> xq(static_cast<size_t>(rb * n_tok));
+      for (int64_t t = 0; t < n_tok; ++t) k->quantize_act(x.data() + t * n, xq.data() + t * rb, n);
+      for (int i = 0; i < 3; ++i) {
+        const WeightView& orig = i == 0 ? wa.view : i == 1 ? wb.view : wc.view;
+        std::vector<float> one(static_cast<size_t>(n_tok * orig.n_rows));
+        be.matmul(*ws[i], x.data(), n_tok, one.data());
+        for (int64_t t = 0; t < n_tok; ++t) {
+          for (int64_t r = 0; r < orig.n_rows; ++r) {
+            const float want = k->vec_dot(
+                n, static_cast<const uint8_t*>(orig.data) + r * orig.row_bytes, xq.data() + t * rb);
+            const size_t j = static_cast<size_t>(t * orig.n_rows + r);
+            ASSERT_EQ(one[j], want)
+                << name(type) << " weight " << i << " row " << r << " token " << t;
+            ASSERT_EQ(ys[i][j], want) << "matmul_multi " << name(type) << " weight " << i;
+          }
         }
-      }
-      // Each token alone gives the bits it got in the batch.
-      for (int64_t t = 0; t < n_tok; ++t) {
-        std::vector<float> alone(static_cast<size_t>(orig.n_rows));
-        be.matmul(*ws[i], x.data() + t * n, 1, alone.data());
-        for (int64_t j = 0; j < orig.n_rows; ++j) ASSERT_EQ(alone[j], one[t * orig.n_rows + j]);
+        // Each token alone gives the bits it got in the batch.
+        for (int64_t t = 0; t < n_tok; ++t) {
+          std::vector<float> alone(static_cast<size_t>(orig.n_rows));
+          be.matmul(*ws[i], x.data() + t * n, 1, alone.data());
+          for (int64_t j = 0; j < orig.n_rows; ++j) ASSERT_EQ(alone[j], one[t * orig.n_rows + j]);
+        }
       }
     }
   }

@@ -364,13 +364,34 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
   // The weights' 16-row groups one after another; each chunk is cut at the weights' borders.
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += static_cast<const PackedWeight*>(ws[i]->backend_data)->n_groups;
-  pool_.parallel_for(total, 1, [&](int64_t begin, int64_t end, int) {
-    int64_t off = 0;
-    for (int i = 0; i < n && off < end; ++i) {
-      const auto& p = *static_cast<const PackedWeight*>(ws[i]->backend_data);
-      const int64_t b = std::max(begin, off) - off, e = std::min(end, off + p.n_groups) - off;
-      if (b < e) mm(p, b, e, a, n_tokens, ys[i], p.n_rows);
-      off += p.n_groups;
+  // HEARTH_CPU_PREFILL_BLOCKS=N (a multiple of 8; off by default, an experiment for many
+  // cores): tasks are (block of N tokens, group), block after block, so a thread's chunk
+  // takes one block of the prompt against several groups while the block stays in its L2,
+  // at the price of reading each group's weights once per block. Tiles start at the same
+  // tokens, so the bits do not change.
+  static const int64_t prompt_block = [] {
+    const char* e = std::getenv("HEARTH_CPU_PREFILL_BLOCKS");
+    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 0;
+    return v <= 0 ? int64_t{0} : std::max<int64_t>(8, v / 8 * 8);
+  }();
+  const int64_t tb = prompt_block > 0 && n_tokens > prompt_block ? prompt_block : n_tokens;
+  const int64_t n_blocks = (n_tokens + tb - 1) / tb;
+  pool_.parallel_for(n_blocks * total, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t blk = begin / total; blk * total < end; ++blk) {
+      const int64_t t0 = blk * tb, nt = std::min(tb, n_tokens - t0);
+      PackedAct ab = a;
+      ab.xq = a.xq + t0 * row_bytes;
+      ab.d = a.d + t0 * nb;
+      ab.s = a.s + t0 * nb;
+      ab.corr = a.corr + t0 * nb * 8;
+      const int64_t lo = std::max(begin, blk * total) - blk * total, hi = std::min(end, (blk + 1) * total) - blk * total;
+      int64_t off = 0;
+      for (int i = 0; i < n && off < hi; ++i) {
+        const auto& p = *static_cast<const PackedWeight*>(ws[i]->backend_data);
+        const int64_t b = std::max(lo, off) - off, e = std::min(hi, off + p.n_groups) - off;
+        if (b < e) mm(p, b, e, ab, nt, ys[i] + t0 * p.n_rows, p.n_rows);
+        off += p.n_groups;
+      }
     }
   });
 }
