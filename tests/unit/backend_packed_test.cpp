@@ -5,7 +5,10 @@
 // equal vec_dot and every token of a batch gets the bits it gets alone.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -255,3 +258,27 @@ TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
 }
 
 }  // namespace
+
+// Not a check: one thread's speed of the packed kernels on one token (decode) and on eight,
+// weights from L3 (gtest --gtest_also_run_disabled_tests --gtest_filter=*PackedSpeed*).
+TEST(Packed, DISABLED_PackedSpeed) {
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
+    if (mm == nullptr) GTEST_SKIP() << "no AVX-512 VNNI";
+    const int64_t n_rows = std::getenv("PACKED_SPEED_ROWS") ? std::atoll(std::getenv("PACKED_SPEED_ROWS")) : 4096, n = 2048;
+    const auto w = make_weight(type, n_rows, n, 5);
+    const auto p = cpu::pack_weight(w.view);
+    for (const int64_t n_tok : {1, 4, 8}) {
+      const auto acts = make_acts(type, n_tok, n, 6);
+      std::vector<float> y(static_cast<size_t>(n_tok * n_rows));
+      const int reps = n_tok == 1 ? 400 : 100;
+      mm(*p, 0, p->n_groups, acts.a, n_tok, y.data(), n_rows);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < reps; ++r) mm(*p, 0, p->n_groups, acts.a, n_tok, y.data(), n_rows);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+      const double bytes = static_cast<double>(n_rows) * static_cast<double>(w.view.row_bytes);
+      std::printf("%s %lld token(s): %.1f us per product, %.1f GB/s of weights\n", name(type),
+                  static_cast<long long>(n_tok), s * 1e6, bytes / s / 1e9);
+    }
+  }
+}
