@@ -148,12 +148,11 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
   const int64_t ahead = prefetch_distance(w.block_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = base + b * w.block_bytes;
-    // The next super-block's lines, as packed_vnni.cpp does for the legacy types (measured
-    // there; not measured on its own here).
-    // The weights' lines ~16 KiB ahead, into L2 (prefetch.h). Measured on the 2-core
+    // The weights' lines 32 KiB ahead, into L2 (prefetch.h). Measured on the 2-core
     // machine, one thread, weights from memory (Packed.DISABLED_PackedSpeed, 32768 x 2048),
     // Q4_K / Q6_K GB/s for 1 and 4 tokens: one super-block ahead into L1 (before) 34 / 26
-    // and 16 / 9; none 30-42 / 13 and 13 / 10; 16 KiB ahead into L2 46-48 / 34-39 and 22 / 19-23.
+    // and 16 / 9; none 30-42 / 13 and 13 / 10; 16 KiB ahead into L2 46-48 / 34-39 and 22 / 19-23;
+    // 32 KiB: the same there, 2-8 % shorter Qwen3.5-9B decode steps than 16 (BENCHMARKS).
     if (ahead > 0) {
       for (int64_t off = 0; off < w.block_bytes; off += 64) prefetch_l2(blk + ahead + off);
     }
