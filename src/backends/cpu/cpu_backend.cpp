@@ -369,11 +369,7 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
   // takes one block of the prompt against several groups while the block stays in its L2,
   // at the price of reading each group's weights once per block. Tiles start at the same
   // tokens, so the bits do not change.
-  static const int64_t prompt_block = [] {
-    const char* e = std::getenv("HEARTH_CPU_PREFILL_BLOCKS");
-    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 0;
-    return v <= 0 ? int64_t{0} : std::max<int64_t>(8, v / 8 * 8);
-  }();
+  static const int64_t prompt_block = env_token_block("HEARTH_CPU_PREFILL_BLOCKS", 0);
   const int64_t tb = prompt_block > 0 && n_tokens > prompt_block ? prompt_block : n_tokens;
   const int64_t n_blocks = (n_tokens + tb - 1) / tb;
   pool_.parallel_for(n_blocks * total, 1, [&](int64_t begin, int64_t end, int) {

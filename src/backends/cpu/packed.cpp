@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/cpu_features.h"
@@ -166,6 +167,12 @@ void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* 
           kFloatMagic - offset * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
     }
   }
+}
+
+int64_t env_token_block(const char* name, long dflt) {
+  const char* e = std::getenv(name);
+  const long v = e != nullptr ? std::strtol(e, nullptr, 10) : dflt;
+  return v <= 0 ? int64_t{0} : std::max<int64_t>(8, v / 8 * 8);
 }
 
 PackedMatmulFn find_packed_kernel(GgmlType type) {

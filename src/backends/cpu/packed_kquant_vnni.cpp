@@ -224,11 +224,7 @@ HEARTH_VNNI void group_range(const PackedWeight& w, int64_t g, const PackedAct& 
 
 // Tokens per block of a long prompt (HEARTH_CPU_TOKEN_BLOCK, a multiple of 8; 0: none).
 int64_t token_block() {
-  static const int64_t n = [] {
-    const char* e = std::getenv("HEARTH_CPU_TOKEN_BLOCK");
-    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 128;
-    return v <= 0 ? int64_t{0} : std::max<int64_t>(8, v / 8 * 8);
-  }();
+  static const int64_t n = env_token_block("HEARTH_CPU_TOKEN_BLOCK", 128);
   return n;
 }
 
