@@ -6,6 +6,7 @@ an Anthropic request without `thinking` does not think; message_start's usage ag
 end's. Two templates: the default model's ChatML (the server injects a Hermes tool list) and
 Qwen3.5's (Qwen XML calls, the answer starting inside <think>), both on the default weights —
 under a grammar even the 135M model writes calls, so every budget cuts one somewhere."""
+import concurrent.futures
 import json
 
 import anthropic
@@ -25,7 +26,7 @@ ADD = {"type": "function", "function": {
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
     "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string", "maxLength": 12},
+                   "properties": {"city": {"type": "string"},
                                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
                    "required": ["city", "unit"], "additionalProperties": False}}}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (ADD, WEATHER)}
@@ -107,6 +108,8 @@ def openai_call(oai, stream, **kw):
 def anthropic_call(ant, stream, **kw):
     """(calls, stop_reason, text, thinking) of one message."""
     body = dict(model="m", messages=MSGS, **kw)
+    if "temperature" in body:  # (no longer a parameter of this SDK's create())
+        body["extra_body"] = {"temperature": body.pop("temperature")}
     if stream:
         with ant.messages.stream(**body) as s:
             msg = s.get_final_message()
@@ -118,71 +121,83 @@ def anthropic_call(ant, stream, **kw):
     return calls, msg.stop_reason, text, thinking
 
 
+def sweep(fn, cases):
+    """fn(case) for every case, four at a time (the server batches them); results in order."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return list(pool.map(fn, cases))
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_openai_forced_call_cut_at_every_budget_is_never_a_call(oai, stream):
+    # Budgets 1..58 (a Qwen XML call is ~45 of the 135M model's tokens), greedy and sampled.
+    cases = [(n, t, n) for n in range(1, 61, 3) for t in (0, 1.0)]
+    results = sweep(lambda c: openai_call(oai, stream, tools=[ADD], tool_choice="required", max_tokens=c[0],
+                                          temperature=c[1], seed=c[2]), cases)
     seen_cut = seen_call = 0
-    for max_tokens in range(1, 31):
-        for temperature, seed in [(0, 0), (1.0, max_tokens), (1.0, 1000 + max_tokens)]:
-            where = f"max_tokens={max_tokens} T={temperature} seed={seed}"
-            calls, finish, content, reasoning = openai_call(
-                oai, stream, tools=[ADD], tool_choice="required", max_tokens=max_tokens,
-                temperature=temperature, seed=seed)
-            check_calls(calls, where)
-            no_markup(content, where)
-            no_markup(reasoning, where)
-            assert len(calls) <= 1, where  # forced, parallel not asked: one call
-            if calls:
-                seen_call += 1
-                assert finish in ("tool_calls", "length"), where
-            else:
-                seen_cut += 1
-                assert finish == "length", where
+    for (max_tokens, temperature, seed), (calls, finish, content, reasoning) in zip(cases, results):
+        where = f"max_tokens={max_tokens} T={temperature} seed={seed}"
+        check_calls(calls, where)
+        no_markup(content, where)
+        no_markup(reasoning, where)
+        assert len(calls) <= 1, where  # forced, parallel not asked: one call
+        if calls:
+            seen_call += 1
+            assert finish in ("tool_calls", "length"), where
+        else:
+            seen_cut += 1
+            assert finish == "length", where
     assert seen_cut > 0 and seen_call > 0
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_anthropic_forced_calls_cut_at_every_budget_are_dropped(ant, stream):
+    choices = [{"type": "any"}, {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": False}]
+    cases = [(n, t, c) for n in range(2, 62, 5) for t in (0, 1.0) for c in choices]
+    results = sweep(lambda c: anthropic_call(ant, stream, tools=anthropic_tools([ADD, WEATHER]), tool_choice=c[2],
+                                             max_tokens=c[0], temperature=c[1]), cases)
     seen_cut = seen_call = 0
-    for max_tokens in range(1, 41, 2):
-        for temperature in (0, 1.0):
-            for choice in ({"type": "any"},
-                           {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": False}):
-                where = f"max_tokens={max_tokens} T={temperature} {choice}"
-                calls, stop, text, thinking = anthropic_call(
-                    ant, stream, tools=anthropic_tools([ADD, WEATHER]), tool_choice=choice,
-                    max_tokens=max_tokens, temperature=temperature)
-                check_calls(calls, where)
-                no_markup(text, where)
-                no_markup(thinking, where)
-                if choice["type"] == "any":
-                    assert len(calls) <= 1, where
-                if calls:
-                    seen_call += 1
-                    assert stop in ("tool_use", "max_tokens"), where
-                else:
-                    seen_cut += 1
-                    assert stop == "max_tokens", where
+    for (max_tokens, temperature, choice), (calls, stop, text, thinking) in zip(cases, results):
+        where = f"max_tokens={max_tokens} T={temperature} {choice}"
+        check_calls(calls, where)
+        no_markup(text, where)
+        no_markup(thinking, where)
+        if choice["type"] == "any":
+            assert len(calls) <= 1, where
+        if calls:
+            seen_call += 1
+            assert stop in ("tool_use", "max_tokens"), where
+        else:
+            seen_cut += 1
+            assert stop == "max_tokens", where
     assert seen_cut > 0 and seen_call > 0
 
 
 def test_forced_choice_is_one_call_unless_parallel_is_asked(oai, ant):
-    for seed in range(4):
-        calls, finish, _, _ = openai_call(oai, False, tools=[ADD, WEATHER], tool_choice="required",
-                                          max_tokens=200, temperature=1.0, seed=seed)
-        assert len(calls) == 1 and finish == "tool_calls", (seed, calls, finish)
-        check_calls(calls, seed)
-        calls, finish, _, _ = openai_call(
-            oai, True, tools=[ADD, WEATHER], max_tokens=200, temperature=1.0, seed=seed,
-            tool_choice={"type": "function", "function": {"name": "add"}})
-        assert [c[0] for c in calls] == ["add"] and finish == "tool_calls", (seed, calls, finish)
+    # Sampled, so a string argument may run long: a turn that ends on max_tokens has no call;
+    # one that ends by itself has exactly one, never the repeats a grammar allowing more invites.
+    def one(seed):
+        out = [openai_call(oai, False, tools=[ADD, WEATHER], tool_choice="required", max_tokens=300,
+                           temperature=1.0, seed=seed),
+               openai_call(oai, True, tools=[ADD, WEATHER], max_tokens=300, temperature=1.0, seed=seed,
+                           tool_choice={"type": "function", "function": {"name": "add"}})]
         calls, stop, _, _ = anthropic_call(ant, seed % 2 == 1, tools=anthropic_tools([ADD, WEATHER]),
-                                           tool_choice={"type": "any"}, max_tokens=200, temperature=1.0)
-        assert len(calls) == 1 and stop == "tool_use", (seed, calls, stop)
-        check_calls(calls, seed)
+                                           tool_choice={"type": "any"}, max_tokens=300, temperature=1.0)
+        return out + [(calls, {"tool_use": "tool_calls", "max_tokens": "length"}.get(stop, stop), "", "")]
+    n_complete = 0
+    for seed, results in enumerate(sweep(one, range(4))):
+        for k, (calls, finish, _, _) in enumerate(results):
+            where = f"seed {seed} request {k}: {calls} {finish}"
+            check_calls(calls, where)
+            assert finish in ("tool_calls", "length"), where
+            assert len(calls) == (1 if finish == "tool_calls" else 0), where
+            if k == 1:
+                assert all(name == "add" for name, _ in calls), where
+            n_complete += finish == "tool_calls"
+    assert n_complete >= 6
     # Parallel calls asked for: the grammar allows more than one, each complete.
     calls, finish, _, _ = openai_call(oai, False, tools=[ADD, WEATHER], tool_choice="required",
                                       parallel_tool_calls=True, max_tokens=200, temperature=1.0, seed=7)
-    assert len(calls) >= 1 and finish in ("tool_calls", "length")
+    assert finish in ("tool_calls", "length")
     check_calls(calls, "parallel")
 
 
@@ -211,7 +226,7 @@ def test_deferred_tools_stay_out_of_prompt_and_grammar(server, ant):
     assert with_deferred == base
     for temperature in (0, 1.0):
         msg = ant.messages.create(model="m", messages=MSGS, tools=[deferred] + tools, tool_choice={"type": "any"},
-                                  max_tokens=120, temperature=temperature)
+                                  max_tokens=120, extra_body={"temperature": temperature})
         assert all(b.name != "DeferredToolPlaceholder" for b in msg.content if b.type == "tool_use")
     with pytest.raises(anthropic.BadRequestError) as e:
         ant.messages.create(model="m", messages=MSGS, tools=[deferred] + tools, max_tokens=5,
