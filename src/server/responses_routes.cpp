@@ -60,6 +60,18 @@ struct Turn {
   std::shared_ptr<ResponsesStream> out;
   json conversation;  // canonical items up to and including this request's input
   bool store = false;
+  // usage.output_tokens_details.reasoning_tokens: the tokens of the deltas after which the
+  // turn's last event was reasoning (text the parser holds back, such as the </think> tag,
+  // counts with what came before it).
+  bool in_reasoning = false;
+  int64_t reasoning_tokens = 0;
+
+  std::vector<OutputEvent> feed(const engine::Delta& d) {
+    std::vector<OutputEvent> events = parser->feed(d.text);
+    if (!events.empty()) in_reasoning = events.back().kind == OutputEvent::Kind::kReasoning;
+    if (in_reasoning) reasoning_tokens += static_cast<int64_t>(d.tokens.size());
+    return events;
+  }
 };
 
 }  // namespace
@@ -160,6 +172,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
         throw ApiException(engine_stopped(engine_.stats().failure));
     }
     turn.parser = make_output_parser(prepared.output);
+    turn.in_reasoning = prepared.output.starts_in_reasoning;
     turn.conversation = std::move(conversation);
   } catch (const ApiException& e) {
     metrics_.requests_rejected.inc();
@@ -177,14 +190,10 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
   turn.store = r.store;
   auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
 
-  // The output tokens spent in reasoning (the reasoning text re-tokenized), and the turn
-  // kept for previous_response_id / GET when the request asked.
+  // The end of the response; the turn is kept for previous_response_id / GET when the
+  // request asked.
   auto finish = [this, id](Turn& t, const engine::Final& fin) {
-    tokenizer::EncodeOptions enc;
-    enc.add_special = false;
-    const auto reasoning = static_cast<int64_t>(
-        t.out->reasoning_text().empty() ? 0 : tok_.encode(t.out->reasoning_text(), enc).size());
-    std::string sse = t.out->finish(fin, std::min<int64_t>(reasoning, fin.completion_tokens));
+    std::string sse = t.out->finish(fin, std::min<int64_t>(t.reasoning_tokens, fin.completion_tokens));
     if (t.store) {
       StoredResponse kept;
       kept.response = dump_json(t.out->response());
@@ -206,7 +215,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
         return;
       }
       for (const auto& d : ds) {
-        for (auto& e : turn.parser->feed(d.text)) events.push_back(std::move(e));
+        for (auto& e : turn.feed(d)) events.push_back(std::move(e));
       }
     }
     for (auto& e : turn.parser->finish()) events.push_back(std::move(e));
@@ -248,7 +257,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
           }
           std::vector<OutputEvent> events;
           for (const auto& d : ds) {
-            for (auto& e : t.parser->feed(d.text)) events.push_back(std::move(e));
+            for (auto& e : t.feed(d)) events.push_back(std::move(e));
           }
           if (fin) {
             for (auto& e : t.parser->finish()) events.push_back(std::move(e));

@@ -5,7 +5,9 @@ streaming event order, store + previous_response_id, errors) and the OpenAI Agen
 default model class (OpenAIResponsesModel) running an agent with a function tool."""
 import asyncio
 import json
-import time
+import pathlib
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -14,6 +16,8 @@ import requests
 openai = pytest.importorskip("openai")
 
 from serve_util import RawStream, Server, metrics, wait_for  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
                   "additionalProperties": False}
@@ -249,6 +253,56 @@ def test_disconnected_stream_is_cancelled(server):
                   timeout=3)
     assert ok, metrics(server)
     assert metrics(server)["hearth_generation_tokens_total"] < before["hearth_generation_tokens_total"] + 1500
+
+
+# ---------------------------------------------------------------------------
+# Reasoning: a tiny random-weight Qwen3.5 model (its template opens <think> in the prompt)
+
+
+@pytest.fixture(scope="module")
+def thinking_server(hearth_bin, shared_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("qwen35")
+    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(out / "hf"),
+                    "--shared", str(shared_dir / "data"), "--hidden", "64", "--layers", "4", "--intermediate", "128",
+                    "--heads", "2", "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
+                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32", "--std", "0.5",
+                    "--seed", "3"], check=True, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([str(hearth_bin), "convert", str(out / "hf"), "-o", str(out / "tiny.gguf"), "--type", "f32"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    srv = Server(hearth_bin, out / "tiny.gguf", "--threads", "2", "--ctx", "4096")
+    yield srv
+    srv.stop()
+
+
+def test_reasoning_effort(thinking_server):
+    c = openai.OpenAI(base_url=thinking_server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    # none: thinking off in the template (enable_thinking false): no reasoning item.
+    r = c.responses.create(input="Hi", max_output_tokens=8, temperature=0, reasoning={"effort": "none"})
+    assert [o.type for o in r.output] == ["message"]
+    assert r.usage.output_tokens_details.reasoning_tokens == 0
+    assert r.reasoning.effort == "none"
+    # low: thinking on, capped at 1024 tokens, after which the answer follows.
+    r = c.responses.create(input="Hi", max_output_tokens=1040, temperature=0, reasoning={"effort": "low"})
+    assert [o.type for o in r.output] == ["reasoning", "message"], r.output
+    rs = r.output[0]
+    assert rs.id.startswith("rs_") and rs.summary == [] and rs.content[0].type == "reasoning_text"
+    assert rs.content[0].text
+    assert 1024 <= r.usage.output_tokens_details.reasoning_tokens <= 1030
+    # The reasoning item goes back in the next turn's input without error.
+    r2 = c.responses.create(input=[{"role": "user", "content": "Hi"},
+                                   *[o.model_dump(exclude_none=True) for o in r.output],
+                                   {"role": "user", "content": "And then?"}],
+                            max_output_tokens=4, temperature=0, reasoning={"effort": "high"})
+    assert r2.status == "incomplete" and r2.output[0].type == "reasoning"
+    # Streamed: reasoning_text deltas join to the item's text.
+    events = list(c.responses.create(input="Hi", max_output_tokens=12, temperature=0, stream=True))
+    final = check_stream_events(events)
+    text = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert text and text == final.output[0].content[0].text
+    (done,) = [e for e in events if e.type == "response.reasoning_text.done"]
+    assert done.text == text
+    c.close()
 
 
 # ---------------------------------------------------------------------------
