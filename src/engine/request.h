@@ -100,12 +100,24 @@ class RequestChannel {
     }
     cv_.notify_all();
   }
+  // The request was scheduled for the first time; `cached` of its prompt tokens were
+  // found in the prefix cache (what Final::cached_tokens will say). Wakes wait().
+  void admitted(int32_t cached) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cached_ = cached;
+      news_ = true;
+    }
+    cv_.notify_all();
+  }
 
   // HTTP side: waits until a delta or the final record is available or `timeout`
   // passes; moves what is there into `out` / `fin`. Returns true when anything came.
+  // A call also returns early (false, nothing moved) when the request was just admitted.
   bool wait(std::vector<Delta>& out, std::optional<Final>& fin, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return !deltas_.empty() || final_.has_value(); });
+    cv_.wait_for(lock, timeout, [&] { return !deltas_.empty() || final_.has_value() || news_; });
+    news_ = false;
     const bool any = !deltas_.empty() || final_.has_value();
     while (!deltas_.empty()) {
       out.push_back(std::move(deltas_.front()));
@@ -121,6 +133,13 @@ class RequestChannel {
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
+  // HTTP side: the prefix-cache hit of the prompt once the request is admitted (see
+  // admitted()); unset before.
+  std::optional<int32_t> cached_tokens() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
   const Clock::time_point created = Clock::now();
 
  private:
@@ -128,6 +147,8 @@ class RequestChannel {
   std::condition_variable cv_;
   std::deque<Delta> deltas_;
   std::optional<Final> final_;
+  std::optional<int32_t> cached_;
+  bool news_ = false;  // admitted() since the last wait()
   std::atomic<bool> cancelled_{false};
 };
 

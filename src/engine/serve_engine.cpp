@@ -342,6 +342,7 @@ void ServeEngine::step() {
     if (live.scheduled) continue;
     live.scheduled = true;
     live.t_scheduled = t0;
+    live.channel->admitted(item.seq->n_cached);
     try {
       if (live.fault && live.fault->kind == FaultKind::kAlloc) throw std::bad_alloc();
       if (live.request.top_logprobs >= 0) live.raw.reserve(n_vocab);

@@ -125,11 +125,13 @@ std::string anthropic_message(const AnthropicContext& ctx, const std::vector<Out
         if (tool_block.count(e.index) != 0) args[e.index] += e.text;
         break;
       case OutputEvent::Kind::kToolCallEnd:
+      case OutputEvent::Kind::kToolCallCut:  // not a call: dropped (stop_reason max_tokens)
         break;
     }
   }
   for (const auto& [index, at] : tool_block) {
-    const std::string& text = args[index];
+    // A value split inside a UTF-8 character is repaired (U+FFFD), as on the OpenAI route.
+    const std::string text = sanitize_utf8(args[index]);
     if (text.empty()) continue;
     json input = json::parse(text, nullptr, false);
     if (input.is_object()) {
@@ -169,11 +171,11 @@ std::string sse_event(std::string_view name, const json& data) {
 
 std::string anthropic_ping() { return sse_event("ping", json{{"type", "ping"}}); }
 
-std::string AnthropicStream::start(int64_t prompt_tokens) {
+std::string AnthropicStream::start(int64_t prompt_tokens, int64_t cached_tokens) {
   json usage = json::object();
-  usage["input_tokens"] = prompt_tokens;
+  usage["input_tokens"] = prompt_tokens - cached_tokens;
   usage["cache_creation_input_tokens"] = 0;
-  usage["cache_read_input_tokens"] = 0;
+  usage["cache_read_input_tokens"] = cached_tokens;
   usage["output_tokens"] = 0;
   json m = json::object();
   m["id"] = ctx_.id;
@@ -255,6 +257,8 @@ std::string AnthropicStream::events(const std::vector<OutputEvent>& events) {
       }
       case OutputEvent::Kind::kToolCallEnd:
         if (open_ == Open::kToolUse && open_tool_ == e.index) out += close_block();
+        break;
+      case OutputEvent::Kind::kToolCallCut:  // (never begun in the stream)
         break;
     }
   }

@@ -258,8 +258,11 @@ void parse_messages(const json& j, AnthropicRequest& r) {
   for (auto& t : turns) r.messages.push_back(std::move(t));
 }
 
+// Tools marked defer_loading (loaded on demand by a tool search, e.g. Claude Code's
+// DeferredToolPlaceholder) are checked and then left out: not in the prompt, not callable,
+// not nameable by tool_choice.
 void parse_tools(const json& j, AnthropicRequest& r) {
-  std::set<std::string> names;
+  std::set<std::string> names, deferred;
   if (const json* tools = field(j, "tools")) {
     if (!tools->is_array()) bad_type("tools", "an array", *tools);
     r.tools = json::array();
@@ -279,13 +282,18 @@ void parse_tools(const json& j, AnthropicRequest& r) {
       }
       const std::string name = get_string(required(t, "name", p + ".name"), p + ".name");
       if (name.empty()) bad("'" + p + ".name' must not be empty", p + ".name");
-      if (!names.insert(name).second)
+      if (names.count(name) != 0 || deferred.count(name) != 0)
         bad("'" + p + ".name' '" + name + "' is used by an earlier tool", p + ".name");
       const json& schema = required(t, "input_schema", p + ".input_schema");
       if (!schema.is_object()) bad_type(p + ".input_schema", "an object (a JSON schema)", schema);
       if (const json* st = field(schema, "type"); st != nullptr && *st != "object") {
         bad("'" + p + ".input_schema.type' must be 'object'", p + ".input_schema.type");
       }
+      if (const json* d = field(t, "defer_loading"); d != nullptr && get_bool(*d, p + ".defer_loading")) {
+        deferred.insert(name);
+        continue;
+      }
+      names.insert(name);
       json fn = json::object();
       fn["name"] = name;
       if (const json* d = field(t, "description"))
@@ -303,12 +311,19 @@ void parse_tools(const json& j, AnthropicRequest& r) {
     } else if (type == "none") {
       r.tool_choice = "none";
     } else if (type == "any" || type == "tool") {
-      if (names.empty()) bad("'tool_choice.type' '" + type + "' needs 'tools'", "tool_choice.type");
+      if (names.empty()) {
+        bad("'tool_choice.type' '" + type + "' needs 'tools'" +
+                (deferred.empty() ? "" : " that are loaded (all have defer_loading)"),
+            "tool_choice.type");
+      }
       if (type == "any") {
         r.tool_choice = "required";
       } else {
         const std::string name =
             get_string(required(*tc, "name", "tool_choice.name"), "tool_choice.name");
+        if (deferred.count(name) != 0)
+          bad("'tool_choice.name' '" + name + "' is a tool with defer_loading: it is not loaded",
+              "tool_choice.name");
         if (names.count(name) == 0)
           bad("'tool_choice.name' '" + name + "' is not one of 'tools'", "tool_choice.name");
         r.tool_choice = json{{"type", "function"}, {"function", {{"name", name}}}};
@@ -353,23 +368,28 @@ void parse_sampling(const json& j, AnthropicRequest& r, AnthropicEndpoint endpoi
   if (const json* v = field(j, "stream")) r.stream = get_bool(*v, "stream");
 }
 
+// Anthropic's rule: no `thinking` field is no thinking (a template that thinks by default,
+// like Qwen3.5's, is told not to).
 void parse_thinking(const json& j, AnthropicRequest& r) {
-  if (const json* t = field(j, "thinking")) {
-    if (!t->is_object()) bad_type("thinking", "an object", *t);
-    const std::string type = get_string(required(*t, "type", "thinking.type"), "thinking.type");
-    if (type == "enabled") {
-      r.chat_template_kwargs["enable_thinking"] = true;
-      r.thinking_budget =
-          static_cast<int32_t>(int_in(required(*t, "budget_tokens", "thinking.budget_tokens"),
-                                      "thinking.budget_tokens", 1, INT32_MAX));
-    } else if (type == "adaptive") {
-      r.chat_template_kwargs["enable_thinking"] = true;
-    } else if (type == "disabled") {
-      r.chat_template_kwargs["enable_thinking"] = false;
-    } else {
-      bad("'thinking.type' must be one of enabled, adaptive, disabled, got '" + type + "'",
-          "thinking.type");
-    }
+  const json* t = field(j, "thinking");
+  if (t == nullptr) {
+    r.chat_template_kwargs["enable_thinking"] = false;
+    return;
+  }
+  if (!t->is_object()) bad_type("thinking", "an object", *t);
+  const std::string type = get_string(required(*t, "type", "thinking.type"), "thinking.type");
+  if (type == "enabled") {
+    r.chat_template_kwargs["enable_thinking"] = true;
+    r.thinking_budget =
+        static_cast<int32_t>(int_in(required(*t, "budget_tokens", "thinking.budget_tokens"),
+                                    "thinking.budget_tokens", 1, INT32_MAX));
+  } else if (type == "adaptive") {
+    r.chat_template_kwargs["enable_thinking"] = true;
+  } else if (type == "disabled") {
+    r.chat_template_kwargs["enable_thinking"] = false;
+  } else {
+    bad("'thinking.type' must be one of enabled, adaptive, disabled, got '" + type + "'",
+        "thinking.type");
   }
 }
 

@@ -61,13 +61,13 @@ struct AnthropicRequest {
   // OpenAI tool_choice: "auto" | "none" | "required" | {"type": "function", "function":
   // {"name"}}; null when absent.
   nlohmann::ordered_json tool_choice;
-  bool parallel_tool_calls = true;  // false: tool_choice.disable_parallel_tool_use
+  std::optional<bool> parallel_tool_calls;  // !tool_choice.disable_parallel_tool_use; unset: not sent
   int32_t max_tokens = 0;           // /v1/messages: >= 1; count_tokens: 0
   engine::SamplerParams sampler = server_sampler_defaults();  // seed left 0
   std::vector<std::string> stop_sequences;                    // non-empty strings
   bool stream = false;
-  // {"enable_thinking": bool} when `thinking` was given, else empty (the template's
-  // default applies).
+  // {"enable_thinking": bool}: true for thinking enabled / adaptive, false when disabled
+  // or absent (Anthropic's default is no thinking, whatever the template's default).
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   std::optional<int32_t> thinking_budget;  // thinking.budget_tokens (type "enabled")
   // output_config.format {"type": "json_schema", "schema"} as an OpenAI response_format
@@ -130,9 +130,9 @@ std::string anthropic_ping();
 class AnthropicStream {
  public:
   explicit AnthropicStream(AnthropicContext ctx) : ctx_(std::move(ctx)) {}
-  // message_start: empty content, usage.input_tokens = prompt_tokens (the prefix-cache
-  // split is known only at the end: message_delta carries it).
-  std::string start(int64_t prompt_tokens);
+  // message_start: empty content; usage input_tokens = prompt_tokens - cached_tokens,
+  // cache_read_input_tokens = cached_tokens (the split message_delta reports again).
+  std::string start(int64_t prompt_tokens, int64_t cached_tokens);
   // content_block_start / content_block_delta (text_delta, thinking_delta,
   // input_json_delta) / content_block_stop (a thinking block gets its signature_delta
   // first) for these events; empty texts open nothing.

@@ -217,12 +217,24 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
           channel->cancel();
           return false;
         };
-        if (!write(sse->start(n_prompt)) || !write(anthropic_ping())) return false;
+        // message_start waits for the admission, which knows the prefix-cache hit, so its
+        // usage agrees with message_delta's (a queued request sends nothing before it).
         auto quiet_since = Clock::now();
-        for (;;) {
-          std::vector<engine::Delta> ds;
-          std::optional<engine::Final> fin;
-          if (!next(engine_, *channel, *watch, ds, fin, quiet_since)) {
+        std::vector<engine::Delta> ds;
+        std::optional<engine::Final> fin;
+        bool alive = true;
+        while (alive && !channel->cached_tokens() && ds.empty() && !fin) {
+          alive = next(engine_, *channel, *watch, ds, fin, quiet_since);
+        }
+        const int32_t cached = channel->cached_tokens().value_or(fin ? fin->cached_tokens : 0);
+        if (!write(sse->start(n_prompt, cached)) || !write(anthropic_ping())) return false;
+        for (bool first = true;; first = false) {
+          if (!first) {
+            ds.clear();
+            fin.reset();
+            alive = next(engine_, *channel, *watch, ds, fin, quiet_since);
+          }
+          if (!alive) {
             write(sse->error(server_error("the engine stopped")));
             sink.done();
             return true;

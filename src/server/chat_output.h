@@ -31,6 +31,9 @@ struct OutputEvent {
     kToolCallArgs,   // index, text: the next fragment of the call's arguments as JSON
                      //   (all fragments of one call concatenated are one JSON object)
     kToolCallEnd,    // index: the call is complete
+    kToolCallCut,    // index, name (empty when not yet known), text (the call's raw text):
+                     //   generation ended inside this call; it is not a call and none of
+                     //   its Begin / Args / End events were (or will be) emitted
   };
   Kind kind = Kind::kContent;
   int index = 0;     // tool calls: 0, 1, ... in order of appearance within the turn
@@ -50,7 +53,8 @@ struct ToolCall {
 struct ParsedOutput {
   std::string reasoning;
   std::string content;
-  std::vector<ToolCall> tool_calls;
+  std::vector<ToolCall> tool_calls;  // complete calls only
+  int n_cut_calls = 0;               // calls the end of generation cut (not in tool_calls)
 };
 
 struct OutputOptions {
@@ -67,10 +71,14 @@ class OutputParser {
   virtual ~OutputParser() = default;
   // Newly generated text (any split, even inside a UTF-8 character or a tag); returns
   // the events that are now certain. Text that may still turn out to be the start of
-  // a tag is held back until it is resolved.
+  // a tag is held back until it is resolved. A tool call's events (Begin, Args..., End)
+  // are held until the call is complete and then come out together, so that no client
+  // ever receives part of a call that generation may still cut.
   virtual std::vector<OutputEvent> feed(std::string_view text) = 0;
-  // End of generation: flushes what was held back. A tool call that cannot be parsed
-  // comes out as content: nothing the model wrote is ever dropped, nothing throws.
+  // End of generation: flushes what was held back. A call that generation ended inside
+  // (max_tokens, a stop string, EOS) is never returned as a call: it comes out as one
+  // kToolCallCut event, whether or not its name was known. Text that turned out not to
+  // be a call comes out as content; nothing throws.
   virtual std::vector<OutputEvent> finish() = 0;
 };
 

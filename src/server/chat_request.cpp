@@ -161,6 +161,12 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
 
   const bool has_tools = in.tools.is_array() && !in.tools.empty();
   const bool use_tools = has_tools && in.tool_choice.mode != ToolChoice::Mode::kNone;
+  // A forced choice is one call unless parallel calls were asked for (as the hosted APIs
+  // behave: a small model under a grammar that allows more repeats its call until
+  // max_tokens); otherwise calls may come in parallel unless the client said no.
+  const bool forced = in.tool_choice.mode == ToolChoice::Mode::kRequired ||
+                      in.tool_choice.mode == ToolChoice::Mode::kNamed;
+  const bool parallel = in.parallel_tool_calls.value_or(!forced);
   const bool template_tools =
       settings.caps.renders_tools && settings.caps.tool_format != ToolFormat::kNone;
   // A template without tool support gets the history's calls and results as Hermes text
@@ -171,11 +177,11 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
     if (template_tools) {
       format = settings.caps.tool_format;
       extra["tools"] = in.tools;
-      add_to_system(messages, choice_text(in.tool_choice, in.parallel_tool_calls));
+      add_to_system(messages, choice_text(in.tool_choice, parallel));
     } else {
       format = ToolFormat::kHermes;
       out.tools_injected = true;
-      add_to_system(messages, hermes_tools_text(in.tools, in.tool_choice, in.parallel_tool_calls));
+      add_to_system(messages, hermes_tools_text(in.tools, in.tool_choice, parallel));
     }
   } else {
     extra.erase("tools");
@@ -207,7 +213,7 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
   out.reasoning_budget = in.reasoning_budget >= 0 ? in.reasoning_budget : settings.reasoning_budget;
 
   out.constraint.format = format;
-  out.constraint.parallel = in.parallel_tool_calls;
+  out.constraint.parallel = parallel;
   if (use_tools) {
     out.constraint.tools = in.tools;
     if (in.tool_choice.mode == ToolChoice::Mode::kRequired)

@@ -34,7 +34,9 @@ struct ChatInputs {
   nlohmann::ordered_json messages;  // as messages_for_template gives them
   nlohmann::ordered_json tools;     // [{type: "function", function: {...}}] or null
   ToolChoice tool_choice;
-  bool parallel_tool_calls = true;
+  // Unset: not sent. Calls may then come in parallel, except under a forced tool_choice
+  // (required / named): one call unless the client asked for parallel calls.
+  std::optional<bool> parallel_tool_calls;
   nlohmann::ordered_json kwargs;  // chat_template_kwargs of the request (object or null)
   std::optional<bool> parse_reasoning;  // this request's reasoning_format (unset: the server's)
   int32_t reasoning_budget = -1;  // this request's cap on reasoning tokens (e.g. Anthropic's

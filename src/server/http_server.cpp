@@ -192,6 +192,11 @@ struct HttpServer::Impl {
       }
       res.set_content(dump_json(body), "application/json");
     });
+    // Claude Code probes `HEAD /api/hello` at start (a reachability check; httplib answers
+    // HEAD from the GET route). No key needed, as for /health.
+    svr.Get("/api/hello", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       auto entry = [&](const std::string& id) {

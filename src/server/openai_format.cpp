@@ -367,6 +367,7 @@ std::vector<std::string> chat_chunks_events(const ResponseContext& ctx, std::spa
         break;
       }
       case OutputEvent::Kind::kToolCallEnd:
+      case OutputEvent::Kind::kToolCallCut:  // (never begun in the stream)
         break;
     }
   }

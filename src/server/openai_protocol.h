@@ -95,7 +95,7 @@ struct ParsedRequest {
   std::vector<ChatMessage> messages;   // chat: non-empty
   nlohmann::ordered_json tools;        // chat: "tools" (validated function tools); null if absent
   ToolChoice tool_choice;              // chat: validated against tools
-  bool parallel_tool_calls = true;
+  std::optional<bool> parallel_tool_calls;  // unset: not sent (see ChatInputs)
   nlohmann::ordered_json chat_template_kwargs;  // chat: an object, or null
   std::optional<bool> parse_reasoning;  // chat: "reasoning_format" none (false) / auto (true)
   std::string prompt_text;             // completions: the prompt as text, or

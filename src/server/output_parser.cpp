@@ -66,32 +66,47 @@ class Parser final : public OutputParser, private CallSink {
  private:
   enum class Mode { kReasoning, kContent, kCall };
 
-  // ---- CallSink
+  // ---- CallSink: a call's events wait in held_ until its end.
   void begin(const std::string& name) override {
     OutputEvent e;
     e.kind = Kind::kToolCallBegin;
     e.index = call_index_ = n_calls_++;
     e.id = make_response_id("call_");
     e.name = name;
-    events_.push_back(std::move(e));
+    held_.push_back(std::move(e));
   }
   void args(const std::string& fragment) override {
     if (fragment.empty()) return;
-    if (!events_.empty() && events_.back().kind == Kind::kToolCallArgs &&
-        events_.back().index == call_index_) {
-      events_.back().text += fragment;
+    if (!held_.empty() && held_.back().kind == Kind::kToolCallArgs &&
+        held_.back().index == call_index_) {
+      held_.back().text += fragment;
       return;
     }
     OutputEvent e;
     e.kind = Kind::kToolCallArgs;
     e.index = call_index_;
     e.text = fragment;
-    events_.push_back(std::move(e));
+    held_.push_back(std::move(e));
   }
   void end() override {
     OutputEvent e;
     e.kind = Kind::kToolCallEnd;
     e.index = call_index_;
+    held_.push_back(std::move(e));
+    for (auto& h : held_) events_.push_back(std::move(h));
+    held_.clear();
+  }
+
+  // Generation ended inside a call (its name known or not): what was held of it is
+  // dropped and one kToolCallCut says so. A parser between calls (all ended) cut nothing.
+  void call_cut() {
+    if (held_.empty() && call_->committed()) return;
+    OutputEvent e;
+    e.kind = Kind::kToolCallCut;
+    e.index = held_.empty() ? n_calls_++ : held_.front().index;
+    if (!held_.empty()) e.name = held_.front().name;
+    e.text = marker_ + call_raw_;
+    held_.clear();
     events_.push_back(std::move(e));
   }
 
@@ -211,13 +226,14 @@ class Parser final : public OutputParser, private CallSink {
       call_->flush(*this);
       return false;
     }
-    if (call_->committed()) {
-      call_->flush(*this);
-      call_->finish(*this);
-      call_done({});
-    } else {
+    // A bare <function= was only a guess at a call (the model left out <tool_call>): while
+    // its name is unread it stays text. Any other open call was cut.
+    if (marker_ == kBareFunction && !call_->committed()) {
       call_failed({});
+      return true;
     }
+    call_cut();
+    call_done({});
     return true;
   }
 
@@ -346,6 +362,7 @@ class Parser final : public OutputParser, private CallSink {
   std::string marker_, call_raw_;
   int n_calls_ = 0, call_index_ = 0;
   std::vector<OutputEvent> events_;
+  std::vector<OutputEvent> held_;  // the open call's events (emitted at its end)
 };
 
 bool contains(std::string_view s, std::string_view what) {
@@ -383,6 +400,9 @@ ParsedOutput fold_events(const std::vector<OutputEvent>& events) {
         }
         break;
       case Kind::kToolCallEnd:
+        break;
+      case Kind::kToolCallCut:
+        ++out.n_cut_calls;
         break;
     }
   }

@@ -135,16 +135,17 @@ TEST(AnthropicParse, MinimalRequest) {
   EXPECT_EQ(r.messages, json::parse(R"([{"role": "user", "content": "hi"}])"));
   EXPECT_TRUE(r.tools.is_null());
   EXPECT_TRUE(r.tool_choice.is_null());
-  EXPECT_TRUE(r.parallel_tool_calls);
+  EXPECT_FALSE(r.parallel_tool_calls.has_value());
   EXPECT_FALSE(r.stream);
   EXPECT_TRUE(r.stop_sequences.empty());
   EXPECT_FLOAT_EQ(r.sampler.temperature, 1.0f);
   EXPECT_FLOAT_EQ(r.sampler.top_p, 1.0f);
   EXPECT_EQ(r.sampler.top_k, 0);
-  EXPECT_TRUE(r.chat_template_kwargs.empty());
+  // No thinking field: thinking off (Anthropic's default), whatever the template's.
+  EXPECT_EQ(r.chat_template_kwargs, json({{"enable_thinking", false}}));
   EXPECT_FALSE(r.thinking_budget);
   EXPECT_TRUE(r.response_format.is_null());
-  EXPECT_EQ(anthropic_template_extra(r), json::object());
+  EXPECT_EQ(anthropic_template_extra(r), json({{"enable_thinking", false}}));
 }
 
 TEST(AnthropicParse, MaxTokensIsRequiredForMessagesOnly) {
@@ -295,13 +296,13 @@ TEST(AnthropicParse, ToolsBecomeOpenAITools) {
   const AnthropicRequest r = parse(with(R"("tools": [
     {"name": "get_weather", "description": "Weather now", "input_schema": {"type": "object",
        "properties": {"city": {"type": "string"}}, "required": ["city"]}, "cache_control": {"type": "ephemeral"}},
-    {"type": "custom", "name": "noop", "input_schema": {"type": "object"}, "defer_loading": true}])"));
+    {"type": "custom", "name": "noop", "input_schema": {"type": "object"}, "defer_loading": false}])"));
   const json want = json::parse(R"([
     {"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters":
        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
     {"type": "function", "function": {"name": "noop", "parameters": {"type": "object"}}}])");
   EXPECT_EQ(r.tools, want);
-  EXPECT_EQ(anthropic_template_extra(r), json({{"tools", want}}));
+  EXPECT_EQ(anthropic_template_extra(r), json({{"tools", want}, {"enable_thinking", false}}));
   expect_400(with(R"("tools": {})"), "'tools' must be an array", "tools");
   expect_400(with(R"("tools": [{"type": "web_search_20250305", "name": "web_search"}])"),
              "'tools[0].type' 'web_search_20250305' is one of Anthropic's server or client tools",
@@ -323,6 +324,34 @@ TEST(AnthropicParse, ToolsBecomeOpenAITools) {
              "'tools[0].description' must be a string", "tools[0].description");
 }
 
+// defer_loading tools (Claude Code's DeferredToolPlaceholder) stay out of the prompt, the
+// grammar and tool_choice; they are still checked.
+TEST(AnthropicParse, DeferredToolsAreLeftOut) {
+  const std::string tools =
+      R"("tools": [{"name": "f", "input_schema": {}},
+                   {"name": "DeferredToolPlaceholder", "input_schema": {}, "defer_loading": true},
+                   {"name": "g", "input_schema": {}, "defer_loading": false}], )";
+  AnthropicRequest r = parse(with(tools + R"("tool_choice": {"type": "any"})"));
+  ASSERT_EQ(r.tools.size(), 2u);
+  EXPECT_EQ(r.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(r.tools[1]["function"]["name"], "g");
+  EXPECT_EQ(r.tool_choice, "required");
+  expect_400(with(tools + R"("tool_choice": {"type": "tool", "name": "DeferredToolPlaceholder"})"),
+             "'tool_choice.name' 'DeferredToolPlaceholder' is a tool with defer_loading",
+             "tool_choice.name");
+  expect_400(with(R"("tools": [{"name": "d", "input_schema": {}, "defer_loading": true}],
+                      "tool_choice": {"type": "any"})"),
+             "needs 'tools' that are loaded", "tool_choice.type");
+  expect_400(with(R"("tools": [{"name": "d", "input_schema": {}, "defer_loading": 1}])"),
+             "'tools[0].defer_loading' must be a boolean", "tools[0].defer_loading");
+  expect_400(with(R"("tools": [{"name": "d", "input_schema": {}, "defer_loading": true},
+                               {"name": "d", "input_schema": {}}])"),
+             "'tools[1].name' 'd' is used by an earlier tool", "tools[1].name");
+  // All deferred: no tools at all.
+  r = parse(with(R"("tools": [{"name": "d", "input_schema": {}, "defer_loading": true}])"));
+  EXPECT_TRUE(r.tools.empty());
+}
+
 TEST(AnthropicParse, ToolChoice) {
   const std::string tools =
       R"("tools": [{"name": "f", "input_schema": {}}, {"name": "g", "input_schema": {}}], )";
@@ -332,10 +361,12 @@ TEST(AnthropicParse, ToolChoice) {
   AnthropicRequest r =
       parse(with(tools + R"("tool_choice": {"type": "any", "disable_parallel_tool_use": true})"));
   EXPECT_EQ(r.tool_choice, "required");
-  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_EQ(r.parallel_tool_calls, false);
   r = parse(with(tools + R"("tool_choice": {"type": "tool", "name": "g"})"));
   EXPECT_EQ(r.tool_choice, json::parse(R"({"type": "function", "function": {"name": "g"}})"));
-  EXPECT_TRUE(r.parallel_tool_calls);
+  EXPECT_FALSE(r.parallel_tool_calls.has_value());
+  r = parse(with(tools + R"("tool_choice": {"type": "tool", "name": "g", "disable_parallel_tool_use": false})"));
+  EXPECT_EQ(r.parallel_tool_calls, true);
   expect_400(with(tools + R"("tool_choice": {"type": "tool", "name": "h"})"),
              "'tool_choice.name' 'h' is not one of", "tool_choice.name");
   expect_400(with(tools + R"("tool_choice": {"type": "tool"})"), "'tool_choice.name' is required",
@@ -385,6 +416,10 @@ TEST(AnthropicParse, ThinkingMapsToEnableThinking) {
   EXPECT_FALSE(r.thinking_budget);
   r = parse(with(R"("thinking": {"type": "disabled"})"));
   EXPECT_EQ(r.chat_template_kwargs, json({{"enable_thinking", false}}));
+  // No thinking field: no thinking (Anthropic's default), even where the template thinks.
+  r = parse(R"({"max_tokens": 16, )" + kUser + "}");
+  EXPECT_EQ(r.chat_template_kwargs, json({{"enable_thinking", false}}));
+  EXPECT_FALSE(r.thinking_budget);
   // count_tokens renders the same prompt, so it reads thinking too.
   r = parse("{" + kUser + R"(, "thinking": {"type": "disabled"}})",
             AnthropicEndpoint::kCountTokens);
@@ -534,11 +569,30 @@ TEST(AnthropicFormat, WholeMessageStopSequenceEmptyAndBadBytes) {
       {"msg_4", "m"}, {tool_begin(0, "call_x", "f"), ev(Kind::kToolCallArgs, "{not json", 0)},
       final_of("length")));
   EXPECT_EQ(m["content"], json::parse(R"([{"type": "text", "text": "{not json"}])"));
+  // A call cut by max_tokens is not a call: dropped, the complete one stays.
+  OutputEvent cut = ev(Kind::kToolCallCut, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", 1);
+  cut.name = "f";
+  m = json::parse(anthropic_message({"msg_5", "m"},
+                                    {tool_begin(0, "call_x", "f"), ev(Kind::kToolCallArgs, "{\"a\":1}", 0),
+                                     ev(Kind::kToolCallEnd, "", 0), cut},
+                                    final_of("length")));
+  EXPECT_EQ(m["content"], json::parse(R"([{"type": "tool_use", "id": "toolu_x", "name": "f", "input": {"a": 1}}])"));
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+  m = json::parse(anthropic_message({"msg_6", "m"}, {cut}, final_of("length")));
+  EXPECT_EQ(m["content"], json::array());
+  // Arguments split inside a UTF-8 character are repaired, not turned into text.
+  m = json::parse(anthropic_message({"msg_7", "m"},
+                                    {tool_begin(0, "call_y", "f"), ev(Kind::kToolCallArgs, "{\"c\":\"Je\xec\xa0\"}", 0),
+                                     ev(Kind::kToolCallEnd, "", 0)},
+                                    final_of("stop")));
+  EXPECT_EQ(m["content"][0]["type"], "tool_use");
+  EXPECT_EQ(m["content"][0]["input"]["c"], "Je\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(m["stop_reason"], "tool_use");
 }
 
 TEST(AnthropicFormat, StreamEventOrder) {
   AnthropicStream s({"msg_s", "claude-x"});
-  std::string text = s.start(20);
+  std::string text = s.start(20, 16);
   text += anthropic_ping();
   text += s.events({ev(Kind::kReasoning, "hmm")});
   text += s.events({ev(Kind::kReasoning, " ok"), ev(Kind::kContent, "Hi"), ev(Kind::kContent, "")});
@@ -571,7 +625,9 @@ TEST(AnthropicFormat, StreamEventOrder) {
   EXPECT_EQ(start["model"], "claude-x");
   EXPECT_EQ(start["content"], json::array());
   EXPECT_EQ(start["stop_reason"], nullptr);
-  EXPECT_EQ(start["usage"]["input_tokens"], 20);
+  // The prefix-cache split as message_delta has it.
+  EXPECT_EQ(start["usage"]["input_tokens"], 4);
+  EXPECT_EQ(start["usage"]["cache_read_input_tokens"], 16);
   EXPECT_EQ(events[2].data["content_block"],
             json::parse(R"({"type": "thinking", "thinking": "", "signature": ""})"));
   EXPECT_EQ(events[2].data["index"], 0);
@@ -594,7 +650,7 @@ TEST(AnthropicFormat, StreamEventOrder) {
 
 TEST(AnthropicFormat, StreamOpenTextBlockClosesAtFinishAndFailuresAreErrorEvents) {
   AnthropicStream s({"msg_t", "m"});
-  std::string text = s.start(3) + s.events({ev(Kind::kContent, "x")});
+  std::string text = s.start(3, 0) + s.events({ev(Kind::kContent, "x")});
   Final f = final_of("stop");
   f.stop_sequence = "\n\n";
   text += s.finish(f);

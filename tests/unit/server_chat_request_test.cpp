@@ -44,11 +44,11 @@ TEST(ChatRequestParse, ToolsAndToolChoice) {
   ParsedRequest r = parse_chat_request(body(kTools));
   ASSERT_TRUE(r.tools.is_array());
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kAuto);
-  EXPECT_TRUE(r.parallel_tool_calls);
+  EXPECT_FALSE(r.parallel_tool_calls.has_value());
   r = parse_chat_request(
       body(kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false)"));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kRequired);
-  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_EQ(r.parallel_tool_calls, false);
   r = parse_chat_request(body(
       kTools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})"));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNamed);
@@ -189,6 +189,28 @@ TEST_F(PrepareChat, RequiredAndNamedReachThePromptAndTheConstraint) {
   EXPECT_EQ(p.constraint.kind, ToolConstraint::Kind::kNamed);
   EXPECT_EQ(p.constraint.name, "get_weather");
   EXPECT_FALSE(p.constraint.parallel);
+}
+
+// The parallel-call rule: a forced choice is one call unless the client asked for more;
+// otherwise calls may come in parallel unless the client said no.
+TEST_F(PrepareChat, ParallelCallsUnderForcedAndFreeChoices) {
+  const auto chat = prompt("");
+  struct Case {
+    std::string extra;
+    bool parallel;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"(, "tool_choice": "required")", false},
+           {R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})", false},
+           {R"(, "tool_choice": "required", "parallel_tool_calls": true)", true},
+           {R"(, "tool_choice": "required", "parallel_tool_calls": false)", false},
+           {"", true},
+           {R"(, "tool_choice": "auto")", true},
+           {R"(, "parallel_tool_calls": false)", false}}) {
+    const PreparedChat p = prepare(*chat, body(kTools + c.extra));
+    EXPECT_EQ(p.constraint.parallel, c.parallel) << c.extra;
+    EXPECT_EQ(has(p.prompt, "at most one function"), !c.parallel) << c.extra << "\n" << p.prompt;
+  }
 }
 
 TEST_F(PrepareChat, HermesHistoryForChatML) {

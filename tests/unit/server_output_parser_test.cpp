@@ -96,11 +96,13 @@ struct Expected {
   std::string reasoning;
   std::string content;
   std::vector<std::pair<std::string, json>> calls;  // name, arguments
+  int cut = 0;  // calls cut by the end of generation (never returned as calls)
 };
 
 void expect_result(const ParsedOutput& got, const Expected& want, const std::string& label) {
   EXPECT_EQ(got.reasoning, want.reasoning) << label;
   EXPECT_EQ(got.content, want.content) << label;
+  EXPECT_EQ(got.n_cut_calls, want.cut) << label;
   ASSERT_EQ(got.tool_calls.size(), want.calls.size()) << label;
   for (size_t i = 0; i < want.calls.size(); ++i) {
     EXPECT_EQ(got.tool_calls[i].name, want.calls[i].first) << label;
@@ -242,25 +244,59 @@ TEST(OutputParser, HermesMalformedIsContent) {
   for (const std::string text :
        {"<tool_call>\n{not json}\n</tool_call>", "See <tool_call> tags.",
         "<tool_call>\n{\"name\": 5}", "<tool_call>\n{\"arguments\": {}}\n</tool_call>",
-        "x <tool_call>\n{\"name\": \"get_wea", "<tool_call>",
         "<tool_call>\n[1, 2]\n</tool_call>"}) {
     check(o, text, {"", text, {}});
   }
 }
 
-TEST(OutputParser, HermesTruncatedAfterNameIsHealed) {
+// Generation that ends inside a call (max_tokens, a stop string, EOS) never returns it as
+// a call, whether its name was known or not, and its markup never leaks into the text.
+TEST(OutputParser, HermesCutCallIsNotACall) {
   const auto o = opts(ToolFormat::kHermes, weather_tools());
-  check(o,
+  for (const std::string text :
+       {"<tool_call>", "<tool_call>\n{\"name\":", "<tool_call>\n{\"name\": \"get_wea",
+        "<tool_call>\n{\"name\": \"write\"",
+        "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": ",
+        "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"n\": [1, 2",
         "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": \"a.txt\", \"text\": \"hel",
-        {"", "", {{"write", {{"path", "a.txt"}, {"text", "hel"}}}}});
-  check(o, "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"n\": [1, 2",
-        {"", "", {{"write", {{"n", {1}}}}}});
-  check(o, "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": ",
-        {"", "", {{"write", json::object()}}});
-  check(o, "<tool_call>\n{\"name\": \"write\"", {"", "", {{"write", json::object()}}});
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Jeju\", \"days\": 2}"}) {
+    check(o, text, {"", "", {}, 1});
+    check(o, "Sure. " + text, {"", "Sure.", {}, 1});
+  }
+  // One complete call, the next one cut: only the complete one is a call.
+  check(o,
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Je",
+        {"", "", {{"get_weather", {{"city", "Paris"}}}}, 1});
+  // Its arguments complete, only the closing tag missing: the call is whole.
+  check(o, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"a\": 1}}",
+        {"", "", {{"w", {{"a", 1}}}}});
   // Garbage after the arguments: the call stands, the rest is content.
   check(o, "<tool_call>{\"name\": \"w\", \"arguments\": {\"a\": 1}} trailing",
         {"", "trailing", {{"w", {{"a", 1}}}}});
+  // Inside reasoning (Qwen3.5 starts its answer in <think>): nothing leaks into reasoning.
+  check(opts(ToolFormat::kHermes, weather_tools(), true), "<tool_call>\n{\"name\": \"get_",
+        {"", "", {}, 1});
+}
+
+// A streaming client sees a call only once it is complete: nothing of a call that may
+// still be cut goes out, and a cut call is reported by one kToolCallCut.
+TEST(OutputParser, CallEventsWaitForTheCallsEnd) {
+  auto p = make_output_parser(opts(ToolFormat::kHermes, weather_tools()));
+  EXPECT_TRUE(p->feed("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci").empty());
+  EXPECT_TRUE(p->feed("ty\": \"Paris\"}").empty());
+  const auto ev = p->feed("}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {");
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[0].kind, Kind::kToolCallBegin);
+  EXPECT_EQ(ev[1].kind, Kind::kToolCallArgs);
+  EXPECT_EQ(json::parse(ev[1].text), json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(ev[2].kind, Kind::kToolCallEnd);
+  const auto fin = p->finish();
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0].kind, Kind::kToolCallCut);
+  EXPECT_EQ(fin[0].index, 1);
+  EXPECT_EQ(fin[0].name, "get_weather");
+  EXPECT_EQ(fin[0].text, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {");
 }
 
 TEST(OutputParser, ToolsOffLeavesCallsInContent) {
@@ -351,65 +387,35 @@ TEST(OutputParser, QwenXmlMalformedAndTruncated) {
   const auto o = opts(ToolFormat::kQwenXml, coder_tools());
   for (const std::string text :
        {"<tool_call>\n<functio name=x>\n</tool_call>",
-        "<tool_call>\n<function=", "<tool_call>\n<function=a\nb>", "<tool_call> hello"}) {
+        "<tool_call>\n<function=a\nb>", "<tool_call> hello"}) {
     check(o, text, {"", text, {}});
   }
-  // Truncated after the name / inside a value: the call closes with what it has.
-  check(o, "<tool_call>\n<function=write_file>\n<parameter=content>\nhello wor",
-        {"", "", {{"write_file", {{"content", "hello wor"}}}}});
-  check(o, "<tool_call>\n<function=edit>\n<parameter=li", {"", "", {{"edit", json::object()}}});
-  check(o, "<tool_call>\n<function=edit>\n<parameter=line>\n12",
-        {"", "", {{"edit", {{"line", 12}}}}});
+  // Cut before or after the name, inside a value: not a call.
+  for (const std::string text :
+       {"<tool_call>\n<function=", "<tool_call>\n<function=write_file>\n<parameter=content>\nhello wor",
+        "<tool_call>\n<function=edit>\n<parameter=li", "<tool_call>\n<function=edit>\n<parameter=line>\n12",
+        "<tool_call>\n<function=edit>\n<parameter=line>\n12\n</parameter>\n"}) {
+    check(o, text, {"", "", {}, 1});
+  }
   // Junk where a parameter should start: the call closes, the junk is content.
   check(o, "<tool_call>\n<function=edit>\n<parameter=line>\n1\n</parameter>\noops",
         {"", "oops", {{"edit", {{"line", 1}}}}});
 }
 
-TEST(OutputParser, QwenXmlStreamsLongStringParameters) {
-  // A long write_file content arrives while it is written, not in one piece at the end.
+TEST(OutputParser, QwenXmlLongStringParameterComesWithItsCall) {
+  // A long write_file content is held while it is written and comes out whole with its
+  // call's end: a client never receives a call that max_tokens may still cut.
   auto p = make_output_parser(opts(ToolFormat::kQwenXml, coder_tools()));
-  std::vector<OutputEvent> ev =
-      p->feed("<tool_call>\n<function=write_file>\n<parameter=content>\n");
-  ASSERT_FALSE(ev.empty());
+  EXPECT_TRUE(p->feed("<tool_call>\n<function=write_file>\n<parameter=content>\n").empty());
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(p->feed("line " + std::to_string(i) + "\n").empty());
+  const auto ev = p->feed("</parameter>\n</function>\n</tool_call>");
+  ASSERT_EQ(ev.size(), 3u);
   EXPECT_EQ(ev[0].kind, Kind::kToolCallBegin);
   EXPECT_EQ(ev[0].name, "write_file");
-  std::string args;
-  int n_fragments = 0;
-  for (int i = 0; i < 5; ++i) {
-    for (const auto& e : p->feed("line " + std::to_string(i) + "\n")) {
-      if (e.kind == Kind::kToolCallArgs) {
-        args += e.text;
-        ++n_fragments;
-      }
-    }
-  }
-  EXPECT_GE(n_fragments, 4);
-  EXPECT_NE(args.find("line 3"), std::string::npos) << args;
-  for (const auto& e : p->feed("</parameter>\n</function>\n</tool_call>")) args += e.text;
-  EXPECT_EQ(json::parse(ev[1].text + args),
+  EXPECT_EQ(json::parse(ev[1].text),
             json::parse(R"({"content": "line 0\nline 1\nline 2\nline 3\nline 4"})"));
-}
-
-TEST(OutputParser, JsonArgumentsStreamProgressively) {
-  auto p = make_output_parser(opts(ToolFormat::kHermes, weather_tools()));
-  std::string args;
-  auto take = [&](std::string_view s) {
-    int n = 0;
-    for (const auto& e : p->feed(s)) {
-      if (e.kind == Kind::kToolCallArgs) {
-        args += e.text;
-        ++n;
-      }
-    }
-    return n;
-  };
-  take("<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"");
-  EXPECT_EQ(take("part one, "), 1);
-  EXPECT_EQ(take("part two"), 1);
-  EXPECT_NE(args.find("part two"), std::string::npos);
-  take("\"}}\n</tool_call>");
-  for (const auto& e : p->finish()) args += e.text;
-  EXPECT_EQ(json::parse(args), json::parse(R"({"text": "part one, part two"})"));
+  EXPECT_EQ(ev[2].kind, Kind::kToolCallEnd);
+  EXPECT_TRUE(p->finish().empty());
 }
 
 // ---------------------------------------------------------------------------
@@ -444,10 +450,12 @@ TEST(OutputParser, MistralArrayAndNameForms) {
         {"", "", {{"get_weather", {{"city", "Paris"}}}, {"get_weather", {{"city", "Lyon"}}}}});
   check(o, "Sure.[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{\"city\": \"Paris\"}",
         {"", "Sure.", {{"get_weather", {{"city", "Paris"}}}}});
-  check(o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Par",
-        {"", "", {{"get_weather", {{"city", "Par"}}}}});
-  for (const std::string text :
-       {"[TOOL_CALLS] oops", "[TOOL_CALLS][oops]", "[TOOL_CALLS]a b[ARGS]{}"}) {
+  // Generation ended inside the call (after [TOOL_CALLS], the model's call token): not a call.
+  check(o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Par", {"", "", {}, 1});
+  check(o, "[TOOL_CALLS] oops", {"", "", {}, 1});
+  check(o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_wea",
+        {"", "", {{"get_weather", {{"city", "Paris"}}}}, 1});
+  for (const std::string text : {"[TOOL_CALLS][oops]", "[TOOL_CALLS]a b[ARGS]{}"}) {
     check(o, text, {"", text, {}});
   }
 }
@@ -521,7 +529,7 @@ TEST(OutputParser, RandomMixturesAreSplitInvariant) {
   std::mt19937 rng(1234);
   const ToolFormat formats[] = {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kQwenXml,
                                 ToolFormat::kLlama3Json, ToolFormat::kMistral};
-  int n_calls = 0, n_reasoning = 0;
+  int n_calls = 0, n_cut = 0, n_reasoning = 0;
   for (int n = 0; n < 400; ++n) {
     std::string text;
     const int len = 1 + static_cast<int>(rng() % 24);
@@ -533,6 +541,7 @@ TEST(OutputParser, RandomMixturesAreSplitInvariant) {
     check_events(whole, text);
     const ParsedOutput want = fold_events(whole);
     n_calls += want.tool_calls.empty() ? 0 : 1;
+    n_cut += want.n_cut_calls > 0 ? 1 : 0;
     n_reasoning += want.reasoning.empty() ? 0 : 1;
     std::vector<std::string> bytes;
     for (char c : text) bytes.emplace_back(1, c);
@@ -548,6 +557,7 @@ TEST(OutputParser, RandomMixturesAreSplitInvariant) {
       const ParsedOutput got = fold_events(ev);
       ASSERT_EQ(got.reasoning, want.reasoning) << text;
       ASSERT_EQ(got.content, want.content) << text;
+      ASSERT_EQ(got.n_cut_calls, want.n_cut_calls) << text;
       ASSERT_EQ(got.tool_calls.size(), want.tool_calls.size()) << text;
       for (size_t i = 0; i < got.tool_calls.size(); ++i) {
         ASSERT_EQ(got.tool_calls[i].name, want.tool_calls[i].name) << text;
@@ -556,7 +566,8 @@ TEST(OutputParser, RandomMixturesAreSplitInvariant) {
     }
   }
   // The mixtures reach the interesting paths.
-  EXPECT_GT(n_calls, 20);
+  EXPECT_GE(n_calls, 20);
+  EXPECT_GT(n_cut, 8);
   EXPECT_GT(n_reasoning, 20);
 }
 
