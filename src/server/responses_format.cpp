@@ -23,7 +23,9 @@ json response_echo(const ResponsesRequest& r) {
   json e = json::object();
   e["instructions"] = r.instructions ? json(*r.instructions) : json(nullptr);
   e["max_output_tokens"] = r.max_output_tokens ? json(*r.max_output_tokens) : json(nullptr);
-  e["parallel_tool_calls"] = r.parallel_tool_calls.value_or(true);
+  // Unset: parallel calls, except under a forced tool_choice (one call), as the chat path decides.
+  const bool forced = r.tool_choice.mode == ToolChoice::Mode::kRequired || r.tool_choice.mode == ToolChoice::Mode::kNamed;
+  e["parallel_tool_calls"] = r.parallel_tool_calls.value_or(!forced);
   e["previous_response_id"] = r.previous_response_id ? json(*r.previous_response_id) : json(nullptr);
   e["reasoning"] = r.reasoning_echo;
   e["store"] = r.store;
@@ -210,7 +212,7 @@ std::string ResponsesStream::events(const std::vector<OutputEvent>& events) {
       case OutputEvent::Kind::kToolCallEnd:
         if (open_ == Open::kCall && e.index == open_call_) out += close_item(false);
         break;
-      default:  // TODO(kToolCallCut): a call cut by the end of generation: no item, only counted
+      case OutputEvent::Kind::kToolCallCut:  // cut by the end of generation: not a call, no item
         ++cut_calls_;
         break;
     }
@@ -220,10 +222,17 @@ std::string ResponsesStream::events(const std::vector<OutputEvent>& events) {
 
 std::string ResponsesStream::finish(const engine::Final& f, int64_t reasoning_tokens) {
   const bool length = f.finish_reason == "length";
-  // A call still open here was cut by the end of generation (the parser releases only
-  // complete calls, so this is a fallback): it goes, incomplete.
-  if (open_ == Open::kCall) ++cut_calls_;
-  std::string out = close_item(length || open_ == Open::kCall);
+  std::string out;
+  if (open_ == Open::kCall) {
+    // (Never: the parser releases a call's events only once it is complete.) A call still
+    // open was cut: it is not a call and leaves the output.
+    ++cut_calls_;
+    output_.erase(output_.size() - 1);
+    open_ = Open::kNone;
+    open_call_ = -1;
+    item_text_.clear();
+  }
+  out += close_item(length);
   pending_ws_.clear();
   response_ = response_object(ctx_, length ? "incomplete" : "completed", output_);
   if (length) response_["incomplete_details"] = json{{"reason", "max_output_tokens"}};

@@ -105,6 +105,24 @@ def test_function_tool_round_trip(client):
     assert r2.usage.input_tokens >= alone.usage.input_tokens + 15
 
 
+def test_cut_tool_call_is_never_returned(client):
+    """A forced call cut by max_output_tokens: no function_call item (streamed or not), incomplete."""
+    kw = dict(input="What is the weather in Paris?", tools=[WEATHER_TOOL], tool_choice="required",
+              max_output_tokens=6, temperature=0)
+    r = client.responses.create(**kw)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert not [o for o in r.output if o.type == "function_call"], r.output
+    events = list(client.responses.create(**kw, stream=True))
+    final = check_stream_events(events)
+    assert final.status == "incomplete"
+    assert not [e for e in events if e.type.startswith("response.function_call_arguments")]
+    assert not [o for o in final.output if o.type == "function_call"]
+    # Unset parallel_tool_calls under a forced choice: one call, the response ends by itself.
+    r = client.responses.create(**dict(kw, max_output_tokens=80))
+    assert r.status == "completed" and r.parallel_tool_calls is False
+    assert len([o for o in r.output if o.type == "function_call"]) == 1
+
+
 def test_text_format_json_schema(client):
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}

@@ -375,6 +375,49 @@ TEST(ResponsesFormat, LengthIsIncomplete) {
   EXPECT_EQ(r["output"][0]["content"][0]["text"], "{\"answer\": ");
 }
 
+TEST(ResponsesFormat, CutCallIsNeverAnItem) {
+  // Generation ended inside a second call: the first stays, the cut one is not in the
+  // output (streamed or not), and the response is incomplete.
+  OutputEvent cut = ev(Kind::kToolCallCut, "<tool_call>\n{\"name\": \"get\", \"argu", 1);
+  cut.name = "get";
+  for (bool sse : {false, true}) {
+    ResponsesStream s(context(), sse);
+    std::string text = s.start();
+    text += s.events({call_begin(0, "call_1", "get"), ev(Kind::kToolCallArgs, "{}", 0), ev(Kind::kToolCallEnd, "", 0), cut});
+    text += s.finish(final_of("length"), 0);
+    const json& r = s.response();
+    EXPECT_EQ(r["status"], "incomplete");
+    EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens");
+    ASSERT_EQ(r["output"].size(), 1u);
+    EXPECT_EQ(r["output"][0]["call_id"], "call_1");
+    EXPECT_EQ(r["output"][0]["status"], "completed");
+    EXPECT_EQ(s.cut_calls(), 1);
+    if (sse) {
+      int added = 0;
+      for (const auto& e : split_events(text)) added += e.name == "response.output_item.added";
+      EXPECT_EQ(added, 1);
+    }
+  }
+  // A call cut with no complete call before it: no output at all.
+  ResponsesStream s(context(), false);
+  s.start();
+  s.events({ev(Kind::kContent, "Let me check."), cut});
+  s.finish(final_of("length"), 0);
+  ASSERT_EQ(s.response()["output"].size(), 1u);
+  EXPECT_EQ(s.response()["output"][0]["type"], "message");
+}
+
+TEST(ResponsesFormat, ParallelToolCallsEcho) {
+  const std::string tool = R"("tools": [{"type": "function", "name": "f"}])";
+  EXPECT_EQ(response_echo(parse(with(tool)))["parallel_tool_calls"], true);
+  // A forced choice is one call unless the client asked for parallel calls.
+  EXPECT_EQ(response_echo(parse(with(tool + R"(, "tool_choice": "required")")))["parallel_tool_calls"], false);
+  EXPECT_EQ(response_echo(parse(with(tool + R"(, "tool_choice": "required", "parallel_tool_calls": true)")))
+                ["parallel_tool_calls"],
+            true);
+  EXPECT_EQ(response_echo(parse(with(tool + R"(, "parallel_tool_calls": false)")))["parallel_tool_calls"], false);
+}
+
 TEST(ResponsesFormat, NoOutputAtAll) {
   ResponsesStream s(context(), false);
   s.start();
