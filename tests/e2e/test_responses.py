@@ -255,6 +255,25 @@ def test_malformed_bodies_are_400_naming_the_field(server, body, param):
     assert err["param"] == param
 
 
+def test_api_key_and_model_names(hearth_bin, default_model):
+    srv = Server(hearth_bin, default_model, "--ctx", 1024, "--threads", "2", "--api-key", "sekret",
+                 "--strict-model-names", "--model-id", "m1")
+    try:
+        for key in ("wrong", None):
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            r = requests.post(srv.url + "/v1/responses", json={"input": "hi"}, headers=headers, timeout=30)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+            assert requests.get(srv.url + "/v1/responses/resp_x", headers=headers, timeout=30).status_code == 401
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="sekret", max_retries=0, timeout=60)
+        with pytest.raises(openai.NotFoundError) as e:
+            c.responses.create(model="other", input="hi", max_output_tokens=2)
+        assert e.value.body["code"] == "model_not_found"
+        assert c.responses.create(model="m1", input="hi", max_output_tokens=2).usage.output_tokens > 0
+        c.close()
+    finally:
+        srv.stop()
+
+
 def test_disconnected_stream_is_cancelled(server):
     before = metrics(server)
     s = RawStream(server.host, server.port, "/v1/responses",
