@@ -15,6 +15,7 @@
 #include "server/client_socket.h"
 #include "server/guarded_http.h"
 #include "server/openai_protocol.h"
+#include "server/responses_routes.h"
 #include "server/tool_constraint.h"
 
 namespace hearth::server {
@@ -77,6 +78,8 @@ struct HttpServer::Impl {
   ServerMetrics& metrics;
   HttpOptions opt;
   AnthropicRoutes anthropic{engine, tok, chat, opt.chat, metrics, opt.model_id,
+                            [this](const std::string& name) { check_model(name); }};
+  ResponsesRoutes responses{engine, tok, chat, opt.chat, metrics, opt.model_id,
                             [this](const std::string& name) { check_model(name); }};
   GuardedServer svr{limits_of(opt), [](const std::string& path, int status, const std::string& message) {
                        ApiError e{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", ""};
@@ -232,6 +235,15 @@ struct HttpServer::Impl {
     });
     svr.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
       if (authorized(req, res)) anthropic.count_tokens(req, res);
+    });
+    svr.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(req, res)) responses.create(req, res);
+    });
+    svr.Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(req, res)) responses.retrieve(req.matches[1].str(), res);
+    });
+    svr.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(req, res)) responses.remove(req.matches[1].str(), res);
     });
     svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
     svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
