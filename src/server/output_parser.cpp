@@ -316,13 +316,32 @@ class Parser final : public OutputParser, private CallSink {
           }
         }
       }
-      size_t n = buf_.size() - keep;
+      // Generation that ended inside the call marker itself ("<tool" of "<tool_call>") cut
+      // a call too: under a forced tool_choice every token is the call's.
+      size_t cut = 0;
+      if (final && !call_marker_.empty()) {
+        for (size_t k = std::min(call_marker_.size() - 1, buf_.size()); k > 0; --k) {
+          if (std::string_view(buf_).substr(buf_.size() - k) == std::string_view(call_marker_).substr(0, k)) {
+            cut = k;
+            break;
+          }
+        }
+      }
+      size_t n = buf_.size() - keep - cut;
       if (!final) n = utf8_whole_prefix(std::string_view(buf_).substr(0, n));
       emit_text(mode_, std::string_view(buf_).substr(0, n));
       buf_.erase(0, n);
       if (final) {
-        if (mode_ == Mode::kContent) push_text(Kind::kContent, std::move(ws_hold_));
+        if (mode_ == Mode::kContent && cut == 0) push_text(Kind::kContent, std::move(ws_hold_));
         ws_hold_.clear();
+        if (cut > 0) {
+          OutputEvent e;
+          e.kind = Kind::kToolCallCut;
+          e.index = n_calls_++;
+          e.text = std::move(buf_);
+          events_.push_back(std::move(e));
+          buf_.clear();
+        }
       }
       return;
     }

@@ -254,7 +254,7 @@ TEST(OutputParser, HermesMalformedIsContent) {
 TEST(OutputParser, HermesCutCallIsNotACall) {
   const auto o = opts(ToolFormat::kHermes, weather_tools());
   for (const std::string text :
-       {"<tool_call>", "<tool_call>\n{\"name\":", "<tool_call>\n{\"name\": \"get_wea",
+       {"<", "<tool", "<tool_call", "<tool_call>", "<tool_call>\n{\"name\":", "<tool_call>\n{\"name\": \"get_wea",
         "<tool_call>\n{\"name\": \"write\"",
         "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": ",
         "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"n\": [1, 2",
