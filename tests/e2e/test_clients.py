@@ -7,9 +7,10 @@ response parsed, every turn completed without an API error. Forced tool choices 
 the server's grammar, so there the calls must be complete, parse and match the tool's schema.
 
 No network besides loopback: each client's offline switches are set, and a guard refuses (and
-records) any socket this process opens to another address; the Claude Code subprocess gets a
-proxy on a closed loopback port for everything but 127.0.0.1."""
+records) any socket this process opens to another address; the Claude Code subprocess gets as
+HTTP(S)_PROXY a loopback recorder that refuses (and records) everything but 127.0.0.1."""
 import asyncio
+import dataclasses
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 # Before the clients are imported: LiteLLM reads these at import time.
@@ -29,7 +31,6 @@ os.environ["LANGCHAIN_TRACING_V2"] = "false"
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
 import agents  # noqa: E402
-import anthropic  # noqa: E402,F401  (LiteLLM's Anthropic route and Claude Code's errors)
 import claude_agent_sdk  # noqa: E402
 import jsonschema  # noqa: E402
 import litellm  # noqa: E402
@@ -40,6 +41,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa
 from langchain_core.tools import tool as lc_tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from pydantic_ai import Agent as PydanticAgent  # noqa: E402
+from pydantic_ai.capabilities import AbstractCapability  # noqa: E402
 from pydantic_ai.exceptions import ModelAPIError, UnexpectedModelBehavior, UsageLimitExceeded  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
@@ -49,6 +51,9 @@ from serve_util import Server, http_post  # noqa: E402
 
 litellm.telemetry = False
 litellm.suppress_debug_info = True
+
+# LiteLLM's types trip a Pydantic warning about TypedDict ReadOnly items at import and first use.
+pytestmark = pytest.mark.filterwarnings("ignore:.*`ReadOnly` qualifier:UserWarning")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 THREADS = ["--threads", "2"]
@@ -61,6 +66,8 @@ WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "descrip
 # Enough for one forced call of get_weather on the default model (temperature 0): a forced call
 # cut by max_tokens is an error of the server, not a complete call.
 TOOL_MAX_TOKENS = 120
+# One line of the server's request log: "POST /v1/messages 200 127.0.0.1:PORT".
+REQUEST_LINE_RE = re.compile(r"\b(GET|HEAD|POST|PUT|DELETE|OPTIONS) (/\S*) (\d{3})\b")
 
 
 # ---------------------------------------------------------------------------
@@ -373,6 +380,48 @@ def test_pydantic_ai_agent_with_a_tool(server, log_on_failure):
         assert isinstance(output, str), (mode, output)
 
 
+@dataclasses.dataclass
+class ForceAToolFirst(AbstractCapability):
+    """tool_choice "required" on the run's first model request only (Pydantic AI's per-step
+    settings): the first answer is a call, the next one is free to end the run."""
+
+    def get_model_settings(self):
+        return lambda ctx: {"tool_choice": "required"} if ctx.run_step <= 1 else {}
+
+
+def test_pydantic_ai_tool_round_trip(server, log_on_failure):
+    """The tool forced on the first step: Pydantic AI runs it, sends its return back, and the
+    second request ends the run with text (streamed and not)."""
+    log_on_failure(server)
+    calls = []
+    agent = PydanticAgent(pydantic_model(server), instructions="Answer briefly.", retries=1,
+                          model_settings={"max_tokens": TOOL_MAX_TOKENS, "temperature": 0},
+                          capabilities=[ForceAToolFirst()])
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        """Get the current weather in a city."""
+        calls.append(city)
+        return f"Sunny, 21 C in {city}"
+
+    async def streamed():
+        async with agent.run_stream(PROMPT, usage_limits=UsageLimits(request_limit=3)) as run:
+            output = await run.get_output()
+        return output, run.all_messages()
+
+    for mode in ("run_sync", "run_stream"):
+        calls.clear()
+        if mode == "run_sync":
+            result = agent.run_sync(PROMPT, usage_limits=UsageLimits(request_limit=3))
+            output, history = result.output, result.all_messages()
+        else:
+            output, history = asyncio.run(streamed())
+        kinds = [[p.part_kind for p in m.parts] for m in history]
+        assert len(calls) == 1 and isinstance(calls[0], str), (mode, calls)
+        assert kinds[1] == ["tool-call"] and kinds[2] == ["tool-return"], (mode, kinds)
+        assert isinstance(output, str), (mode, output)
+
+
 def test_pydantic_ai_structured_output_through_a_forced_tool(server, log_on_failure):
     """output_type a Pydantic model: Pydantic AI offers its final_result tool and forces a tool
     call (tool_choice "required"); the grammar makes the arguments valid, so the run ends with a
@@ -446,7 +495,10 @@ def test_agents_sdk_responses_model_tool_round_trip(agents_responses_default, st
             return result
         return await agents.Runner.run(agent, PROMPT, max_turns=4)
 
+    log_before = len(agents_responses_default.stderr())
     result = asyncio.run(run())
+    seen = REQUEST_LINE_RE.findall(agents_responses_default.stderr()[log_before:])
+    assert len(seen) >= 2 and all(r == ("POST", "/v1/responses", "200") for r in seen), seen
     assert len(calls) >= 1 and all(isinstance(c, str) for c in calls), calls
     items = [type(i).__name__ for i in result.new_items]
     assert items[:2] == ["ToolCallItem", "ToolCallOutputItem"], items
@@ -517,7 +569,36 @@ def qwen35_server(tmp_path_factory, shared_dir, hearth_bin):
     stop_server(srv)
 
 
-REQUEST_LINE_RE = re.compile(r"\b(GET|HEAD|POST|PUT|DELETE|OPTIONS) (/\S*) (\d{3})\b")
+class ProxyRecorder:
+    """A loopback "proxy" that refuses everything: it records the request line each connection
+    sends (CONNECT host:443 ...) and closes it. Given as HTTP(S)_PROXY, it shows any way out."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.seen = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    self.seen.append(conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1"))
+                except OSError as e:
+                    self.seen.append(f"(no request line: {e})")
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
 
 
 def test_claude_code_headless_turn(qwen35_server, tmp_path, log_on_failure):
@@ -531,6 +612,7 @@ def test_claude_code_headless_turn(qwen35_server, tmp_path, log_on_failure):
     work.mkdir()
     (work / "README.md").write_text("A tiny project.\n")
     cli_stderr = []
+    proxy = ProxyRecorder()
     env = {
         "ANTHROPIC_BASE_URL": srv.url,
         "ANTHROPIC_API_KEY": "unused",
@@ -541,9 +623,9 @@ def test_claude_code_headless_turn(qwen35_server, tmp_path, log_on_failure):
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "DISABLE_BUG_COMMAND": "1",
-        # Everything but loopback goes to a closed port: no way out.
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "HTTP_PROXY": "http://127.0.0.1:9",
+        # Everything but loopback goes to a recorder that refuses it: no way out, and we see it.
+        "HTTPS_PROXY": proxy.url,
+        "HTTP_PROXY": proxy.url,
         "NO_PROXY": "127.0.0.1,localhost",
     }
     options = claude_agent_sdk.ClaudeAgentOptions(
@@ -564,10 +646,11 @@ def test_claude_code_headless_turn(qwen35_server, tmp_path, log_on_failure):
     except Exception as e:  # noqa: BLE001  (an error result of the CLI is raised: reported below)
         error = e
     took = time.monotonic() - t0
+    proxy.close()
     log = srv.stderr()
     requests_seen = REQUEST_LINE_RE.findall(log)
     print(f"claude code run: {took:.1f} s; requests: {requests_seen}")
-    detail = f"error={error!r}\nmessages={messages!r}\ncli stderr={chr(10).join(cli_stderr)[-3000:]}\nserver log={log[-4000:]}"
+    detail = f"error={error!r}\nproxied={proxy.seen}\nmessages={messages!r}\ncli stderr={chr(10).join(cli_stderr)[-3000:]}\nserver log={log[-4000:]}"
     assert error is None, detail
     results = [m for m in messages if isinstance(m, claude_agent_sdk.ResultMessage)]
     assert len(results) == 1, detail
@@ -583,3 +666,4 @@ def test_claude_code_headless_turn(qwen35_server, tmp_path, log_on_failure):
     assert posts, detail
     bad = [r for r in requests_seen if not r[2].startswith("2")]
     assert not bad, detail
+    assert not proxy.seen, detail  # nothing but the Anthropic route on loopback
