@@ -95,8 +95,8 @@ def short_dir(tmp_path):
 
 def test_write_then_read_across_resume(hearth_bin, default_model, tmp_path, short_dir):
     target = f"{short_dir}/notes.txt"
-    p = run_agent(hearth_bin, default_model, tmp_path, "-p", f"Write the text 'hello hearth' to the file {target}",
-                  "--tool-choice", "write_file", "--yes", "--max-steps", "1", "--max-tokens", "60")
+    p = run_agent(hearth_bin, default_model, tmp_path, "-p", f"Save 'hello hearth' in {target}",
+                  "--tool-choice", "write_file", "--yes", "--max-steps", "1", "--max-tokens", "160")
     assert p.returncode == 0, p.stderr
     path, msgs = transcript(tmp_path)
     call = msgs[2]["tool_calls"][0]
@@ -107,7 +107,7 @@ def test_write_then_read_across_resume(hearth_bin, default_model, tmp_path, shor
                        "content": f"wrote {len(args['content'].encode())} bytes to {target}"}
 
     p = run_agent(hearth_bin, default_model, tmp_path, "-p", f"Read the file {target}", "--resume", path,
-                  "--tool-choice", "read_file", "--max-steps", "1", "--max-tokens", "60")
+                  "--tool-choice", "read_file", "--max-steps", "1", "--max-tokens", "160")
     assert p.returncode == 0, p.stderr
     _, msgs2 = transcript(tmp_path)  # the same file, appended to
     n = len([m for m in msgs if m["role"] != "tool"]) + len([m for m in msgs if m["role"] == "tool"])
