@@ -63,6 +63,10 @@ struct OutputOptions {
   bool starts_in_reasoning = false;   // the prompt ended inside an open <think> (Qwen3.5 templates)
   nlohmann::ordered_json tools;       // the request's OpenAI-format tools (schemas type the values), or null
   bool parse_tools = true;            // false: tool_choice "none" or no tools in the request
+  // The calls were written under a tool grammar (a forced tool_choice): parse them exactly
+  // as the grammar lays them out, without the leniency for free-running models (a Qwen XML
+  // value then ends only at its </parameter>: a grammar lets a value hold "</function>").
+  bool strict_calls = false;
 };
 
 // Incremental parser of one assistant turn. Not thread-safe; one per request.

@@ -214,6 +214,11 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
 
   out.constraint.format = format;
   out.constraint.parallel = parallel;
+  // A forced choice in a format with a grammar (tool_constraint_spec): calls are parsed as
+  // the grammar writes them.
+  out.output.strict_calls = forced && use_tools &&
+                            (format == ToolFormat::kHermes || format == ToolFormat::kQwenXml ||
+                             format == ToolFormat::kLlama3Json);
   if (use_tools) {
     out.constraint.tools = in.tools;
     if (in.tool_choice.mode == ToolChoice::Mode::kRequired)

@@ -198,7 +198,7 @@ class Parser final : public OutputParser, private CallSink {
     switch (opts_.tool_format) {
       case ToolFormat::kHermes:
       case ToolFormat::kQwenXml:
-        return make_tagged_call_parser(schemas_);
+        return make_tagged_call_parser(schemas_, opts_.strict_calls);
       case ToolFormat::kMistral:
         return make_mistral_call_parser();
       default:
@@ -363,7 +363,7 @@ class Parser final : public OutputParser, private CallSink {
       implicit_close_ = false;
       skip_ws_ = true;
     } else if (m == kBareFunction) {
-      start_call(m, make_tagged_call_parser(schemas_));
+      start_call(m, make_tagged_call_parser(schemas_, opts_.strict_calls));
       for (const char c : m) call_->push(c, *this);  // (the marker is the call's own start)
     } else {
       start_call(m, parser_for_marker());

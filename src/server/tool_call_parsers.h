@@ -63,12 +63,13 @@ class ToolSchemas {
 // parsed; an unknown parameter or a failed conversion stays a string.
 nlohmann::ordered_json convert_param_value(const std::string& raw,
                                            const nlohmann::ordered_json* schema);
-// True when the parameter is a plain string (its value may be streamed as it comes).
+// True when the parameter is a plain string, not an enum (its value may be streamed as it comes).
 bool param_is_string(const nlohmann::ordered_json* schema);
 
 // After "<tool_call>": a Hermes JSON object or a Qwen XML <function=...> block, then
 // "</tool_call>".
-std::unique_ptr<CallParser> make_tagged_call_parser(const ToolSchemas& schemas);
+// `strict`: see OutputOptions::strict_calls.
+std::unique_ptr<CallParser> make_tagged_call_parser(const ToolSchemas& schemas, bool strict = false);
 // A bare JSON call object {"name", "arguments" | "parameters"} (Llama 3.x; the first
 // byte is its '{' or whitespace before it).
 std::unique_ptr<CallParser> make_json_object_call_parser();

@@ -4,10 +4,13 @@
 // summarised in shared/reference/agent-protocols.md). XML values are typed by the
 // tool's schema; a string parameter is streamed as it is written, others when complete.
 // A missing </parameter> ends at the next <parameter= or </function>.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
+#include <string_view>
 
 #include "server/tool_call_parsers.h"
 
@@ -79,7 +82,7 @@ std::set<std::string> schema_types(const json& schema) {
 
 class XmlCall final : public CallParser {
  public:
-  explicit XmlCall(const ToolSchemas& schemas) : schemas_(schemas) {}
+  XmlCall(const ToolSchemas& schemas, bool strict) : schemas_(schemas), strict_(strict) {}
 
   Status push(char c, CallSink& sink) override {
     switch (st_) {
@@ -146,7 +149,8 @@ class XmlCall final : public CallParser {
         }
         tag_ += c;
         for (;;) {
-          for (std::string_view end : {"</parameter>", "<parameter=", "</function>"}) {
+          static constexpr std::string_view kLenient[] = {"</parameter>", "<parameter=", "</function>"};
+          for (std::string_view end : std::span(kLenient, strict_ ? 1 : 3)) {
             if (tag_ == end) {
               tag_.clear();
               end_value(sink);
@@ -237,6 +241,7 @@ class XmlCall final : public CallParser {
   }
 
   const ToolSchemas& schemas_;
+  const bool strict_;  // a value ends only at </parameter>
   St st_ = St::kOpen;
   size_t pos_ = 0;
   std::string name_, key_, value_, tag_;
@@ -249,7 +254,7 @@ class XmlCall final : public CallParser {
 // <tool_call> ... </tool_call> around a JSON object or one or more XML functions.
 class TaggedCall final : public CallParser {
  public:
-  explicit TaggedCall(const ToolSchemas& schemas) : schemas_(schemas) {}
+  TaggedCall(const ToolSchemas& schemas, bool strict) : schemas_(schemas), strict_(strict) {}
 
   Status push(char c, CallSink& sink) override {
     switch (st_) {
@@ -258,7 +263,7 @@ class TaggedCall final : public CallParser {
         if (c == '{') {
           inner_ = make_json_object_call_parser();
         } else if (c == '<') {
-          inner_ = std::make_unique<XmlCall>(schemas_);
+          inner_ = std::make_unique<XmlCall>(schemas_, strict_);
         } else {
           return Status::kFail;
         }
@@ -293,7 +298,7 @@ class TaggedCall final : public CallParser {
           return Status::kDone;
         }
         if (tag_ == "<function=") {
-          inner_ = std::make_unique<XmlCall>(schemas_);
+          inner_ = std::make_unique<XmlCall>(schemas_, strict_);
           inner_raw_.clear();
           st_ = St::kInner;
           const std::string t = std::move(tag_);
@@ -333,6 +338,7 @@ class TaggedCall final : public CallParser {
  private:
   enum class St { kLead, kInner, kClose, kDone };
   const ToolSchemas& schemas_;
+  const bool strict_;
   St st_ = St::kLead;
   std::unique_ptr<CallParser> inner_;
   std::string inner_raw_, tag_;
@@ -364,6 +370,7 @@ const json* ToolSchemas::param_schema(const std::string& name, const std::string
 
 bool param_is_string(const json* schema) {
   if (schema == nullptr) return true;
+  if (schema->contains("enum")) return false;  // a closed set: converted whole (trimmed to a member)
   const auto types = schema_types(*schema);
   return types.empty() || (types.size() == 1 && types.count("string") == 1);
 }
@@ -375,7 +382,15 @@ json convert_param_value(const std::string& raw, const json* schema) {
   const std::string t = trim(raw);
   const bool has_string = types.count("string") > 0;
   if ((t == "null" || t == "None") && (types.count("null") > 0 || !has_string)) return nullptr;
-  if (has_string) return raw;
+  if (has_string) {
+    // An enum value with the layout's whitespace around it (a grammar allows one character
+    // after the tag) is the enum value.
+    if (auto e = schema->find("enum"); e != schema->end() && e->is_array() && t != raw) {
+      const bool raw_in = std::find(e->begin(), e->end(), json(raw)) != e->end();
+      if (!raw_in && std::find(e->begin(), e->end(), json(t)) != e->end()) return t;
+    }
+    return raw;
+  }
   if (types.count("integer") > 0) {
     errno = 0;
     char* end = nullptr;
@@ -415,8 +430,8 @@ json convert_param_value(const std::string& raw, const json* schema) {
   return raw;
 }
 
-std::unique_ptr<CallParser> make_tagged_call_parser(const ToolSchemas& schemas) {
-  return std::make_unique<TaggedCall>(schemas);
+std::unique_ptr<CallParser> make_tagged_call_parser(const ToolSchemas& schemas, bool strict) {
+  return std::make_unique<TaggedCall>(schemas, strict);
 }
 
 }  // namespace hearth::server

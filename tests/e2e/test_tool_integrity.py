@@ -26,7 +26,7 @@ ADD = {"type": "function", "function": {
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
     "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string"},
+                   "properties": {"city": {"type": "string", "maxLength": 12},
                                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
                    "required": ["city", "unit"], "additionalProperties": False}}}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (ADD, WEATHER)}

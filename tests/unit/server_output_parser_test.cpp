@@ -571,4 +571,25 @@ TEST(OutputParser, RandomMixturesAreSplitInvariant) {
   EXPECT_GT(n_reasoning, 20);
 }
 
+// Under a tool grammar (strict_calls) a Qwen XML value ends only at </parameter>, as the
+// grammar writes it: the grammar lets a string value hold "</function>" and more, which the
+// lenient parser would take for the end of the call (a "complete" call missing fields).
+TEST(OutputParser, QwenXmlStrictUnderAGrammar) {
+  OutputOptions o = opts(ToolFormat::kQwenXml, weather_tools());
+  o.strict_calls = true;
+  const std::string value = "JEURUS</param>\n</function>\n</formation>\n2 + 3";
+  check(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\n" + value +
+               "\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+        {"", "", {{"get_weather", {{"city", value}, {"days", 2}}}}});
+  // Cut inside such a value: not a call (the lenient parser closed it at </function>).
+  check(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\n" + value, {"", "", {}, 1});
+  // An enum value after the one space the grammar's layout allows is the enum value.
+  check(opts(ToolFormat::kQwenXml, coder_tools()),
+        "<tool_call>\n<function=edit>\n<parameter=mode> b\n</parameter>\n</function>\n</tool_call>",
+        {"", "", {{"edit", {{"mode", "b"}}}}});
+  o.strict_calls = false;
+  check(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\nJEURUS</param>\n</function>\n</tool_call>",
+        {"", "", {{"get_weather", {{"city", "JEURUS</param>"}}}}});
+}
+
 }  // namespace
