@@ -141,7 +141,9 @@ class XmlCall final : public CallParser {
       case St::kValue:
         if (first_) {
           first_ = false;
-          if (c == '\n') return Status::kMore;  // the value starts on its own line
+          // The value starts on its own line; under a grammar, after one layout whitespace
+          // character of any kind (its max_whitespace_cnt).
+          if (c == '\n' || (strict_ && is_ws(c))) return Status::kMore;
         }
         if (tag_.empty() && c != '<') {
           value_ += c;
@@ -180,7 +182,7 @@ class XmlCall final : public CallParser {
   void flush(CallSink& sink) override {
     if (st_ != St::kValue || !is_string_) return;
     size_t avail = value_.size();
-    if (avail > 0 && value_[avail - 1] == '\n') --avail;  // may be the value's last newline
+    if (avail > 0 && (value_[avail - 1] == '\n' || (strict_ && is_ws(value_[avail - 1])))) --avail;  // may be layout
     avail = utf8_whole_prefix(std::string_view(value_).substr(0, avail));
     if (avail <= streamed_ && opened_) return;
     std::string out = open_string();
@@ -218,7 +220,7 @@ class XmlCall final : public CallParser {
 
   void end_value(CallSink& sink) {
     std::string v = value_;
-    if (!v.empty() && v.back() == '\n') v.pop_back();
+    if (!v.empty() && (v.back() == '\n' || (strict_ && is_ws(v.back())))) v.pop_back();
     if (is_string_) {
       std::string out = open_string();
       if (v.size() > streamed_) out += json_escape(std::string_view(v).substr(streamed_));

@@ -581,6 +581,9 @@ TEST(OutputParser, QwenXmlStrictUnderAGrammar) {
   check(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\n" + value +
                "\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
         {"", "", {{"get_weather", {{"city", value}, {"days", 2}}}}});
+  // The one layout whitespace character the grammar allows around a value, of any kind.
+  check(o, "<tool_call>\n<function=get_weather>\n<parameter=city>   My wife, \t</parameter>\n</function>\n</tool_call>",
+        {"", "", {{"get_weather", {{"city", "  My wife, "}}}}});
   // Cut inside such a value: not a call (the lenient parser closed it at </function>).
   check(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\n" + value, {"", "", {}, 1});
   // An enum value after the one space the grammar's layout allows is the enum value.
