@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "server/client_socket.h"
+#include "server/route_common.h"
 #include "server/response_format.h"
 #include "server/tool_constraint.h"
 
@@ -19,7 +20,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kPoll = std::chrono::milliseconds(50);
 // A stream with nothing to say for this long (a long prefill) gets a ping event, so
 // clients and proxies see the connection alive.
 constexpr auto kPingEvery = std::chrono::seconds(1);
@@ -35,27 +35,6 @@ ToolChoice tool_choice_of(const json& v) {
     tc.name = v.at("function").at("name").get<std::string>();
   }
   return tc;
-}
-
-// Waits for the next deltas or the end; cancels when the client is gone. False when the
-// engine stopped and nothing will ever come.
-bool next(engine::ServeEngine& engine, engine::RequestChannel& ch, ClientWatch& watch,
-          std::vector<engine::Delta>& out, std::optional<engine::Final>& fin,
-          Clock::time_point& quiet_since) {
-  const bool got = ch.wait(out, fin, kPoll);
-  if (!ch.cancelled() && watch.due(kPoll) && watch.closed()) ch.cancel();
-  if (got) {
-    quiet_since = Clock::now();
-    return true;
-  }
-  return engine.stats().running_loop || Clock::now() - quiet_since <= std::chrono::seconds(5);
-}
-
-// The error of a Final that has no stop reason; a server shutting down is overloaded (529).
-ApiError failed_final_error(const engine::Final& f) {
-  ApiError e = final_error(f);
-  if (f.error.find("shutting down") != std::string::npos) e.status = 503;
-  return e;
 }
 
 }  // namespace
@@ -185,7 +164,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     auto quiet_since = Clock::now();
     while (!fin) {
       std::vector<engine::Delta> ds;
-      if (!next(engine_, *channel, *watch, ds, fin, quiet_since)) {
+      if (!wait_next(engine_, *channel, *watch, ds, fin, quiet_since)) {
         send_anthropic_error(res, server_error("the engine stopped"));
         return;
       }
@@ -224,7 +203,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
         std::optional<engine::Final> fin;
         bool alive = true;
         while (alive && !channel->cached_tokens() && ds.empty() && !fin) {
-          alive = next(engine_, *channel, *watch, ds, fin, quiet_since);
+          alive = wait_next(engine_, *channel, *watch, ds, fin, quiet_since);
         }
         const int32_t cached = channel->cached_tokens().value_or(fin ? fin->cached_tokens : 0);
         if (!write(sse->start(n_prompt, cached)) || !write(anthropic_ping())) return false;
@@ -232,7 +211,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
           if (!first) {
             ds.clear();
             fin.reset();
-            alive = next(engine_, *channel, *watch, ds, fin, quiet_since);
+            alive = wait_next(engine_, *channel, *watch, ds, fin, quiet_since);
           }
           if (!alive) {
             write(sse->error(server_error("the engine stopped")));

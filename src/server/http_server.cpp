@@ -15,6 +15,7 @@
 #include "server/client_socket.h"
 #include "server/guarded_http.h"
 #include "server/openai_protocol.h"
+#include "server/route_common.h"
 #include "server/responses_routes.h"
 #include "server/tool_constraint.h"
 
@@ -34,7 +35,6 @@ bool request_timing() {
   return on;
 }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-constexpr auto kPoll = std::chrono::milliseconds(50);
 // Connections the kernel queues before they are accepted (a burst of benchmark clients).
 constexpr int kListenBacklog = 1024;
 
@@ -413,20 +413,9 @@ struct HttpServer::Impl {
       std::vector<int32_t> prompt = prompt_tokens(pr, prepared);
       const double prompt_ms = ms_since(t_prompt);
       if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", is_chat ? "messages" : "prompt"));
-      const int64_t n_ctx = engine.n_ctx(), cap = engine.max_sequence_tokens();
+      const int64_t n_ctx = engine.n_ctx();
       const auto n_prompt = static_cast<int64_t>(prompt.size());
-      if (n_prompt >= n_ctx) throw ApiException(context_length_exceeded(n_prompt, pr.max_tokens.value_or(1), n_ctx));
-      const int64_t max_tokens = pr.max_tokens ? *pr.max_tokens : cap - n_prompt;
-      if (n_prompt + max_tokens > n_ctx) throw ApiException(context_length_exceeded(n_prompt, max_tokens, n_ctx));
-      if (n_prompt + max_tokens > cap) {
-        throw ApiException(invalid_request(
-            "this request needs " + std::to_string(n_prompt + max_tokens) + " tokens of KV cache (" +
-                std::to_string(n_prompt) + " prompt + " + std::to_string(max_tokens) +
-                " max_tokens) but the server's KV budget (--kv-cache-bytes) holds " + std::to_string(cap) +
-                " per sequence",
-            pr.max_tokens ? "max_tokens" : "messages"));
-      }
-      if (max_tokens < 1) throw ApiException(context_length_exceeded(n_prompt, 1, n_ctx));
+      const int64_t max_tokens = fit_max_tokens(engine, n_prompt, pr.max_tokens, "max_tokens", "messages");
       engine::GenRequest g;
       g.prompt = std::move(prompt);
       g.max_tokens = static_cast<int32_t>(max_tokens);
@@ -487,22 +476,6 @@ struct HttpServer::Impl {
     }
   }
 
-  // Waits for the next deltas or the end; cancels when the client is gone or the engine
-  // stopped without answering. Returns false when nothing will ever come.
-  bool next(engine::RequestChannel& ch, ClientWatch& watch, std::vector<engine::Delta>& out,
-            std::optional<engine::Final>& fin, Clock::time_point& quiet_since) {
-    const bool got = ch.wait(out, fin, kPoll);
-    // Ask the kernel about the peer on a fixed cadence, not only when the channel is
-    // quiet: a request whose tokens keep coming (a non-streamed answer) must notice too.
-    if (!ch.cancelled() && watch.due(kPoll) && watch.closed()) ch.cancel();
-    if (got) {
-      quiet_since = Clock::now();
-      return true;
-    }
-    if (!engine.stats().running_loop && Clock::now() - quiet_since > std::chrono::seconds(5)) return false;
-    return true;
-  }
-
   void whole(httplib::Response& res, bool is_chat, engine::RequestChannel& ch, const ResponseContext& ctx,
              ClientWatch& watch, OutputParser* parser) {
     std::string text;
@@ -511,7 +484,7 @@ struct HttpServer::Impl {
     auto quiet_since = Clock::now();
     while (!fin) {
       std::vector<engine::Delta> ds;
-      if (!next(ch, watch, ds, fin, quiet_since)) {
+      if (!wait_next(engine, ch, watch, ds, fin, quiet_since)) {
         send_error(res, server_error("the engine stopped"));
         return;
       }
@@ -521,9 +494,7 @@ struct HttpServer::Impl {
       }
     }
     if (!finish_reason(*fin)) {
-      ApiError e = final_error(*fin);
-      if (fin->error.find("shutting down") != std::string::npos) e.status = 503;
-      send_error(res, e);
+      send_error(res, failed_final_error(*fin));
       return;
     }
     if (!is_chat) {
@@ -554,7 +525,7 @@ struct HttpServer::Impl {
           for (;;) {
             std::vector<engine::Delta> ds;
             std::optional<engine::Final> fin;
-            if (!next(*ch, *watch, ds, fin, quiet_since)) {
+            if (!wait_next(engine, *ch, *watch, ds, fin, quiet_since)) {
               write(sse_data(error_body(server_error("the engine stopped"))));
               write(sse_done());
               sink.done();

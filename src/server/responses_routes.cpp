@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "server/chat_output.h"
 #include "server/client_socket.h"
+#include "server/route_common.h"
 #include "server/tool_constraint.h"
 
 namespace hearth::server {
@@ -21,7 +22,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kPoll = std::chrono::milliseconds(50);
 // A stream with nothing to say for this long (a long prefill) gets an SSE comment, so
 // clients and proxies see the connection alive (SSE parsers skip comments).
 constexpr auto kKeepAliveEvery = std::chrono::seconds(1);
@@ -31,26 +31,6 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.status == 429) res.set_header("Retry-After", "1");
   res.set_content(error_body(e), "application/json");
-}
-
-// Waits for the next deltas or the end; cancels when the client is gone. False when the
-// engine stopped and nothing will ever come.
-bool next(engine::ServeEngine& engine, engine::RequestChannel& ch, ClientWatch& watch,
-          std::vector<engine::Delta>& out, std::optional<engine::Final>& fin, Clock::time_point& quiet_since) {
-  const bool got = ch.wait(out, fin, kPoll);
-  if (!ch.cancelled() && watch.due(kPoll) && watch.closed()) ch.cancel();
-  if (got) {
-    quiet_since = Clock::now();
-    return true;
-  }
-  return engine.stats().running_loop || Clock::now() - quiet_since <= std::chrono::seconds(5);
-}
-
-// The error of a Final that has no finish reason; a server shutting down is unavailable.
-ApiError failed_final_error(const engine::Final& f) {
-  ApiError e = final_error(f);
-  if (f.error.find("shutting down") != std::string::npos) e.status = 503;
-  return e;
 }
 
 // What one accepted request carries from its preparation to its answer.
@@ -124,22 +104,8 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", "input"));
 
     // The context checks of the chat route: the prompt and max_output_tokens must fit.
-    const int64_t n_ctx = engine_.n_ctx(), cap = engine_.max_sequence_tokens();
     n_prompt = static_cast<int64_t>(prompt.size());
-    if (n_prompt >= n_ctx) {
-      throw ApiException(context_length_exceeded(n_prompt, r.max_output_tokens.value_or(1), n_ctx));
-    }
-    const int64_t max_tokens = r.max_output_tokens ? *r.max_output_tokens : cap - n_prompt;
-    if (n_prompt + max_tokens > n_ctx) throw ApiException(context_length_exceeded(n_prompt, max_tokens, n_ctx));
-    if (n_prompt + max_tokens > cap) {
-      throw ApiException(invalid_request(
-          "this request needs " + std::to_string(n_prompt + max_tokens) + " tokens of KV cache (" +
-              std::to_string(n_prompt) + " prompt + " + std::to_string(max_tokens) +
-              " max_output_tokens) but the server's KV budget (--kv-cache-bytes) holds " + std::to_string(cap) +
-              " per sequence",
-          r.max_output_tokens ? "max_output_tokens" : "input"));
-    }
-    if (max_tokens < 1) throw ApiException(context_length_exceeded(n_prompt, 1, n_ctx));
+    const int64_t max_tokens = fit_max_tokens(engine_, n_prompt, r.max_output_tokens, "max_output_tokens", "input");
 
     engine::GenRequest g;
     g.prompt = std::move(prompt);
@@ -167,7 +133,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
         throw ApiException(server_overloaded(
             "the server is at capacity (--max-seqs running and --max-queue waiting); retry later"));
       case engine::ServeEngine::Admit::kTooLong:
-        throw ApiException(context_length_exceeded(n_prompt, max_tokens, n_ctx));
+        throw ApiException(context_length_exceeded(n_prompt, max_tokens, engine_.n_ctx()));
       case engine::ServeEngine::Admit::kStopped:
         throw ApiException(engine_stopped(engine_.stats().failure));
     }
@@ -210,7 +176,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     auto quiet_since = Clock::now();
     while (!fin) {
       std::vector<engine::Delta> ds;
-      if (!next(engine_, *turn.channel, *watch, ds, fin, quiet_since)) {
+      if (!wait_next(engine_, *turn.channel, *watch, ds, fin, quiet_since)) {
         send_error(res, server_error("the engine stopped"));
         return;
       }
@@ -250,7 +216,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
         for (;;) {
           std::vector<engine::Delta> ds;
           std::optional<engine::Final> fin;
-          if (!next(engine_, *t.channel, *watch, ds, fin, quiet_since)) {
+          if (!wait_next(engine_, *t.channel, *watch, ds, fin, quiet_since)) {
             write(t.out->failed(server_error("the engine stopped")));
             sink.done();
             return true;
