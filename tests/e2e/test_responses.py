@@ -1,9 +1,8 @@
 """OpenAI's Responses API (POST /v1/responses, GET / DELETE /v1/responses/{id}) of `hearth serve`
 end to end, with the real binary, the default model and the official clients: the `openai` SDK
 (plain and item inputs, a function tool round trip, text.format json_schema, max_output_tokens,
-streaming event order, store + previous_response_id, errors) and the OpenAI Agents SDK with its
-default model class (OpenAIResponsesModel) running an agent with a function tool."""
-import asyncio
+streaming event order, store + previous_response_id, errors). The OpenAI Agents SDK's default
+model class (OpenAIResponsesModel) runs against this route in test_clients.py."""
 import json
 import pathlib
 import subprocess
@@ -340,70 +339,3 @@ def test_reasoning_effort(thinking_server):
     (done,) = [e for e in events if e.type == "response.reasoning_text.done"]
     assert done.text == text
     c.close()
-
-
-# ---------------------------------------------------------------------------
-# The OpenAI Agents SDK, its default model (the Responses API)
-
-
-@pytest.fixture
-def agents_on_hearth(server):
-    agents = pytest.importorskip("agents")
-    from agents.models import _openai_shared
-
-    saved = (_openai_shared.get_default_openai_client(), _openai_shared.get_use_responses_by_default())
-    agents.set_default_openai_api("responses")
-    agents.set_tracing_disabled(True)
-    yield agents
-    _openai_shared.set_default_openai_client(saved[0])
-    _openai_shared.set_use_responses_by_default(saved[1])
-
-
-def test_agents_sdk_default_model_with_a_function_tool(server, agents_on_hearth):
-    agents = agents_on_hearth
-    calls = []
-
-    @agents.function_tool
-    def get_weather(city: str) -> str:
-        """Get the current weather in a city."""
-        calls.append(city)
-        return f"Sunny, 21 C in {city}"
-
-    async def run(stream, behavior):
-        # A client per event loop (asyncio.run makes a new one each time), as the SDK's default.
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        agents.set_default_openai_client(client, use_for_tracing=False)
-        try:
-            return await run_agent(stream, behavior)
-        finally:
-            await client.close()
-
-    async def run_agent(stream, behavior):
-        agent = agents.Agent(name="weather", instructions="Answer briefly.", tools=[get_weather],
-                             tool_use_behavior=behavior, reset_tool_choice=True,
-                             model_settings=agents.ModelSettings(tool_choice="required", max_tokens=160,
-                                                                 temperature=0, parallel_tool_calls=False))
-        prompt = "What is the weather in Paris?"
-        if stream:
-            result = agents.Runner.run_streamed(agent, prompt, max_turns=3)
-            async for _ in result.stream_events():
-                pass
-            return result
-        return await agents.Runner.run(agent, prompt, max_turns=3)
-
-    for stream in (False, True):
-        for behavior in ("stop_on_first_tool", "run_llm_again"):
-            calls.clear()
-            result = asyncio.run(run(stream, behavior))
-            # The default model class is the Responses one.
-            assert type(result.raw_responses[0]).__name__ == "ModelResponse"
-            assert result.raw_responses[0].response_id.startswith("resp_")
-            assert len(calls) >= 1 and all(isinstance(c, str) for c in calls), (stream, behavior, calls)
-            items = [type(i).__name__ for i in result.new_items]
-            assert "ToolCallItem" in items and "ToolCallOutputItem" in items, items
-            assert isinstance(result.final_output, str)
-            if behavior == "stop_on_first_tool":
-                assert result.final_output == f"Sunny, 21 C in {calls[0]}"
-            else:
-                assert items[-1] == "MessageOutputItem", items
-                assert result.final_output.strip()
