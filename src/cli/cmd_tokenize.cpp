@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "tokenizer/tokenizer.h"
@@ -91,7 +92,7 @@ std::vector<tokenizer::TokenId> parse_ids(const std::string& s) {
 void run(const TokenizeArgs& a) {
   const size_t n_inputs = a.text_opt->count() + a.file_opt->count() + a.decode_opt->count();
   if (n_inputs != 1) fail(ErrorKind::kInvalidInput, "tokenize", "give exactly one of TEXT, --file and --decode");
-  const auto tok = tokenizer::Tokenizer::load(a.model);
+  const auto tok = tokenizer::Tokenizer::load(model_file_arg(a.model, "tokenizer.json"));
   if (a.decode_opt->count()) {
     const auto ids = parse_ids(a.decode);
     const std::string text = tok.decode(ids, {.skip_special = a.no_special});
