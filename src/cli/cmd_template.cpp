@@ -142,7 +142,7 @@ void run_template(const TemplateOptions& o) {
 void add_template_command(CLI::App& app) {
   auto opts = std::make_shared<TemplateOptions>();
   auto* cmd = app.add_subcommand("template", "Print the exact prompt a chat template renders for a conversation");
-  cmd->add_option("-m,--model", opts->model, "GGUF model, tokenizer_config.json, or Jinja template file")->required();
+  cmd->add_option("-m,--model", opts->model, "GGUF model, tokenizer_config.json, Jinja template file, or a store name (see `hearth list`)")->required();
   cmd->add_option("--input", opts->input, "conversation JSON: messages, tools, add_generation_prompt, ...")->required();
   cmd->add_option("--now", opts->now, "date-time strftime_now sees (YYYY-MM-DDTHH:MM:SS; env HEARTH_TEMPLATE_NOW)");
   cmd->callback([opts]() { run_template(*opts); });

@@ -119,7 +119,7 @@ void run(const TokenizeArgs& a) {
 void add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   auto* cmd = app.add_subcommand("tokenize", "Token ids of a text, or the text of token ids");
-  cmd->add_option("-m,--model", args->model, "GGUF model or Hugging Face tokenizer.json")->required();
+  cmd->add_option("-m,--model", args->model, "GGUF model, Hugging Face tokenizer.json, or a store name (see `hearth list`)")->required();
   args->text_opt = cmd->add_option("text", args->text, "Text to tokenize");
   args->file_opt = cmd->add_option("--file", args->file, "Tokenize the contents of this file");
   args->decode_opt = cmd->add_option("--decode", args->decode, "Print the text of these token ids (\"ID ID ...\")");
