@@ -13,7 +13,8 @@ store::ModelEntry resolve_model_arg(const std::string& ref) {
   const store::Resolution r = store::resolve_model(ref, store::locations_from_env());
   for (const auto& note : r.notes) std::fprintf(stderr, "hearth: %s\n", note.c_str());
   if (r.entry.store != store::kStorePath) {
-    std::fprintf(stderr, "hearth: model %s: %s (%s)\n", ref.c_str(), r.entry.path.c_str(), r.entry.store.c_str());
+    std::fprintf(stderr, "hearth: model %s: %s (%s)\n", ref.c_str(), r.entry.path.c_str(),
+                 r.entry.store.c_str());
   }
   return r.entry;
 }

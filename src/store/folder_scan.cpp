@@ -77,10 +77,13 @@ std::string quant_tag_of(const std::string& file_name) {
       R"((?:^|[-._])((?:UD-)?(?:I?Q[0-9]+(?:_[0-9A-Z]{1,3})*|B?F16|F32|MXFP4(?:_MOE)?|TQ[0-9]_[0-9]))(?=$|[-._]))",
       std::regex::icase);
   std::string stem = file_name;
-  if (auto split = parse_split_name(file_name)) stem = split->base;
-  else if (ends_with_icase(stem, ".gguf")) stem = stem.substr(0, stem.size() - 5);
+  if (auto split = parse_split_name(file_name))
+    stem = split->base;
+  else if (ends_with_icase(stem, ".gguf"))
+    stem = stem.substr(0, stem.size() - 5);
   std::string tag;
-  for (std::sregex_iterator it(stem.begin(), stem.end(), kTag), end; it != end; ++it) tag = (*it)[1].str();
+  for (std::sregex_iterator it(stem.begin(), stem.end(), kTag), end; it != end; ++it)
+    tag = (*it)[1].str();
   return upper(tag);
 }
 
@@ -93,7 +96,9 @@ std::optional<SplitName> parse_split_name(const std::string& file_name) {
   return s;
 }
 
-bool is_projector(const std::string& file_name) { return lower(file_name).find("mmproj") != std::string::npos; }
+bool is_projector(const std::string& file_name) {
+  return lower(file_name).find("mmproj") != std::string::npos;
+}
 
 void check_readable(const std::string& path, const std::string& what) {
   std::error_code ec;
@@ -124,8 +129,10 @@ FolderScan scan_folder(const std::string& dir) {
     }
     const fs::path rel = it->path().lexically_relative(dir);
     if (ends_with_icase(file, ".gguf")) {
-      if (is_projector(file)) scan.projectors.push_back(it->path().string());
-      else ggufs.push_back(rel);
+      if (is_projector(file))
+        scan.projectors.push_back(it->path().string());
+      else
+        ggufs.push_back(rel);
     } else if (rel == "config.json") {
       config = true;
     } else if (rel.parent_path().empty() && ends_with_icase(file, ".safetensors")) {
@@ -138,31 +145,37 @@ FolderScan scan_folder(const std::string& dir) {
   return scan;
 }
 
-const GgufModel& pick_gguf(const FolderScan& scan, const std::string& quant, const std::string& what) {
+const GgufModel& pick_gguf(const FolderScan& scan, const std::string& quant,
+                           const std::string& what) {
   if (scan.models.empty()) {
-    fail(ErrorKind::kNotFound, "models", what + ": " + scan.dir + " holds no GGUF model (and no config.json with .safetensors)");
+    fail(ErrorKind::kNotFound, "models",
+         what + ": " + scan.dir + " holds no GGUF model (and no config.json with .safetensors)");
   }
   std::vector<const GgufModel*> hits;
   if (quant.empty()) {
     if (scan.models.size() > 1) {
       fail(ErrorKind::kInvalidInput, "models",
-           what + " holds " + std::to_string(scan.models.size()) + " GGUF models; add :QUANT, one of: " +
-               join(labels(scan)) + " (e.g. " + what + ":" + scan.models.front().label + ")");
+           what + " holds " + std::to_string(scan.models.size()) +
+               " GGUF models; add :QUANT, one of: " + join(labels(scan)) + " (e.g. " + what + ":" +
+               scan.models.front().label + ")");
     }
     hits.push_back(&scan.models.front());
   } else {
     for (const auto& m : scan.models) {
-      if (upper(m.label) == upper(quant) || (!m.tag.empty() && m.tag == upper(quant))) hits.push_back(&m);
+      if (upper(m.label) == upper(quant) || (!m.tag.empty() && m.tag == upper(quant)))
+        hits.push_back(&m);
     }
   }
   if (hits.empty()) {
     fail(ErrorKind::kNotFound, "models",
-         what + ":" + quant + ": no GGUF with quant '" + quant + "' in " + scan.dir + " (found: " + join(labels(scan)) + ")");
+         what + ":" + quant + ": no GGUF with quant '" + quant + "' in " + scan.dir +
+             " (found: " + join(labels(scan)) + ")");
   }
   if (hits.size() > 1) {
     std::vector<std::string> files;
     for (const auto* m : hits) files.push_back(m->files.front());
-    fail(ErrorKind::kInvalidInput, "models", what + ":" + quant + " matches several GGUF models: " + join(files));
+    fail(ErrorKind::kInvalidInput, "models",
+         what + ":" + quant + " matches several GGUF models: " + join(files));
   }
   const GgufModel& m = *hits.front();
   if (!m.problem.empty()) fail(ErrorKind::kNotFound, "models", what + ": " + m.problem);
@@ -170,7 +183,8 @@ const GgufModel& pick_gguf(const FolderScan& scan, const std::string& quant, con
   return m;
 }
 
-ModelEntry gguf_entry(const FolderScan& scan, const GgufModel& m, std::string name, std::string store) {
+ModelEntry gguf_entry(const FolderScan& scan, const GgufModel& m, std::string name,
+                      std::string store) {
   ModelEntry e;
   e.name = std::move(name);
   e.store = std::move(store);
@@ -182,7 +196,8 @@ ModelEntry gguf_entry(const FolderScan& scan, const GgufModel& m, std::string na
   return e;
 }
 
-std::vector<ModelEntry> folder_entries(const FolderScan& scan, const std::string& base, const std::string& store) {
+std::vector<ModelEntry> folder_entries(const FolderScan& scan, const std::string& base,
+                                       const std::string& store) {
   std::vector<ModelEntry> out;
   if (scan.hf_folder) {
     ModelEntry e;
@@ -194,10 +209,12 @@ std::vector<ModelEntry> folder_entries(const FolderScan& scan, const std::string
     return out;
   }
   for (const auto& m : scan.models) {
-    out.push_back(gguf_entry(scan, m, scan.models.size() == 1 ? base : base + ":" + m.label, store));
+    out.push_back(
+        gguf_entry(scan, m, scan.models.size() == 1 ? base : base + ":" + m.label, store));
     std::error_code ec;
     for (const auto& f : m.files) {
-      if (out.back().error.empty() && !fs::exists(f, ec)) out.back().error = f + ": dangling symbolic link (blob missing)";
+      if (out.back().error.empty() && !fs::exists(f, ec))
+        out.back().error = f + ": dangling symbolic link (blob missing)";
     }
   }
   return out;

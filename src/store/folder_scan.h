@@ -48,14 +48,17 @@ FolderScan scan_folder(const std::string& dir);
 // The model `quant` names (case-insensitive tag or file stem), or the only one when
 // `quant` is empty. Throws Error naming `what` (the reference) and listing the quants found
 // when none or several match. Also throws on a model with a problem (missing shard, ...).
-const GgufModel& pick_gguf(const FolderScan& scan, const std::string& quant, const std::string& what);
+const GgufModel& pick_gguf(const FolderScan& scan, const std::string& quant,
+                           const std::string& what);
 
 // The entry for one picked GGUF model (path = first file, shards when split, projector).
-ModelEntry gguf_entry(const FolderScan& scan, const GgufModel& m, std::string name, std::string store);
+ModelEntry gguf_entry(const FolderScan& scan, const GgufModel& m, std::string name,
+                      std::string store);
 
 // Every model in the folder as entries named `base` (one model, or an HF folder) or
 // `base:LABEL` (several); problems become the entries' error.
-std::vector<ModelEntry> folder_entries(const FolderScan& scan, const std::string& base, const std::string& store);
+std::vector<ModelEntry> folder_entries(const FolderScan& scan, const std::string& base,
+                                       const std::string& store);
 
 // Throws Error(kNotFound) naming `path` when it is a dangling symbolic link (a blob of
 // the HF cache that is missing) or does not exist; `what` starts the message.

@@ -34,7 +34,8 @@ std::string repo_dir(const std::string& hub, const HfRef& ref) {
   std::error_code ec;
   if (fs::is_directory(fs::path(hub) / want, ec)) return (fs::path(hub) / want).string();
   for (fs::directory_iterator it(hub, ec), end; !ec && it != end; it.increment(ec)) {
-    if (lower(it->path().filename().string()) == lower(want) && it->is_directory(ec)) return it->path().string();
+    if (lower(it->path().filename().string()) == lower(want) && it->is_directory(ec))
+      return it->path().string();
   }
   return "";
 }
@@ -42,7 +43,8 @@ std::string repo_dir(const std::string& hub, const HfRef& ref) {
 std::vector<std::string> snapshot_names(const std::string& repo) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (fs::directory_iterator it(fs::path(repo) / "snapshots", ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(fs::path(repo) / "snapshots", ec), end; !ec && it != end;
+       it.increment(ec)) {
     out.push_back(it->path().filename().string());
   }
   std::sort(out.begin(), out.end());
@@ -58,18 +60,22 @@ std::string trim(std::string s) {
 
 // The snapshot folder for `revision`: refs/<revision> names a commit, or the revision is
 // itself a commit with a snapshot folder.
-std::string snapshot_dir(const std::string& repo, const std::string& revision, const std::string& what) {
+std::string snapshot_dir(const std::string& repo, const std::string& revision,
+                         const std::string& what) {
   const fs::path refs = fs::path(repo) / "refs" / revision;
   std::error_code ec;
   if (fs::is_regular_file(refs, ec)) {
     std::ifstream in(refs);
     std::string hash((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     hash = trim(hash);
-    if (hash.empty()) fail(ErrorKind::kInvalidInput, "models", what + ": " + refs.string() + " is empty (expected a commit hash)");
+    if (hash.empty())
+      fail(ErrorKind::kInvalidInput, "models",
+           what + ": " + refs.string() + " is empty (expected a commit hash)");
     const fs::path snap = fs::path(repo) / "snapshots" / hash;
     if (!fs::is_directory(snap, ec)) {
       fail(ErrorKind::kNotFound, "models",
-           what + ": " + refs.string() + " names commit " + hash + " but " + snap.string() + " does not exist");
+           what + ": " + refs.string() + " names commit " + hash + " but " + snap.string() +
+               " does not exist");
     }
     return snap.string();
   }
@@ -78,8 +84,8 @@ std::string snapshot_dir(const std::string& repo, const std::string& revision, c
   std::string found;
   for (const auto& s : snapshot_names(repo)) found += (found.empty() ? "" : ", ") + s;
   fail(ErrorKind::kNotFound, "models",
-       what + ": " + refs.string() + " does not exist and no snapshot is named '" + revision + "' (snapshots: " +
-           (found.empty() ? "none" : found) + "; pick one with @REV)");
+       what + ": " + refs.string() + " does not exist and no snapshot is named '" + revision +
+           "' (snapshots: " + (found.empty() ? "none" : found) + "; pick one with @REV)");
 }
 
 std::string ref_name(const HfRef& ref) {
@@ -95,7 +101,8 @@ std::optional<HfRef> parse_hf_ref(const std::string& text) {
   HfRef ref;
   ref.revision = "main";
   const size_t slash = s.find('/');
-  if (slash == std::string::npos || s.find('/', slash + 1) != std::string::npos) return std::nullopt;
+  if (slash == std::string::npos || s.find('/', slash + 1) != std::string::npos)
+    return std::nullopt;
   if (const size_t colon = s.rfind(':'); colon != std::string::npos && colon > slash) {
     ref.quant = s.substr(colon + 1);
     s.resize(colon);
@@ -121,7 +128,8 @@ std::optional<ModelEntry> hf_resolve(const std::string& hub, const HfRef& ref) {
   if (scan.hf_folder) {
     if (!ref.quant.empty()) {
       fail(ErrorKind::kInvalidInput, "models",
-           what + ":" + ref.quant + ": " + scan.dir + " is a safetensors model (no GGUF files to pick a quant from)");
+           what + ":" + ref.quant + ": " + scan.dir +
+               " is a safetensors model (no GGUF files to pick a quant from)");
     }
     for (const char* f : {"config.json"}) check_readable((fs::path(scan.dir) / f).string(), what);
     return folder_entries(scan, what, kStoreHf).front();
@@ -146,7 +154,8 @@ std::vector<ModelEntry> hf_list(const std::string& hub) {
     const std::string name = dir.substr(0, sep) + "/" + dir.substr(sep + 2);
     try {
       const FolderScan scan = scan_folder(snapshot_dir(repo.string(), "main", name));
-      if (scan.models.empty() && !scan.hf_folder) continue;  // a dataset-like repo, a tokenizer only
+      if (scan.models.empty() && !scan.hf_folder)
+        continue;  // a dataset-like repo, a tokenizer only
       for (auto& e : folder_entries(scan, name, kStoreHf)) out.push_back(std::move(e));
     } catch (const Error& e) {
       ModelEntry bad;

@@ -24,7 +24,8 @@ std::vector<fs::path> subdirs(const fs::path& dir) {
 
 }  // namespace
 
-std::optional<ModelEntry> lmstudio_resolve(const std::vector<std::string>& roots, const HfRef& ref) {
+std::optional<ModelEntry> lmstudio_resolve(const std::vector<std::string>& roots,
+                                           const HfRef& ref) {
   if (ref.revision != "main") return std::nullopt;
   const std::string what = ref.org + "/" + ref.name;
   for (const auto& root : roots) {
@@ -32,9 +33,11 @@ std::optional<ModelEntry> lmstudio_resolve(const std::vector<std::string>& roots
     const fs::path dir = fs::path(root) / ref.org / ref.name;
     if (!fs::is_directory(dir, ec)) continue;
     const FolderScan scan = scan_folder(dir.string());
-    if (scan.hf_folder && ref.quant.empty()) return folder_entries(scan, what, kStoreLmStudio).front();
+    if (scan.hf_folder && ref.quant.empty())
+      return folder_entries(scan, what, kStoreLmStudio).front();
     const GgufModel& m = pick_gguf(scan, ref.quant, what);
-    return gguf_entry(scan, m, scan.models.size() == 1 ? what : what + ":" + m.label, kStoreLmStudio);
+    return gguf_entry(scan, m, scan.models.size() == 1 ? what : what + ":" + m.label,
+                      kStoreLmStudio);
   }
   return std::nullopt;
 }
@@ -46,7 +49,8 @@ std::vector<ModelEntry> lmstudio_list(const std::vector<std::string>& roots) {
       for (const auto& repo : subdirs(publisher)) {
         const std::string name = publisher.filename().string() + "/" + repo.filename().string();
         try {
-          for (auto& e : folder_entries(scan_folder(repo.string()), name, kStoreLmStudio)) out.push_back(std::move(e));
+          for (auto& e : folder_entries(scan_folder(repo.string()), name, kStoreLmStudio))
+            out.push_back(std::move(e));
         } catch (const Error& e) {
           ModelEntry bad;
           bad.name = name;

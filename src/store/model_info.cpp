@@ -28,7 +28,8 @@ std::string dominant_type(const gguf::File& f) {
   for (const auto& t : f.tensors()) {
     if (t.shape.size() >= 2) bytes[std::string(ggml_type_name(t.type))] += t.n_bytes;
   }
-  auto best = std::max_element(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  auto best = std::max_element(bytes.begin(), bytes.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; });
   return best == bytes.end() ? "" : best->first;
 }
 
@@ -62,7 +63,8 @@ json read_json(const fs::path& p) {
 // config.json's field, or its text_config's (multimodal configs nest the text model).
 json config_field(const json& cfg, const char* key) {
   if (cfg.contains(key)) return cfg[key];
-  if (cfg.contains("text_config") && cfg["text_config"].is_object() && cfg["text_config"].contains(key)) {
+  if (cfg.contains("text_config") && cfg["text_config"].is_object() &&
+      cfg["text_config"].contains(key)) {
     return cfg["text_config"][key];
   }
   return nullptr;
@@ -77,7 +79,8 @@ std::string hf_quantization(const json& cfg) {
   const json q = config_field(cfg, "quantization_config");
   if (q.is_object()) {
     std::string s = q.value("quant_method", std::string("quantized"));
-    if (q.contains("bits") && q["bits"].is_number_integer()) s += " " + std::to_string(q["bits"].get<int>()) + "-bit";
+    if (q.contains("bits") && q["bits"].is_number_integer())
+      s += " " + std::to_string(q["bits"].get<int>()) + "-bit";
     return s;
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
@@ -96,7 +99,9 @@ std::string hf_quantization(const json& cfg) {
 void describe_hf_folder(ModelInfo& info) {
   const fs::path dir = info.entry.path;
   const json cfg = read_json(dir / "config.json");
-  if (!cfg.is_object()) fail(ErrorKind::kInvalidInput, "models", (dir / "config.json").string() + ": not a JSON object");
+  if (!cfg.is_object())
+    fail(ErrorKind::kInvalidInput, "models",
+         (dir / "config.json").string() + ": not a JSON object");
   const json arch = config_field(cfg, "model_type");
   info.architecture = arch.is_string() ? arch.get<std::string>() : "";
   const json ctx = config_field(cfg, "max_position_embeddings");
@@ -120,11 +125,12 @@ void describe_hf_folder(ModelInfo& info) {
 
 std::string file_type_name(int64_t ft) {
   static const std::map<int64_t, const char*> kNames = {
-      {0, "F32"},      {1, "F16"},      {2, "Q4_0"},     {3, "Q4_1"},     {7, "Q8_0"},     {8, "Q5_0"},
-      {9, "Q5_1"},     {10, "Q2_K"},    {11, "Q3_K_S"},  {12, "Q3_K_M"},  {13, "Q3_K_L"},  {14, "Q4_K_S"},
-      {15, "Q4_K_M"},  {16, "Q5_K_S"},  {17, "Q5_K_M"},  {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"},
-      {21, "Q2_K_S"},  {22, "IQ3_XS"},  {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"},  {26, "IQ3_S"},
-      {27, "IQ3_M"},   {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"},  {31, "IQ1_M"},   {32, "BF16"},
+      {0, "F32"},      {1, "F16"},      {2, "Q4_0"},      {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},     {9, "Q5_1"},     {10, "Q2_K"},     {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"},  {14, "Q4_K_S"},  {15, "Q4_K_M"},   {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"},   {21, "Q2_K_S"}, {22, "IQ3_XS"},
+      {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"},   {26, "IQ3_S"},  {27, "IQ3_M"},
+      {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"},   {31, "IQ1_M"},  {32, "BF16"},
       {36, "TQ1_0"},   {37, "TQ2_0"},   {38, "MXFP4_MOE"}};
   const auto it = kNames.find(ft);
   return it == kNames.end() ? "" : it->second;
@@ -136,8 +142,10 @@ ModelInfo describe_model(const ModelEntry& entry) {
   info.error = entry.error;
   if (!info.error.empty()) return info;
   try {
-    if (entry.hf_folder) describe_hf_folder(info);
-    else describe_gguf(info);
+    if (entry.hf_folder)
+      describe_hf_folder(info);
+    else
+      describe_gguf(info);
   } catch (const std::exception& e) {
     info.error = e.what();
   }

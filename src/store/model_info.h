@@ -4,9 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "store/model_entry.h"
 
@@ -16,10 +15,11 @@ struct ModelInfo {
   ModelEntry entry;
   std::string architecture;
   uint64_t parameters = 0;
-  std::string quantization;  // general.file_type's name, else the dominant tensor type; dtype for HF
-  uint64_t size_bytes = 0;   // on disk, every shard (or every file of the folder)
+  std::string
+      quantization;         // general.file_type's name, else the dominant tensor type; dtype for HF
+  uint64_t size_bytes = 0;  // on disk, every shard (or every file of the folder)
   int64_t context_length = 0;
-  std::string error;         // why it could not be read ("" when fine)
+  std::string error;  // why it could not be read ("" when fine)
 };
 
 ModelInfo describe_model(const ModelEntry& entry);

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -32,29 +31,35 @@ json read_manifest(const fs::path& path) {
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
-    fail(ErrorKind::kInvalidInput, "models", path.string() + ": the Ollama manifest is not valid JSON: " + e.what());
+    fail(ErrorKind::kInvalidInput, "models",
+         path.string() + ": the Ollama manifest is not valid JSON: " + e.what());
   }
 }
 
 // blobs/sha256-<hex> for the layer of `media_type`; "" when the manifest has none.
-std::string layer_blob(const json& manifest, const std::string& root, const char* media_type, const fs::path& path) {
+std::string layer_blob(const json& manifest, const std::string& root, const char* media_type,
+                       const fs::path& path) {
   if (!manifest.is_object() || !manifest.contains("layers") || !manifest["layers"].is_array()) {
-    fail(ErrorKind::kInvalidInput, "models", path.string() + ": the Ollama manifest has no \"layers\" array");
+    fail(ErrorKind::kInvalidInput, "models",
+         path.string() + ": the Ollama manifest has no \"layers\" array");
   }
   for (const auto& layer : manifest["layers"]) {
     if (!layer.is_object() || layer.value("mediaType", "") != media_type) continue;
     const std::string digest = layer.value("digest", "");
     if (digest.rfind("sha256:", 0) != 0 || digest.size() != 7 + 64 ||
-        !std::all_of(digest.begin() + 7, digest.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+        !std::all_of(digest.begin() + 7, digest.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
       fail(ErrorKind::kInvalidInput, "models",
-           path.string() + ": the " + media_type + " layer's digest '" + digest + "' is not sha256:<64 hex digits>");
+           path.string() + ": the " + media_type + " layer's digest '" + digest +
+               "' is not sha256:<64 hex digits>");
     }
     return (fs::path(root) / "blobs" / ("sha256-" + digest.substr(7))).string();
   }
   return "";
 }
 
-ModelEntry entry_from_manifest(const std::string& root, const fs::path& manifest_path, std::string name) {
+ModelEntry entry_from_manifest(const std::string& root, const fs::path& manifest_path,
+                               std::string name) {
   const json manifest = read_manifest(manifest_path);
   ModelEntry e;
   e.name = std::move(name);
@@ -77,7 +82,8 @@ std::optional<OllamaRef> parse_ollama_ref(const std::string& text) {
   OllamaRef ref;
   std::string s = text;
   const size_t last_slash = s.rfind('/');
-  if (const size_t colon = s.rfind(':'); colon != std::string::npos && (last_slash == std::string::npos || colon > last_slash)) {
+  if (const size_t colon = s.rfind(':');
+      colon != std::string::npos && (last_slash == std::string::npos || colon > last_slash)) {
     ref.tag = s.substr(colon + 1);
     s.resize(colon);
   }
@@ -85,7 +91,8 @@ std::optional<OllamaRef> parse_ollama_ref(const std::string& text) {
   size_t start = 0;
   while (true) {
     const size_t slash = s.find('/', start);
-    parts.push_back(s.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    parts.push_back(
+        s.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
     if (slash == std::string::npos) break;
     start = slash + 1;
   }
@@ -130,7 +137,8 @@ std::vector<ModelEntry> ollama_list(const std::string& root) {
   const fs::path manifests = fs::path(root) / "manifests";
   std::error_code ec;
   std::vector<fs::path> files;
-  for (fs::recursive_directory_iterator it(manifests, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::recursive_directory_iterator it(manifests, ec), end; !ec && it != end;
+       it.increment(ec)) {
     if (it.depth() == 3 && it->is_regular_file(ec)) files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());

@@ -72,7 +72,9 @@ std::string close_matches(const std::string& ref, const Locations& loc) {
   size_t n = 0;
   for (const auto& e : list_store_models(loc)) {
     const std::string other = last_component(e.name);
-    if (lower(e.name).find(key) == std::string::npos && (other.size() < 3 || key.find(other) == std::string::npos)) continue;
+    if (lower(e.name).find(key) == std::string::npos &&
+        (other.size() < 3 || key.find(other) == std::string::npos))
+      continue;
     if (n++ == kMaxCloseMatches) break;
     out += (out.empty() ? "" : ", ") + e.name + " (" + e.store + ")";
   }
@@ -87,7 +89,8 @@ bool looks_like_path(const std::string& ref) {
   }
   const std::string l = lower(ref);
   for (const std::string ext : {".gguf", ".json", ".jinja"}) {
-    if (l.size() >= ext.size() && l.compare(l.size() - ext.size(), ext.size(), ext) == 0) return true;
+    if (l.size() >= ext.size() && l.compare(l.size() - ext.size(), ext.size(), ext) == 0)
+      return true;
   }
   return false;
 }
@@ -116,8 +119,9 @@ Resolution resolve_model(const std::string& ref, const Locations& loc) {
     }
     try {
       if (auto other = s.find()) {
-        r.notes.push_back("'" + ref + "' is in " + r.entry.store + " (" + r.entry.path + ") and also in " + other->store +
-                          " (" + other->path + "); using the " + r.entry.store + " one");
+        r.notes.push_back("'" + ref + "' is in " + r.entry.store + " (" + r.entry.path +
+                          ") and also in " + other->store + " (" + other->path + "); using the " +
+                          r.entry.store + " one");
       }
     } catch (const Error&) {
       // A broken copy in a later store does not matter: the first one is used.

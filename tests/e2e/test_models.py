@@ -65,6 +65,16 @@ def test_store_names_run_like_the_path(hearth_bin, default_model, stores):
         assert where in got.stderr, got.stderr  # the log line names the file used
 
 
+def test_inspect_and_tokenize_take_store_names(hearth_bin, default_model, stores):
+    want = hearth(hearth_bin, stores, "tokenize", "-m", default_model, "Hello stores")
+    got = hearth(hearth_bin, stores, "tokenize", "-m", "smol:latest", "Hello stores")
+    assert want.returncode == 0 and got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+    info = hearth(hearth_bin, stores, "inspect", "org/one")
+    assert info.returncode == 0, info.stderr
+    assert "architecture:   llama" in info.stdout
+
+
 def test_list_json_and_table(hearth_bin, stores):
     r = hearth(hearth_bin, stores, "list", "--json")
     assert r.returncode == 0, r.stderr

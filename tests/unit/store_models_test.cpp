@@ -64,8 +64,8 @@ class StoreTest : public ::testing::Test {
   Locations loc;
 
   // HUB/models--ORG--NAME: the file goes to blobs/<blob> and snapshots/<rev>/<name> links to it.
-  void hub_file(const std::string& repo, const std::string& rev, const std::string& name, const std::string& blob,
-                uint32_t ft = 3, int split_no = -1, int split_count = 0) {
+  void hub_file(const std::string& repo, const std::string& rev, const std::string& name,
+                const std::string& blob, uint32_t ft = 3, int split_no = -1, int split_count = 0) {
     const fs::path r = root / "hub" / ("models--" + repo);
     if (!fs::exists(r / "blobs" / blob)) write_gguf(r / "blobs" / blob, ft, split_no, split_count);
     const fs::path link = r / "snapshots" / rev / name;
@@ -75,28 +75,35 @@ class StoreTest : public ::testing::Test {
   void set_ref(const std::string& repo, const std::string& hash) {
     write_text(root / "hub" / ("models--" + repo) / "refs" / "main", hash + "\n");
   }
-  std::string ollama_manifest(const std::string& rel, const std::string& model_digest, const std::string& proj = "") {
-    std::string layers = R"({"mediaType":"application/vnd.ollama.image.model","digest":"sha256:)" + model_digest + R"(","size":1})";
-    if (!proj.empty()) layers += R"(,{"mediaType":"application/vnd.ollama.image.projector","digest":"sha256:)" + proj + R"("})";
+  std::string ollama_manifest(const std::string& rel, const std::string& model_digest,
+                              const std::string& proj = "") {
+    std::string layers = R"({"mediaType":"application/vnd.ollama.image.model","digest":"sha256:)" +
+                         model_digest + R"(","size":1})";
+    if (!proj.empty())
+      layers += R"(,{"mediaType":"application/vnd.ollama.image.projector","digest":"sha256:)" +
+                proj + R"("})";
     const std::string text = R"({"schemaVersion":2,"layers":[)" + layers + "]}";
     write_text(root / "ollama" / "manifests" / rel, text);
     return text;
   }
 
   void SetUp() override {
-    root = fs::temp_directory_path() / ("hearth-store-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root = fs::temp_directory_path() /
+           ("hearth-store-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root);
     loc.hf_hub = (root / "hub").string();
     loc.lmstudio = {(root / "lms").string(), (root / "lms-old").string()};
     loc.ollama = (root / "ollama").string();
 
-    // org/multi: rev1 (old) has one Q8_0; rev2 (main) has Q4_K_M, Q8_0, an F16 split in three, a projector.
+    // org/multi: rev1 (old) has one Q8_0; rev2 (main) has Q4_K_M, Q8_0, an F16 split in three, a
+    // projector.
     hub_file("org--multi", "1111", "multi-Q8_0.gguf", "old-q8", 7);
     hub_file("org--multi", "2222", "multi-Q4_K_M.gguf", "q4km", 15);
     hub_file("org--multi", "2222", "multi-Q8_0.gguf", "q8", 7);
     for (int i = 0; i < 3; ++i) {
-      hub_file("org--multi", "2222", "F16/multi-F16-0000" + std::to_string(i + 1) + "-of-00003.gguf",
+      hub_file("org--multi", "2222",
+               "F16/multi-F16-0000" + std::to_string(i + 1) + "-of-00003.gguf",
                "f16-" + std::to_string(i), 1, i, 3);
     }
     hub_file("org--multi", "2222", "mmproj-multi-f16.gguf", "proj", 1);
@@ -107,7 +114,8 @@ class StoreTest : public ::testing::Test {
     write_gguf(root / "lms" / "org" / "single" / "single-Q4_0.gguf", 2);
     // org/st: a safetensors repo.
     const fs::path st = root / "hub" / "models--org--st";
-    write_text(st / "blobs" / "cfg", R"({"model_type":"llama","max_position_embeddings":4096,"torch_dtype":"bfloat16"})");
+    write_text(st / "blobs" / "cfg",
+               R"({"model_type":"llama","max_position_embeddings":4096,"torch_dtype":"bfloat16"})");
     write_safetensors(st / "blobs" / "w");
     fs::create_directories(st / "snapshots" / "cccc");
     fs::create_symlink("../../blobs/cfg", st / "snapshots" / "cccc" / "config.json");
@@ -115,7 +123,8 @@ class StoreTest : public ::testing::Test {
     set_ref("org--st", "cccc");
     // Broken repos: a dangling blob link; refs/main naming a missing snapshot.
     fs::create_directories(root / "hub" / "models--org--dangling" / "snapshots" / "dddd");
-    fs::create_symlink("../../blobs/gone", root / "hub" / "models--org--dangling" / "snapshots" / "dddd" / "d-Q4_0.gguf");
+    fs::create_symlink("../../blobs/gone", root / "hub" / "models--org--dangling" / "snapshots" /
+                                               "dddd" / "d-Q4_0.gguf");
     set_ref("org--dangling", "dddd");
     fs::create_directories(root / "hub" / "models--org--badref" / "snapshots" / "eeee");
     set_ref("org--badref", "ffff");
@@ -126,10 +135,13 @@ class StoreTest : public ::testing::Test {
     const std::string d1(64, 'a'), d2(64, 'b'), d3(64, 'c');
     write_gguf(root / "ollama" / "blobs" / ("sha256-" + d1), 15);
     write_gguf(root / "ollama" / "blobs" / ("sha256-" + d2), 1);
-    fs::create_symlink(root / "hub" / "models--org--multi" / "blobs" / "q4km", root / "ollama" / "blobs" / ("sha256-" + d3));
+    fs::create_symlink(root / "hub" / "models--org--multi" / "blobs" / "q4km",
+                       root / "ollama" / "blobs" / ("sha256-" + d3));
     ollama_manifest("registry.ollama.ai/library/tiny/latest", d1, d2);
     ollama_manifest("hf.co/org/multi/Q4_K_M", d3);
-    write_text(root / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest", "{\"layers\": [");
+    write_text(
+        root / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest",
+        "{\"layers\": [");
   }
   void TearDown() override { fs::remove_all(root); }
 
@@ -142,7 +154,9 @@ class StoreTest : public ::testing::Test {
     ADD_FAILURE() << ref << " resolved without an error";
     return "";
   }
-  static bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+  static bool has(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+  }
 };
 
 TEST(StoreNames, QuantTagsAndSplits) {
@@ -168,9 +182,11 @@ TEST_F(StoreTest, HubQuantPickedFromMainRevisionWithProjector) {
   const Resolution r = resolve_model("org/multi:q4_k_m", loc);
   EXPECT_EQ(r.entry.store, kStoreHf);
   EXPECT_EQ(r.entry.name, "org/multi:Q4_K_M");
-  EXPECT_EQ(r.entry.path, (root / "hub/models--org--multi/snapshots/2222/multi-Q4_K_M.gguf").string());
+  EXPECT_EQ(r.entry.path,
+            (root / "hub/models--org--multi/snapshots/2222/multi-Q4_K_M.gguf").string());
   EXPECT_TRUE(fs::is_symlink(r.entry.path));
-  EXPECT_EQ(r.entry.mmproj, (root / "hub/models--org--multi/snapshots/2222/mmproj-multi-f16.gguf").string());
+  EXPECT_EQ(r.entry.mmproj,
+            (root / "hub/models--org--multi/snapshots/2222/mmproj-multi-f16.gguf").string());
   EXPECT_TRUE(r.entry.shards.empty());
   const hearth::gguf::File f = hearth::gguf::File::open(r.entry.path);  // through the link
   EXPECT_EQ(f.find_int("general.file_type"), 15);
@@ -213,10 +229,13 @@ TEST_F(StoreTest, SplitGgufIsOneModelAndRefusedPrecisely) {
 
 TEST_F(StoreTest, OtherRevision) {
   const Resolution r = resolve_model("org/multi@1111", loc);
-  EXPECT_EQ(r.entry.path, (root / "hub/models--org--multi/snapshots/1111/multi-Q8_0.gguf").string());
+  EXPECT_EQ(r.entry.path,
+            (root / "hub/models--org--multi/snapshots/1111/multi-Q8_0.gguf").string());
   EXPECT_EQ(r.entry.name, "org/multi@1111");
   const std::string msg = error_of("org/multi@v2");
-  EXPECT_TRUE(has(msg, "refs/v2 does not exist and no snapshot is named 'v2' (snapshots: 1111, 2222")) << msg;
+  EXPECT_TRUE(
+      has(msg, "refs/v2 does not exist and no snapshot is named 'v2' (snapshots: 1111, 2222"))
+      << msg;
 }
 
 TEST_F(StoreTest, SafetensorsRepoIsAnHfFolder) {
@@ -234,7 +253,9 @@ TEST_F(StoreTest, SafetensorsRepoIsAnHfFolder) {
 
 TEST_F(StoreTest, BrokenHubReposNameTheFile) {
   const std::string dangling = error_of("org/dangling");
-  EXPECT_TRUE(has(dangling, "snapshots/dddd/d-Q4_0.gguf is a symbolic link to ../../blobs/gone, which does not exist"))
+  EXPECT_TRUE(has(
+      dangling,
+      "snapshots/dddd/d-Q4_0.gguf is a symbolic link to ../../blobs/gone, which does not exist"))
       << dangling;
   const std::string badref = error_of("org/badref");
   EXPECT_TRUE(has(badref, "models--org--badref/refs/main names commit ffff but")) << badref;
@@ -242,18 +263,25 @@ TEST_F(StoreTest, BrokenHubReposNameTheFile) {
 }
 
 TEST_F(StoreTest, OllamaNamesResolveToBlobs) {
-  const std::string blob = (root / "ollama/blobs/sha256-" / std::string(64, 'a')).string();
-  for (const char* ref : {"tiny", "tiny:latest", "library/tiny", "registry.ollama.ai/library/tiny:latest"}) {
+  const std::string blob = (root / "ollama/blobs" / ("sha256-" + std::string(64, 'a'))).string();
+  for (const char* ref :
+       {"tiny", "tiny:latest", "library/tiny", "registry.ollama.ai/library/tiny:latest"}) {
     const Resolution r = resolve_model(ref, loc);
     EXPECT_EQ(r.entry.store, kStoreOllama) << ref;
     EXPECT_EQ(r.entry.name, "tiny:latest") << ref;
-    EXPECT_EQ(r.entry.path, (root / "ollama/blobs" / ("sha256-" + std::string(64, 'a'))).string()) << ref;
-    EXPECT_EQ(r.entry.mmproj, (root / "ollama/blobs" / ("sha256-" + std::string(64, 'b'))).string()) << ref;
+    EXPECT_EQ(r.entry.path, blob) << ref;
+    EXPECT_EQ(r.entry.mmproj, (root / "ollama/blobs" / ("sha256-" + std::string(64, 'b'))).string())
+        << ref;
   }
   // The blob has no extension: the reader takes it by its magic.
-  EXPECT_EQ(hearth::gguf::File::open(resolve_model("tiny", loc).entry.path).find_int("general.file_type"), 15);
+  EXPECT_EQ(
+      hearth::gguf::File::open(resolve_model("tiny", loc).entry.path).find_int("general.file_type"),
+      15);
   const std::string msg = error_of("broken");
-  EXPECT_TRUE(has(msg, "manifests/registry.ollama.ai/library/broken/latest: the Ollama manifest is not valid JSON")) << msg;
+  EXPECT_TRUE(has(
+      msg,
+      "manifests/registry.ollama.ai/library/broken/latest: the Ollama manifest is not valid JSON"))
+      << msg;
   // A manifest whose blob is gone.
   fs::remove(root / "ollama/blobs" / ("sha256-" + std::string(64, 'a')));
   const std::string gone = error_of("tiny");
@@ -264,14 +292,16 @@ TEST_F(StoreTest, LmStudioFolders) {
   const Resolution r = resolve_model("pub/repo", loc);
   EXPECT_EQ(r.entry.store, kStoreLmStudio);
   EXPECT_EQ(r.entry.path, (root / "lms/pub/repo/repo-Q4_0.gguf").string());
-  EXPECT_EQ(resolve_model("pub/old:q8_0", loc).entry.path, (root / "lms-old/pub/old/old-Q8_0.gguf").string());
+  EXPECT_EQ(resolve_model("pub/old:q8_0", loc).entry.path,
+            (root / "lms-old/pub/old/old-Q8_0.gguf").string());
 }
 
 TEST_F(StoreTest, NameInTwoStoresUsesTheFirstAndSaysSo) {
   const Resolution r = resolve_model("org/single", loc);
   EXPECT_EQ(r.entry.store, kStoreHf);
   ASSERT_EQ(r.notes.size(), 1u);
-  EXPECT_TRUE(has(r.notes[0], "also in lmstudio (" + (root / "lms/org/single/single-Q4_0.gguf").string() + ")"))
+  EXPECT_TRUE(has(r.notes[0],
+                  "also in lmstudio (" + (root / "lms/org/single/single-Q4_0.gguf").string() + ")"))
       << r.notes[0];
   // hf.co/ORG/NAME:QUANT is also an Ollama name (pulled from hf.co).
   const Resolution both = resolve_model("hf.co/org/multi:Q4_K_M", loc);
@@ -282,10 +312,16 @@ TEST_F(StoreTest, NameInTwoStoresUsesTheFirstAndSaysSo) {
 
 TEST_F(StoreTest, MissingNameListsPlacesAndCloseMatches) {
   const std::string msg = error_of("other/multi:Q4_K_M");
-  EXPECT_TRUE(has(msg, "the Hugging Face hub cache " + loc.hf_hub + " (models--other--multi)")) << msg;
-  EXPECT_TRUE(has(msg, "LM Studio's models folders " + loc.lmstudio[0] + ", " + loc.lmstudio[1])) << msg;
-  EXPECT_TRUE(has(msg, "Ollama's store " + loc.ollama + " (manifests/registry.ollama.ai/other/multi/Q4_K_M)")) << msg;
-  EXPECT_TRUE(has(msg, "close matches: org/multi:F16 (huggingface), org/multi:Q4_K_M (huggingface)")) << msg;
+  EXPECT_TRUE(has(msg, "the Hugging Face hub cache " + loc.hf_hub + " (models--other--multi)"))
+      << msg;
+  EXPECT_TRUE(has(msg, "LM Studio's models folders " + loc.lmstudio[0] + ", " + loc.lmstudio[1]))
+      << msg;
+  EXPECT_TRUE(has(
+      msg, "Ollama's store " + loc.ollama + " (manifests/registry.ollama.ai/other/multi/Q4_K_M)"))
+      << msg;
+  EXPECT_TRUE(
+      has(msg, "close matches: org/multi:F16 (huggingface), org/multi:Q4_K_M (huggingface)"))
+      << msg;
   EXPECT_TRUE(has(msg, "hf.co/org/multi:Q4_K_M (ollama)")) << msg;
   const std::string none = error_of("zzz");
   EXPECT_TRUE(has(none, "no close matches")) << none;
@@ -296,16 +332,18 @@ TEST_F(StoreTest, ExistingPathsAreUsedAsTheyAre) {
   const Resolution r = resolve_model(p, loc);
   EXPECT_EQ(r.entry.store, kStorePath);
   EXPECT_EQ(r.entry.path, p);
-  EXPECT_EQ(resolve_model("/no/such/file.gguf", loc).entry.store, kStorePath);  // the loader says it is missing
+  EXPECT_EQ(resolve_model("/no/such/file.gguf", loc).entry.store,
+            kStorePath);  // the loader says it is missing
 }
 
 TEST_F(StoreTest, ListingDescribesEveryModelAndKeepsBrokenOnes) {
   std::map<std::string, ModelInfo> by_name;
   for (const auto& e : list_store_models(loc)) by_name[e.store + " " + e.name] = describe_model(e);
-  for (const char* name : {"huggingface org/multi:Q4_K_M", "huggingface org/multi:Q8_0", "huggingface org/multi:F16",
-                           "huggingface org/single", "huggingface org/st", "huggingface org/dangling",
-                           "huggingface org/badref", "lmstudio org/single", "lmstudio pub/repo", "lmstudio pub/old",
-                           "ollama tiny:latest", "ollama hf.co/org/multi:Q4_K_M", "ollama broken:latest"}) {
+  for (const char* name :
+       {"huggingface org/multi:Q4_K_M", "huggingface org/multi:Q8_0", "huggingface org/multi:F16",
+        "huggingface org/single", "huggingface org/st", "huggingface org/dangling",
+        "huggingface org/badref", "lmstudio org/single", "lmstudio pub/repo", "lmstudio pub/old",
+        "ollama tiny:latest", "ollama hf.co/org/multi:Q4_K_M", "ollama broken:latest"}) {
     EXPECT_EQ(by_name.count(name), 1u) << name;
   }
   EXPECT_EQ(by_name.size(), 13u);
@@ -320,8 +358,10 @@ TEST_F(StoreTest, ListingDescribesEveryModelAndKeepsBrokenOnes) {
   EXPECT_EQ(f16.parameters, 96u);  // every shard
   EXPECT_EQ(f16.entry.shards.size(), 3u);
   EXPECT_EQ(by_name["ollama tiny:latest"].quantization, "Q4_K_M");
-  EXPECT_TRUE(has(by_name["huggingface org/dangling"].error, "dangling")) << by_name["huggingface org/dangling"].error;
-  EXPECT_TRUE(has(by_name["huggingface org/badref"].error, "refs/main names commit ffff")) << by_name["huggingface org/badref"].error;
+  EXPECT_TRUE(has(by_name["huggingface org/dangling"].error, "dangling"))
+      << by_name["huggingface org/dangling"].error;
+  EXPECT_TRUE(has(by_name["huggingface org/badref"].error, "refs/main names commit ffff"))
+      << by_name["huggingface org/badref"].error;
   EXPECT_TRUE(has(by_name["ollama broken:latest"].error, "not valid JSON"));
   const auto j = to_json(by_name["ollama broken:latest"]);
   EXPECT_TRUE(j.contains("error"));
@@ -336,6 +376,8 @@ TEST_F(StoreTest, ListingDescribesEveryModelAndKeepsBrokenOnes) {
 }
 
 TEST(StoreLocations, FromEnvironment) {
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home != nullptr ? home : "";
   ::setenv("HF_HUB_CACHE", "/x/hub", 1);
   ::setenv("OLLAMA_MODELS", "/x/ollama", 1);
   ::setenv("LMSTUDIO_MODELS_DIR", "/x/lms", 1);
@@ -349,9 +391,12 @@ TEST(StoreLocations, FromEnvironment) {
   ::setenv("HOME", "/home/u", 1);
   l = locations_from_env();
   EXPECT_EQ(l.hf_hub, "/y/hub");
-  EXPECT_EQ(l.lmstudio, (std::vector<std::string>{"/home/u/.lmstudio/models", "/home/u/.cache/lm-studio/models"}));
+  EXPECT_EQ(l.lmstudio, (std::vector<std::string>{"/home/u/.lmstudio/models",
+                                                  "/home/u/.cache/lm-studio/models"}));
   ::unsetenv("HF_HOME");
   EXPECT_EQ(locations_from_env().hf_hub, "/home/u/.cache/huggingface/hub");
+  ::unsetenv("OLLAMA_MODELS");
+  if (home != nullptr) ::setenv("HOME", saved_home.c_str(), 1);
 }
 
 }  // namespace
