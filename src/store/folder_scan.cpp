@@ -162,8 +162,9 @@ const GgufModel& pick_gguf(const FolderScan& scan, const std::string& quant,
     hits.push_back(&scan.models.front());
   } else {
     for (const auto& m : scan.models) {
-      if (upper(m.label) == upper(quant) || (!m.tag.empty() && m.tag == upper(quant)))
-        hits.push_back(&m);
+      // Unsloth's dynamic quants: "UD-Q4_K_XL" is also asked for as "Q4_K_XL".
+      const bool ud = m.tag.rfind("UD-", 0) == 0 && m.tag.substr(3) == upper(quant);
+      if (upper(m.label) == upper(quant) || ud) hits.push_back(&m);
     }
   }
   if (hits.empty()) {

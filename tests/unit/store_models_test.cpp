@@ -227,6 +227,17 @@ TEST_F(StoreTest, SplitGgufIsOneModelAndRefusedPrecisely) {
   EXPECT_TRUE(has(msg, "has 2 of its 3 files")) << msg;
 }
 
+TEST_F(StoreTest, UnslothDynamicQuantAndDuplicateTags) {
+  write_gguf(root / "lms" / "un" / "model" / "model-UD-Q4_K_XL.gguf", 15);
+  EXPECT_TRUE(has(resolve_model("un/model:q4_k_xl", loc).entry.path, "model-UD-Q4_K_XL.gguf"));
+  EXPECT_TRUE(has(resolve_model("un/model:UD-Q4_K_XL", loc).entry.path, "model-UD-Q4_K_XL.gguf"));
+  write_gguf(root / "lms" / "un" / "two" / "a" / "x-Q8_0.gguf", 7);
+  write_gguf(root / "lms" / "un" / "two" / "b" / "y-Q8_0.gguf", 7);
+  const std::string msg = error_of("un/two:Q8_0");
+  EXPECT_TRUE(has(msg, "un/two:Q8_0 matches several GGUF models: ")) << msg;
+  EXPECT_TRUE(has(msg, "a/x-Q8_0.gguf") && has(msg, "b/y-Q8_0.gguf")) << msg;
+}
+
 TEST_F(StoreTest, OtherRevision) {
   const Resolution r = resolve_model("org/multi@1111", loc);
   EXPECT_EQ(r.entry.path,
