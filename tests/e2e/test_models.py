@@ -4,6 +4,7 @@ temporary folder around the default model (symbolic links, nothing copied), used
 import hashlib
 import json
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -128,3 +129,23 @@ def test_serve_a_hub_name(hearth_bin, stores, monkeypatch):
         assert r.json()["choices"][0]["message"]["content"]
     finally:
         assert server.stop()[0] == 0
+
+
+def test_safetensors_repo_in_the_hub_cache(hearth_bin, stores):
+    """A repo of config.json + safetensors (links into blobs/) is an HF folder: converted in memory."""
+    src = pathlib.Path(__file__).resolve().parents[1] / "data" / "qwen35" / "dense"
+    repo = stores["hub"] / "models--org--dense"
+    (repo / "snapshots" / "4444").mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    for f in src.iterdir():
+        (repo / "blobs" / f.name).symlink_to(f)
+        (repo / "snapshots" / "4444" / f.name).symlink_to(f"../../blobs/{f.name}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("4444")
+    r = hearth(hearth_bin, stores, "inspect", "org/dense", "--tensors")
+    assert r.returncode == 0, r.stderr
+    assert "blk.0.ssm_conv1d.weight" in r.stdout
+    listed = {m["name"]: m for m in json.loads(hearth(hearth_bin, stores, "list", "--json").stdout)}
+    dense = listed["org/dense"]
+    assert dense["format"] == "safetensors" and dense["architecture"] == "qwen3_5_text", dense
+    assert dense["parameters"] > 0 and dense["size_bytes"] >= (src / "model.safetensors").stat().st_size
