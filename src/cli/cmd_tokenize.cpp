@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "tokenizer/tokenizer.h"
@@ -91,7 +92,7 @@ std::vector<tokenizer::TokenId> parse_ids(const std::string& s) {
 void run(const TokenizeArgs& a) {
   const size_t n_inputs = a.text_opt->count() + a.file_opt->count() + a.decode_opt->count();
   if (n_inputs != 1) fail(ErrorKind::kInvalidInput, "tokenize", "give exactly one of TEXT, --file and --decode");
-  const auto tok = tokenizer::Tokenizer::load(a.model);
+  const auto tok = tokenizer::Tokenizer::load(model_file_arg(a.model, "tokenizer.json"));
   if (a.decode_opt->count()) {
     const auto ids = parse_ids(a.decode);
     const std::string text = tok.decode(ids, {.skip_special = a.no_special});
@@ -118,7 +119,7 @@ void run(const TokenizeArgs& a) {
 void add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   auto* cmd = app.add_subcommand("tokenize", "Token ids of a text, or the text of token ids");
-  cmd->add_option("-m,--model", args->model, "GGUF model or Hugging Face tokenizer.json")->required();
+  cmd->add_option("-m,--model", args->model, "GGUF model, Hugging Face tokenizer.json, or a store name (see `hearth list`)")->required();
   args->text_opt = cmd->add_option("text", args->text, "Text to tokenize");
   args->file_opt = cmd->add_option("--file", args->file, "Tokenize the contents of this file");
   args->decode_opt = cmd->add_option("--decode", args->decode, "Print the text of these token ids (\"ID ID ...\")");
