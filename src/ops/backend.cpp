@@ -10,6 +10,19 @@ void Backend::moe_ffn(const MoeLayer&, const float*, int64_t, float*) {
   fail(ErrorKind::kUnsupported, name(), "moe_ffn: this back-end routes experts through the model's generic path");
 }
 
+void Backend::layer_norm(const float*, const WeightView&, const WeightView&, int64_t, int64_t, float, float*) {
+  fail(ErrorKind::kUnsupported, name(), "layer_norm: not implemented by this back-end");
+}
+
+void Backend::gelu(float*, int64_t, bool) {
+  fail(ErrorKind::kUnsupported, name(), "gelu: not implemented by this back-end");
+}
+
+void Backend::attention_full(const float*, const float*, const float*, const FullAttentionSeg*, int64_t, int64_t,
+                             int64_t, float, float*) {
+  fail(ErrorKind::kUnsupported, name(), "attention_full: not implemented by this back-end");
+}
+
 void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce,
                          const PenaltyToken* /*penalties*/, float* dst, ArgmaxRow* picks) {
   copy_to_host(src, 0, n_rows * n_cols, dst);

@@ -42,11 +42,33 @@ class Buffer {
   virtual int64_t size() const = 0;  // in floats
 };
 
+// Multi-axis positions (Qwen-VL): token t has a position on each of three axes,
+// pos3[3 t + a] (host memory, a = 0 time, 1 height, 2 width), and each rotated pair i
+// (i < n_rot / 2, NeoX layout) turns by one axis' position:
+//  - kInterleaved (the Qwen3-VL / Qwen3.5 language model's mRoPE): pair i uses axis 1 when
+//    i % 3 == 1 and i < 3 * sections[1], axis 2 when i % 3 == 2 and i < 3 * sections[2],
+//    else axis 0; its angle is pos * freq_scale * freq_base^(-2 i / n_rot), as plain RoPE.
+//    With the three positions equal this is plain NeoX RoPE, value for value.
+//  - kVision (the vision tower's 2-D RoPE): the first sections[0] pairs use axis 1 (row),
+//    the next sections[1] use axis 2 (column) (sections[0] + sections[1] == n_rot / 2);
+//    pair j of a section of s pairs turns by pos * freq_base^(-j / s).
+enum class RopeMulti : uint8_t { kNone = 0, kInterleaved = 1, kVision = 2 };
+
 struct RopeParams {
   int64_t n_rot = 0;        // rotated dimensions per head (<= head_dim)
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;  // linear scaling: position * freq_scale
   bool neox = false;        // NeoX layout rotates (i, i + n_rot/2); normal rotates (2i, 2i+1)
+  RopeMulti multi = RopeMulti::kNone;  // kNone: `positions` of the call; else pos3 (neox only)
+  int32_t sections[3] = {0, 0, 0};
+  const int32_t* pos3 = nullptr;       // [n_tokens, 3], host memory; set when multi != kNone
+};
+
+// One segment of a non-causal attention (Backend::attention_full): rows first_row ..
+// first_row + n_rows see each other and nothing else (one image of a vision batch).
+struct FullAttentionSeg {
+  int64_t first_row = 0;
+  int64_t n_rows = 0;
 };
 
 // Element type of the KV cache.
@@ -278,6 +300,21 @@ class Backend {
     rope(k, n_tokens, n_head_kv, head_dim, positions, p);
     store_kv(k, v, n_tokens, n_head_kv * head_dim, slots, cache);
   }
+  // Vision-tower operations (the default throws Error(kUnsupported)).
+  // y: [n_rows, n] = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias (weight, bias F32
+  // [n]; var the biased variance); y may alias x.
+  virtual void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t n_rows, int64_t n,
+                          float eps, float* y);
+  // x = gelu(x) in place over n values: exact (0.5 x (1 + erf(x / sqrt 2))) or, with
+  // tanh_approx, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (gelu_pytorch_tanh).
+  virtual void gelu(float* x, int64_t n, bool tanh_approx);
+  // Non-causal multi-head attention within each segment: q, k, v, out: [n_rows total,
+  // n_head, head_dim] (the segments' rows one after another, all heads with their own
+  // k / v); out row r of segment s = softmax(scale q_r . k_j, j in s) v_j. out must not
+  // alias q, k or v.
+  virtual void attention_full(const float* q, const float* k, const float* v, const FullAttentionSeg* segs,
+                              int64_t n_segs, int64_t n_head, int64_t head_dim, float scale, float* out);
+
   // x *= sigmoid(gate), elementwise over n values.
   virtual void sigmoid_mul(float* x, const float* gate, int64_t n) = 0;
   // x: [n_rows, n_cols]; row r *= sigmoid(gate[r]) (one gate value per row: the MoE
