@@ -32,6 +32,8 @@ uint32_t file_type(std::optional<GgmlType> t) {
   }
 }
 
+}  // namespace
+
 // The type a weight matrix with rows of `row` elements gets when `want` is asked for:
 // want itself when the row is a whole number of its blocks, else (like llama.cpp) Q8_0
 // for the k-quants when rows fit 32, else F16.
@@ -41,7 +43,7 @@ GgmlType fit_type(GgmlType want, uint64_t row) {
   return GgmlType::F16;
 }
 
-std::vector<uint8_t> encode(const OutTensor& t, GgmlType type) {
+std::vector<uint8_t> encode_tensor(const OutTensor& t, GgmlType type) {
   const uint64_t row = t.shape[0];
   const uint64_t rows = t.data.size() / row;
   const uint64_t row_bytes = *ggml_row_bytes(type, row);
@@ -63,8 +65,6 @@ std::vector<uint8_t> encode(const OutTensor& t, GgmlType type) {
   }
   return out;
 }
-
-}  // namespace
 
 GgmlType parse_output_type(const std::string& name) {
   if (name == "f32") return GgmlType::F32;
@@ -122,7 +122,7 @@ gguf::Writer hf_folder_to_gguf(const std::string& dir, const ConvertOptions& opt
         type = bf16_ok ? GgmlType::BF16 : GgmlType::F32;
       }
     }
-    const std::vector<uint8_t> bytes = encode(t, type);
+    const std::vector<uint8_t> bytes = encode_tensor(t, type);
     w.add_tensor(t.name, type, t.shape, bytes);
     ++sum.n_tensors;
     sum.tensor_bytes += bytes.size();

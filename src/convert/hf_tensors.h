@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "convert/hf_config.h"
+#include "format/ggml_types.h"
 #include "format/safetensors.h"
 
 namespace hearth::convert {
@@ -25,6 +26,13 @@ struct OutTensor {
   safetensors::DType src_dtype = safetensors::DType::kF32;  // storage dtype it came from
   bool force_f32 = false;  // llama.cpp keeps it F32 whatever the output type
 };
+
+// The type a weight matrix with rows of `row` elements gets when `want` is asked for:
+// want itself when the row is a whole number of its blocks, else (like llama.cpp) Q8_0
+// for the k-quants when rows fit 32, else F16.
+GgmlType fit_type(GgmlType want, uint64_t row);
+// A converted tensor's bytes in `type` (which must fit its rows).
+std::vector<uint8_t> encode_tensor(const OutTensor& t, GgmlType type);
 
 // The safetensors files of a folder, by tensor name.
 class HfCheckpoint {
