@@ -1,11 +1,15 @@
 // `hearth convert HF_FOLDER -o OUT.gguf [--type TYPE]`: writes the GGUF llama.cpp's
 // converter would write for a Hugging Face checkpoint folder (src/convert/hf_import.h),
-// then prints one summary line.
+// then prints one summary line. A folder with a vision tower (model.visual.*) also gets
+// its projector file beside OUT: mmproj-<OUT's name>.gguf (src/convert/hf_vision.h), which
+// `run` / `serve` find there the way llama-server users expect.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cli/commands.h"
 #include "convert/hf_import.h"
+#include "convert/hf_vision.h"
 #include "core/error.h"
 #include "format/gguf.h"
 
@@ -32,6 +36,15 @@ void add_convert_command(CLI::App& app) {
                 check.get_string("general.architecture").c_str(), s.n_tensors, types.c_str(),
                 static_cast<unsigned long long>(s.tensor_bytes), static_cast<unsigned long long>(check.file_size()),
                 s.n_fallback ? (", " + std::to_string(s.n_fallback) + " tensors in a fallback type").c_str() : "");
+    if (convert::hf_has_vision(dir)) {
+      const std::filesystem::path o(out);
+      const std::string proj = (o.parent_path() / ("mmproj-" + o.filename().string())).string();
+      convert::ConvertSummary ps;
+      convert::hf_folder_to_projector(dir, opt, &ps).write_file(proj);
+      const gguf::File pcheck = gguf::File::open(proj);
+      std::printf("%s: vision projector (qwen3vl_merger), %zu tensors, %llu bytes in all\n", proj.c_str(), ps.n_tensors,
+                  static_cast<unsigned long long>(pcheck.file_size()));
+    }
   });
 }
 

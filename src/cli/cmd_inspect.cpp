@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/model_ref.h"
 #include "convert/hf_import.h"
+#include "convert/hf_vision.h"
 #include "core/error.h"
 #include "format/gguf.h"
 
@@ -163,8 +164,27 @@ void print_tokenizer(const gguf::File& f) {
   print_field("tokenizer:", s);
 }
 
+// The vision projector the model would run with (beside a GGUF, or an HF folder's tower).
+void print_vision(const store::ModelEntry& entry) {
+  try {
+    const auto proj = convert::open_projector(entry.path, entry.mmproj);
+    if (!proj) {
+      print_field("vision:", "none (text only)");
+      return;
+    }
+    std::string s = proj->name() + ": " + proj->find_string("clip.projector_type").value_or("?");
+    s += ", " + std::to_string(proj->find_int("clip.vision.block_count").value_or(0)) + " blocks of " +
+         std::to_string(proj->find_int("clip.vision.embedding_length").value_or(0)) + ", patch " +
+         std::to_string(proj->find_int("clip.vision.patch_size").value_or(0));
+    print_field("vision:", s);
+  } catch (const Error& e) {
+    print_field("vision:", std::string("unreadable: ") + e.what());
+  }
+}
+
 void inspect(const std::string& path, bool show_tensors, bool show_metadata) {
-  gguf::File f = open_model_arg(path);
+  store::ModelEntry entry;
+  gguf::File f = open_model_arg(path, &entry);
 
   print_field("file:", path);
   std::string format = "GGUF v" + std::to_string(f.version()) + ", " +
@@ -197,6 +217,7 @@ void inspect(const std::string& path, bool show_tensors, bool show_metadata) {
   } else {
     print_field("chat template:", "absent");
   }
+  if (arch != "clip") print_vision(entry);
 
   uint64_t n_params = 0;
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_type;  // name -> (count, bytes)

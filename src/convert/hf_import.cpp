@@ -129,8 +129,8 @@ gguf::Writer hf_folder_to_gguf(const std::string& dir, const ConvertOptions& opt
     ++sum.type_counts[std::string(ggml_type_name(type))];
   });
   if (clog.skipped_vision)
-    log("skipping the vision tower (" + std::to_string(clog.skipped_vision) +
-        " tensors, model.visual.*): vision input is not supported yet");
+    log("the vision tower (" + std::to_string(clog.skipped_vision) +
+        " tensors, model.visual.*) goes to its own projector file (hearth convert writes mmproj-*.gguf beside the model)");
   else if (cfg.has_vision)
     log("config.json has a vision_config but the weights have no model.visual.* tensors; text only");
   if (clog.skipped_mtp)

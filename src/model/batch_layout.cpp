@@ -22,8 +22,40 @@ void set_penalties(const ops::RowReduce& r, std::span<const ops::PenaltyToken> p
 
 }  // namespace
 
+void BatchLayout::add_media(const SeqMedia* media, int64_t first, int64_t n_past, int64_t n) {
+  if (media == nullptr) return;
+  const int64_t n_prompt = media->n_prompt();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = n_past + i;
+    int32_t p[3];
+    for (int a = 0; a < 3; ++a)
+      p[a] = r < n_prompt ? media->pos3[static_cast<size_t>(r * 3 + a)] : static_cast<int32_t>(r + media->tail_shift);
+    positions[static_cast<size_t>(first + i)] = p[0];
+    if (p[1] != p[0] || p[2] != p[0]) media_rows_ = true;
+    media_pos_.insert(media_pos_.end(), {static_cast<int32_t>(first + i), p[0], p[1], p[2]});
+  }
+  for (const SeqMedia::Span& sp : media->spans) {
+    const int64_t lo = std::max(sp.first_row, n_past), hi = std::min(sp.first_row + sp.n_rows, n_past + n);
+    if (lo >= hi) continue;
+    embd_rows.push_back({first + (lo - n_past), hi - lo, sp.embd + (lo - sp.first_row) * embd_width_});
+  }
+}
+
+void BatchLayout::finish_media() {
+  // Only a step with image rows needs the 3-D positions; otherwise `positions` says it all.
+  pos3.clear();
+  if (media_rows_) {
+    pos3.resize(positions.size() * 3);
+    for (size_t i = 0; i < positions.size(); ++i) pos3[i * 3] = pos3[i * 3 + 1] = pos3[i * 3 + 2] = positions[i];
+    for (size_t j = 0; j < media_pos_.size(); j += 4)
+      for (int a = 0; a < 3; ++a) pos3[static_cast<size_t>(media_pos_[j]) * 3 + a] = media_pos_[j + 1 + a];
+  }
+  media_pos_.clear();
+  media_rows_ = false;
+}
+
 void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits,
-                         const ops::RowReduce& last, std::span<const ops::PenaltyToken> pens) {
+                         const ops::RowReduce& last, std::span<const ops::PenaltyToken> pens, const SeqMedia* media) {
   const auto n = static_cast<int64_t>(new_tokens.size());
   SeqKv& seq = cache.seq();
   if (seq.n_past + n > cache.n_ctx()) {
@@ -43,6 +75,9 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
     positions[i] = static_cast<int32_t>(seq.n_past + i);
     slots[i] = map.slot(seq.n_past + i);
   }
+  embd_rows.clear();
+  add_media(media, 0, seq.n_past, n);
+  finish_media();
   out_rows.clear();
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) out_rows.push_back(static_cast<int32_t>(i));
   reduce.assign(out_rows.size(), all_logits ? ops::RowReduce{} : last);
@@ -61,6 +96,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   state_slots.clear();
   snaps.clear();
   has_snaps = false;
+  embd_rows.clear();
   for (const BatchSeq& b : seqs) {
     if (b.n_tokens <= 0) continue;
     SeqKv& kv = *b.kv;
@@ -89,6 +125,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
       positions.push_back(static_cast<int32_t>(kv.n_past + i));
       slots.push_back(map.slot(kv.n_past + i));
     }
+    add_media(b.media, first, kv.n_past, b.n_tokens);
     if (b.logits) {
       out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
       if (b.argmax_only) {
@@ -100,6 +137,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
       set_penalties(reduce.back(), b.penalties, penalties.data() + penalties.size() - ops::kMaxPenaltyTokens);
     }
   }
+  finish_media();
 }
 
 void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int64_t& rows, int64_t need,

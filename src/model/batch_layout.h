@@ -26,6 +26,21 @@ struct StateSnap {
   int32_t slot = -1;
 };
 
+// What an image-bearing sequence (Qwen-VL models) adds to its tokens: the 3-D RoPE
+// position of each prompt row, the shift of the rows after the prompt, and the rows whose
+// input embedding is an image's (the vision encoder's output) instead of the token's.
+struct SeqMedia {
+  std::vector<int32_t> pos3;  // [n_prompt, 3]: (t, h, w) of each prompt row
+  int32_t tail_shift = 0;     // row r >= n_prompt: position r + tail_shift on every axis
+  struct Span {
+    int64_t first_row = 0;        // sequence row of its first token
+    int64_t n_rows = 0;
+    const float* embd = nullptr;  // [n_rows, n_embd], host memory
+  };
+  std::vector<Span> spans;
+  int64_t n_prompt() const { return static_cast<int64_t>(pos3.size() / 3); }
+};
+
 struct BatchSeq {
   SeqKv* kv = nullptr;
   const int32_t* tokens = nullptr;
@@ -41,10 +56,21 @@ struct BatchSeq {
   // penalties of draw.n_penalty (the first tokens of `penalties`) is needed.
   ops::RowReduce draw = {};
   std::vector<ops::PenaltyToken> penalties = {};
+  const SeqMedia* media = nullptr;  // images in the prompt (null: text only)
 };
 
 struct BatchLayout {
   std::vector<int32_t> tokens, positions, slots, out_rows;
+  // Multi-axis RoPE positions [n_tokens, 3], filled only for a step with image rows
+  // (otherwise every token's three positions are equal and `positions` holds them).
+  std::vector<int32_t> pos3;
+  // Step rows whose input embedding is given: rows row .. row + n of the step take
+  // data ([n, n_embd], host memory) instead of their token's embedding.
+  struct EmbdRows {
+    int64_t row = 0, n = 0;
+    const float* data = nullptr;
+  };
+  std::vector<EmbdRows> embd_rows;
   std::vector<ops::AttentionSeq> attn_seqs;
   std::vector<int32_t> state_slots;  // per attention sequence (-1: none)
   std::vector<std::vector<StateSnap>> snaps;  // per attention sequence (hybrid models)
@@ -60,11 +86,21 @@ struct BatchLayout {
   // last: how its last row is returned (ignored with all_logits: every row copied), with
   // last.n_penalty tokens of `penalties`.
   void single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits, const ops::RowReduce& last = {},
-              std::span<const ops::PenaltyToken> penalties = {});
+              std::span<const ops::PenaltyToken> penalties = {}, const SeqMedia* media = nullptr);
   // Many sequences sharing a pool (sequences with no tokens are skipped). Throws
   // Error(kInternal) when a sequence lacks the blocks for its positions.
   void batch(const KvPool& pool, const std::vector<BatchSeq>& seqs);
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // The width of the rows of embd_rows' data (the model's n_embd; set by the model).
+  void set_embd_width(int64_t n_embd) { embd_width_ = n_embd; }
+
+ private:
+  // A sequence's media for its step rows first .. first + n (sequence rows n_past ..).
+  void add_media(const SeqMedia* media, int64_t first, int64_t n_past, int64_t n);
+  void finish_media();
+  int64_t embd_width_ = 0;
+  bool media_rows_ = false;
+  std::vector<int32_t> media_pos_;  // (step row, t, h, w) of the rows with media
 };
 
 // Grows `logits` (capacity `rows` rows of n_vocab floats) to hold `need` rows.

@@ -1,18 +1,21 @@
 #include "model/causal_lm.h"
 
+#include "core/error.h"
+
 #include "model/hybrid_model.h"
 #include "model/llama_model.h"
 
 namespace hearth::model {
 
 void CausalLm::forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& out,
-                       const ops::RowReduce& last, std::span<const ops::PenaltyToken> penalties) {
+                       const ops::RowReduce& last, std::span<const ops::PenaltyToken> penalties,
+                       const SeqMedia* media) {
   if (tokens.empty()) {
     out.clear();
     lay_.picks.clear();
     return;
   }
-  lay_.single(cache, tokens, all_logits, last, penalties);
+  lay_.single(cache, tokens, all_logits, last, penalties, media);
   run_step(cache.pool(), out);
   cache.seq().n_past += static_cast<int64_t>(tokens.size());
 }
@@ -31,6 +34,8 @@ void CausalLm::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, st
 }
 
 void CausalLm::run_step(KvPool& pool, std::vector<float>& out) {
+  if (!takes_images() && (!lay_.embd_rows.empty() || !lay_.pos3.empty()))
+    fail(ErrorKind::kUnsupported, "model", "this model takes text only: a step with image rows");
   backend().begin_step(lay_.n_tokens());
   try {
     run(pool, out);

@@ -21,6 +21,8 @@ class CausalLm {
   virtual ~CausalLm() = default;
   virtual const Hparams& hparams() const = 0;
   virtual ops::Backend& backend() = 0;
+  // Whether image embeddings and 3-D (mRoPE) positions can go in (Qwen3.5's language model).
+  virtual bool takes_images() const { return false; }
 
   // Runs n tokens at positions cache.n_past() .. and appends them to the cache,
   // writing the logits of the last token ([n_vocab]), or of every token ([n,
@@ -30,8 +32,11 @@ class CausalLm {
   // argmax, kDraw only a draw from it (ops::RowReduce); picks() then holds the result when
   // the back-end computed it on the device (logits left unwritten; a draw it left undone
   // has argmax -1 and the row written).
+  // media: the sequence's images (its prompt's 3-D positions and image embeddings; models
+  // without image input throw Error(kUnsupported) when a step has image rows).
   void forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits,
-               const ops::RowReduce& last = {}, std::span<const ops::PenaltyToken> penalties = {});
+               const ops::RowReduce& last = {}, std::span<const ops::PenaltyToken> penalties = {},
+               const SeqMedia* media = nullptr);
   std::vector<float> forward(KvCache& cache, const std::vector<int32_t>& tokens, bool all_logits = false) {
     std::vector<float> out;
     forward(cache, tokens, all_logits, out);

@@ -112,6 +112,16 @@ Hparams read_hparams(const gguf::File& f) {
   if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
     bad(f, p + "rope.dimension_count", "must be even and at most the head size, got " + std::to_string(hp.n_rot));
   }
+  if (const gguf::Value* secs = f.find(p + "rope.dimension_sections")) {
+    const auto& arr = secs->as_array(p + "rope.dimension_sections");
+    int64_t sum = 0;
+    for (size_t i = 0; i < arr.size() && i < 3; ++i) {
+      hp.rope_sections[i] = static_cast<int32_t>(arr[i].as_int(p + "rope.dimension_sections"));
+      if (hp.rope_sections[i] < 0) bad(f, p + "rope.dimension_sections", "must not be negative");
+      sum += hp.rope_sections[i];
+    }
+    if (sum * 2 > hp.n_rot) bad(f, p + "rope.dimension_sections", "cover more than the rotated dimensions");
+  }
   const std::string scaling = f.find_string(p + "rope.scaling.type").value_or("none");
   if (scaling == "linear") {
     const double factor = f.get_float(p + "rope.scaling.factor");

@@ -37,6 +37,9 @@ struct Hparams {
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
+  // Qwen-VL interleaved mRoPE ({arch}.rope.dimension_sections: t, h, w pairs); all 0
+  // for models without it (their image-free text equals plain RoPE either way).
+  int32_t rope_sections[3] = {0, 0, 0};
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;          // rows of each expert's gate/up matrices

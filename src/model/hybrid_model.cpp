@@ -13,6 +13,7 @@ using U = std::vector<uint64_t>;
 
 HybridModel::HybridModel(const gguf::File& file, ops::Backend& backend)
     : file_(file), backend_(backend), hp_(read_hparams(file)) {
+  lay_.set_embd_width(hp_.n_embd);
   const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
   if (embd == nullptr || embd->shape.size() < 2) {
     fail(ErrorKind::kInvalidInput, "model", file.name() + ": tensor 'token_embd.weight' is missing or not 2-D");
@@ -184,6 +185,7 @@ void HybridModel::run(KvPool& pool, std::vector<float>& out) {
   reserve(n, static_cast<int64_t>(lay.out_rows.size()));
   ops::Backend& be = backend_;
   be.get_rows(tok_embd_, lay.tokens.data(), n, s_.x->data());
+  for (const BatchLayout::EmbdRows& er : lay.embd_rows) be.copy_from_host(er.data, er.n * E, *s_.x, er.row * E);
   be.rms_norm(s_.x->data(), layers_.front().attn_norm, n, E, hp_.rms_eps, s_.cur->data());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
@@ -264,7 +266,12 @@ void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
   }
   be.rms_norm(q, a.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q);
   be.rms_norm(k, a.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k);
-  const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, true};
+  ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, true};
+  if (!lay.pos3.empty()) {  // a step with image rows: interleaved mRoPE over (t, h, w)
+    rope.multi = ops::RopeMulti::kInterleaved;
+    for (int a = 0; a < 3; ++a) rope.sections[a] = hp_.rope_sections[a];
+    rope.pos3 = lay.pos3.data();
+  }
   const ops::KvLayer kv = pool.layer(L.index);
   be.rope_store_kv(q, k, v, n, hp_.n_head, hp_.n_head_kv, hp_.head_dim, lay.positions.data(), rope, lay.slots.data(),
                    kv);

@@ -28,6 +28,7 @@ class HybridModel final : public CausalLm {
 
   const Hparams& hparams() const override { return hp_; }
   ops::Backend& backend() override { return backend_; }
+  bool takes_images() const override { return true; }
 
  private:
   struct Gdn {
