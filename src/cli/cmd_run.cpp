@@ -18,13 +18,16 @@
 #include "cli/common.h"
 #include "cli/default_model.h"
 #include "convert/hf_import.h"
+#include "convert/hf_vision.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
 #include "engine/generator.h"
+#include "engine/prompt_images.h"
 #include "format/gguf.h"
 #include "grammar/constraint.h"
 #include "model/causal_lm.h"
+#include "model/vision_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::cli {
@@ -51,19 +54,35 @@ struct RunOptions {
   std::string json_schema_file;  // constrained output: a JSON schema file
   bool json_object = false;      // constrained output: any JSON object
   std::string device = "auto";
+  std::vector<std::string> images;  // --image FILE (repeatable)
+  std::string mmproj;               // --mmproj FILE
+  int64_t max_image_pixels = 64LL << 20;
 };
 
 std::string build_prompt(const RunOptions& o, const gguf::File& file, const engine::ChatPrompt& chat) {
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) text = read_text_file(o.prompt_file);
-  if (o.raw) return text;
+  if (o.raw) {
+    // Raw prompts get each image's placeholder in front, as the chat template would write it.
+    std::string pre;
+    for (size_t i = 0; i < o.images.size(); ++i) pre += "<|vision_start|><|image_pad|><|vision_end|>";
+    return pre + text;
+  }
   if (!chat.has_template()) {
     fail(ErrorKind::kInvalidInput, "run",
          file.name() + ": the model has no chat template (tokenizer.chat_template); use --raw to send the prompt as is");
   }
   json messages = json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-  messages.push_back({{"role", "user"}, {"content", text}});
+  if (o.images.empty()) {
+    messages.push_back({{"role", "user"}, {"content", text}});
+  } else {
+    // The images first, then the question (as mlx_vlm generate --image does).
+    json content = json::array();
+    for (size_t i = 0; i < o.images.size(); ++i) content.push_back({{"type", "image"}});
+    content.push_back({{"type", "text"}, {"text", text}});
+    messages.push_back({{"role", "user"}, {"content", content}});
+  }
   return chat.render(messages);
 }
 
@@ -81,7 +100,8 @@ void run(RunOptions o) {
   engine::validate(o.sampler);
   const ops::KvType kv_type = parse_kv_type(o.kv_type);
 
-  gguf::File file = open_model_arg(o.model);
+  store::ModelEntry model_entry;
+  gguf::File file = open_model_arg(o.model, &model_entry);
   const model::Hparams hp = model::read_hparams(file);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");
@@ -108,12 +128,38 @@ void run(RunOptions o) {
 
   const engine::ChatPrompt chat(file, tok);
   const std::string prompt_text = build_prompt(o, file, chat);
-  const std::vector<int32_t> prompt = chat.encode(prompt_text);
+  std::vector<int32_t> prompt = chat.encode(prompt_text);
+
+  // Images: decoded, preprocessed and encoded by the model's vision tower, their rows in the prompt.
+  std::optional<gguf::File> proj;
+  std::unique_ptr<model::VisionEncoder> vision;
+  std::vector<float> image_embd;
+  model::SeqMedia media;
+  if (!o.images.empty()) {
+    proj = convert::open_projector(model_entry.path, o.mmproj.empty() ? model_entry.mmproj : o.mmproj);
+    if (!proj || !model.takes_images())
+      fail(ErrorKind::kInvalidInput, "run", o.model + " takes text only (no vision encoder: give its projector with --mmproj)");
+    vision = std::make_unique<model::VisionEncoder>(*proj, backend);
+    const int32_t pad = engine::image_pad_id(tok);
+    if (pad < 0) fail(ErrorKind::kInvalidInput, "run", o.model + ": the vocabulary has no <|image_pad|> token");
+    std::vector<engine::PromptImage> images;
+    for (const std::string& path : o.images)
+      images.push_back(engine::prepare_image(read_text_file(path), path, *vision, o.max_image_pixels));
+    engine::expand_image_pads(prompt, pad, images, vision->hparams().merge);
+    const auto t0 = std::chrono::steady_clock::now();
+    engine::encode_prompt_images(*vision, static_cast<int64_t>(prompt.size()), images, image_embd, media);
+    const double enc_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t n_img_tokens = 0;
+    for (const auto& im : images) n_img_tokens += im.n_tokens;
+    std::fprintf(stderr, "Images: %zu, %lld tokens, encoded in %.3f s\n", images.size(),
+                 static_cast<long long>(n_img_tokens), enc_s);
+  }
 
   engine::GenerateOptions go;
   go.max_tokens = o.max_tokens;
   go.n_logprobs = o.logprobs;
   go.sampler = o.sampler;
+  if (!media.pos3.empty()) go.media = &media;
   if (!o.json_schema_file.empty() || o.json_object) {
     if (!o.json_schema_file.empty() && o.json_object) {
       fail(ErrorKind::kInvalidInput, "run", "give --json-schema or --json-object, not both");
@@ -203,6 +249,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
   cmd->add_option("--system", o->system, "System message (chat template only)");
+  cmd->add_option("--image", o->images, "An image file (PNG, JPEG, WebP, GIF) shown to the model before the prompt (repeatable; models with a vision tower)");
+  cmd->add_option("--mmproj", o->mmproj, "The model's vision projector (GGUF); default: the HF folder's tower, or an mmproj*.gguf beside the model");
+  cmd->add_option("--max-image-pixels", o->max_image_pixels, "Refuse decoded images larger than this (width x height)")->default_val(64LL << 20);
   cmd->add_flag("--deterministic", o->deterministic,
                 "Batch-invariant kernels: a request's output does not depend on what else runs with it (the CPU "
                 "back-end always is; on a GPU slower: docs/ARCHITECTURE.md)");

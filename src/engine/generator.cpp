@@ -77,7 +77,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   std::vector<ops::PenaltyToken> pens;
   auto offer = [&]() { last = plain ? offered_row(sampler, history, pens, true) : ops::RowReduce{}; };
   offer();
-  model.forward(cache, prompt, false, logits, last, pens);
+  model.forward(cache, prompt, false, logits, last, pens, options.media);
   const auto t_prefill = Clock::now();
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};
@@ -151,7 +151,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
     }
     step[0] = next;
     offer();
-    model.forward(cache, step, false, logits, last, pens);
+    model.forward(cache, step, false, logits, last, pens, options.media);
   }
   const std::string tail = stream.flush();
   if (!tail.empty()) {

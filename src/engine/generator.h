@@ -22,6 +22,8 @@ struct GenerateOptions {
   SamplerParams sampler;
   // Constrained decoding: only tokens the grammar allows; ends ("stop") when complete.
   std::shared_ptr<const grammar::Constraint> constraint;
+  // Images in the prompt (their rows' embeddings and 3-D positions); null: text only.
+  const model::SeqMedia* media = nullptr;
 };
 
 struct StepLogprobs {

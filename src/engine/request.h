@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/prompt_images.h"
 #include "engine/reasoning_budget.h"
 #include "engine/sampler.h"
 #include "grammar/constraint.h"
@@ -77,6 +78,9 @@ struct GenRequest {
   // are sampled and the request ends ("stop") when the grammar is complete. null: free text.
   std::shared_ptr<const grammar::Constraint> constraint;
   ReasoningLimit reasoning;         // --reasoning-budget: close <think> after N tokens
+  // Images whose tokens the prompt holds (expand_image_pads done): the engine encodes
+  // them with the model's vision encoder and puts their embeddings in those rows.
+  std::vector<PromptImage> images;
 };
 
 // The channel of one request. The engine pushes deltas and then exactly one Final;

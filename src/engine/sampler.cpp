@@ -76,7 +76,9 @@ void Sampler::penalty_counts(std::span<const int32_t> history, std::vector<std::
   if (!has_penalties() || p_.repeat_last_n == 0 || history.empty()) return;
   const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
   std::unordered_map<int32_t, int32_t> counts;
-  for (size_t i = history.size() - n; i < history.size(); ++i) ++counts[history[i]];
+  for (size_t i = history.size() - n; i < history.size(); ++i) {
+    if (history[i] >= 0) ++counts[history[i]];  // (an image row's key id is negative: no token)
+  }
   out.assign(counts.begin(), counts.end());
   std::sort(out.begin(), out.end());
 }

@@ -1,5 +1,6 @@
 #include "engine/serve_engine.h"
 
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,6 +55,9 @@ struct ServeEngine::Live {
   std::vector<float> raw;        // top_logprobs: this step's logits before the mask and penalties
   std::optional<FaultRule> fault;  // test only: the fault injected into this request
   std::string mask_error;        // set by the mask job when this sequence's mask failed
+  // Requests with images: the image rows' embeddings and the prompt's 3-D positions.
+  std::vector<float> embd;
+  model::SeqMedia media;
 
   // The injected fault `kind` is due now (before sampling token n_generated).
   bool fault_due(FaultKind kind) const { return fault && fault->kind == kind && fault->at_token == n_generated; }
@@ -230,8 +234,11 @@ void ServeEngine::take_incoming() {
 void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel>& ch) {
   auto seq = std::make_unique<SeqSlot>();
   seq->id = next_id_++;
-  seq->tokens = req.prompt;
+  seq->tokens = req.images.empty() ? req.prompt : prompt_key_tokens(req.prompt, req.images);
   seq->n_prompt = static_cast<int32_t>(req.prompt.size());
+  std::vector<float> embd;
+  model::SeqMedia media;
+  if (!req.images.empty()) encode_images(req, embd, media);
   if (scheduler_.config().recurrent) {
     // Message boundaries for state snapshots: where the chat template's control tokens
     // (turn markers) sit in the prompt.
@@ -247,6 +254,11 @@ void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel
   if (!config_.faults.empty()) fault = match_fault(config_.faults, tok_.decode(req.prompt));
   auto live = std::make_unique<Live>(std::move(req), ch, tok_);
   live->fault = std::move(fault);
+  if (!embd.empty()) {
+    // The spans point into the embeddings' buffer, which moves into Live unchanged.
+    live->embd = std::move(embd);
+    live->media = std::move(media);
+  }
   const uint64_t id = seq->id;
   live_.emplace(id, std::move(live));
   try {
@@ -255,6 +267,12 @@ void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel
     live_.erase(id);
     throw;
   }
+}
+
+void ServeEngine::encode_images(const GenRequest& req, std::vector<float>& embd, model::SeqMedia& media) {
+  if (vision_ == nullptr || !model_.takes_images())
+    fail(ErrorKind::kInvalidInput, "engine", "this model takes text only (no vision encoder)");
+  encode_prompt_images(*vision_, static_cast<int64_t>(req.prompt.size()), req.images, embd, media);
 }
 
 void ServeEngine::reject(std::shared_ptr<RequestChannel> channel, int32_t n_prompt, const std::string& error) {
@@ -366,6 +384,7 @@ void ServeEngine::step() {
       const bool argmax = plain && lv.sampler.plain_greedy();
       batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
                                        item.n_tokens, item.logits, argmax, item.snaps});
+      if (!lv.media.pos3.empty()) batch_.back().media = &lv.media;
       // Temperature draws and penalized greedy rows likewise (a draw's one uniform number
       // is taken now; a back-end that does not reduce the row leaves it to the host
       // sampler with it).

@@ -24,6 +24,7 @@
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
 #include "model/causal_lm.h"
+#include "model/vision_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::engine {
@@ -80,6 +81,11 @@ class ServeEngine {
   ServeEngine(const ServeEngine&) = delete;
   ServeEngine& operator=(const ServeEngine&) = delete;
 
+  // The model's vision encoder (nullptr: text only), set before start(). Requests with
+  // images are encoded with it on the engine thread when they are admitted.
+  void set_vision(model::VisionEncoder* vision) { vision_ = vision; }
+  model::VisionEncoder* vision() const { return vision_; }
+
   void start();
   // Stops the loop; every request still queued or running ends with Final
   // "cancelled" and the error "the server is shutting down".
@@ -109,6 +115,9 @@ class ServeEngine {
   // Makes the engine-side state of one incoming request and queues its sequence; throws
   // (leaving nothing behind) when that fails.
   void admit_one(GenRequest req, const std::shared_ptr<RequestChannel>& ch);
+  // The images' embeddings (vision encoder) and the prompt's positions; throws when the
+  // model takes no images or the encoder fails.
+  void encode_images(const GenRequest& req, std::vector<float>& embd, model::SeqMedia& media);
   void drop_cancelled();
   void step();
   enum class RowEnd { kNone, kStop, kLength, kError };
@@ -138,6 +147,7 @@ class ServeEngine {
   void apply(const std::vector<StateOp>& ops);  // recurrent-state clears and copies
 
   model::CausalLm& model_;
+  model::VisionEncoder* vision_ = nullptr;
   const tokenizer::Tokenizer& tok_;
   EngineConfig config_;
   EngineObserver* observer_;

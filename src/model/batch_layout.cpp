@@ -38,6 +38,8 @@ void BatchLayout::add_media(const SeqMedia* media, int64_t first, int64_t n_past
     const int64_t lo = std::max(sp.first_row, n_past), hi = std::min(sp.first_row + sp.n_rows, n_past + n);
     if (lo >= hi) continue;
     embd_rows.push_back({first + (lo - n_past), hi - lo, sp.embd + (lo - sp.first_row) * embd_width_});
+    // The rows' token ids are not read (their embeddings are given): any valid id will do.
+    std::fill(tokens.begin() + first + (lo - n_past), tokens.begin() + first + (hi - n_past), 0);
   }
 }
 
