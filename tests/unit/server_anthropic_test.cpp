@@ -255,7 +255,7 @@ TEST(AnthropicParse, ContentErrorsNameTheField) {
   expect_400(
       msgs(
           R"([{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b", "input": {}}]}])"),
-      "'tool_use' is not supported in a user message (allowed: text, tool_result)",
+      "'tool_use' is not supported in a user message (allowed: text, image, tool_result)",
       "messages[0].content[0].type");
   expect_400(
       msgs(R"([{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "a"}]}])"),
