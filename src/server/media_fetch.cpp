@@ -297,7 +297,10 @@ std::string fetch_media(const std::string& url, const std::string& param, const 
       }
       return bytes;
     }
-    if (starts_with_ci(url, "file://")) {
+    if (starts_with_ci(url, "file:")) {
+      if (!starts_with_ci(url, "file://")) {
+        refuse("a file URL must be file:///absolute/path, got '" + url + "'");
+      }
       std::string_view rest = std::string_view(url).substr(7);
       // file:///abs/path or file://localhost/abs/path; no other host.
       if (starts_with_ci(rest, "localhost/")) rest.remove_prefix(9);

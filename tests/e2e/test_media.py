@@ -46,7 +46,8 @@ DATA_URL = "data:image/png;base64," + PNG_B64
 class MediaHandler(http.server.BaseHTTPRequestHandler):
     """/img.png: the PNG; /big.png: MAX_BYTES + 1000 bytes (Content-Length given); /big-stream.png:
     as many without a Content-Length (the limit must hold while downloading); /slow.png: the
-    PNG after 5 s; /to-ftp: a redirect to ftp://; /to-img: a redirect to /img.png; else 404."""
+    PNG after 5 s; /to-ftp: a redirect to ftp://; /to-img: a redirect to /img.png; /loop: a
+    redirect to itself; else 404."""
     protocol_version = "HTTP/1.0"
 
     def do_GET(self):
@@ -70,9 +71,9 @@ class MediaHandler(http.server.BaseHTTPRequestHandler):
                 self._send(200, PNG)
             except (BrokenPipeError, ConnectionResetError):
                 pass
-        elif self.path in ("/to-ftp", "/to-img"):
+        elif self.path in ("/to-ftp", "/to-img", "/loop"):
             self.send_response(302)
-            self.send_header("Location", "ftp://127.0.0.1/x.png" if self.path == "/to-ftp" else "/img.png")
+            self.send_header("Location", {"/to-ftp": "ftp://127.0.0.1/x.png", "/to-img": "/img.png"}.get(self.path, "/loop"))
             self.send_header("Content-Length", "0")
             self.end_headers()
         else:
@@ -268,7 +269,9 @@ def test_remote_urls(server, media_http, model_id):
     assert "answered HTTP 404" in e["message"], e
     e = chat_error(server, image_message(media_http + "/to-ftp"))
     assert e["param"] == "messages[0].content[1].image_url"
-    assert "ftp" in e["message"], e
+    assert "redirects to a scheme other than http or https" in e["message"], e
+    e = chat_error(server, image_message(media_http + "/loop"))
+    assert "redirects more than 3 times" in e["message"], e
 
 
 def test_remote_urls_need_the_flag(hearth_bin, default_model, media_http):

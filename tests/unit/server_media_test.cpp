@@ -162,6 +162,9 @@ TEST_F(MediaPaths, FetchMediaNamesTheField) {
   EXPECT_TRUE(has(err("file://" + root_ + "/allowed/missing.png").message, "not found: "));
   EXPECT_TRUE(has(err("http://127.0.0.1:9/x.png").message, "--allow-remote-media"));
   EXPECT_TRUE(has(err("ftp://example.com/x.png").message, "scheme 'ftp' is not supported"));
+  EXPECT_TRUE(has(err("file:" + root_ + "/allowed/a.png").message, "must be file:///absolute/path"));
+  EXPECT_EQ(fetch_media("file://" + root_ + "/allowed/sub%2Fb.png", param, settings_), "BB");  // percent escapes
+  EXPECT_TRUE(has(err("file://" + root_ + "/allowed/a%2.png").message, "bad percent escape"));
   EXPECT_TRUE(has(err("data:image/png;base64,a*==").message, "byte 1 is '*'"));
   // The size limit holds for files and data alike.
   settings_.max_bytes = 3;
