@@ -70,6 +70,7 @@ struct ServeOptions {
   size_t max_header_bytes = 64u << 10;
   double request_timeout = 30;
   bool kv_commit = false;
+  server::MediaSettings media;  // --allowed-media-dir, --allow-remote-media, --max-media-bytes, ...
   std::string test_fault_inject;  // hidden, test only: engine::parse_fault_spec
 };
 
@@ -99,6 +100,10 @@ server::ChatSettings chat_settings(const ServeOptions& o, const engine::ChatProm
   }
   if (o.reasoning_budget < -1) fail(ErrorKind::kInvalidInput, "serve", "--reasoning-budget must be >= 0 (or -1: off)");
   cs.reasoning_budget = o.reasoning_budget;
+  if (o.media.max_bytes < 1) fail(ErrorKind::kInvalidInput, "serve", "--max-media-bytes must be >= 1");
+  if (o.media.max_images < 0) fail(ErrorKind::kInvalidInput, "serve", "--max-images-per-request must be >= 0");
+  if (o.media.timeout_ms < 1) fail(ErrorKind::kInvalidInput, "serve", "--media-timeout-ms must be >= 1");
+  cs.media = o.media;
   if (!o.chat_template_kwargs.empty()) {
     nlohmann::ordered_json kw;
     try {
@@ -376,6 +381,15 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-budget", o->reasoning_budget,
                   "Close the <think> block after this many tokens (-1: no limit; 0: no reasoning)")
       ->default_val(-1);
+  cmd->add_option("--allowed-media-dir", o->media.allowed_media_dirs,
+                  "Images may be read from files (file:// URLs) inside this directory (repeatable)");
+  cmd->add_flag("--allow-remote-media", o->media.allow_remote, "Images may be downloaded from http(s) URLs");
+  cmd->add_option("--max-media-bytes", o->media.max_bytes, "Largest image (encoded bytes) a request may send or name")
+      ->default_val(o->media.max_bytes);
+  cmd->add_option("--media-timeout-ms", o->media.timeout_ms, "Time limit of one image download")
+      ->default_val(o->media.timeout_ms);
+  cmd->add_option("--max-images-per-request", o->media.max_images, "Images one request may carry (400 above)")
+      ->default_val(o->media.max_images);
   // Hidden (empty group): tests only. KIND:MARKER[@N],... makes requests whose prompt
   // contains MARKER fail inside the engine (see engine/fault_inject.h).
   cmd->add_option("--test-fault-inject", o->test_fault_inject, "Test only: inject engine faults")->group("");

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <stdexcept>
 
 #include "server/anthropic_protocol.h"
+#include "server/media_fetch.h"
 
 namespace hearth::server {
 
@@ -96,8 +98,7 @@ std::string block_type(const json& block, const std::string& path) {
 
 [[noreturn]] void unsupported_block(const std::string& type, const std::string& path,
                                     const char* where, const char* allowed) {
-  if (type == "image")
-    bad("'" + path + "': images are not supported yet (no vision model is loaded)", path + ".type");
+  if (type == "image") bad("'" + path + "': images are not allowed in " + where, path + ".type");
   if (type == "document") bad("'" + path + "': documents are not supported yet", path + ".type");
   bad("'" + path + ".type' '" + type + "' is not supported in " + where + " (allowed: " + allowed +
           ")",
@@ -108,6 +109,54 @@ void append_text(std::string& out, const std::string& text) {
   if (!out.empty()) out += '\n';
   out += text;
 }
+
+// An image block {"type": "image", "source": {"type": "base64", "media_type", "data"} |
+// {"type": "url", "url"}} as an image_part (base64 data checked here, so its errors name
+// the offset in "data"; it travels on as a data: URL).
+json parse_image(const json& b, const std::string& path) {
+  const std::string sp = path + ".source";
+  const json& source = required(b, "source", sp);
+  if (!source.is_object()) bad_type(sp, "an object", source);
+  const std::string type = get_string(required(source, "type", sp + ".type"), sp + ".type");
+  if (type == "url") {
+    return image_part(get_string(required(source, "url", sp + ".url"), sp + ".url"), path, sp + ".url");
+  }
+  if (type != "base64") {
+    bad("'" + sp + ".type' '" + type + "' is not supported (base64, url)", sp + ".type");
+  }
+  const std::string media_type = get_string(required(source, "media_type", sp + ".media_type"), sp + ".media_type");
+  if (media_type.rfind("image/", 0) != 0) {
+    bad("'" + sp + ".media_type' must be an image type (image/png, image/jpeg, image/gif, image/webp), got '" +
+            media_type + "'",
+        sp + ".media_type");
+  }
+  const std::string data = get_string(required(source, "data", sp + ".data"), sp + ".data");
+  if (data.empty()) bad("'" + sp + ".data' is empty", sp + ".data");
+  try {
+    decode_base64(data);
+  } catch (const std::invalid_argument& e) {
+    bad(sp + ".data: invalid base64: " + e.what(), sp + ".data");
+  }
+  return image_part("data:" + media_type + ";base64," + data, path, sp);
+}
+
+// Text and image blocks gathered into one message content: a string while there is only
+// text (blocks joined by "\n"), else the parts in order.
+struct ContentBuilder {
+  std::string text;
+  json parts = json::array();
+  bool images = false;
+  void add_text(const std::string& t) {
+    append_text(text, t);
+    parts.push_back(json{{"type", "text"}, {"text", t}});
+  }
+  void add_image(json part) {
+    parts.push_back(std::move(part));
+    images = true;
+  }
+  bool empty() const { return parts.empty(); }
+  json content() const { return images ? parts : json(text); }
+};
 
 // System text: a string or an array of text blocks (joined by "\n").
 std::string parse_system(const json& v, const std::string& path) {
@@ -123,59 +172,70 @@ std::string parse_system(const json& v, const std::string& path) {
   return out;
 }
 
-// A tool_result's content: a string, or text blocks (joined by "\n").
-std::string parse_tool_result_content(const json& v, const std::string& path) {
-  if (v.is_string()) return v.get<std::string>();
+// A tool_result's content: a string, or text and image blocks (text joined by "\n"; the
+// parts in order when there is an image).
+void parse_tool_result_content(const json& v, const std::string& path, ContentBuilder& out) {
+  if (v.is_string()) {
+    out.add_text(v.get<std::string>());
+    return;
+  }
   if (!v.is_array()) bad_type(path, "a string or an array of content blocks", v);
-  std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = idx(path, i);
     const std::string type = block_type(v[i], p);
-    if (type != "text") unsupported_block(type, p, "tool_result content", "text");
-    append_text(out, get_string(required(v[i], "text", p + ".text"), p + ".text"));
+    if (type == "image") {
+      out.add_image(parse_image(v[i], p));
+    } else if (type == "text") {
+      out.add_text(get_string(required(v[i], "text", p + ".text"), p + ".text"));
+    } else {
+      unsupported_block(type, p, "tool_result content", "text, image");
+    }
   }
-  return out;
 }
 
-// A user message: text blocks gather into user messages, each tool_result block becomes
-// a tool message, in the order written.
+// A user message: text and image blocks gather into user messages, each tool_result block
+// becomes a tool message, in the order written.
 void parse_user(const json& content, const std::string& path, json& out) {
   if (content.is_string()) {
     out.push_back(json{{"role", "user"}, {"content", content.get<std::string>()}});
     return;
   }
   if (!content.is_array()) bad_type(path, "a string or an array of content blocks", content);
-  std::string text;
-  bool have_text = false;
+  ContentBuilder user;
   auto flush = [&] {
-    if (have_text) out.push_back(json{{"role", "user"}, {"content", text}});
-    text.clear();
-    have_text = false;
+    if (!user.empty()) out.push_back(json{{"role", "user"}, {"content", user.content()}});
+    user = ContentBuilder();
   };
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string p = idx(path, i);
     const json& b = content[i];
     const std::string type = block_type(b, p);
     if (type == "text") {
-      append_text(text, get_string(required(b, "text", p + ".text"), p + ".text"));
-      have_text = true;
+      user.add_text(get_string(required(b, "text", p + ".text"), p + ".text"));
+    } else if (type == "image") {
+      user.add_image(parse_image(b, p));
     } else if (type == "tool_result") {
       flush();
       const std::string id =
           get_string(required(b, "tool_use_id", p + ".tool_use_id"), p + ".tool_use_id");
-      std::string result;
-      if (const json* c = field(b, "content"))
-        result = parse_tool_result_content(*c, p + ".content");
+      ContentBuilder result;
+      if (const json* c = field(b, "content")) parse_tool_result_content(*c, p + ".content", result);
+      json body = result.content();
       if (const json* e = field(b, "is_error"); e != nullptr && get_bool(*e, p + ".is_error")) {
-        result = result.empty() ? "Error" : "Error: " + result;
+        if (body.is_string()) {
+          const std::string text = body.get<std::string>();
+          body = text.empty() ? "Error" : "Error: " + text;
+        } else {
+          body.insert(body.begin(), json{{"type", "text"}, {"text", "Error: "}});
+        }
       }
-      out.push_back(json{{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
+      out.push_back(json{{"role", "tool"}, {"tool_call_id", id}, {"content", std::move(body)}});
     } else {
-      unsupported_block(type, p, "a user message", "text, tool_result");
+      unsupported_block(type, p, "a user message", "text, image, tool_result");
     }
   }
-  if (have_text || content.empty()) {
-    have_text = true;
+  if (!user.empty() || content.empty()) {
+    if (user.empty()) user.add_text("");
     flush();
   }
 }

@@ -50,6 +50,8 @@ struct AnthropicRequest {
   // system messages inside `messages`, joined by a blank line) first, then user /
   // assistant turns; tool_use blocks become assistant "tool_calls" (arguments as an
   // object), tool_result blocks "tool" messages, thinking blocks "reasoning_content".
+  // Image blocks (user messages, tool results) make the content a list of parts
+  // ({"type": "text", "text"} and image_part()s, in order).
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   // A last assistant message of text only is not a turn but the start of the answer
   // (Anthropic's prefill): removed from `messages`, its text follows the generation prompt
@@ -77,8 +79,9 @@ struct AnthropicRequest {
 
 // Parse and validate a body. Throws ApiException (400; the message names the field by
 // its path, e.g. "messages[1].content[0].type") on malformed JSON (with the byte
-// offset), a wrong type, a value out of range, an image or document block ("images are
-// not supported yet"), a server tool, a tool_choice naming an unknown tool, a conversation
+// offset), a wrong type, a value out of range, a document block, an image block outside
+// user messages and tool results or with bad base64 data (its offset named), a server
+// tool, a tool_choice naming an unknown tool, a conversation
 // with no user or assistant message. cache_control, metadata, context_management,
 // output_config (other than its format), citations, signatures and unknown fields are
 // accepted and ignored; null means absent.

@@ -72,7 +72,7 @@ AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) cons
   in.kwargs = r.chat_template_kwargs;
   if (r.thinking_budget) in.reasoning_budget = *r.thinking_budget;
   Prompt p;
-  p.prepared = prepare_chat(in, chat_, settings_);
+  p.prepared = prepare_chat_with_images(in, chat_, settings_, model_id_);
   p.output = p.prepared.output;
   if (!r.prefill.empty()) {  // the model continues the prefill: it may open or close <think>
     p.prepared.prompt += r.prefill;
@@ -80,6 +80,7 @@ AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) cons
         p.output.parse_reasoning && prompt_opens_reasoning(p.prepared.prompt);
   }
   p.tokens = chat_.encode(p.prepared.prompt);
+  expand_image_tokens(p.prepared, p.tokens, settings_);  // (count_tokens counts them too)
   if (p.tokens.empty())
     throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
   return p;

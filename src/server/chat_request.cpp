@@ -41,6 +41,12 @@ void add_to_system(json& messages, const std::string& text) {
   }
 }
 
+// A message content as a list of parts (a string becomes one text part).
+json as_parts(const json& content) {
+  if (content.is_array()) return content;
+  return json::array({json{{"type", "text"}, {"text", content.is_string() ? content.get<std::string>() : ""}}});
+}
+
 // For templates that know no tools: the history's calls become <tool_call> text in the
 // assistant turn and tool results <tool_response> text in a user turn (consecutive
 // results share one), as the injected instructions describe.
@@ -62,9 +68,23 @@ json hermes_history(const json& messages) {
       a.erase("tool_calls");
       out.push_back(std::move(a));
     } else if (role == "tool") {
+      const json& content = m.contains("content") ? m["content"] : json("");
+      const bool joins = !out.empty() && out.back().value("role", "") == "user" && out.back().value("_tool", false);
+      if (content.is_array() || (joins && out.back()["content"].is_array())) {
+        // A result with images: the same text around its parts, as a list of parts.
+        json parts = joins ? as_parts(out.back()["content"]) : json::array();
+        parts.push_back(json{{"type", "text"}, {"text", std::string(joins ? "\n" : "") + "<tool_response>\n"}});
+        for (const json& p : as_parts(content)) parts.push_back(p);
+        parts.push_back(json{{"type", "text"}, {"text", "\n</tool_response>"}});
+        if (joins) {
+          out.back()["content"] = std::move(parts);
+        } else {
+          out.push_back(json{{"role", "user"}, {"content", std::move(parts)}, {"_tool", true}});
+        }
+        continue;
+      }
       const std::string text = "<tool_response>\n" + m.value("content", "") + "\n</tool_response>";
-      if (!out.empty() && out.back().value("role", "") == "user" &&
-          out.back().value("_tool", false)) {
+      if (joins) {
         out.back()["content"] = out.back()["content"].get<std::string>() + "\n" + text;
       } else {
         out.push_back(json{{"role", "user"}, {"content", text}, {"_tool", true}});
@@ -103,7 +123,87 @@ bool has_late_system(const json& messages) {
   return false;
 }
 
+// The messages with each image part as the templates know it ({"type": "image"}); the
+// number of images in `n`.
+json template_images(json messages, size_t& n) {
+  n = 0;
+  for (json& m : messages) {
+    auto c = m.find("content");
+    if (c == m.end() || !c->is_array()) continue;
+    for (json& part : *c) {
+      if (is_image_part(part)) {
+        part = json{{"type", "image"}};
+        ++n;
+      }
+    }
+  }
+  return messages;
+}
+
+size_t count_placeholders(const std::string& prompt) {
+  size_t n = 0;
+  for (size_t at = prompt.find(kImagePlaceholder); at != std::string::npos;
+       at = prompt.find(kImagePlaceholder, at + kImagePlaceholder.size())) {
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace
+
+std::vector<const json*> image_parts(const json& messages) {
+  std::vector<const json*> out;
+  if (!messages.is_array()) return out;
+  for (const json& m : messages) {
+    auto c = m.find("content");
+    if (c == m.end() || !c->is_array()) continue;
+    for (const json& part : *c) {
+      if (is_image_part(part)) out.push_back(&part);
+    }
+  }
+  return out;
+}
+
+std::vector<MediaInput> load_images(const ChatInputs& in, const ChatSettings& settings,
+                                    const std::string& model_id) {
+  const std::vector<const json*> parts = image_parts(in.messages);
+  std::vector<MediaInput> out;
+  if (parts.empty()) return out;
+  if (static_cast<int64_t>(parts.size()) > settings.media.max_images) {
+    throw ApiException(invalid_request("the request holds " + std::to_string(parts.size()) +
+                                           " images, more than the " + std::to_string(settings.media.max_images) +
+                                           " allowed per request (--max-images-per-request)",
+                                       "messages"));
+  }
+  // Read first, so a reference that cannot be read is named as such whatever the model.
+  out.reserve(parts.size());
+  for (const json* p : parts) {
+    const std::string where = p->value("where", "");
+    out.push_back(MediaInput{fetch_media(p->value("url", ""), p->value("param", where), settings.media), where});
+  }
+  if (!settings.vision) {
+    throw ApiException(invalid_request(
+        "model '" + model_id + "' takes text only (no vision encoder): " + out.front().where + " is an image",
+        out.front().where));
+  }
+  return out;
+}
+
+PreparedChat prepare_chat_with_images(const ChatInputs& in, const engine::ChatPrompt& chat,
+                                      const ChatSettings& settings, const std::string& model_id) {
+  std::vector<MediaInput> images = load_images(in, settings, model_id);
+  PreparedChat out = prepare_chat(in, chat, settings);
+  out.images = std::move(images);
+  return out;
+}
+
+void expand_image_tokens(PreparedChat& prepared, std::vector<int32_t>& tokens, const ChatSettings& settings) {
+  if (prepared.images.empty()) return;
+  if (!settings.image_tokens) {
+    throw ApiException(server_error("the server has vision on but no image encoder is wired (ChatSettings::image_tokens)"));
+  }
+  settings.image_tokens(prepared, tokens);
+}
 
 std::string hermes_tools_text(const json& tools, const ToolChoice& choice, bool parallel) {
   std::string out =
@@ -187,19 +287,40 @@ PreparedChat prepare_chat(const ChatInputs& in, const engine::ChatPrompt& chat,
     extra.erase("tools");
   }
 
+  size_t n_images = 0;
+  messages = template_images(std::move(messages), n_images);
+  const auto failed = [n_images](const Error& e) {
+    if (n_images > 0) {
+      return ApiException(invalid_request(
+          std::string("the model's chat template does not take images (it failed on these messages: ") + e.what() +
+              ")",
+          "messages"));
+    }
+    return ApiException(
+        invalid_request(std::string("the chat template failed on these messages: ") + e.what(), "messages"));
+  };
   try {
     out.prompt = chat.render(messages, extra);
   } catch (const Error& first) {
     // Agents send system messages after the first turn; many templates raise on them.
-    if (!has_late_system(messages)) {
-      throw ApiException(invalid_request(
-          std::string("the chat template failed on these messages: ") + first.what(), "messages"));
-    }
+    if (!has_late_system(messages)) throw failed(first);
     try {
       out.prompt = chat.render(fold_system(messages), extra);
     } catch (const Error& e) {
-      throw ApiException(invalid_request(
-          std::string("the chat template failed on these messages: ") + e.what(), "messages"));
+      throw failed(e);
+    }
+  }
+  // Each image must have its one placeholder, in order (the images follow the
+  // conversation); a template that drops image parts or prints them otherwise cannot
+  // take images.
+  if (n_images > 0) {
+    const size_t placed = count_placeholders(out.prompt);
+    if (placed != n_images) {
+      throw ApiException(invalid_request("the model's chat template does not take images: the prompt holds " +
+                                             std::to_string(placed) + " image placeholders (" +
+                                             std::string(kImagePlaceholder) + ") for " + std::to_string(n_images) +
+                                             " images",
+                                         "messages"));
     }
   }
 

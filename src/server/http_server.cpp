@@ -264,7 +264,9 @@ struct HttpServer::Impl {
       std::vector<int32_t> ids;
       if (body.contains("messages")) {
         const ParsedRequest pr = parse_chat_request(req.body);
-        ids = chat.encode(prepare_chat(chat_inputs(pr), chat, opt.chat).prompt);
+        PreparedChat prepared = prepare_chat_with_images(chat_inputs(pr), chat, opt.chat, opt.model_id);
+        ids = chat.encode(prepared.prompt);
+        expand_image_tokens(prepared, ids, opt.chat);  // (images count as their tokens)
       } else {
         auto it = body.find("content");
         if (it == body.end() || !it->is_string()) {
@@ -379,8 +381,10 @@ struct HttpServer::Impl {
 
   std::vector<int32_t> prompt_tokens(const ParsedRequest& pr, PreparedChat& prepared) {
     if (pr.chat) {
-      prepared = prepare_chat(chat_inputs(pr), chat, opt.chat);
-      return chat.encode(prepared.prompt);
+      prepared = prepare_chat_with_images(chat_inputs(pr), chat, opt.chat, opt.model_id);
+      std::vector<int32_t> tokens = chat.encode(prepared.prompt);
+      expand_image_tokens(prepared, tokens, opt.chat);
+      return tokens;
     }
     if (pr.prompt_is_tokens) {
       const auto n_vocab = static_cast<int64_t>(tok.n_tokens());

@@ -66,11 +66,34 @@ json parse_body(std::string_view body) {
   return j;
 }
 
-// Content: a string, or an array of {"type": "text", "text": ...} parts (joined by "\n").
-std::string parse_content(const json& v, const std::string& path) {
+// An image_url part's URL: {"image_url": {"url", "detail"?}} or {"image_url": "URL"}
+// (some clients send the string form).
+std::string image_url_of(const json& part, const std::string& part_path) {
+  const std::string path = part_path + ".image_url";
+  const json* v = field(part, "image_url");
+  if (!v) bad("'" + path + "' is required", path);
+  if (v->is_string()) return v->get<std::string>();
+  if (!v->is_object()) bad_type(path, "an object {\"url\": ...} or a URL string", *v);
+  const json* url = field(*v, "url");
+  if (!url) bad("'" + path + ".url' is required", path + ".url");
+  if (const json* d = field(*v, "detail")) {  // (the image is used at its own resolution)
+    const std::string detail = get_string(*d, path + ".detail");
+    if (detail != "auto" && detail != "low" && detail != "high") {
+      bad("'" + path + ".detail' must be auto, low or high, got '" + detail + "'", path + ".detail");
+    }
+  }
+  return get_string(*url, path + ".url");
+}
+
+// Content: a string, or an array of {"type": "text", "text": ...} parts (joined by "\n")
+// and, in user and tool messages, {"type": "image_url", ...} parts: then `parts` gets
+// every part in order (text parts as {"type": "text", "text"}, images as image_part()).
+std::string parse_content(const json& v, const std::string& path, const std::string& role, json& parts) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) bad_type(path, "a string or an array of content parts", v);
   std::string out;
+  json all = json::array();
+  bool images = false;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string part_path = path + "[" + std::to_string(i) + "]";
     const json& part = v[i];
@@ -78,15 +101,27 @@ std::string parse_content(const json& v, const std::string& path) {
     const json* type = field(part, "type");
     if (!type) bad("'" + part_path + ".type' is required", part_path + ".type");
     const std::string t = get_string(*type, part_path + ".type");
+    if (t == "image_url") {
+      if (role != "user" && role != "tool") {
+        bad("'" + part_path + "': images are allowed in user and tool messages only, not in a " + role + " message",
+            part_path + ".type");
+      }
+      all.push_back(image_part(image_url_of(part, part_path), part_path, part_path + ".image_url"));
+      images = true;
+      continue;
+    }
     if (t != "text") {
-      bad("'" + part_path + ".type' '" + t + "' is not supported (only 'text' parts)",
+      bad("'" + part_path + ".type' '" + t + "' is not supported (only 'text' and 'image_url' parts)",
           part_path + ".type");
     }
     const json* text = field(part, "text");
     if (!text) bad("'" + part_path + ".text' is required", part_path + ".text");
     if (i > 0) out += '\n';
-    out += get_string(*text, part_path + ".text");
+    const std::string s = get_string(*text, part_path + ".text");
+    out += s;
+    all.push_back(json{{"type", "text"}, {"text", s}});
   }
+  if (images) parts = std::move(all);
   return out;
 }
 
@@ -131,7 +166,7 @@ ChatMessage parse_message(const json& m, const std::string& path) {
         path + ".role");
   }
   if (const json* content = field(m, "content")) {
-    msg.content = parse_content(*content, path + ".content");
+    msg.content = parse_content(*content, path + ".content", msg.role, msg.parts);
   } else if (msg.role != "assistant") {
     bad("'" + path + ".content' is required for role '" + msg.role + "'", path + ".content");
   }
@@ -424,7 +459,11 @@ json messages_for_template(const ParsedRequest& request) {
   for (const ChatMessage& m : request.messages) {
     json msg = json::object();
     msg["role"] = m.role;
-    msg["content"] = m.content ? *m.content : std::string();
+    if (!m.parts.is_null()) {
+      msg["content"] = m.parts;
+    } else {
+      msg["content"] = m.content ? *m.content : std::string();
+    }
     if (m.name) msg["name"] = *m.name;
     if (!m.tool_calls.is_null()) msg["tool_calls"] = m.tool_calls;
     if (m.tool_call_id) msg["tool_call_id"] = *m.tool_call_id;
@@ -432,6 +471,14 @@ json messages_for_template(const ParsedRequest& request) {
     out.push_back(std::move(msg));
   }
   return out;
+}
+
+json image_part(std::string url, std::string where, std::string param) {
+  return json{{"type", "image"}, {"url", std::move(url)}, {"where", std::move(where)}, {"param", std::move(param)}};
+}
+
+bool is_image_part(const json& part) {
+  return part.is_object() && part.contains("url") && part.contains("where") && part.value("type", "") == "image";
 }
 
 }  // namespace hearth::server

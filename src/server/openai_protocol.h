@@ -68,6 +68,9 @@ std::string error_body(const ApiError& error);
 struct ChatMessage {
   std::string role;                    // system | user | assistant | tool | developer
   std::optional<std::string> content;  // unset: null/absent (assistant messages only)
+  // A content with images (user and tool messages): every part in order, text parts
+  // {"type": "text", "text"} and image_part()s; null for text-only content.
+  nlohmann::ordered_json parts;
   std::optional<std::string> name;
   // Assistant calls, null when absent: [{id, type: "function", function: {name,
   // arguments}}], `arguments` an object when the request's JSON string parsed as one (the
@@ -127,9 +130,19 @@ ParsedRequest parse_chat_request(std::string_view body);
 nlohmann::ordered_json parse_json_object(std::string_view body);
 ParsedRequest parse_completion_request(std::string_view body);
 
-// The "messages" value for the chat template: [{role, content (a string; null is ""),
-// name?, tool_calls?, tool_call_id?, reasoning_content?}, ...]. (Tools: see chat_request.h.)
+// The "messages" value for the chat template: [{role, content (a string; null is ""; the
+// parts when there are images), name?, tool_calls?, tool_call_id?, reasoning_content?},
+// ...]. (Tools: see chat_request.h.)
 nlohmann::ordered_json messages_for_template(const ParsedRequest& request);
+
+// An image content part as every request parser writes it into the template's messages
+// (OpenAI image_url, Anthropic image, Responses input_image): {"type": "image", "url": a
+// data:, file:// or http(s):// URL, "where": its content part ("messages[1].content[0]"),
+// "param": the field holding the URL ("messages[1].content[0].image_url")}. load_images
+// reads them, prepare_chat gives the template {"type": "image"} in their place.
+nlohmann::ordered_json image_part(std::string url, std::string where, std::string param);
+// True for an image_part().
+bool is_image_part(const nlohmann::ordered_json& part);
 
 // ---------------------------------------------------------------------------
 // Responses

@@ -28,34 +28,60 @@ void append_text(std::string& out, const std::string& text) {
 }
 
 [[noreturn]] void unsupported_part(const std::string& type, const std::string& path, const char* allowed) {
-  if (type == "input_image") {
-    bad("'" + path + "': images are not supported (this server has no vision model)", path + ".type");
-  }
+  if (type == "input_image") bad("'" + path + "': images are allowed in user input and function call outputs only", path + ".type");
   if (type == "input_file") bad("'" + path + "': files are not supported (send the text as input_text)", path + ".type");
   if (type == "input_audio") bad("'" + path + "': audio is not supported", path + ".type");
   bad("'" + path + ".type' '" + type + "' is not supported here (allowed: " + allowed + ")", path + ".type");
 }
 
+// An input_image part {"type": "input_image", "image_url": URL, "detail"?} as an
+// image_part (a file_id names an uploaded file, which this server does not keep).
+json parse_input_image(const json& part, const std::string& path) {
+  if (field(part, "file_id") != nullptr && field(part, "image_url") == nullptr) {
+    bad("'" + path + ".file_id': uploaded files are not supported (send the image as image_url, e.g. a data: URL)",
+        path + ".file_id");
+  }
+  const std::string url = get_string(required(part, "image_url", path + ".image_url"), path + ".image_url");
+  if (const json* d = field(part, "detail")) {
+    const std::string detail = get_string(*d, path + ".detail");
+    if (detail != "auto" && detail != "low" && detail != "high") {
+      bad("'" + path + ".detail' must be auto, low or high, got '" + detail + "'", path + ".detail");
+    }
+  }
+  return image_part(url, path, path + ".image_url");
+}
+
 // A message's content (or a function_call_output's output): a string, or an array of text
-// parts (input_text / output_text, an assistant's refusal), joined by "\n".
-std::string content_text(const json& v, const std::string& path) {
+// parts (input_text / output_text, an assistant's refusal), joined by "\n"; with
+// `images`, input_image parts too, and then the parts in order ({"type": "text", "text"}
+// and image_part()s) instead of the string.
+json content_value(const json& v, const std::string& path, bool images) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) bad_type(path, "a string or an array of content parts", v);
   std::string out;
+  json parts = json::array();
+  bool has_image = false;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = idx(path, i);
     const json& part = v[i];
     if (!part.is_object()) bad_type(p, "a content part (an object)", part);
     const std::string type = get_string(required(part, "type", p + ".type"), p + ".type");
+    std::string text;
     if (type == "input_text" || type == "output_text" || type == "text") {
-      append_text(out, get_string(required(part, "text", p + ".text"), p + ".text"));
+      text = get_string(required(part, "text", p + ".text"), p + ".text");
     } else if (type == "refusal") {
-      append_text(out, get_string(required(part, "refusal", p + ".refusal"), p + ".refusal"));
+      text = get_string(required(part, "refusal", p + ".refusal"), p + ".refusal");
+    } else if (type == "input_image" && images) {
+      parts.push_back(parse_input_image(part, p));
+      has_image = true;
+      continue;
     } else {
-      unsupported_part(type, p, "input_text, output_text");
+      unsupported_part(type, p, images ? "input_text, output_text, input_image" : "input_text, output_text");
     }
+    append_text(out, text);
+    parts.push_back(json{{"type", "text"}, {"text", text}});
   }
-  return out;
+  return has_image ? parts : json(out);
 }
 
 // Reasoning passed back: its content texts, else its summary texts. Never an error (the
@@ -95,8 +121,8 @@ json parse_item(const json& item, const std::string& path) {
     if (role != "user" && role != "system" && role != "developer" && role != "assistant") {
       bad("'" + path + ".role' must be one of user, system, developer, assistant, got '" + role + "'", path + ".role");
     }
-    const std::string text = content_text(required(item, "content", path + ".content"), path + ".content");
-    return json{{"type", "message"}, {"role", role}, {"content", text}};
+    json content = content_value(required(item, "content", path + ".content"), path + ".content", role == "user");
+    return json{{"type", "message"}, {"role", role}, {"content", std::move(content)}};
   }
   if (type == "function_call") {
     const std::string call_id = get_string(required(item, "call_id", path + ".call_id"), path + ".call_id");
@@ -114,8 +140,8 @@ json parse_item(const json& item, const std::string& path) {
   }
   if (type == "function_call_output") {
     const std::string call_id = get_string(required(item, "call_id", path + ".call_id"), path + ".call_id");
-    const std::string output = content_text(required(item, "output", path + ".output"), path + ".output");
-    return json{{"type", "function_call_output"}, {"call_id", call_id}, {"output", output}};
+    json output = content_value(required(item, "output", path + ".output"), path + ".output", true);
+    return json{{"type", "function_call_output"}, {"call_id", call_id}, {"output", std::move(output)}};
   }
   if (type == "reasoning") return json{{"type", "reasoning"}, {"text", reasoning_text(item)}};
   if (type == "item_reference") {
@@ -375,10 +401,10 @@ json conversation_messages(const std::optional<std::string>& instructions, const
       continue;
     }
     if (type == "function_call_output") {
-      out.push_back(json{{"role", "tool"}, {"tool_call_id", item.value("call_id", "")}, {"content", item.value("output", "")}});
-    } else {  // message
+      out.push_back(json{{"role", "tool"}, {"tool_call_id", item.value("call_id", "")}, {"content", item.contains("output") ? item["output"] : json("")}});
+    } else {  // message (content: a string, or parts with images)
       const std::string role = item.value("role", "user");
-      json m = {{"role", role}, {"content", item.value("content", "")}};
+      json m = {{"role", role}, {"content", item.contains("content") ? item["content"] : json("")}};
       if (role == "assistant" && !reasoning.empty()) m["reasoning_content"] = reasoning;
       out.push_back(std::move(m));
       calls_may_join = role == "assistant";

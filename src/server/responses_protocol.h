@@ -34,7 +34,9 @@ inline constexpr int32_t kReasoningBudgetMedium = 4096;
 // A Responses request. `items` is the request's own input in a canonical form (the
 // conversation items this module keeps, validated): {"type": "message", "role", "content":
 // text}, {"type": "function_call", "call_id", "name", "arguments": text}, {"type":
-// "function_call_output", "call_id", "output": text}, {"type": "reasoning", "text"}.
+// "function_call_output", "call_id", "output": text}, {"type": "reasoning", "text"}; a
+// user message's content or an output with input_image parts is instead the list of its
+// parts ({"type": "text", "text"} and image_part()s, in order).
 struct ResponsesRequest {
   std::optional<std::string> model;
   std::optional<std::string> instructions;
@@ -66,7 +68,7 @@ struct ResponsesRequest {
 
 // Parses and validates a body. Throws ApiException (400, the message and `param` naming
 // the field by its path) on malformed JSON, a missing or empty input, a wrong type or value,
-// an image / file / audio part ("no vision"), a hosted tool (web_search, file_search, ...),
+// a file / audio part, an image part outside user input and function call outputs, a hosted tool (web_search, file_search, ...),
 // a tool_choice naming an unknown function, background mode or a conversation. Unknown
 // fields are ignored; null means absent.
 ResponsesRequest parse_responses_request(std::string_view body);

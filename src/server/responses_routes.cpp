@@ -99,8 +99,9 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     if (r.parallel_tool_calls) in.parallel_tool_calls = *r.parallel_tool_calls;
     if (r.enable_thinking) in.kwargs = json{{"enable_thinking", *r.enable_thinking}};
     in.reasoning_budget = r.reasoning_budget;
-    const PreparedChat prepared = prepare_chat(in, chat_, settings_);
+    PreparedChat prepared = prepare_chat_with_images(in, chat_, settings_, model_id_);
     std::vector<int32_t> prompt = chat_.encode(prepared.prompt);
+    expand_image_tokens(prepared, prompt, settings_);
     if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", "input"));
 
     // The context checks of the chat route: the prompt and max_output_tokens must fit.

@@ -237,7 +237,7 @@ def test_unknown_previous_response_id(client):
     ({}, "input"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
     ({"input": [{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-     "input[1].content[0].type"),
+     "input[1].content[0].image_url"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "hi", "tool_choice": "required"}, "tool_choice"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),

@@ -176,7 +176,7 @@ TEST(AnthropicParse, SystemStringBlocksAndSystemMessagesFoldIntoOne) {
   EXPECT_EQ(r.messages[1]["role"], "user");
   EXPECT_EQ(r.messages[2], json::parse(R"({"role": "assistant", "content": "a"})"));
   expect_400(R"({"max_tokens": 5, "system": [{"type": "image"}], )" + kUser + "}",
-             "images are not supported yet", "system[0].type");
+             "images are not allowed in system content", "system[0].type");
   expect_400(R"({"max_tokens": 5, "system": 3, )" + kUser + "}",
              "'system' must be a string or an array of text", "system");
   expect_400(msgs(R"([{"role": "system", "content": "only a system message"}])"),
@@ -243,17 +243,19 @@ TEST(AnthropicParse, LastAssistantTextIsAPrefill) {
 
 TEST(AnthropicParse, ContentErrorsNameTheField) {
   expect_400(msgs(R"([{"role": "user", "content": [{"type": "text", "text": "a"},
-      {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])"),
-             "images are not supported yet", "messages[0].content[1].type");
+      {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA!A"}}]}])"),
+             "invalid base64: byte 2 is '!'", "messages[0].content[1].source.data");
   expect_400(msgs(R"([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x",
       "content": [{"type": "image", "source": {}}]}]}])"),
-             "images are not supported yet", "messages[0].content[0].content[0].type");
+             "'messages[0].content[0].content[0].source.type' is required", "messages[0].content[0].content[0].source.type");
+  expect_400(msgs(R"([{"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}])"),
+             "images are not allowed in an assistant message", "messages[0].content[0].type");
   expect_400(msgs(R"([{"role": "user", "content": [{"type": "document", "source": {}}]}])"),
              "documents are not supported yet", "messages[0].content[0].type");
   expect_400(
       msgs(
           R"([{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b", "input": {}}]}])"),
-      "'tool_use' is not supported in a user message (allowed: text, tool_result)",
+      "'tool_use' is not supported in a user message (allowed: text, image, tool_result)",
       "messages[0].content[0].type");
   expect_400(
       msgs(R"([{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "a"}]}])"),

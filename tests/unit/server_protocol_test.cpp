@@ -223,7 +223,7 @@ TEST(ServerProtocolParse, MessageErrorsNameTheField) {
       {R"("messages": [{"role": "user", "content": [{"text": "x"}]}])",
        "'messages[0].content[0].type' is required", "messages[0].content[0].type"},
       {R"("messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])",
-       "'messages[0].content[0].type' 'image_url' is not supported", "messages[0].content[0].type"},
+       "'messages[0].content[0].image_url.url' is required", "messages[0].content[0].image_url.url"},
       {R"("messages": [{"role": "user", "content": [{"type": "text"}]}])",
        "'messages[0].content[0].text' is required", "messages[0].content[0].text"},
       {R"("messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}])",

@@ -248,8 +248,10 @@ TEST(ResponsesParse, EveryErrorNamesItsField) {
   expect_400(R"({"input": [{"content": "x"}]})", "must have a 'type'", "input[0].type");
   expect_400(R"({"input": [{"role": "robot", "content": "x"}]})", "'input[0].role' must be one of", "input[0].role");
   expect_400(R"({"input": [{"role": "user"}]})", "'input[0].content' is required", "input[0].content");
-  expect_400(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})",
-             "images are not supported", "input[0].content[0].type");
+  expect_400(R"({"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "x"}]}]})",
+             "images are allowed in user input and function call outputs only", "input[0].content[0].type");
+  expect_400(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})",
+             "'input[0].content[0].image_url' is required", "input[0].content[0].image_url");
   expect_400(R"({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]})",
              "files are not supported", "input[0].content[0].type");
   expect_400(R"({"input": [{"role": "user", "content": [{"type": "input_text"}]}]})",
