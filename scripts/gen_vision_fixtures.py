@@ -185,6 +185,40 @@ SMART = [
 ]
 
 
+# preprocessor_config.json contents, and what Qwen2VLImageProcessorPil.from_dict makes of them.
+CONFIGS = [
+    {"do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": [0.5, 0.5, 0.5],
+     "image_processor_type": "Qwen2VLImageProcessor", "image_std": [0.5, 0.5, 0.5], "merge_size": 2, "patch_size": 16,
+     "resample": 3, "rescale_factor": 0.00392156862745098, "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+     "temporal_patch_size": 2},
+    {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+     "image_mean": CLIP[0], "image_std": CLIP[1], "image_processor_type": "Qwen2VLImageProcessor"},
+    {"size": {"shortest_edge": 1000, "longest_edge": 50000}, "min_pixels": 2000, "max_pixels": 40000},
+    {},
+    {"do_normalize": False, "do_rescale": False, "patch_size": 16},
+    {"rescale_factor": 0.5, "image_mean": [0.1, 0.2, 0.3], "image_std": [2.0, 3.0, 4.0], "merge_size": 4},
+]
+
+
+def resolve_config(cfg):
+    """Each in a fresh interpreter: the processor's __init__ writes min_pixels / max_pixels
+    into its class-level size dict, so one config would leak into the next."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, __file__, "--resolve", json.dumps(cfg)], check=True, capture_output=True,
+                       text=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def resolve_config_here(cfg):
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    p = Qwen2VLImageProcessorPil.from_dict(json.loads(json.dumps(cfg)))
+    return {"patch_size": p.patch_size, "temporal_patch_size": p.temporal_patch_size, "merge_size": p.merge_size,
+            "min_pixels": p.size["shortest_edge"], "max_pixels": p.size["longest_edge"],
+            "image_mean": list(p.image_mean), "image_std": list(p.image_std), "rescale_factor": p.rescale_factor,
+            "do_rescale": p.do_rescale, "do_normalize": p.do_normalize}
+
+
 def smart_resize_ref(h, w, factor, lo, hi):
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
     try:
@@ -196,7 +230,11 @@ def smart_resize_ref(h, w, factor, lo, hi):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests/data/vision"))
+    ap.add_argument("--resolve", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.resolve is not None:
+        print(json.dumps(resolve_config_here(json.loads(args.resolve))))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import transformers
@@ -206,7 +244,7 @@ def main():
     manifest = {"versions": {"transformers": transformers.__version__, "pillow": PIL.__version__,
                              "numpy": np.__version__, "libjpeg_turbo": features.version("libjpeg_turbo"),
                              "libwebp": features.version("webp")},
-                "images": [], "cases": [], "resizes": [], "smart_resize": []}
+                "images": [], "cases": [], "resizes": [], "smart_resize": [], "configs": []}
     decoded = {}
     for name, data in imgs.items():
         (out / name).write_bytes(data)
@@ -242,6 +280,8 @@ def main():
     for (h, w, f, lo, hi) in SMART:
         manifest["smart_resize"].append({"height": h, "width": w, "factor": f, "min_pixels": lo, "max_pixels": hi,
                                          "result": smart_resize_ref(h, w, f, lo, hi)})
+    for cfg in CONFIGS:
+        manifest["configs"].append({"json": cfg, "resolved": resolve_config(cfg)})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     total = sum(f.stat().st_size for f in out.iterdir())
     print(f"wrote {len(list(out.iterdir()))} files, {total} bytes, to {out}")
