@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Longer fuzzing by hand (not part of test.sh): scripts/fuzz.sh TARGET SECONDS [JOBS]
-# TARGET: gguf, template, tokenizer, request or hf. Builds build-fuzz/ (clang), runs
+# TARGET: gguf, template, tokenizer, request, hf or image. Builds build-fuzz/ (clang), runs
 # fuzz_TARGET for SECONDS with JOBS parallel processes (default 1) on a scratch corpus
 # seeded from tests/fuzz/corpus/TARGET, and prints the CPU time spent and any crash.
 # A crash file it reports belongs in tests/fuzz/corpus/TARGET as regress-NAME, with a unit

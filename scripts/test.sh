@@ -31,13 +31,13 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -L unit
 
-  hearth_build fuzz fuzz_gguf fuzz_template fuzz_tokenizer fuzz_request fuzz_hf
+  hearth_build fuzz fuzz_gguf fuzz_template fuzz_tokenizer fuzz_request fuzz_hf fuzz_image
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
   # Each fuzzer: new inputs and crash files go to a scratch folder, the kept corpus is read only.
   # UBSan halts on the first report so that undefined behaviour fails the run like a crash.
   # A fixed seed keeps CI repeatable; HEARTH_FUZZ_SEED=0 (random) for longer hunts by hand.
-  for part in gguf template tokenizer request hf; do
+  for part in gguf template tokenizer request hf image; do
     hearth_log "fuzzing $part (${HEARTH_FUZZ_SECONDS:-20}s)"
     mkdir -p "$scratch/$part"
     if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build-fuzz/tests/fuzz/fuzz_$part \

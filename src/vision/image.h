@@ -24,10 +24,13 @@ struct DecodeLimits {
 };
 
 // Decodes PNG, JPEG, WebP or GIF (the first frame), told apart by their signatures; alpha
-// is composited over white, grey and palette images are expanded. Throws Error
+// (and PNG / GIF transparency) is composited over white, grey and palette images are
+// expanded, 16-bit samples keep their high byte, the EXIF orientation is applied (as
+// transformers' load_image does with ImageOps.exif_transpose). Throws Error
 // (kInvalidInput: corrupt or truncated data, naming `what` (e.g. "messages[1].content[0]")
 // and what is wrong; kUnsupported: not one of those formats; kResource: above the limits).
-Image decode_image(std::string_view bytes, const std::string& what, const DecodeLimits& limits = {});
+Image decode_image(std::string_view bytes, const std::string& what,
+                   const DecodeLimits& limits = {});
 
 // The Qwen2-VL / Qwen3-VL image processor's settings (preprocessor_config.json).
 struct PreprocessConfig {
@@ -38,7 +41,7 @@ struct PreprocessConfig {
   int64_t max_pixels = 16777216;  // size.longest_edge (or max_pixels)
   float image_mean[3] = {0.5f, 0.5f, 0.5f};
   float image_std[3] = {0.5f, 0.5f, 0.5f};
-  float rescale_factor = 1.0f / 255.0f;
+  double rescale_factor = 1.0 / 255.0;  // double: the processor multiplies in float64
 };
 
 // One image as patches: grid_t x grid_h x grid_w patches (grid_h, grid_w multiples of
@@ -54,7 +57,8 @@ struct Patches {
 
 // smart_resize: the (height, width) an image is resized to. Throws Error(kInvalidInput)
 // for an aspect ratio above 200 or an empty image.
-void smart_resize(int32_t height, int32_t width, const PreprocessConfig& cfg, int32_t& out_h, int32_t& out_w);
+void smart_resize(int32_t height, int32_t width, const PreprocessConfig& cfg, int32_t& out_h,
+                  int32_t& out_w);
 
 // The processor's whole pipeline for a still image (repeated temporal_patch_size times).
 Patches preprocess(const Image& image, const PreprocessConfig& cfg);
