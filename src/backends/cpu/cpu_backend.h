@@ -23,9 +23,9 @@ inline int64_t act_grain(int64_t n_cols) { return std::max<int64_t>(1, 32768 / s
 struct MoeScratch;  // cpu_moe.cpp
 
 // A work item of attention_full (cpu_vision.cpp): query rows [row0, row0 + n_q) of the
-// segment of rows [seg0, seg0 + seg_n), one head.
+// segment of rows [seg0, seg0 + seg_n) (its transposed key blocks from kt_block0), one head.
 struct FullAttnItem {
-  int64_t row0, seg0, seg_n;
+  int64_t row0, seg0, seg_n, kt_block0;
   int32_t n_q, head;
 };
 
@@ -167,7 +167,8 @@ class CpuBackend final : public ops::Backend {
   bool attention_blocks_ = true;        // blocked AVX-512 attention where it applies
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
-  std::vector<float> full_kt_;                // attention_full: the keys transposed per head
+  std::vector<float> full_kt_;                // attention_full: the keys transposed in blocks
+  std::vector<int64_t> full_blocks_;          // ... each block's first row and rows
   std::vector<FullAttnItem> full_items_;      // ... and its work items
   bool repack_ = false;
   bool fused_moe_ = true;
