@@ -565,6 +565,16 @@ void CpuBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                       const ops::RopeParams& p) {
   const OpScope timer(op_times_.get(), "rope");
+  if (p.multi != ops::RopeMulti::kNone) {
+    check_rope_multi(p, "cpu");
+    // Multi-axis positions come in p.pos3: each chunk gets its own tokens' triples.
+    pool_.parallel_for(n_tokens, 8, [&](int64_t begin, int64_t end, int) {
+      ops::RopeParams pc = p;
+      pc.pos3 = p.pos3 + 3 * begin;
+      ref::rope(x + begin * n_heads * head_dim, end - begin, n_heads, head_dim, nullptr, pc);
+    });
+    return;
+  }
   pool_.parallel_for(n_tokens, 8, [&](int64_t begin, int64_t end, int) {
     ref::rope(x + begin * n_heads * head_dim, end - begin, n_heads, head_dim, positions + begin, p);
   });

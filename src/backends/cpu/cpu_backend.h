@@ -22,6 +22,18 @@ inline int64_t act_grain(int64_t n_cols) { return std::max<int64_t>(1, 32768 / s
 
 struct MoeScratch;  // cpu_moe.cpp
 
+// A work item of attention_full (cpu_vision.cpp): query rows [row0, row0 + n_q) of the
+// segment of rows [seg0, seg0 + seg_n) (its transposed key blocks from kt_block0), one head.
+struct FullAttnItem {
+  int64_t row0, seg0, seg_n, kt_block0;
+  int32_t n_q, head;
+};
+
+// Throws Error(kInvalidInput) naming `backend` when p asks for multi-axis RoPE that
+// backend.h does not define (no NeoX layout, no pos3, vision sections not covering
+// n_rot / 2); nothing for plain RoPE (cpu_vision.cpp).
+void check_rope_multi(const ops::RopeParams& p, const char* backend);
+
 class CpuBackend final : public ops::Backend {
  public:
   // n_threads <= 0: one per physical core. reference_kernels picks the plain
@@ -82,6 +94,12 @@ class CpuBackend final : public ops::Backend {
                        int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                       float eps, int64_t rows_per_token = 1) override;
+  // Vision-tower operations (cpu_vision.cpp).
+  void layer_norm(const float* x, const ops::WeightView& weight, const ops::WeightView& bias, int64_t n_rows,
+                  int64_t n, float eps, float* y) override;
+  void gelu(float* x, int64_t n, bool tanh_approx) override;
+  void attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs,
+                      int64_t n_segs, int64_t n_head, int64_t head_dim, float scale, float* out) override;
   void sigmoid_mul(float* x, const float* gate, int64_t n) override;
   void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
@@ -149,6 +167,9 @@ class CpuBackend final : public ops::Backend {
   bool attention_blocks_ = true;        // blocked AVX-512 attention where it applies
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
+  std::vector<float> full_kt_;                // attention_full: the keys transposed in blocks
+  std::vector<int64_t> full_blocks_;          // ... each block's first row and rows
+  std::vector<FullAttnItem> full_items_;      // ... and its work items
   bool repack_ = false;
   bool fused_moe_ = true;
   std::shared_ptr<MoeScratch> moe_;  // shared_ptr: the type is complete only in cpu_moe.cpp

@@ -88,6 +88,37 @@ void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin) {
   }
 }
 
+void rope_angles_multi(const int32_t* pos3, const ops::RopeParams& p, float* cos_sin) {
+  const int64_t half = p.n_rot / 2;
+  if (p.multi == ops::RopeMulti::kVision) {
+    // Two sections (rows: axis 1, then columns: axis 2), each its own frequency ladder
+    // base^(-j / s), j = 0 .. s - 1.
+    int64_t i = 0;
+    for (int sec = 0; sec < 2; ++sec) {
+      const int64_t s = p.sections[sec];
+      const float step = std::pow(p.freq_base, -1.0f / static_cast<float>(s));
+      float theta = static_cast<float>(pos3[sec + 1]);
+      for (int64_t j = 0; j < s && i < half; ++j, ++i) {
+        const float t = p.freq_scale * theta;
+        cos_sin[2 * i] = std::cos(t);
+        cos_sin[2 * i + 1] = std::sin(t);
+        theta *= step;
+      }
+    }
+    return;
+  }
+  // kInterleaved: one ladder per axis, all stepped together; pair i takes its axis'.
+  const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  float theta[3] = {static_cast<float>(pos3[0]), static_cast<float>(pos3[1]), static_cast<float>(pos3[2])};
+  for (int64_t i = 0; i < half; ++i) {
+    const int axis = rope_axis(i, p);
+    const float t = p.freq_scale * theta[axis];
+    cos_sin[2 * i] = std::cos(t);
+    cos_sin[2 * i + 1] = std::sin(t);
+    for (float& th : theta) th *= step;
+  }
+}
+
 void rope_rotate(float* v, const float* cos_sin, const ops::RopeParams& p) {
   const int64_t half = p.n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {
@@ -106,7 +137,11 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
           const ops::RopeParams& p) {
   std::vector<float> cos_sin(static_cast<size_t>(p.n_rot));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    rope_angles(static_cast<float>(positions[t]), p, cos_sin.data());
+    if (p.multi != ops::RopeMulti::kNone) {
+      rope_angles_multi(p.pos3 + 3 * t, p, cos_sin.data());
+    } else {
+      rope_angles(static_cast<float>(positions[t]), p, cos_sin.data());
+    }
     for (int64_t h = 0; h < n_heads; ++h) rope_rotate(x + (t * n_heads + h) * head_dim, cos_sin.data(), p);
   }
 }
@@ -161,6 +196,68 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 
 void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void layer_norm(const float* x, const ops::WeightView& weight, const ops::WeightView& bias, int64_t n_rows, int64_t n,
+                float eps, float* y) {
+  std::vector<float> w(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  dequantize_row(weight, 0, w.data());
+  dequantize_row(bias, 0, b.data());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const auto m = static_cast<float>(mean);
+    const auto inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] = (xr[i] - m) * inv * w[i] + b[i];
+  }
+}
+
+float gelu_one(float x, bool tanh_approx) {
+  if (tanh_approx) {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+  }
+  return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
+}
+
+void gelu(float* x, int64_t n, bool tanh_approx) {
+  for (int64_t i = 0; i < n; ++i) x[i] = gelu_one(x[i], tanh_approx);
+}
+
+void attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs, int64_t n_segs,
+                    int64_t n_head, int64_t head_dim, float scale, float* out) {
+  const int64_t stride = n_head * head_dim;
+  std::vector<float> scores;
+  std::vector<double> acc(static_cast<size_t>(head_dim));
+  for (int64_t s = 0; s < n_segs; ++s) {
+    const ops::FullAttentionSeg& sg = segs[s];
+    scores.resize(static_cast<size_t>(sg.n_rows));
+    for (int64_t r = sg.first_row; r < sg.first_row + sg.n_rows; ++r) {
+      for (int64_t h = 0; h < n_head; ++h) {
+        const float* qr = q + r * stride + h * head_dim;
+        float max_s = -INFINITY;
+        for (int64_t j = 0; j < sg.n_rows; ++j) {
+          scores[j] = dot(qr, k + (sg.first_row + j) * stride + h * head_dim, head_dim) * scale;
+          max_s = std::max(max_s, scores[j]);
+        }
+        double total = 0.0;
+        for (int64_t j = 0; j < sg.n_rows; ++j) {
+          scores[j] = std::exp(scores[j] - max_s);
+          total += scores[j];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = 0; j < sg.n_rows; ++j) {
+          const float* vj = v + (sg.first_row + j) * stride + h * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) acc[d] += static_cast<double>(scores[j]) * vj[d];
+        }
+        for (int64_t d = 0; d < head_dim; ++d) out[r * stride + h * head_dim + d] = static_cast<float>(acc[d] / total);
+      }
+    }
+  }
 }
 
 }  // namespace hearth::cpu::ref

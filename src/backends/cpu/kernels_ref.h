@@ -22,6 +22,15 @@ void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSe
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void add(float* x, const float* y, int64_t n);
 
+// Vision-tower operations (ops::Backend::layer_norm, gelu, attention_full): the
+// formulas of backend.h in float, with sums in double.
+void layer_norm(const float* x, const ops::WeightView& weight, const ops::WeightView& bias, int64_t n_rows, int64_t n,
+                float eps, float* y);
+float gelu_one(float x, bool tanh_approx);
+void gelu(float* x, int64_t n, bool tanh_approx);
+void attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs, int64_t n_segs,
+                    int64_t n_head, int64_t head_dim, float scale, float* out);
+
 // Single row helpers shared by the fast kernels.
 void dequantize_row(const ops::WeightView& w, int64_t row, float* out);  // out: [w.n_cols]
 // Float dot product in four interleaved partial sums ((s0 + s1) + (s2 + s3)): the CPU
@@ -30,6 +39,16 @@ float dot(const float* a, const float* b, int64_t n);
 float silu(float x);
 // RoPE angles of one position: cos_sin[2i], cos_sin[2i + 1] for i < p.n_rot / 2.
 void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin);
+// The axis (0 time, 1 height, 2 width) whose position turns pair i under kInterleaved.
+inline int rope_axis(int64_t i, const ops::RopeParams& p) {
+  if (i % 3 == 1 && i < 3 * p.sections[1]) return 1;
+  if (i % 3 == 2 && i < 3 * p.sections[2]) return 2;
+  return 0;
+}
+// Multi-axis RoPE angles (p.multi != kNone) of one token from its three positions
+// pos3[0..2], laid out as rope_angles'. Each axis' angle runs by the same repeated
+// multiplication as rope_angles, so equal positions under kInterleaved give its bits.
+void rope_angles_multi(const int32_t* pos3, const ops::RopeParams& p, float* cos_sin);
 // Rotates one head v: [head_dim] in place with angles from rope_angles.
 void rope_rotate(float* v, const float* cos_sin, const ops::RopeParams& p);
 

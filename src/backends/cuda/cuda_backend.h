@@ -92,6 +92,12 @@ class CudaBackend final : public ops::Backend {
   void rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head, int64_t n_head_kv,
                      int64_t head_dim, const int32_t* positions, const ops::RopeParams& p, const int32_t* slots,
                      const ops::KvLayer& cache) override;
+  // Vision-tower operations (cuda_vision.cu).
+  void layer_norm(const float* x, const ops::WeightView& weight, const ops::WeightView& bias, int64_t n_rows,
+                  int64_t n, float eps, float* y) override;
+  void gelu(float* x, int64_t n, bool tanh_approx) override;
+  void attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs,
+                      int64_t n_segs, int64_t n_head, int64_t head_dim, float scale, float* out) override;
   void sigmoid_mul(float* x, const float* gate, int64_t n) override;
   void sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;

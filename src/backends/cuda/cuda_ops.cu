@@ -252,17 +252,48 @@ __global__ void gated_rms_norm_kernel(float* x, const float* z, const float* w, 
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] = xr[i] * inv * w[i] * silu_f(zr[i]);
 }
 
+// Multi-axis positions (ops::RopeMulti) as the kernels take them: kind 0 is plain RoPE
+// (pos[t]); otherwise pos3 [n_tokens, 3] in device memory, the sections, and the
+// frequency steps of the vision sections (step_v[s] = base^(-1 / sections[s])).
+struct RopeMultiArgs {
+  const int32_t* pos3 = nullptr;
+  int kind = 0;
+  int sections[3] = {0, 0, 0};
+  float step_v[2] = {1.0f, 1.0f};
+};
+
+// The angle of pair i of token t before freq_scale: the position of its axis times
+// step^i, by repeated multiplication as the CPU computes it (ref::rope_angles and
+// rope_angles_multi: with equal positions kInterleaved gives plain RoPE's bits).
+__device__ __forceinline__ float rope_theta(int64_t t, int64_t i, const int32_t* pos, float step,
+                                            const RopeMultiArgs& m) {
+  int64_t n_steps = i;
+  float theta;
+  if (m.kind == static_cast<int>(ops::RopeMulti::kNone)) {
+    theta = static_cast<float>(pos[t]);
+  } else if (m.kind == static_cast<int>(ops::RopeMulti::kVision)) {
+    const bool row = i < m.sections[0];
+    theta = static_cast<float>(m.pos3[3 * t + (row ? 1 : 2)]);
+    step = m.step_v[row ? 0 : 1];
+    n_steps = row ? i : i - m.sections[0];
+  } else {
+    const int axis = (i % 3 == 1 && i < 3 * m.sections[1]) ? 1 : (i % 3 == 2 && i < 3 * m.sections[2]) ? 2 : 0;
+    theta = static_cast<float>(m.pos3[3 * t + axis]);
+  }
+  for (int64_t k = 0; k < n_steps; ++k) theta *= step;
+  return theta;
+}
+
 // One thread per (token, head, pair): the angle as the CPU computes it (repeated
 // multiplication by `step`), then the rotation with the same fused multiply-adds.
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-                            int64_t n_rot, float step, float freq_scale, bool neox) {
+                            int64_t n_rot, float step, float freq_scale, bool neox, RopeMultiArgs multi) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int64_t half = n_rot / 2;
   GRID_LOOP(idx, n_tokens * n_heads * half) {
     const int64_t i = idx % half, th = idx / half, t = th / n_heads;
-    float theta = static_cast<float>(pos[t]);
-    for (int64_t k = 0; k < i; ++k) theta *= step;
+    const float theta = rope_theta(t, i, pos, step, multi);
     const float a = freq_scale * theta;
     const float c = cosf(a), s = sinf(a);
     float* v = x + th * head_dim;
@@ -287,7 +318,8 @@ __device__ __forceinline__ __half to_kv<__half>(float v) { return __float2half_r
 template <class T>
 __global__ void rope_store_kv_kernel(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head,
                                      int64_t n_head_kv, int64_t head_dim, const int32_t* pos, int64_t n_rot, float step,
-                                     float freq_scale, bool neox, const int32_t* slots, T* kc, T* vc) {
+                                     float freq_scale, bool neox, RopeMultiArgs multi, const int32_t* slots, T* kc,
+                                     T* vc) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int64_t half = n_rot / 2, pairs = head_dim / 2, heads = n_head + 2 * n_head_kv;
@@ -313,8 +345,7 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* v, int64_t
     float* x = is_k ? k + (t * n_head_kv + (h - n_head)) * head_dim : q + (t * n_head + h) * head_dim;
     float x0 = x[ia], x1 = x[ib];
     if (p < half) {
-      float theta = static_cast<float>(pos[t]);
-      for (int64_t j = 0; j < p; ++j) theta *= step;
+      const float theta = rope_theta(t, p, pos, step, multi);
       const float a = freq_scale * theta;
       const float c = cosf(a), s = sinf(a);
       const float r0 = fmaf(x0, c, -(x1 * s)), r1 = fmaf(x0, s, x1 * c);
@@ -358,6 +389,36 @@ __global__ void scatter_add_rows_kernel(const float* src, int64_t n, const int32
     const int64_t r = i / n;
     dst[static_cast<int64_t>(ids[r]) * n + i % n] += w[r] * src[i];
   }
+}
+
+// Checks p's multi-axis fields as backend.h defines them (throws Error(kInvalidInput)),
+// then the kernels' form of them with pos3 staged at d_pos3 (null for plain RoPE).
+void check_rope_multi(const ops::RopeParams& p) {
+  if (p.multi == ops::RopeMulti::kNone) return;
+  const std::string what = "rope: multi-axis positions ";
+  if (p.multi != ops::RopeMulti::kVision && p.multi != ops::RopeMulti::kInterleaved) {
+    fail(ErrorKind::kInvalidInput, "cuda", what + "of unknown kind " + std::to_string(static_cast<int>(p.multi)));
+  }
+  if (!p.neox) fail(ErrorKind::kInvalidInput, "cuda", what + "need the NeoX layout");
+  if (p.pos3 == nullptr) fail(ErrorKind::kInvalidInput, "cuda", what + "without pos3");
+  if (p.multi == ops::RopeMulti::kVision &&
+      (p.sections[0] <= 0 || p.sections[1] <= 0 || p.sections[0] + p.sections[1] != p.n_rot / 2)) {
+    fail(ErrorKind::kInvalidInput, "cuda",
+         what + "(vision): sections " + std::to_string(p.sections[0]) + " + " + std::to_string(p.sections[1]) +
+             " must be positive and cover n_rot / 2 = " + std::to_string(p.n_rot / 2) + " pairs");
+  }
+}
+RopeMultiArgs rope_multi_args(const ops::RopeParams& p, const int32_t* d_pos3) {
+  RopeMultiArgs m;
+  if (p.multi == ops::RopeMulti::kNone) return m;
+  m.pos3 = d_pos3;
+  m.kind = static_cast<int>(p.multi);
+  for (int i = 0; i < 3; ++i) m.sections[i] = p.sections[i];
+  if (p.multi == ops::RopeMulti::kVision) {
+    // As ref::rope_angles_multi computes them (the same float pow, so the same steps).
+    for (int i = 0; i < 2; ++i) m.step_v[i] = std::pow(p.freq_base, -1.0f / static_cast<float>(p.sections[i]));
+  }
+  return m;
 }
 
 int row_threads(int64_t n) {
@@ -444,15 +505,20 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
     fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
                                                std::to_string(head_dim));
   }
-  const int32_t* pos = stage_array(positions, n_tokens, "rope");
+  check_rope_multi(p);
+  const bool has_multi = p.multi != ops::RopeMulti::kNone;
+  // Multi-axis positions are staged like plain ones: a replayed step uploads this step's.
+  const RopeMultiArgs multi = rope_multi_args(p, has_multi ? stage_array(p.pos3, 3 * n_tokens, "rope") : nullptr);
+  const int32_t* pos = has_multi ? nullptr : stage_array(positions, n_tokens, "rope");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const int64_t total = n_tokens * n_heads * (p.n_rot / 2);
   if (skip_launch("rope", {sig_of(x), sig_of(n_tokens), sig_of(n_heads), sig_of(head_dim), sig_of(pos), sig_of(p.n_rot),
-                           sig_of(step), sig_of(p.freq_scale), sig_of(p.neox)})) {
+                           sig_of(step), sig_of(p.freq_scale), sig_of(p.neox), sig_of(multi.pos3), sig_of(multi.kind),
+                           sig_of(multi.sections[0]), sig_of(multi.sections[1]), sig_of(multi.sections[2])})) {
     return;
   }
   ::hearth::cuda::launch_pdl(rope_kernel, grid_for(total), kThreads, 0, stream_, x, n_tokens, n_heads, head_dim, pos, p.n_rot, step,
-                                                         p.freq_scale, p.neox);
+                                                         p.freq_scale, p.neox, multi);
   HEARTH_CUDA_LAUNCHED("rope");
 }
 
@@ -559,23 +625,29 @@ void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_to
     fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
                                                std::to_string(head_dim));
   }
-  const int32_t* pos = stage_array(positions, n_tokens, "rope");
+  check_rope_multi(p);
+  const bool has_multi = p.multi != ops::RopeMulti::kNone;
+  // Multi-axis positions are staged like plain ones: a replayed step uploads this step's.
+  const RopeMultiArgs multi = rope_multi_args(p, has_multi ? stage_array(p.pos3, 3 * n_tokens, "rope") : nullptr);
+  const int32_t* pos = has_multi ? nullptr : stage_array(positions, n_tokens, "rope");
   const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   if (skip_launch("rope_store_kv", {sig_of(q), sig_of(k), sig_of(v), sig_of(n_tokens), sig_of(n_head),
                                     sig_of(n_head_kv), sig_of(head_dim), sig_of(pos), sig_of(p.n_rot), sig_of(step),
                                     sig_of(p.freq_scale), sig_of(p.neox), sig_of(d_slots), sig_of(cache.k),
-                                    sig_of(cache.v), sig_of(static_cast<int>(cache.type))})) {
+                                    sig_of(cache.v), sig_of(static_cast<int>(cache.type)), sig_of(multi.pos3),
+                                    sig_of(multi.kind), sig_of(multi.sections[0]), sig_of(multi.sections[1]),
+                                    sig_of(multi.sections[2])})) {
     return;
   }
   const unsigned grid = grid_for(n_tokens * (n_head + 2 * n_head_kv) * (head_dim / 2));
   if (cache.type == ops::KvType::F16) {
     ::hearth::cuda::launch_pdl(rope_store_kv_kernel<__half>, grid, kThreads, 0, stream_, q, k, v, n_tokens, n_head,
-                               n_head_kv, head_dim, pos, p.n_rot, step, p.freq_scale, p.neox, d_slots,
+                               n_head_kv, head_dim, pos, p.n_rot, step, p.freq_scale, p.neox, multi, d_slots,
                                static_cast<__half*>(cache.k), static_cast<__half*>(cache.v));
   } else {
     ::hearth::cuda::launch_pdl(rope_store_kv_kernel<float>, grid, kThreads, 0, stream_, q, k, v, n_tokens, n_head,
-                               n_head_kv, head_dim, pos, p.n_rot, step, p.freq_scale, p.neox, d_slots,
+                               n_head_kv, head_dim, pos, p.n_rot, step, p.freq_scale, p.neox, multi, d_slots,
                                static_cast<float*>(cache.k), static_cast<float*>(cache.v));
   }
   HEARTH_CUDA_LAUNCHED("rope_store_kv");

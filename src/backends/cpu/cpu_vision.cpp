@@ -1,0 +1,358 @@
+// The CPU back-end's vision-tower operations: layer_norm and gelu split over the pool
+// by rows / elements (each value computed by the reference code), and attention_full as
+// a tiled online-softmax ("flash") kernel: work items of up to kQueryRows query rows of
+// one segment and head walk that segment's keys kKeyTile at a time, keeping a running
+// max, sum and output per row, so no row ever holds all its scores. The keys are first
+// transposed in blocks of kScoreLanes rows ([head, block, dim, row in block]), so that
+// a query row's scores against a block are independent vector sums over the dimensions,
+// each key vector loaded once for two query rows. The kernel is one template compiled
+// three times (plain vectors without fused multiply-adds: any CPU, ARM included; AVX2+FMA;
+// the same with AVX-512's 32 registers), picked at run time.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels_ref.h"
+#include "core/error.h"
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kQueryRows = 32;  // query rows per work item
+constexpr int64_t kKeyTile = 64;    // keys per step of the online softmax
+constexpr int64_t kScoreLanes = 32;      // keys per block of scores (the rows' independent sums)
+
+template <bool Fma>
+inline float madd(float a, float b, float c) {
+  if constexpr (Fma) {
+    return std::fma(a, b, c);
+  } else {
+    return a * b + c;
+  }
+}
+
+// e^x for x <= 0: round(x / ln 2) split off, ln 2 in two parts (the first exact times
+// any n here), a degree-6 polynomial on |r| <= ln2 / 2 (relative error about 2e-7),
+// the power of two built in the exponent bits. Below -87 it returns e^-87 (about 1.6e-38),
+// which only ever multiplies sums that are then at least 1 (the row's max scores 1).
+// Branch-free, so loops over it vectorise.
+template <bool Fma>
+inline float exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float shift = 0x1.8p23f;
+  const float n = (x * 1.44269504f + shift) - shift;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-6f;
+  float p = 1.0f / 720.0f;
+  p = madd<Fma>(p, r, 1.0f / 120.0f);
+  p = madd<Fma>(p, r, 1.0f / 24.0f);
+  p = madd<Fma>(p, r, 1.0f / 6.0f);
+  p = madd<Fma>(p, r, 0.5f);
+  p = madd<Fma>(p, r, 1.0f);
+  p = madd<Fma>(p, r, 1.0f);
+  const auto e = static_cast<int32_t>(n);
+  return p * std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23);
+}
+
+// (Internal inline functions only: the ABI note GCC gives for 32-byte vector values on
+// targets without AVX does not concern them.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+// 8-float vector operations for the tiled kernel: GCC vector extensions (any target:
+// SSE pairs, NEON, ...; separate multiply and add) or AVX2 with fused multiply-adds.
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+struct VecPlain {
+  static constexpr bool kFma = false;
+  static vf8 load(const float* p) {
+    vf8 v;
+    std::memcpy(&v, p, sizeof(vf8));
+    return v;
+  }
+  static void store(float* p, vf8 v) { std::memcpy(p, &v, sizeof(vf8)); }
+  static vf8 set1(float x) { return vf8{x, x, x, x, x, x, x, x}; }
+  static vf8 fma(vf8 a, vf8 b, vf8 c) { return a * b + c; }
+};
+#if defined(__x86_64__)
+// The same with fused multiply-adds (the build keeps a * b + c unfused: -ffp-contract=off).
+struct VecAvx2 : VecPlain {
+  static constexpr bool kFma = true;
+  HEARTH_SIMD static vf8 set1(float x) { return reinterpret_cast<vf8>(_mm256_set1_ps(x)); }
+  HEARTH_SIMD static vf8 fma(vf8 a, vf8 b, vf8 c) {
+    return reinterpret_cast<vf8>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
+                                                 reinterpret_cast<__m256>(c)));
+  }
+};
+#else
+using VecAvx2 = VecPlain;
+#endif
+
+struct FullArgs {
+  // The keys transposed in blocks of kScoreLanes rows of one segment: block b of head h
+  // at (h * n_blocks + b) * head_dim * kScoreLanes, dim d of its row l at d * kScoreLanes + l
+  // (rows past the segment's end zero).
+  const float* kt;
+  const float* q;
+  const float* v;
+  int64_t n_head, head_dim, n_blocks;
+  float scale;
+  float* out;
+};
+
+using FullItem = FullAttnItem;
+
+// e^x on 8 lanes (x <= 0), exp_nonpos' arithmetic.
+template <class V>
+inline vf8 exp_nonpos8(vf8 x) {
+  const vf8 lo = V::set1(-87.0f), shift = V::set1(0x1.8p23f);
+  x = x < lo ? lo : x;
+  const vf8 n = (x * V::set1(1.44269504f) + shift) - shift;
+  const vf8 r = (x - n * V::set1(0.693145751953125f)) - n * V::set1(1.428606765330187e-6f);
+  vf8 p = V::set1(1.0f / 720.0f);
+  p = V::fma(p, r, V::set1(1.0f / 120.0f));
+  p = V::fma(p, r, V::set1(1.0f / 24.0f));
+  p = V::fma(p, r, V::set1(1.0f / 6.0f));
+  p = V::fma(p, r, V::set1(0.5f));
+  p = V::fma(p, r, V::set1(1.0f));
+  p = V::fma(p, r, V::set1(1.0f));
+  const vi8 e = __builtin_convertvector(n, vi8);
+  return p * reinterpret_cast<vf8>((e + 127) << 23);  // 2^n in the exponent bits
+}
+
+// Scores of query rows i and i2 against the kScoreLanes keys of one transposed block:
+// 2 x kScoreLanes / 8 independent vector sums, each key vector loaded once for both.
+template <int kD, class V>
+inline void score_pair(const float* kb, const float* qi, const float* qi2, float* out_i, float* out_i2) {
+  constexpr int kS = kScoreLanes / 8;
+  vf8 s0[kS], s1[kS];
+  for (int l = 0; l < kS; ++l) s0[l] = s1[l] = vf8{};
+  for (int64_t d = 0; d < kD; ++d) {
+    const vf8 q0 = V::set1(qi[d]), q1 = V::set1(qi2[d]);
+    const float* kr = kb + d * kScoreLanes;
+    for (int l = 0; l < kS; ++l) {
+      const vf8 kv = V::load(kr + 8 * l);
+      s0[l] = V::fma(q0, kv, s0[l]);
+      s1[l] = V::fma(q1, kv, s1[l]);
+    }
+  }
+  for (int l = 0; l < kS; ++l) {
+    V::store(out_i + 8 * l, s0[l]);
+    V::store(out_i2 + 8 * l, s1[l]);
+  }
+}
+
+// Items [begin, end): for each, the query rows scaled, then the segment's keys kKeyTile at
+// a time: scores (score_pair), the online-softmax update (each row's running max; its
+// output and sum rescaled by e^(old max - new max)), and p v added to the output, which
+// stays in registers while the tile's value rows stream past. kD: head_dim as a
+// compile-time multiple of 8 (vector code), or 0: any head_dim, scalar code.
+template <int kD, class V>
+inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, int64_t end) {
+  constexpr bool Fma = V::kFma;
+  const int64_t D = kD > 0 ? kD : a.head_dim, stride = a.n_head * D;
+  std::vector<float> buf(static_cast<size_t>(2 * kQueryRows * D + kQueryRows * kKeyTile + 2 * kQueryRows));
+  float* qs = buf.data();                       // [kQueryRows, D]: scaled queries
+  float* acc = qs + kQueryRows * D;             // [kQueryRows, D]: unnormalised outputs
+  float* sc = acc + kQueryRows * D;             // [kQueryRows, kKeyTile]: a tile's scores
+  float* row_max = sc + kQueryRows * kKeyTile;  // [kQueryRows]
+  float* row_sum = row_max + kQueryRows;        // [kQueryRows]
+  for (int64_t it = begin; it < end; ++it) {
+    const FullItem& w = items[it];
+    const int64_t nq = w.n_q, h = w.head;
+    for (int64_t i = 0; i < nq; ++i) {
+      const float* qr = a.q + (w.row0 + i) * stride + h * D;
+      for (int64_t d = 0; d < D; ++d) qs[i * D + d] = qr[d] * a.scale;
+      row_max[i] = -INFINITY;
+      row_sum[i] = 0.0f;
+    }
+    std::fill(acc, acc + nq * D, 0.0f);
+    const float* kt_seg = a.kt + (h * a.n_blocks + w.kt_block0) * D * kScoreLanes;
+    for (int64_t j0 = 0; j0 < w.seg_n; j0 += kKeyTile) {  // keys j0 .. of the segment
+      const int64_t nk = std::min(kKeyTile, w.seg_n - j0);
+      // Scores (a partial last block's extra keys are zero rows; their scores are unused).
+      for (int64_t jb = 0; jb < nk; jb += kScoreLanes) {
+        const float* kb = kt_seg + (j0 + jb) * D;  // block (j0 + jb) / kScoreLanes
+        for (int64_t i = 0; i < nq; i += 2) {
+          const int64_t i2 = std::min(i + 1, nq - 1);  // an odd last row is computed twice
+          if constexpr (kD > 0) {
+            score_pair<kD, V>(kb, qs + i * kD, qs + i2 * kD, sc + i * kKeyTile + jb, sc + i2 * kKeyTile + jb);
+          } else {
+            for (const int64_t r : {i, i2}) {
+              float s[kScoreLanes] = {};
+              for (int64_t d = 0; d < D; ++d) {
+                const float qd = qs[r * D + d];
+                for (int64_t l = 0; l < kScoreLanes; ++l) s[l] = madd<Fma>(qd, kb[d * kScoreLanes + l], s[l]);
+              }
+              std::memcpy(sc + r * kKeyTile + jb, s, sizeof(s));
+            }
+          }
+        }
+      }
+      const float* v0 = a.v + (w.seg0 + j0) * stride + h * D;
+      for (int64_t i = 0; i < nq; ++i) {
+        float* si = sc + i * kKeyTile;
+        float mx = row_max[i];
+        for (int64_t j = 0; j < nk; ++j) mx = si[j] > mx ? si[j] : mx;
+        const float corr = exp_nonpos<Fma>(row_max[i] - mx);
+        const int64_t nk8 = (nk + 7) & ~int64_t{7};  // within the tile: the extra scores are finite
+        const vf8 mv = V::set1(mx);
+        for (int64_t j = 0; j < nk8; j += 8) V::store(si + j, exp_nonpos8<V>(V::load(si + j) - mv));
+        row_max[i] = mx;
+        float tile_sum = 0.0f;
+        for (int64_t j = 0; j < nk; ++j) tile_sum += si[j];
+        row_sum[i] = madd<Fma>(row_sum[i], corr, tile_sum);
+        if constexpr (kD > 0) {
+          constexpr int kO = kD / 8;
+          vf8 o[kO];
+          const vf8 c = V::set1(corr);
+          for (int k = 0; k < kO; ++k) o[k] = V::load(acc + i * kD + 8 * k) * c;
+          for (int64_t j = 0; j < nk; ++j) {
+            const vf8 p = V::set1(si[j]);
+            const float* vj = v0 + j * stride;
+            for (int k = 0; k < kO; ++k) o[k] = V::fma(p, V::load(vj + 8 * k), o[k]);
+          }
+          for (int k = 0; k < kO; ++k) V::store(acc + i * kD + 8 * k, o[k]);
+        } else {
+          float* oi = acc + i * D;
+          for (int64_t d = 0; d < D; ++d) oi[d] *= corr;
+          for (int64_t j = 0; j < nk; ++j) {
+            const float* vj = v0 + j * stride;
+            for (int64_t d = 0; d < D; ++d) oi[d] = madd<Fma>(si[j], vj[d], oi[d]);
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      const float inv = 1.0f / row_sum[i];
+      float* orow = a.out + (w.row0 + i) * stride + h * D;
+      for (int64_t d = 0; d < D; ++d) orow[d] = acc[i * D + d] * inv;
+    }
+  }
+}
+
+template <class V>
+inline void full_items_any(const FullArgs& a, const FullItem* items, int64_t begin, int64_t end) {
+  switch (a.head_dim) {
+    case 16: return full_items<16, V>(a, items, begin, end);
+    case 32: return full_items<32, V>(a, items, begin, end);
+    case 64: return full_items<64, V>(a, items, begin, end);
+    case 72: return full_items<72, V>(a, items, begin, end);
+    case 80: return full_items<80, V>(a, items, begin, end);
+    case 128: return full_items<128, V>(a, items, begin, end);
+    default: return full_items<0, V>(a, items, begin, end);
+  }
+}
+
+void full_items_plain(const FullArgs& a, const FullItem* items, int64_t begin, int64_t end) {
+  full_items_any<VecPlain>(a, items, begin, end);
+}
+HEARTH_SIMD __attribute__((flatten)) void full_items_avx2(const FullArgs& a, const FullItem* items, int64_t begin,
+                                                           int64_t end) {
+  full_items_any<VecAvx2>(a, items, begin, end);
+}
+// The same code with AVX-512's 32 vector registers (the 256-bit operations encoded with
+// EVEX): a head of 72 keeps its 9 output vectors and the 8 score sums without spilling.
+HEARTH_AVX512 __attribute__((flatten)) void full_items_avx512(const FullArgs& a, const FullItem* items,
+                                                               int64_t begin, int64_t end) {
+  full_items_any<VecAvx2>(a, items, begin, end);
+}
+
+bool avx512_usable() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512vl && f.avx512bw;
+}
+
+}  // namespace
+
+void check_rope_multi(const ops::RopeParams& p, const char* backend) {
+  if (p.multi == ops::RopeMulti::kNone) return;
+  const std::string what = "rope: multi-axis positions ";
+  if (!p.neox) fail(ErrorKind::kInvalidInput, backend, what + "need the NeoX layout");
+  if (p.pos3 == nullptr) fail(ErrorKind::kInvalidInput, backend, what + "without pos3");
+  if (p.multi == ops::RopeMulti::kVision &&
+      (p.sections[0] <= 0 || p.sections[1] <= 0 || p.sections[0] + p.sections[1] != p.n_rot / 2)) {
+    fail(ErrorKind::kInvalidInput, backend,
+         what + "(vision): sections " + std::to_string(p.sections[0]) + " + " + std::to_string(p.sections[1]) +
+             " must be positive and cover n_rot / 2 = " + std::to_string(p.n_rot / 2) + " pairs");
+  }
+  if (p.multi != ops::RopeMulti::kVision && p.multi != ops::RopeMulti::kInterleaved) {
+    fail(ErrorKind::kInvalidInput, backend, what + "of unknown kind " + std::to_string(static_cast<int>(p.multi)));
+  }
+}
+
+void CpuBackend::layer_norm(const float* x, const ops::WeightView& weight, const ops::WeightView& bias,
+                            int64_t n_rows, int64_t n, float eps, float* y) {
+  const OpScope timer(op_times_.get(), "layer_norm");
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  pool_.parallel_for(n_rows, grain, [&](int64_t begin, int64_t end, int) {
+    ref::layer_norm(x + begin * n, weight, bias, end - begin, n, eps, y + begin * n);
+  });
+}
+
+void CpuBackend::gelu(float* x, int64_t n, bool tanh_approx) {
+  const OpScope timer(op_times_.get(), "gelu");
+  pool_.parallel_for(n, 4096, [&](int64_t begin, int64_t end, int) { ref::gelu(x + begin, end - begin, tanh_approx); });
+}
+
+void CpuBackend::attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs,
+                                int64_t n_segs, int64_t n_head, int64_t head_dim, float scale, float* out) {
+  const OpScope timer(op_times_.get(), "attention_full");
+  int64_t n_rows = 0;
+  for (int64_t s = 0; s < n_segs; ++s) {
+    if (segs[s].first_row < 0 || segs[s].n_rows < 0) {
+      fail(ErrorKind::kInvalidInput, "cpu", "attention_full: segment " + std::to_string(s) + " has negative rows");
+    }
+    n_rows = std::max(n_rows, segs[s].first_row + segs[s].n_rows);
+  }
+  if (n_rows == 0 || n_head <= 0 || head_dim <= 0) return;
+  // Each segment's keys transposed in blocks of kScoreLanes rows (FullArgs::kt), and the
+  // work items: kQueryRows query rows of a segment x one head.
+  full_blocks_.clear();
+  full_items_.clear();
+  for (int64_t s = 0; s < n_segs; ++s) {
+    const ops::FullAttentionSeg& sg = segs[s];
+    const auto block0 = static_cast<int64_t>(full_blocks_.size() / 2);
+    for (int64_t r = 0; r < sg.n_rows; r += kScoreLanes) {
+      full_blocks_.push_back(sg.first_row + r);
+      full_blocks_.push_back(std::min(kScoreLanes, sg.n_rows - r));
+    }
+    for (int64_t r = 0; r < sg.n_rows; r += kQueryRows) {
+      const auto nq = static_cast<int32_t>(std::min(kQueryRows, sg.n_rows - r));
+      for (int64_t h = 0; h < n_head; ++h) {
+        full_items_.push_back({sg.first_row + r, sg.first_row, sg.n_rows, block0, nq, static_cast<int32_t>(h)});
+      }
+    }
+  }
+  const auto n_blocks = static_cast<int64_t>(full_blocks_.size() / 2);
+  const int64_t stride = n_head * head_dim, block_floats = head_dim * kScoreLanes;
+  full_kt_.resize(static_cast<size_t>(n_head * n_blocks * block_floats));
+  float* kt = full_kt_.data();
+  const int64_t* blocks = full_blocks_.data();
+  pool_.parallel_for(n_head * n_blocks, 4, [&](int64_t begin, int64_t end, int) {
+    for (int64_t hb = begin; hb < end; ++hb) {
+      const int64_t h = hb / n_blocks, b = hb % n_blocks, row0 = blocks[2 * b], rows = blocks[2 * b + 1];
+      float* dst = kt + hb * block_floats;
+      for (int64_t l = 0; l < kScoreLanes; ++l) {
+        const float* src = k + (row0 + l) * stride + h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) dst[d * kScoreLanes + l] = l < rows ? src[d] : 0.0f;
+      }
+    }
+  });
+  // Longest segments first, so the pool's dynamic chunks even out.
+  std::stable_sort(full_items_.begin(), full_items_.end(),
+                   [](const FullItem& a, const FullItem& b) { return a.seg_n > b.seg_n; });
+  const FullArgs args{kt, q, v, n_head, head_dim, n_blocks, scale, out};
+  const auto run = !simd_ok_ ? full_items_plain : avx512_usable() ? full_items_avx512 : full_items_avx2;
+  const FullItem* items = full_items_.data();
+  pool_.parallel_for(static_cast<int64_t>(full_items_.size()), 1,
+                     [&](int64_t begin, int64_t end, int) { run(args, items, begin, end); });
+}
+
+}  // namespace hearth::cpu
