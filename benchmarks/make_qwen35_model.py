@@ -13,6 +13,12 @@ Weights: normal * --std (0.02) for projections and the (tied) embedding; RMSNorm
 A_log = log(uniform(1, 16)), dt_bias = 1, conv1d normal * 0.1. These keep activations
 finite over long prompts.
 
+With --vision-depth N (> 0) the folder is a Qwen3_5ForConditionalGeneration (model_type
+`qwen3_5`, text_config + vision_config, weights model.language_model.* and model.visual.*)
+with a random Qwen3.5 vision tower (--vision-hidden, --vision-heads, --vision-ff, patch 16,
+2x2 merger to the text width; LayerNorm weights 1, biases 0, position table normal * std)
+and a preprocessor_config.json (--min-pixels / --max-pixels).
+
 Usage: python3 benchmarks/make_qwen35_model.py OUT_DIR [--hidden 512] [--layers 8]
        [--intermediate 3*hidden] [--heads 4] [--kv-heads 2] [--head-dim 64]
        [--linear-key-heads 4] [--linear-value-heads 2*key] [--linear-key-dim 64]
@@ -89,8 +95,44 @@ def make_config(a, vocab):
     }
 
 
+def vision_config(a):
+    return {"depth": a.vision_depth, "hidden_act": "gelu_pytorch_tanh", "hidden_size": a.vision_hidden,
+            "in_channels": 3, "initializer_range": a.std, "intermediate_size": a.vision_ff,
+            "model_type": "qwen3_5_vision", "num_heads": a.vision_heads,
+            "num_position_embeddings": a.vision_pos_side ** 2, "out_hidden_size": a.hidden, "patch_size": 16,
+            "spatial_merge_size": 2, "temporal_patch_size": 2}
+
+
+def vision_specs(a):
+    V, F, P = a.vision_hidden, a.vision_ff, 16
+    out = [("model.visual.patch_embed.proj.weight", (V, 3, 2, P, P), "normal"),
+           ("model.visual.patch_embed.proj.bias", (V,), "zeros"),
+           ("model.visual.pos_embed.weight", (a.vision_pos_side ** 2, V), "normal"),
+           ("model.visual.merger.norm.weight", (V,), "ones"), ("model.visual.merger.norm.bias", (V,), "zeros"),
+           ("model.visual.merger.linear_fc1.weight", (4 * V, 4 * V), "normal"),
+           ("model.visual.merger.linear_fc1.bias", (4 * V,), "zeros"),
+           ("model.visual.merger.linear_fc2.weight", (a.hidden, 4 * V), "normal"),
+           ("model.visual.merger.linear_fc2.bias", (a.hidden,), "zeros")]
+    for i in range(a.vision_depth):
+        p = f"model.visual.blocks.{i}."
+        out += [(p + "norm1.weight", (V,), "ones"), (p + "norm1.bias", (V,), "zeros"),
+                (p + "norm2.weight", (V,), "ones"), (p + "norm2.bias", (V,), "zeros"),
+                (p + "attn.qkv.weight", (3 * V, V), "normal"), (p + "attn.qkv.bias", (3 * V,), "zeros"),
+                (p + "attn.proj.weight", (V, V), "normal"), (p + "attn.proj.bias", (V,), "zeros"),
+                (p + "mlp.linear_fc1.weight", (F, V), "normal"), (p + "mlp.linear_fc1.bias", (F,), "zeros"),
+                (p + "mlp.linear_fc2.weight", (V, F), "normal"), (p + "mlp.linear_fc2.bias", (V,), "zeros")]
+    return out
+
+
 def tensor_specs(a, vocab):
     """(name, shape, init) in transformers' order (sorted names, as save_pretrained writes)."""
+    out = text_specs(a, vocab)
+    if a.vision_depth > 0:
+        out = [(n.replace("model.", "model.language_model.", 1), s, k) for n, s, k in out] + vision_specs(a)
+    return sorted(out)
+
+
+def text_specs(a, vocab):
     H, I = a.hidden, a.intermediate
     nk, nv, dk, dv = a.linear_key_heads, a.linear_value_heads, a.linear_key_dim, a.linear_value_dim
     conv_dim = 2 * nk * dk + nv * dv
@@ -121,7 +163,7 @@ def tensor_specs(a, vocab):
                     (p + "linear_attn.dt_bias", (nv,), "ones"),
                     (p + "linear_attn.norm.weight", (dv,), "ones"),  # RMSNormGated: x * w
                     (p + "linear_attn.out_proj.weight", (H, nv * dv), "normal")]
-    return sorted(out)
+    return out
 
 
 def init_tensor(rng, shape, kind, std):
@@ -185,6 +227,13 @@ def main():
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vision-depth", type=int, default=0, help="> 0: add a vision tower of this many blocks")
+    ap.add_argument("--vision-hidden", type=int, default=64)
+    ap.add_argument("--vision-heads", type=int, default=2)
+    ap.add_argument("--vision-ff", type=int, default=None, help="default: 4 * vision hidden")
+    ap.add_argument("--vision-pos-side", type=int, default=8, help="learned position table side (Qwen3.5: 48)")
+    ap.add_argument("--min-pixels", type=int, default=32 * 32 * 4)
+    ap.add_argument("--max-pixels", type=int, default=256 * 256)
     ap.add_argument("--shared", type=pathlib.Path, default=DEFAULT_DATA,
                     help="the shared data folder (tokenizers/qwen3, chat-templates/Qwen3.5-4B.jinja)")
     a = ap.parse_args()
@@ -199,6 +248,20 @@ def main():
     chat_template = a.shared / "chat-templates/Qwen3.5-4B.jinja"
     vocab = vocab_size_of(tokenizer_dir / "tokenizer.json")
     cfg = make_config(a, vocab)
+    a.vision_ff = a.vision_ff or 4 * a.vision_hidden
+    if a.vision_depth > 0:
+        text = dict(cfg, model_type="qwen3_5_text")
+        del text["architectures"], text["transformers_version"], text["tie_word_embeddings"]
+        cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+               "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+               "vision_end_token_id": 151653, "tie_word_embeddings": True, "text_config": text,
+               "vision_config": vision_config(a), "transformers_version": TRANSFORMERS_VERSION}
+        (out / "preprocessor_config.json").write_text(json.dumps({
+            "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "image_processor_type": "Qwen2VLImageProcessor",
+            "merge_size": 2, "patch_size": 16, "resample": 3, "rescale_factor": 1 / 255,
+            "size": {"longest_edge": a.max_pixels, "shortest_edge": a.min_pixels}, "temporal_patch_size": 2},
+            indent=2) + "\n")
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps({
         "bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643], "pad_token_id": 151643,

@@ -26,15 +26,18 @@
 #include "cli/common.h"
 #include "cli/default_model.h"
 #include "convert/hf_import.h"
+#include "convert/hf_vision.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
 #include "engine/serve_engine.h"
 #include "format/gguf.h"
 #include "model/causal_lm.h"
+#include "model/vision_encoder.h"
 #include "server/chat_output.h"
 #include "server/chat_request.h"
 #include "server/http_server.h"
+#include "server/image_tokens.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -71,6 +74,8 @@ struct ServeOptions {
   double request_timeout = 30;
   bool kv_commit = false;
   server::MediaSettings media;  // --allowed-media-dir, --allow-remote-media, --max-media-bytes, ...
+  std::string mmproj;           // --mmproj: the vision projector (default: found beside the model)
+  int64_t max_image_pixels = 64LL << 20;  // --max-image-pixels
   std::string test_fault_inject;  // hidden, test only: engine::parse_fault_spec
 };
 
@@ -212,7 +217,24 @@ void serve(ServeOptions o) {
   std::optional<std::string> template_source;
   if (!o.chat_template.empty()) template_source = load_chat_template(o.chat_template);
   const engine::ChatPrompt chat(file, tok, template_source);
-  const server::ChatSettings chat_cfg = chat_settings(o, chat);
+  server::ChatSettings chat_cfg = chat_settings(o, chat);
+  // Vision: the model's projector (the HF folder's tower, an mmproj*.gguf beside the file, or
+  // --mmproj) on the same back-end; requests' images are encoded on the engine thread.
+  std::optional<gguf::File> projector;
+  std::unique_ptr<model::VisionEncoder> vision;
+  if (model.takes_images() || !o.mmproj.empty()) {
+    projector = convert::open_projector(entry.path, o.mmproj.empty() ? entry.mmproj : o.mmproj);
+    if (projector && !model.takes_images())
+      fail(ErrorKind::kInvalidInput, "serve", o.model + ": --mmproj given, but this model takes text only");
+  }
+  if (projector) {
+    vision = std::make_unique<model::VisionEncoder>(*projector, backend);
+    chat_cfg.vision = true;
+    chat_cfg.image_tokens = server::image_tokens_hook(*vision, tok, o.max_image_pixels);
+    std::fprintf(stderr, "hearth: vision encoder from %s (%lld blocks of %lld, %lld heads)\n", projector->name().c_str(),
+                 static_cast<long long>(vision->hparams().n_layer), static_cast<long long>(vision->hparams().n_embd),
+                 static_cast<long long>(vision->hparams().n_head));
+  }
   log_device_memory(backend, device);
   if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
 
@@ -246,6 +268,7 @@ void serve(ServeOptions o) {
   server::ServerMetrics metrics;
   server::MetricsObserver observer(metrics);
   engine::ServeEngine eng(model, tok, ec, &observer);
+  eng.set_vision(vision.get());
 
   server::HttpOptions ho;
   ho.host = o.host;
@@ -383,6 +406,10 @@ void add_serve_command(CLI::App& app) {
       ->default_val(-1);
   cmd->add_option("--allowed-media-dir", o->media.allowed_media_dirs,
                   "Images may be read from files (file:// URLs) inside this directory (repeatable)");
+  cmd->add_option("--mmproj", o->mmproj,
+                  "The model's vision projector (GGUF); default: the HF folder's tower, or an mmproj*.gguf beside the model");
+  cmd->add_option("--max-image-pixels", o->max_image_pixels, "Largest decoded image (width x height) a request may send")
+      ->default_val(o->max_image_pixels);
   cmd->add_flag("--allow-remote-media", o->media.allow_remote, "Images may be downloaded from http(s) URLs");
   cmd->add_option("--max-media-bytes", o->media.max_bytes, "Largest image (encoded bytes) a request may send or name")
       ->default_val(o->media.max_bytes);

@@ -115,6 +115,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     if (n_prompt >= limit) throw ApiException(prompt_too_long(n_prompt, limit - 1));
     engine::GenRequest g;
     g.prompt = p.tokens;
+    g.images = p.prepared.prompt_images;
     g.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, limit - n_prompt));
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();

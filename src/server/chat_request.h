@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/chat_prompt.h"
+#include "engine/prompt_images.h"
 #include "engine/reasoning_budget.h"
 #include "server/chat_output.h"
 #include "server/media_fetch.h"
@@ -90,6 +91,9 @@ struct PreparedChat {
   // The request's images in prompt order (the prompt holds one kImagePlaceholder for each),
   // set by the route from load_images.
   std::vector<MediaInput> images;
+  // Set by the vision hook (ChatSettings::image_tokens): the images decoded and
+  // preprocessed, with the prompt rows they fill (for GenRequest::images).
+  std::vector<engine::PromptImage> prompt_images;
 };
 
 // The text the chat template writes for an image (Qwen-VL's, between <|vision_start|> and

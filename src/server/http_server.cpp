@@ -422,6 +422,7 @@ struct HttpServer::Impl {
       const int64_t max_tokens = fit_max_tokens(engine, n_prompt, pr.max_tokens, "max_tokens", "messages");
       engine::GenRequest g;
       g.prompt = std::move(prompt);
+      g.images = std::move(prepared.prompt_images);
       g.max_tokens = static_cast<int32_t>(max_tokens);
       g.sampler = pr.sampler;
       g.sampler.seed = pr.seed ? *pr.seed : std::random_device{}();

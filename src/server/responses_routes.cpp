@@ -110,6 +110,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
 
     engine::GenRequest g;
     g.prompt = std::move(prompt);
+    g.images = std::move(prepared.prompt_images);
     g.max_tokens = static_cast<int32_t>(max_tokens);
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();
