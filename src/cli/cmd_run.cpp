@@ -126,10 +126,6 @@ void run(RunOptions o) {
   if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
   model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
 
-  const engine::ChatPrompt chat(file, tok);
-  const std::string prompt_text = build_prompt(o, file, chat);
-  std::vector<int32_t> prompt = chat.encode(prompt_text);
-
   // Images: decoded, preprocessed and encoded by the model's vision tower, their rows in the prompt.
   std::optional<gguf::File> proj;
   std::unique_ptr<model::VisionEncoder> vision;
@@ -139,6 +135,12 @@ void run(RunOptions o) {
     proj = convert::open_projector(model_entry.path, o.mmproj.empty() ? model_entry.mmproj : o.mmproj);
     if (!proj || !model.takes_images())
       fail(ErrorKind::kInvalidInput, "run", o.model + " takes text only (no vision encoder: give its projector with --mmproj)");
+  }
+  const engine::ChatPrompt chat(file, tok);
+  const std::string prompt_text = build_prompt(o, file, chat);
+  std::vector<int32_t> prompt = chat.encode(prompt_text);
+
+  if (!o.images.empty()) {
     vision = std::make_unique<model::VisionEncoder>(*proj, backend);
     const int32_t pad = engine::image_pad_id(tok);
     if (pad < 0) fail(ErrorKind::kInvalidInput, "run", o.model + ": the vocabulary has no <|image_pad|> token");
