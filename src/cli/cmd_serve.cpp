@@ -229,6 +229,7 @@ void serve(ServeOptions o) {
   }
   if (projector) {
     vision = std::make_unique<model::VisionEncoder>(*projector, backend);
+    if (device.cuda && !o.no_warmup) log_vision_warm_up(*vision);
     chat_cfg.vision = true;
     chat_cfg.image_tokens = server::image_tokens_hook(*vision, tok, o.max_image_pixels);
     std::fprintf(stderr, "hearth: vision encoder from %s (%lld blocks of %lld, %lld heads)\n", projector->name().c_str(),

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -112,6 +113,20 @@ void log_warm_up(model::CausalLm& model, ops::Backend& be, int64_t n_ctx, ops::K
   const double s = engine::warm_up(model, be, n_ctx, kv_type);
   std::fprintf(stderr, "hearth: warmed up %s in %.0f ms (a prompt of up to %lld tokens and a decode step; --no-warmup skips it)\n",
                be.name().c_str(), s * 1e3, static_cast<long long>(engine::kWarmUpPrompt));
+}
+
+void log_vision_warm_up(model::VisionEncoder& enc) {
+  // One image of 32 x 32 patches (256 tokens): loads the tower's kernels and the library
+  // handles its products use, as log_warm_up does for the language model.
+  vision::Patches p;
+  p.grid_t = 1;
+  p.grid_h = p.grid_w = 32;
+  p.patch_floats = static_cast<int32_t>(enc.hparams().patch_floats());
+  p.data.assign(static_cast<size_t>(p.n_patches() * p.patch_floats), 0.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  enc.encode({&p});
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "hearth: warmed up the vision encoder in %.0f ms (one 512 x 512 image)\n", ms);
 }
 
 }  // namespace hearth::cli

@@ -6,6 +6,7 @@
 
 #include "backends/backend_factory.h"
 #include "model/causal_lm.h"
+#include "model/vision_encoder.h"
 #include "ops/backend.h"
 
 namespace hearth::cli {
@@ -40,5 +41,7 @@ void apply_deterministic(ops::Backend& be, bool on);
 void log_device_memory_total(const ops::Backend& be, const backends::Device& d);
 // On a GPU, before the first request: engine::warm_up, then one stderr line with its time.
 void log_warm_up(model::CausalLm& model, ops::Backend& be, int64_t n_ctx, ops::KvType kv_type);
+// The vision encoder's counterpart of log_warm_up (GPU: before the first image is timed).
+void log_vision_warm_up(model::VisionEncoder& enc);
 
 }  // namespace hearth::cli
