@@ -116,6 +116,9 @@ def build_images():
     imgs["rgba_100x70.png"] = save(rgba, "PNG")
     pal = drawing(33, 200, 4).quantize(colors=50, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     imgs["palette_33x200.png"] = save(pal, "PNG", transparency=7)
+    imgs["colorkey_30x22.png"] = save(drawing(30, 22, 29), "PNG", transparency=(250, 30, 40))
+    imgs["palette4_25x17.png"] = save(drawing(25, 17, 30).quantize(colors=16, dither=Image.Dither.NONE), "PNG",
+                                      bits=4)
     imgs["grey_300x20.png"] = save(drawing(300, 20, 5).convert("L"), "PNG")
     la = drawing(50, 40, 6).convert("L").convert("LA")
     la.putalpha(Image.fromarray(alpha_ramp(50, 40, 7)))
@@ -227,11 +230,45 @@ def smart_resize_ref(h, w, factor, lo, hi):
         return None
 
 
+def compare_fast(out):
+    """transformers' default processor when torchvision is installed (Qwen2VLImageProcessor)
+    against the committed PIL-processor values: resized pixels and pixel_values."""
+    import torch
+    import torchvision
+    import transformers
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    print(f"torch {torch.__version__} torchvision {torchvision.__version__} transformers {transformers.__version__} "
+          f"pillow {PIL.__version__}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    sizes = {i["file"]: (i["height"], i["width"]) for i in manifest["images"]}
+    for c in manifest["cases"]:
+        h, w = sizes[c["image"]]
+        rgb = np.frombuffer((out / (c["image"] + ".rgb")).read_bytes(), np.uint8).reshape(h, w, 3)
+        proc = Qwen2VLImageProcessor(patch_size=c["patch_size"], merge_size=c["merge_size"],
+                                     temporal_patch_size=c["temporal_patch_size"], min_pixels=c["min_pixels"],
+                                     max_pixels=c["max_pixels"], image_mean=c["image_mean"], image_std=c["image_std"])
+        res = proc(images=[Image.fromarray(rgb, "RGB")], return_tensors="np")
+        fast = np.asarray(res["pixel_values"], np.float32)
+        slow = np.frombuffer((out / (c["name"] + ".f32")).read_bytes(), "<f4").reshape(fast.shape)
+        d = np.abs(fast - slow)
+        # In units of one 8-bit step of the resized image (what a resize difference shows as).
+        step = (1 / 255) / min(c["image_std"])
+        print(f"{c['name']}: grid {[int(v) for v in res['image_grid_thw'][0]]} vs {c['grid_thw']}, "
+              f"max |diff| {d.max():.6g} ({d.max() / step:.2f} steps), differing {np.mean(d > 0):.1%}, "
+              f"above 1e-6: {np.mean(d > 1e-6):.1%}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests/data/vision"))
     ap.add_argument("--resolve", help=argparse.SUPPRESS)
+    ap.add_argument("--compare-fast", action="store_true",
+                    help="write nothing; print how the torchvision processor (needs torch) differs from the "
+                         "PIL one on the committed cases")
     args = ap.parse_args()
+    if args.compare_fast:
+        compare_fast(Path(args.out))
+        return
     if args.resolve is not None:
         print(json.dumps(resolve_config_here(json.loads(args.resolve))))
         return

@@ -29,8 +29,7 @@ struct DecodeLimits {
 // transformers' load_image does with ImageOps.exif_transpose). Throws Error
 // (kInvalidInput: corrupt or truncated data, naming `what` (e.g. "messages[1].content[0]")
 // and what is wrong; kUnsupported: not one of those formats; kResource: above the limits).
-Image decode_image(std::string_view bytes, const std::string& what,
-                   const DecodeLimits& limits = {});
+Image decode_image(std::string_view bytes, const std::string& what, const DecodeLimits& limits = {});
 
 // The Qwen2-VL / Qwen3-VL image processor's settings (preprocessor_config.json).
 struct PreprocessConfig {
@@ -57,8 +56,7 @@ struct Patches {
 
 // smart_resize: the (height, width) an image is resized to. Throws Error(kInvalidInput)
 // for an aspect ratio above 200 or an empty image.
-void smart_resize(int32_t height, int32_t width, const PreprocessConfig& cfg, int32_t& out_h,
-                  int32_t& out_w);
+void smart_resize(int32_t height, int32_t width, const PreprocessConfig& cfg, int32_t& out_h, int32_t& out_w);
 
 // The processor's whole pipeline for a still image (repeated temporal_patch_size times).
 Patches preprocess(const Image& image, const PreprocessConfig& cfg);
