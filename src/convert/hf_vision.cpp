@@ -10,6 +10,7 @@
 #include "convert/hf_tensors.h"
 #include "core/error.h"
 #include "quant/dequant_ref.h"
+#include "vision/preprocess_config.h"
 
 namespace hearth::convert {
 namespace fs = std::filesystem;
@@ -141,35 +142,22 @@ gguf::Writer hf_folder_to_projector(const std::string& dir, const ConvertOptions
   w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(out_hidden));
   w.set_u32("clip.vision.spatial_merge_size", static_cast<uint32_t>(merge));
 
-  // The image processor's settings (Qwen2-VL processor defaults when the file is absent).
+  // The image processor's settings (preprocessor_config.json; Qwen3.5's own values when the
+  // folder has none: patch 16, mean / std 0.5, 65536 .. 16777216 pixels).
   const std::string ppath = dir + "/preprocessor_config.json";
   const json pc = read_json(ppath, false);
-  std::vector<float> mean = {0.5f, 0.5f, 0.5f}, stdv = {0.5f, 0.5f, 0.5f};
-  int64_t min_px = 65536, max_px = 16777216;
+  vision::PreprocessConfig pre;
   if (pc.is_object()) {
-    auto floats3 = [&](const char* key, std::vector<float>& dst) {
-      if (!pc.contains(key)) return;
-      if (!pc[key].is_array() || pc[key].size() != 3)
-        fail(ErrorKind::kInvalidInput, "convert", ppath + ": " + key + " must be an array of 3 numbers");
-      for (int i = 0; i < 3; ++i) dst[i] = pc[key][i].get<float>();
-    };
-    floats3("image_mean", mean);
-    floats3("image_std", stdv);
-    if (pc.contains("size") && pc["size"].is_object()) {
-      min_px = pc["size"].value("shortest_edge", min_px);
-      max_px = pc["size"].value("longest_edge", max_px);
-    }
-    if (pc.contains("min_pixels") && pc["min_pixels"].is_number_integer()) min_px = pc["min_pixels"].get<int64_t>();
-    if (pc.contains("max_pixels") && pc["max_pixels"].is_number_integer()) max_px = pc["max_pixels"].get<int64_t>();
-    if (pc.contains("patch_size") && pc["patch_size"].is_number_integer() && pc["patch_size"].get<int64_t>() != patch)
-      fail(ErrorKind::kInvalidInput, "convert", ppath + ": patch_size differs from config.json's vision_config");
+    pre = vision::parse_preprocess_config(pc, ppath);
+    if (pre.patch_size != patch || pre.merge_size != merge || pre.temporal_patch_size != temporal)
+      fail(ErrorKind::kInvalidInput, "convert", ppath + ": patch, merge or temporal patch size differs from config.json's vision_config");
+    if (pre.rescale_factor != 1.0 / 255.0)
+      fail(ErrorKind::kUnsupported, "convert", ppath + ": rescale_factor other than 1/255 (a projector file has no key for it)");
   }
-  if (min_px <= 0 || max_px < min_px)
-    fail(ErrorKind::kInvalidInput, "convert", ppath + ": min / max pixels must be positive and ordered");
-  w.set_array("clip.vision.image_mean", mean);
-  w.set_array("clip.vision.image_std", stdv);
-  w.set_u32("clip.vision.image_min_pixels", static_cast<uint32_t>(std::min<int64_t>(min_px, UINT32_MAX)));
-  w.set_u32("clip.vision.image_max_pixels", static_cast<uint32_t>(std::min<int64_t>(max_px, UINT32_MAX)));
+  w.set_array("clip.vision.image_mean", std::vector<float>(pre.image_mean, pre.image_mean + 3));
+  w.set_array("clip.vision.image_std", std::vector<float>(pre.image_std, pre.image_std + 3));
+  w.set_u32("clip.vision.image_min_pixels", static_cast<uint32_t>(std::min<int64_t>(pre.min_pixels, UINT32_MAX)));
+  w.set_u32("clip.vision.image_max_pixels", static_cast<uint32_t>(std::min<int64_t>(pre.max_pixels, UINT32_MAX)));
   w.set_u32("general.file_type", opt.type ? (*opt.type == GgmlType::F32 ? 0 : 1) : 1);
 
   ConvertSummary sum;

@@ -8,6 +8,8 @@
 //     12-token greedy continuation identical (a divergence is accepted only at a step whose
 //     reference top-1 / top-2 margin is below 2e-3, a near-tie);
 //   - the same prompt split into chunks that cut an image gives the same logits.
+#include <iterator>
+
 #include "vision_fixture.h"
 
 namespace {
@@ -54,6 +56,27 @@ TEST(MropePositions, MatchGetRopeIndex) {
   }
 }
 
+
+// The whole path from the PNG file: decode_image + preprocess with the settings the projector
+// carries (from the folder's preprocessor_config.json) give the processor's pixel values.
+TEST(VisionEncoder, PngThroughPreprocessGivesTheProcessorsPixels) {
+  Fixture fx;
+  hearth::cpu::CpuBackend be(1);
+  const auto proj = hearth::convert::open_projector(kDir + "vision_moe");
+  ASSERT_TRUE(proj.has_value());
+  model::VisionEncoder enc(*proj, be);
+  for (const auto& [key, want] : fx.patches) {
+    std::ifstream f(kDir + "vision_moe_images/" + key + ".png", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const vision::Patches got = vision::preprocess(vision::decode_image(bytes, key), enc.hparams().pre);
+    ASSERT_EQ(got.grid_h, want.grid_h) << key;
+    ASSERT_EQ(got.grid_w, want.grid_w) << key;
+    ASSERT_EQ(got.data.size(), want.data.size()) << key;
+    double worst = 0;
+    for (size_t i = 0; i < got.data.size(); ++i) worst = std::max(worst, std::abs(double(got.data[i]) - want.data[i]));
+    EXPECT_EQ(worst, 0.0) << key;
+  }
+}
 
 TEST(VisionLanguageModel, PromptLogitsAndGreedyMatchTransformers) {
   hearth::cpu::CpuBackend be(2);
