@@ -39,6 +39,9 @@ class TempDir {
   static inline int n_ = 0;
 };
 
+// 'path' (built with append: GCC 12 warns falsely about "'" + std::string).
+std::string q(const std::string& path) { return std::string("'").append(path).append("'"); }
+
 std::string png() { return bench::encode_png(bench::synthetic_screenshot(3, 40, 30), 40, 30); }
 
 // The ToolError message of read_image_file, or "" when it succeeded.
@@ -70,18 +73,18 @@ TEST(AgentImage, ReadsTheFourFormatsBySignature) {
 TEST(AgentImage, RefusesWhatIsNotAnImageFileWithinTheLimit) {
   TempDir d;
   EXPECT_EQ(refusal(""), "'path' is empty");
-  EXPECT_EQ(refusal(d.path("missing.png")), "'" + d.path("missing.png") + "' does not exist");
+  EXPECT_EQ(refusal(d.path("missing.png")), q(d.path("missing.png")) + " does not exist");
   fs::create_directories(d.path("dir.png"));
-  EXPECT_EQ(refusal(d.path("dir.png")), "'" + d.path("dir.png") + "' is a directory (use list_dir)");
+  EXPECT_EQ(refusal(d.path("dir.png")), q(d.path("dir.png")) + " is a directory (use list_dir)");
   ASSERT_EQ(mkfifo(d.path("pipe.png").c_str(), 0600), 0);
-  EXPECT_EQ(refusal(d.path("pipe.png")), "'" + d.path("pipe.png") + "' is not a regular file");
-  EXPECT_EQ(refusal(d.write("empty.png", "")), "'" + d.path("empty.png") + "' is empty");
+  EXPECT_EQ(refusal(d.path("pipe.png")), q(d.path("pipe.png")) + " is not a regular file");
+  EXPECT_EQ(refusal(d.write("empty.png", "")), q(d.path("empty.png")) + " is empty");
   EXPECT_EQ(refusal(d.write("doc.png", "%PDF-1.7\n")),
-            "'" + d.path("doc.png") + "' is not a PNG, JPEG, WebP or GIF image (it starts with 25 50 44 46 2d 31 2e 37)");
+            q(d.path("doc.png")) + " is not a PNG, JPEG, WebP or GIF image (it starts with 25 50 44 46 2d 31 2e 37)");
   EXPECT_EQ(refusal(d.write("short.png", "\x89PN")),
-            "'" + d.path("short.png") + "' is not a PNG, JPEG, WebP or GIF image (it starts with 89 50 4e)");
+            q(d.path("short.png")) + " is not a PNG, JPEG, WebP or GIF image (it starts with 89 50 4e)");
   const std::string p = d.write("big.png", png());
-  EXPECT_EQ(refusal(p, png().size() - 1), "'" + p + "' is " + std::to_string(png().size()) +
+  EXPECT_EQ(refusal(p, png().size() - 1), q(p) + " is " + std::to_string(png().size()) +
                                               " bytes, more than the " + std::to_string(png().size() - 1) +
                                               " an image may have");
   EXPECT_EQ(refusal(p, png().size()), "");
