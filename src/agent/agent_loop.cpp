@@ -156,7 +156,7 @@ void Agent::fit_context(json& body) {
       msgs,
       [&](const json& m) {
         json b = body;
-        b["messages"] = m;
+        b["messages"] = outgoing(m);
         return measure(b);
       },
       limit);
