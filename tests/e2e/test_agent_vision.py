@@ -134,3 +134,19 @@ def test_bad_images_are_refused_before_anything_starts(hearth_bin, tmp_path):
     assert p.returncode == 2 and "--image needs a model that takes images" in p.stderr, p.stderr
     p = run("--vision", "maybe", "--no-server")
     assert p.returncode == 2 and "--vision must be auto, on or off; got 'maybe'" in p.stderr, p.stderr
+
+
+def test_image_command_attaches_to_the_next_typed_message(hearth_bin, tiny_vision, tmp_path):
+    (tmp_path / "shot.png").write_bytes(png_bytes(64, 64))
+    (tmp_path / "notes.txt").write_text("text")
+    args = agent_args(hearth_bin, tiny_vision, tmp_path, "--max-tokens", "1", "--max-steps", "1")
+    p = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                       input="/image notes.txt\n/image shot.png\nWhat is it?\nAnd this?\nquit\n")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "[/image: 'notes.txt' is not a PNG, JPEG, WebP or GIF image (it starts with 74 65 78 74)]" in p.stdout
+    assert "[image shot.png (image/png, " in p.stdout
+    _, msgs = transcript(tmp_path)
+    users = [m for m in msgs if m["role"] == "user"]
+    assert users[0]["content"] == [{"type": "text", "text": "What is it?"},
+                                   {"type": "image_url", "image_url": {"url": data_url(png_bytes(64, 64))}}]
+    assert users[1]["content"] == "And this?"  # the image went with one message only
