@@ -19,7 +19,7 @@ constexpr double kCharsPerToken = 4.0;
 
 int64_t estimate_tokens(const json& messages, size_t from) {
   size_t chars = 0;
-  for (size_t i = from; i < messages.size(); ++i) chars += messages[i].dump().size();
+  for (size_t i = from; i < messages.size(); ++i) chars += message_chars(messages[i]);
   return static_cast<int64_t>(std::ceil(chars / kCharsPerToken));
 }
 
@@ -73,7 +73,7 @@ Agent::Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Termi
       server_(server),
       term_(term),
       transcript_(transcript),
-      tools_(tool_schemas()) {}
+      tools_(tool_schemas(o_.tools.images)) {}
 
 void Agent::begin() {
   messages_ = json::array();
@@ -97,8 +97,26 @@ void Agent::clear() {
   begin();
 }
 
+json Agent::outgoing(const json& messages) const {
+  json out = messages;
+  keep_recent_images(out, o_.max_images);
+  return out;
+}
+
+void Agent::drop_images() {
+  // A tool result with an image becomes a tool error; elsewhere (an attached image) a note
+  // stands in the image's place.
+  for (json& m : messages_)
+    if (m.is_object() && m.value("role", "") == "tool" && count_images(json::array({m})) > 0)
+      m["content"] = "error: the served model takes text only (no vision encoder): it cannot be shown images";
+  replace_images(messages_, "[image not shown: the model takes text only (no vision encoder)]");
+  o_.tools.images = false;
+  tools_ = tool_schemas(false);
+  usage_total_ = -1;
+}
+
 json Agent::request_body(int step, std::optional<bool> think) const {
-  json body = {{"model", o_.model}, {"messages", messages_}, {"tools", tools_}};
+  json body = {{"model", o_.model}, {"messages", outgoing(messages_)}, {"tools", tools_}};
   if (step == 1 && o_.tool_choice != "auto") {
     if (o_.tool_choice == "required" || o_.tool_choice == "none")
       body["tool_choice"] = o_.tool_choice;
@@ -138,7 +156,7 @@ void Agent::fit_context(json& body) {
       msgs,
       [&](const json& m) {
         json b = body;
-        b["messages"] = m;
+        b["messages"] = outgoing(m);
         return measure(b);
       },
       limit);
@@ -149,7 +167,7 @@ void Agent::fit_context(json& body) {
                  std::to_string(t.tokens) + "/" + std::to_string(o_.context_window) + " tokens)]");
     messages_ = msgs;
     usage_total_ = -1;  // the estimate's base no longer holds
-    body["messages"] = messages_;
+    body["messages"] = outgoing(messages_);
   }
   if (!t.fits)
     term_.notice("[context: " + std::to_string(t.tokens) + " tokens even after trimming (limit " +
@@ -173,6 +191,8 @@ std::optional<ChatResult> Agent::request_with_retries(const json& body) {
     term_.end_block();
     ++failures;
     term_.notice("[request failed: " + r.error + "]");
+    last_status_ = r.http_status;
+    last_error_ = r.error;
     if (!r.retryable) return std::nullopt;
     if (server_ != nullptr) {
       // A dropped connection is seen a moment before the process is reaped.
@@ -209,15 +229,41 @@ std::optional<ChatResult> Agent::request_with_retries(const json& body) {
   }
 }
 
-TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once) {
+TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once,
+                   const std::vector<ImageFile>& images) {
   interrupt_flag().store(false);
-  append(json{{"role", "user"}, {"content", text}});
+  if (images.empty()) {
+    append(json{{"role", "user"}, {"content", text}});
+  } else {
+    json parts = json::array({json{{"type", "text"}, {"text", text}}});
+    for (const ImageFile& img : images) {
+      term_.notice("[image] " + describe_image(img));
+      parts.push_back(image_part(img));
+    }
+    append(json{{"role", "user"}, {"content", std::move(parts)}});
+  }
   const std::optional<bool> think = think_once ? think_once : o_.think;
   for (int step = 1; step <= o_.max_steps; ++step) {
     json body = request_body(step, think);
     fit_context(body);
+    last_status_ = 0;
     std::optional<ChatResult> r = request_with_retries(body);
     term_.end_block();
+    if (!r && last_status_ == 400 && last_error_.find("takes text only") != std::string::npos &&
+        count_images(messages_) > 0) {
+      // A server that cannot see: the images leave the conversation (a note stays in
+      // their place). An image the user attached ends the message (its answer would
+      // not be about the image); one a tool returned is a tool error the model hears.
+      const bool from_user = !images.empty();
+      drop_images();
+      if (from_user) {
+        term_.notice("[the model takes text only (no vision encoder): the image was not sent]");
+        return TurnEnd::kFailed;
+      }
+      term_.notice("[the model takes text only (no vision encoder): images replaced by a note; retrying]");
+      --step;
+      continue;
+    }
     if (!r) return TurnEnd::kFailed;
     if (r->interrupted) {
       if (!r->content.empty()) append(json{{"role", "assistant"}, {"content", r->content}});
@@ -255,18 +301,20 @@ TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once) {
     for (size_t i = 0; i < calls.size(); ++i) {
       const std::string name = calls[i]["function"]["name"].get<std::string>();
       const std::string args = calls[i]["function"]["arguments"].get<std::string>();
-      std::string result;
+      ToolResult result;
       if (interrupt_flag().load()) {
-        result = "error: not run (the user interrupted)";
+        result.text = "error: not run (the user interrupted)";
       } else {
         term_.notice("[tool] " + name + " " + args);
-        result = run_tool(
+        result = run_tool_call(
             name, args, o_.tools, [this](const std::string& q) { return term_.confirm(q); },
             &interrupt_flag());
-        term_.status(cap_preview(result));
+        term_.status(cap_preview(result.text));
       }
-      append(json{
-          {"role", "tool"}, {"tool_call_id", calls[i]["id"]}, {"name", name}, {"content", result}});
+      append(json{{"role", "tool"},
+                  {"tool_call_id", calls[i]["id"]},
+                  {"name", name},
+                  {"content", result.content()}});
     }
     if (interrupt_flag().exchange(false)) {
       term_.notice("[interrupted]");

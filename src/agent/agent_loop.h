@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agent/chat_client.h"
+#include "agent/image_tool.h"
 #include "agent/server_supervisor.h"
 #include "agent/terminal.h"
 #include "agent/tools.h"
@@ -31,6 +33,7 @@ struct AgentOptions {
   int max_failures = 3;               // failed requests in a row before giving up
   double backoff_s = 0.5;             // first retry delay (doubles each time)
   std::string system_prompt;          // "" for none
+  size_t max_images = 4;              // image parts per request (older ones are left out)
   ToolPolicy tools;
 };
 
@@ -47,8 +50,10 @@ class Agent {
   void begin();
   // Replaces the conversation (from --resume); not written to the transcript again.
   void load(nlohmann::ordered_json messages);
-  // Runs one user message; `think_once` overrides the thinking mode for it.
-  TurnEnd ask(const std::string& text, std::optional<bool> think_once = std::nullopt);
+  // Runs one user message; `think_once` overrides the thinking mode for it; `images`
+  // go with the text as image parts (text first).
+  TurnEnd ask(const std::string& text, std::optional<bool> think_once = std::nullopt,
+              const std::vector<ImageFile>& images = {});
   // Forgets the conversation (keeps the system prompt); marks the transcript.
   void clear();
   void set_think(std::optional<bool> think) { o_.think = think; }
@@ -58,6 +63,10 @@ class Agent {
  private:
   void append(nlohmann::ordered_json m);
   nlohmann::ordered_json request_body(int step, std::optional<bool> think) const;
+  // The messages as sent: at most max_images image parts, the most recent ones.
+  nlohmann::ordered_json outgoing(const nlohmann::ordered_json& messages) const;
+  // After a "takes text only" refusal: every image replaced by a note, view_image withdrawn.
+  void drop_images();
   int64_t measure(const nlohmann::ordered_json& body);
   void fit_context(nlohmann::ordered_json& body);
   std::optional<ChatResult> request_with_retries(const nlohmann::ordered_json& body);
@@ -71,6 +80,8 @@ class Agent {
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools_;
   bool tokenize_works_ = true;
+  int last_status_ = 0;     // the HTTP status of the last failed request
+  std::string last_error_;  // and its message
   // For servers without /tokenize: the usage total of the last answer and the
   // number of messages it covered (-1: none yet).
   int64_t usage_total_ = -1;

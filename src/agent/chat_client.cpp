@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "bench/image_payload.h"
 #include "core/error.h"
 
 namespace hearth::agent {
@@ -181,6 +182,26 @@ std::optional<int64_t> ChatClient::count_tokens(const json& request, int* status
   if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
     return std::nullopt;
   return static_cast<int64_t>(j["tokens"].size());
+}
+
+std::optional<bool> ChatClient::takes_images() const {
+  // 64 x 64: the smallest image the Qwen2-VL processors take without scaling up.
+  const std::string url = bench::image_data_url(bench::encode_png(bench::synthetic_screenshot(1, 64, 64), 64, 64));
+  const json body = {
+      {"messages",
+       json::array({json{{"role", "user"},
+                         {"content", json::array({json{{"type", "text"}, {"text", "What is this?"}},
+                                                  json{{"type", "image_url"}, {"image_url", {{"url", url}}}}})}}})}};
+  httplib::Client cli(ep_.origin);
+  bench::set_timeouts(cli, 30);
+  httplib::Result res = cli.Post((ep_.prefix + "/tokenize").c_str(), headers(ep_), body.dump(), "application/json");
+  if (!res) return std::nullopt;
+  if (res->status == 400 && res->body.find("takes text only") != std::string::npos) return false;
+  if (res->status != 200) return std::nullopt;
+  const json j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array() || j["tokens"].empty())
+    return std::nullopt;
+  return true;
 }
 
 ModelInfo ChatClient::model_info() const {

@@ -63,6 +63,12 @@ class ChatClient {
   // (`*status`, when given, gets the HTTP status; 0: no answer).
   std::optional<int64_t> count_tokens(const nlohmann::ordered_json& request, int* status = nullptr) const;
 
+  // Whether the served model takes images: POST /tokenize of a user message holding a
+  // small generated PNG. true: counted (Hearth with a vision encoder); false: refused
+  // with "takes text only" (Hearth without one); nullopt: the server does not say (no
+  // such route, no tokens, another error).
+  std::optional<bool> takes_images() const;
+
   // The first model of GET /v1/models with its window (context_length,
   // max_model_len or context_window); throws Error when unreachable or empty.
   ModelInfo model_info() const;

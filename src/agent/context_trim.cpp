@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "agent/image_tool.h"
+
 namespace hearth::agent {
 
 using json = nlohmann::ordered_json;
@@ -52,7 +54,7 @@ TrimResult trim_to_fit(json& messages, const std::function<int64_t(const json&)>
     if (units.empty()) break;
     // Each unit's share of the tokens, estimated from its share of the JSON text.
     size_t total_chars = 0;
-    for (const json& m : messages) total_chars += m.dump().size();
+    for (const json& m : messages) total_chars += message_chars(m);
     const double tokens_per_char =
         total_chars > 0 ? static_cast<double>(r.tokens) / total_chars : 0;
     const double need = static_cast<double>(r.tokens - limit);
@@ -60,7 +62,7 @@ TrimResult trim_to_fit(json& messages, const std::function<int64_t(const json&)>
     size_t take = 0;
     while (take < units.size() && (take == 0 || freed < need)) {
       for (size_t k = units[take].first; k < units[take].second; ++k)
-        freed += messages[k].dump().size() * tokens_per_char;
+        freed += message_chars(messages[k]) * tokens_per_char;
       ++take;
     }
     // Erase the chosen units, latest first so earlier indices stay valid.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "agent/file_tools.h"
+#include "agent/image_tool.h"
 #include "agent/output_cap.h"
 #include "agent/shell_tool.h"
 
@@ -27,8 +28,8 @@ json str_prop(const char* description) {
   return json{{"type", "string"}, {"description", description}};
 }
 
-const char* const kToolNames[] = {"run_shell", "read_file", "write_file",
-                                  "edit_file", "list_dir",  "search_files"};
+const char* const kToolNames[] = {"run_shell", "read_file", "write_file",  "edit_file",
+                                  "list_dir",  "search_files", "view_image"};
 
 // The string field `key` of the arguments; ToolError naming it when absent or not a string.
 std::string get_string(const json& args, const char* key, bool required = true) {
@@ -43,7 +44,7 @@ std::string get_string(const json& args, const char* key, bool required = true) 
 
 }  // namespace
 
-json tool_schemas() {
+json tool_schemas(bool images) {
   json tools = json::array();
   tools.push_back(function_tool("run_shell",
                                 "Run a shell command (/bin/sh -c) and return its combined output",
@@ -66,6 +67,12 @@ json tool_schemas() {
                                 {{"pattern", str_prop("Regular expression (PCRE)")},
                                  {"path", str_prop("Directory to search (default: current)")}},
                                 {"pattern"}));
+  if (images)
+    tools.push_back(function_tool(
+        "view_image",
+        "Look at an image file (a screenshot, diagram, chart or photo: PNG, JPEG, WebP or GIF); "
+        "the image is shown to you with the result",
+        {{"path", str_prop("Path of the image file")}}, {"path"}));
   return tools;
 }
 
@@ -79,9 +86,21 @@ bool shell_command_allowed(const std::string& command, const std::vector<std::st
   return !program.empty() && std::find(allow.begin(), allow.end(), program) != allow.end();
 }
 
+json ToolResult::content() const {
+  if (image.is_null()) return text;
+  return json::array({json{{"type", "text"}, {"text", text}}, image});
+}
+
 std::string run_tool(const std::string& name, const std::string& arguments,
                      const ToolPolicy& policy, const ConfirmFn& confirm,
                      const std::atomic<bool>* stop) {
+  return run_tool_call(name, arguments, policy, confirm, stop).text;
+}
+
+ToolResult run_tool_call(const std::string& name, const std::string& arguments,
+                         const ToolPolicy& policy, const ConfirmFn& confirm,
+                         const std::atomic<bool>* stop) {
+  const auto text = [](std::string s) { return ToolResult{std::move(s), nullptr}; };
   try {
     if (!is_known_tool(name)) throw ToolError("unknown tool '" + name + "'");
     json args = arguments.empty() ? json::object() : json::parse(arguments, nullptr, false);
@@ -96,15 +115,21 @@ std::string run_tool(const std::string& name, const std::string& arguments,
       if (command.find_first_not_of(" \t\r\n") == std::string::npos)
         throw ToolError("'command' is empty");
       if (!shell_command_allowed(command, policy.allow)) ask("Run: " + command);
-      return format_shell_result(run_shell(command, policy.shell_timeout_s, stop),
-                                 policy.output_chars, policy.shell_timeout_s);
+      return text(format_shell_result(run_shell(command, policy.shell_timeout_s, stop),
+                                      policy.output_chars, policy.shell_timeout_s));
+    }
+    if (name == "view_image") {
+      if (!policy.images)
+        throw ToolError("the served model takes text only (no vision encoder): it cannot be shown images");
+      const ImageFile img = read_image_file(get_string(args, "path"), policy.max_image_bytes);
+      return ToolResult{"image " + describe_image(img) + " attached", image_part(img)};
     }
     if (name == "read_file")
-      return cap_output(read_file_tool(get_string(args, "path")), policy.output_chars);
+      return text(cap_output(read_file_tool(get_string(args, "path")), policy.output_chars));
     if (name == "write_file") {
       const std::string path = get_string(args, "path"), content = get_string(args, "content");
       ask("Write " + std::to_string(content.size()) + " bytes to " + path);
-      return write_file_tool(path, content);
+      return text(write_file_tool(path, content));
     }
     if (name == "edit_file") {
       const std::string path = get_string(args, "path");
@@ -112,17 +137,17 @@ std::string run_tool(const std::string& name, const std::string& arguments,
                         new_text = get_string(args, "new_string");
       ask("Edit " + path + " (replace " + std::to_string(old_text.size()) + " bytes with " +
           std::to_string(new_text.size()) + ")");
-      return edit_file_tool(path, old_text, new_text);
+      return text(edit_file_tool(path, old_text, new_text));
     }
     if (name == "list_dir")
-      return cap_output(list_dir_tool(get_string(args, "path", false)), policy.output_chars);
-    return cap_output(search_files_tool(get_string(args, "pattern"),
-                                        get_string(args, "path", false), policy.max_search_results),
-                      policy.output_chars);
+      return text(cap_output(list_dir_tool(get_string(args, "path", false)), policy.output_chars));
+    return text(cap_output(search_files_tool(get_string(args, "pattern"),
+                                             get_string(args, "path", false), policy.max_search_results),
+                           policy.output_chars));
   } catch (const ToolError& e) {
-    return std::string("error: ") + e.what();
+    return text(std::string("error: ") + e.what());
   } catch (const std::exception& e) {  // a failure to start a process, a filesystem error
-    return std::string("error: ") + e.what();
+    return text(std::string("error: ") + e.what());
   }
 }
 

@@ -17,12 +17,15 @@ struct ToolPolicy {
   bool yes = false;                // never ask
   std::vector<std::string> allow;  // programs the shell tool runs without asking
   size_t max_search_results = 100;
+  bool images = false;                     // the model takes images: view_image is offered
+  size_t max_image_bytes = size_t{20} << 20;  // view_image's size limit
 };
 
-// The `tools` array: run_shell, read_file, write_file, edit_file, list_dir, search_files.
-nlohmann::ordered_json tool_schemas();
+// The `tools` array: run_shell, read_file, write_file, edit_file, list_dir, search_files,
+// and with `images` view_image.
+nlohmann::ordered_json tool_schemas(bool images = false);
 
-// True when `name` is one of tool_schemas().
+// True when `name` is one of the tools (view_image included).
 bool is_known_tool(const std::string& name);
 
 // True when the shell command may run without asking: its program is on
@@ -40,5 +43,20 @@ using ConfirmFn = std::function<bool(const std::string& question)>;
 std::string run_tool(const std::string& name, const std::string& arguments,
                      const ToolPolicy& policy, const ConfirmFn& confirm,
                      const std::atomic<bool>* stop);
+
+// What a tool call gives back: text, and for view_image the image's content part.
+struct ToolResult {
+  std::string text;
+  nlohmann::ordered_json image;  // {"type": "image_url", ...}; null when none
+  // The `tool` message's content: the text, or [text part, image part].
+  nlohmann::ordered_json content() const;
+};
+
+// run_tool with view_image: the image comes back as a part for the tool message
+// (text: "image PATH (TYPE, N bytes) attached"); errors as in run_tool. view_image
+// without policy.images is an error saying the model takes text only.
+ToolResult run_tool_call(const std::string& name, const std::string& arguments,
+                         const ToolPolicy& policy, const ConfirmFn& confirm,
+                         const std::atomic<bool>* stop);
 
 }  // namespace hearth::agent

@@ -85,6 +85,14 @@ json prompt_messages(uint64_t seed, int64_t words) {
                            {"content", text + "\n\nContinue these notes in the same style, one long paragraph."}}});
 }
 
+json image_messages(uint64_t seed, int64_t words, const std::string& image_url) {
+  const std::string question = "These notes go with the picture: " + make_text(seed, std::max<int64_t>(1, words - 20)) +
+                               "\n\nWhat does the picture show, and which parts of it do the notes describe?";
+  return json::array({json{{"role", "user"},
+                           {"content", json::array({json{{"type", "text"}, {"text", question}},
+                                                    json{{"type", "image_url"}, {"image_url", {{"url", image_url}}}}})}}});
+}
+
 int64_t Calibration::words_for(int64_t tokens) const {
   const double w = (static_cast<double>(tokens) - overhead) / std::max(0.05, tokens_per_word);
   return std::max<int64_t>(1, static_cast<int64_t>(std::llround(w)));

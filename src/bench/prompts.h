@@ -32,6 +32,12 @@ std::string make_text(uint64_t seed, int64_t words);
 // model to continue the text.
 nlohmann::json prompt_messages(uint64_t seed, int64_t words);
 
+// The messages of the image scenario: one user message whose content is a question of
+// about `words` words (first, so that a repeated image does not make the whole prompt a
+// prefix-cache hit) and the image as an OpenAI image_url part with `image_url` (a
+// data: URL).
+nlohmann::json image_messages(uint64_t seed, int64_t words, const std::string& image_url);
+
 // Prompt size model for one target: prompt_tokens = overhead + tokens_per_word * words.
 struct Calibration {
   double tokens_per_word = 1.3;

@@ -94,6 +94,9 @@ const std::vector<ScenarioView>& views() {
       {"agent", "Agent conversation: TTFT per turn", "turn", "ttft_ms",
        {{"prompt_tokens", "prompt tok"}, {"cached_tokens", "cached tok"}, {"ttft_ms", "TTFT ms"},
         {"decode_tps", "decode tok/s"}}},
+      {"image", "Image + question: time to first token", "image side px (0: --image file)", "ttft_ms",
+       {{"prompt_tokens", "prompt tok (with the image's)"}, {"cached_tokens", "cached tok"}, {"ttft_ms", "TTFT ms"},
+        {"ttft_p90_ms", "TTFT p90 ms"}, {"decode_tps", "decode tok/s"}}},
   };
   return v;
 }
@@ -112,7 +115,8 @@ json results_json(const BenchResults& res, const std::string& command_line) {
                   {"lengths", o.lengths}, {"concurrency", o.concurrency}, {"seed", o.seed}, {"temperature", o.temperature},
                   {"top_p", o.top_p}, {"top_k", o.top_k}, {"frequency_penalty", o.frequency_penalty},
                   {"presence_penalty", o.presence_penalty},
-                  {"agent_turns", o.agent_turns}, {"agent_system_tokens", o.agent_system_tokens}};
+                  {"agent_turns", o.agent_turns}, {"agent_system_tokens", o.agent_system_tokens},
+                  {"image_size", o.image_size}, {"image_file", o.image_file}, {"image_words", o.image_words}};
   const std::vector<TargetSummary> ts = summarize_targets(res);
   j["targets"] = json::array();
   for (size_t i = 0; i < res.targets.size(); ++i) {
@@ -346,6 +350,16 @@ std::string summary_table(const BenchResults& res) {
                   val("concurrency", c_max, "aggregate_tps").c_str(), agent.c_str(),
                   (std::to_string(ts[i].failed) + "/" + std::to_string(ts[i].requests)).c_str(),
                   ts[i].trusted ? "ok" : "UNTRUSTED (see report.md)");
+    out += buf;
+  }
+  for (const Target& t : res.targets) {
+    const double x = o.image_file.empty() ? o.image_size : 0;
+    const SummaryRow* r = find_row(rows, "image", t.name, x);
+    if (r == nullptr || !t.error.empty()) continue;
+    std::snprintf(buf, sizeof buf, "%-14s image %s + %lld-word question: TTFT median %s ms, p90 %s ms, %s prompt tokens, %d/%d failed\n",
+                  t.name.c_str(), o.image_file.empty() ? (std::to_string(o.image_size) + "x" + std::to_string(o.image_size)).c_str() : o.image_file.c_str(),
+                  static_cast<long long>(o.image_words), cell(*r, "ttft_ms", false).c_str(),
+                  cell(*r, "ttft_p90_ms", false).c_str(), cell(*r, "prompt_tokens", false).c_str(), r->failed, r->requests);
     out += buf;
   }
   return out;

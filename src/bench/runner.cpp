@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <latch>
 #include <thread>
 
+#include "bench/image_payload.h"
 #include "core/error.h"
 
 namespace hearth::bench {
@@ -26,7 +29,9 @@ struct Step {
 
 class Runner {
  public:
-  Runner(BenchResults& res, const BenchOptions& o) : res_(res), o_(o), epoch_(Clock::now()) {}
+  // `image_url`: the data: URL of --image FILE ("" : generated pictures).
+  Runner(BenchResults& res, const BenchOptions& o, std::string image_url)
+      : res_(res), o_(o), epoch_(Clock::now()), image_url_(std::move(image_url)) {}
 
   void prepare(Target& t);
   void run_step(const Step& s, Target& t);
@@ -51,10 +56,15 @@ class Runner {
                                  all_scenarios().begin()) + 1;
   }
 
+  std::string data_url_of(const std::vector<uint8_t>& rgb) const {
+    return image_data_url(encode_png(rgb, o_.image_size, o_.image_size));
+  }
+
   BenchResults& res_;
   const BenchOptions& o_;
   Clock::time_point epoch_;
   int next_group_ = 0;
+  std::string image_url_;
 };
 
 void Runner::prepare(Target& t) {
@@ -164,6 +174,14 @@ void Runner::run_step(const Step& s, Target& t) {
     if (one > 0 && pair.aggregate_tps > 0 && pair.n_failed == 0) pair.speedup = pair.aggregate_tps / one;
     res_.groups.push_back(alone);
     res_.groups.push_back(pair);
+  } else if (s.scenario == "image") {
+    // A new picture per repetition (a repeated one could be served from a prefix cache);
+    // encoding happens before the request starts, so it is not timed.
+    const uint64_t seed = mix_seed(o_.seed, sid, static_cast<uint64_t>(s.rep));
+    const std::string& url =
+        image_url_.empty() ? data_url_of(synthetic_screenshot(seed, o_.image_size, o_.image_size)) : image_url_;
+    res_.groups.push_back(
+        run_group(s, t, {body(t, image_messages(seed, o_.image_words, url), o_.max_tokens)}, {o_.image_words}, ""));
   } else if (s.scenario == "agent") {
     const AgentScript script(mix_seed(o_.seed, sid, static_cast<uint64_t>(s.rep)), o_.agent_system_tokens,
                              t.calibration);
@@ -191,6 +209,10 @@ std::vector<Step> plan(const BenchOptions& o) {
   if (has("agent"))
     for (int r = 0; r < o.reps; ++r)
       for (int turn = 0; turn < o.agent_turns; ++turn) add("agent", turn, r, "turn " + std::to_string(turn + 1));
+  if (has("image"))
+    for (int r = 0; r < o.reps; ++r)
+      add("image", o.image_file.empty() ? o.image_size : 0, r,
+          o.image_file.empty() ? std::to_string(o.image_size) + " px" : "file");
   return steps;
 }
 
@@ -200,7 +222,16 @@ BenchResults run_bench(std::vector<Target> targets, const BenchOptions& o) {
   BenchResults res;
   res.options = o;
   res.targets = std::move(targets);
-  Runner runner(res, o);
+  std::string image_url;
+  if (!o.image_file.empty()) {
+    std::ifstream f(o.image_file, std::ios::binary);
+    if (!f) fail(ErrorKind::kNotFound, "bench", "--image: cannot open '" + o.image_file + "'");
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    image_url = image_data_url(bytes);
+    if (image_url.empty())
+      fail(ErrorKind::kInvalidInput, "bench", "--image: '" + o.image_file + "' is not a PNG, JPEG, WebP or GIF image");
+  }
+  Runner runner(res, o, std::move(image_url));
   const bool tty = o.progress && isatty(STDERR_FILENO);
   std::vector<Target*> live;
   for (Target& t : res.targets) {

@@ -13,13 +13,20 @@
 
 namespace hearth::bench {
 
+// Every scenario, in report order. "image" needs a server that takes images, so it
+// runs only when named (--scenario image); default_scenarios() (and "all") are the rest.
 inline const std::vector<std::string>& all_scenarios() {
+  static const std::vector<std::string> s = {"single", "prefill", "decode-vs-input", "double", "concurrency", "agent",
+                                             "image"};
+  return s;
+}
+inline const std::vector<std::string>& default_scenarios() {
   static const std::vector<std::string> s = {"single", "prefill", "decode-vs-input", "double", "concurrency", "agent"};
   return s;
 }
 
 struct BenchOptions {
-  std::vector<std::string> scenarios = all_scenarios();
+  std::vector<std::string> scenarios = default_scenarios();
   int reps = 5;
   int max_tokens = 128;
   std::vector<int64_t> lengths = {100, 500, 1000, 2000, 4000, 8000};
@@ -33,6 +40,9 @@ struct BenchOptions {
   double presence_penalty = 0.0;   // sent when not 0
   int agent_turns = 8;
   int64_t agent_system_tokens = 1500;
+  int image_size = 1024;        // image scenario: side of the generated square PNG
+  std::string image_file;       // image scenario: send this file instead (its bytes, as a data: URL)
+  int64_t image_words = 50;     // image scenario: words of the question that goes with the image
   double request_timeout_s = 600;
   bool progress = true;         // a progress line on stderr
 };
@@ -52,7 +62,7 @@ struct Target {
 // One request as sent and observed.
 struct Sample {
   std::string scenario, target;
-  double x = 0;       // length asked for / concurrency / agent turn
+  double x = 0;       // length asked for / concurrency / agent turn / image side (0: --image file)
   int rep = 0;
   int group = 0;      // requests released together share a group number
   std::string role;   // "" ; in `double`: "alone" or "pair"

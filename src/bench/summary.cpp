@@ -67,6 +67,11 @@ std::vector<SummaryRow> summarize_rows(const BenchResults& res) {
         }
         row.trusted = row.flags.empty();
         for (auto& [k, vals] : v) row.metrics[k] = summarize(vals);
+        if (auto it = v.find("ttft_ms"); it != v.end() && !it->second.empty()) {
+          // The 90th percentile over the repetitions (median, min and max all hold it).
+          const double p90 = percentile(it->second, 90);
+          row.metrics["ttft_p90_ms"] = Stat{p90, p90, p90, static_cast<int64_t>(it->second.size())};
+        }
         rows.push_back(std::move(row));
       }
     }

@@ -22,7 +22,8 @@ struct SummaryRow {
   std::vector<std::string> reasons;     // distinct reasons, first few
   std::vector<std::string> errors;      // distinct failure messages, first few
   // ttft_ms, decode_tps, wall_tps, itl_p50_ms, itl_p99_ms, prompt_tokens,
-  // cached_tokens, completion_tokens, aggregate_tps, speedup (double).
+  // cached_tokens, completion_tokens, aggregate_tps, speedup (double), ttft_p90_ms (the
+  // 90th percentile of the TTFTs, in every field of its Stat).
   std::map<std::string, Stat> metrics;
 };
 

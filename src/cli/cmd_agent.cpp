@@ -10,6 +10,8 @@
 
 #include "agent/agent_loop.h"
 #include "agent/chat_client.h"
+#include "agent/file_tools.h"
+#include "agent/image_tool.h"
 #include "agent/server_supervisor.h"
 #include "agent/terminal.h"
 #include "agent/tools.h"
@@ -34,6 +36,9 @@ struct AgentCliOptions {
   size_t tool_output_chars = 8000;
   double shell_timeout = 120, temperature = -1;
   std::vector<std::string> allow;
+  std::string vision = "auto";
+  std::vector<std::string> images;
+  size_t max_images = 4;
 };
 
 std::string default_log_dir() {
@@ -59,8 +64,13 @@ void check(const AgentCliOptions& o) {
       !agent::is_known_tool(o.tool_choice))
     bad("--tool-choice must be auto, required, none or a tool name (run_shell, read_file, "
         "write_file, edit_file, "
-        "list_dir, search_files); got '" +
+        "list_dir, search_files, view_image); got '" +
         o.tool_choice + "'");
+  if (o.vision != "auto" && o.vision != "on" && o.vision != "off")
+    bad("--vision must be auto, on or off; got '" + o.vision + "'");
+  if (o.vision == "off" && !o.images.empty()) bad("--image needs a model that takes images; not with --vision off");
+  if (o.vision == "off" && o.tool_choice == "view_image") bad("--tool-choice view_image: not with --vision off");
+  if (o.max_images < 1) bad("--max-images must be at least 1");
   if (!o.url.empty() && o.no_server)
     bad("--url already means no server of our own; drop --no-server");
   if (o.ctx < 0) bad("--ctx must be positive");
@@ -78,8 +88,19 @@ void check(const AgentCliOptions& o) {
   if (!o.kv_cache_bytes.empty()) parse_byte_size(o.kv_cache_bytes, "--kv-cache-bytes");
 }
 
+// The images of --image / "/image FILE", checked as view_image checks them.
+agent::ImageFile load_image(const std::string& path, const char* what) {
+  try {
+    return agent::read_image_file(path);
+  } catch (const agent::ToolError& e) {
+    fail(ErrorKind::kInvalidInput, "agent", std::string(what) + ": " + e.what());
+  }
+}
+
 int run_agent(AgentCliOptions o) {
   check(o);
+  std::vector<agent::ImageFile> attached;
+  for (const std::string& path : o.images) attached.push_back(load_image(path, "--image"));
   if (o.log_dir.empty()) o.log_dir = default_log_dir();
   std::error_code ec;
   fs::create_directories(o.log_dir, ec);
@@ -111,6 +132,23 @@ int run_agent(AgentCliOptions o) {
   agent::ChatClient client(ep);
   const agent::ModelInfo info = client.model_info();
 
+  // Whether to offer view_image: --vision on / off, or what the server says (auto).
+  bool images = o.vision == "on";
+  if (o.vision == "auto") {
+    const std::optional<bool> says = client.takes_images();
+    images = says.value_or(false);
+    if (!says)
+      std::fprintf(stderr,
+                   "hearth agent: the server does not say whether the model takes images; view_image "
+                   "is not offered (--vision on offers it)\n");
+    if (!images && !o.images.empty())
+      fail(ErrorKind::kInvalidInput, "agent",
+           "--image: " + std::string(says ? "the model '" + info.id + "' takes text only (no vision encoder)"
+                                          : "the server does not say that it takes images (--vision on to send anyway)"));
+    if (!images && o.tool_choice == "view_image")
+      fail(ErrorKind::kInvalidInput, "agent", "--tool-choice view_image: the model does not take images");
+  }
+
   agent::AgentOptions ao;
   ao.model = !o.url.empty() && !o.model.empty() ? o.model : info.id;
   ao.max_steps = o.max_steps;
@@ -125,6 +163,8 @@ int run_agent(AgentCliOptions o) {
   ao.tools.shell_timeout_s = o.shell_timeout;
   ao.tools.yes = o.yes;
   ao.tools.allow = o.allow;
+  ao.tools.images = images;
+  ao.max_images = o.max_images;
   if (ao.context_window <= 0)
     std::fprintf(stderr,
                  "hearth agent: the server reports no context window; pass --ctx to trim the "
@@ -141,18 +181,19 @@ int run_agent(AgentCliOptions o) {
     agent.load(resumed);
   else
     agent.begin();
-  std::fprintf(stderr, "hearth agent: model %s, window %lld tokens, transcript %s\n",
+  std::fprintf(stderr, "hearth agent: model %s, window %lld tokens, %s, transcript %s\n",
                ao.model.c_str(), static_cast<long long>(ao.context_window),
-               transcript_path.c_str());
+               images ? "takes images (view_image)" : "text only", transcript_path.c_str());
 
   int rc = 0;
   if (!o.prompt.empty()) {
-    const TurnEnd end = agent.ask(o.prompt);
+    const TurnEnd end = agent.ask(o.prompt, std::nullopt, attached);
     rc = end == TurnEnd::kFailed ? 1 : (end == TurnEnd::kInterrupted ? 130 : 0);
   } else {
     if (term.interactive())
       term.notice(
-          "hearth agent: type a message; commands: quit, clear, think, no_think, /think QUESTION");
+          "hearth agent: type a message; commands: quit, clear, think, no_think, /think QUESTION, "
+          "/image FILE (goes with the next message)");
     for (;;) {
       auto line = term.read_line("> ");
       if (!line) break;
@@ -171,9 +212,23 @@ int run_agent(AgentCliOptions o) {
         agent.set_think(false);
         term.notice("[thinking off]");
       } else if (s.rfind("/think ", 0) == 0) {
-        agent.ask(s.substr(7), true);
+        agent.ask(s.substr(7), true, attached);
+        attached.clear();
+      } else if (s.rfind("/image ", 0) == 0) {
+        const std::string path = s.substr(7);
+        if (!images) {
+          term.notice("[/image: the model does not take images]");
+          continue;
+        }
+        try {
+          attached.push_back(agent::read_image_file(path));
+          term.notice("[image " + agent::describe_image(attached.back()) + " goes with the next message]");
+        } catch (const agent::ToolError& e) {
+          term.notice(std::string("[/image: ") + e.what() + "]");
+        }
       } else {
-        agent.ask(s);
+        agent.ask(s, std::nullopt, attached);
+        attached.clear();
       }
     }
   }
@@ -218,6 +273,15 @@ void add_agent_command(CLI::App& app) {
                   "~/.local/state/hearth/agent)");
   cmd->add_option("--resume", o->resume,
                   "Continue the conversation of this transcript (JSONL), appending to it");
+  cmd->add_option("--vision", o->vision,
+                  "Offer view_image (show an image file to the model): auto (when the server says the model "
+                  "takes images), on, off")
+      ->default_val("auto");
+  cmd->add_option("--image", o->images,
+                  "An image (PNG, JPEG, WebP, GIF) sent with the -p message, or the first typed one (repeatable)");
+  cmd->add_option("--max-images", o->max_images,
+                  "Images per request; older ones are left out of what is sent")
+      ->default_val(4);
   cmd->add_flag("-y,--yes", o->yes, "Run shell commands and write files without asking");
   cmd->add_option("--max-tokens", o->max_tokens,
                   "Tokens per answer (default: the server's choice)");

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/image_payload.h"
 #include "bench/launcher.h"
 #include "bench/report.h"
 #include "bench/runner.h"
@@ -27,6 +28,9 @@ struct BenchCli {
   std::string model, scenarios, lengths, concurrency, api_key, out = "bench-results";
   int reps = 5, max_tokens = 128, agent_turns = 8;
   int64_t agent_system_tokens = 1500;
+  int image_size = 1024;
+  int64_t image_words = 50;
+  std::string image_file;
   uint64_t seed = 42;
   double temperature = 0.0;
   double top_p = 1.0;
@@ -140,8 +144,9 @@ void bench_main(const BenchCli& c, CLI::App* cmd) {
     std::stringstream ss(c.scenarios);
     std::string s;
     while (std::getline(ss, s, ',')) {
-      if (s == "all") {
-        o.scenarios = bench::all_scenarios();
+      if (s == "all") {  // every scenario a text-only server can run (not "image")
+        for (const std::string& d : bench::default_scenarios())
+          if (std::find(o.scenarios.begin(), o.scenarios.end(), d) == o.scenarios.end()) o.scenarios.push_back(d);
         continue;
       }
       const auto& all = bench::all_scenarios();
@@ -152,6 +157,22 @@ void bench_main(const BenchCli& c, CLI::App* cmd) {
       }
       if (std::find(o.scenarios.begin(), o.scenarios.end(), s) == o.scenarios.end()) o.scenarios.push_back(s);
     }
+  }
+
+  if (c.image_size < 16 || c.image_size > 8192) bad("--image-size must be in [16, 8192]");
+  if (c.image_words < 1 || c.image_words > 100000) bad("--image-words must be in [1, 100000]");
+  o.image_size = c.image_size;
+  o.image_words = c.image_words;
+  o.image_file = c.image_file;
+  if (!c.image_file.empty()) {
+    std::ifstream f(c.image_file, std::ios::binary);
+    if (!f) bad("--image: cannot open '" + c.image_file + "'");
+    char head[16] = {};
+    f.read(head, sizeof head);
+    if (bench::image_media_type(std::string_view(head, static_cast<size_t>(f.gcount()))).empty())
+      bad("--image: '" + c.image_file + "' is not a PNG, JPEG, WebP or GIF image");
+    if (std::find(o.scenarios.begin(), o.scenarios.end(), "image") == o.scenarios.end())
+      bad("--image applies to the image scenario; add --scenario image");
   }
 
   std::vector<bench::Target> targets;
@@ -238,7 +259,8 @@ void add_bench_command(CLI::App& app) {
                   "(URL: a --target of the same NAME, else the first http://HOST:PORT it prints)");
   cmd->add_option("--model", c->model, "Model id to request (default: each target's first /v1/models id)");
   cmd->add_option("--scenario", c->scenarios,
-                  "Comma list of single, prefill, decode-vs-input, double, concurrency, agent (default: all)");
+                  "Comma list of single, prefill, decode-vs-input, double, concurrency, agent, image; all = every one "
+                  "but image (the default; image needs a server that takes images)");
   cmd->add_option("--reps", c->reps, "Repetitions of every measurement")->default_val(5);
   cmd->add_option("--max-tokens", c->max_tokens, "Completion tokens per request")->default_val(128);
   cmd->add_option("--lengths", c->lengths, "Prompt lengths in tokens (default 100,500,1000,2000,4000,8000)");
@@ -246,6 +268,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--agent-turns", c->agent_turns, "Turns of the agent conversation")->default_val(8);
   cmd->add_option("--agent-system-tokens", c->agent_system_tokens,
                   "Size of the agent's system prompt with its tool definitions")->default_val(1500);
+  cmd->add_option("--image-size", c->image_size,
+                  "Image scenario: side in pixels of the generated square PNG")->default_val(1024);
+  cmd->add_option("--image", c->image_file, "Image scenario: send this PNG/JPEG/WebP/GIF instead of generated ones");
+  cmd->add_option("--image-words", c->image_words, "Image scenario: words of the question sent with the image")
+      ->default_val(50);
   cmd->add_option("--api-key", c->api_key, "Send 'Authorization: Bearer KEY'");
   cmd->add_option("--out", c->out, "Directory for results.json, report.md and the charts")->default_val("bench-results");
   cmd->add_option("--seed", c->seed, "Seed of the generated prompts (and of sampled requests)")->default_val(42);
