@@ -46,6 +46,7 @@ void serve(ServeOptions o) {
   check_serve_options(o);
   const bool router = router_mode(o);
   if (!router && o.models.empty()) o.models.push_back(find_default_model());
+  if (!router && !o.pin.empty()) fail(ErrorKind::kInvalidInput, "serve", "--pin names one of several models");
   if (router && (!o.model_id.empty() || !o.aliases.empty())) {
     fail(ErrorKind::kInvalidInput, "serve",
          "--model-id and --alias name the one model of -m; with several models, name them with --model NAME=REF "
@@ -89,7 +90,7 @@ void serve(ServeOptions o) {
     specs.push_back(std::move(one));
   } else {
     specs = router_specs(o);
-    for (const auto& s : specs) factory.resolve(s.ref);  // a bad reference fails now, naming it
+    for (const auto& s : specs) factory.resolve(s.ref, true);  // a bad reference fails now, naming it
   }
   // Router mode: per-model series in /metrics.
   std::vector<std::unique_ptr<server::ModelMetrics>> model_metrics;
@@ -107,6 +108,7 @@ void serve(ServeOptions o) {
   if (!o.max_device_memory.empty()) ro.max_device_memory = parse_byte_size(o.max_device_memory, "--max-device-memory");
   ro.idle_unload_s = o.idle_unload;
   ro.load_timeout_s = o.load_timeout;
+  if (!router) ro.log = [](const std::string&) {};  // one model: loaded once at start, as before
   server::ModelRegistry models(specs, factory, ro);
   for (size_t i = 0; i < models.size(); ++i) {
     if (models.spec(i).pinned) models.load_now(i);  // errors end the start, as with one model
@@ -178,6 +180,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--config", o->config,
                   "YAML file of models to serve, with per-model ctx, max_seqs, kv_cache_bytes, chat_template, device, "
                   "aliases, pinned, idle_unload (README: Serving several models)");
+  cmd->add_option("--pin", o->pin, "Several models: load this one at start and never unload it (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_option("--max-loaded", o->max_loaded,
                   "Several models: most loaded at once; the least recently used idle one is unloaded first (0: no limit)")
       ->default_val(0)

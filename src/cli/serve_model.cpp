@@ -16,6 +16,7 @@
 #include "format/gguf.h"
 #include "model/causal_lm.h"
 #include "server/chat_output.h"
+#include "store/folder_scan.h"
 #include "store/split_check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -178,10 +179,15 @@ void check_serve_options(const ServeOptions& o) {
   }
 }
 
-store::ModelEntry ServeModelFactory::resolve(const std::string& ref) {
+store::ModelEntry ServeModelFactory::resolve(const std::string& ref, bool check_path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = resolved_.find(ref);
-  if (it == resolved_.end()) it = resolved_.emplace(ref, resolve_model_arg(ref)).first;
+  if (it == resolved_.end()) {
+    store::ModelEntry e = resolve_model_arg(ref);
+    // A path is opened only at its load: check now that it is there, so a typo fails the start.
+    if (check_path && e.store == store::kStorePath) store::check_readable(e.path, "model");
+    it = resolved_.emplace(ref, std::move(e)).first;
+  }
   return it->second;
 }
 

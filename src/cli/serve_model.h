@@ -24,6 +24,7 @@ struct ServeOptions {
   std::vector<std::string> models;  // -m / --model: REF, or NAME=REF (repeatable)
   std::string models_dir;           // --models-dir DIR
   std::string config;               // --config FILE (YAML)
+  std::vector<std::string> pin;     // --pin NAME: loaded at start, never unloaded
   int max_loaded = 0;
   std::string max_memory;           // --max-memory (bytes, 8G, ...)
   std::string max_device_memory;
@@ -65,8 +66,9 @@ class ServeModelFactory final : public server::ModelFactory {
   ServeModelFactory(const ServeOptions& options, server::ServerMetrics& metrics)
       : o_(options), metrics_(metrics) {}
   // Resolves a model reference (once: loads reuse it, the resolver's notes are printed
-  // once); throws Error naming it when it cannot be found.
-  store::ModelEntry resolve(const std::string& ref);
+  // once); throws Error naming it when it cannot be found (`check_path`: also a path
+  // that does not exist, which otherwise fails at its load).
+  store::ModelEntry resolve(const std::string& ref, bool check_path = false);
   // The per-model metrics the engine of model `name` feeds (router mode).
   void set_model_metrics(const std::string& name, server::ModelMetrics* metrics);
   uint64_t planned_bytes(const server::ModelSpec& spec) override;

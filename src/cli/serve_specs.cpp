@@ -16,9 +16,9 @@ namespace fs = std::filesystem;
 
 bool is_gguf(const fs::path& p) { return store::lower(p.extension().string()) == ".gguf"; }
 
-// A model's default name: the file's stem or the folder's name for a path, else the
-// reference as typed (a store name: ORG/NAME:Q4_K_M, qwen3:8b).
-std::string default_name(const std::string& ref) {
+}  // namespace
+
+std::string default_model_name(const std::string& ref) {
   std::error_code ec;
   const fs::path p(ref);
   if (!fs::exists(p, ec)) return ref;
@@ -27,7 +27,10 @@ std::string default_name(const std::string& ref) {
   return fs::is_directory(p, ec) ? last.filename().string() : last.stem().string();
 }
 
-}  // namespace
+std::string model_value_name(const std::string& value) {
+  if (auto named = split_named_model(value)) return named->first;
+  return default_model_name(value);
+}
 
 std::optional<std::pair<std::string, std::string>> split_named_model(const std::string& value) {
   const size_t eq = value.find('=');
@@ -91,12 +94,23 @@ std::vector<server::ModelSpec> router_specs(const ServeOptions& o) {
       if (s.ref.empty()) fail(ErrorKind::kInvalidInput, "serve", "--model " + v + ": the reference after '=' is empty");
     } else {
       s.ref = v;
-      s.name = default_name(v);
+      s.name = default_model_name(v);
     }
     specs.push_back(std::move(s));
   }
   if (!o.models_dir.empty()) {
     for (auto& s : models_in_dir(o.models_dir)) specs.push_back(std::move(s));
+  }
+  for (const std::string& name : o.pin) {
+    auto it = std::find_if(specs.begin(), specs.end(), [&](const server::ModelSpec& s) {
+      return s.name == name || std::find(s.aliases.begin(), s.aliases.end(), name) != s.aliases.end();
+    });
+    if (it == specs.end()) {
+      std::string names;
+      for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
+      fail(ErrorKind::kInvalidInput, "serve", "--pin " + name + ": no such model (models: " + names + ")");
+    }
+    it->pinned = true;
   }
   return specs;
 }

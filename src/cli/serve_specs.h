@@ -17,6 +17,13 @@ namespace hearth::cli {
 // a path that holds '=').
 std::optional<std::pair<std::string, std::string>> split_named_model(const std::string& value);
 
+// A model's name when none is given: the file's stem or the folder's name for a path,
+// else the reference as typed (a store name: ORG/NAME:Q4_K_M, qwen3:8b).
+std::string default_model_name(const std::string& ref);
+
+// The name a --model value gives its model: NAME of NAME=REF, else default_model_name.
+std::string model_value_name(const std::string& value);
+
 // True when the options ask for several models (router mode): --models-dir, --config,
 // more than one --model, or one --model NAME=REF.
 bool router_mode(const ServeOptions& o);

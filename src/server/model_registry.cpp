@@ -188,7 +188,7 @@ void ModelRegistry::load_now(size_t index) {
   if (e.state != ModelState::kUnloaded) fail(ErrorKind::kInvalidInput, "serve", e.spec.name + " is already loading");
   e.state = ModelState::kLoading;
   ++e.load_seq;
-  do_load(lk, index);
+  do_load(lk, index, true);
   if (e.state == ModelState::kLoaded) return;
   if (e.error_ptr) std::rethrow_exception(e.error_ptr);
   fail(ErrorKind::kResource, "serve", e.error);
@@ -287,13 +287,13 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
   }
 }
 
-void ModelRegistry::do_load(std::unique_lock<std::mutex>& lk, size_t index) {
+void ModelRegistry::do_load(std::unique_lock<std::mutex>& lk, size_t index, bool quiet) {
   Entry& e = *entries_[index];
   if (e.state != ModelState::kLoading) return;
   auto failed = [&] {
     e.state = ModelState::kUnloaded;
     e.error_seq = e.load_seq;
-    log("hearth: model " + e.spec.name + " failed to load: " + e.error);
+    if (!quiet) log("hearth: model " + e.spec.name + " failed to load: " + e.error);
     cv_.notify_all();
   };
   if (!make_room(lk, index)) return failed();

@@ -176,7 +176,8 @@ class ModelRegistry {
   void manager();
   // With the lock held (may release it while it waits or frees).
   void queue_load(size_t index);
-  void do_load(std::unique_lock<std::mutex>& lk, size_t index);
+  // `quiet`: no log line for a failure (load_now: the caller reports it).
+  void do_load(std::unique_lock<std::mutex>& lk, size_t index, bool quiet = false);
   // Makes room for `index`; false (with its error set) when nothing can be unloaded.
   bool make_room(std::unique_lock<std::mutex>& lk, size_t index);
   void unload_locked(std::unique_lock<std::mutex>& lk, size_t index, const std::string& why);

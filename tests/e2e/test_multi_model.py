@@ -302,3 +302,52 @@ def test_resident_memory_returns_to_baseline_after_unload(pinned_server):
     assert after <= base * 1.05, (base, loaded, after)
     status = {m["id"]: m for m in http_get(url + "/v1/models").json()["data"]}["small"]
     assert status["memory_bytes"] > 60 << 20  # measured: the growth at load or the drop at unload
+
+
+def test_agent_starts_its_server_with_several_models(hearth_bin, model_files, tmp_path):
+    """`hearth agent -m NAME=REF -m NAME=REF`: its server serves both, the first pinned (loaded
+    at start, so /v1/models gives the agent its window), and the agent talks to the first."""
+    p = subprocess.run([str(hearth_bin), "agent", "-m", f"smol={model_files['smol']}", "-m",
+                        f"llama={model_files['llama']}", "--log-dir", str(tmp_path / "logs"), "--temperature", "0",
+                        "-p", "Say hi.", "--tool-choice", "none", "--max-steps", "1", "--max-tokens", "4"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    assert "hearth agent: model smol, window 8192 tokens" in p.stderr, p.stderr
+    log = next((tmp_path / "logs").glob("server-*.log")).read_text()
+    assert "2 models: smol (loaded, pinned), llama (unloaded)" in log, log
+
+
+def test_bad_multi_model_options_are_refused(hearth_bin, model_files, tmp_path):
+    def serve(*args):
+        return subprocess.run([str(hearth_bin), "serve", "--port", "0", *map(str, args)], capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    p = serve("--model", "a=/nonexistent/a.gguf", "--model", f"b={model_files['llama']}")
+    assert p.returncode != 0 and "/nonexistent/a.gguf" in p.stderr, p.stderr
+    p = serve("--model", f"a={model_files['llama']}", "--model", f"a={model_files['qwen']}")
+    assert p.returncode != 0 and "'a' is given twice" in p.stderr, p.stderr
+    p = serve("--model", f"a={model_files['llama']}", "--pin", "zz")
+    assert p.returncode != 0 and "--pin zz: no such model (models: a)" in p.stderr, p.stderr
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(f"models:\n  a:\n    model: {model_files['llama']}\n    ctx: lots\n")
+    p = serve("--config", cfg)
+    assert p.returncode != 0 and f"{cfg}:4: models.a.ctx: expected an integer" in p.stderr, p.stderr
+    p = serve("--models-dir", tmp_path / "nothing")
+    assert p.returncode != 0 and "is not a folder" in p.stderr, p.stderr
+
+
+def test_models_dir_serves_every_model_found(hearth_bin, model_files, tmp_path):
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "llama2.gguf").symlink_to(model_files["llama"])
+    (d / "qwen.gguf").symlink_to(model_files["qwen"])
+    (d / "mmproj-x.gguf").write_bytes(b"not a model")  # a projector: never a model
+    (d / "notes.txt").write_text("not a model")
+    srv = Server(hearth_bin, f"smol={model_files['smol']}", "--models-dir", d)
+    try:
+        ids = [m["id"] for m in http_get(srv.url + "/v1/models").json()["data"]]
+        assert ids == ["smol", "llama2", "qwen"]
+        text, named = stream_chat(srv.url, "qwen", "hi")
+        assert named == "qwen"
+    finally:
+        srv.stop()
