@@ -44,7 +44,8 @@ server::ChatSettings chat_settings(const ServeOptions& o, const engine::ChatProm
   cs.caps = server::detect_template_caps(chat.source());
   cs.parse_reasoning = o.reasoning_format != "none";
   cs.reasoning_budget = o.reasoning_budget;
-  if (!o.chat_template_kwargs.empty()) cs.default_kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs);
+  if (!o.chat_template_kwargs.empty())
+    cs.default_kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs);
   return cs;
 }
 
@@ -82,8 +83,8 @@ struct Plan {
   backends::Device device;
 };
 
-Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec, const store::ModelEntry& entry,
-                const std::string& what) {
+Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
+                const store::ModelEntry& entry, const std::string& what) {
   Plan p;
   store::refuse_split(entry);
   p.file.emplace(convert::open_model(entry.path));
@@ -94,7 +95,8 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec, const stor
   p.max_seqs = spec.max_seqs.value_or(o.max_seqs);
   const int64_t ctx = spec.ctx.value_or(o.ctx);
   p.n_ctx = ctx > 0 ? ctx : (hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096);
-  if (p.n_ctx < 8 || p.n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "serve", "--ctx must be in [8, 4194304]");
+  if (p.n_ctx < 8 || p.n_ctx > (int64_t{1} << 22))
+    fail(ErrorKind::kInvalidInput, "serve", "--ctx must be in [8, 4194304]");
   p.kv_type = parse_kv_type(o.kv_type);
   const std::string kv_cache_bytes = spec.kv_cache_bytes.value_or(o.kv_cache_bytes);
   const int64_t block_size = p.block_size;
@@ -107,13 +109,15 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec, const stor
                                    : 0;
   p.state_bytes = state_bytes;
   const uint64_t full_budget = static_cast<uint64_t>(p.max_seqs) *
-                               static_cast<uint64_t>((p.n_ctx + block_size - 1) / block_size) * block_bytes;
+                               static_cast<uint64_t>((p.n_ctx + block_size - 1) / block_size) *
+                               block_bytes;
   // The device: auto checks that the weights, states and a minimal cache fit.
-  p.device = choose_device(spec.device.value_or(o.device),
-                           file.file_size() + state_bytes +
-                               (kv_cache_bytes.empty() ? 2 * block_bytes
-                                                       : parse_byte_size(kv_cache_bytes, "--kv-cache-bytes")),
-                           "serve");
+  p.device = choose_device(
+      spec.device.value_or(o.device),
+      file.file_size() + state_bytes +
+          (kv_cache_bytes.empty() ? 2 * block_bytes
+                                  : parse_byte_size(kv_cache_bytes, "--kv-cache-bytes")),
+      "serve");
   const backends::Device& device = p.device;
   uint64_t budget = 0;
   // Where the weights and cache live: host RAM, or the GPU's free memory.
@@ -131,21 +135,25 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec, const stor
     // Room for every sequence at full context, but never more than 40% of the memory
     // left after the model.
     budget = full_budget;
-    if (avail > file.file_size()) budget = std::min<uint64_t>(budget, (avail - file.file_size()) / 5 * 2);
+    if (avail > file.file_size())
+      budget = std::min<uint64_t>(budget, (avail - file.file_size()) / 5 * 2);
   }
   p.n_blocks = static_cast<int64_t>(budget / block_bytes);
   if (p.n_blocks < 2) {
     fail(ErrorKind::kInvalidInput, "serve",
          "--kv-cache-bytes " + std::to_string(budget) + " holds fewer than 2 KV blocks of " +
-             std::to_string(block_bytes) + " bytes (" + std::to_string(block_size) + " tokens) for this model");
+             std::to_string(block_bytes) + " bytes (" + std::to_string(block_size) +
+             " tokens) for this model");
   }
   p.need = file.file_size() + static_cast<uint64_t>(p.n_blocks) * block_bytes + state_bytes +
            (device.cuda ? reserve : uint64_t{100} << 20);
   if (avail != 0 && p.need > avail) {
     fail(ErrorKind::kResource, "serve",
          what + ": needs about " + std::to_string(p.need >> 20) + " MiB (model + KV budget" +
-             (state_bytes ? " + recurrent states" : "") + ") but only " + std::to_string(avail >> 20) + " MiB " +
-             (device.cuda ? "of device memory are free on " + device.str() : std::string("are available")) +
+             (state_bytes ? " + recurrent states" : "") + ") but only " +
+             std::to_string(avail >> 20) + " MiB " +
+             (device.cuda ? "of device memory are free on " + device.str()
+                          : std::string("are available")) +
              "; lower --kv-cache-bytes" + (state_bytes ? " or --state-snapshots" : ""));
   }
   return p;
@@ -154,7 +162,8 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec, const stor
 }  // namespace
 
 void check_serve_options(const ServeOptions& o) {
-  if (o.max_seqs < 1 || o.max_seqs > 1024) fail(ErrorKind::kInvalidInput, "serve", "--max-seqs must be in [1, 1024]");
+  if (o.max_seqs < 1 || o.max_seqs > 1024)
+    fail(ErrorKind::kInvalidInput, "serve", "--max-seqs must be in [1, 1024]");
   if (o.prefill_chunk != -1 && o.prefill_chunk < 1) {
     fail(ErrorKind::kInvalidInput, "serve", "--prefill-chunk must be >= 1");
   }
@@ -162,20 +171,26 @@ void check_serve_options(const ServeOptions& o) {
   if (o.state_snapshots < 0 || o.state_snapshots > 4096) {
     fail(ErrorKind::kInvalidInput, "serve", "--state-snapshots must be in [0, 4096]");
   }
-  if (o.port < 0 || o.port > 65535) fail(ErrorKind::kInvalidInput, "serve", "--port must be in [0, 65535]");
+  if (o.port < 0 || o.port > 65535)
+    fail(ErrorKind::kInvalidInput, "serve", "--port must be in [0, 65535]");
   parse_kv_type(o.kv_type);
-  if (o.reasoning_format != "none" && o.reasoning_format != "auto" && o.reasoning_format != "deepseek") {
-    fail(ErrorKind::kInvalidInput, "serve", "--reasoning-format must be none or auto, got '" + o.reasoning_format + "'");
+  if (o.reasoning_format != "none" && o.reasoning_format != "auto" &&
+      o.reasoning_format != "deepseek") {
+    fail(ErrorKind::kInvalidInput, "serve",
+         "--reasoning-format must be none or auto, got '" + o.reasoning_format + "'");
   }
-  if (o.reasoning_budget < -1) fail(ErrorKind::kInvalidInput, "serve", "--reasoning-budget must be >= 0 (or -1: off)");
+  if (o.reasoning_budget < -1)
+    fail(ErrorKind::kInvalidInput, "serve", "--reasoning-budget must be >= 0 (or -1: off)");
   if (!o.chat_template_kwargs.empty()) {
     nlohmann::ordered_json kw;
     try {
       kw = nlohmann::ordered_json::parse(o.chat_template_kwargs);
     } catch (const nlohmann::json::exception& e) {
-      fail(ErrorKind::kInvalidInput, "serve", std::string("--chat-template-kwargs is not valid JSON: ") + e.what());
+      fail(ErrorKind::kInvalidInput, "serve",
+           std::string("--chat-template-kwargs is not valid JSON: ") + e.what());
     }
-    if (!kw.is_object()) fail(ErrorKind::kInvalidInput, "serve", "--chat-template-kwargs must be a JSON object");
+    if (!kw.is_object())
+      fail(ErrorKind::kInvalidInput, "serve", "--chat-template-kwargs must be a JSON object");
   }
 }
 
@@ -237,14 +252,18 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ec.commit_kv = o.kv_commit;
   if (!o.test_fault_inject.empty()) {
     ec.faults = engine::parse_fault_spec(o.test_fault_inject);
-    std::fprintf(stderr, "hearth: WARNING: --test-fault-inject is on (%zu rules): for tests only, never in production\n",
+    std::fprintf(stderr,
+                 "hearth: WARNING: --test-fault-inject is on (%zu rules): for tests only, never in "
+                 "production\n",
                  ec.faults.size());
   }
   if (hp.n_recurrent_layers() > 0) {
     std::fprintf(stderr,
-                 "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB of state per "
+                 "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB "
+                 "of state per "
                  "sequence; %d running + %d snapshot slots (%.1f MiB)\n",
-                 static_cast<long long>(hp.n_recurrent_layers()), static_cast<long long>(hp.n_layer),
+                 static_cast<long long>(hp.n_recurrent_layers()),
+                 static_cast<long long>(hp.n_layer),
                  static_cast<double>(model::KvPool::bytes_per_state(hp)) / (1 << 20), plan.max_seqs,
                  o.state_snapshots, static_cast<double>(plan.state_bytes) / (1 << 20));
   }
@@ -257,17 +276,21 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   m->engine.emplace(*m->model, *m->tok, ec, &*m->observer);
   m->view = server::ServedModel{&*m->engine, &*m->tok, &*m->chat, &m->settings, spec.name};
 
-  std::printf("hearth: serving %s (%s, ctx %lld, %lld KV blocks of %lld tokens = %.1f MiB %s, max %d sequences)\n",
-              spec.name.c_str(), backend.name().c_str(), static_cast<long long>(plan.n_ctx),
-              static_cast<long long>(plan.n_blocks), static_cast<long long>(plan.block_size),
-              static_cast<double>(plan.n_blocks) * static_cast<double>(plan.block_bytes) / (1 << 20),
-              ops::kv_type_name(plan.kv_type), plan.max_seqs);
+  std::printf(
+      "hearth: serving %s (%s, ctx %lld, %lld KV blocks of %lld tokens = %.1f MiB %s, max %d "
+      "sequences)\n",
+      spec.name.c_str(), backend.name().c_str(), static_cast<long long>(plan.n_ctx),
+      static_cast<long long>(plan.n_blocks), static_cast<long long>(plan.block_size),
+      static_cast<double>(plan.n_blocks) * static_cast<double>(plan.block_bytes) / (1 << 20),
+      ops::kv_type_name(plan.kv_type), plan.max_seqs);
   log_device_memory_total(backend, device);
   const server::ChatSettings& cs = m->settings;
-  std::printf("hearth: chat template%s: tool calls %s%s, reasoning %s\n", chat_template.empty() ? "" : " (--chat-template)",
+  std::printf("hearth: chat template%s: tool calls %s%s, reasoning %s\n",
+              chat_template.empty() ? "" : " (--chat-template)",
               server::tool_format_name(cs.caps.tool_format),
-              cs.caps.renders_tools && cs.caps.tool_format != server::ToolFormat::kNone ? ""
-                                                                                       : " (tool list injected, Hermes)",
+              cs.caps.renders_tools && cs.caps.tool_format != server::ToolFormat::kNone
+                  ? ""
+                  : " (tool list injected, Hermes)",
               cs.parse_reasoning ? "split" : "left in content");
   std::fflush(stdout);
   m->engine->start();

@@ -26,7 +26,7 @@ struct ServeOptions {
   std::string config;               // --config FILE (YAML)
   std::vector<std::string> pin;     // --pin NAME: loaded at start, never unloaded
   int max_loaded = 0;
-  std::string max_memory;           // --max-memory (bytes, 8G, ...)
+  std::string max_memory;  // --max-memory (bytes, 8G, ...)
   std::string max_device_memory;
   double idle_unload = 0;
   double load_timeout = 120;

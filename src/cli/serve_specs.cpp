@@ -47,9 +47,11 @@ bool router_mode(const ServeOptions& o) {
 
 std::vector<server::ModelSpec> models_in_dir(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(ErrorKind::kNotFound, "serve", "--models-dir " + dir + " is not a folder");
+  if (!fs::is_directory(dir, ec))
+    fail(ErrorKind::kNotFound, "serve", "--models-dir " + dir + " is not a folder");
   std::vector<fs::path> paths;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) paths.push_back(it->path());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    paths.push_back(it->path());
   if (ec) fail(ErrorKind::kIo, "serve", "cannot read --models-dir " + dir + ": " + ec.message());
   std::sort(paths.begin(), paths.end());
   std::vector<server::ModelSpec> out;
@@ -67,8 +69,10 @@ std::vector<server::ModelSpec> models_in_dir(const std::string& dir) {
       s.name = file;
     } else if (is_gguf(p) && !store::is_projector(file)) {
       if (store::parse_split_name(file)) {
-        std::fprintf(stderr, "hearth: --models-dir: %s is a shard of a split GGUF, skipped (merge it first)\n",
-                     s.ref.c_str());
+        std::fprintf(
+            stderr,
+            "hearth: --models-dir: %s is a shard of a split GGUF, skipped (merge it first)\n",
+            s.ref.c_str());
         continue;
       }
       s.name = p.stem().string();
@@ -78,7 +82,8 @@ std::vector<server::ModelSpec> models_in_dir(const std::string& dir) {
     out.push_back(std::move(s));
   }
   if (out.empty()) {
-    fail(ErrorKind::kNotFound, "serve", "--models-dir " + dir + ": no model found (*.gguf files, or folders of them)");
+    fail(ErrorKind::kNotFound, "serve",
+         "--models-dir " + dir + ": no model found (*.gguf files, or folders of them)");
   }
   return out;
 }
@@ -91,7 +96,9 @@ std::vector<server::ModelSpec> router_specs(const ServeOptions& o) {
     if (auto named = split_named_model(v)) {
       s.name = named->first;
       s.ref = named->second;
-      if (s.ref.empty()) fail(ErrorKind::kInvalidInput, "serve", "--model " + v + ": the reference after '=' is empty");
+      if (s.ref.empty())
+        fail(ErrorKind::kInvalidInput, "serve",
+             "--model " + v + ": the reference after '=' is empty");
     } else {
       s.ref = v;
       s.name = default_model_name(v);
@@ -103,12 +110,14 @@ std::vector<server::ModelSpec> router_specs(const ServeOptions& o) {
   }
   for (const std::string& name : o.pin) {
     auto it = std::find_if(specs.begin(), specs.end(), [&](const server::ModelSpec& s) {
-      return s.name == name || std::find(s.aliases.begin(), s.aliases.end(), name) != s.aliases.end();
+      return s.name == name ||
+             std::find(s.aliases.begin(), s.aliases.end(), name) != s.aliases.end();
     });
     if (it == specs.end()) {
       std::string names;
       for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
-      fail(ErrorKind::kInvalidInput, "serve", "--pin " + name + ": no such model (models: " + names + ")");
+      fail(ErrorKind::kInvalidInput, "serve",
+           "--pin " + name + ": no such model (models: " + names + ")");
     }
     it->pinned = true;
   }

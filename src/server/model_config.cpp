@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 struct Ctx {
   const std::string& path;
-  [[noreturn]] void error(const YAML::Node& node, const std::string& key, const std::string& message) const {
+  [[noreturn]] void error(const YAML::Node& node, const std::string& key,
+                          const std::string& message) const {
     std::string where = path;
     if (node.IsDefined() && node.Mark().line >= 0) {
       where += ':';
@@ -48,7 +49,8 @@ std::string from_base(const std::string& p, const std::string& base) {
   return (fs::path(base) / p).lexically_normal().string();
 }
 
-ModelSpec parse_model(const Ctx& c, const std::string& name, const YAML::Node& m, const std::string& base) {
+ModelSpec parse_model(const Ctx& c, const std::string& name, const YAML::Node& m,
+                      const std::string& base) {
   const std::string at = "models." + name;
   ModelSpec s;
   s.name = name;
@@ -67,7 +69,8 @@ ModelSpec parse_model(const Ctx& c, const std::string& name, const YAML::Node& m
         if (v.IsScalar()) {
           s.aliases.push_back(v.Scalar());
         } else if (v.IsSequence()) {
-          for (size_t i = 0; i < v.size(); ++i) s.aliases.push_back(scalar(c, v[i], k + "[" + std::to_string(i) + "]"));
+          for (size_t i = 0; i < v.size(); ++i)
+            s.aliases.push_back(scalar(c, v[i], k + "[" + std::to_string(i) + "]"));
         } else {
           c.error(v, k, "expected a list of names");
         }
@@ -90,7 +93,8 @@ ModelSpec parse_model(const Ctx& c, const std::string& name, const YAML::Node& m
         if (!(*s.idle_unload_s >= 0)) c.error(v, k, "must be >= 0 (0: never)");
       } else {
         c.error(kv.first, k,
-                "unknown setting (known: model, aliases, ctx, max_seqs, kv_cache_bytes, chat_template, device, "
+                "unknown setting (known: model, aliases, ctx, max_seqs, kv_cache_bytes, "
+                "chat_template, device, "
                 "pinned, idle_unload)");
       }
     }
@@ -121,8 +125,10 @@ std::vector<ModelSpec> parse_model_config(const std::string& text, const std::st
     if (key != "models") c.error(kv.first, key, "unknown key (the file holds 'models')");
   }
   const YAML::Node models = root["models"];
-  if (!models.IsDefined() || models.IsNull()) c.error(root, "models", "missing: a map of model names to settings");
-  if (!models.IsMap() || models.size() == 0) c.error(models, "models", "expected a map of model names to settings");
+  if (!models.IsDefined() || models.IsNull())
+    c.error(root, "models", "missing: a map of model names to settings");
+  if (!models.IsMap() || models.size() == 0)
+    c.error(models, "models", "expected a map of model names to settings");
   std::vector<ModelSpec> out;
   std::set<std::string> names;
   for (const auto& kv : models) {

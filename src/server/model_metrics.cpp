@@ -5,31 +5,43 @@ namespace hearth::server {
 
 namespace {
 Labels model_label(const std::string& model) { return {{"model", model}}; }
-Labels outcome(const std::string& model, const char* o) { return {{"model", model}, {"outcome", o}}; }
+Labels outcome(const std::string& model, const char* o) {
+  return {{"model", model}, {"outcome", o}};
+}
 constexpr const char* kRequestsHelp = "Requests finished, by model and outcome";
 }  // namespace
 
 ModelMetrics::ModelMetrics(Registry& r, const std::string& model)
     : loaded(r.gauge("hearth_model_loaded", "1 while the model is loaded", model_label(model))),
-      state(r.gauge("hearth_model_state", "0 unloaded, 1 loading, 2 loaded, 3 unloading", model_label(model))),
-      in_flight(r.gauge("hearth_model_requests_in_flight", "Requests holding the model", model_label(model))),
-      memory_bytes(r.gauge("hearth_model_memory_bytes",
-                           "Host memory the model was measured to take (planned until first measured)",
+      state(r.gauge("hearth_model_state", "0 unloaded, 1 loading, 2 loaded, 3 unloading",
+                    model_label(model))),
+      in_flight(r.gauge("hearth_model_requests_in_flight", "Requests holding the model",
+                        model_label(model))),
+      memory_bytes(
+          r.gauge("hearth_model_memory_bytes",
+                  "Host memory the model was measured to take (planned until first measured)",
+                  model_label(model))),
+      device_bytes(r.gauge("hearth_model_device_memory_bytes",
+                           "Device memory the model's back-end holds", model_label(model))),
+      load_seconds(r.gauge("hearth_model_load_seconds", "Time of the model's last load",
                            model_label(model))),
-      device_bytes(r.gauge("hearth_model_device_memory_bytes", "Device memory the model's back-end holds",
-                           model_label(model))),
-      load_seconds(r.gauge("hearth_model_load_seconds", "Time of the model's last load", model_label(model))),
       loads(r.counter("hearth_model_loads_total", "Loads of the model", model_label(model))),
       unloads(r.counter("hearth_model_unloads_total", "Unloads of the model", model_label(model))),
-      requests_stop(r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "stop"))),
-      requests_length(r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "length"))),
-      requests_cancelled(r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "cancelled"))),
-      requests_error(r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "error"))),
-      prompt_tokens(r.counter("hearth_model_prompt_tokens_total", "Prompt tokens processed", model_label(model))),
-      generation_tokens(
-          r.counter("hearth_model_generation_tokens_total", "Tokens generated", model_label(model))),
-      time_to_first_token(r.histogram("hearth_model_time_to_first_token_seconds", "Time to the first token",
-                                      ttft_buckets_seconds(), model_label(model))) {}
+      requests_stop(
+          r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "stop"))),
+      requests_length(
+          r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "length"))),
+      requests_cancelled(
+          r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "cancelled"))),
+      requests_error(
+          r.counter("hearth_model_requests_total", kRequestsHelp, outcome(model, "error"))),
+      prompt_tokens(r.counter("hearth_model_prompt_tokens_total", "Prompt tokens processed",
+                              model_label(model))),
+      generation_tokens(r.counter("hearth_model_generation_tokens_total", "Tokens generated",
+                                  model_label(model))),
+      time_to_first_token(r.histogram("hearth_model_time_to_first_token_seconds",
+                                      "Time to the first token", ttft_buckets_seconds(),
+                                      model_label(model))) {}
 
 void ModelMetrics::update(const ModelStatus& s) {
   loaded.set(s.state == ModelState::kLoaded ? 1 : 0);
@@ -61,8 +73,8 @@ void ModelObserver::on_finish(const engine::Final& f) {
   m_.generation_tokens.inc(f.completion_tokens);
   if (!model_) return;
   const std::string& r = f.finish_reason;
-  (r == "stop" ? model_->requests_stop
-   : r == "length" ? model_->requests_length
+  (r == "stop"        ? model_->requests_stop
+   : r == "length"    ? model_->requests_length
    : r == "cancelled" ? model_->requests_cancelled
                       : model_->requests_error)
       .inc();

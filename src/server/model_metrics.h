@@ -16,20 +16,20 @@ struct ModelMetrics {
   ModelMetrics(const ModelMetrics&) = delete;
   ModelMetrics& operator=(const ModelMetrics&) = delete;
 
-  Gauge& loaded;          // hearth_model_loaded: 1 while loaded, else 0
-  Gauge& state;           // hearth_model_state: 0 unloaded, 1 loading, 2 loaded, 3 unloading
-  Gauge& in_flight;       // hearth_model_requests_in_flight: requests holding the model
-  Gauge& memory_bytes;    // hearth_model_memory_bytes: measured host memory (planned until measured)
-  Gauge& device_bytes;    // hearth_model_device_memory_bytes
-  Gauge& load_seconds;    // hearth_model_load_seconds: the last load
-  Counter& loads;         // hearth_model_loads_total
-  Counter& unloads;       // hearth_model_unloads_total
+  Gauge& loaded;        // hearth_model_loaded: 1 while loaded, else 0
+  Gauge& state;         // hearth_model_state: 0 unloaded, 1 loading, 2 loaded, 3 unloading
+  Gauge& in_flight;     // hearth_model_requests_in_flight: requests holding the model
+  Gauge& memory_bytes;  // hearth_model_memory_bytes: measured host memory (planned until measured)
+  Gauge& device_bytes;  // hearth_model_device_memory_bytes
+  Gauge& load_seconds;  // hearth_model_load_seconds: the last load
+  Counter& loads;       // hearth_model_loads_total
+  Counter& unloads;     // hearth_model_unloads_total
   Counter& requests_stop;  // hearth_model_requests_total{outcome}
   Counter& requests_length;
   Counter& requests_cancelled;
   Counter& requests_error;
-  Counter& prompt_tokens;      // hearth_model_prompt_tokens_total
-  Counter& generation_tokens;  // hearth_model_generation_tokens_total
+  Counter& prompt_tokens;          // hearth_model_prompt_tokens_total
+  Counter& generation_tokens;      // hearth_model_generation_tokens_total
   Histogram& time_to_first_token;  // hearth_model_time_to_first_token_seconds
 
   // Sets the gauges and advances the load / unload counters from the registry's status.

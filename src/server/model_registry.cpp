@@ -74,19 +74,22 @@ struct ModelRegistry::Release {
   }
 };
 
-ModelRegistry::ModelRegistry(std::vector<ModelSpec> specs, ModelFactory& factory, RegistryOptions options)
+ModelRegistry::ModelRegistry(std::vector<ModelSpec> specs, ModelFactory& factory,
+                             RegistryOptions options)
     : factory_(factory), opt_(std::move(options)) {
   if (specs.empty()) fail(ErrorKind::kInvalidInput, "serve", "no model to serve");
   std::set<std::string> seen;
   for (auto& s : specs) {
-    if (s.name.empty()) fail(ErrorKind::kInvalidInput, "serve", "a model without a name (" + s.ref + ")");
+    if (s.name.empty())
+      fail(ErrorKind::kInvalidInput, "serve", "a model without a name (" + s.ref + ")");
     for (const std::string* n : [&] {
            std::vector<const std::string*> all{&s.name};
            for (const auto& a : s.aliases) all.push_back(&a);
            return all;
          }()) {
       if (!seen.insert(*n).second) {
-        fail(ErrorKind::kInvalidInput, "serve", "the model name '" + *n + "' is given twice (names and aliases must be unique)");
+        fail(ErrorKind::kInvalidInput, "serve",
+             "the model name '" + *n + "' is given twice (names and aliases must be unique)");
       }
     }
     auto e = std::make_unique<Entry>();
@@ -113,7 +116,9 @@ void ModelRegistry::log(const std::string& line) const {
   }
 }
 
-uint64_t ModelRegistry::probe() const { return opt_.memory_probe ? opt_.memory_probe() : process_resident_bytes(); }
+uint64_t ModelRegistry::probe() const {
+  return opt_.memory_probe ? opt_.memory_probe() : process_resident_bytes();
+}
 
 double ModelRegistry::idle_limit(const Entry& e) const {
   return e.spec.idle_unload_s ? *e.spec.idle_unload_s : opt_.idle_unload_s;
@@ -122,7 +127,8 @@ double ModelRegistry::idle_limit(const Entry& e) const {
 std::optional<size_t> ModelRegistry::find(const std::string& name) const {
   for (size_t i = 0; i < entries_.size(); ++i) {
     const ModelSpec& s = entries_[i]->spec;
-    if (s.name == name || std::find(s.aliases.begin(), s.aliases.end(), name) != s.aliases.end()) return i;
+    if (s.name == name || std::find(s.aliases.begin(), s.aliases.end(), name) != s.aliases.end())
+      return i;
   }
   return std::nullopt;
 }
@@ -156,13 +162,14 @@ ModelLease ModelRegistry::acquire(size_t index) {
     if (e.state == ModelState::kLoaded) {
       ++e.in_flight;
       e.last_used = Clock::now();
-      std::shared_ptr<Release> release(new Release{this, index});  // (no temporary: its end would release)
+      std::shared_ptr<Release> release(
+          new Release{this, index});  // (no temporary: its end would release)
       return ModelLease(release, &e.loaded->served());
     }
     if (e.state == ModelState::kUnloaded) {
       if (waiting_for != 0 && e.error_seq == waiting_for) {
-        throw ApiException(ApiError{500, "model '" + e.spec.name + "' failed to load: " + e.error, "server_error",
-                                    "model", "model_load_failed"});
+        throw ApiException(ApiError{500, "model '" + e.spec.name + "' failed to load: " + e.error,
+                                    "server_error", "model", "model_load_failed"});
       }
       queue_load(index);
       waiting_for = e.load_seq;
@@ -172,7 +179,8 @@ ModelLease ModelRegistry::acquire(size_t index) {
     if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && e.state != ModelState::kLoaded) {
       throw ApiException(ApiError{503,
                                   "model '" + e.spec.name + "' is " + model_state_name(e.state) +
-                                      " and was not ready within " + std::to_string(opt_.load_timeout_s) +
+                                      " and was not ready within " +
+                                      std::to_string(opt_.load_timeout_s) +
                                       " s (--load-timeout); retry later",
                                   "server_error", "model", "model_loading"});
     }
@@ -185,7 +193,8 @@ void ModelRegistry::load_now(size_t index) {
   std::unique_lock<std::mutex> lk(mu_);
   Entry& e = *entries_[index];
   if (e.state == ModelState::kLoaded) return;
-  if (e.state != ModelState::kUnloaded) fail(ErrorKind::kInvalidInput, "serve", e.spec.name + " is already loading");
+  if (e.state != ModelState::kUnloaded)
+    fail(ErrorKind::kInvalidInput, "serve", e.spec.name + " is already loading");
   e.state = ModelState::kLoading;
   ++e.load_seq;
   do_load(lk, index, true);
@@ -198,7 +207,8 @@ bool ModelRegistry::unload(size_t index) {
   std::unique_lock<std::mutex> lk(mu_);
   Entry& e = *entries_[index];
   if (e.spec.pinned) {
-    throw ApiException(invalid_request("model '" + e.spec.name + "' is pinned: it is never unloaded", "model"));
+    throw ApiException(
+        invalid_request("model '" + e.spec.name + "' is pinned: it is never unloaded", "model"));
   }
   // A load or an unload under way: wait for its end, then unload what is loaded.
   cv_.wait(lk, [&] {
@@ -243,7 +253,8 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
     std::optional<size_t> victim;
     for (size_t i = 0; i < entries_.size(); ++i) {
       const Entry& o = *entries_[i];
-      if (i == index || (o.state != ModelState::kLoaded && o.state != ModelState::kUnloading)) continue;
+      if (i == index || (o.state != ModelState::kLoaded && o.state != ModelState::kUnloading))
+        continue;
       ++resident;
       device += o.device;
       if (o.state == ModelState::kUnloading) unloading = true;
@@ -253,8 +264,9 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
         continue;
       }
       // Least recently used first, idle models before busy ones (a busy one is drained).
-      if (!victim || std::make_tuple(o.in_flight > 0, o.last_used) <
-                         std::make_tuple(entries_[*victim]->in_flight > 0, entries_[*victim]->last_used)) {
+      if (!victim ||
+          std::make_tuple(o.in_flight > 0, o.last_used) <
+              std::make_tuple(entries_[*victim]->in_flight > 0, entries_[*victim]->last_used)) {
         victim = i;
       }
     }
@@ -262,14 +274,16 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
     // Host memory: what the process holds now (measured), plus what this model takes.
     const uint64_t bytes = opt_.max_memory != 0 ? probe() : 0;
     const bool fits_memory = opt_.max_memory == 0 || bytes + host_bytes(e) <= opt_.max_memory;
-    const bool fits_device = opt_.max_device_memory == 0 || device + e.device <= opt_.max_device_memory;
+    const bool fits_device =
+        opt_.max_device_memory == 0 || device + e.device <= opt_.max_device_memory;
     if (fits_count && fits_memory && fits_device) return true;
     if (unloading) {  // an unload under way frees room: wait for it
       cv_.wait(lk);
       continue;
     }
     const std::string why = !fits_count    ? "--max-loaded " + std::to_string(opt_.max_loaded)
-                            : !fits_memory ? "--max-memory " + mib(opt_.max_memory) + " (in use: " + mib(bytes) +
+                            : !fits_memory ? "--max-memory " + mib(opt_.max_memory) +
+                                                 " (in use: " + mib(bytes) +
                                                  ", this model: " + mib(host_bytes(e)) + ")"
                                            : "--max-device-memory " + mib(opt_.max_device_memory);
     if (!victim) {
@@ -279,7 +293,8 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
       }
       std::string list;
       for (const auto& n : pinned) list += (list.empty() ? "" : ", ") + n;
-      e.error = "no room under " + why + ": the loaded models are pinned (" + list + ") or still loading";
+      e.error =
+          "no room under " + why + ": the loaded models are pinned (" + list + ") or still loading";
       e.error_ptr = nullptr;
       return false;
     }
@@ -328,18 +343,20 @@ void ModelRegistry::do_load(std::unique_lock<std::mutex>& lk, size_t index, bool
   e.load_seconds = seconds_since(t0);
   if (stopping_) e.loaded->served().engine->stop();
   char line[256];
-  std::snprintf(line, sizeof line, "hearth: model %s loaded in %.2f s (resident memory +%s", e.spec.name.c_str(),
-                e.load_seconds, mib(growth).c_str());
+  std::snprintf(line, sizeof line, "hearth: model %s loaded in %.2f s (resident memory +%s",
+                e.spec.name.c_str(), e.load_seconds, mib(growth).c_str());
   log(std::string(line) + (e.device ? ", device " + mib(e.device) : "") + ")");
   cv_.notify_all();
 }
 
-void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index, const std::string& why) {
+void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index,
+                                  const std::string& why) {
   Entry& e = *entries_[index];
   e.state = ModelState::kUnloading;  // new requests for it wait from now on
   cv_.notify_all();
-  if (e.in_flight > 0) log("hearth: unloading " + e.spec.name + " " + why + " once its " +
-                           std::to_string(e.in_flight) + " requests in flight end");
+  if (e.in_flight > 0)
+    log("hearth: unloading " + e.spec.name + " " + why + " once its " +
+        std::to_string(e.in_flight) + " requests in flight end");
   cv_.wait(lk, [&] { return e.in_flight == 0; });
   std::unique_ptr<LoadedModel> m = std::move(e.loaded);
   if (const engine::ServeEngine* eng = m->served().engine) {
@@ -363,7 +380,8 @@ void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index
   e.device = 0;
   e.state = ModelState::kUnloaded;
   ++e.unloads;
-  log("hearth: model " + e.spec.name + " unloaded " + why + " (resident memory -" + mib(freed) + ")");
+  log("hearth: model " + e.spec.name + " unloaded " + why + " (resident memory -" + mib(freed) +
+      ")");
   cv_.notify_all();
 }
 
@@ -373,7 +391,8 @@ void ModelRegistry::sweep_idle(std::unique_lock<std::mutex>& lk) {
     for (size_t i = 0; i < entries_.size(); ++i) {
       const Entry& e = *entries_[i];
       const double limit = idle_limit(e);
-      if (e.state != ModelState::kLoaded || e.spec.pinned || e.in_flight > 0 || limit <= 0) continue;
+      if (e.state != ModelState::kLoaded || e.spec.pinned || e.in_flight > 0 || limit <= 0)
+        continue;
       const double idle = seconds_since(e.last_used);
       if (idle < limit) continue;
       char why[64];

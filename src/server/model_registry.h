@@ -44,10 +44,10 @@ const char* model_state_name(ModelState s);  // "unloaded", "loading", "loaded",
 // One configured model: its name, where it lies, and how it is served. Unset optional
 // settings take the server's own options.
 struct ModelSpec {
-  std::string name;                  // its id in /v1/models and in requests
-  std::string ref;                   // what -m accepts: path, ORG/NAME[:QUANT], NAME:TAG
-  std::vector<std::string> aliases;  // other names requests may use
-  bool pinned = false;               // loaded at start, never unloaded
+  std::string name;                     // its id in /v1/models and in requests
+  std::string ref;                      // what -m accepts: path, ORG/NAME[:QUANT], NAME:TAG
+  std::vector<std::string> aliases;     // other names requests may use
+  bool pinned = false;                  // loaded at start, never unloaded
   std::optional<double> idle_unload_s;  // 0: never; unset: --idle-unload
   std::optional<int64_t> ctx;
   std::optional<int32_t> max_seqs;
@@ -164,9 +164,9 @@ class ModelRegistry {
     uint64_t error_seq = 0;  // the load that failed last (error)
     std::string error;
     std::exception_ptr error_ptr;  // the loader's exception (load_now rethrows it)
-    uint64_t planned = 0;    // planned_bytes, once asked
-    uint64_t measured = 0;   // host bytes measured (0: never)
-    uint64_t device = 0;     // device bytes of the loaded back-end
+    uint64_t planned = 0;          // planned_bytes, once asked
+    uint64_t measured = 0;         // host bytes measured (0: never)
+    uint64_t device = 0;           // device bytes of the loaded back-end
     uint64_t loads = 0, unloads = 0;
     double load_seconds = 0;
     engine::EngineStats retired;  // counters of the engines unloaded so far

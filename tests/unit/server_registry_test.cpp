@@ -95,7 +95,9 @@ RegistryOptions options(Factory& f) {
   return o;
 }
 
-ModelState state_of(const ModelRegistry& r, const std::string& name) { return r.state(*r.find(name)); }
+ModelState state_of(const ModelRegistry& r, const std::string& name) {
+  return r.state(*r.find(name));
+}
 
 // Waits (up to 5 s) for `pred`.
 template <typename Pred>
@@ -107,7 +109,8 @@ bool eventually(Pred pred) {
   return pred();
 }
 
-int api_status(const std::function<void()>& f, std::string* message = nullptr, std::string* code = nullptr) {
+int api_status(const std::function<void()>& f, std::string* message = nullptr,
+               std::string* code = nullptr) {
   try {
     f();
   } catch (const ApiException& e) {
@@ -427,7 +430,8 @@ models:
 }
 
 TEST(ModelConfig, RelativeModelPathsAreTakenFromTheConfigFolder) {
-  const auto dir = std::filesystem::temp_directory_path() / ("hearth_cfg_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hearth_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "m.gguf") << "x";
   std::ofstream(dir / "models.yaml") << "models:\n  m:\n    model: m.gguf\n";
@@ -440,10 +444,11 @@ TEST(ModelConfig, RelativeModelPathsAreTakenFromTheConfigFolder) {
 TEST(ModelConfig, ErrorsNameTheFileLineAndKey) {
   EXPECT_EQ(config_error("models:\n  a:\n    model: a.gguf\n    ctx: many\n"),
             "[serve] models.yaml:4: models.a.ctx: expected an integer (tokens), got 'many'");
-  EXPECT_EQ(config_error("models:\n  a:\n    model: a.gguf\n    colour: red\n").rfind(
-                "[serve] models.yaml:4: models.a.colour: unknown setting", 0),
+  EXPECT_EQ(config_error("models:\n  a:\n    model: a.gguf\n    colour: red\n")
+                .rfind("[serve] models.yaml:4: models.a.colour: unknown setting", 0),
             0u);
-  EXPECT_EQ(config_error("models:\n  a:\n    ctx: 100\n").rfind("[serve] models.yaml:3: models.a.model: missing", 0),
+  EXPECT_EQ(config_error("models:\n  a:\n    ctx: 100\n")
+                .rfind("[serve] models.yaml:3: models.a.model: missing", 0),
             0u);
   EXPECT_EQ(config_error("models:\n  a:\n    model: a.gguf\n    pinned: maybe\n"),
             "[serve] models.yaml:4: models.a.pinned: expected true or false, got 'maybe'");
@@ -453,11 +458,14 @@ TEST(ModelConfig, ErrorsNameTheFileLineAndKey) {
             "[serve] models.yaml:4: models.a.aliases: expected a list of names");
   EXPECT_NE(config_error("models: [a, b\n").find("models.yaml:2:"), std::string::npos);
   EXPECT_NE(config_error("models: [a, b\n").find("not valid YAML"), std::string::npos);
-  EXPECT_EQ(config_error("model:\n  a: x\n").rfind("[serve] models.yaml:1: model: unknown key", 0), 0u);
+  EXPECT_EQ(config_error("model:\n  a: x\n").rfind("[serve] models.yaml:1: model: unknown key", 0),
+            0u);
   EXPECT_NE(config_error("other: 1\n").find("unknown key"), std::string::npos);
   EXPECT_NE(config_error("models:\n").find("models: missing"), std::string::npos);
   EXPECT_NE(config_error("- a\n").find("(top level): expected a map"), std::string::npos);
-  EXPECT_EQ(config_error("models:\n  a: x\n  a: y\n").rfind("[serve] models.yaml:3: models.a: given twice", 0), 0u);
+  EXPECT_EQ(config_error("models:\n  a: x\n  a: y\n")
+                .rfind("[serve] models.yaml:3: models.a: given twice", 0),
+            0u);
 }
 
 TEST(ModelConfig, UnreadableFileIsAnError) {
