@@ -351,3 +351,22 @@ def test_models_dir_serves_every_model_found(hearth_bin, model_files, tmp_path):
         assert named == "qwen"
     finally:
         srv.stop()
+
+
+def test_memory_budget_unloads_least_recently_used(hearth_bin, model_files):
+    """--max-memory 400M: the two random models fit; the default model's plan (98 MB of weights
+    and a KV budget of 8 full 8192-token contexts) does not, so both go before it loads (it
+    then loads alone, over the budget, with a log line)."""
+    srv = Server(hearth_bin, f"llama={model_files['llama']}", "--model", f"qwen={model_files['qwen']}",
+                 "--model", f"smol={model_files['smol']}", "--max-memory", "400M")
+    try:
+        stream_chat(srv.url, "llama", "hi")
+        stream_chat(srv.url, "qwen", "hi")
+        assert states(srv, None) == {"llama": "loaded", "qwen": "loaded", "smol": "unloaded"}
+        stream_chat(srv.url, "smol", "hi")
+        assert states(srv, None) == {"llama": "unloaded", "qwen": "unloaded", "smol": "loaded"}
+        log = srv.stderr()
+        assert "unloaded to make room for smol (--max-memory 400.0 MiB" in log, log
+        assert "smol alone exceeds --max-memory" in log, log
+    finally:
+        srv.stop()
