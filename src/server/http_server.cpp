@@ -569,8 +569,8 @@ struct HttpServer::Impl {
     }
   }
 
-  static void whole(httplib::Response& res, engine::ServeEngine& engine, bool is_chat, engine::RequestChannel& ch, const ResponseContext& ctx,
-             ClientWatch& watch, OutputParser* parser) {
+  static void whole(httplib::Response& res, engine::ServeEngine& engine, bool is_chat, engine::RequestChannel& ch,
+                    const ResponseContext& ctx, ClientWatch& watch, OutputParser* parser) {
     std::string text;
     std::vector<engine::TokenOut> tokens;
     std::optional<engine::Final> fin;
