@@ -600,8 +600,7 @@ struct HttpServer::Impl {
   }
 
   static void stream(httplib::Response& res, ModelLease m, bool is_chat, std::shared_ptr<engine::RequestChannel> ch,
-                     ResponseContext ctx,
-              std::shared_ptr<ClientWatch> watch, std::shared_ptr<OutputParser> parser) {
+                     ResponseContext ctx, std::shared_ptr<ClientWatch> watch, std::shared_ptr<OutputParser> parser) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto context = std::make_shared<ResponseContext>(std::move(ctx));
