@@ -18,6 +18,7 @@
 #include "agent/transcript.h"
 #include "bench/sse_client.h"
 #include "cli/commands.h"
+#include "cli/serve_specs.h"
 #include "cli/common.h"
 #include "core/error.h"
 
@@ -28,7 +29,8 @@ using agent::TurnEnd;
 namespace fs = std::filesystem;
 
 struct AgentCliOptions {
-  std::string model, url, prompt, kv_cache_bytes, device, log_dir, resume, tool_choice = "auto",
+  std::vector<std::string> models;  // -m: REF, or NAME=REF (repeatable) for the server it starts
+  std::string url, prompt, kv_cache_bytes, device, log_dir, resume, tool_choice = "auto",
                                                                            system_prompt;
   bool no_server = false, think = false, no_think = false, yes = false;
   int max_steps = 15, threads = 0;
@@ -73,6 +75,8 @@ void check(const AgentCliOptions& o) {
   if (o.max_images < 1) bad("--max-images must be at least 1");
   if (!o.url.empty() && o.no_server)
     bad("--url already means no server of our own; drop --no-server");
+  if ((!o.url.empty() || o.no_server) && o.models.size() > 1)
+    bad("several -m models apply to the server the agent starts; not with --url / --no-server");
   if (o.ctx < 0) bad("--ctx must be positive");
   if (o.max_tokens < 0) bad("--max-tokens must be positive");
   if (o.shell_timeout <= 0) bad("--shell-timeout must be positive");
@@ -114,7 +118,13 @@ int run_agent(AgentCliOptions o) {
   if (url.empty() && o.no_server) url = "http://127.0.0.1:8080";
   if (url.empty()) {
     std::vector<std::string> args = {"--max-seqs", "2"};
-    if (!o.model.empty()) args.insert(args.end(), {"-m", o.model});
+    if (o.models.size() == 1 && !split_named_model(o.models[0])) {
+      args.insert(args.end(), {"-m", o.models[0]});
+    } else if (!o.models.empty()) {
+      // Several models behind the server: the agent talks to the first, kept loaded.
+      for (const auto& m : o.models) args.insert(args.end(), {"--model", m});
+      args.insert(args.end(), {"--pin", model_value_name(o.models[0])});
+    }
     if (!o.kv_cache_bytes.empty()) args.insert(args.end(), {"--kv-cache-bytes", o.kv_cache_bytes});
     if (o.ctx > 0) args.insert(args.end(), {"--ctx", std::to_string(o.ctx)});
     if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
@@ -150,7 +160,7 @@ int run_agent(AgentCliOptions o) {
   }
 
   agent::AgentOptions ao;
-  ao.model = !o.url.empty() && !o.model.empty() ? o.model : info.id;
+  ao.model = !o.url.empty() && !o.models.empty() ? o.models[0] : info.id;
   ao.max_steps = o.max_steps;
   if (o.think) ao.think = true;
   if (o.no_think) ao.think = false;
@@ -245,8 +255,10 @@ void add_agent_command(CLI::App& app) {
   auto o = std::make_shared<AgentCliOptions>();
   auto* cmd =
       app.add_subcommand("agent", "A terminal agent with tools over its own server (or --url)");
-  cmd->add_option("-m,--model", o->model,
-                  "Model for the server it starts: a path or a store name, see `hearth list` (with --url: the model name to ask for)");
+  cmd->add_option("-m,--model", o->models,
+                  "Model for the server it starts: a path or a store name, see `hearth list`; repeat it as NAME=REF "
+                  "to start the server with several (the agent uses the first) (with --url: the model name to ask for)")
+      ->allow_extra_args(false);
   cmd->add_option("--url", o->url, "Use this OpenAI-compatible server instead of starting one");
   cmd->add_flag("--no-server", o->no_server, "Do not start a server; use http://127.0.0.1:8080");
   cmd->add_option("-p,--prompt", o->prompt, "Run this one message and exit");

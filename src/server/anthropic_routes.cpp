@@ -51,19 +51,10 @@ void send_anthropic_error(httplib::Response& res, const ApiError& error) {
   res.set_content(anthropic_error_body(a), "application/json");
 }
 
-AnthropicRoutes::AnthropicRoutes(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok,
-                                 const engine::ChatPrompt& chat, const ChatSettings& settings,
-                                 ServerMetrics& metrics, std::string model_id,
-                                 std::function<void(const std::string&)> check_model)
-    : engine_(engine),
-      tok_(tok),
-      chat_(chat),
-      settings_(settings),
-      metrics_(metrics),
-      model_id_(std::move(model_id)),
-      check_model_(std::move(check_model)) {}
+AnthropicRoutes::AnthropicRoutes(ModelPicker pick, ServerMetrics& metrics)
+    : pick_(std::move(pick)), metrics_(metrics) {}
 
-AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) const {
+AnthropicRoutes::Prompt AnthropicRoutes::prepare(const ServedModel& m, const AnthropicRequest& r) {
   ChatInputs in;
   in.messages = r.messages;
   in.tools = r.tools;
@@ -72,15 +63,15 @@ AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) cons
   in.kwargs = r.chat_template_kwargs;
   if (r.thinking_budget) in.reasoning_budget = *r.thinking_budget;
   Prompt p;
-  p.prepared = prepare_chat_with_images(in, chat_, settings_, model_id_);
+  p.prepared = prepare_chat_with_images(in, *m.chat, *m.settings, m.id);
   p.output = p.prepared.output;
   if (!r.prefill.empty()) {  // the model continues the prefill: it may open or close <think>
     p.prepared.prompt += r.prefill;
     p.output.starts_in_reasoning =
         p.output.parse_reasoning && prompt_opens_reasoning(p.prepared.prompt);
   }
-  p.tokens = chat_.encode(p.prepared.prompt);
-  expand_image_tokens(p.prepared, p.tokens, settings_);  // (count_tokens counts them too)
+  p.tokens = m.chat->encode(p.prepared.prompt);
+  expand_image_tokens(p.prepared, p.tokens, *m.settings);  // (count_tokens counts them too)
   if (p.tokens.empty())
     throw ApiException(invalid_request("the prompt is empty (0 tokens)", "messages"));
   return p;
@@ -89,7 +80,8 @@ AnthropicRoutes::Prompt AnthropicRoutes::prepare(const AnthropicRequest& r) cons
 void AnthropicRoutes::count_tokens(const httplib::Request& req, httplib::Response& res) {
   try {
     const AnthropicRequest r = parse_anthropic_request(req.body, AnthropicEndpoint::kCountTokens);
-    const Prompt p = prepare(r);
+    const ModelLease m = pick_(r.model);
+    const Prompt p = prepare(*m, r);
     res.set_content(dump_json(json{{"input_tokens", p.tokens.size()}}), "application/json");
   } catch (const ApiException& e) {
     metrics_.requests_rejected.inc();
@@ -104,13 +96,14 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
   std::shared_ptr<engine::RequestChannel> channel;
   AnthropicRequest r;
   Prompt p;
+  ModelLease m;  // held until the answer is sent (the stream's end)
   try {
     r = parse_anthropic_request(req.body, AnthropicEndpoint::kMessages);
-    if (r.model) check_model_(*r.model);
-    p = prepare(r);
+    m = pick_(r.model);
+    p = prepare(*m, r);
     // The prompt must leave room for one generated token; a max_tokens beyond the
     // context is cut to what is left (agents ask for more than a local context holds).
-    const int64_t limit = std::min(engine_.n_ctx(), engine_.max_sequence_tokens());
+    const int64_t limit = std::min(m->engine->n_ctx(), m->engine->max_sequence_tokens());
     const auto n_prompt = static_cast<int64_t>(p.tokens.size());
     if (n_prompt >= limit) throw ApiException(prompt_too_long(n_prompt, limit - 1));
     engine::GenRequest g;
@@ -120,7 +113,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();
     g.stop = r.stop_sequences;
-    g.reasoning = reasoning_limit(p.prepared, settings_, tok_);
+    g.reasoning = reasoning_limit(p.prepared, *m->settings, *m->tok);
     // tool_choice any / tool: a grammar makes the answer a call with valid input;
     // output_config.format: the answer follows the schema. Compiled now (errors are 400s).
     std::optional<grammar::ConstraintSpec> spec = tool_constraint_spec(p.prepared.constraint);
@@ -128,13 +121,13 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     if (!spec && !r.response_format.is_null()) spec = parse_response_format(r.response_format);
     if (spec) {
       try {
-        g.constraint = engine_.compile_constraint(*spec);
+        g.constraint = m->engine->compile_constraint(*spec);
       } catch (const Error& e) {
         throw ApiException(invalid_request(e.what(), for_tools ? "tools" : "output_config.format"));
       }
     }
     channel = std::make_shared<engine::RequestChannel>();
-    switch (engine_.submit(std::move(g), channel)) {
+    switch (m->engine->submit(std::move(g), channel)) {
       case engine::ServeEngine::Admit::kOk:
         break;
       case engine::ServeEngine::Admit::kQueueFull:
@@ -144,7 +137,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
       case engine::ServeEngine::Admit::kTooLong:
         throw ApiException(prompt_too_long(n_prompt, limit - 1));
       case engine::ServeEngine::Admit::kStopped:
-        throw ApiException(engine_stopped(engine_.stats().failure));
+        throw ApiException(engine_stopped(m->engine->stats().failure));
     }
   } catch (const ApiException& e) {
     metrics_.requests_rejected.inc();
@@ -157,7 +150,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
   }
 
   std::shared_ptr<OutputParser> parser = make_output_parser(p.output);
-  AnthropicContext ctx{make_response_id("msg_"), r.model.value_or(model_id_)};
+  AnthropicContext ctx{make_response_id("msg_"), r.model.value_or(m->id)};
   auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
 
   if (!r.stream) {
@@ -166,7 +159,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     auto quiet_since = Clock::now();
     while (!fin) {
       std::vector<engine::Delta> ds;
-      if (!wait_next(engine_, *channel, *watch, ds, fin, quiet_since)) {
+      if (!wait_next(*m->engine, *channel, *watch, ds, fin, quiet_since)) {
         send_anthropic_error(res, server_error("the engine stopped"));
         return;
       }
@@ -189,7 +182,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
   const auto n_prompt = static_cast<int64_t>(p.tokens.size());
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, channel, watch, parser, sse, n_prompt](size_t, httplib::DataSink& sink) {
+      [m, channel, watch, parser, sse, n_prompt](size_t, httplib::DataSink& sink) {
         auto last_write = Clock::now();
         auto write = [&](const std::string& s) {
           if (s.empty()) return true;
@@ -205,7 +198,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
         std::optional<engine::Final> fin;
         bool alive = true;
         while (alive && !channel->cached_tokens() && ds.empty() && !fin) {
-          alive = wait_next(engine_, *channel, *watch, ds, fin, quiet_since);
+          alive = wait_next(*m->engine, *channel, *watch, ds, fin, quiet_since);
         }
         const int32_t cached = channel->cached_tokens().value_or(fin ? fin->cached_tokens : 0);
         if (!write(sse->start(n_prompt, cached)) || !write(anthropic_ping())) return false;
@@ -213,7 +206,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
           if (!first) {
             ds.clear();
             fin.reset();
-            alive = wait_next(engine_, *channel, *watch, ds, fin, quiet_since);
+            alive = wait_next(*m->engine, *channel, *watch, ds, fin, quiet_since);
           }
           if (!alive) {
             write(sse->error(server_error("the engine stopped")));

@@ -18,6 +18,7 @@
 #include "server/chat_request.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/served_model.h"
 
 namespace httplib {
 struct Request;
@@ -35,14 +36,10 @@ void send_anthropic_error(httplib::Response& res, const ApiError& error);
 
 class AnthropicRoutes {
  public:
-  // check_model: throws ApiException (404) when a requested "model" name is not served
-  // (the server's policy, shared with the OpenAI routes).
-  // `settings`: the server's chat settings (tools, reasoning, template kwargs), as the
-  // OpenAI route uses them.
-  AnthropicRoutes(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok,
-                  const engine::ChatPrompt& chat, const ChatSettings& settings,
-                  ServerMetrics& metrics, std::string model_id,
-                  std::function<void(const std::string&)> check_model);
+  // pick: the model a request's "model" names, leased for the request (throws
+  // ApiException: 404 unknown name, 503 still loading), as the OpenAI routes pick it;
+  // its chat settings (tools, reasoning, template kwargs) are the OpenAI route's too.
+  AnthropicRoutes(ModelPicker pick, ServerMetrics& metrics);
   // POST /v1/messages, already authorized. Thread-safe (called from many HTTP threads).
   void messages(const httplib::Request& req, httplib::Response& res);
   // POST /v1/messages/count_tokens, already authorized: {"input_tokens": N}, N the tokens
@@ -57,15 +54,10 @@ class AnthropicRoutes {
     PreparedChat prepared;
     OutputOptions output;
   };
-  Prompt prepare(const AnthropicRequest& request) const;
+  static Prompt prepare(const ServedModel& m, const AnthropicRequest& request);
 
-  engine::ServeEngine& engine_;
-  const tokenizer::Tokenizer& tok_;
-  const engine::ChatPrompt& chat_;
-  const ChatSettings& settings_;
+  ModelPicker pick_;
   ServerMetrics& metrics_;
-  std::string model_id_;
-  std::function<void(const std::string&)> check_model_;
 };
 
 }  // namespace hearth::server

@@ -52,35 +52,20 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  if (e.status == 429) res.set_header("Retry-After", "1");
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(error_body(e), "application/json");
 }
 
 }  // namespace
 
-void MetricsObserver::on_step(int32_t n_seqs, int32_t n_tokens, double) {
-  m_.batch_size.observe(n_seqs);
-  m_.batch_tokens.observe(n_tokens);
-}
-void MetricsObserver::on_first_token(double ttft_seconds) { m_.time_to_first_token.observe(ttft_seconds); }
-void MetricsObserver::on_token_interval(double seconds) { m_.inter_token_latency.observe(seconds); }
-void MetricsObserver::on_finish(const engine::Final& f) {
-  m_.request_finished(f.finish_reason);
-  m_.prompt_tokens.inc(f.prompt_tokens);
-  m_.generation_tokens.inc(f.completion_tokens);
-}
-
 struct HttpServer::Impl {
-  engine::ServeEngine& engine;
-  const tokenizer::Tokenizer& tok;
-  const engine::ChatPrompt& chat;
+  ModelRegistry& models;
   ServerMetrics& metrics;
   HttpOptions opt;
-  AnthropicRoutes anthropic{engine, tok, chat, opt.chat, metrics, opt.model_id,
-                            [this](const std::string& name) { check_model(name); }};
-  ResponsesRoutes responses{engine, tok, chat, opt.chat, metrics, opt.model_id,
-                            [this](const std::string& name) { check_model(name); }};
+  std::vector<ModelMetrics*> model_metrics;  // router mode: one per model
+  AnthropicRoutes anthropic{[this](const std::optional<std::string>& name) { return pick(name); }, metrics};
+  ResponsesRoutes responses{[this](const std::optional<std::string>& name) { return pick(name); }, metrics};
   GuardedServer svr{limits_of(opt), [](const std::string& path, int status, const std::string& message) {
                        ApiError e{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", ""};
                        if (status == 413) e.code = "request_too_large";
@@ -98,9 +83,8 @@ struct HttpServer::Impl {
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
 
-  Impl(engine::ServeEngine& e, const tokenizer::Tokenizer& t, const engine::ChatPrompt& c, ServerMetrics& m,
-       HttpOptions o)
-      : engine(e), tok(t), chat(c), metrics(m), opt(std::move(o)) {
+  Impl(ModelRegistry& r, ServerMetrics& m, HttpOptions o, std::vector<ModelMetrics*> mm)
+      : models(r), metrics(m), opt(std::move(o)), model_metrics(std::move(mm)) {
     if (!opt.log_file.empty()) {
       log = std::fopen(opt.log_file.c_str(), "a");
       if (log == nullptr) fail(ErrorKind::kIo, "serve", "cannot open the log file " + opt.log_file);
@@ -183,7 +167,7 @@ struct HttpServer::Impl {
 
     svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       // 503 once the engine loop is gone; after an engine fault the body says why.
-      const engine::EngineStats s = engine.stats();
+      const engine::EngineStats s = models.total_stats();
       res.status = s.running_loop ? 200 : 503;
       nlohmann::ordered_json body = {{"status", s.running_loop ? "ok" : "unavailable"}};
       if (!s.running_loop && !s.failure.empty()) {
@@ -197,28 +181,11 @@ struct HttpServer::Impl {
     svr.Get("/api/hello", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     });
-    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req, res)) return;
-      auto entry = [&](const std::string& id) {
-        return nlohmann::ordered_json{{"id", id},
-                                      {"object", "model"},
-                                      {"created", created},
-                                      {"owned_by", "hearth"},
-                                      {"context_length", engine.n_ctx()},
-                                      {"max_model_len", engine.n_ctx()}};
-      };
-      nlohmann::ordered_json data = nlohmann::ordered_json::array();
-      nlohmann::ordered_json main = entry(opt.model_id);
-      main["aliases"] = opt.aliases;
-      data.push_back(std::move(main));
-      for (const auto& a : opt.aliases) {
-        nlohmann::ordered_json e = entry(a);
-        e["alias_of"] = opt.model_id;
-        data.push_back(std::move(e));
-      }
-      nlohmann::ordered_json body = {{"object", "list"}, {"data", std::move(data)}};
-      res.set_content(dump_json(body), "application/json");
-    });
+    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { list_models(req, res); });
+    // llama-server's router names: GET /models, POST /models/load and /models/unload.
+    svr.Get("/models", [this](const httplib::Request& req, httplib::Response& res) { list_models(req, res); });
+    svr.Post("/models/load", [this](const httplib::Request& req, httplib::Response& res) { admin(req, res, true); });
+    svr.Post("/models/unload", [this](const httplib::Request& req, httplib::Response& res) { admin(req, res, false); });
     svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       refresh_gauges();
@@ -256,6 +223,8 @@ struct HttpServer::Impl {
     if (!authorized(req, res)) return;
     try {
       const nlohmann::ordered_json body = parse_json_object(req.body);
+      const ModelLease m = pick(opt.router ? model_field(body) : std::nullopt);
+      const tokenizer::Tokenizer& tok = *m->tok;
       bool with_pieces = false;
       if (auto it = body.find("with_pieces"); it != body.end() && !it->is_null()) {
         if (!it->is_boolean()) throw ApiException(invalid_request("'with_pieces' must be a boolean", "with_pieces"));
@@ -264,9 +233,9 @@ struct HttpServer::Impl {
       std::vector<int32_t> ids;
       if (body.contains("messages")) {
         const ParsedRequest pr = parse_chat_request(req.body);
-        PreparedChat prepared = prepare_chat_with_images(chat_inputs(pr), chat, opt.chat, opt.model_id);
-        ids = chat.encode(prepared.prompt);
-        expand_image_tokens(prepared, ids, opt.chat);  // (images count as their tokens)
+        PreparedChat prepared = prepare_chat_with_images(chat_inputs(pr), *m->chat, *m->settings, m->id);
+        ids = m->chat->encode(prepared.prompt);
+        expand_image_tokens(prepared, ids, *m->settings);  // (images count as their tokens)
       } else {
         auto it = body.find("content");
         if (it == body.end() || !it->is_string()) {
@@ -311,6 +280,8 @@ struct HttpServer::Impl {
     if (!authorized(req, res)) return;
     try {
       const nlohmann::ordered_json body = parse_json_object(req.body);
+      const ModelLease m = pick(opt.router ? model_field(body) : std::nullopt);
+      const tokenizer::Tokenizer& tok = *m->tok;
       auto it = body.find("tokens");
       if (it == body.end() || !it->is_array()) {
         throw ApiException(invalid_request("'tokens' (an array of token ids) is required", "tokens"));
@@ -336,7 +307,7 @@ struct HttpServer::Impl {
   }
 
   void refresh_gauges() {
-    const engine::EngineStats s = engine.stats();
+    const engine::EngineStats s = models.total_stats();
     metrics.requests_running.set(s.running);
     metrics.requests_waiting.set(s.waiting);
     metrics.kv_blocks_used.set(s.kv_blocks_used);
@@ -356,6 +327,9 @@ struct HttpServer::Impl {
     advance(metrics.prefix_cache_hits, s.prefix_hit_tokens, seen_hits);
     advance(metrics.requests_admitted, s.admitted, seen_admitted);
     advance(metrics.preemptions, s.preemptions, seen_preemptions);
+    if (model_metrics.empty()) return;
+    const std::vector<ModelStatus> st = models.status();
+    for (size_t i = 0; i < st.size() && i < model_metrics.size(); ++i) model_metrics[i]->update(st[i]);
   }
 
   bool model_known(const std::string& name) const {
@@ -379,11 +353,128 @@ struct HttpServer::Impl {
     }
   }
 
-  std::vector<int32_t> prompt_tokens(const ParsedRequest& pr, PreparedChat& prepared) {
+  // A request's "model" field when it is a string (else absent; the parsers check types).
+  static std::optional<std::string> model_field(const nlohmann::ordered_json& body) {
+    auto it = body.find("model");
+    if (it == body.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  }
+
+  // The model a request names, leased for the request. One model (-m): it serves every
+  // name (check_model). Several: the name or alias picks one; an absent name takes the
+  // first; an unknown one is a 404 listing the names (when only one is configured it
+  // serves every name, as with -m).
+  ModelLease pick(const std::optional<std::string>& name) {
+    size_t index = 0;
+    if (name && !opt.router) {
+      check_model(*name);
+    } else if (name) {
+      if (auto i = models.find(*name)) {
+        index = *i;
+      } else if (models.size() == 1 && !opt.strict_model_names) {
+        std::lock_guard<std::mutex> lock(names_mu);
+        if (names_seen.size() < 1000 && names_seen.insert(*name).second) {
+          log_line("hearth: requests for model '" + sanitize_utf8(*name) + "' are served by " + models.spec(0).name);
+        }
+      } else {
+        ApiError e = model_not_found(sanitize_utf8(*name));
+        e.message += "; this server has: " + models.names();
+        throw ApiException(e);
+      }
+    }
+    return models.acquire(index);
+  }
+
+  // GET /v1/models (and /models). One model (-m): its id and --alias names, as before.
+  // Several: every model with its state ("status": loaded, loading, unloaded,
+  // unloading), pinned flag and aliases; its context length while loaded.
+  void list_models(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto entry = [&](const std::string& id, int64_t n_ctx) {
+      nlohmann::ordered_json e{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "hearth"}};
+      if (n_ctx > 0) {
+        e["context_length"] = n_ctx;
+        e["max_model_len"] = n_ctx;
+      }
+      return e;
+    };
+    nlohmann::ordered_json data = nlohmann::ordered_json::array();
+    if (!opt.router) {
+      const int64_t n_ctx = models.status().front().n_ctx;
+      nlohmann::ordered_json main = entry(opt.model_id, n_ctx);
+      main["aliases"] = opt.aliases;
+      data.push_back(std::move(main));
+      for (const auto& a : opt.aliases) {
+        nlohmann::ordered_json e = entry(a, n_ctx);
+        e["alias_of"] = opt.model_id;
+        data.push_back(std::move(e));
+      }
+    } else {
+      const std::vector<ModelStatus> st = models.status();
+      for (const ModelStatus& s : st) {
+        nlohmann::ordered_json e = entry(s.name, s.n_ctx);
+        e["status"] = model_state_name(s.state);
+        e["pinned"] = s.pinned;
+        e["aliases"] = s.aliases;
+        e["in_flight"] = s.in_flight;
+        if (s.measured) e["memory_bytes"] = s.memory_bytes;
+        if (!s.error.empty()) e["error"] = s.error;
+        data.push_back(std::move(e));
+      }
+      for (const ModelStatus& s : st) {
+        for (const auto& a : s.aliases) {
+          nlohmann::ordered_json e = entry(a, s.n_ctx);
+          e["status"] = model_state_name(s.state);
+          e["alias_of"] = s.name;
+          data.push_back(std::move(e));
+        }
+      }
+    }
+    res.set_content(dump_json(nlohmann::ordered_json{{"object", "list"}, {"data", std::move(data)}}),
+                    "application/json");
+  }
+
+  // POST /models/load and /models/unload, {"model": NAME}: load waits (bounded) until the
+  // model is loaded; unload waits for its requests in flight, then frees it.
+  void admin(const httplib::Request& req, httplib::Response& res, bool load) {
+    if (!authorized(req, res)) return;
+    try {
+      const nlohmann::ordered_json body = parse_json_object(req.body);
+      auto it = body.find("model");
+      if (it == body.end() || !it->is_string()) {
+        throw ApiException(invalid_request("'model' (a model name) is required", "model"));
+      }
+      const std::string name = it->get<std::string>();
+      const std::optional<size_t> index = models.find(name);
+      if (!index && !(models.size() == 1 && !opt.router && model_known(name))) {
+        ApiError e = model_not_found(sanitize_utf8(name));
+        e.message += "; this server has: " + models.names();
+        throw ApiException(e);
+      }
+      const size_t i = index.value_or(0);
+      bool changed = true;
+      if (load) {
+        changed = models.state(i) != ModelState::kLoaded;
+        models.load(i);
+      } else {
+        changed = models.unload(i);
+      }
+      res.set_content(dump_json(nlohmann::ordered_json{{"success", true},
+                                                       {"model", models.spec(i).name},
+                                                       {"status", model_state_name(models.state(i))},
+                                                       {"changed", changed}}),
+                      "application/json");
+    } catch (const ApiException& e) {
+      send_error(res, e.error());
+    }
+  }
+
+  static std::vector<int32_t> prompt_tokens(const ServedModel& m, const ParsedRequest& pr, PreparedChat& prepared) {
+    const tokenizer::Tokenizer& tok = *m.tok;
     if (pr.chat) {
-      prepared = prepare_chat_with_images(chat_inputs(pr), chat, opt.chat, opt.model_id);
-      std::vector<int32_t> tokens = chat.encode(prepared.prompt);
-      expand_image_tokens(prepared, tokens, opt.chat);
+      prepared = prepare_chat_with_images(chat_inputs(pr), *m.chat, *m.settings, m.id);
+      std::vector<int32_t> tokens = m.chat->encode(prepared.prompt);
+      expand_image_tokens(prepared, tokens, *m.settings);
       return tokens;
     }
     if (pr.prompt_is_tokens) {
@@ -410,11 +501,13 @@ struct HttpServer::Impl {
     ResponseContext ctx;
     ParsedRequest pr;
     PreparedChat prepared;
+    ModelLease m;  // held until the answer is sent (the stream's end)
     try {
       pr = is_chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
-      if (pr.model) check_model(*pr.model);
+      m = pick(pr.model);
+      engine::ServeEngine& engine = *m->engine;
       const auto t_prompt = Clock::now();
-      std::vector<int32_t> prompt = prompt_tokens(pr, prepared);
+      std::vector<int32_t> prompt = prompt_tokens(*m, pr, prepared);
       const double prompt_ms = ms_since(t_prompt);
       if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", is_chat ? "messages" : "prompt"));
       const int64_t n_ctx = engine.n_ctx();
@@ -439,7 +532,7 @@ struct HttpServer::Impl {
           throw ApiException(invalid_request(e.what(), tool_spec ? "tools" : "response_format"));
         }
       }
-      if (is_chat) g.reasoning = reasoning_limit(prepared, opt.chat, tok);
+      if (is_chat) g.reasoning = reasoning_limit(prepared, *m->settings, *m->tok);
       channel = std::make_shared<engine::RequestChannel>();
       if (request_timing()) {
         std::fprintf(stderr, "hearth: request prepared in %.2f ms (template and tokenizer %.2f ms, %zu prompt tokens)\n",
@@ -467,22 +560,22 @@ struct HttpServer::Impl {
     }
     ctx.id = make_response_id(is_chat ? "chatcmpl-" : "cmpl-");
     ctx.created = unix_time_now();
-    ctx.model = pr.model.value_or(opt.model_id);
+    ctx.model = pr.model.value_or(m->id);
     ctx.logprobs = pr.logprobs;
     ctx.include_usage = pr.include_usage;
-    ctx.token_text = [this](int32_t id) { return tok.token_to_piece(id); };
+    ctx.token_text = [m](int32_t id) { return m->tok->token_to_piece(id); };
     auto watch = std::make_shared<ClientWatch>(req.remote_addr, req.remote_port);
     std::shared_ptr<OutputParser> parser;
     if (is_chat) parser = make_output_parser(prepared.output);
     if (pr.stream) {
-      stream(res, is_chat, std::move(channel), std::move(ctx), std::move(watch), std::move(parser));
+      stream(res, m, is_chat, std::move(channel), std::move(ctx), std::move(watch), std::move(parser));
     } else {
-      whole(res, is_chat, *channel, ctx, *watch, parser.get());
+      whole(res, *m->engine, is_chat, *channel, ctx, *watch, parser.get());
     }
   }
 
-  void whole(httplib::Response& res, bool is_chat, engine::RequestChannel& ch, const ResponseContext& ctx,
-             ClientWatch& watch, OutputParser* parser) {
+  static void whole(httplib::Response& res, engine::ServeEngine& engine, bool is_chat, engine::RequestChannel& ch,
+                    const ResponseContext& ctx, ClientWatch& watch, OutputParser* parser) {
     std::string text;
     std::vector<engine::TokenOut> tokens;
     std::optional<engine::Final> fin;
@@ -511,14 +604,14 @@ struct HttpServer::Impl {
     res.set_content(chat_completion(ctx, fold_events(events), tokens, *fin), "application/json");
   }
 
-  void stream(httplib::Response& res, bool is_chat, std::shared_ptr<engine::RequestChannel> ch, ResponseContext ctx,
-              std::shared_ptr<ClientWatch> watch, std::shared_ptr<OutputParser> parser) {
+  static void stream(httplib::Response& res, ModelLease m, bool is_chat, std::shared_ptr<engine::RequestChannel> ch,
+                     ResponseContext ctx, std::shared_ptr<ClientWatch> watch, std::shared_ptr<OutputParser> parser) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto context = std::make_shared<ResponseContext>(std::move(ctx));
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, is_chat, ch, context, watch, parser](size_t, httplib::DataSink& sink) {
+        [m, is_chat, ch, context, watch, parser](size_t, httplib::DataSink& sink) {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           if (is_chat && !write(sse_data(chat_chunk_role(*context)))) {
             ch->cancel();
@@ -530,7 +623,7 @@ struct HttpServer::Impl {
           for (;;) {
             std::vector<engine::Delta> ds;
             std::optional<engine::Final> fin;
-            if (!wait_next(engine, *ch, *watch, ds, fin, quiet_since)) {
+            if (!wait_next(*m->engine, *ch, *watch, ds, fin, quiet_since)) {
               write(sse_data(error_body(server_error("the engine stopped"))));
               write(sse_done());
               sink.done();
@@ -583,9 +676,9 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok, const engine::ChatPrompt& chat,
-                       ServerMetrics& metrics, HttpOptions options)
-    : impl_(std::make_unique<Impl>(engine, tok, chat, metrics, std::move(options))) {}
+HttpServer::HttpServer(ModelRegistry& models, ServerMetrics& metrics, HttpOptions options,
+                       std::vector<ModelMetrics*> model_metrics)
+    : impl_(std::make_unique<Impl>(models, metrics, std::move(options), std::move(model_metrics))) {}
 
 HttpServer::~HttpServer() = default;
 

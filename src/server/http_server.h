@@ -1,6 +1,7 @@
 // The HTTP face of `hearth serve` (cpp-httplib): routes, API-key check, request
 // parsing and prompt building on the HTTP threads, SSE streaming of the engine's
-// deltas, /health, /v1/models and /metrics. Only GenRequest / Delta / Final cross
+// deltas, /health, /v1/models, /metrics and the model admin routes (/models/load,
+// /models/unload). Only GenRequest / Delta / Final cross
 // to and from the engine thread.
 #pragma once
 
@@ -13,6 +14,8 @@
 #include "engine/serve_engine.h"
 #include "server/chat_request.h"
 #include "server/metrics.h"
+#include "server/model_metrics.h"
+#include "server/model_registry.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
@@ -25,7 +28,10 @@ struct HttpOptions {
   std::vector<std::string> model_aliases;  // other names accepted in "model" (file names)
   std::vector<std::string> aliases;        // --alias: listed by /v1/models too
   bool strict_model_names = false;         // unknown "model" -> 404 (default: served, logged once)
-  ChatSettings chat;                       // tools / reasoning / template kwargs
+  // Several models (--model NAME=REF, --models-dir, --config): requests pick theirs by
+  // name or alias, /v1/models lists each with its state, an unknown name is a 404 when
+  // more than one is configured. Off (-m): the one model answers as model_id above.
+  bool router = false;
   size_t max_body_bytes = 16u << 20;  // --max-body-bytes: larger bodies get 413
   size_t max_header_bytes = 64u << 10; // --max-header-bytes: request line + headers (431)
   double request_timeout_s = 30;       // --request-timeout: first to last byte of a request (408)
@@ -35,8 +41,10 @@ struct HttpOptions {
 
 class HttpServer {
  public:
-  HttpServer(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok, const engine::ChatPrompt& chat,
-             ServerMetrics& metrics, HttpOptions options);
+  // `models`: what requests are served by (one model without `router`); `model_metrics`:
+  // the per-model series of /metrics (router mode; empty otherwise), one per model.
+  HttpServer(ModelRegistry& models, ServerMetrics& metrics, HttpOptions options,
+             std::vector<ModelMetrics*> model_metrics = {});
   ~HttpServer();
   // Binds (throws Error when the address is taken or invalid); returns the bound port.
   int bind();
@@ -47,19 +55,6 @@ class HttpServer {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-// The engine's hooks feeding ServerMetrics.
-class MetricsObserver final : public engine::EngineObserver {
- public:
-  explicit MetricsObserver(ServerMetrics& m) : m_(m) {}
-  void on_step(int32_t n_seqs, int32_t n_tokens, double seconds) override;
-  void on_first_token(double ttft_seconds) override;
-  void on_token_interval(double seconds) override;
-  void on_finish(const engine::Final& f) override;
-
- private:
-  ServerMetrics& m_;
 };
 
 }  // namespace hearth::server

@@ -29,7 +29,7 @@ constexpr std::string_view kKeepAlive = ": keep-alive\n\n";
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  if (e.status == 429) res.set_header("Retry-After", "1");
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(error_body(e), "application/json");
 }
 
@@ -64,26 +64,17 @@ ApiError previous_response_not_found(const std::string& id) {
                   "invalid_request_error", "previous_response_id", "previous_response_not_found"};
 }
 
-ResponsesRoutes::ResponsesRoutes(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok,
-                                 const engine::ChatPrompt& chat, const ChatSettings& settings,
-                                 ServerMetrics& metrics, std::string model_id,
-                                 std::function<void(const std::string&)> check_model, ResponseStoreLimits limits)
-    : engine_(engine),
-      tok_(tok),
-      chat_(chat),
-      settings_(settings),
-      metrics_(metrics),
-      model_id_(std::move(model_id)),
-      check_model_(std::move(check_model)),
-      store_(limits.max_responses, limits.max_bytes) {}
+ResponsesRoutes::ResponsesRoutes(ModelPicker pick, ServerMetrics& metrics, ResponseStoreLimits limits)
+    : pick_(std::move(pick)), metrics_(metrics), store_(limits.max_responses, limits.max_bytes) {}
 
 void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res) {
   Turn turn;
   ResponsesRequest r;
   int64_t n_prompt = 0;
+  ModelLease m;  // held until the answer is sent (the stream's end)
   try {
     r = parse_responses_request(req.body);
-    if (r.model) check_model_(*r.model);
+    m = pick_(r.model);
     json conversation = json::array();
     if (r.previous_response_id) {
       const auto prev = store_.get(*r.previous_response_id);
@@ -99,14 +90,14 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     if (r.parallel_tool_calls) in.parallel_tool_calls = *r.parallel_tool_calls;
     if (r.enable_thinking) in.kwargs = json{{"enable_thinking", *r.enable_thinking}};
     in.reasoning_budget = r.reasoning_budget;
-    PreparedChat prepared = prepare_chat_with_images(in, chat_, settings_, model_id_);
-    std::vector<int32_t> prompt = chat_.encode(prepared.prompt);
-    expand_image_tokens(prepared, prompt, settings_);
+    PreparedChat prepared = prepare_chat_with_images(in, *m->chat, *m->settings, m->id);
+    std::vector<int32_t> prompt = m->chat->encode(prepared.prompt);
+    expand_image_tokens(prepared, prompt, *m->settings);
     if (prompt.empty()) throw ApiException(invalid_request("the prompt is empty (0 tokens)", "input"));
 
     // The context checks of the chat route: the prompt and max_output_tokens must fit.
     n_prompt = static_cast<int64_t>(prompt.size());
-    const int64_t max_tokens = fit_max_tokens(engine_, n_prompt, r.max_output_tokens, "max_output_tokens", "input");
+    const int64_t max_tokens = fit_max_tokens(*m->engine, n_prompt, r.max_output_tokens, "max_output_tokens", "input");
 
     engine::GenRequest g;
     g.prompt = std::move(prompt);
@@ -114,7 +105,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     g.max_tokens = static_cast<int32_t>(max_tokens);
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();
-    g.reasoning = reasoning_limit(prepared, settings_, tok_);
+    g.reasoning = reasoning_limit(prepared, *m->settings, *m->tok);
     // tool_choice required / a named function: a grammar makes the answer a call with valid
     // arguments (it wins over text.format); text.format json_*: the answer follows the schema.
     std::optional<grammar::ConstraintSpec> spec = tool_constraint_spec(prepared.constraint);
@@ -122,22 +113,22 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     if (!spec) spec = r.constraint;
     if (spec) {
       try {  // compiled now: a schema that cannot be enforced is a 400, never a queued request
-        g.constraint = engine_.compile_constraint(*spec);
+        g.constraint = m->engine->compile_constraint(*spec);
       } catch (const Error& e) {
         throw ApiException(invalid_request(e.what(), for_tools ? "tools" : "text.format"));
       }
     }
     turn.channel = std::make_shared<engine::RequestChannel>();
-    switch (engine_.submit(std::move(g), turn.channel)) {
+    switch (m->engine->submit(std::move(g), turn.channel)) {
       case engine::ServeEngine::Admit::kOk:
         break;
       case engine::ServeEngine::Admit::kQueueFull:
         throw ApiException(server_overloaded(
             "the server is at capacity (--max-seqs running and --max-queue waiting); retry later"));
       case engine::ServeEngine::Admit::kTooLong:
-        throw ApiException(context_length_exceeded(n_prompt, max_tokens, engine_.n_ctx()));
+        throw ApiException(context_length_exceeded(n_prompt, max_tokens, m->engine->n_ctx()));
       case engine::ServeEngine::Admit::kStopped:
-        throw ApiException(engine_stopped(engine_.stats().failure));
+        throw ApiException(engine_stopped(m->engine->stats().failure));
     }
     turn.parser = make_output_parser(prepared.output);
     turn.in_reasoning = prepared.output.starts_in_reasoning;
@@ -152,7 +143,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     return;
   }
 
-  ResponsesContext ctx{make_response_id("resp_"), unix_time_now(), r.model.value_or(model_id_), response_echo(r)};
+  ResponsesContext ctx{make_response_id("resp_"), unix_time_now(), r.model.value_or(m->id), response_echo(r)};
   const std::string id = ctx.id;
   turn.out = std::make_shared<ResponsesStream>(std::move(ctx), r.stream);
   turn.store = r.store;
@@ -178,7 +169,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     auto quiet_since = Clock::now();
     while (!fin) {
       std::vector<engine::Delta> ds;
-      if (!wait_next(engine_, *turn.channel, *watch, ds, fin, quiet_since)) {
+      if (!wait_next(*m->engine, *turn.channel, *watch, ds, fin, quiet_since)) {
         send_error(res, server_error("the engine stopped"));
         return;
       }
@@ -203,7 +194,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
   auto shared = std::make_shared<Turn>(std::move(turn));
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, shared, watch, finish](size_t, httplib::DataSink& sink) {
+      [m, shared, watch, finish](size_t, httplib::DataSink& sink) {
         Turn& t = *shared;
         auto last_write = Clock::now();
         auto write = [&](std::string_view s) {
@@ -218,7 +209,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
         for (;;) {
           std::vector<engine::Delta> ds;
           std::optional<engine::Final> fin;
-          if (!wait_next(engine_, *t.channel, *watch, ds, fin, quiet_since)) {
+          if (!wait_next(*m->engine, *t.channel, *watch, ds, fin, quiet_since)) {
             write(t.out->failed(server_error("the engine stopped")));
             sink.done();
             return true;

@@ -18,6 +18,7 @@
 #include "server/openai_protocol.h"
 #include "server/responses_protocol.h"
 #include "server/responses_store.h"
+#include "server/served_model.h"
 
 namespace httplib {
 struct Request;
@@ -37,12 +38,9 @@ ApiError previous_response_not_found(const std::string& id);
 
 class ResponsesRoutes {
  public:
-  // check_model: throws ApiException (404) when a requested "model" name is not served
-  // (the server's policy, shared with the other routes). `settings`: the server's chat
-  // settings, as the chat route uses them.
-  ResponsesRoutes(engine::ServeEngine& engine, const tokenizer::Tokenizer& tok, const engine::ChatPrompt& chat,
-                  const ChatSettings& settings, ServerMetrics& metrics, std::string model_id,
-                  std::function<void(const std::string&)> check_model, ResponseStoreLimits limits = {});
+  // pick: the model a request's "model" names, leased for the request (throws
+  // ApiException: 404 unknown name, 503 still loading), as the chat route picks it.
+  ResponsesRoutes(ModelPicker pick, ServerMetrics& metrics, ResponseStoreLimits limits = {});
   // POST /v1/responses, already authorized. Thread-safe (called from many HTTP threads).
   void create(const httplib::Request& req, httplib::Response& res);
   // GET /v1/responses/{id}: the stored Response object, else 404.
@@ -53,13 +51,8 @@ class ResponsesRoutes {
   ResponseStore& store() { return store_; }
 
  private:
-  engine::ServeEngine& engine_;
-  const tokenizer::Tokenizer& tok_;
-  const engine::ChatPrompt& chat_;
-  const ChatSettings& settings_;
+  ModelPicker pick_;
   ServerMetrics& metrics_;
-  std::string model_id_;
-  std::function<void(const std::string&)> check_model_;
   ResponseStore store_;
 };
 
