@@ -142,6 +142,7 @@ void run(RunOptions o) {
 
   if (!o.images.empty()) {
     vision = std::make_unique<model::VisionEncoder>(*proj, backend);
+    model::check_projector_fits(*vision, model.hparams().n_embd, proj->name());
     if (device.cuda && !o.no_warmup) log_vision_warm_up(*vision);
     const int32_t pad = engine::image_pad_id(tok);
     if (pad < 0) fail(ErrorKind::kInvalidInput, "run", o.model + ": the vocabulary has no <|image_pad|> token");

@@ -198,7 +198,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--load-timeout", o->load_timeout,
                   "Seconds a request waits for its model to load before 503 with Retry-After")
       ->default_val(120)
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(CLI::Range(0.001, 86400.0));
   cmd->add_option("--host", o->host, "Address to bind")->default_val("127.0.0.1");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->default_val(8080);
   cmd->add_option("--ctx", o->ctx, "Longest sequence in tokens, prompt + completion (default: the model's)");

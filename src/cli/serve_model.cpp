@@ -253,6 +253,7 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   }
   if (m->projector) {
     m->vision = std::make_unique<model::VisionEncoder>(*m->projector, backend);
+    model::check_projector_fits(*m->vision, m->model->hparams().n_embd, m->projector->name());
     m->settings.vision = true;
     m->settings.image_tokens = server::image_tokens_hook(*m->vision, *m->tok, o.max_image_pixels);
     std::fprintf(stderr, "hearth: %s: vision encoder from %s (%lld blocks of %lld, %lld heads)\n", spec.name.c_str(),

@@ -1,6 +1,7 @@
 #include "convert/hf_vision.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -230,25 +231,43 @@ std::optional<gguf::File> open_projector(const std::string& model_path, const st
     auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(w).take_bytes());
     return gguf::File::parse_owned(std::move(bytes), model_path + " (vision tower)");
   }
+  // A GGUF file: a projector beside it, found by name. Never fatal: a model whose projector
+  // cannot be told or read serves text (images are then refused), with a line saying why.
   std::error_code ec;
   const fs::path p(model_path);
   if (!fs::is_regular_file(p, ec)) return std::nullopt;
-  std::vector<std::string> found;
+  const std::string stem = p.stem().string();
+  std::vector<std::string> found, named;
   for (const auto& ent : fs::directory_iterator(p.parent_path().empty() ? fs::path(".") : p.parent_path(), ec)) {
     const std::string fn = ent.path().filename().string();
     std::string lower = fn;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower.find("mmproj") != std::string::npos && lower.ends_with(".gguf") && ent.path() != p)
-      found.push_back(ent.path().string());
+    if (lower.find("mmproj") == std::string::npos || !lower.ends_with(".gguf") || ent.path() == p) continue;
+    found.push_back(ent.path().string());
+    if (!stem.empty() && fn.find(stem) != std::string::npos) named.push_back(ent.path().string());
   }
-  if (found.empty()) return std::nullopt;
-  if (found.size() > 1) {
-    std::string list;
-    for (const auto& f : found) list += "\n  " + f;
-    fail(ErrorKind::kInvalidInput, "vision",
-         model_path + ": several projector files lie beside the model; pick one with --mmproj:" + list);
+  std::string pick;
+  if (named.size() == 1) pick = named[0];
+  else if (named.empty() && found.size() == 1) pick = found[0];
+  if (pick.empty()) {
+    if (!found.empty()) {
+      std::string list;
+      for (const auto& f : found) list += "\n  " + f;
+      std::fprintf(stderr, "hearth: %s: several projector files lie beside the model and none is named after it; "
+                   "no vision (pick one with --mmproj):%s\n", model_path.c_str(), list.c_str());
+    }
+    return std::nullopt;
   }
-  return gguf::File::open(found[0]);
+  try {
+    gguf::File f = gguf::File::open(pick);
+    if (f.find_string("general.architecture").value_or("") != "clip")
+      fail(ErrorKind::kInvalidInput, "vision", pick + ": not a projector (general.architecture is not 'clip')");
+    return f;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "hearth: %s: ignoring the projector beside it: %s (no vision; give one with --mmproj)\n",
+                 model_path.c_str(), e.what());
+    return std::nullopt;
+  }
 }
 
 }  // namespace hearth::convert

@@ -25,9 +25,11 @@ gguf::Writer hf_folder_to_projector(const std::string& dir, const ConvertOptions
                                     ConvertSummary* summary = nullptr);
 
 // The projector for a model path, when there is one: an HF folder's vision tower
-// (converted in memory), or for a GGUF file the one beside it whose name says so
-// (mmproj*.gguf in the same folder; more than one: Error listing them). `explicit_path`
-// (--mmproj) wins over both.
+// (converted in memory), or for a GGUF file one beside it: the mmproj*.gguf whose name holds
+// the model's file name (as `hearth convert` writes it), else the only mmproj*.gguf there.
+// A projector found beside the model that cannot be chosen or read is left out with a line
+// on stderr (the model then serves text); `explicit_path` (--mmproj) wins over both, and
+// its errors throw.
 std::optional<gguf::File> open_projector(const std::string& model_path, const std::string& explicit_path = "");
 
 }  // namespace hearth::convert

@@ -41,6 +41,13 @@ std::vector<float> host_f32(const gguf::File& f, const std::string& name, const 
 
 }  // namespace
 
+void check_projector_fits(const VisionEncoder& enc, int64_t lm_n_embd, const std::string& projector_name) {
+  if (enc.hparams().n_out != lm_n_embd)
+    fail(ErrorKind::kInvalidInput, "vision",
+         projector_name + ": the projector gives embeddings of width " + std::to_string(enc.hparams().n_out) +
+             ", but the model's width is " + std::to_string(lm_n_embd) + " (a projector of another model?)");
+}
+
 bool is_qwen3vl_projector(const gguf::File& file) {
   return file.find_string("general.architecture").value_or("") == "clip" && projector_type(file) == "qwen3vl_merger";
 }

@@ -34,6 +34,10 @@ struct VisionHparams {
   int64_t patch_floats() const { return 3 * temporal * patch * patch; }
 };
 
+// Throws Error(kInvalidInput) when the encoder's output width is not the language model's
+// (a projector of another model).
+void check_projector_fits(const class VisionEncoder& enc, int64_t lm_n_embd, const std::string& projector_name);
+
 // True when `file` is a projector this encoder reads (clip, projector qwen3vl_merger).
 bool is_qwen3vl_projector(const gguf::File& file);
 
