@@ -387,21 +387,26 @@ struct HttpServer::Impl {
 
   // GET /v1/models (and /models). One model (-m): its id and --alias names, as before.
   // Several: every model with its state ("status": loaded, loading, unloaded,
-  // unloading), pinned flag and aliases; its context length while loaded.
+  // unloading), pinned flag and aliases; its context length while loaded. A loaded model's
+  // "capabilities" list holds "vision" when it takes images (as Ollama's /api/show says).
   void list_models(const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
-    auto entry = [&](const std::string& id, int64_t n_ctx) {
+    const std::vector<ModelStatus> st = models.status();
+    auto entry = [&](const std::string& id, int64_t n_ctx, const ModelStatus* s = nullptr) {
       nlohmann::ordered_json e{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "hearth"}};
       if (n_ctx > 0) {
         e["context_length"] = n_ctx;
         e["max_model_len"] = n_ctx;
       }
+      if (s != nullptr && s->state == ModelState::kLoaded) {
+        e["capabilities"] = s->vision ? nlohmann::ordered_json{"completion", "vision"} : nlohmann::ordered_json{"completion"};
+      }
       return e;
     };
     nlohmann::ordered_json data = nlohmann::ordered_json::array();
     if (!opt.router) {
-      const int64_t n_ctx = models.status().front().n_ctx;
-      nlohmann::ordered_json main = entry(opt.model_id, n_ctx);
+      const int64_t n_ctx = st.front().n_ctx;
+      nlohmann::ordered_json main = entry(opt.model_id, n_ctx, &st.front());
       main["aliases"] = opt.aliases;
       data.push_back(std::move(main));
       for (const auto& a : opt.aliases) {
@@ -410,9 +415,8 @@ struct HttpServer::Impl {
         data.push_back(std::move(e));
       }
     } else {
-      const std::vector<ModelStatus> st = models.status();
       for (const ModelStatus& s : st) {
-        nlohmann::ordered_json e = entry(s.name, s.n_ctx);
+        nlohmann::ordered_json e = entry(s.name, s.n_ctx, &s);
         e["status"] = model_state_name(s.state);
         e["pinned"] = s.pinned;
         e["aliases"] = s.aliases;

@@ -456,6 +456,7 @@ std::vector<ModelStatus> ModelRegistry::status() const {
     s.unloads = e.unloads;
     s.load_seconds = e.load_seconds;
     if (e.loaded && e.loaded->served().engine) s.n_ctx = e.loaded->served().engine->n_ctx();
+    if (e.loaded && e.loaded->served().settings) s.vision = e.loaded->served().settings->vision;
     s.error = e.error;
     out.push_back(std::move(s));
   }

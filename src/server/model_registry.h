@@ -101,6 +101,7 @@ struct ModelStatus {
   uint64_t loads = 0, unloads = 0;
   double load_seconds = 0;  // the last load
   int64_t n_ctx = 0;        // while loaded
+  bool vision = false;      // while loaded: the model takes images (a vision encoder is on)
   std::string error;        // why the last load failed
 };
 

@@ -109,6 +109,16 @@ def openai_image_chat(client, image_url, question=QUESTION, max_tokens=10, histo
                                           extra_body={"chat_template_kwargs": {"enable_thinking": True}})
 
 
+def test_models_list_says_the_model_takes_images(vision_server, hearth_bin, default_model):
+    m = requests.get(vision_server.url + "/v1/models", timeout=10).json()["data"][0]
+    assert m["capabilities"] == ["completion", "vision"]
+    s = Server(hearth_bin, default_model, "--threads", "1")
+    try:
+        assert requests.get(s.url + "/v1/models", timeout=10).json()["data"][0]["capabilities"] == ["completion"]
+    finally:
+        s.stop()
+
+
 def test_serve_openai_image_equals_run_image(hearth_bin, vision_gguf, vision_server):
     client = OpenAI(base_url=vision_server.url + "/v1", api_key="x")
     r = openai_image_chat(client, data_url(IMG_A))
