@@ -9,7 +9,8 @@
 #   .dev/bin.tar.xz        hearth + backend_parity_test (scripts/cuda_device_pack.sh, recompressed with xz)
 #   .dev/src/tests/data    the fixtures
 #   .peer/llama.cpp.tar.xz llama.cpp's source (the tree vendored in llama-cpp-python 0.3.36)
-# Steps (arguments): parity | prepare | hearth | peer-build | peer   (default: all, in order)
+# Steps (arguments): parity | prepare | hearth-cuda | hearth-cpu | peer-build | peer-wait | peer
+#   (default: all, in order; peer-build may run in the background under setsid, peer-wait waits for it)
 # Writes logs under $OUT and a summary in $OUT/vision_summary.txt.
 set -u
 root=$(pwd)
@@ -19,7 +20,7 @@ mkdir -p "$out" "$work"
 summary="$out/vision_summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(parity prepare hearth peer-build peer)
+[ ${#steps[@]} -eq 0 ] && steps=(parity prepare hearth-cuda hearth-cpu peer-build peer)
 dev=$root/.dev
 [ -x "$dev/hearth" ] || tar -C "$dev" -xJf "$dev/bin.tar.xz"
 export LD_LIBRARY_PATH="$dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -54,8 +55,8 @@ PY
       "$hearth" convert "$folder" -o "$work/hearth-9b-vision.f16.gguf" --type f16 >"$out/convert.txt" 2>&1
       say "prepared: $(tail -2 "$out/convert.txt" | tr '\n' ' ')"
       ;;
-    hearth)
-      for dv in cuda cpu; do
+    hearth-cuda | hearth-cpu)
+      for dv in ${s#hearth-}; do
         for i in 0 1 2; do
           args=(run -m "$work/hearth-9b-vision.f16.gguf" --device "$dv" --image "$work/img$i.png" -p "$question" -n 1)
           [ "$dv" = cpu ] && args+=(--threads "$(nproc)")
@@ -67,9 +68,13 @@ PY
     peer-build)
       mkdir -p "$work/peer" && tar -C "$work/peer" -xJf "$root/.peer/llama.cpp.tar.xz"
       (cd "$work/peer/llama.cpp" && cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON \
-         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release >"$out/peer_cmake.txt" 2>&1 &&
-       cmake --build build -j "$(nproc)" --target llama-mtmd-cli >"$out/peer_build.txt" 2>&1)
+         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release >"$work/peer_cmake.txt" 2>&1 &&
+       cmake --build build -j "$(nproc)" --target llama-mtmd-cli >"$work/peer_build.txt" 2>&1)
       say "peer build: rc=$? $(ls "$work/peer/llama.cpp/build/bin/" 2>/dev/null | tr '\n' ' ')"
+      ;;
+    peer-wait)
+      for _ in $(seq 1 120); do pgrep -f "target llama-mtmd-cli" >/dev/null || break; sleep 5; done
+      cp "$work"/peer_*.txt "$out/" 2>/dev/null; say "peer build log: $(tail -2 "$work/peer_build.txt" 2>/dev/null | tr '\n' ' ')"
       ;;
     peer)
       bin=$work/peer/llama.cpp/build/bin
