@@ -13,7 +13,6 @@ import concurrent.futures
 import json
 import pathlib
 import subprocess
-import sys
 
 import anthropic
 import pytest
@@ -21,6 +20,7 @@ import requests
 from openai import OpenAI
 
 from serve_util import Server
+from vision_util import make_tiny_vision_model
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IMG_A = REPO / "tests/data/qwen35/vision_moe_images/a.png"     # 96 x 64: 6 tokens
@@ -31,15 +31,7 @@ QUESTION = "What is in this picture?"
 
 @pytest.fixture(scope="module")
 def vision_folder(tmp_path_factory, shared_dir):
-    out = tmp_path_factory.mktemp("qwen35v") / "hf"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(out),
-                    "--shared", str(shared_dir / "data"),
-                    "--hidden", "64", "--layers", "4", "--intermediate", "128", "--heads", "2",
-                    "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
-                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32",
-                    "--std", "0.5", "--seed", "3", "--vision-depth", "2", "--vision-hidden", "32"],
-                   check=True, capture_output=True, text=True, timeout=300)
-    return out
+    return make_tiny_vision_model(tmp_path_factory.mktemp("qwen35v") / "hf", shared_dir)
 
 
 @pytest.fixture(scope="module")
