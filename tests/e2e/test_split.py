@@ -5,6 +5,7 @@ import os
 import subprocess
 
 from gguf_split_util import split_gguf
+from serve_util import Server, http_get, http_post
 
 PROMPT = ["-p", "The capital of France is", "-n", "8", "--temp", "0"]
 
@@ -41,3 +42,23 @@ def test_missing_shard_is_named(hearth_bin, default_model, tmp_path):
     got = run(hearth_bin, "run", "-m", shards[0], *PROMPT)
     assert got.returncode != 0
     assert f"{shards[1]}: shard 2 of 3 of the split GGUF {shards[0]} is missing" in got.stderr, got.stderr
+
+
+def test_models_dir_serves_a_split_model_as_one(hearth_bin, default_model, tmp_path):
+    d = tmp_path / "dir"
+    d.mkdir()
+    split_gguf(default_model, str(d / "smol-split"), 2)
+    srv = Server(hearth_bin, f"whole={default_model}", "--models-dir", d)
+    try:
+        ids = [m["id"] for m in http_get(srv.url + "/v1/models").json()["data"]]
+        assert ids == ["whole", "smol-split"]
+        texts = []
+        for model in ids:
+            r = http_post(srv.url + "/v1/completions", json={
+                "model": model, "prompt": "The capital of France is", "max_tokens": 8,
+                "temperature": 0})
+            assert r.status_code == 200, r.text
+            texts.append(r.json()["choices"][0]["text"])
+        assert texts[0] == texts[1] and texts[0]
+    finally:
+        srv.stop()
