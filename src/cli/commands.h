@@ -17,5 +17,7 @@ void add_bench_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_agent_command(CLI::App& app);
 void add_list_command(CLI::App& app);
+void add_rm_command(CLI::App& app);
+void add_pull_command(CLI::App& app);
 
 }  // namespace hearth::cli

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   hearth::cli::add_convert_command(app);
   hearth::cli::add_agent_command(app);
   hearth::cli::add_list_command(app);
+  hearth::cli::add_rm_command(app);
+  hearth::cli::add_pull_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

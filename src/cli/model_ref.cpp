@@ -5,7 +5,7 @@
 #include "convert/hf_import.h"
 #include "store/locations.h"
 #include "store/resolver.h"
-#include "store/split_check.h"
+#include "store/split_shards.h"
 
 namespace hearth::cli {
 
@@ -19,11 +19,18 @@ store::ModelEntry resolve_model_arg(const std::string& ref) {
   return r.entry;
 }
 
+gguf::File open_model_entry(const store::ModelEntry& e) {
+  if (e.shards.size() > 1) return gguf::File::open_split(e.shards);
+  gguf::File f = convert::open_model(e.path);
+  if (e.hf_folder) return f;
+  const auto count = f.find_int("split.count");
+  if (!count || *count <= 1) return f;
+  return gguf::File::open_split(store::split_shard_paths(e.path, *count));
+}
+
 gguf::File open_model_arg(const std::string& ref, store::ModelEntry* entry) {
   store::ModelEntry e = resolve_model_arg(ref);
-  store::refuse_split(e);
-  gguf::File f = convert::open_model(e.path);
-  store::refuse_split_shard(f);
+  gguf::File f = open_model_entry(e);
   if (entry != nullptr) *entry = std::move(e);
   return f;
 }
@@ -31,7 +38,6 @@ gguf::File open_model_arg(const std::string& ref, store::ModelEntry* entry) {
 std::string model_file_arg(const std::string& ref, const std::string& folder_file) {
   store::ModelEntry e = resolve_model_arg(ref);
   if (e.store == store::kStorePath) return e.path;
-  store::refuse_split(e);
   return e.hf_folder ? e.path + "/" + folder_file : e.path;
 }
 

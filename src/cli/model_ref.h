@@ -14,13 +14,19 @@ namespace hearth::cli {
 // naming the file it resolved to. Throws Error (not found, ambiguous quant, ...).
 store::ModelEntry resolve_model_arg(const std::string& ref);
 
-// Resolves and opens the model (a GGUF mapped, an HF folder converted in memory); a split
-// GGUF is refused with a message saying so. `entry` (optional) receives the resolution.
+// Opens a resolved model: a GGUF mapped, an HF folder converted in memory, a split GGUF's
+// shards (the entry's, or found by name beside a shard given as a path) joined by
+// gguf::File::open_split.
+gguf::File open_model_entry(const store::ModelEntry& entry);
+
+// Resolves and opens the model (open_model_entry). `entry` (optional) receives the
+// resolution.
 gguf::File open_model_arg(const std::string& ref, store::ModelEntry* entry = nullptr);
 
 // For commands that read one file of a model (tokenize, template): the resolved GGUF, or
 // for a store's HF folder its `folder_file` (tokenizer.json, tokenizer_config.json). A
-// path is returned unchanged.
+// path is returned unchanged; a split GGUF gives its first shard (which holds the
+// metadata and the tokenizer).
 std::string model_file_arg(const std::string& ref, const std::string& folder_file);
 
 }  // namespace hearth::cli

@@ -20,7 +20,6 @@
 #include "model/causal_lm.h"
 #include "server/chat_output.h"
 #include "store/folder_scan.h"
-#include "store/split_check.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::cli {
@@ -92,9 +91,7 @@ struct Plan {
 Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
                 const store::ModelEntry& entry, const std::string& what) {
   Plan p;
-  store::refuse_split(entry);
-  p.file.emplace(convert::open_model(entry.path));
-  store::refuse_split_shard(*p.file);
+  p.file.emplace(open_model_entry(entry));
   const gguf::File& file = *p.file;
   p.hp = model::read_hparams(file);
   const model::Hparams& hp = p.hp;

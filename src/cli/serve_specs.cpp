@@ -68,14 +68,12 @@ std::vector<server::ModelSpec> models_in_dir(const std::string& dir) {
       if (!model) continue;
       s.name = file;
     } else if (is_gguf(p) && !store::is_projector(file)) {
-      if (store::parse_split_name(file)) {
-        std::fprintf(
-            stderr,
-            "hearth: --models-dir: %s is a shard of a split GGUF, skipped (merge it first)\n",
-            s.ref.c_str());
-        continue;
+      if (const auto split = store::parse_split_name(file)) {
+        if (split->index != 1) continue;  // a split GGUF is one model, named by its first shard
+        s.name = split->base;
+      } else {
+        s.name = p.stem().string();
       }
-      s.name = p.stem().string();
     } else {
       continue;
     }

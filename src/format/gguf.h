@@ -71,6 +71,15 @@ class File {
   // Parses bytes the File then shares ownership of (an in-memory converted model):
   // tensors' `data` point into *bytes, which lives as long as any copy of the File.
   static File parse_owned(std::shared_ptr<const std::vector<uint8_t>> bytes, std::string name);
+  // Maps the shards of a split GGUF (llama.cpp's gguf-split: every shard a full GGUF with
+  // `split.no`, `split.count`, `split.tensors.count`; the first holds the model's metadata),
+  // in order, and joins them into one File: the first shard's metadata without the split.*
+  // keys, every shard's tensors (each `data` points into its own shard's mapping, nothing
+  // is copied; `offset` stays relative to that shard's data section). file_size() is the
+  // shards' total. Throws Error naming the file on a missing shard, a shard of another
+  // split, counts that disagree or a tensor name two shards hold. One path that is not a
+  // shard opens like open().
+  static File open_split(const std::vector<std::string>& paths);
 
   const std::string& name() const { return name_; }  // the path, or the name given to parse()
   uint32_t version() const { return version_; }
@@ -105,6 +114,7 @@ class File {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> metadata_;
   std::vector<TensorInfo> tensors_;
+  std::shared_ptr<const std::vector<File>> shards_;  // open_split: keeps every shard mapped
 
   friend class Parser;
 };

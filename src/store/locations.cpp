@@ -36,4 +36,13 @@ Locations locations_from_env() {
   return loc;
 }
 
+HubSettings hub_settings_from_env() {
+  HubSettings s;
+  s.endpoint = env("HF_ENDPOINT");
+  if (s.endpoint.empty()) s.endpoint = "https://huggingface.co";
+  while (!s.endpoint.empty() && s.endpoint.back() == '/') s.endpoint.pop_back();
+  s.token = env("HF_TOKEN");
+  return s;
+}
+
 }  // namespace hearth::store

@@ -14,6 +14,14 @@ struct Locations {
   std::string ollama;                 // Ollama's models folder: manifests/ and blobs/
 };
 
+// The Hugging Face hub for `hearth pull`: $HF_ENDPOINT (a mirror), else
+// https://huggingface.co; $HF_TOKEN (gated repos), else none.
+struct HubSettings {
+  std::string endpoint;
+  std::string token;
+};
+HubSettings hub_settings_from_env();
+
 // From the environment: hub cache $HF_HUB_CACHE, else $HF_HOME/hub, else
 // ~/.cache/huggingface/hub; LM Studio $LMSTUDIO_MODELS_DIR (Hearth's own override), else
 // ~/.lmstudio/models and the older ~/.cache/lm-studio/models; Ollama $OLLAMA_MODELS, else

@@ -18,7 +18,7 @@
 #include "store/locations.h"
 #include "store/model_info.h"
 #include "store/resolver.h"
-#include "store/split_check.h"
+#include "store/split_shards.h"
 
 namespace fs = std::filesystem;
 using hearth::Error;
@@ -36,6 +36,7 @@ void write_gguf(const fs::path& path, uint32_t file_type, int split_no = -1, int
   if (split_count > 0) {
     w.set_u16("split.no", static_cast<uint16_t>(split_no));
     w.set_u16("split.count", static_cast<uint16_t>(split_count));
+    w.set_i32("split.tensors.count", split_count);  // one tensor per shard
   }
   std::vector<float> v(32, 0.5f);
   w.add_tensor_f32("blk." + std::to_string(std::max(split_no, 0)) + ".w", {8, 4}, v);
@@ -202,24 +203,25 @@ TEST_F(StoreTest, SeveralQuantsWithoutOneListsThem) {
   EXPECT_TRUE(has(missing, "(found: F16, Q4_K_M, Q8_0)")) << missing;
 }
 
-TEST_F(StoreTest, SplitGgufIsOneModelAndRefusedPrecisely) {
+TEST_F(StoreTest, SplitGgufIsOneModelJoinedFromItsShards) {
   const Resolution r = resolve_model("org/multi:F16", loc);
   ASSERT_EQ(r.entry.shards.size(), 3u);
   EXPECT_EQ(r.entry.path, r.entry.shards[0]);
   EXPECT_TRUE(has(r.entry.path, "multi-F16-00001-of-00003.gguf"));
+  // The shards open as one model: every shard's tensor, the first's metadata.
+  const hearth::gguf::File f = hearth::gguf::File::open_split(r.entry.shards);
+  ASSERT_EQ(f.tensors().size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(f.find_tensor("blk." + std::to_string(i) + ".w"), nullptr) << i;
+  EXPECT_EQ(f.find_int("general.file_type"), 1);
+  EXPECT_FALSE(f.find_int("split.count").has_value());
+  // A shard given as a path finds its siblings by name.
+  EXPECT_EQ(split_shard_paths(r.entry.shards[1], 3), r.entry.shards);
   try {
-    refuse_split(r.entry);
-    FAIL() << "a split model was not refused";
+    split_shard_paths((root / "x.gguf").string(), 3);
+    FAIL() << "a file not named as a shard gave shard paths";
   } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "is a split GGUF")) << e.what();
-    EXPECT_TRUE(has(e.what(), "loads a single file, not the 3 shards")) << e.what();
-  }
-  const hearth::gguf::File shard = hearth::gguf::File::open(r.entry.shards[1]);
-  try {
-    refuse_split_shard(shard);
-    FAIL() << "a shard was not refused";
-  } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "is shard 2 of a split GGUF")) << e.what();
+    EXPECT_TRUE(has(e.what(), "x.gguf: a shard of a split GGUF of 3 files")) << e.what();
   }
   // One shard missing: the model is named with the count.
   fs::remove(root / "hub/models--org--multi/snapshots/2222/F16/multi-F16-00002-of-00003.gguf");
