@@ -59,8 +59,9 @@ def split_gguf(src, out_stem, n_shards):
         pos += 12
         tensors.append([name, n_dims, dims, ttype, offset])
     data = (pos + alignment - 1) // alignment * alignment
-    ends = sorted(t[4] for t in tensors)[1:] + [len(buf) - data]
-    size_of = dict(zip(sorted(t[4] for t in tensors), ends))  # bytes up to the next tensor
+    starts = sorted(t[4] for t in tensors)
+    ends = starts[1:] + [len(buf) - data]
+    size_of = {s: e - s for s, e in zip(starts, ends)}  # bytes up to the next tensor (its padding included)
     paths = []
     per = (n_tensors + n_shards - 1) // n_shards
     for k in range(n_shards):
