@@ -257,8 +257,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--mmproj", o->mmproj, "The model's vision projector (GGUF); default: the HF folder's tower, or an mmproj*.gguf beside the model");
   cmd->add_option("--max-image-pixels", o->max_image_pixels, "Refuse decoded images larger than this (width x height)")->default_val(64LL << 20);
   cmd->add_flag("--deterministic", o->deterministic,
-                "Batch-invariant kernels: a request's output does not depend on what else runs with it (on the "
-                "CPU: no BLAS for f32/f16/bf16 weights; on a GPU slower: docs/ARCHITECTURE.md)");
+                "Batch-invariant kernels: a request's output does not depend on what else runs with it (the CPU "
+                "back-end always is; on a GPU slower: docs/ARCHITECTURE.md)");
   cmd->add_flag("--no-warmup", o->no_warmup,
                 "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");

@@ -209,8 +209,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--prefill-chunk", o->prefill_chunk,
                   "Prompt tokens processed per step [default: 512; 1024 on a GPU]");
   cmd->add_flag("--deterministic", o->deterministic,
-                "Batch-invariant kernels: a request's output does not depend on what else runs with it (on the "
-                "CPU: no BLAS for f32/f16/bf16 weights; on a GPU slower: docs/ARCHITECTURE.md)");
+                "Batch-invariant kernels: a request's output does not depend on what else runs with it (the CPU "
+                "back-end always is; on a GPU slower: docs/ARCHITECTURE.md)");
   cmd->add_flag("--no-warmup", o->no_warmup,
                 "On a GPU, skip the warm-up prompt at load (kernels then load inside the first request)");
   cmd->add_flag("--kv-commit", o->kv_commit,

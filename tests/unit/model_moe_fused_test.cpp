@@ -82,10 +82,6 @@ void expect_same_bits(GgmlType gate_up, GgmlType down, const Shape& s, bool repa
   fused_be.set_repack(repack);
   generic_be.set_repack(repack);
   generic_be.set_fused_moe(false);
-  // The generic path's per-expert matmuls would take BLAS for large f32/f16 experts
-  // with many tokens (cpu_blas.cpp); deterministic mode keeps them on the kernels whose
-  // bits the fused path gives.
-  generic_be.set_deterministic(true);
   const model::MoeWeights wf = bind(fused_be, t, s, true), wg = bind(generic_be, t, s, false);
   ASSERT_TRUE(wf.fused);
   model::MoeParams p;

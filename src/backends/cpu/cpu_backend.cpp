@@ -250,7 +250,6 @@ CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
   fused_moe_ = !(moe != nullptr && std::string(moe) == "generic");
   const char* timing = std::getenv("HEARTH_CPU_OP_TIMING");
   set_op_timing(timing != nullptr && std::string(timing) == "1");
-  blas_init(pool_.n_threads());
 }
 
 CpuBackend::~CpuBackend() {
@@ -438,9 +437,7 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   // Types without a quantized dot product (f32, f16, bf16, Q2_K, Q3_K, ...): dequantize
   // each weight row once and reuse it for every token.
   // F32 rows are read in place. Every output is ref::dot of its row and token (the AVX2
-  // tiles give its bits, matmul_f32.h). Large products of many tokens go through BLAS
-  // instead unless deterministic (cpu_blas.cpp).
-  if (matmul_blas(w, x, n_tokens, y)) return;
+  // tiles give its bits, matmul_f32.h).
   const OpScope timer(op_times_.get(), "matmul float");
   const bool in_place = w.type == GgmlType::F32;
   const auto dot_rows = simd_ok_ ? dot_rows_f32_avx2 : dot_rows_f32_plain;

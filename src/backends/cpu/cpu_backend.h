@@ -34,13 +34,6 @@ struct FullAttnItem {
 // n_rot / 2); nothing for plain RoPE (cpu_vision.cpp).
 void check_rope_multi(const ops::RopeParams& p, const char* backend);
 
-// Float-weight products through BLAS (cpu_blas.cpp): from kBlasMinTokens tokens and
-// kBlasMinWeights weights up (below, the bit-exact tiles are as fast or the call costs
-// more than it saves). blas_init gives OpenBLAS's own pool the back-end's thread count.
-constexpr int64_t kBlasMinTokens = 32;
-constexpr int64_t kBlasMinWeights = 1 << 16;
-void blas_init(int n_threads);
-
 class CpuBackend final : public ops::Backend {
  public:
   // n_threads <= 0: one per physical core. reference_kernels picks the plain
@@ -56,15 +49,13 @@ class CpuBackend final : public ops::Backend {
   std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
-  // Batch-invariant when on: every kernel computes a row the same way for any batch
-  // (the tests compare each against its reference for 1 to many rows). Off (the
-  // default), large float-weight products of many tokens go through BLAS
-  // (cpu_blas.cpp), whose sums depend on the batch's shape.
+  // Always batch-invariant: every kernel computes a row the same way for any batch
+  // (the tests compare each against its reference for 1 to many rows), so on or off
+  // changes nothing.
   bool set_deterministic(bool on) override {
-    deterministic_ = on;
+    (void)on;
     return true;
   }
-  bool deterministic() const { return deterministic_; }
   // Off by default (the logits are already in host memory); tests turn it on to run the
   // engine's greedy path as on a GPU (Backend::fetch_rows reducing argmax rows).
   void set_argmax_rows(bool on) { argmax_rows_ = on; }
@@ -160,19 +151,14 @@ class CpuBackend final : public ops::Backend {
   bool matmul_multi_by_kind(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                             float* const* ys);
   void matmul_packed(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys);
-  // Float weights (F32, F16, BF16) through sgemm when that wins (cpu_blas.cpp); false
-  // when it does not apply (deterministic, reference kernels, few tokens, small weight).
-  bool matmul_blas(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   void make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head, int64_t n_head_kv);
 
   ThreadPool pool_;
   bool argmax_rows_ = false;
   int64_t argmax_rows_fetched_ = 0, draw_rows_fetched_ = 0;
   bool reference_kernels_;
-  bool deterministic_ = false;  // set_deterministic: no BLAS
   bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
   std::vector<uint8_t> act_scratch_;
-  std::vector<float> blas_rows_;  // matmul_blas: a block of weight rows in f32
   std::vector<int32_t> row_seq_;  // attention: query row -> sequence
   std::vector<float> kv_f32_;     // attention over an f16 cache: one sequence's K and V in f32
   std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...
