@@ -18,6 +18,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ggml_order.h"
 #include "backends/cpu/kernels_ref.h"
+#include "backends/cpu/matmul_f32.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -322,11 +323,12 @@ TEST(CpuBackendOps, MatmulFloatWeights) {
     cpu::ref::matmul(w.view, x.data(), n_tokens, y_ref.data());
     for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-4f) << hearth::ggml_type_name(type);
   }
-  // Each output is ref::dot of the dequantized row and the token, bit for bit (the AVX2
-  // tiles of 4 rows x 3 tokens, odd tails of rows, tokens and columns included).
+  // Each output is ref::dot16 of the dequantized row and the token, bit for bit (the
+  // AVX-512 tiles of 4 rows x 6 tokens and the AVX2 ones of 2 x 2, odd tails of rows,
+  // tokens and columns included; 1 token as well as 70).
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16}) {
-    for (const int64_t n_cols : {64, 77, 2}) {
-      const int64_t n_rows = 45, n_tokens = 70;
+    for (const int64_t n_cols : {64, 77, 2, 1152, 16, 31}) {
+      const int64_t n_rows = 45, n_tokens = n_cols == 16 ? 1 : 70;
       const auto w = make_weight(type, n_rows, n_cols, 25);
       const auto x = random_floats(static_cast<size_t>(n_tokens * n_cols), 26);
       std::vector<float> y(n_tokens * n_rows), row(n_cols);
@@ -334,12 +336,54 @@ TEST(CpuBackendOps, MatmulFloatWeights) {
       for (int64_t r = 0; r < n_rows; ++r) {
         cpu::ref::dequantize_row(w.view, r, row.data());
         for (int64_t t = 0; t < n_tokens; ++t) {
-          ASSERT_EQ(y[t * n_rows + r], cpu::ref::dot(row.data(), x.data() + t * n_cols, n_cols))
+          ASSERT_EQ(y[t * n_rows + r], cpu::ref::dot16(row.data(), x.data() + t * n_cols, n_cols))
               << hearth::ggml_type_name(type) << " cols " << n_cols << " row " << r << " token " << t;
         }
       }
     }
   }
+}
+
+// Each vector build of the float tiles against ref::dot16 (the plain build), whichever
+// the back-end would pick on this CPU: every tile shape and tail of rows, tokens and
+// columns (zero-padded last step), with extreme magnitudes so an order change would show.
+TEST(CpuBackendOps, FloatTilesEqualDot16) {
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  struct Build {
+    const char* name;
+    bool ok;
+    void (*fn)(const float* const*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+  };
+  const Build builds[] = {{"avx512", f.avx512f && f.avx512vl && f.avx512bw && f.fma, cpu::dot_rows_f32_avx512},
+                          {"avx2", f.avx2 && f.fma, cpu::dot_rows_f32_avx2},
+                          {"plain", true, cpu::dot_rows_f32_plain}};
+  for (const Build& b : builds) {
+    if (!b.ok) continue;
+    for (const int64_t n : {1, 15, 16, 17, 72, 1152, 4304 + 3}) {
+      for (const int64_t n_tokens : {1, 5, 6, 7, 13}) {
+        const int64_t n_rows = 11;
+        auto w = random_floats(static_cast<size_t>(n_rows * n), 31 + n);
+        auto x = random_floats(static_cast<size_t>(n_tokens * n), 32 + n);
+        for (size_t i = 0; i < w.size(); i += 7) w[i] *= 1e4f;
+        for (size_t i = 3; i < x.size(); i += 11) x[i] *= -1e-4f;
+        std::vector<const float*> rows(n_rows);
+        for (int64_t r = 0; r < n_rows; ++r) rows[r] = w.data() + r * n;
+        const int64_t stride = n_rows + 2;
+        std::vector<float> y(static_cast<size_t>(n_tokens * stride), -7.0f);
+        b.fn(rows.data(), n_rows, x.data(), n_tokens, n, y.data(), stride);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < n_rows; ++r) {
+            ASSERT_EQ(y[t * stride + r], cpu::ref::dot16(rows[r], x.data() + t * n, n))
+                << b.name << " n " << n << " tokens " << n_tokens << " row " << r << " token " << t;
+          }
+          EXPECT_EQ(y[t * stride + n_rows], -7.0f) << b.name;  // nothing written past the rows
+        }
+      }
+    }
+  }
+  // dot16 is ggml_order::dot_order_b (tinyBLAS's order) where n is a multiple of 16.
+  const auto a = random_floats(64, 41), c = random_floats(64, 42);
+  EXPECT_EQ(cpu::ref::dot16(a.data(), c.data(), 64), cpu::ggml_order::dot_order_b(a.data(), c.data(), 64));
 }
 
 TEST(CpuBackendOps, ElementwiseOpsEqualReference) {

@@ -436,23 +436,31 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   }
   // Types without a quantized dot product (f32, f16, bf16, Q2_K, Q3_K, ...): dequantize
   // each weight row once and reuse it for every token.
-  // F32 rows are read in place. Every output is ref::dot of its row and token (the AVX2
-  // tiles give its bits, matmul_f32.h).
+  // F32 rows are read in place. Every output is ref::dot16 of its row and token, whatever
+  // the batch (the vector tiles give its bits, matmul_f32.h).
   const OpScope timer(op_times_.get(), "matmul float");
   const bool in_place = w.type == GgmlType::F32;
-  const auto dot_rows = simd_ok_ ? dot_rows_f32_avx2 : dot_rows_f32_plain;
-  pool_.parallel_for(w.n_rows, 16, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> buf(in_place ? 0 : static_cast<size_t>(16 * w.n_cols));
-    const float* rows[16];
-    for (int64_t r0 = begin; r0 < end; r0 += 16) {
-      const int64_t nr = std::min<int64_t>(16, end - r0);
+  const auto dot_rows = !simd_ok_ ? dot_rows_f32_plain : avx512_ok() ? dot_rows_f32_avx512 : dot_rows_f32_avx2;
+  // Four chunks a thread at least, of 16 to kFloatRows rows.
+  const int64_t chunk = std::clamp<int64_t>(w.n_rows / (4 * pool_.n_threads()) / 16 * 16, 16, kFloatRows);
+  pool_.parallel_for(w.n_rows, chunk, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> buf(in_place ? 0 : static_cast<size_t>(chunk * w.n_cols));
+    const float* rows[kFloatRows];
+    for (int64_t r0 = begin; r0 < end; r0 += chunk) {
+      const int64_t nr = std::min<int64_t>(chunk, end - r0);
       for (int64_t k = 0; k < nr; ++k) {
+        const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r0 + k) * w.row_bytes;
         if (in_place) {
-          rows[k] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + (r0 + k) * w.row_bytes);
-        } else {
-          ref::dequantize_row(w, r0 + k, buf.data() + k * w.n_cols);
-          rows[k] = buf.data() + k * w.n_cols;
+          rows[k] = reinterpret_cast<const float*>(src);
+          continue;
         }
+        float* dst = buf.data() + k * w.n_cols;
+        if (w.type == GgmlType::F16) {
+          f16_row_to_f32(reinterpret_cast<const uint16_t*>(src), dst, w.n_cols);
+        } else {
+          ref::dequantize_row(w, r0 + k, dst);
+        }
+        rows[k] = dst;
       }
       dot_rows(rows, nr, x, n_tokens, w.n_cols, y + r0, w.n_rows);
     }

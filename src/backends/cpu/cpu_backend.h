@@ -34,6 +34,11 @@ struct FullAttnItem {
 // n_rot / 2); nothing for plain RoPE (cpu_vision.cpp).
 void check_rope_multi(const ops::RopeParams& p, const char* backend);
 
+// Float-weight products (matmul_f32.h): rows converted and multiplied in chunks of 16 to
+// kFloatRows by one pool thread (multiples of every tile's row count): larger chunks read
+// the tokens' rows fewer times, smaller ones keep every thread busy.
+constexpr int64_t kFloatRows = 64;
+
 class CpuBackend final : public ops::Backend {
  public:
   // n_threads <= 0: one per physical core. reference_kernels picks the plain

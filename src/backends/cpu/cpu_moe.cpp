@@ -176,7 +176,7 @@ void expert_rows(const ExpertWeight& ew, const ActRows& a, int64_t e, int64_t u0
       std::vector<float> row(static_cast<size_t>(w.n_cols));
       for (int64_t r = r0; r < r1; ++r) {
         ref::dequantize_row(w, e * R + r, row.data());
-        for (int64_t t = 0; t < m; ++t) y[t * R + r] = ref::dot(row.data(), a.f.data() + (a0 + t) * w.n_cols, w.n_cols);
+        for (int64_t t = 0; t < m; ++t) y[t * R + r] = ref::dot16(row.data(), a.f.data() + (a0 + t) * w.n_cols, w.n_cols);
       }
       return;
     }

@@ -1,5 +1,6 @@
-// The CPU back-end's vision-tower operations: layer_norm and gelu split over the pool
-// by rows / elements (each value computed by the reference code), and attention_full as
+// The CPU back-end's vision-tower operations: layer_norm split over the pool by rows
+// (each value computed by the reference code), gelu by elements (a branch-free vector
+// form, gelu8), and attention_full as
 // a tiled online-softmax ("flash") kernel: work items of up to kQueryRows query rows of
 // one segment and head walk that segment's keys kKeyTile at a time, keeping a running
 // max, sum and output per row, so no row ever holds all its scores. The keys are first
@@ -264,6 +265,54 @@ HEARTH_AVX512 __attribute__((flatten)) void full_items_avx512(const FullArgs& a,
   full_items_any<VecAvx2>(a, items, begin, end);
 }
 
+// GELU on 8 lanes, both forms as ref::gelu_one computes them, but branch-free:
+// tanh form: 0.5 x (1 + tanh(u)) = x sigmoid(2u), the sigmoid from e^(-2|u|) (so the
+// exponent is never positive); erf form: with a = |x| / sqrt(2), erfc(a) by Abramowitz
+// and Stegun 7.1.26 (t = 1 / (1 + p a), a degree-5 polynomial in t times e^(-a^2);
+// absolute error below 1.5e-7), then x - x erfc(a) / 2 for x >= 0 and x erfc(a) / 2
+// below. Both within about 1e-7 |x| of the reference (tests/unit/backend_vision_test.cpp).
+template <class V>
+__attribute__((always_inline)) inline vf8 gelu8(vf8 x, bool tanh_approx) {
+  const vf8 zero = V::set1(0.0f), one = V::set1(1.0f), half = V::set1(0.5f);
+  if (tanh_approx) {
+    const vf8 u = V::set1(0.7978845608028654f) * (x + V::set1(0.044715f) * x * x * x);
+    const vf8 au = u < zero ? -u : u;
+    const vf8 e = exp_nonpos8<V>(V::set1(-2.0f) * au);
+    const vf8 s = (u < zero ? e : one) / (one + e);  // sigmoid(2u)
+    return x * s;
+  }
+  const vf8 ax = x < zero ? -x : x;
+  const vf8 a = ax * V::set1(0.7071067811865476f);
+  const vf8 t = one / V::fma(V::set1(0.3275911f), a, one);
+  vf8 p = V::set1(1.061405429f);
+  p = V::fma(p, t, V::set1(-1.453152027f));
+  p = V::fma(p, t, V::set1(1.421413741f));
+  p = V::fma(p, t, V::set1(-0.284496736f));
+  p = V::fma(p, t, V::set1(0.254829592f));
+  const vf8 erfc = p * t * exp_nonpos8<V>(-(a * a));
+  const vf8 h = half * x * erfc;
+  return x < zero ? h : x - h;
+}
+
+// gelu8 over n values; the last (n % 8) through a padded vector, so every value takes
+// the same arithmetic wherever it falls.
+template <class V>
+inline void gelu_rows(float* x, int64_t n, bool tanh_approx) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) V::store(x + i, gelu8<V>(V::load(x + i), tanh_approx));
+  if (i < n) {
+    float tail[8] = {};
+    std::memcpy(tail, x + i, sizeof(float) * static_cast<size_t>(n - i));
+    V::store(tail, gelu8<V>(V::load(tail), tanh_approx));
+    std::memcpy(x + i, tail, sizeof(float) * static_cast<size_t>(n - i));
+  }
+}
+
+__attribute__((flatten)) void gelu_plain(float* x, int64_t n, bool tanh_approx) { gelu_rows<VecPlain>(x, n, tanh_approx); }
+HEARTH_SIMD __attribute__((flatten)) void gelu_avx2(float* x, int64_t n, bool tanh_approx) {
+  gelu_rows<VecAvx2>(x, n, tanh_approx);
+}
+
 bool avx512_usable() {
   const CpuFeatures& f = cpu_features();
   return f.avx512f && f.avx512vl && f.avx512bw;
@@ -298,7 +347,9 @@ void CpuBackend::layer_norm(const float* x, const ops::WeightView& weight, const
 
 void CpuBackend::gelu(float* x, int64_t n, bool tanh_approx) {
   const OpScope timer(op_times_.get(), "gelu");
-  pool_.parallel_for(n, 4096, [&](int64_t begin, int64_t end, int) { ref::gelu(x + begin, end - begin, tanh_approx); });
+  // Vector kernels (gelu8) unless the reference kernels were asked for.
+  const auto run = reference_kernels_ ? ref::gelu : simd_ok_ ? gelu_avx2 : gelu_plain;
+  pool_.parallel_for(n, 4096, [&](int64_t begin, int64_t end, int) { run(x + begin, end - begin, tanh_approx); });
 }
 
 void CpuBackend::attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs,

@@ -28,6 +28,18 @@ float dot(const float* a, const float* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+float dot16(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(a[i + l], b[i + l], acc[l]);
+  }
+  if (i < n) {
+    for (int l = 0; l < 16; ++l) acc[l] = i + l < n ? std::fma(a[i + l], b[i + l], acc[l]) : std::fma(0.0f, 0.0f, acc[l]);
+  }
+  return ggml_order::sum16(acc);
+}
+
 void dequantize_row(const ops::WeightView& w, int64_t row, float* out) {
   const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(row) * w.row_bytes;
   dequantize_row_ref(w.type, src, out, w.n_cols);

@@ -33,9 +33,16 @@ void attention_full(const float* q, const float* k, const float* v, const ops::F
 
 // Single row helpers shared by the fast kernels.
 void dequantize_row(const ops::WeightView& w, int64_t row, float* out);  // out: [w.n_cols]
-// Float dot product in four interleaved partial sums ((s0 + s1) + (s2 + s3)): the CPU
-// back-end's product for weight types without a quantized one.
+// Float dot product in four interleaved partial sums ((s0 + s1) + (s2 + s3)): the
+// reference attention_full's scores.
 float dot(const float* a, const float* b, int64_t n);
+// Float dot product in tinyBLAS's order (ggml_order::dot_order_b): one 16-lane fma
+// accumulator over steps of 16 (element i in lane i % 16), the last partial step padded
+// with zeros (fma(0, 0, s) as a masked vector load gives), finished by ggml_order::sum16.
+// The CPU back-end's product for weight types without a quantized one (f32, f16, bf16,
+// ...): one fused multiply-add per element, in the order its vector tiles keep
+// (matmul_f32.h) for any batch.
+float dot16(const float* a, const float* b, int64_t n);
 float silu(float x);
 // RoPE angles of one position: cos_sin[2i], cos_sin[2i + 1] for i < p.n_rot / 2.
 void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin);
