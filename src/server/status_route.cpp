@@ -21,6 +21,12 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 // A number, or null for NaN / infinity (JSON has neither).
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// A counter or gauge that holds a count (the registry keeps doubles): an integer in JSON.
+json count(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0) return json(static_cast<int64_t>(v));
+  return num(v);
+}
+
 // cumulative(now) - cumulative(then), bucket by bucket (then may be empty: no history).
 std::vector<uint64_t> minus(const std::vector<uint64_t>& now, const std::vector<uint64_t>& then) {
   std::vector<uint64_t> d = now;
@@ -124,24 +130,24 @@ json StatusRoute::status(double window_s) {
   j["status"] = st.running_loop ? "ok" : (st.failure.empty() ? "unavailable" : "error");
 
   json req;
-  req["running"] = m_.requests_running.value();
-  req["waiting"] = m_.requests_waiting.value();
-  req["admitted"] = m_.requests_admitted.value();
-  req["finished"] = json{{"stop", m_.requests_stop.value()},
-                         {"length", m_.requests_length.value()},
-                         {"cancelled", m_.requests_cancelled.value()},
-                         {"error", m_.requests_error.value()}};
-  req["rejected"] = m_.requests_rejected.value();
+  req["running"] = count(m_.requests_running.value());
+  req["waiting"] = count(m_.requests_waiting.value());
+  req["admitted"] = count(m_.requests_admitted.value());
+  req["finished"] = json{{"stop", count(m_.requests_stop.value())},
+                         {"length", count(m_.requests_length.value())},
+                         {"cancelled", count(m_.requests_cancelled.value())},
+                         {"error", count(m_.requests_error.value())}};
+  req["rejected"] = count(m_.requests_rejected.value());
   req["finished_per_s"] = then ? rate(now.finished, then->finished) : json(nullptr);
   j["requests"] = std::move(req);
 
   // In: prompt tokens computed per second, i.e. the tokens run through the model less the
   // sampled tokens fed back (one per decoding sequence and step); out: tokens sampled.
   json tok;
-  tok["prompt_total"] = now.prompt_tokens;
-  tok["generation_total"] = now.generation_tokens;
-  tok["sampled_total"] = now.sampled_tokens;
-  tok["processed_total"] = now.batch_tokens_sum;
+  tok["prompt_total"] = count(now.prompt_tokens);
+  tok["generation_total"] = count(now.generation_tokens);
+  tok["sampled_total"] = count(now.sampled_tokens);
+  tok["processed_total"] = count(now.batch_tokens_sum);
   if (then) {
     const double in = (now.batch_tokens_sum - then->batch_tokens_sum) - (now.sampled_tokens - then->sampled_tokens);
     tok["in_per_s"] = std::max(0.0, in) / dt;
@@ -162,21 +168,22 @@ json StatusRoute::status(double window_s) {
                     {"steps", st.steps}};
 
   json kv;
-  kv["blocks_used"] = m_.kv_blocks_used.value();
-  kv["blocks_cached"] = m_.kv_blocks_cached.value();
-  kv["blocks_total"] = m_.kv_blocks_total.value();
-  kv["blocks_free"] = std::max(0.0, m_.kv_blocks_total.value() - m_.kv_blocks_used.value() - m_.kv_blocks_cached.value());
-  kv["state_snapshots"] = m_.state_snapshots.value();
+  kv["blocks_used"] = count(m_.kv_blocks_used.value());
+  kv["blocks_cached"] = count(m_.kv_blocks_cached.value());
+  kv["blocks_total"] = count(m_.kv_blocks_total.value());
+  kv["blocks_free"] =
+      count(std::max(0.0, m_.kv_blocks_total.value() - m_.kv_blocks_used.value() - m_.kv_blocks_cached.value()));
+  kv["state_snapshots"] = count(m_.state_snapshots.value());
   j["kv"] = std::move(kv);
 
   json pc;
-  pc["query_tokens"] = now.prefix_queries;
-  pc["hit_tokens"] = now.prefix_hits;
+  pc["query_tokens"] = count(now.prefix_queries);
+  pc["hit_tokens"] = count(now.prefix_hits);
   pc["hit_rate"] = now.prefix_queries > 0 ? num(now.prefix_hits / now.prefix_queries) : json(nullptr);
   const double dq = then ? now.prefix_queries - then->prefix_queries : 0;
   pc["recent_hit_rate"] = dq > 0 ? num((now.prefix_hits - then->prefix_hits) / dq) : json(nullptr);
   j["prefix_cache"] = std::move(pc);
-  j["preemptions"] = now.preemptions;
+  j["preemptions"] = count(now.preemptions);
 
   uint64_t device = 0;
   for (const ModelStatus& s : models) device += s.device_bytes;
@@ -219,12 +226,12 @@ json StatusRoute::status(double window_s) {
     }
     if (i < model_metrics_.size()) {
       const ModelMetrics& mm = *model_metrics_[i];
-      e["prompt_tokens_total"] = mm.prompt_tokens.value();
-      e["generation_tokens_total"] = mm.generation_tokens.value();
-      e["finished"] = json{{"stop", mm.requests_stop.value()},
-                           {"length", mm.requests_length.value()},
-                           {"cancelled", mm.requests_cancelled.value()},
-                           {"error", mm.requests_error.value()}};
+      e["prompt_tokens_total"] = count(mm.prompt_tokens.value());
+      e["generation_tokens_total"] = count(mm.generation_tokens.value());
+      e["finished"] = json{{"stop", count(mm.requests_stop.value())},
+                           {"length", count(mm.requests_length.value())},
+                           {"cancelled", count(mm.requests_cancelled.value())},
+                           {"error", count(mm.requests_error.value())}};
     }
     if (!s.error.empty()) e["error"] = s.error;
     list.push_back(std::move(e));
