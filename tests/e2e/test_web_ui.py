@@ -83,6 +83,8 @@ class Browser:
         return v
 
     def open(self, url):
+        self.call("Runtime.evaluate", expression="0")  # (events of the page before: dropped)
+        self.events = []
         self.call("Page.navigate", url=url)
         self.wait("document.readyState === 'complete' && typeof Hearth === 'object'", what=f"{url} to load")
 
@@ -291,6 +293,26 @@ def test_model_output_with_script_stays_text(browser, server):
     assert browser.page_errors() == []
 
 
+def test_tool_calls_show_as_calls(browser, server):
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    extra = json.dumps({"tools": tools, "tool_choice": "required"})  # a grammar makes it a call
+    browser.open(server.url + "/")
+    browser.wait("document.getElementById('model').options.length === 1", what="the model list")
+    a = send_chat(browser, "What is the weather in Paris?", max_tokens=60, extra=extra)
+    assert not a["error"], a
+    assert "finish: tool_calls" in a["stats"], a["stats"]
+    call = browser.js("(() => { const c = document.querySelector('#messages .tool-call');"
+                      " return c && {name: c.querySelector('.name').textContent, args: c.querySelector('code').textContent}; })()")
+    assert call and call["name"] == "tool call: get_weather", call
+    assert isinstance(json.loads(call["args"])["city"], str)
+    exported = json.loads(browser.js("HearthChat.exportJson()"))
+    assert exported["messages"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    browser.screenshot("tool_call")
+    assert browser.page_errors() == []
+
+
 def test_api_key_is_asked_once_and_sent(browser, keyed):
     # The shell is static and served to anyone; every data route needs the key.
     assert http_get(keyed.url + "/").status_code == 200
@@ -350,3 +372,57 @@ def test_page_files_are_served_with_their_types(server):
     assert not re.search(r'(?:src|href)="(?:https?:)?//', page.text)
     assert http_get(server.url + "/ui/nope.js").status_code == 404
     assert http_get(server.url + "/ui/../CMakeLists.txt").status_code == 404
+
+
+@pytest.fixture(scope="module")
+def two_models(hearth_bin, default_model, shared_dir, tmp_path_factory):
+    """A text model and the tiny random vision model (its answers are noise), both loaded."""
+    from vision_util import make_tiny_vision_model
+
+    vision = make_tiny_vision_model(tmp_path_factory.mktemp("vision") / "hf", shared_dir)
+    s = Server(hearth_bin, f"smol={default_model}", "--model", f"vis={vision}", "--pin", "smol", "--pin", "vis",
+               "--ctx", "4096")
+    yield s
+    s.stop()
+
+
+def test_several_models_and_an_image(browser, two_models, tmp_path):
+    from vision_util import png_bytes
+
+    browser.open(two_models.url + "/")
+    browser.wait("document.getElementById('model').options.length === 2", what="both models in the list")
+    browser.wait("document.querySelectorAll('#models tbody tr').length === 2", what="both models in the live view")
+    rows = browser.js("[...document.querySelectorAll('#models tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == ["smol", "vis"] and [r[1] for r in rows] == ["loaded", "loaded"], rows
+    assert rows[0][2] == "llama" and rows[0][4] == "Q4_1", rows
+
+    def pick(name):
+        browser.js(f"(() => {{ const s = document.getElementById('model'); s.value = {json.dumps(name)};"
+                   " s.dispatchEvent(new Event('change')); })()")
+
+    pick("smol")
+    assert browser.js("document.getElementById('image-label').hidden") is True
+    pick("vis")
+    assert browser.js("document.getElementById('image-label').hidden") is False
+    png = tmp_path / "picture.png"
+    png.write_bytes(png_bytes(64, 48))
+    root = browser.call("DOM.getDocument")["root"]["nodeId"]
+    node = browser.call("DOM.querySelector", nodeId=root, selector="#image")["nodeId"]
+    browser.call("DOM.setFileInputFiles", files=[str(png)], nodeId=node)
+    browser.wait("document.querySelectorAll('#attachments img').length === 1", what="the attached image")
+    a = send_chat(browser, "What is in the picture?", max_tokens=6)
+    assert not a["error"], a
+    m = STATS_RE.search(a["stats"])
+    assert m, a["stats"]
+    # The image went with the message: its tokens are in the prompt, and the message shows it.
+    text_only = requests.post(two_models.url + "/tokenize", json={
+        "model": "vis", "messages": [{"role": "user", "content": "What is in the picture?"}]}).json()["tokens"]
+    assert int(m.group(1)) > len(text_only), (a["stats"], len(text_only))
+    assert browser.js("document.querySelector('#messages .msg.user img').src.startsWith('data:image/png;base64,')")
+    assert browser.js("document.querySelectorAll('#attachments img').length") == 0
+    # This model's template thinks first: its reasoning is in a folded block, apart from the content.
+    assert browser.js("(() => { const d = [...document.querySelectorAll('#messages .reasoning')].pop();"
+                      " return !!d && !d.open && d.querySelector('.md').textContent.length > 0; })()"), \
+        "no folded reasoning block"
+    browser.screenshot("two_models_image")
+    assert browser.page_errors() == []

@@ -401,6 +401,8 @@ const HearthChat = (() => {
     });
     loadModels();
     Hearth.onKey(loadModels);
+    // Models load and unload (several models): their states and capabilities change.
+    setInterval(() => { if (document.activeElement !== $("model")) loadModels(); }, 5000);
   }
 
   return { start, exportJson, conversation: () => conversation };

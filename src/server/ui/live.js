@@ -96,7 +96,7 @@ const HearthLive = (() => {
       m.name, m.state, m.architecture || "–", fmt.params(m.parameters), m.quantization || "–",
       m.context_length ? fmt.n(m.context_length) : "–", m.device || "–",
       m.device_bytes ? fmt.bytes(m.device_bytes) + " dev" : fmt.bytes(m.memory_bytes),
-      m.requests ? `${m.requests.running} + ${m.requests.waiting} waiting` : "–",
+      m.requests ? String(m.requests.running) + (m.requests.waiting ? ` (+${m.requests.waiting} waiting)` : "") : "–",
     ]);
     while (body.rows.length > rows.length) body.deleteRow(-1);
     rows.forEach((cells, i) => {
