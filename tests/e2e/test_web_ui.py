@@ -425,4 +425,10 @@ def test_several_models_and_an_image(browser, two_models, tmp_path):
                       " return !!d && !d.open && d.querySelector('.md').textContent.length > 0; })()"), \
         "no folded reasoning block"
     browser.screenshot("two_models_image")
+    # Thinking off: the template is told so (enable_thinking false), and no reasoning comes.
+    browser.js("document.getElementById('thinking').value = 'off'")
+    a = send_chat(browser, "And now?", max_tokens=6)
+    assert not a["error"], a
+    assert browser.js("[...document.querySelectorAll('#messages .msg.assistant')].pop()"
+                      ".querySelector('.reasoning') === null")
     assert browser.page_errors() == []

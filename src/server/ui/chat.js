@@ -262,9 +262,14 @@ const HearthChat = (() => {
       stream_options: { include_usage: true },
       temperature: parseFloat($("temperature").value),
       max_tokens: parseInt($("max-tokens").value, 10),
-      chat_template_kwargs: { enable_thinking: $("thinking").checked },
       ...extra,
     };
+    // Thinking on / off: the template's enable_thinking (unset: the server's default, which
+    // --chat-template-kwargs may set); extra fields given as JSON keep theirs.
+    const thinking = $("thinking").value;
+    if (thinking) {
+      body.chat_template_kwargs = { enable_thinking: thinking === "on", ...(extra.chat_template_kwargs || {}) };
+    }
     if (!isFinite(body.temperature)) delete body.temperature;
     if (!isFinite(body.max_tokens)) delete body.max_tokens;
     const answer = new Answer();
@@ -347,7 +352,7 @@ const HearthChat = (() => {
       system: $("system").value,
       temperature: parseFloat($("temperature").value),
       max_tokens: parseInt($("max-tokens").value, 10),
-      thinking: $("thinking").checked,
+      thinking: $("thinking").value || "default",
       messages: conversation.map((m) => (m.role === "user"
         ? { role: "user", content: m.text, images: m.images && m.images.length ? m.images : undefined }
         : { role: "assistant", content: m.content, reasoning_content: m.reasoning || undefined,
