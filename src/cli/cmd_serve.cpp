@@ -233,7 +233,7 @@ void add_serve_command(CLI::App& app) {
       ->default_val(30)
       ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--api-key", o->api_key,
-                  "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but /health and the web "
+                  "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but /health, /api/hello and the web "
                   "page's static shell (the page asks for the key and sends it; its data routes need it)");
   cmd->add_flag("--no-ui", o->no_ui,
                 "No web page: GET / and /ui answer 404 (the page: a live view of /v1/status and a chat panel)");
