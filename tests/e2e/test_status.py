@@ -161,7 +161,9 @@ def test_rates_and_recent_percentiles_move_while_a_client_streams(server):
 
     assert wait_for(moving, 30, interval=0.25), [x["requests"] for x in seen[-3:]]
     s = seen[-1]
-    assert s["window_s"] is not None and 0.05 <= s["window_s"] <= 3
+    # The span actually used: from the newest sample at least 2 s old (samples are taken as the
+    # route is asked, so on a loaded machine the one before may be older).
+    assert s["window_s"] is not None and s["window_s"] >= 0.05
     it = s["latency"]["inter_token_seconds"]["recent"]
     assert it["count"] > 0 and 0 < it["p50"] <= it["p99"] <= 1
     assert s["models"][0]["requests"]["running"] == 1
