@@ -313,6 +313,52 @@ def test_tool_calls_show_as_calls(browser, server):
     assert browser.page_errors() == []
 
 
+def test_markdown_renderer_makes_only_its_own_elements(browser, server):
+    browser.open(server.url + "/")
+    crafted = ("# Title <b>x</b>\n\nSome *em* and **strong** and `<i>code</i>`.\n\n"
+               "- one <script>alert(1)</script>\n- [ok](https://example.com/a?b=1)\n- [bad](javascript:alert(1))\n\n"
+               "```html\n<script>window.__pwned = 3</script>\n```\n\n> quoted <img src=x onerror=alert(1)>\n\n"
+               "1. first\n2. second")
+    r = browser.js(f"""(() => {{
+        const d = document.createElement('div');
+        d.appendChild(HearthMarkdown.render({json.dumps(crafted)}));
+        document.body.appendChild(d);
+        const tags = [...d.querySelectorAll('*')].map(e => e.tagName.toLowerCase());
+        const links = [...d.querySelectorAll('a')].map(a => a.getAttribute('href'));
+        const attrs = [...d.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name));
+        const out = {{tags: [...new Set(tags)].sort(), links, attrs: [...new Set(attrs)].sort(),
+                      code: d.querySelector('pre code').textContent, h: d.querySelector('h2').textContent,
+                      items: [...d.querySelectorAll('ul > li')].map(li => li.textContent)}};
+        d.remove();
+        return out;
+    }})()""")
+    assert r["tags"] == sorted(["h2", "p", "em", "strong", "code", "ul", "li", "a", "pre", "blockquote", "ol"]), r
+    assert r["links"] == ["https://example.com/a?b=1"], r  # javascript: stays text
+    assert r["attrs"] == ["data-lang", "href", "rel", "target"], r
+    assert r["code"] == "<script>window.__pwned = 3</script>"
+    assert r["h"] == "Title <b>x</b>"
+    assert r["items"] == ["one <script>alert(1)</script>", "ok", "[bad](javascript:alert(1))"]
+    assert browser.js("typeof window.__pwned") == "undefined"
+
+
+def test_stop_cancels_the_request(browser, server):
+    browser.open(server.url + "/")
+    browser.wait("document.getElementById('model').options.length === 1", what="the model list")
+    cancelled = requests.get(server.url + "/v1/status", timeout=10).json()["requests"]["finished"]["cancelled"]
+    browser.js("document.getElementById('max-tokens').value = '2000'; document.getElementById('extra').value = ''")
+    browser.type("#prompt", "Write a very long story about a lighthouse keeper.")
+    browser.press_enter()
+    browser.wait("(() => { const a = [...document.querySelectorAll('#messages .msg.assistant')].pop();"
+                 " return a && a.querySelector('.content').textContent.length > 20; })()", what="some of the answer")
+    browser.click("#stop")
+    browser.wait("[...document.querySelectorAll('#messages .msg.assistant')].pop()"
+                 ".querySelector('.stats').textContent.includes('finish: stopped')", what="the stopped answer")
+    assert browser.js("document.getElementById('send').disabled") is False
+    # The server let the sequence go (the client went away mid-stream).
+    assert wait_for(lambda: requests.get(server.url + "/v1/status", timeout=10).json()
+                    ["requests"]["finished"]["cancelled"] > cancelled, 10), "the request was not cancelled"
+
+
 def test_api_key_is_asked_once_and_sent(browser, keyed):
     # The shell is static and served to anyone; every data route needs the key.
     assert http_get(keyed.url + "/").status_code == 200

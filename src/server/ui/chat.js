@@ -309,8 +309,11 @@ const HearthChat = (() => {
         });
       }
     } catch (e) {
-      answer.error(e.name === "AbortError" ? "stopped" : "request failed: " + e.message);
-      if (e.name === "AbortError") info.finish = "stopped";
+      if (e.name === "AbortError") {
+        info.finish = "stopped";  // what came so far stays the answer
+      } else {
+        answer.error("request failed: " + e.message);
+      }
     } finally {
       controller = null;
       $("send").disabled = false;
