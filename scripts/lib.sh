@@ -5,6 +5,9 @@ HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3
   libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3
   python3-venv curl libedit-dev tmux
   libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev)
+# Only for the tests (test.sh), never needed to serve: headless Chromium drives the web page
+# in tests/e2e/test_web_ui.py over the DevTools protocol (no chromedriver).
+HEARTH_TEST_APT_PACKAGES=(chromium)
 
 # The project's Python: a virtual environment made from Debian's own interpreter, without
 # system site packages, so that nothing installed by hand elsewhere on a machine can hide a
@@ -17,9 +20,11 @@ hearth_log() { printf '==> %s\n' "$*" >&2; }
 
 hearth_sudo() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 
+# $1: "test" also installs HEARTH_TEST_APT_PACKAGES.
 hearth_install_deps() {
-  local missing=()
-  for p in "${HEARTH_APT_PACKAGES[@]}"; do
+  local missing=() want=("${HEARTH_APT_PACKAGES[@]}")
+  if [ "${1:-}" = test ]; then want+=("${HEARTH_TEST_APT_PACKAGES[@]}"); fi
+  for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then

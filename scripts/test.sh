@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-hearth_install_deps
+hearth_install_deps test
 export HEARTH_DEFAULT_MODEL=$(hearth_default_model)
 export HEARTH_BIN=$PWD/build/hearth
 

@@ -121,6 +121,7 @@ void serve(ServeOptions o) {
   ho.max_header_bytes = o.max_header_bytes;
   ho.request_timeout_s = o.request_timeout;
   ho.log_file = o.log_file;
+  ho.ui = !o.no_ui;
   server::HttpServer http(models, metrics, ho, model_metrics_view);
   const int port = http.bind();
 
@@ -151,8 +152,8 @@ void serve(ServeOptions o) {
     }
     std::printf("hearth: %zu models: %s\n", models.size(), list.c_str());
   }
-  std::printf("hearth: listening on http://%s:%d (OpenAI API at http://%s:%d/v1)\n", o.host.c_str(), port,
-              o.host.c_str(), port);
+  std::printf("hearth: listening on http://%s:%d (OpenAI API at http://%s:%d/v1%s)\n", o.host.c_str(), port,
+              o.host.c_str(), port, o.no_ui ? "" : "; web page at /");
   std::fflush(stdout);
   http.serve();
   {
@@ -231,7 +232,11 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a client has to send a whole request, headers and body (408 after)")
       ->default_val(30)
       ->check(CLI::Range(0.1, 86400.0));
-  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+  cmd->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but /health, /api/hello and the web "
+                  "page's static shell (the page asks for the key and sends it; its data routes need it)");
+  cmd->add_flag("--no-ui", o->no_ui,
+                "No web page: GET / and /ui answer 404 (the page: a live view of /v1/status and a chat panel)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--log-file", o->log_file, "Append the request log here (default: stderr)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");

@@ -20,6 +20,7 @@
 #include "model/causal_lm.h"
 #include "server/chat_output.h"
 #include "store/folder_scan.h"
+#include "store/model_info.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::cli {
@@ -66,12 +67,14 @@ struct Loaded final : server::LoadedModel {
   std::optional<server::ModelObserver> observer;
   std::optional<engine::ServeEngine> engine;
   server::ServedModel view;
+  server::ModelFacts model_facts;
 
   ~Loaded() override {
     if (engine) engine->stop();
   }
   const server::ServedModel& served() const override { return view; }
   uint64_t device_bytes() const override { return backend ? backend->device_memory_used() : 0; }
+  server::ModelFacts facts() const override { return model_facts; }
 };
 
 // What one model will take: its file, shape, context and KV budget on its device.
@@ -301,6 +304,18 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   m->engine.emplace(*m->model, *m->tok, ec, &*m->observer);
   m->engine->set_vision(m->vision.get());
   m->view = server::ServedModel{&*m->engine, &*m->tok, &*m->chat, &m->settings, spec.name};
+  {  // what GET /v1/status shows of it (the header again: no tensor data is read)
+    const store::ModelInfo info = store::describe_model(entry);
+    server::ModelFacts& f = m->model_facts;
+    f.architecture = info.architecture.empty() ? std::string(hp.arch.name ? hp.arch.name : "") : info.architecture;
+    f.parameters = info.parameters;
+    f.quantization = info.quantization;
+    f.size_bytes = info.size_bytes ? info.size_bytes : file.file_size();
+    f.context_train = hp.n_ctx_train;
+    f.device = device.str();
+    f.kv_type = ops::kv_type_name(plan.kv_type);
+    f.max_seqs = plan.max_seqs;
+  }
 
   std::printf(
       "hearth: serving %s (%s, ctx %lld, %lld KV blocks of %lld tokens = %.1f MiB %s, max %d "

@@ -39,6 +39,7 @@ struct ServeOptions {
   int32_t prefill_chunk = -1;  // -1: 512 on the CPU, kGpuPrefillChunk on a GPU
   int32_t max_queue = 64;
   std::string api_key;
+  bool no_ui = false;  // --no-ui: no web page at / and /ui
   int threads = 0;
   std::string log_file;
   std::string kv_type = "f16";

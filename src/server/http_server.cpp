@@ -17,6 +17,8 @@
 #include "server/openai_protocol.h"
 #include "server/route_common.h"
 #include "server/responses_routes.h"
+#include "server/status_route.h"
+#include "server/ui_page.h"
 #include "server/tool_constraint.h"
 
 namespace hearth::server {
@@ -64,6 +66,7 @@ struct HttpServer::Impl {
   ServerMetrics& metrics;
   HttpOptions opt;
   std::vector<ModelMetrics*> model_metrics;  // router mode: one per model
+  StatusRoute status_route{models, metrics, model_metrics};
   AnthropicRoutes anthropic{[this](const std::optional<std::string>& name) { return pick(name); }, metrics};
   ResponsesRoutes responses{[this](const std::optional<std::string>& name) { return pick(name); }, metrics};
   GuardedServer svr{limits_of(opt), [](const std::string& path, int status, const std::string& message) {
@@ -191,6 +194,29 @@ struct HttpServer::Impl {
       refresh_gauges();
       res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
     });
+    // GET /v1/status[?window=S]: the live view's numbers (server/status_route.h), from the
+    // same sources as /metrics after the same refresh.
+    svr.Get("/v1/status", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      double window = 10;
+      if (req.has_param("window")) {
+        const std::string w = req.get_param_value("window");
+        try {
+          size_t used = 0;
+          window = std::stod(w, &used);
+          if (used != w.size() || !(window >= 1 && window <= StatusRoute::kMaxWindowS)) throw std::invalid_argument(w);
+        } catch (const std::exception&) {
+          send_error(res, invalid_request("'window' must be a number of seconds in [1, 60], got '" +
+                                              sanitize_utf8(w) + "'",
+                                          "window"));
+          return;
+        }
+      }
+      refresh_gauges();
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(dump_json(status_route.status(window)), "application/json");
+    });
+    if (opt.ui) add_ui_routes(svr);
     svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(req, res, true);
     });

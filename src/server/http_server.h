@@ -1,7 +1,7 @@
 // The HTTP face of `hearth serve` (cpp-httplib): routes, API-key check, request
 // parsing and prompt building on the HTTP threads, SSE streaming of the engine's
-// deltas, /health, /v1/models, /metrics and the model admin routes (/models/load,
-// /models/unload). Only GenRequest / Delta / Final cross
+// deltas, /health, /v1/models, /metrics, /v1/status, the web page (server/ui_page.h)
+// and the model admin routes (/models/load, /models/unload). Only GenRequest / Delta / Final cross
 // to and from the engine thread.
 #pragma once
 
@@ -37,6 +37,7 @@ struct HttpOptions {
   double request_timeout_s = 30;       // --request-timeout: first to last byte of a request (408)
   int max_connections = 256;           // --max-connections: open at once; more get 503
   std::string log_file;                // empty: request log on stderr
+  bool ui = true;                      // GET / and /ui: the web page (--no-ui: off, 404)
 };
 
 class HttpServer {

@@ -249,7 +249,9 @@ ServerMetrics::ServerMetrics()
       batch_size(registry.histogram("hearth_batch_size", "Sequences per engine step",
                                     batch_size_buckets())),
       batch_tokens(registry.histogram("hearth_batch_tokens", "Tokens per engine step",
-                                      batch_tokens_buckets())) {}
+                                      batch_tokens_buckets())),
+      sampled_tokens(registry.counter("hearth_sampled_tokens_total",
+                                      "Tokens generated, counted as each is sampled")) {}
 
 void ServerMetrics::request_finished(std::string_view finish_reason) {
   if (finish_reason == "stop") {

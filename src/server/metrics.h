@@ -132,6 +132,10 @@ struct ServerMetrics {
   Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
   Histogram& batch_size;           // hearth_batch_size: sequences per engine step
   Histogram& batch_tokens;         // hearth_batch_tokens: tokens per engine step
+  // hearth_sampled_tokens_total: tokens generated, counted as each is sampled (the
+  // generation total above counts a request's tokens when it ends); the live view's
+  // output rate.
+  Counter& sampled_tokens;
 
   // Counts a finished request by engine::Final::finish_reason ("stop", "length",
   // "cancelled"; anything else counts as "error").

@@ -61,11 +61,15 @@ void ModelObserver::on_step(int32_t n_seqs, int32_t n_tokens, double) {
 }
 
 void ModelObserver::on_first_token(double ttft_seconds) {
+  m_.sampled_tokens.inc();
   m_.time_to_first_token.observe(ttft_seconds);
   if (model_) model_->time_to_first_token.observe(ttft_seconds);
 }
 
-void ModelObserver::on_token_interval(double seconds) { m_.inter_token_latency.observe(seconds); }
+void ModelObserver::on_token_interval(double seconds) {
+  m_.sampled_tokens.inc();
+  m_.inter_token_latency.observe(seconds);
+}
 
 void ModelObserver::on_finish(const engine::Final& f) {
   m_.request_finished(f.finish_reason);

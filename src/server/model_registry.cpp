@@ -334,6 +334,7 @@ void ModelRegistry::do_load(std::unique_lock<std::mutex>& lk, size_t index, bool
   const uint64_t growth = after > before ? after - before : 0;
   e.measured = std::max(e.measured, growth);
   e.device = m->device_bytes();
+  e.facts = m->facts();
   e.loaded = std::move(m);
   e.state = ModelState::kLoaded;
   e.error.clear();
@@ -457,7 +458,10 @@ std::vector<ModelStatus> ModelRegistry::status() const {
     s.load_seconds = e.load_seconds;
     if (e.loaded && e.loaded->served().engine) s.n_ctx = e.loaded->served().engine->n_ctx();
     if (e.loaded && e.loaded->served().settings) s.vision = e.loaded->served().settings->vision;
+    if (e.loaded && e.loaded->served().engine) s.engine = e.loaded->served().engine->stats();
     s.error = e.error;
+    s.has_facts = e.facts.has_value();
+    if (e.facts) s.facts = *e.facts;
     out.push_back(std::move(s));
   }
   return out;

@@ -56,6 +56,19 @@ struct ModelSpec {
   std::optional<std::string> device;
 };
 
+// What a loaded model is, for the status route and the web page (GET /v1/status): read
+// from its file's header and its plan at load, kept after an unload.
+struct ModelFacts {
+  std::string architecture;  // general.architecture ("llama", "qwen3", ...)
+  uint64_t parameters = 0;
+  std::string quantization;  // "Q4_K_M", "F16", ... ("" when unknown)
+  uint64_t size_bytes = 0;   // weights on disk
+  int64_t context_train = 0; // the context the model was trained for
+  std::string device;        // the back-end it runs on ("cpu", "cuda:0")
+  std::string kv_type;       // KV cache element type ("f16", ...)
+  int32_t max_seqs = 0;      // sequences decoded together
+};
+
 // A model in memory, with everything its requests use. Destroying it stops its engine
 // (requests still running end with an error; the registry only frees idle models).
 class LoadedModel {
@@ -63,6 +76,7 @@ class LoadedModel {
   virtual ~LoadedModel() = default;
   virtual const ServedModel& served() const = 0;
   virtual uint64_t device_bytes() const { return 0; }  // device memory its back-end holds
+  virtual ModelFacts facts() const { return {}; }
 };
 
 class ModelFactory {
@@ -103,6 +117,9 @@ struct ModelStatus {
   int64_t n_ctx = 0;        // while loaded
   bool vision = false;      // while loaded: the model takes images (a vision encoder is on)
   std::string error;        // why the last load failed
+  bool has_facts = false;   // loaded at least once
+  ModelFacts facts;         // from its last load
+  engine::EngineStats engine;  // while loaded: its engine's statistics
 };
 
 // Reads VmRSS of /proc/self/status in bytes (0 when unknown).
@@ -170,6 +187,7 @@ class ModelRegistry {
     uint64_t device = 0;           // device bytes of the loaded back-end
     uint64_t loads = 0, unloads = 0;
     double load_seconds = 0;
+    std::optional<ModelFacts> facts;  // from the last load
     engine::EngineStats retired;  // counters of the engines unloaded so far
   };
   struct Release;  // a lease's end: in_flight - 1

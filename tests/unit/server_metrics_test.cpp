@@ -146,6 +146,7 @@ TEST(ServerMetrics, ServerMetricSet) {
   m.prefix_cache_hits.inc(64);
   m.batch_size.observe(3);
   m.batch_tokens.observe(515);
+  m.sampled_tokens.inc(31);
   const std::string text = m.render();
   for (const char* line : {
            "# TYPE hearth_requests_running gauge",
@@ -180,6 +181,8 @@ TEST(ServerMetrics, ServerMetricSet) {
            "hearth_batch_size_bucket{le=\"4\"} 1",
            "hearth_batch_tokens_bucket{le=\"512\"} 0",
            "hearth_batch_tokens_bucket{le=\"1024\"} 1",
+           "# TYPE hearth_sampled_tokens_total counter",
+           "hearth_sampled_tokens_total 31",
        }) {
     EXPECT_TRUE(has_line(text, line)) << "missing: " << line << "\n" << text;
   }
@@ -196,8 +199,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 17);
-  EXPECT_EQ(type, 17);
+  EXPECT_EQ(help, 18);
+  EXPECT_EQ(type, 18);
 }
 
 }  // namespace
