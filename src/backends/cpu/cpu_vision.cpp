@@ -72,6 +72,8 @@ typedef float vf8 __attribute__((vector_size(32)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
 struct VecPlain {
   static constexpr bool kFma = false;
+  static constexpr int kScoreRows = 2;  // query rows whose scores share each key vector load
+  static constexpr int kPvRows = 1;     // query rows whose outputs share each value vector load
   static vf8 load(const float* p) {
     vf8 v;
     std::memcpy(&v, p, sizeof(vf8));
@@ -91,8 +93,15 @@ struct VecAvx2 : VecPlain {
                                                  reinterpret_cast<__m256>(c)));
   }
 };
+// The same code with AVX-512's 32 registers (256-bit operations encoded with EVEX): four
+// query rows' scores at once (16 sums + 4 keys + 4 queries in registers), two rows' outputs.
+struct VecAvx512 : VecAvx2 {
+  static constexpr int kScoreRows = 4;
+  static constexpr int kPvRows = 2;
+};
 #else
 using VecAvx2 = VecPlain;
+using VecAvx512 = VecPlain;
 #endif
 
 struct FullArgs {
@@ -127,30 +136,32 @@ inline vf8 exp_nonpos8(vf8 x) {
   return p * reinterpret_cast<vf8>((e + 127) << 23);  // 2^n in the exponent bits
 }
 
-// Scores of query rows i and i2 against the kScoreLanes keys of one transposed block:
-// 2 x kScoreLanes / 8 independent vector sums, each key vector loaded once for both.
+// Scores of V::kScoreRows query rows q[r] against the kScoreLanes keys of one transposed
+// block: kScoreRows x kScoreLanes / 8 independent vector sums, each key vector loaded once
+// for all the rows.
 template <int kD, class V>
-inline void score_pair(const float* kb, const float* qi, const float* qi2, float* out_i, float* out_i2) {
-  constexpr int kS = kScoreLanes / 8;
-  vf8 s0[kS], s1[kS];
-  for (int l = 0; l < kS; ++l) s0[l] = s1[l] = vf8{};
+inline void score_rows(const float* kb, const float* const* q, float* const* out) {
+  constexpr int kS = kScoreLanes / 8, kR = V::kScoreRows;
+  vf8 s[kR][kS];
+  for (int r = 0; r < kR; ++r) {
+    for (int l = 0; l < kS; ++l) s[r][l] = vf8{};
+  }
   for (int64_t d = 0; d < kD; ++d) {
-    const vf8 q0 = V::set1(qi[d]), q1 = V::set1(qi2[d]);
+    vf8 qv[kR];
+    for (int r = 0; r < kR; ++r) qv[r] = V::set1(q[r][d]);
     const float* kr = kb + d * kScoreLanes;
     for (int l = 0; l < kS; ++l) {
       const vf8 kv = V::load(kr + 8 * l);
-      s0[l] = V::fma(q0, kv, s0[l]);
-      s1[l] = V::fma(q1, kv, s1[l]);
+      for (int r = 0; r < kR; ++r) s[r][l] = V::fma(qv[r], kv, s[r][l]);
     }
   }
-  for (int l = 0; l < kS; ++l) {
-    V::store(out_i + 8 * l, s0[l]);
-    V::store(out_i2 + 8 * l, s1[l]);
+  for (int r = 0; r < kR; ++r) {
+    for (int l = 0; l < kS; ++l) V::store(out[r] + 8 * l, s[r][l]);
   }
 }
 
 // Items [begin, end): for each, the query rows scaled, then the segment's keys kKeyTile at
-// a time: scores (score_pair), the online-softmax update (each row's running max; its
+// a time: scores (score_rows), the online-softmax update (each row's running max; its
 // output and sum rescaled by e^(old max - new max)), and p v added to the output, which
 // stays in registers while the tile's value rows stream past. kD: head_dim as a
 // compile-time multiple of 8 (vector code), or 0: any head_dim, scalar code.
@@ -158,12 +169,13 @@ template <int kD, class V>
 inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, int64_t end) {
   constexpr bool Fma = V::kFma;
   const int64_t D = kD > 0 ? kD : a.head_dim, stride = a.n_head * D;
-  std::vector<float> buf(static_cast<size_t>(2 * kQueryRows * D + kQueryRows * kKeyTile + 2 * kQueryRows));
+  std::vector<float> buf(static_cast<size_t>(2 * kQueryRows * D + kQueryRows * kKeyTile + 3 * kQueryRows));
   float* qs = buf.data();                       // [kQueryRows, D]: scaled queries
   float* acc = qs + kQueryRows * D;             // [kQueryRows, D]: unnormalised outputs
   float* sc = acc + kQueryRows * D;             // [kQueryRows, kKeyTile]: a tile's scores
   float* row_max = sc + kQueryRows * kKeyTile;  // [kQueryRows]
   float* row_sum = row_max + kQueryRows;        // [kQueryRows]
+  float* corr = row_sum + kQueryRows;           // [kQueryRows]: a tile's rescaling of each row
   for (int64_t it = begin; it < end; ++it) {
     const FullItem& w = items[it];
     const int64_t nq = w.n_q, h = w.head;
@@ -180,12 +192,20 @@ inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, 
       // Scores (a partial last block's extra keys are zero rows; their scores are unused).
       for (int64_t jb = 0; jb < nk; jb += kScoreLanes) {
         const float* kb = kt_seg + (j0 + jb) * D;  // block (j0 + jb) / kScoreLanes
-        for (int64_t i = 0; i < nq; i += 2) {
-          const int64_t i2 = std::min(i + 1, nq - 1);  // an odd last row is computed twice
+        constexpr int kR = V::kScoreRows;
+        for (int64_t i = 0; i < nq; i += kR) {
           if constexpr (kD > 0) {
-            score_pair<kD, V>(kb, qs + i * kD, qs + i2 * kD, sc + i * kKeyTile + jb, sc + i2 * kKeyTile + jb);
+            // A short last group repeats its last row (the same sums stored again).
+            const float* qr[kR];
+            float* outr[kR];
+            for (int r = 0; r < kR; ++r) {
+              const int64_t ir = std::min<int64_t>(i + r, nq - 1);
+              qr[r] = qs + ir * kD;
+              outr[r] = sc + ir * kKeyTile + jb;
+            }
+            score_rows<kD, V>(kb, qr, outr);
           } else {
-            for (const int64_t r : {i, i2}) {
+            for (int64_t r = i; r < std::min<int64_t>(i + kR, nq); ++r) {
               float s[kScoreLanes] = {};
               for (int64_t d = 0; d < D; ++d) {
                 const float qd = qs[r * D + d];
@@ -199,30 +219,62 @@ inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, 
       const float* v0 = a.v + (w.seg0 + j0) * stride + h * D;
       for (int64_t i = 0; i < nq; ++i) {
         float* si = sc + i * kKeyTile;
+        // The tile's max and (after the exponentials) its sum in 8 lanes over the whole
+        // vectors of real keys, the rest one by one (no scalar chain through every key).
+        const int64_t nk_full = nk & ~int64_t{7};
+        vf8 m8 = V::set1(row_max[i]);
+        for (int64_t j = 0; j < nk_full; j += 8) {
+          const vf8 sj = V::load(si + j);
+          m8 = sj > m8 ? sj : m8;
+        }
         float mx = row_max[i];
-        for (int64_t j = 0; j < nk; ++j) mx = si[j] > mx ? si[j] : mx;
-        const float corr = exp_nonpos<Fma>(row_max[i] - mx);
+        for (int l = 0; l < 8; ++l) mx = m8[l] > mx ? m8[l] : mx;
+        for (int64_t j = nk_full; j < nk; ++j) mx = si[j] > mx ? si[j] : mx;
+        corr[i] = exp_nonpos<Fma>(row_max[i] - mx);
         const int64_t nk8 = (nk + 7) & ~int64_t{7};  // within the tile: the extra scores are finite
         const vf8 mv = V::set1(mx);
-        for (int64_t j = 0; j < nk8; j += 8) V::store(si + j, exp_nonpos8<V>(V::load(si + j) - mv));
+        vf8 s8{};
+        for (int64_t j = 0; j < nk8; j += 8) {
+          const vf8 e = exp_nonpos8<V>(V::load(si + j) - mv);
+          V::store(si + j, e);
+          if (j < nk_full) s8 += e;
+        }
         row_max[i] = mx;
-        float tile_sum = 0.0f;
-        for (int64_t j = 0; j < nk; ++j) tile_sum += si[j];
-        row_sum[i] = madd<Fma>(row_sum[i], corr, tile_sum);
-        if constexpr (kD > 0) {
-          constexpr int kO = kD / 8;
-          vf8 o[kO];
-          const vf8 c = V::set1(corr);
-          for (int k = 0; k < kO; ++k) o[k] = V::load(acc + i * kD + 8 * k) * c;
-          for (int64_t j = 0; j < nk; ++j) {
-            const vf8 p = V::set1(si[j]);
-            const float* vj = v0 + j * stride;
-            for (int k = 0; k < kO; ++k) o[k] = V::fma(p, V::load(vj + 8 * k), o[k]);
+        float tile_sum = ((s8[0] + s8[4]) + (s8[2] + s8[6])) + ((s8[1] + s8[5]) + (s8[3] + s8[7]));
+        for (int64_t j = nk_full; j < nk; ++j) tile_sum += si[j];
+        row_sum[i] = madd<Fma>(row_sum[i], corr[i], tile_sum);
+      }
+      if constexpr (kD > 0) {
+        // kP rows at a time, each value vector loaded once for all of them, where their
+        // outputs fit in registers (a short last group repeats its last row: the same
+        // values computed and stored again).
+        constexpr int kO = kD / 8, kP = V::kPvRows == 2 && kO <= 12 ? 2 : 1;
+        for (int64_t i = 0; i < nq; i += kP) {
+          int64_t ir[kP];
+          for (int r = 0; r < kP; ++r) ir[r] = std::min<int64_t>(i + r, nq - 1);
+          vf8 o[kP][kO];
+          for (int r = 0; r < kP; ++r) {
+            const vf8 c = V::set1(corr[ir[r]]);
+            for (int k = 0; k < kO; ++k) o[r][k] = V::load(acc + ir[r] * kD + 8 * k) * c;
           }
-          for (int k = 0; k < kO; ++k) V::store(acc + i * kD + 8 * k, o[k]);
-        } else {
+          for (int64_t j = 0; j < nk; ++j) {
+            vf8 p[kP];
+            for (int r = 0; r < kP; ++r) p[r] = V::set1(sc[ir[r] * kKeyTile + j]);
+            const float* vj = v0 + j * stride;
+            for (int k = 0; k < kO; ++k) {
+              const vf8 vv = V::load(vj + 8 * k);
+              for (int r = 0; r < kP; ++r) o[r][k] = V::fma(p[r], vv, o[r][k]);
+            }
+          }
+          for (int r = 0; r < kP; ++r) {
+            for (int k = 0; k < kO; ++k) V::store(acc + ir[r] * kD + 8 * k, o[r][k]);
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < nq; ++i) {
+          const float* si = sc + i * kKeyTile;
           float* oi = acc + i * D;
-          for (int64_t d = 0; d < D; ++d) oi[d] *= corr;
+          for (int64_t d = 0; d < D; ++d) oi[d] *= corr[i];
           for (int64_t j = 0; j < nk; ++j) {
             const float* vj = v0 + j * stride;
             for (int64_t d = 0; d < D; ++d) oi[d] = madd<Fma>(si[j], vj[d], oi[d]);
@@ -262,7 +314,7 @@ HEARTH_SIMD __attribute__((flatten)) void full_items_avx2(const FullArgs& a, con
 // EVEX): a head of 72 keeps its 9 output vectors and the 8 score sums without spilling.
 HEARTH_AVX512 __attribute__((flatten)) void full_items_avx512(const FullArgs& a, const FullItem* items,
                                                                int64_t begin, int64_t end) {
-  full_items_any<VecAvx2>(a, items, begin, end);
+  full_items_any<VecAvx512>(a, items, begin, end);
 }
 
 // GELU on 8 lanes, both forms as ref::gelu_one computes them, but branch-free:
