@@ -6,11 +6,13 @@
 # cores) and in llama.cpp (llama-mtmd-cli with the same image, the projector converted by
 # llama.cpp's own convert_hf_to_gguf.py --mmproj from the same random folder).
 # Run from the repository root on the device machine, with:
-#   .dev/bin.tar.xz        hearth + backend_parity_test (scripts/cuda_device_pack.sh, recompressed with xz)
+#   .dev/bin.tar.xz        hearth + backend_parity_test (scripts/cuda_device_pack.sh, recompressed with xz),
+#                          with lib/ (shared libraries the machine lacks) and shared-data/ (Qwen3 tokenizer, template)
 #   .dev/src/tests/data    the fixtures
 #   .peer/llama.cpp.tar.xz llama.cpp's source (the tree vendored in llama-cpp-python 0.3.36)
-# Steps (arguments): parity | prepare | hearth-cuda | hearth-cpu | peer-build | peer-wait | peer
-#   (default: all, in order; peer-build may run in the background under setsid, peer-wait waits for it)
+# Steps (arguments): parity | prepare | hearth-cuda | hearth-cpu | peer-build | peer-wait | peer | ttft
+#   (default: all but ttft, in order; peer-build may run in the background under setsid, peer-wait waits
+#   for it; ttft: `hearth bench --scenario image` through hearth serve and llama-server --mmproj)
 # Writes logs under $OUT and a summary in $OUT/vision_summary.txt.
 set -u
 root=$(pwd)
@@ -38,7 +40,7 @@ for s in "${steps[@]}"; do
       grep -E '^\[  FAILED  \]' "$out/parity_vision.txt" | head | tee -a "$summary"
       ;;
     prepare)
-      python3 "$root/benchmarks/make_qwen35_model.py" "$folder" --shared "$dev/src/shared-data" --hidden 4096 --layers 4 \
+      python3 "$root/benchmarks/make_qwen35_model.py" "$folder" --shared "$dev/shared-data" --hidden 4096 --layers 4 \
         --intermediate 1024 --heads 16 --kv-heads 4 --head-dim 256 --linear-key-heads 16 --linear-value-heads 32 \
         --linear-key-dim 128 --linear-value-dim 128 --dtype bf16 --vision-depth 27 --vision-hidden 1152 \
         --vision-heads 16 --vision-ff 4304 --vision-pos-side 48 --min-pixels 65536 --max-pixels 16777216 \
@@ -68,12 +70,13 @@ PY
     peer-build)
       mkdir -p "$work/peer" && tar -C "$work/peer" -xJf "$root/.peer/llama.cpp.tar.xz"
       (cd "$work/peer/llama.cpp" && cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON \
-         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release >"$work/peer_cmake.txt" 2>&1 &&
-       cmake --build build -j "$(nproc)" --target llama-mtmd-cli >"$work/peer_build.txt" 2>&1)
+         -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+         -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release >"$work/peer_cmake.txt" 2>&1 &&
+       cmake --build build -j "$(nproc)" --target llama-mtmd-cli llama-server >"$work/peer_build.txt" 2>&1)
       say "peer build: rc=$? $(ls "$work/peer/llama.cpp/build/bin/" 2>/dev/null | tr '\n' ' ')"
       ;;
     peer-wait)
-      for _ in $(seq 1 120); do pgrep -f "target llama-mtmd-cli" >/dev/null || break; sleep 5; done
+      for _ in $(seq 1 ${PEER_WAIT_STEPS:-120}); do pgrep -f "target llama-mtmd-cli" >/dev/null || break; sleep 5; done
       cp "$work"/peer_*.txt "$out/" 2>/dev/null; say "peer build log: $(tail -2 "$work/peer_build.txt" 2>/dev/null | tr '\n' ' ')"
       ;;
     peer)
@@ -83,15 +86,26 @@ PY
       say "peer mmproj convert: rc=$? $(ls -la "$work"/llama-mmproj* 2>/dev/null | awk '{print $5, $9}')"
       mm=$work/llama-mmproj-9b-vision.f16.gguf
       [ -f "$mm" ] || mm=$work/mmproj-hearth-9b-vision.f16.gguf
-      for dv in gpu cpu; do
+      for dv in ${PEER_DEVICES:-gpu cpu}; do
         for i in 0 1 2; do
           ngl=99; [ "$dv" = cpu ] && ngl=0
           extra=(); [ "$dv" = cpu ] && extra=(--no-mmproj-offload -t "$(nproc)")
           "$bin/llama-mtmd-cli" -m "$work/hearth-9b-vision.f16.gguf" --mmproj "$mm" --image "$work/img$i.png" \
             -p "$question" -n 1 -ngl $ngl "${extra[@]}" --temp 0 >"$out/peer_${dv}_$i.txt" 2>&1
-          say "llama.cpp $dv img$i: rc=$? $(grep -E 'encoded in|image slice|n_tokens|decoded in' "$out/peer_${dv}_$i.txt" | head -4 | tr '\n' ' ')"
+          say "llama.cpp $dv img$i: rc=$? $(grep -E 'encoding done|encoded in|image slice|decoded in' "$out/peer_${dv}_$i.txt" | head -4 | tr '\n' ' ')"
         done
       done
+      ;;
+    ttft)
+      bin=$work/peer/llama.cpp/build/bin
+      mm=$work/llama-mmproj-9b-vision.f16.gguf
+      [ -f "$mm" ] || mm=$work/mmproj-hearth-9b-vision.f16.gguf
+      "$hearth" bench --scenario image --reps 5 --max-tokens 16 --image-size 1024 --image-words 50 \
+        --launch "hearth=$hearth serve -m $work/hearth-9b-vision.f16.gguf --device cuda --port 18090" \
+        --target hearth=http://127.0.0.1:18090 \
+        --launch "llama.cpp=$bin/llama-server -m $work/hearth-9b-vision.f16.gguf --mmproj $mm -ngl 99 -c 8192 --port 18091" \
+        --target llama.cpp=http://127.0.0.1:18091 --out "$out/bench-image" >"$out/ttft.txt" 2>&1
+      say "ttft: rc=$? $(grep -iE 'ttft|image' "$out/bench-image/report.md" 2>/dev/null | head -8 | tr '\n' ' ')"
       ;;
   esac
 done

@@ -441,28 +441,41 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   const OpScope timer(op_times_.get(), "matmul float");
   const bool in_place = w.type == GgmlType::F32;
   const auto dot_rows = !simd_ok_ ? dot_rows_f32_plain : avx512_ok() ? dot_rows_f32_avx512 : dot_rows_f32_avx2;
-  // Four chunks a thread at least, of 16 to kFloatRows rows.
-  const int64_t chunk = std::clamp<int64_t>(w.n_rows / (4 * pool_.n_threads()) / 16 * 16, 16, kFloatRows);
-  pool_.parallel_for(w.n_rows, chunk, [&](int64_t begin, int64_t end, int) {
+  // Work items: a chunk of 16 to kFloatRows rows x a block of up to kFloatTokens tokens,
+  // four items a thread at least. Each item reads its tokens' rows once for all the rows
+  // of its chunk (a large chunk makes that traffic small; token blocks give many cores
+  // work when the rows are few); consecutive items share a chunk, whose converted rows
+  // a thread keeps while its items do.
+  const int64_t n_tb = (n_tokens + kFloatTokens - 1) / kFloatTokens;
+  const int64_t chunk =
+      std::clamp<int64_t>(w.n_rows * n_tb / (4 * pool_.n_threads()) / 16 * 16, 16, kFloatRows);
+  const int64_t n_rc = (w.n_rows + chunk - 1) / chunk;
+  pool_.parallel_for(n_rc * n_tb, 1, [&](int64_t begin, int64_t end, int) {
     std::vector<float> buf(in_place ? 0 : static_cast<size_t>(chunk * w.n_cols));
     const float* rows[kFloatRows];
-    for (int64_t r0 = begin; r0 < end; r0 += chunk) {
-      const int64_t nr = std::min<int64_t>(chunk, end - r0);
-      for (int64_t k = 0; k < nr; ++k) {
-        const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r0 + k) * w.row_bytes;
-        if (in_place) {
-          rows[k] = reinterpret_cast<const float*>(src);
-          continue;
+    int64_t have = -1;  // the chunk whose rows are in `rows`
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t rc = item / n_tb, tb = item % n_tb, r0 = rc * chunk;
+      const int64_t nr = std::min<int64_t>(chunk, w.n_rows - r0);
+      if (rc != have) {
+        for (int64_t k = 0; k < nr; ++k) {
+          const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r0 + k) * w.row_bytes;
+          if (in_place) {
+            rows[k] = reinterpret_cast<const float*>(src);
+            continue;
+          }
+          float* dst = buf.data() + k * w.n_cols;
+          if (w.type == GgmlType::F16) {
+            f16_row_to_f32(reinterpret_cast<const uint16_t*>(src), dst, w.n_cols);
+          } else {
+            ref::dequantize_row(w, r0 + k, dst);
+          }
+          rows[k] = dst;
         }
-        float* dst = buf.data() + k * w.n_cols;
-        if (w.type == GgmlType::F16) {
-          f16_row_to_f32(reinterpret_cast<const uint16_t*>(src), dst, w.n_cols);
-        } else {
-          ref::dequantize_row(w, r0 + k, dst);
-        }
-        rows[k] = dst;
+        have = rc;
       }
-      dot_rows(rows, nr, x, n_tokens, w.n_cols, y + r0, w.n_rows);
+      const int64_t t0 = tb * kFloatTokens, nt = std::min(kFloatTokens, n_tokens - t0);
+      dot_rows(rows, nr, x + t0 * w.n_cols, nt, w.n_cols, y + t0 * w.n_rows + r0, w.n_rows);
     }
   });
 }

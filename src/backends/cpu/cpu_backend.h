@@ -35,9 +35,11 @@ struct FullAttnItem {
 void check_rope_multi(const ops::RopeParams& p, const char* backend);
 
 // Float-weight products (matmul_f32.h): rows converted and multiplied in chunks of 16 to
-// kFloatRows by one pool thread (multiples of every tile's row count): larger chunks read
-// the tokens' rows fewer times, smaller ones keep every thread busy.
+// kFloatRows (multiples of every tile's row count) against blocks of kFloatTokens tokens,
+// one chunk x block per pool work item: larger chunks read the tokens' rows fewer times,
+// smaller ones and token blocks keep every thread busy.
 constexpr int64_t kFloatRows = 64;
+constexpr int64_t kFloatTokens = 256;
 
 class CpuBackend final : public ops::Backend {
  public:
