@@ -4,7 +4,7 @@
 HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev
   libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3
   python3-venv curl libedit-dev tmux
-  libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev)
+  libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev zlib1g-dev)
 
 # The project's Python: a virtual environment made from Debian's own interpreter, without
 # system site packages, so that nothing installed by hand elsewhere on a machine can hide a
