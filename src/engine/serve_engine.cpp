@@ -102,7 +102,11 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   timing_.each = timing != nullptr && std::string(timing) == "2";
 }
 
-ServeEngine::~ServeEngine() { stop(); }
+ServeEngine::~ServeEngine() {
+  stop();
+  // The disk tier's reader calls back into this engine (mu_, cv_): its threads end first.
+  disk_.reset();
+}
 
 bool ServeEngine::recurrent(const model::CausalLm& model) { return model.hparams().n_recurrent_layers() > 0; }
 

@@ -249,6 +249,33 @@ def test_a_folder_made_read_only_mid_run_turns_the_tier_off(hearth_bin, default_
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_a_full_disk_turns_the_tier_off(hearth_bin, default_model, tmp_path, cold_answers):
+    # A real full disk: a 2 MiB tmpfs (room for five blocks) under a budget far larger.
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and a tmpfs mount for a real ENOSPC")
+    try:
+        s = Server(hearth_bin, default_model, *LLAMA_ARGS, "--kv-disk", mnt / "kv", "--kv-disk-bytes", "1G")
+        try:
+            assert complete(s, P)[0] == cold_answers["P"]
+            assert complete(s, Q)[0] == cold_answers["Q"]  # evicts P: the disk fills up
+            assert complete(s, P)[0] == cold_answers["P"]
+            m = metrics(s)
+            assert m["hearth_kv_disk_disabled"] == 1
+            assert 0 < m["hearth_kv_disk_writes_total"] <= 5
+        finally:
+            rc, _ = s.stop()
+        assert rc == 0
+        log = s.stderr()
+        assert log.count("DISABLED, serving goes on from memory: cannot write ") == 1, log[-3000:]
+        assert "No space left on device" in log
+        assert not list(mnt.rglob("*.tmp"))  # the failed write left nothing behind
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
 def _server_as(prefix, hearth_bin, model, *args):
     """A Server whose process runs under `prefix` (setpriv as another user)."""
     if not prefix:
