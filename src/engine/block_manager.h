@@ -10,9 +10,9 @@
 // no live sequence but holding a hash stay cached and are evicted least recently
 // used first, only when a fresh block is needed.
 //
-// The metadata (BlockMeta) leaves room for what comes later without a rewrite: a
-// tier field for a RAM -> SSD spill, and a snapshot slot for the recurrent/conv
-// state of hybrid models taken at this block's end.
+// BlockMeta also holds a snapshot slot for the recurrent/conv state of hybrid models
+// taken at this block's end. With spilling on (the KV disk tier, engine/kv_disk.h),
+// evicted blocks and spilled snapshots are recorded for the engine to write out.
 // Not thread-safe: the engine thread owns it.
 #pragma once
 

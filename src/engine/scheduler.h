@@ -12,6 +12,8 @@
 // most recently admitted running sequence is preempted: its blocks are released
 // (full ones stay cached for reuse) and it goes back to the front of the queue, to
 // be recomputed from its tokens (prompt and the text generated so far).
+// A sequence marked gated (its prefix is being read back from the KV disk tier) is
+// passed over by admission until the engine clears the mark; later arrivals go first.
 //
 // Hybrid (recurrent) models: a sequence's Gated DeltaNet state cannot be rewound, so
 // reusing a cached prefix needs the state at that prefix's end. Each running sequence
