@@ -5,6 +5,7 @@ forces prefix blocks out of memory. Greedy outputs must be the same whether a pr
 memory, from disk, or was recomputed; a restarted server finds an earlier conversation on disk;
 damaged files, a full disk budget and a folder made read-only mid-run never crash the server or
 change an answer, and each says so in the log."""
+import concurrent.futures
 import os
 import pathlib
 import shutil
@@ -145,6 +146,25 @@ def filled_dir(hearth_bin, default_model, tmp_path_factory, cold_answers):
         s.stop()
     assert len(kv_files(d)) >= 32
     return d
+
+
+def test_requests_beside_a_disk_read_are_not_held_up_and_agree(hearth_bin, default_model, filled_dir, tmp_path,
+                                                               cold_answers):
+    # P's prefix comes back from disk while Q (nothing cached) and a second P run beside it.
+    d = tmp_path / "kv"
+    shutil.copytree(filled_dir, d)
+    s = Server(hearth_bin, default_model, "--threads", "2", "--ctx", "700", "--max-seqs", "4",
+               "--kv-cache-bytes", "48M", "--kv-disk", d)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            got = list(ex.map(lambda p: complete(s, p), [P, Q, P]))
+        assert [g[0] for g in got] == [cold_answers["P"], cold_answers["Q"], cold_answers["P"]]
+        assert got[1][1]["cached_disk_n"] == 0
+        assert max(got[0][1]["cached_disk_n"], got[2][1]["cached_disk_n"]) > 500
+        assert metrics(s)["hearth_kv_disk_read_seconds_count"] >= 1
+    finally:
+        rc, _ = s.stop()
+    assert rc == 0
 
 
 def corrupt(path):
