@@ -4,7 +4,7 @@
 HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev
   libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3
   python3-venv curl libedit-dev tmux
-  libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev)
+  libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev zlib1g-dev)
 # Only for the tests (test.sh), never needed to serve: headless Chromium drives the web page
 # in tests/e2e/test_web_ui.py over the DevTools protocol (no chromedriver).
 HEARTH_TEST_APT_PACKAGES=(chromium)

@@ -217,6 +217,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--kv-commit", o->kv_commit,
                 "Commit the whole KV pool at start (written once) instead of as blocks are first used: "
                 "resident memory is flat from the start");
+  cmd->add_option("--kv-disk", o->kv_disk,
+                  "Folder for a KV disk tier: prefix blocks (and hybrid models' state snapshots) evicted from "
+                  "memory are kept there and read back on a prefix hit, also after a restart");
+  cmd->add_option("--kv-disk-bytes", o->kv_disk_bytes,
+                  "Disk budget of --kv-disk per model, e.g. 20G (least recently used files go first)")
+      ->default_val("16G");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--max-connections", o->max_connections,
                   "HTTP connections served at once (one thread each); more are answered 503")

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "convert/hf_vision.h"
 #include "engine/chat_prompt.h"
+#include "engine/kv_disk_fingerprint.h"
 #include "engine/serve_engine.h"
 #include "model/vision_encoder.h"
 #include "server/image_tokens.h"
@@ -184,6 +185,8 @@ void check_serve_options(const ServeOptions& o) {
   if (o.media.timeout_ms < 1) fail(ErrorKind::kInvalidInput, "serve", "--media-timeout-ms must be >= 1");
   if (o.max_image_pixels < 1) fail(ErrorKind::kInvalidInput, "serve", "--max-image-pixels must be >= 1");
   parse_kv_type(o.kv_type);
+  if (parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes") == 0)
+    fail(ErrorKind::kInvalidInput, "serve", "--kv-disk-bytes must be > 0");
   if (o.reasoning_format != "none" && o.reasoning_format != "auto" &&
       o.reasoning_format != "deepseek") {
     fail(ErrorKind::kInvalidInput, "serve",
@@ -278,6 +281,13 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ec.max_queue = o.max_queue;
   ec.n_snapshots = o.state_snapshots;
   ec.commit_kv = o.kv_commit;
+  if (!o.kv_disk.empty()) {
+    ec.kv_disk_dir = o.kv_disk;
+    ec.kv_disk_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
+    ec.kv_disk_model = engine::kvdisk::model_identity(file);
+    if (m->projector) ec.kv_disk_projector = engine::kvdisk::model_identity(*m->projector);
+    ec.kv_disk_model_name = file.name();
+  }
   if (!o.test_fault_inject.empty()) {
     ec.faults = engine::parse_fault_spec(o.test_fault_inject);
     std::fprintf(stderr,

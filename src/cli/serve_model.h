@@ -57,6 +57,8 @@ struct ServeOptions {
   size_t max_header_bytes = 64u << 10;
   double request_timeout = 30;
   bool kv_commit = false;
+  std::string kv_disk;                // --kv-disk DIR (empty: no disk tier)
+  std::string kv_disk_bytes = "16G";  // --kv-disk-bytes
   server::MediaSettings media;  // --allowed-media-dir, --allow-remote-media, --max-media-bytes, ...
   std::string mmproj;           // --mmproj: the vision projector (default: found beside the model)
   int64_t max_image_pixels = 64LL << 20;  // --max-image-pixels

@@ -67,9 +67,48 @@ void BlockManager::attach_snapshot(BlockId id, int32_t slot) {
   m.snapshot = slot;
 }
 
-void BlockManager::detach_snapshot(BlockId id) {
+void BlockManager::detach_snapshot(BlockId id, bool spill) {
   if (id < 0 || id >= static_cast<BlockId>(meta_.size())) broken("snapshot of block " + std::to_string(id));
-  meta_[static_cast<size_t>(id)].snapshot = -1;
+  BlockMeta& m = meta_[static_cast<size_t>(id)];
+  if (spill && spill_ && m.snapshot >= 0 && m.hashed) {
+    spills_.push_back(Spill{id, m.hash, m.parent_hash, m.tokens, false, m.snapshot});
+  }
+  m.snapshot = -1;
+}
+
+BlockId BlockManager::find_block(uint64_t h, uint64_t parent, std::span<const int32_t> tokens) const {
+  auto [first, last] = by_hash_.equal_range(h);
+  // The hash only narrows the search: the block must hold these very tokens after
+  // the very same parent, so that a collision is a miss and not someone else's cache.
+  auto it = std::find_if(first, last, [&](const auto& kv) {
+    const BlockMeta& m = meta_[static_cast<size_t>(kv.second)];
+    return m.parent_hash == parent && std::equal(m.tokens.begin(), m.tokens.end(), tokens.begin(), tokens.end());
+  });
+  return it == last ? kNoBlock : it->second;
+}
+
+PrefixProbe BlockManager::probe_prefix(std::span<const int32_t> tokens, int32_t max_blocks) const {
+  PrefixProbe out;
+  const size_t bs = static_cast<size_t>(block_size_);
+  const size_t n = std::min(tokens.size() / bs, static_cast<size_t>(std::max(max_blocks, 0)));
+  uint64_t parent = 0;
+  bool matching = true;
+  for (size_t i = 0; i < n; ++i) {
+    const auto chunk = tokens.subspan(i * bs, bs);
+    const uint64_t h = hash_(parent, chunk);
+    if (matching) {
+      const BlockId id = find_block(h, parent, chunk);
+      if (id == kNoBlock) {
+        matching = false;
+      } else {
+        ++out.n_matched;
+        out.snapshots.push_back(meta_[static_cast<size_t>(id)].snapshot);
+      }
+    }
+    out.hashes.push_back(h);
+    parent = h;
+  }
+  return out;
 }
 
 std::vector<int32_t> BlockManager::take_dropped_snapshots() {
@@ -96,6 +135,7 @@ BlockId BlockManager::allocate() {
     by_hash_.erase(it);
     ++evictions_;
     if (m.snapshot >= 0) dropped_snapshots_.push_back(m.snapshot);
+    if (spill_) spills_.push_back(Spill{id, m.hash, m.parent_hash, m.tokens, true, m.snapshot});
   } else {
     return kNoBlock;
   }
@@ -155,16 +195,8 @@ PrefixMatch BlockManager::match_prefix(std::span<const int32_t> tokens, int32_t 
   for (size_t i = 0; i < n; ++i) {
     const auto chunk = tokens.subspan(i * bs, bs);
     const uint64_t h = hash_(parent, chunk);
-    auto [first, last] = by_hash_.equal_range(h);
-    // The hash only narrows the search: the block must hold these very tokens after
-    // the very same parent, so that a collision is a miss and not someone else's cache.
-    auto it = std::find_if(first, last, [&](const auto& kv) {
-      const BlockMeta& m = meta_[static_cast<size_t>(kv.second)];
-      return m.parent_hash == parent &&
-             std::equal(m.tokens.begin(), m.tokens.end(), chunk.begin(), chunk.end());
-    });
-    if (it == last) break;
-    const BlockId id = it->second;
+    const BlockId id = find_block(h, parent, chunk);
+    if (id == kNoBlock) break;
     BlockMeta& m = meta_[static_cast<size_t>(id)];
     if (m.ref == 0) {  // cached: leaves the LRU list for the caller's sequence
       lru_.erase(lru_pos_[static_cast<size_t>(id)]);

@@ -10,9 +10,9 @@
 // no live sequence but holding a hash stay cached and are evicted least recently
 // used first, only when a fresh block is needed.
 //
-// The metadata (BlockMeta) leaves room for what comes later without a rewrite: a
-// tier field for a RAM -> SSD spill, and a snapshot slot for the recurrent/conv
-// state of hybrid models taken at this block's end.
+// BlockMeta also holds a snapshot slot for the recurrent/conv state of hybrid models
+// taken at this block's end. With spilling on (the KV disk tier, engine/kv_disk.h),
+// evicted blocks and spilled snapshots are recorded for the engine to write out.
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
@@ -27,7 +27,7 @@ namespace hearth::engine {
 using BlockId = int32_t;
 constexpr BlockId kNoBlock = -1;
 
-enum class BlockTier : uint8_t { kPool = 0 };  // later: kHost, kDisk
+enum class BlockTier : uint8_t { kPool = 0 };  // a block on disk has no BlockMeta (engine/kv_disk.h)
 
 struct BlockMeta {
   int32_t ref = 0;               // live sequences using the block
@@ -37,6 +37,27 @@ struct BlockMeta {
   std::vector<int32_t> tokens;   // the block's tokens (when hashed), checked on lookup
   BlockTier tier = BlockTier::kPool;
   int32_t snapshot = -1;         // hybrid models: state slot holding the recurrent state at its end
+};
+
+// A block's content leaving the memory tier (the KV disk tier writes it out): its KV
+// (kv, an evicted block: the pool block still holds it until the next forward pass or
+// the next write into that block) and/or its recurrent-state snapshot (snapshot >= 0:
+// the slot still holds it until the scheduler's next state copies).
+struct Spill {
+  BlockId block = kNoBlock;
+  uint64_t hash = 0, parent_hash = 0;
+  std::vector<int32_t> tokens;
+  bool kv = false;
+  int32_t snapshot = -1;
+};
+
+// What probe_prefix finds without taking anything: the chain hash of each full block of
+// the tokens (up to max_blocks), how many lead blocks are cached, and each of those
+// blocks' snapshot slot (-1: none).
+struct PrefixProbe {
+  std::vector<uint64_t> hashes;
+  int32_t n_matched = 0;
+  std::vector<int32_t> snapshots;
 };
 
 struct PrefixMatch {
@@ -94,11 +115,26 @@ class BlockManager {
   // block is evicted its slot is handed back through take_dropped_snapshots.
   void attach_snapshot(BlockId id, int32_t slot);
   // Forgets the block's snapshot (its slot is the caller's again); no-op without one.
-  void detach_snapshot(BlockId id);
+  // spill: the snapshot leaves the memory tier (recorded for take_spills when spilling is on).
+  void detach_snapshot(BlockId id, bool spill = false);
   // Slots of snapshots whose blocks were evicted since the last call.
   std::vector<int32_t> take_dropped_snapshots();
 
   const BlockMeta& meta(BlockId id) const;
+
+  // The KV disk tier: when on, evictions (allocate) and spilled snapshots are recorded
+  // until take_spills(); the caller must copy their contents out before the pool block
+  // or slot is written again.
+  void set_spill(bool on) { spill_ = on; }
+  std::vector<Spill> take_spills() {
+    std::vector<Spill> out;
+    out.swap(spills_);
+    return out;
+  }
+  // Looks up the tokens like match_prefix, changing nothing (no retain, no statistics).
+  PrefixProbe probe_prefix(std::span<const int32_t> tokens, int32_t max_blocks) const;
+  // The cached blocks (ref 0), least recently used first.
+  std::vector<BlockId> cached_lru() const { return {lru_.begin(), lru_.end()}; }
 
   // Walks every structure (O(n_blocks)) and throws Error (kInternal) on the first
   // inconsistency; for tests and debug checks, not for the engine's step loop.
@@ -126,6 +162,10 @@ class BlockManager {
   HashFn hash_ = &BlockManager::chain_hash;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
   std::vector<int32_t> dropped_snapshots_;
+  bool spill_ = false;
+  std::vector<Spill> spills_;
+  // The block holding exactly these tokens after `parent`, or kNoBlock.
+  BlockId find_block(uint64_t h, uint64_t parent, std::span<const int32_t> tokens) const;
 };
 
 }  // namespace hearth::engine

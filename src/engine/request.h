@@ -45,6 +45,7 @@ struct Timings {
   double decode_ms = 0.0;       // first token -> last token
   int32_t prompt_n = 0;         // prompt tokens
   int32_t cached_n = 0;         // of which were reused from the prefix cache
+  int32_t disk_n = 0;           // of those, restored from the KV disk tier
   int32_t predicted_n = 0;      // generated tokens
   // prompt_n - cached_n tokens over prefill_ms; (predicted_n - 1) over decode_ms.
   double prompt_per_second() const { return prefill_ms > 0 ? (prompt_n - cached_n) * 1000.0 / prefill_ms : 0.0; }

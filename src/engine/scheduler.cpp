@@ -87,10 +87,10 @@ void Scheduler::reclaim_dropped() {
   }
 }
 
-void Scheduler::drop_snapshot(int32_t slot) {
+void Scheduler::drop_snapshot(int32_t slot, bool spill) {
   BlockId& b = snap_block_[static_cast<size_t>(slot - config_.max_seqs)];
   if (b == kNoBlock) return;
-  blocks_.detach_snapshot(b);
+  blocks_.detach_snapshot(b, spill);
   b = kNoBlock;
   snap_lru_.remove(slot);
   free_snap_.push_back(slot);
@@ -100,10 +100,22 @@ int32_t Scheduler::take_snapshot_slot() {
   reclaim_dropped();
   if (free_snap_.empty()) {
     if (snap_lru_.empty()) return -1;
-    drop_snapshot(snap_lru_.front());
+    drop_snapshot(snap_lru_.front(), true);
   }
   const int32_t slot = free_snap_.back();
   free_snap_.pop_back();
+  return slot;
+}
+
+int32_t Scheduler::adopt_snapshot(BlockId blk) {
+  if (!config_.recurrent) return -1;
+  const BlockMeta& m = blocks_.meta(blk);
+  if (!m.hashed || m.snapshot >= 0 || m.ref <= 0) return -1;
+  const int32_t slot = take_snapshot_slot();
+  if (slot < 0) return -1;
+  blocks_.attach_snapshot(blk, slot);
+  snap_block_[static_cast<size_t>(slot - config_.max_seqs)] = blk;
+  snap_lru_.push_back(slot);
   return slot;
 }
 
@@ -184,8 +196,14 @@ StepPlan Scheduler::plan() {
                           take_step_snapshots(seq, mids)});
   }
   // Admissions, in arrival order, while there is room and prefill budget.
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_seqs && prefill_budget > 0) {
-    SeqSlot& seq = *waiting_.front();
+  // A sequence gated by a disk read is passed over (it keeps its place).
+  auto next_waiting = [&] {
+    return std::find_if(waiting_.begin(), waiting_.end(), [](const auto& w) { return !w->gated; });
+  };
+  for (auto wit = next_waiting();
+       wit != waiting_.end() && static_cast<int32_t>(running_.size()) < config_.max_seqs && prefill_budget > 0;
+       wit = next_waiting()) {
+    SeqSlot& seq = **wit;
     const int64_t bs = blocks_.block_size();
     // Reuse cached full blocks, leaving at least the last token to compute.
     const auto max_blocks = static_cast<int32_t>((static_cast<int64_t>(seq.tokens.size()) - 1) / bs);
@@ -224,13 +242,14 @@ StepPlan Scheduler::plan() {
     if (!seq.admitted) {
       seq.n_cached = static_cast<int32_t>(std::min<int64_t>(seq.kv.n_past, seq.n_prompt));
       seq.admitted = true;
+      if (seq.disk_loaded) seq.n_disk = std::max<int32_t>(0, seq.n_cached - seq.disk_from * static_cast<int32_t>(bs));
     }
     // The hit is what was matched (kv.n_past), not the blocks just allocated for the chunk.
     blocks_.record_prefix_query(seq.tokens.size(), static_cast<uint64_t>(seq.kv.n_past));
     seq.order = next_order_++;
     prefill_budget -= n;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*wit));
+    waiting_.erase(wit);
     plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
                           take_step_snapshots(seq, mids)});
   }

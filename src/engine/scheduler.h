@@ -12,6 +12,8 @@
 // most recently admitted running sequence is preempted: its blocks are released
 // (full ones stay cached for reuse) and it goes back to the front of the queue, to
 // be recomputed from its tokens (prompt and the text generated so far).
+// A sequence marked gated (its prefix is being read back from the KV disk tier) is
+// passed over by admission until the engine clears the mark; later arrivals go first.
 //
 // Hybrid (recurrent) models: a sequence's Gated DeltaNet state cannot be rewound, so
 // reusing a cached prefix needs the state at that prefix's end. Each running sequence
@@ -73,6 +75,14 @@ struct SeqSlot {
   std::vector<int32_t> snapshot_points;  // recurrent: aligned positions (set by add())
   int32_t decode_snapshot = -1;  // recurrent: its rolling decode snapshot slot ...
   BlockId decode_block = kNoBlock;  // ... and the block it was attached to
+  // KV disk tier: a gated sequence waits (is not admitted) while its prefix's blocks are
+  // read back from disk; others are admitted past it. disk_from: blocks of its prompt
+  // the memory tier alone would have given it when the read was planned (n_disk is what
+  // its first admission reused beyond that, once disk blocks were put back).
+  bool gated = false;
+  bool disk_loaded = false;
+  int32_t disk_from = 0;
+  int32_t n_disk = 0;
   // Tokens still to compute: a decoding sequence has exactly one (its last sample).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv.n_past; }
 };
@@ -123,6 +133,11 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   int32_t n_state_slots() const { return config_.recurrent ? config_.max_seqs + config_.n_snapshots : 0; }
   int32_t n_snapshots_held() const { return static_cast<int32_t>(snap_lru_.size()); }
+  // KV disk tier: a snapshot slot for block `blk` (hashed, held, without a snapshot),
+  // attached to it as the most recently used; -1 when no slot can be had. The caller
+  // writes the state into the slot (after copying out what BlockManager::take_spills
+  // says was evicted to make room).
+  int32_t adopt_snapshot(BlockId blk);
 
  private:
   bool ensure_blocks(SeqSlot& seq, int64_t n_positions);
@@ -138,7 +153,9 @@ class Scheduler {
   bool attach_snapshot(SeqSlot& seq, int64_t p, int32_t slot);
   void resume_from_snapshot(SeqSlot& seq, StepPlan& plan);
   int32_t take_snapshot_slot();
-  void drop_snapshot(int32_t slot);
+  // spill: the snapshot leaves memory for lack of slots (the disk tier may keep it),
+  // not because a newer one replaced it.
+  void drop_snapshot(int32_t slot, bool spill = false);
   void reclaim_dropped();
 
   SchedulerConfig config_;

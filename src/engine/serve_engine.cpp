@@ -96,12 +96,17 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
                  blocks_) {
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
   if (config.commit_kv) pool_.commit();
+  disk_init();
   const char* timing = std::getenv("HEARTH_ENGINE_TIMING");
   timing_.on = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "2");
   timing_.each = timing != nullptr && std::string(timing) == "2";
 }
 
-ServeEngine::~ServeEngine() { stop(); }
+ServeEngine::~ServeEngine() {
+  stop();
+  // The disk tier's reader calls back into this engine (mu_, cv_): its threads end first.
+  disk_.reset();
+}
 
 bool ServeEngine::recurrent(const model::CausalLm& model) { return model.hparams().n_recurrent_layers() > 0; }
 
@@ -130,6 +135,20 @@ void ServeEngine::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // What the memory tier holds goes to disk too, so that a restart finds it (not after an
+  // engine fault: the pool's contents are suspect then).
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = !stats_.failure.empty();
+  }
+  if (!failed) {
+    try {
+      disk_flush();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hearth: kv-disk: the shutdown flush failed: %s\n", e.what());
+    }
+  }
   if (timing_.on && timing_.steps > 0) {
     const double n = static_cast<double>(timing_.steps);
     std::fprintf(stderr,
@@ -173,8 +192,16 @@ std::shared_ptr<const grammar::Constraint> ServeEngine::compile_constraint(const
 }
 
 EngineStats ServeEngine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  if (disk_) {
+    s.kv_disk = true;
+    s.kv_disk_stats = disk_->stats();
+  }
+  return s;
 }
 
 void ServeEngine::loop() {
@@ -183,12 +210,16 @@ void ServeEngine::loop() {
       {
         std::unique_lock<std::mutex> lock(mu_);
         if (stop_) break;
-        if (incoming_.empty() && scheduler_.running().empty() && scheduler_.waiting().empty()) {
+        // Idle: nothing running, and nothing waiting but requests whose disk reads are out.
+        const auto& w = scheduler_.waiting();
+        if (incoming_.empty() && !disk_ready_ && scheduler_.running().empty() &&
+            std::all_of(w.begin(), w.end(), [](const auto& s) { return s->gated; })) {
           cv_.wait_for(lock, std::chrono::milliseconds(100));
           if (stop_) break;
         }
       }
       take_incoming();
+      disk_install();
       drop_cancelled();
       step();
     }
@@ -259,6 +290,7 @@ void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel
     live->embd = std::move(embd);
     live->media = std::move(media);
   }
+  disk_prefetch(*seq);
   const uint64_t id = seq->id;
   live_.emplace(id, std::move(live));
   try {
@@ -324,6 +356,7 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   Timings& t = f.timings;
   t.prompt_n = f.prompt_tokens;
   t.cached_n = f.cached_tokens;
+  t.disk_n = seq ? seq->n_disk : 0;
   t.predicted_n = live.n_generated;
   if (live.scheduled) {
     t.queue_ms = ms_between(live.channel->created, live.t_scheduled);
@@ -350,6 +383,7 @@ void ServeEngine::fail_all(const std::string& error, const std::string& reason) 
 
 void ServeEngine::step() {
   StepPlan plan = scheduler_.plan();
+  spill_pending();  // blocks and snapshots the plan evicted, before anything writes over them
   const auto t0 = Clock::now();
   const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   // A sequence's first scheduling sets up its per-step buffers; a failure there ends
@@ -431,7 +465,9 @@ void ServeEngine::step() {
     model_.forward_batch(pool_, batch_, logits_);
     const auto t_forward_end = Clock::now();
     if (!masked_.empty()) mask_worker_.wait();
-    apply(scheduler_.commit(plan));
+    const std::vector<StateOp> state_ops = scheduler_.commit(plan);
+    spill_pending();  // snapshots whose slots the copies below reuse
+    apply(state_ops);
     // The sampled rows, picked in parallel when there are many, then finished in order.
     std::vector<std::pair<SeqSlot*, Live*>> rows;
     for (const StepItem& item : plan.items) {

@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "engine/block_manager.h"
 #include "engine/fault_inject.h"
+#include "engine/kv_disk.h"
 #include "engine/mask_worker.h"
 #include "grammar/constraint.h"
 #include "engine/request.h"
@@ -45,6 +46,14 @@ struct EngineConfig {
   bool commit_kv = false;         // touch the whole KV pool at construction (--kv-commit)
   // Test only (--test-fault-inject): faults injected into requests chosen by a prompt marker.
   std::vector<FaultRule> faults;
+  // The KV disk tier (--kv-disk DIR, --kv-disk-bytes): off when kv_disk_dir is empty.
+  // The model's identity (kvdisk::model_identity of its file and of its vision tower's,
+  // 0 for none) goes into the files' fingerprint with the KV type and block size.
+  std::string kv_disk_dir;
+  uint64_t kv_disk_bytes = 0;
+  uint64_t kv_disk_model = 0;
+  uint64_t kv_disk_projector = 0;
+  std::string kv_disk_model_name;  // for the folder's ABOUT file and the log
 };
 
 // Hooks for metrics, called on the engine thread.
@@ -55,6 +64,8 @@ class EngineObserver {
   virtual void on_first_token(double ttft_seconds) = 0;
   virtual void on_token_interval(double seconds) = 0;
   virtual void on_finish(const Final& f) = 0;
+  // KV disk tier: a read job (the disk blocks of one admitted request) took `seconds`.
+  virtual void on_disk_read(double seconds) { (void)seconds; }
 };
 
 struct EngineStats {
@@ -70,6 +81,8 @@ struct EngineStats {
   uint64_t preemptions = 0;       // sequences sent back to the queue for want of KV blocks
   int32_t kv_blocks_cached = 0;   // blocks held by no sequence, kept for prefix reuse
   bool running_loop = false;
+  bool kv_disk = false;           // the KV disk tier is configured (kv_disk_stats holds its numbers)
+  kvdisk::DiskStats kv_disk_stats;
   std::string failure;            // why the engine stopped on its own (an engine fault), else empty
 };
 
@@ -146,6 +159,23 @@ class ServeEngine {
   static bool recurrent(const model::CausalLm& model);
   void apply(const std::vector<StateOp>& ops);  // recurrent-state clears and copies
 
+  // The KV disk tier (serve_engine_disk.cpp), all on the engine thread.
+  void disk_init();
+  // Copies what left the memory tier (BlockManager::take_spills) to the host and queues
+  // its writes; runs before anything can write over those pool blocks and slots.
+  void spill_pending();
+  // Plans the disk reads of a new sequence's prefix (gating it until they are back).
+  void disk_prefetch(SeqSlot& seq);
+  // Puts the blocks and snapshots read back into the pool (as cached prefix blocks) and
+  // lets their sequences be admitted.
+  void disk_install();
+  // At shutdown: every prefix block and snapshot still in memory goes to disk too.
+  void disk_flush();
+  void read_block(BlockId b, std::vector<uint8_t>& out);
+  void write_block(BlockId b, const std::vector<uint8_t>& in);
+  void read_state(int32_t slot, std::vector<uint8_t>& out);
+  void write_state(int32_t slot, const std::vector<uint8_t>& in);
+
   model::CausalLm& model_;
   model::VisionEncoder* vision_ = nullptr;
   const tokenizer::Tokenizer& tok_;
@@ -157,6 +187,10 @@ class ServeEngine {
   model::KvPool pool_;
   BlockManager blocks_;
   Scheduler scheduler_;
+  std::unique_ptr<kvdisk::KvDiskTier> disk_;
+  uint64_t disk_part_bytes_ = 0;   // one block of one layer's K (or V) in the pool
+  int64_t disk_layer_floats_ = 0;  // one layer's K (or V) buffer, in floats
+  bool disk_ready_ = false;        // a read finished (guarded by mu_): wakes the loop
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
   // HEARTH_ENGINE_TIMING=1: where the engine thread's steps spend their time (planning

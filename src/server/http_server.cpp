@@ -83,6 +83,8 @@ struct HttpServer::Impl {
   int64_t created = unix_time_now();
   std::mutex prefix_mu;
   uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0, seen_preemptions = 0;
+  uint64_t seen_disk_hits = 0, seen_disk_read = 0, seen_disk_written = 0, seen_disk_writes = 0, seen_disk_dropped = 0,
+           seen_disk_rejected = 0;
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
 
@@ -353,6 +355,17 @@ struct HttpServer::Impl {
     advance(metrics.prefix_cache_hits, s.prefix_hit_tokens, seen_hits);
     advance(metrics.requests_admitted, s.admitted, seen_admitted);
     advance(metrics.preemptions, s.preemptions, seen_preemptions);
+    const engine::kvdisk::DiskStats& d = s.kv_disk_stats;
+    metrics.kv_disk_blocks.set(static_cast<double>(d.kv_files));
+    metrics.kv_disk_snapshots.set(static_cast<double>(d.state_files));
+    metrics.kv_disk_bytes.set(static_cast<double>(d.bytes_on_disk));
+    metrics.kv_disk_disabled.set(d.disabled ? 1 : 0);
+    advance(metrics.kv_disk_hits, d.files_read, seen_disk_hits);
+    advance(metrics.kv_disk_read_bytes, d.bytes_read, seen_disk_read);
+    advance(metrics.kv_disk_written_bytes, d.bytes_written, seen_disk_written);
+    advance(metrics.kv_disk_writes, d.files_written, seen_disk_writes);
+    advance(metrics.kv_disk_writes_dropped, d.writes_dropped, seen_disk_dropped);
+    advance(metrics.kv_disk_rejected, d.files_rejected, seen_disk_rejected);
     if (model_metrics.empty()) return;
     const std::vector<ModelStatus> st = models.status();
     for (size_t i = 0; i < st.size() && i < model_metrics.size(); ++i) model_metrics[i]->update(st[i]);

@@ -130,6 +130,19 @@ struct ServerMetrics {
   Counter& preemptions;            // hearth_preemptions_total: sequences preempted for want of KV blocks
   Counter& prefix_cache_queries;   // hearth_prefix_cache_queries_total (prompt tokens looked up)
   Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
+  // The KV disk tier (--kv-disk); all zero without it.
+  Gauge& kv_disk_blocks;            // hearth_kv_disk_blocks: KV block files on disk
+  Gauge& kv_disk_snapshots;         // hearth_kv_disk_snapshots: state snapshot files on disk
+  Gauge& kv_disk_bytes;             // hearth_kv_disk_bytes: their bytes
+  Gauge& kv_disk_disabled;          // hearth_kv_disk_disabled: 1 after a disk error turned the tier off
+  Counter& kv_disk_hits;            // hearth_kv_disk_hits_total: files read back (and checked)
+  Counter& kv_disk_hit_tokens;      // hearth_kv_disk_prompt_tokens_total: prompt tokens restored from disk
+  Counter& kv_disk_read_bytes;      // hearth_kv_disk_read_bytes_total
+  Counter& kv_disk_written_bytes;   // hearth_kv_disk_written_bytes_total
+  Counter& kv_disk_writes;          // hearth_kv_disk_writes_total: files written
+  Counter& kv_disk_writes_dropped;  // hearth_kv_disk_writes_dropped_total: write queue full
+  Counter& kv_disk_rejected;        // hearth_kv_disk_files_rejected_total: torn / foreign / corrupt, removed
+  Histogram& kv_disk_read_seconds;  // hearth_kv_disk_read_seconds: one request's disk blocks read back
   Histogram& batch_size;           // hearth_batch_size: sequences per engine step
   Histogram& batch_tokens;         // hearth_batch_tokens: tokens per engine step
   // hearth_sampled_tokens_total: tokens generated, counted as each is sampled (the

@@ -71,8 +71,11 @@ void ModelObserver::on_token_interval(double seconds) {
   m_.inter_token_latency.observe(seconds);
 }
 
+void ModelObserver::on_disk_read(double seconds) { m_.kv_disk_read_seconds.observe(seconds); }
+
 void ModelObserver::on_finish(const engine::Final& f) {
   m_.request_finished(f.finish_reason);
+  m_.kv_disk_hit_tokens.inc(f.timings.disk_n);
   m_.prompt_tokens.inc(f.prompt_tokens);
   m_.generation_tokens.inc(f.completion_tokens);
   if (!model_) return;

@@ -44,6 +44,7 @@ class ModelObserver final : public engine::EngineObserver {
   void on_first_token(double ttft_seconds) override;
   void on_token_interval(double seconds) override;
   void on_finish(const engine::Final& f) override;
+  void on_disk_read(double seconds) override;
 
  private:
   ServerMetrics& m_;

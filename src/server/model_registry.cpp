@@ -496,6 +496,24 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.preemptions += s.preemptions;
     t.prefix_query_tokens += s.prefix_query_tokens;
     t.prefix_hit_tokens += s.prefix_hit_tokens;
+    if (s.kv_disk) {
+      // Each model has its own fingerprint folder: the numbers add up.
+      engine::kvdisk::DiskStats& a = t.kv_disk_stats;
+      const engine::kvdisk::DiskStats& b = s.kv_disk_stats;
+      t.kv_disk = true;
+      a.kv_files += b.kv_files;
+      a.state_files += b.state_files;
+      a.bytes_on_disk += b.bytes_on_disk;
+      a.files_read += b.files_read;
+      a.bytes_read += b.bytes_read;
+      a.files_written += b.files_written;
+      a.bytes_written += b.bytes_written;
+      a.writes_dropped += b.writes_dropped;
+      a.files_rejected += b.files_rejected;
+      a.reads += b.reads;
+      a.read_seconds += b.read_seconds;
+      a.disabled = a.disabled || b.disabled;
+    }
     if (!s.running_loop) {
       t.running_loop = false;
       if (t.failure.empty()) t.failure = s.failure;

@@ -142,6 +142,7 @@ json timings_json(const engine::Timings& t) {
   j["queue_ms"] = t.queue_ms;
   j["prompt_n"] = t.prompt_n;
   j["cached_n"] = t.cached_n;
+  j["cached_disk_n"] = t.disk_n;  // of cached_n, restored from the KV disk tier (--kv-disk)
   j["prompt_ms"] = t.prefill_ms;
   j["prompt_per_second"] = t.prompt_per_second();
   j["predicted_n"] = t.predicted_n;

@@ -1,0 +1,376 @@
+#include "engine/kv_disk.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace hearth::engine::kvdisk {
+namespace {
+
+namespace fs = std::filesystem;
+
+void log_line(const std::string& s) {
+  std::fprintf(stderr, "hearth: kv-disk: %s\n", s.c_str());
+  std::fflush(stderr);
+}
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// Writes all of [p, p + n) to fd; the errno of a failure, else 0.
+int write_all(int fd, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (w == 0) return EIO;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
+KvDiskTier::KvDiskTier(DiskConfig config)
+    : config_(std::move(config)), folder_((fs::path(config_.dir) / hex64(config_.fingerprint)).string()),
+      index_(config_.budget_bytes) {
+  std::error_code ec;
+  fs::create_directories(folder_, ec);
+  if (ec || !fs::is_directory(folder_)) {
+    fail(ErrorKind::kIo, "kv-disk", "cannot make the folder " + folder_ + ": " + ec.message());
+  }
+  const DiskIndex::ScanResult sr = index_.scan(folder_);
+  // For people looking at DIR: what this fingerprint stands for (not read by Hearth).
+  if (FILE* f = std::fopen((fs::path(folder_) / "ABOUT").c_str(), "w")) {
+    std::fprintf(f, "%s\n", config_.description.c_str());
+    std::fclose(f);
+  }
+  const IndexCounts c = index_.counts();
+  std::string line = folder_ + ": " + std::to_string(c.kv_files) + " KV blocks and " + std::to_string(c.state_files) +
+                     " state snapshots on disk, " + std::to_string(c.bytes >> 20) + " MiB of a " +
+                     std::to_string(config_.budget_bytes >> 20) + " MiB budget (" + config_.description + ")";
+  if (sr.removed_tmp > 0) line += "; removed " + std::to_string(sr.removed_tmp) + " unfinished writes";
+  if (sr.removed_budget > 0) line += "; removed " + std::to_string(sr.removed_budget) + " files over the budget";
+  log_line(line);
+  writer_ = std::thread([this] { writer_loop(); });
+  reader_ = std::thread([this] { reader_loop(); });
+}
+
+KvDiskTier::~KvDiskTier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_write_.notify_all();
+  cv_read_.notify_all();
+  cv_space_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  if (reader_.joinable()) reader_.join();
+}
+
+std::string KvDiskTier::path_of(Key key) const { return (fs::path(folder_) / file_name(key.hash, key.kind)).string(); }
+
+void KvDiskTier::disable(const std::string& why) {
+  if (disabled_.exchange(true)) return;
+  log_line("DISABLED, serving goes on from memory: " + why);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.writes_dropped += writes_.size();
+  writes_.clear();
+  queued_.clear();
+  queued_bytes_ = 0;
+  cv_space_.notify_all();
+}
+
+bool KvDiskTier::has(Key key) const {
+  if (index_.contains(key)) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_.count(key) != 0;
+}
+
+bool KvDiskTier::wants(Key key, uint64_t bytes) const {
+  if (!enabled() || index_.contains(key)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_.count(key) == 0 && queued_bytes_ + bytes <= config_.queue_bytes;
+}
+
+bool KvDiskTier::offer(WriteJob job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Key key{job.hash, job.kind};
+    if (queued_.count(key) != 0) return true;
+    if (!enabled() || queued_bytes_ + job.payload.size() > config_.queue_bytes) {
+      ++stats_.writes_dropped;
+      return false;
+    }
+    queued_bytes_ += job.payload.size();
+    queued_.insert(key);
+    writes_.push_back(std::move(job));
+  }
+  cv_write_.notify_one();
+  return true;
+}
+
+void KvDiskTier::put(WriteJob job) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const Key key{job.hash, job.kind};
+    if (queued_.count(key) != 0) return;
+    // A job larger than the whole queue waits for an empty queue.
+    cv_space_.wait(lock, [&] {
+      return stop_ || !enabled() || queued_bytes_ == 0 || queued_bytes_ + job.payload.size() <= config_.queue_bytes;
+    });
+    if (stop_ || !enabled()) {
+      ++stats_.writes_dropped;
+      return;
+    }
+    queued_bytes_ += job.payload.size();
+    queued_.insert(key);
+    writes_.push_back(std::move(job));
+  }
+  cv_write_.notify_one();
+}
+
+void KvDiskTier::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_space_.wait(lock, [&] { return stop_ || !enabled() || (writes_.empty() && !writing_); });
+}
+
+void KvDiskTier::writer_loop() {
+  for (;;) {
+    WriteJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_write_.wait(lock, [&] { return stop_ || !writes_.empty(); });
+      if (stop_) return;
+      job = std::move(writes_.front());
+      writes_.pop_front();
+      writing_ = true;
+    }
+    if (enabled()) write_one(job);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      queued_.erase(Key{job.hash, job.kind});
+      queued_bytes_ -= std::min<uint64_t>(queued_bytes_, job.payload.size());
+    }
+    cv_space_.notify_all();
+  }
+}
+
+void KvDiskTier::write_one(const WriteJob& job) {
+  const Key key{job.hash, job.kind};
+  const std::string path = path_of(key);
+  const std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
+  Header h;
+  h.kind = job.kind;
+  h.fingerprint = config_.fingerprint;
+  h.hash = job.hash;
+  h.parent_hash = job.parent_hash;
+  const std::vector<uint8_t> head = encode_header(h, job.tokens, job.payload);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    disable("cannot create " + tmp + ": " + errno_text(errno));
+    return;
+  }
+  int err = write_all(fd, head.data(), head.size());
+  if (err == 0) err = write_all(fd, reinterpret_cast<const uint8_t*>(job.tokens.data()), job.tokens.size() * 4);
+  if (err == 0) err = write_all(fd, job.payload.data(), job.payload.size());
+  // No fsync: a file a crash or power loss leaves torn fails its checksum and is removed
+  // when read. The rename makes a finished file appear whole under its name.
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    disable("cannot write " + path + ": " + errno_text(err));
+    return;
+  }
+  const uint64_t bytes = head.size() + job.tokens.size() * 4 + job.payload.size();
+  std::vector<Key> gone = index_.insert(key, bytes);
+  for (const Key& k : gone) {
+    if (::unlink(path_of(k).c_str()) != 0 && errno != ENOENT) {
+      disable("cannot remove " + path_of(k) + " (disk budget): " + errno_text(errno));
+      return;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.files_written;
+  stats_.bytes_written += bytes;
+}
+
+void KvDiskTier::read(ReadJob job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reads_.push_back(std::move(job));
+  }
+  cv_read_.notify_one();
+}
+
+std::vector<ReadResult> KvDiskTier::take_done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ReadResult> out;
+  out.swap(done_);
+  return out;
+}
+
+void KvDiskTier::set_on_done(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_done_ = std::move(fn);
+}
+
+void KvDiskTier::reader_loop() {
+  for (;;) {
+    ReadJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_read_.wait(lock, [&] { return stop_ || !reads_.empty(); });
+      if (stop_) return;
+      job = std::move(reads_.front());
+      reads_.pop_front();
+    }
+    ReadResult r = read_one(job);
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.reads;
+      stats_.read_seconds += r.seconds;
+      stats_.files_read += r.items.size();
+      stats_.bytes_read += r.bytes;
+      done_.push_back(std::move(r));
+      fn = on_done_;
+    }
+    if (fn) fn();
+  }
+}
+
+ReadResult KvDiskTier::read_one(const ReadJob& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ReadResult r;
+  r.seq_id = job.seq_id;
+  r.tokens = job.tokens;
+  const uint32_t bs = config_.block_size;
+  bool kv_broken = false;
+  // The files are read one after another, but the kernel is told ahead of time which
+  // ones follow (readahead of a window of files at once): on a device with a high
+  // latency per request the reads then overlap instead of queueing one by one.
+  constexpr size_t kAhead = 64;
+  size_t hinted = 0;
+  for (size_t i = 0; i < job.items.size(); ++i) {
+    const ReadItem& item = job.items[i];
+    if (!enabled()) break;
+    for (; hinted < job.items.size() && hinted < i + kAhead; ++hinted) {
+      const int fd = ::open(path_of(Key{job.items[hinted].hash, job.items[hinted].kind}).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // found out (and reported) when its turn comes
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+      ::close(fd);
+    }
+    if (item.kind == Kind::kKv && kv_broken) continue;
+    const size_t first = static_cast<size_t>(item.block) * bs;
+    if (first + bs > job.tokens.size()) break;
+    std::vector<uint8_t> bytes;
+    if (!read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), bytes)) {
+      if (item.kind == Kind::kKv) kv_broken = true;
+      continue;
+    }
+    r.bytes += bytes.size();
+    // The payload only: the header and tokens were checked.
+    bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(payload_offset(bs)));
+    r.items.push_back(item);
+    r.payloads.push_back(std::move(bytes));
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::vector<uint8_t>& out) {
+  const Key key{item.hash, item.kind};
+  const std::string path = path_of(key);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    index_.erase(key);
+    // Gone (removed by the budget, or by hand) is a miss; anything else is the folder's fault.
+    if (e != ENOENT) disable("cannot open " + path + ": " + errno_text(e));
+    return false;
+  }
+  struct stat st {};
+  int err = ::fstat(fd, &st) != 0 ? errno : 0;
+  const uint64_t want_size = payload_offset(config_.block_size) +
+                             (item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes);
+  if (err == 0) {
+    // Never more than the expected size is read (a file grown huge is simply wrong).
+    const auto size = static_cast<uint64_t>(st.st_size);
+    out.resize(static_cast<size_t>(std::min(size, want_size + 1)));
+    size_t got = 0;
+    while (got < out.size()) {
+      const ssize_t n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        err = errno;
+        break;
+      }
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+    if (err == 0) {
+      // The file was used: it becomes the most recent, here and in the order a restart sees.
+      ::futimens(fd, nullptr);
+    }
+  }
+  ::close(fd);
+  if (err != 0) {
+    index_.erase(key);
+    disable("cannot read " + path + ": " + errno_text(err));
+    return false;
+  }
+  Expect want;
+  want.kind = item.kind;
+  want.fingerprint = config_.fingerprint;
+  want.hash = item.hash;
+  want.parent_hash = item.parent_hash;
+  want.tokens = tokens;
+  want.payload_bytes = item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes;
+  const std::string why = check_file(out, want);
+  if (!why.empty()) {
+    remove_file(key, why);
+    return false;
+  }
+  index_.touch(key);
+  return true;
+}
+
+void KvDiskTier::remove_file(Key key, const std::string& why) {
+  const std::string path = path_of(key);
+  index_.erase(key);
+  ::unlink(path.c_str());
+  log_line("removed " + path + ", not loaded: " + why);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.files_rejected;
+}
+
+DiskStats KvDiskTier::stats() const {
+  DiskStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  const IndexCounts c = index_.counts();
+  s.kv_files = c.kv_files;
+  s.state_files = c.state_files;
+  s.bytes_on_disk = c.bytes;
+  s.disabled = !enabled();
+  return s;
+}
+
+}  // namespace hearth::engine::kvdisk

@@ -1,0 +1,156 @@
+// The KV disk tier of `hearth serve --kv-disk DIR --kv-disk-bytes SIZE`: full KV blocks
+// and recurrent-state snapshots that leave the memory tier are written under
+// DIR/<fingerprint>/ (kv_disk_format.h), and a prefix that misses memory but hits disk
+// is read back. The engine copies a block's bytes to the host (a step never waits on
+// the disk) and hands them over; a writer thread writes them (temporary name, then
+// rename), a reader thread reads what admitted requests will need and the engine puts
+// it back into the pool before the request is scheduled (engine/serve_engine_disk.cpp).
+//
+// Failure policy: a torn, foreign or corrupt file is removed and counts as a miss; a
+// failed write or read of the folder itself (a full disk, an I/O error, a folder made
+// read-only) disables the tier for the rest of the run with one log line and the
+// `hearth_kv_disk_disabled` metric: serving goes on from memory. The write queue is
+// bounded (bytes): a write that does not fit is dropped and counted, never waited for
+// (except by put(), which the shutdown flush uses).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/kv_disk_format.h"
+#include "engine/kv_disk_index.h"
+
+namespace hearth::engine::kvdisk {
+
+struct DiskConfig {
+  std::string dir;                 // DIR (the fingerprint folder is made inside)
+  uint64_t budget_bytes = 0;       // the files of this fingerprint, at most
+  uint64_t fingerprint = 0;
+  std::string description;         // written to DIR/<fingerprint>/ABOUT for people
+  uint32_t block_size = 16;
+  uint64_t kv_payload_bytes = 0;     // of one KV block
+  uint64_t state_payload_bytes = 0;  // of one state snapshot (0: not a hybrid model)
+  uint64_t queue_bytes = 256ull << 20;  // payloads waiting for the writer, at most
+};
+
+struct WriteJob {
+  Kind kind = Kind::kKv;
+  uint64_t hash = 0, parent_hash = 0;
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> payload;
+};
+
+// One file a reader should bring back; block is its index in ReadJob::tokens' blocks.
+struct ReadItem {
+  Kind kind = Kind::kKv;
+  int32_t block = 0;
+  uint64_t hash = 0, parent_hash = 0;
+};
+
+struct ReadJob {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;  // the prompt's full blocks up to the last item's
+  std::vector<ReadItem> items;  // KV items in block order, then at most one state item
+};
+
+// What came back: the items read and checked (KV items stop at the first that failed:
+// the blocks after it are unreachable), each with its payload.
+struct ReadResult {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;
+  std::vector<ReadItem> items;
+  std::vector<std::vector<uint8_t>> payloads;
+  double seconds = 0;  // reading and checking the job's files
+  uint64_t bytes = 0;
+};
+
+struct DiskStats {
+  uint64_t kv_files = 0, state_files = 0, bytes_on_disk = 0;
+  uint64_t files_read = 0, bytes_read = 0;      // files read back and checked
+  uint64_t files_written = 0, bytes_written = 0;
+  uint64_t writes_dropped = 0;                  // the queue was full (or the tier disabled)
+  uint64_t files_rejected = 0;                  // torn / foreign / corrupt files removed
+  uint64_t reads = 0;                           // read jobs done
+  double read_seconds = 0;                      // their total time
+  bool disabled = false;
+};
+
+class KvDiskTier {
+ public:
+  // Makes DIR/<fingerprint> (and DIR) if needed and rebuilds the index from it. Throws
+  // Error (kIo) when the folder cannot be made or listed: a start-up mistake.
+  explicit KvDiskTier(DiskConfig config);
+  ~KvDiskTier();  // stops the threads; queued writes are dropped (drain() first to keep them)
+  KvDiskTier(const KvDiskTier&) = delete;
+  KvDiskTier& operator=(const KvDiskTier&) = delete;
+
+  const DiskConfig& config() const { return config_; }
+  const std::string& folder() const { return folder_; }
+  bool enabled() const { return !disabled_.load(); }
+  // On disk (or on its way there).
+  bool has(Key key) const;
+  // On disk now: what a read plan may count on (a miss is still possible).
+  bool on_disk(Key key) const { return enabled() && index_.contains(key); }
+  // Whether a write of `key` would be taken now: enabled, not there yet, and room in
+  // the queue for `bytes`. A caller asks before it copies a block out of the pool.
+  bool wants(Key key, uint64_t bytes) const;
+  // Queues a write if there is room; else drops it (counted). Returns whether queued.
+  bool offer(WriteJob job);
+  // Queues a write, waiting for room (shutdown only: no step is waiting).
+  void put(WriteJob job);
+  // Counts a write the caller did not offer because wants() said the queue is full.
+  void note_dropped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.writes_dropped;
+  }
+  // Waits until every queued write is done (or the tier is disabled).
+  void drain();
+
+  void read(ReadJob job);
+  std::vector<ReadResult> take_done();
+  // Called (on the reader thread) after each finished read job, e.g. to wake the engine.
+  void set_on_done(std::function<void()> fn);
+
+  DiskStats stats() const;
+  // Disables the tier: `why` is logged once.
+  void disable(const std::string& why);
+
+ private:
+  void writer_loop();
+  void reader_loop();
+  void write_one(const WriteJob& job);
+  ReadResult read_one(const ReadJob& job);
+  // Reads one file; "" and `out` filled when it is the file asked for.
+  bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::vector<uint8_t>& out);
+  void remove_file(Key key, const std::string& why);
+  std::string path_of(Key key) const;
+
+  DiskConfig config_;
+  std::string folder_;
+  DiskIndex index_;
+  std::atomic<bool> disabled_{false};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_write_, cv_space_, cv_read_;
+  std::deque<WriteJob> writes_;
+  std::unordered_set<Key, KeyHash> queued_;
+  uint64_t queued_bytes_ = 0;
+  bool writing_ = false;  // the writer holds a job it took from the queue
+  std::deque<ReadJob> reads_;
+  std::vector<ReadResult> done_;
+  std::function<void()> on_done_;
+  bool stop_ = false;
+  DiskStats stats_;
+
+  std::thread writer_, reader_;
+};
+
+}  // namespace hearth::engine::kvdisk

@@ -1,0 +1,272 @@
+// The KV disk tier's side of the engine (see engine/kv_disk.h): what leaves the pool is
+// copied to the host and queued for the writer; what a new request's prefix finds on
+// disk is read by the tier's reader while the request waits (gated: others are admitted
+// past it, no step waits), then put back into the pool as cached prefix blocks, so that
+// the scheduler's admission finds it like any other cached prefix.
+//
+// The pool is reached only through the Backend interface (copy_to_host /
+// copy_from_host over a view of the pool's buffers), so this works on every back-end and
+// for every KV type: a block is the bytes the pool holds, layer by layer.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "engine/kv_disk_fingerprint.h"
+#include "engine/serve_engine.h"
+
+namespace hearth::engine {
+namespace {
+
+using kvdisk::Key;
+using kvdisk::Kind;
+
+// A window on back-end memory the engine does not own (a pool layer's K or V buffer, a
+// state slot), for copy_to_host / copy_from_host.
+class BufferView final : public ops::Buffer {
+ public:
+  BufferView(void* p, int64_t n_floats) : p_(static_cast<float*>(p)), n_(n_floats) {}
+  float* data() override { return p_; }
+  int64_t size() const override { return n_; }
+
+ private:
+  float* p_;
+  int64_t n_;
+};
+
+}  // namespace
+
+void ServeEngine::disk_init() {
+  if (config_.kv_disk_dir.empty()) return;
+  const model::Hparams& hp = model_.hparams();
+  const int64_t n_layers = hp.n_kv_layers();
+  const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, config_.kv_type, config_.block_size);
+  if (n_layers <= 0 || block_bytes % (8 * static_cast<uint64_t>(n_layers)) != 0) {
+    fail(ErrorKind::kUnsupported, "kv-disk",
+         "a KV block of " + std::to_string(block_bytes) + " bytes over " + std::to_string(n_layers) +
+             " layers is not whole floats per layer; --kv-disk cannot copy it");
+  }
+  disk_part_bytes_ = block_bytes / (2 * static_cast<uint64_t>(n_layers));
+  disk_layer_floats_ = static_cast<int64_t>(disk_part_bytes_ / 4) * config_.n_blocks;
+  kvdisk::FingerprintParts fp;
+  fp.model = config_.kv_disk_model;
+  fp.projector = config_.kv_disk_projector;
+  fp.kv_type = ops::kv_type_name(config_.kv_type);
+  fp.block_size = config_.block_size;
+  fp.kv_block_bytes = block_bytes;
+  fp.state_bytes = scheduler_.config().recurrent ? model::KvPool::bytes_per_state(hp) : 0;
+  kvdisk::DiskConfig dc;
+  dc.dir = config_.kv_disk_dir;
+  dc.budget_bytes = config_.kv_disk_bytes;
+  dc.fingerprint = kvdisk::fingerprint(fp);
+  dc.description = kvdisk::describe(fp, config_.kv_disk_model_name);
+  dc.block_size = static_cast<uint32_t>(config_.block_size);
+  dc.kv_payload_bytes = block_bytes;
+  dc.state_payload_bytes = fp.state_bytes;
+  disk_ = std::make_unique<kvdisk::KvDiskTier>(std::move(dc));
+  disk_->set_on_done([this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      disk_ready_ = true;
+    }
+    cv_.notify_all();
+  });
+  blocks_.set_spill(true);
+}
+
+void ServeEngine::read_block(BlockId b, std::vector<uint8_t>& out) {
+  const int64_t n = static_cast<int64_t>(disk_part_bytes_ / 4);
+  out.resize(disk_part_bytes_ * 2 * static_cast<uint64_t>(model_.hparams().n_kv_layers()));
+  auto* dst = reinterpret_cast<float*>(out.data());
+  for (int64_t l = 0; l < model_.hparams().n_kv_layers(); ++l) {
+    const ops::KvLayer layer = pool_.layer(l);
+    BufferView k(layer.k, disk_layer_floats_), v(layer.v, disk_layer_floats_);
+    model_.backend().copy_to_host(k, b * n, n, dst + (2 * l) * n);
+    model_.backend().copy_to_host(v, b * n, n, dst + (2 * l + 1) * n);
+  }
+}
+
+void ServeEngine::write_block(BlockId b, const std::vector<uint8_t>& in) {
+  const int64_t n = static_cast<int64_t>(disk_part_bytes_ / 4);
+  const auto* src = reinterpret_cast<const float*>(in.data());
+  for (int64_t l = 0; l < model_.hparams().n_kv_layers(); ++l) {
+    const ops::KvLayer layer = pool_.layer(l);
+    BufferView k(layer.k, disk_layer_floats_), v(layer.v, disk_layer_floats_);
+    model_.backend().copy_from_host(src + (2 * l) * n, n, k, b * n);
+    model_.backend().copy_from_host(src + (2 * l + 1) * n, n, v, b * n);
+  }
+}
+
+void ServeEngine::read_state(int32_t slot, std::vector<uint8_t>& out) {
+  const int64_t n = pool_.state_floats();
+  out.resize(static_cast<size_t>(n) * 4);
+  BufferView s(pool_.conv_state(slot, 0), n);
+  model_.backend().copy_to_host(s, 0, n, reinterpret_cast<float*>(out.data()));
+}
+
+void ServeEngine::write_state(int32_t slot, const std::vector<uint8_t>& in) {
+  const int64_t n = pool_.state_floats();
+  BufferView s(pool_.conv_state(slot, 0), n);
+  model_.backend().copy_from_host(reinterpret_cast<const float*>(in.data()), n, s, 0);
+}
+
+void ServeEngine::spill_pending() {
+  if (!disk_) return;
+  std::vector<Spill> spills = blocks_.take_spills();
+  if (spills.empty() || !disk_->enabled()) return;
+  const uint64_t kv_bytes = disk_part_bytes_ * 2 * static_cast<uint64_t>(model_.hparams().n_kv_layers());
+  std::vector<int32_t> slots_seen;
+  for (Spill& s : spills) {
+    if (s.kv && disk_->wants(Key{s.hash, Kind::kKv}, kv_bytes)) {
+      kvdisk::WriteJob job{Kind::kKv, s.hash, s.parent_hash, s.tokens, {}};
+      read_block(s.block, job.payload);
+      disk_->offer(std::move(job));
+    } else if (s.kv && !disk_->has(Key{s.hash, Kind::kKv})) {
+      disk_->note_dropped();  // the write queue is full
+    }
+    if (s.snapshot < 0) continue;
+    // A slot spilled twice before the copies that reuse it ran holds the first one's state.
+    if (std::find(slots_seen.begin(), slots_seen.end(), s.snapshot) != slots_seen.end()) continue;
+    slots_seen.push_back(s.snapshot);
+    const uint64_t st_bytes = static_cast<uint64_t>(pool_.state_floats()) * 4;
+    if (disk_->wants(Key{s.hash, Kind::kState}, st_bytes)) {
+      kvdisk::WriteJob job{Kind::kState, s.hash, s.parent_hash, std::move(s.tokens), {}};
+      read_state(s.snapshot, job.payload);
+      disk_->offer(std::move(job));
+    } else if (!disk_->has(Key{s.hash, Kind::kState})) {
+      disk_->note_dropped();
+    }
+  }
+}
+
+void ServeEngine::disk_prefetch(SeqSlot& seq) {
+  if (!disk_ || !disk_->enabled()) return;
+  const int64_t bs = config_.block_size;
+  const auto max_blocks = static_cast<int32_t>((static_cast<int64_t>(seq.tokens.size()) - 1) / bs);
+  if (max_blocks <= 0) return;
+  const PrefixProbe p = blocks_.probe_prefix(seq.tokens, max_blocks);
+  const auto n = static_cast<int32_t>(p.hashes.size());
+  const int32_t mem = p.n_matched;
+  int32_t reach = mem;  // memory, then disk, block after block
+  while (reach < n && disk_->on_disk(Key{p.hashes[static_cast<size_t>(reach)], Kind::kKv})) ++reach;
+  auto parent = [&](int32_t i) { return i == 0 ? uint64_t{0} : p.hashes[static_cast<size_t>(i - 1)]; };
+  kvdisk::ReadJob job;
+  job.seq_id = seq.id;
+  int32_t last = -1;  // the last block read
+  if (!scheduler_.config().recurrent) {
+    if (reach == mem) return;
+    for (int32_t i = mem; i < reach; ++i) job.items.push_back({Kind::kKv, i, p.hashes[static_cast<size_t>(i)], parent(i)});
+    seq.disk_from = mem;
+    last = reach - 1;
+  } else {
+    // A hybrid model resumes from a snapshot: the deepest block reachable that has one
+    // (in memory or on disk), with the KV blocks before it.
+    int32_t mem_snap = -1;
+    for (int32_t i = 0; i < mem; ++i) {
+      if (p.snapshots[static_cast<size_t>(i)] >= 0) mem_snap = i;
+    }
+    int32_t d = -1;
+    for (int32_t i = reach - 1; i > mem_snap; --i) {
+      if (disk_->on_disk(Key{p.hashes[static_cast<size_t>(i)], Kind::kState})) {
+        d = i;
+        break;
+      }
+    }
+    if (d < 0) return;
+    for (int32_t i = mem; i <= d; ++i) job.items.push_back({Kind::kKv, i, p.hashes[static_cast<size_t>(i)], parent(i)});
+    job.items.push_back({Kind::kState, d, p.hashes[static_cast<size_t>(d)], parent(d)});
+    seq.disk_from = mem_snap + 1;
+    last = d;
+  }
+  job.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + (last + 1) * bs);
+  seq.gated = true;
+  seq.disk_loaded = true;
+  disk_->read(std::move(job));
+}
+
+void ServeEngine::disk_install() {
+  if (!disk_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disk_ready_ = false;
+  }
+  std::vector<kvdisk::ReadResult> done = disk_->take_done();
+  const int64_t bs = config_.block_size;
+  for (kvdisk::ReadResult& r : done) {
+    if (observer_ != nullptr) observer_->on_disk_read(r.seconds);
+    const auto n_blocks = static_cast<int32_t>(static_cast<int64_t>(r.tokens.size()) / bs);
+    // The chain so far in memory is held while blocks are put after it (an allocation
+    // could otherwise evict its head).
+    PrefixMatch held = blocks_.match_prefix(r.tokens, n_blocks, false);
+    std::vector<BlockId> chain = held.blocks;
+    std::vector<uint64_t> hashes = held.hashes;
+    bool kv_stopped = false;
+    for (size_t i = 0; i < r.items.size(); ++i) {
+      const kvdisk::ReadItem& item = r.items[i];
+      const auto b = static_cast<size_t>(item.block);
+      if (item.kind == Kind::kKv) {
+        if (kv_stopped || b < chain.size()) continue;  // in memory already (computed meanwhile)
+        const uint64_t parent = chain.empty() ? 0 : hashes.back();
+        if (b != chain.size() || parent != item.parent_hash) {
+          kv_stopped = true;  // a gap: what follows is unreachable
+          continue;
+        }
+        const BlockId id = blocks_.allocate();
+        if (id == kNoBlock) {
+          kv_stopped = true;  // every block in use: the rest is recomputed
+          continue;
+        }
+        spill_pending();  // the block allocate() evicted may be `id` itself
+        write_block(id, r.payloads[i]);
+        const std::span<const int32_t> toks(r.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
+        hashes.push_back(blocks_.commit_full(id, parent, toks));
+        chain.push_back(id);
+      } else {
+        if (b >= chain.size() || blocks_.meta(chain[b]).snapshot >= 0) continue;
+        const int32_t slot = scheduler_.adopt_snapshot(chain[b]);
+        if (slot < 0) continue;
+        spill_pending();  // the snapshot whose slot this was
+        write_state(slot, r.payloads[i]);
+      }
+    }
+    // Released last first, like a finished sequence: the head stays cached longest.
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) blocks_.release(*it);
+    if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
+  }
+}
+
+void ServeEngine::disk_flush() {
+  if (!disk_ || !disk_->enabled()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  spill_pending();
+  uint64_t n_kv = 0, n_state = 0;
+  auto keep = [&](BlockId id) {
+    const BlockMeta& m = blocks_.meta(id);
+    if (!m.hashed || !disk_->enabled()) return;
+    if (!disk_->has(Key{m.hash, Kind::kKv})) {
+      kvdisk::WriteJob job{Kind::kKv, m.hash, m.parent_hash, m.tokens, {}};
+      read_block(id, job.payload);
+      disk_->put(std::move(job));
+      ++n_kv;
+    }
+    if (m.snapshot >= 0 && !disk_->has(Key{m.hash, Kind::kState})) {
+      kvdisk::WriteJob job{Kind::kState, m.hash, m.parent_hash, m.tokens, {}};
+      read_state(m.snapshot, job.payload);
+      disk_->put(std::move(job));
+      ++n_state;
+    }
+  };
+  // Least recently used first: the files' times then keep the memory tier's order.
+  for (BlockId id : blocks_.cached_lru()) keep(id);
+  for (BlockId id = 0; id < blocks_.n_blocks(); ++id) {
+    if (blocks_.meta(id).ref > 0) keep(id);
+  }
+  disk_->drain();
+  if (n_kv + n_state > 0) {
+    std::fprintf(stderr, "hearth: kv-disk: wrote %llu KV blocks and %llu state snapshots at shutdown in %.2f s\n",
+                 static_cast<unsigned long long>(n_kv), static_cast<unsigned long long>(n_state),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
+}  // namespace hearth::engine
