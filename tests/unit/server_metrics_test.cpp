@@ -199,8 +199,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 18);
-  EXPECT_EQ(type, 18);
+  EXPECT_EQ(help, 30);
+  EXPECT_EQ(type, 30);
 }
 
 }  // namespace
