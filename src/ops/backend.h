@@ -212,6 +212,9 @@ class Backend {
   virtual std::string name() const = 0;
   // Whether matmul/get_rows accept weights of this type.
   virtual bool supports_weight(GgmlType type) const = 0;
+  // Whether store_kv / attention read and write a KV cache of this type (the pool
+  // refuses the others at load). F32 and F16 everywhere; Q8_0 where a back-end says so.
+  virtual bool supports_kv_type(KvType type) const { return type != KvType::Q8_0; }
   // Prepares a weight for use (CPU: repacks the types its multi-row kernels read; CUDA:
   // upload); the view returned is the one to pass to operations. Throws Error(kUnsupported).
   virtual WeightView prepare_weight(const WeightView& w) = 0;
