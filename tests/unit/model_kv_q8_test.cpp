@@ -30,9 +30,17 @@ namespace {
 namespace model = hearth::model;
 namespace ops = hearth::ops;
 
-// Bounds (see each test for what was measured).
-constexpr double kDefaultMaxDiff = 100.0, kQwen3MaxDiff = 100.0, kHybridMaxDiff = 100.0;
-constexpr double kDefaultTop1 = 0.0, kQwen3Top1 = 0.0, kHybridTop1 = 0.0;
+// Bounds: the measured worst case with room (largest |logit diff| over the whole
+// vocabulary; fraction of teacher-forced steps whose argmax agrees).
+//  - SmolLM2 135M Q4_1 (10 prompts x 32 steps): measured 2.61 and 314 / 320; its greedy
+//    continuations share 198 / 320 tokens before parting. For scale, the f32 cache
+//    against the same f16 one (compare(..., KvType::F32)): 2.92, 307 / 320, 139 / 320:
+//    this model amplifies rounding (see model_llama_test.cpp), and q8_0 moves it less
+//    than going from f16 to f32 does.
+//  - tiny Qwen3 (random weights, 4 x 24 steps): 0.125, 94 / 96 (68 / 96 shared).
+//  - hybrid Qwen3.5 dense fixture (3 x 16 steps): 0.045, 48 / 48 (48 / 48 shared).
+constexpr double kDefaultMaxDiff = 4.0, kQwen3MaxDiff = 0.3, kHybridMaxDiff = 0.1;
+constexpr double kDefaultTop1 = 0.95, kQwen3Top1 = 0.9, kHybridTop1 = 0.95;
 
 int argmax(const float* x, int64_t n) { return static_cast<int>(std::max_element(x, x + n) - x); }
 
@@ -42,12 +50,14 @@ struct Agreement {
 };
 
 // n_gen greedy steps after each prompt; see the file comment.
-Agreement compare(model::CausalLm& m, ops::Backend& be, const std::vector<std::vector<int32_t>>& prompts, int n_gen) {
+// `test` against the f16 cache (q8_0, or f32 for scale).
+Agreement compare(model::CausalLm& m, ops::Backend& be, const std::vector<std::vector<int32_t>>& prompts, int n_gen,
+                  ops::KvType test = ops::KvType::Q8_0) {
   const int64_t V = m.hparams().n_vocab;
   Agreement a;
   for (const auto& prompt : prompts) {
     const int64_t ctx = static_cast<int64_t>(prompt.size()) + n_gen + 16;
-    model::KvCache c16(be, m.hparams(), ctx, ops::KvType::F16), c8(be, m.hparams(), ctx, ops::KvType::Q8_0);
+    model::KvCache c16(be, m.hparams(), ctx, ops::KvType::F16), c8(be, m.hparams(), ctx, test);
     std::vector<float> l16 = m.forward(c16, prompt), l8 = m.forward(c8, prompt);
     std::vector<int32_t> greedy16;
     for (int i = 0; i < n_gen; ++i) {
@@ -76,14 +86,13 @@ Agreement compare(model::CausalLm& m, ops::Backend& be, const std::vector<std::v
   return a;
 }
 
-void report(const std::string& name, const Agreement& a) {
-  std::cout << name << ": q8_0 vs f16 KV: max |logit diff| " << a.max_diff << ", top-1 agreement " << a.top1_agree
+void report(const std::string& name, const Agreement& a, const char* what = "q8_0") {
+  std::cout << name << ": " << what << " vs f16 KV: max |logit diff| " << a.max_diff << ", top-1 agreement " << a.top1_agree
             << " / " << a.steps << " teacher-forced steps, greedy continuations share " << a.greedy_common << " / "
             << a.greedy_total << " tokens\n";
 }
 
 // SmolLM2 135M Q4_1, the ten prompts of tests/data/llama_ref, 32 steps each.
-// Measured (this CPU back-end): see kDefault* below.
 TEST(KvQ8Model, DefaultModelStaysCloseToF16) {
   const char* path = std::getenv("HEARTH_DEFAULT_MODEL");
   ASSERT_NE(path, nullptr) << "HEARTH_DEFAULT_MODEL is not set (scripts/test.sh sets it)";
