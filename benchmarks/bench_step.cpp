@@ -72,7 +72,10 @@ int run(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(v.c_str());
     else if (a == "--steps") steps = std::atoi(v.c_str());
     else if (a == "--prompt") prompt = std::atoi(v.c_str());
-    else if (a == "--kv") kv_type = v == "f32" ? hearth::ops::KvType::F32 : v == "q8_0" ? hearth::ops::KvType::Q8_0 : hearth::ops::KvType::F16;
+    else if (a == "--kv")
+      kv_type = v == "f32"    ? hearth::ops::KvType::F32
+                : v == "q8_0" ? hearth::ops::KvType::Q8_0
+                              : hearth::ops::KvType::F16;
     else if (a == "--prefill") prefills = parse_list(v);
     else if (a == "--chunk") chunk = std::atoi(v.c_str());
     else if (a == "--device") device = v;

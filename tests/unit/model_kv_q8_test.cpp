@@ -87,8 +87,8 @@ Agreement compare(model::CausalLm& m, ops::Backend& be, const std::vector<std::v
 }
 
 void report(const std::string& name, const Agreement& a, const char* what = "q8_0") {
-  std::cout << name << ": " << what << " vs f16 KV: max |logit diff| " << a.max_diff << ", top-1 agreement " << a.top1_agree
-            << " / " << a.steps << " teacher-forced steps, greedy continuations share " << a.greedy_common << " / "
+  std::cout << name << ": " << what << " vs f16 KV: max |logit diff| " << a.max_diff << ", top-1 agreement "
+            << a.top1_agree << " / " << a.steps << " teacher-forced steps, greedy continuations share " << a.greedy_common << " / "
             << a.greedy_total << " tokens\n";
 }
 
