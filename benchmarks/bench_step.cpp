@@ -5,7 +5,7 @@
 // figures are medians of the per-step times.
 //
 // Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
-//                             [--prompt P] [--kv f16|f32] [--prefill L1,L2,...] [--chunk C]
+//                             [--prompt P] [--kv f16|f32|q8_0] [--prefill L1,L2,...] [--chunk C]
 //                             [--device cpu|cuda[:N]] [--deterministic 1]
 // Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
 // step) and that speed over the first batch size's; the first steps after load (before
@@ -51,7 +51,7 @@ std::vector<int> parse_list(const std::string& s) {
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
-                         "[--prompt P] [--kv f16|f32] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]] "
+                         "[--prompt P] [--kv f16|f32|q8_0] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]] "
                          "[--deterministic 1]\n");
     return 2;
   }
@@ -72,7 +72,10 @@ int run(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(v.c_str());
     else if (a == "--steps") steps = std::atoi(v.c_str());
     else if (a == "--prompt") prompt = std::atoi(v.c_str());
-    else if (a == "--kv") kv_type = v == "f32" ? hearth::ops::KvType::F32 : hearth::ops::KvType::F16;
+    else if (a == "--kv")
+      kv_type = v == "f32"    ? hearth::ops::KvType::F32
+                : v == "q8_0" ? hearth::ops::KvType::Q8_0
+                              : hearth::ops::KvType::F16;
     else if (a == "--prefill") prefills = parse_list(v);
     else if (a == "--chunk") chunk = std::atoi(v.c_str());
     else if (a == "--device") device = v;

@@ -103,6 +103,7 @@ void run(RunOptions o) {
   store::ModelEntry model_entry;
   gguf::File file = open_model_arg(o.model, &model_entry);
   const model::Hparams hp = model::read_hparams(file);
+  model::KvPool::check_kv_type(hp, kv_type);
   const int64_t n_ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   if (n_ctx < 8 || n_ctx > (int64_t{1} << 22)) fail(ErrorKind::kInvalidInput, "run", "--ctx must be in [8, 4194304]");
   const uint64_t kv_bytes = model::KvCache::bytes_needed(hp, n_ctx, kv_type);
@@ -274,7 +275,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
   cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");
-  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16 or f32")->default_val("f16");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16, f32 or q8_0 (8-bit, CPU)")->default_val("f16");
   cmd->add_option("--device", o->device,
                   "cpu, cuda, cuda:N or auto (the first GPU when one is visible and the model fits)")
       ->default_val("auto");

@@ -34,7 +34,8 @@ uint64_t available_memory() {
 ops::KvType parse_kv_type(const std::string& name) {
   if (name == "f16") return ops::KvType::F16;
   if (name == "f32") return ops::KvType::F32;
-  fail(ErrorKind::kInvalidInput, "cli", "--kv-type must be f16 or f32, got '" + name + "'");
+  if (name == "q8_0") return ops::KvType::Q8_0;
+  fail(ErrorKind::kInvalidInput, "cli", "--kv-type must be f16, f32 or q8_0, got '" + name + "'");
 }
 
 uint64_t parse_byte_size(const std::string& text, const std::string& option) {

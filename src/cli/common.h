@@ -15,7 +15,7 @@ namespace hearth::cli {
 double peak_rss_gb();
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
 uint64_t available_memory();
-// "f16" / "f32" -> KvType; anything else throws Error naming the option.
+// "f16" / "f32" / "q8_0" -> KvType; anything else throws Error naming the option.
 ops::KvType parse_kv_type(const std::string& name);
 // "123", "512K", "512M", "1.5G", "2GiB", "1T" (binary multiples) -> bytes; throws Error
 // naming `option` on anything else.

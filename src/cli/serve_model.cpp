@@ -105,6 +105,7 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   if (p.n_ctx < 8 || p.n_ctx > (int64_t{1} << 22))
     fail(ErrorKind::kInvalidInput, "serve", "--ctx must be in [8, 4194304]");
   p.kv_type = parse_kv_type(o.kv_type);
+  model::KvPool::check_kv_type(hp, p.kv_type);
   const std::string kv_cache_bytes = spec.kv_cache_bytes.value_or(o.kv_cache_bytes);
   const int64_t block_size = p.block_size;
   const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, p.kv_type, block_size);

@@ -11,8 +11,8 @@ KvPool::KvPool(ops::Backend& backend, const Hparams& hp, ops::KvType type, int64
     fail(ErrorKind::kInvalidInput, "kv", "block size " + std::to_string(block_size) + " is not a power of two");
   }
   if (n_blocks <= 0) fail(ErrorKind::kInvalidInput, "kv", "the KV pool needs at least one block");
-  const int64_t elems = n_blocks * block_size * n_kv_dim_;
-  const int64_t floats = (elems * ops::kv_type_size(type) + 3) / 4;
+  check_kv_type(hp, type, &backend);
+  const int64_t floats = (n_blocks * block_size * ops::kv_row_bytes(type, n_kv_dim_) + 3) / 4;
   for (int64_t l = 0; l < hp.n_kv_layers(); ++l) {
     k_.push_back(backend.alloc_lazy(floats));
     v_.push_back(backend.alloc_lazy(floats));
@@ -70,7 +70,20 @@ ops::KvLayer KvPool::layer(int64_t l) const {
 
 uint64_t KvPool::bytes_per_block(const Hparams& hp, ops::KvType type, int64_t block_size) {
   return static_cast<uint64_t>(hp.n_kv_layers()) * 2u * static_cast<uint64_t>(block_size) *
-         static_cast<uint64_t>(hp.n_embd_kv()) * static_cast<uint64_t>(ops::kv_type_size(type));
+         static_cast<uint64_t>(ops::kv_row_bytes(type, hp.n_embd_kv()));
+}
+
+void KvPool::check_kv_type(const Hparams& hp, ops::KvType type, const ops::Backend* backend) {
+  if (backend != nullptr && !backend->supports_kv_type(type)) {
+    fail(ErrorKind::kUnsupported, "kv",
+         "--kv-type " + std::string(ops::kv_type_name(type)) + " is CPU-only in this build (back-end: " +
+             backend->name() + "); use --kv-type f16 or f32");
+  }
+  if (type == ops::KvType::Q8_0 && hp.n_kv_layers() > 0 && hp.head_dim % ops::kQ8Block != 0) {
+    fail(ErrorKind::kUnsupported, "kv",
+         "--kv-type q8_0 needs a head dimension that is a multiple of " + std::to_string(ops::kQ8Block) +
+             "; this model's head_dim is " + std::to_string(hp.head_dim) + " (use --kv-type f16 or f32)");
+  }
 }
 
 namespace {

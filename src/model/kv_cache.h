@@ -29,8 +29,15 @@ class KvPool {
   void commit();
   ops::KvType type() const { return type_; }
   ops::KvLayer layer(int64_t l) const;  // l: KV layer index (Hparams::kv_index)
-  // Bytes of one block across all layers (K and V).
+  // Bytes of one block across all layers (K and V): q8_0 rows take 34 bytes per 32
+  // values (f16: 64), so the same memory holds 64 / 34 = 1.88x the tokens.
   static uint64_t bytes_per_block(const Hparams& hp, ops::KvType type, int64_t block_size);
+  // Throws Error(kUnsupported) where this back-end or model cannot keep a cache of this
+  // type: a back-end without it (CUDA has no q8_0 kernels yet), or q8_0 with a head_dim
+  // that is not a multiple of 32 (a q8_0 block must not straddle two heads). The
+  // constructor checks it; the CLI calls it (without a back-end: the model's part)
+  // before sizing anything.
+  static void check_kv_type(const Hparams& hp, ops::KvType type, const ops::Backend* backend = nullptr);
 
   // Recurrent state slots (hybrid models; none otherwise).
   int64_t n_state_slots() const { return static_cast<int64_t>(slots_.size()); }

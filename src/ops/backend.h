@@ -71,13 +71,26 @@ struct FullAttentionSeg {
   int64_t n_rows = 0;
 };
 
-// Element type of the KV cache.
-enum class KvType : uint8_t { F32 = 0, F16 = 1 };
+// Element type of the KV cache. Q8_0 is llama.cpp's q8_0: each run of 32 values of a
+// row is one block of 34 bytes, an f16 scale d = max|x| / 127 then 32 int8 q =
+// round(x / d) (value = d * q); rows of Q8_0 need n_kv_dim (and head_dim) % 32 == 0.
+enum class KvType : uint8_t { F32 = 0, F16 = 1, Q8_0 = 2 };
+inline constexpr int64_t kQ8Block = 32;       // values per q8_0 block
+inline constexpr int64_t kQ8BlockBytes = 34;  // its bytes: f16 scale + 32 int8
+// Bytes of one element (F32 / F16 only: a Q8_0 row's size is kv_row_bytes').
 inline int64_t kv_type_size(KvType t) { return t == KvType::F16 ? 2 : 4; }
-inline const char* kv_type_name(KvType t) { return t == KvType::F16 ? "f16" : "f32"; }
+// Bytes of a cache row of n values (n % kQ8Block == 0 for Q8_0).
+inline int64_t kv_row_bytes(KvType t, int64_t n) {
+  return t == KvType::Q8_0 ? n / kQ8Block * kQ8BlockBytes : n * kv_type_size(t);
+}
+inline const char* kv_type_name(KvType t) {
+  return t == KvType::Q8_0 ? "q8_0" : t == KvType::F16 ? "f16" : "f32";
+}
 
 // One layer's paged KV cache as a back-end stores it: K and V each hold
-// n_blocks * block_size rows of n_kv_dim elements of `type`, row r at r * n_kv_dim.
+// n_blocks * block_size rows of n_kv_dim elements of `type`, row r at r * n_kv_dim
+// (Q8_0: row r at byte r * kv_row_bytes(Q8_0, n_kv_dim), kv head h's values at byte
+// h * kv_row_bytes(Q8_0, head_dim) of it).
 // Logical position p of a sequence lives in row
 //   block_table[p / block_size] * block_size + p % block_size.
 // block_size is a power of two.
@@ -199,6 +212,9 @@ class Backend {
   virtual std::string name() const = 0;
   // Whether matmul/get_rows accept weights of this type.
   virtual bool supports_weight(GgmlType type) const = 0;
+  // Whether store_kv / attention read and write a KV cache of this type (the pool
+  // refuses the others at load). F32 and F16 everywhere; Q8_0 where a back-end says so.
+  virtual bool supports_kv_type(KvType type) const { return type != KvType::Q8_0; }
   // Prepares a weight for use (CPU: repacks the types its multi-row kernels read; CUDA:
   // upload); the view returned is the one to pass to operations. Throws Error(kUnsupported).
   virtual WeightView prepare_weight(const WeightView& w) = 0;

@@ -2,6 +2,7 @@
 // fixtures against transformers' logits and the CPU, random-weight Llama-family models
 // against an independent double-precision forward, and decode steps captured as CUDA
 // graphs against the same steps op by op (helpers: parity_common.h).
+#include "core/error.h"
 #include "parity_common.h"
 
 namespace {
@@ -349,6 +350,27 @@ TEST(CudaParity, BatchedDecodeStepsAsGraphs) {
     }
   }
   cuda->set_graphs(true);
+}
+
+// --kv-type q8_0 has no CUDA kernels yet: the CUDA back-end says so and a q8_0 pool on it
+// is refused at load with a message naming the option (the CPU back-end takes it).
+TEST(CudaParity, KvQ8RefusedOnCuda) {
+  NEED_GPU();
+  EXPECT_FALSE(gpu().supports_kv_type(ops::KvType::Q8_0));
+  EXPECT_TRUE(gpu().supports_kv_type(ops::KvType::F16));
+  EXPECT_TRUE(cpu().supports_kv_type(ops::KvType::Q8_0));
+  model::Hparams hp;
+  hp.n_layer = 2;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = 64;
+  hp.n_embd = 256;
+  try {
+    model::KvPool pool(gpu(), hp, ops::KvType::Q8_0, 16, 4);
+    ADD_FAILURE() << "a q8_0 pool was made on the CUDA back-end";
+  } catch (const hearth::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-type q8_0 is CPU-only in this build"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ def test_kv_type_option(run_hearth, default_model):
     b = run_json(run_hearth, "-m", default_model, "-p", "Hi", "-n", "3")
     assert a["kv_type"] == "f32" and b["kv_type"] == "f16"
     bad = run_hearth("run", "-m", default_model, "-p", "Hi", "--kv-type", "q8")
-    assert bad.returncode == 2 and "--kv-type must be f16 or f32" in bad.stderr
+    assert bad.returncode == 2 and "--kv-type must be f16, f32 or q8_0" in bad.stderr
 
 
 def test_statistics_lines(run_hearth, default_model):

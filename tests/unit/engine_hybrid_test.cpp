@@ -105,8 +105,9 @@ EngineConfig config(int64_t n_blocks = 64) {
   return c;
 }
 
-std::vector<int32_t> alone(Loaded& l, const std::vector<int32_t>& prompt, int32_t n) {
-  hearth::model::KvCache cache(l.backend, l.model->hparams(), 256, hearth::ops::KvType::F32);
+std::vector<int32_t> alone(Loaded& l, const std::vector<int32_t>& prompt, int32_t n,
+                           hearth::ops::KvType kv = hearth::ops::KvType::F32) {
+  hearth::model::KvCache cache(l.backend, l.model->hparams(), 256, kv);
   hearth::engine::GenerateOptions o;
   o.max_tokens = n;
   o.sampler.temperature = 0.0f;
@@ -217,6 +218,36 @@ TEST(HybridEngineCache, FollowUpTurnResumesFromSnapshot) {
   const Outcome o3 = collect({c3})[0];
   EXPECT_EQ(o3.fin.cached_tokens, static_cast<int32_t>((p2.size() - 1) / 16 * 16));
   EXPECT_EQ(o3.tokens, o2.tokens);
+}
+
+// A q8_0 KV cache (the attention layers' K and V; the recurrent state and its snapshots
+// stay f32): concurrent requests equal solo runs on a q8_0 cache, and a follow-up turn
+// resumes from a snapshot plus q8_0 prefix blocks with the solo run's tokens.
+TEST(HybridEngineCache, Q8KvCacheSnapshotsAndPrefixBlocks) {
+  Loaded l("dense");
+  EngineConfig cfg = config();
+  cfg.kv_type = hearth::ops::KvType::Q8_0;
+  const auto ps = prompts();
+  const auto outs = run(l, cfg, ps, 12);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_EQ(outs[i].tokens, alone(l, ps[i], 12, hearth::ops::KvType::Q8_0)) << "prompt " << i;
+  }
+  ServeEngine engine(*l.model, l.tok, cfg);
+  engine.start();
+  std::vector<int32_t> p1;
+  for (int i = 0; i < 70; ++i) p1.push_back((i * 53 + 7) % 256);
+  auto c1 = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(greedy(p1, 20), c1), ServeEngine::Admit::kOk);
+  const Outcome o1 = collect({c1})[0];
+  ASSERT_EQ(o1.tokens.size(), 20u);
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), o1.tokens.begin(), o1.tokens.end());
+  for (int i = 0; i < 9; ++i) p2.push_back((i * 29 + 3) % 256);
+  auto c2 = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(greedy(p2, 10), c2), ServeEngine::Admit::kOk);
+  const Outcome o2 = collect({c2})[0];
+  EXPECT_EQ(o2.fin.cached_tokens, 80);
+  EXPECT_EQ(o2.tokens, alone(l, p2, 10, hearth::ops::KvType::Q8_0));
 }
 
 }  // namespace

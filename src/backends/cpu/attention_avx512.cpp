@@ -46,6 +46,12 @@ HEARTH_AVX512 inline void prefetch_row(const T* row, int64_t n) {
   const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, static_cast<_mm_hint>(kHint));
 }
+template <int kHint>
+HEARTH_AVX512 inline void prefetch_row(Q8Ptr row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row.row);
+  const int64_t bytes = ops::kv_row_bytes(ops::KvType::Q8_0, n);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, static_cast<_mm_hint>(kHint));
+}
 
 // std::fmax(m, s) for a running maximum m that is never NaN: a NaN score leaves it
 // alone (maxss returns its second operand then), without a libm call per key.
@@ -99,15 +105,15 @@ HEARTH_AVX512 inline __m512 score_tile16(const float* q, const float* const* row
   return _mm512_maskz_max_ps(0xFFFF, scores, running_max);
 }
 
-// Key rows j0 .. j0 + 15 as f32 rows: an f32 cache's own rows, an f16 cache's converted
-// into tile (exactly, as load16 does).
+// Key rows j0 .. j0 + 15 as f32 rows: an f32 cache's own rows, an f16 or q8_0 cache's
+// converted into tile (exactly, as load16 does).
 HEARTH_AVX512 inline void key_tile(const KvRowsOffF32& kr, int64_t j0, int64_t, float*, const float** rows) {
   for (int k = 0; k < 16; ++k) rows[k] = kr(j0 + k, nullptr);
 }
-HEARTH_AVX512 inline void key_tile(const KvRowsOffRawF16& kr, int64_t j0, int64_t head_dim, float* tile,
-                                   const float** rows) {
+template <class Raw>
+HEARTH_AVX512 inline void key_tile(const Raw& kr, int64_t j0, int64_t head_dim, float* tile, const float** rows) {
   for (int k = 0; k < 16; ++k) {
-    const uint16_t* src = kr(j0 + k, nullptr);
+    const auto src = kr(j0 + k, nullptr);
     float* dst = tile + k * head_dim;
     for (int64_t i = 0; i < head_dim; i += 16) _mm512_storeu_ps(dst + i, load16(src + i));
     rows[k] = dst;
@@ -117,7 +123,7 @@ HEARTH_AVX512 inline void key_tile(const KvRowsOffRawF16& kr, int64_t j0, int64_
 // Scores of key row kj for NG query heads (q: NG consecutive head_dim rows); query g's
 // score goes to sc[g * sc_stride] and its max to mx[g].
 template <int NG, class KP>
-HEARTH_AVX512 inline void score_key(const float* q, const KP* kj, int64_t head_dim, float scale, float* sc,
+HEARTH_AVX512 inline void score_key(const float* q, KP kj, int64_t head_dim, float scale, float* sc,
                                     int64_t sc_stride, float* mx) {
   __m512 c[NG][4];
   for (int g = 0; g < NG; ++g) {
@@ -158,7 +164,7 @@ HEARTH_AVX512 inline void add_values(const V& vrow, int64_t j0, int64_t j1, int6
         }
       }
       for (int64_t j = j0 + l; j < j1; j += n_lanes) {
-        const auto* vj = vrow(j, nullptr) + d0;
+        const auto vj = vrow(j, nullptr) + d0;
         __m512 v[4];
         for (int b = 0; b < 4; ++b) v[b] = load16(vj + 16 * b);
         for (int g = 0; g < NG; ++g) {
@@ -200,7 +206,8 @@ struct Scratch {
   int64_t sc_stride = 0, acc_stride = 0;
 };
 
-// One block. kr / vr: this KV head's key / value rows (KvRowsOffF32 or KvRowsOffRawF16).
+// One block. kr / vr: this KV head's key / value rows (KvRowsOffF32, KvRowsOffRawF16 or
+// KvRowsOffRawQ8).
 template <class KV>
 HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const KV& kr, const KV& vr, Scratch& s) {
   const ops::AttentionSeq& sq = a.seqs[b.seq];
@@ -241,7 +248,7 @@ HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const K
     }
   }
   for (int64_t j = j_tiled; j < nk_last; ++j) {
-    const auto* kj = kr(j, nullptr);
+    const auto kj = kr(j, nullptr);
     // The rows come from a block table (a jump every block) and, decoding a batch, from
     // L3 or memory: ask for key j + kKeyAhead now, and for value j (read after all the
     // scores) into L2.
@@ -308,7 +315,12 @@ HEARTH_AVX512 __attribute__((flatten)) void attend_blocks_avx512(const AttendArg
     const AttnBlock& b = blocks[i];
     const int64_t kv_off = (b.head0 / group) * a.head_dim;
     const int64_t* offs = a.key_offs + a.seq_offs[b.seq];
-    if (c.type == ops::KvType::F16) {
+    if (c.type == ops::KvType::Q8_0) {  // offsets in bytes
+      const int64_t off = ops::kv_row_bytes(c.type, kv_off);
+      const KvRowsOffRawQ8 kr{static_cast<const uint8_t*>(c.k) + off, offs};
+      const KvRowsOffRawQ8 vr{static_cast<const uint8_t*>(c.v) + off, offs};
+      attend_block(a, b, kr, vr, s);
+    } else if (c.type == ops::KvType::F16) {
       const KvRowsOffRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, offs};
       const KvRowsOffRawF16 vr{static_cast<const uint16_t*>(c.v) + kv_off, offs};
       attend_block(a, b, kr, vr, s);

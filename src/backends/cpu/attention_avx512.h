@@ -9,6 +9,7 @@
 #endif
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kv_q8.h"
 #include "ops/backend.h"
 
 namespace hearth::cpu {
@@ -35,7 +36,7 @@ struct AttnBlock {
   int32_t seq, n_rows, head0, n_heads;
 };
 
-// Runs blocks [begin, end) (AVX-512, head_dim % 64 == 0, f32 or f16 cache). Each
+// Runs blocks [begin, end) (AVX-512, head_dim % 64 == 0, f32, f16 or q8_0 cache). Each
 // query's arithmetic is exactly that of the per-query kernel attend_one_avx512: same
 // fmas in the same order, same reductions; which queries share a block never matters.
 void attend_blocks_avx512(const AttendArgs& a, const AttnBlock* blocks, int64_t begin, int64_t end);
@@ -58,6 +59,18 @@ HEARTH_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); 
 // An f16 cache row, converted in the load (exact, so the same roundings as f32 rows).
 HEARTH_AVX512 inline __m512 load16(const uint16_t* p) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));  // masked: GCC 12 warns on the unmasked form
+}
+
+// 16 values of a q8_0 row from value p.i (a multiple of 16, so within one block):
+// f32(d) * q, the one rounding of dequantize_row_q8_0, so the same bits.
+HEARTH_AVX512 inline __m512 load16(Q8Ptr p) {
+  const uint8_t* blk = p.row + (p.i / ops::kQ8Block) * ops::kQ8BlockBytes;
+  uint16_t dh;
+  __builtin_memcpy(&dh, blk, sizeof dh);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + p.i % ops::kQ8Block));
+  // masked: GCC 12 warns on the unmasked conversions
+  const __m512 qf = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, q));
+  return _mm512_mul_ps(qf, _mm512_set1_ps(_cvtsh_ss(dh)));
 }
 
 // The attention kernels' final lane sums: out = sum16 over the 16 (or 4 x 16) lanes.

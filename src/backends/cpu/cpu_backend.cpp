@@ -78,6 +78,14 @@ struct CvtF16C {
 #endif
     for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
   }
+  // q8_0 -> f32 (the same bits as CvtPlain::q8).
+  HEARTH_SIMD static void q8(const uint8_t* src, float* dst, int64_t n) {
+#if defined(__x86_64__)
+    dequantize_row_q8_0_avx2(src, dst, n);
+#else
+    dequantize_row_q8_0(src, dst, n);
+#endif
+  }
 };
 
 struct GenericAttend {
@@ -94,7 +102,8 @@ struct GenericAttend {
 // so std::fma becomes one instruction and the 16-lane loops vectorise with the same
 // roundings (without it GCC's identical-code folding merged the copies and every fma
 // was a libm call).
-// RawF16: the kernel reads f16 rows itself (the AVX-512 one converts in its loads).
+// RawF16: the kernel reads f16 and q8_0 rows itself (the AVX-512 one converts in its
+// loads). A q8_0 cache's offsets (key_offs, kv_off) are in bytes.
 template <class Cvt, class Kernel, bool RawF16 = false>
 inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const Kernel& kernel) {
   const int64_t group = a.n_head / a.n_head_kv;
@@ -107,6 +116,20 @@ inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const K
     const int64_t n_keys = sq.pos0 + (row - sq.first_row) + 1;
     const int64_t* offs = a.key_offs + a.seq_offs[a.row_seq[row]];
     const bool single = sq.n_tokens == 1;
+    if (c.type == ops::KvType::Q8_0) {
+      const int64_t off = ops::kv_row_bytes(c.type, kv_off);
+      const auto* kb = static_cast<const uint8_t*>(c.k) + off;
+      const auto* vb = static_cast<const uint8_t*>(c.v) + off;
+      if constexpr (RawF16) {
+        kernel(a.q + item * a.head_dim, KvRowsOffRawQ8{kb, offs}, KvRowsOffRawQ8{vb, offs}, n_keys, a.head_dim,
+               a.scale, single, scores.data(), acc.data(), tmp.data(), a.out + item * a.head_dim);
+      } else {
+        kernel(a.q + item * a.head_dim, KvRowsOffQ8<Cvt>{kb, offs, a.head_dim}, KvRowsOffQ8<Cvt>{vb, offs, a.head_dim},
+               n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(), tmp.data(),
+               a.out + item * a.head_dim);
+      }
+      continue;
+    }
     if constexpr (RawF16) {
       if (c.type == ops::KvType::F16) {
         const KvRowsOffRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, offs};
@@ -150,7 +173,7 @@ HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vro
                                      float* out) {
   float max_s = -INFINITY;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const auto* kj = krow(j, tmp);
+    const auto kj = krow(j, tmp);
     __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t i = 0; i < head_dim; i += 64) {
       for (int a = 0; a < 4; ++a) {
@@ -173,7 +196,7 @@ HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vro
     for (int64_t l = 0; l < n_lanes; ++l) {
       __m512 r[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       for (int64_t j = l; j < n_keys; j += n_lanes) {
-        const auto* vj = vrow(j, tmp) + d0;
+        const auto vj = vrow(j, tmp) + d0;
         const __m512 p = _mm512_set1_ps(scores[j]);
         for (int b = 0; b < 4; ++b) r[b] = _mm512_fmadd_ps(load16(vj + 16 * b), p, r[b]);
       }
@@ -681,14 +704,17 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   for (int64_t s = 0; s < n_seqs; ++s) {
     for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq_[static_cast<size_t>(seqs[s].first_row + t)] = static_cast<int32_t>(s);
   }
-  // Every sequence's key row offsets, once for all heads and queries.
+  // Every sequence's key row offsets, once for all heads and queries (elements; bytes
+  // for q8_0).
+  const int64_t row_units =
+      cache.type == ops::KvType::Q8_0 ? ops::kv_row_bytes(cache.type, cache.n_kv_dim) : cache.n_kv_dim;
   seq_offs_.resize(static_cast<size_t>(n_seqs));
   key_offs_.clear();
   for (int64_t s = 0; s < n_seqs; ++s) {
     seq_offs_[static_cast<size_t>(s)] = static_cast<int64_t>(key_offs_.size());
     const BlockMap map(seqs[s].block_table, cache.block_size);
     const int64_t n_keys = seqs[s].pos0 + seqs[s].n_tokens;
-    for (int64_t j = 0; j < n_keys; ++j) key_offs_.push_back(map.row(j) * cache.n_kv_dim);
+    for (int64_t j = 0; j < n_keys; ++j) key_offs_.push_back(map.row(j) * row_units);
   }
   const AttendArgs args{q,        &cache,   seqs,      row_seq_.data(), key_offs_.data(), seq_offs_.data(),
                         n_head,   n_head_kv, head_dim, max_keys,        scale,             out};

@@ -51,6 +51,7 @@ class CpuBackend final : public ops::Backend {
 
   std::string name() const override;
   bool supports_weight(GgmlType type) const override;
+  bool supports_kv_type(ops::KvType) const override { return true; }
   ops::WeightView prepare_weight(const ops::WeightView& w) override;
   std::unique_ptr<ops::Buffer> alloc(int64_t n_floats) override;
   std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;

@@ -162,7 +162,11 @@ void store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim
               const ops::KvLayer& cache) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t row = slots[t];
-    if (cache.type == ops::KvType::F16) {
+    if (cache.type == ops::KvType::Q8_0) {
+      const int64_t rb = ops::kv_row_bytes(ops::KvType::Q8_0, n_kv_dim);
+      quantize_row_q8_0(k + t * n_kv_dim, static_cast<uint8_t*>(cache.k) + row * rb, n_kv_dim);
+      quantize_row_q8_0(v + t * n_kv_dim, static_cast<uint8_t*>(cache.v) + row * rb, n_kv_dim);
+    } else if (cache.type == ops::KvType::F16) {
       f32_to_f16_row(k + t * n_kv_dim, static_cast<uint16_t*>(cache.k) + row * n_kv_dim, n_kv_dim);
       f32_to_f16_row(v + t * n_kv_dim, static_cast<uint16_t*>(cache.v) + row * n_kv_dim, n_kv_dim);
     } else {
@@ -186,7 +190,15 @@ void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSe
         const int64_t kv_off = (h / group) * head_dim, item = (sq.first_row + t) * n_head + h;
         const int64_t n_keys = sq.pos0 + t + 1;
         const bool single = sq.n_tokens == 1;
-        if (cache.type == ops::KvType::F16) {
+        if (cache.type == ops::KvType::Q8_0) {
+          // q8_0: the key and value rows dequantized one at a time (kv_q8.h), then the
+          // f32 math.
+          const int64_t off = ops::kv_row_bytes(cache.type, kv_off), stride = ops::kv_row_bytes(cache.type, kv_stride);
+          const KvRowsQ8<CvtPlain> kr{static_cast<const uint8_t*>(cache.k) + off, stride, map, head_dim};
+          const KvRowsQ8<CvtPlain> vr{static_cast<const uint8_t*>(cache.v) + off, stride, map, head_dim};
+          ggml_order::attend_one(q + item * head_dim, kr, vr, n_keys, head_dim, scale, single, scores.data(),
+                                 acc.data(), tmp.data(), out + item * head_dim);
+        } else if (cache.type == ops::KvType::F16) {
           const KvRowsF16<CvtPlain> kr{static_cast<const uint16_t*>(cache.k) + kv_off, kv_stride, map, head_dim};
           const KvRowsF16<CvtPlain> vr{static_cast<const uint16_t*>(cache.v) + kv_off, kv_stride, map, head_dim};
           ggml_order::attend_one(q + item * head_dim, kr, vr, n_keys, head_dim, scale, single, scores.data(),
