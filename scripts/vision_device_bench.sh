@@ -23,7 +23,7 @@ summary="$out/vision_summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(parity prepare hearth-cuda hearth-cpu peer-build peer)
-dev=$root/.dev
+dev=${HEARTH_DEV_DIR:-$root/.dev}  # HEARTH_DEV_DIR: another packed folder (e.g. a CPU-only build)
 [ -x "$dev/hearth" ] || tar -C "$dev" -xJf "$dev/bin.tar.xz"
 export LD_LIBRARY_PATH="$dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export HEARTH_SOURCE_DIR="$dev/src"
@@ -69,7 +69,7 @@ PY
       ;;
     peer-build)
       mkdir -p "$work/peer" && tar -C "$work/peer" -xJf "$root/.peer/llama.cpp.tar.xz"
-      (cd "$work/peer/llama.cpp" && cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON \
+      (cd "$work/peer/llama.cpp" && cmake -B build -DGGML_CUDA=${PEER_CUDA:-ON} -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON \
          -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
          -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release >"$work/peer_cmake.txt" 2>&1 &&
        cmake --build build -j "$(nproc)" --target llama-mtmd-cli llama-server >"$work/peer_build.txt" 2>&1)

@@ -175,6 +175,12 @@ json StatusRoute::status(double window_s) {
       count(std::max(0.0, m_.kv_blocks_total.value() - m_.kv_blocks_used.value() - m_.kv_blocks_cached.value()));
   kv["state_snapshots"] = count(m_.state_snapshots.value());
   j["kv"] = std::move(kv);
+  // The disk tier (--kv-disk): zeros and false when the server has none.
+  j["kv_disk"] = json{{"blocks", count(m_.kv_disk_blocks.value())},
+                      {"snapshots", count(m_.kv_disk_snapshots.value())},
+                      {"bytes", count(m_.kv_disk_bytes.value())},
+                      {"hit_tokens", count(m_.kv_disk_hit_tokens.value())},
+                      {"disabled", m_.kv_disk_disabled.value() > 0}};
 
   json pc;
   pc["query_tokens"] = count(now.prefix_queries);

@@ -79,6 +79,10 @@ def test_llama_prefix_from_memory_disk_or_recomputed_gives_the_same_tokens(heart
         assert m["hearth_kv_disk_read_seconds_count"] == 1
         assert m["hearth_kv_disk_blocks"] == len(kv_files(tmp_path / "kv")) > 0
         assert m["hearth_kv_disk_bytes"] > 0 and m["hearth_kv_disk_disabled"] == 0
+        # The web page's status route shows the same tier.
+        disk = requests.get(s.url + "/v1/status", timeout=30).json()["kv_disk"]
+        assert disk["blocks"] == m["hearth_kv_disk_blocks"] and disk["bytes"] == m["hearth_kv_disk_bytes"]
+        assert disk["hit_tokens"] == t["cached_disk_n"] and disk["disabled"] is False
     finally:
         rc, _ = s.stop()
     assert rc == 0

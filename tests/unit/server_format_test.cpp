@@ -53,6 +53,7 @@ Final final_record(const std::string& reason = "stop") {
   f.timings.decode_ms = 20.0;
   f.timings.prompt_n = 10;
   f.timings.cached_n = 4;
+  f.timings.disk_n = 3;
   f.timings.predicted_n = 3;
   return f;
 }
@@ -70,13 +71,14 @@ void expect_timings(const json& t) {
   EXPECT_DOUBLE_EQ(t["queue_ms"].get<double>(), 1.5);
   EXPECT_EQ(t["prompt_n"], 10);
   EXPECT_EQ(t["cached_n"], 4);
+  EXPECT_EQ(t["cached_disk_n"], 3);  // of cached_n, read back from the KV disk tier
   EXPECT_DOUBLE_EQ(t["prompt_ms"].get<double>(), 12.0);
   EXPECT_DOUBLE_EQ(t["prompt_per_second"].get<double>(), 500.0);  // 6 tokens in 12 ms
   EXPECT_EQ(t["predicted_n"], 3);
   EXPECT_DOUBLE_EQ(t["predicted_ms"].get<double>(), 20.0);
   EXPECT_DOUBLE_EQ(t["predicted_per_second"].get<double>(), 100.0);  // 2 gaps in 20 ms
   EXPECT_DOUBLE_EQ(t["ttft_ms"].get<double>(), 14.0);
-  EXPECT_EQ(t.size(), 9u);
+  EXPECT_EQ(t.size(), 10u);
 }
 
 void expect_usage(const json& u) {

@@ -68,6 +68,9 @@ const HearthLive = (() => {
     set("stat-kv-used", fmt.n(kv.blocks_used));
     set("stat-kv-cached", fmt.n(kv.blocks_cached));
     set("stat-kv-free", fmt.n(kv.blocks_free));
+    const disk = s.kv_disk;
+    set("stat-kv-disk", disk.disabled ? "off (disk error)" : disk.blocks || disk.bytes
+      ? `${fmt.n(disk.blocks)} blocks, ${fmt.n(disk.hit_tokens)} prompt tokens read back` : "none");
     const total = kv.blocks_total || 1;
     const bar = $("kv-bar");
     bar.title = `${kv.blocks_used} in use, ${kv.blocks_cached} kept for prefix reuse, ${kv.blocks_free} free of ${kv.blocks_total}`;
