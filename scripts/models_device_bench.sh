@@ -6,7 +6,9 @@
 # --models-dir DIR --max-loaded 1 --device cuda`; llama.cpp: `llama-server --models-dir DIR
 # --models-max 1 -ngl 99` (router mode; its binary from scripts/vision_device_bench.sh's
 # peer-build step). Run from the repository root with .dev/ packed as for that script.
-# Steps (arguments): make | hearth | peer (default: all). Logs and a summary under $OUT.
+# Steps (arguments): make | hearth | peer | memory (default: all but memory). memory: hearth with a
+# --max-device-memory budget that fits one of the two models, its device memory by nvidia-smi
+# (benchmarks/device_memory_check.py). Logs and a summary under $OUT.
 set -u
 root=$(pwd)
 out=${OUT:-$root/out}
@@ -49,6 +51,17 @@ for s in "${steps[@]}"; do
       ;;
     hearth)
       serve_and_time hearth 18095 "$hearth" serve --models-dir "$work/models" --max-loaded 1 --device cuda --port 18095
+      ;;
+    memory)
+      "$hearth" serve --models-dir "$work/models" --max-device-memory 12G --kv-cache-bytes 1G --device cuda \
+        --port 18097 >"$out/memory_server.txt" 2>&1 &
+      pid=$!
+      python3 "$root/benchmarks/device_memory_check.py" http://127.0.0.1:18097 "$pid" qwen35-9b-a qwen35-9b-b \
+        >"$out/memory.json" 2>"$out/memory_client.txt"
+      say "memory: rc=$? $(cat "$out/memory.json") $(tail -2 "$out/memory_client.txt" | tr '\n' ' ')"
+      kill -TERM "$pid" 2>/dev/null
+      wait "$pid"
+      say "memory server: exit $? $(grep -E 'unload|budget|loaded in' "$out/memory_server.txt" | tail -4 | tr '\n' ' ')"
       ;;
     peer)
       serve_and_time llama.cpp 18096 "$peer_bin/llama-server" --models-dir "$work/models" --models-max 1 -ngl 99 \
