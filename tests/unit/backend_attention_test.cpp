@@ -22,15 +22,7 @@ namespace ops = hearth::ops;
 
 using hearth::test::random_floats;
 
-// A pool of n_blocks blocks in `type`, with rows stored through store_kv.
-struct Pool {
-  ops::KvType type;
-  int64_t block_size, n_kv_dim;
-  std::vector<float> k, v;  // raw storage (f16 uses half of it)
-  Pool(ops::KvType t, int64_t bs, int64_t n_blocks, int64_t dim)
-      : type(t), block_size(bs), n_kv_dim(dim), k(static_cast<size_t>(n_blocks * bs * dim), -7.0f), v(k) {}
-  ops::KvLayer layer() { return {k.data(), v.data(), type, block_size, n_kv_dim}; }
-};
+using Pool = hearth::test::KvTestPool;
 
 // Writes positions [0, n) of one sequence with keys/values from kv_src rows through its table.
 void fill(cpu::CpuBackend& be, Pool& p, const std::vector<int32_t>& table, const std::vector<float>& ks,

@@ -29,17 +29,7 @@ namespace ops = hearth::ops;
 
 using hearth::test::random_floats;
 
-// A pool of n_blocks blocks of `type` in plain host memory.
-struct Pool {
-  ops::KvType type;
-  int64_t block_size, n_kv_dim;
-  std::vector<float> k, v;
-  Pool(ops::KvType t, int64_t bs, int64_t n_blocks, int64_t dim)
-      : type(t), block_size(bs), n_kv_dim(dim),
-        k(static_cast<size_t>((n_blocks * bs * ops::kv_row_bytes(t, dim) + 3) / 4), -7.0f), v(k) {}
-  ops::KvLayer layer() { return {k.data(), v.data(), type, block_size, n_kv_dim}; }
-  int64_t row_bytes() const { return ops::kv_row_bytes(type, n_kv_dim); }
-};
+using Pool = hearth::test::KvTestPool;
 
 std::vector<int32_t> slots_of(const std::vector<int32_t>& table, int64_t bs, int64_t n) {
   std::vector<int32_t> slots(static_cast<size_t>(n));

@@ -36,4 +36,17 @@ inline QuantWeight quantize_weight(GgmlType type, const std::vector<float>& valu
   return w;
 }
 
+// A KV pool of n_blocks blocks of `type` in plain host memory, every byte -7.0f's pattern to
+// start with (rows are written through the back-end's store_kv).
+struct KvTestPool {
+  ops::KvType type;
+  int64_t block_size, n_kv_dim;
+  std::vector<float> k, v;
+  KvTestPool(ops::KvType t, int64_t bs, int64_t n_blocks, int64_t dim)
+      : type(t), block_size(bs), n_kv_dim(dim),
+        k(static_cast<size_t>((n_blocks * bs * ops::kv_row_bytes(t, dim) + 3) / 4), -7.0f), v(k) {}
+  ops::KvLayer layer() { return {k.data(), v.data(), type, block_size, n_kv_dim}; }
+  int64_t row_bytes() const { return ops::kv_row_bytes(type, n_kv_dim); }
+};
+
 }  // namespace hearth::test
