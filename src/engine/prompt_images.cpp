@@ -91,16 +91,29 @@ PromptImage prepare_image(std::string_view bytes, const std::string& where, cons
 
 void encode_prompt_images(model::VisionEncoder& enc, int64_t n_prompt, const std::vector<PromptImage>& images,
                           std::vector<float>& embd, model::SeqMedia& media) {
+  const auto job = start_prompt_images(enc, images);
+  while (!enc.advance(*job, enc.n_units())) {
+  }
+  finish_prompt_images(enc, *job, n_prompt, images, embd, media);
+}
+
+std::unique_ptr<model::VisionEncoder::Job> start_prompt_images(model::VisionEncoder& enc,
+                                                               const std::vector<PromptImage>& images) {
   std::vector<const vision::Patches*> ps;
+  for (const PromptImage& img : images) ps.push_back(img.patches.get());
+  return enc.start(ps);
+}
+
+void finish_prompt_images(model::VisionEncoder& enc, model::VisionEncoder::Job& job, int64_t n_prompt,
+                          const std::vector<PromptImage>& images, std::vector<float>& embd, model::SeqMedia& media) {
   std::vector<model::ImageGrid> grids;
   const int64_t m = enc.hparams().merge;
   for (const PromptImage& img : images) {
-    ps.push_back(img.patches.get());
     grids.push_back({img.first_row, img.patches->grid_t, img.patches->grid_h / m, img.patches->grid_w / m});
     if (grids.back().n_tokens() != img.n_tokens)
       fail(ErrorKind::kInternal, "vision", img.where + ": the image's rows disagree with its grid");
   }
-  embd = enc.encode(ps);
+  embd = enc.result(job);
   const int64_t width = enc.hparams().n_out;
   int64_t off = 0;
   media.spans.clear();

@@ -55,4 +55,12 @@ PromptImage prepare_image(std::string_view bytes, const std::string& where, cons
 void encode_prompt_images(model::VisionEncoder& enc, int64_t n_prompt, const std::vector<PromptImage>& images,
                           std::vector<float>& embd, model::SeqMedia& media);
 
+// The same in steps (the server's engine runs other work between them): start the
+// encoder's job (images must outlive it), advance it with VisionEncoder::advance, then
+// finish: the embeddings and positions as encode_prompt_images gives them.
+std::unique_ptr<model::VisionEncoder::Job> start_prompt_images(model::VisionEncoder& enc,
+                                                               const std::vector<PromptImage>& images);
+void finish_prompt_images(model::VisionEncoder& enc, model::VisionEncoder::Job& job, int64_t n_prompt,
+                          const std::vector<PromptImage>& images, std::vector<float>& embd, model::SeqMedia& media);
+
 }  // namespace hearth::engine

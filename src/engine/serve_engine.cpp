@@ -80,6 +80,12 @@ struct ServeEngine::Live {
   }
 };
 
+struct ServeEngine::Encoding {
+  std::unique_ptr<SeqSlot> seq;
+  std::unique_ptr<Live> live;
+  std::unique_ptr<model::VisionEncoder::Job> job;
+};
+
 ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok, EngineConfig config,
                          EngineObserver* observer)
     : model_(model),
@@ -212,16 +218,19 @@ void ServeEngine::loop() {
         if (stop_) break;
         // Idle: nothing running, and nothing waiting but requests whose disk reads are out.
         const auto& w = scheduler_.waiting();
-        if (incoming_.empty() && !disk_ready_ && scheduler_.running().empty() &&
+        if (incoming_.empty() && !disk_ready_ && encoding_.empty() && scheduler_.running().empty() &&
             std::all_of(w.begin(), w.end(), [](const auto& s) { return s->gated; })) {
           cv_.wait_for(lock, std::chrono::milliseconds(100));
           if (stop_) break;
         }
       }
       take_incoming();
+      encode_slice();
       disk_install();
       drop_cancelled();
+      const auto t_step = Clock::now();
       step();
+      if (!scheduler_.running().empty()) step_ms_ = ms_between(t_step, Clock::now());
     }
     fail_all("the server is shutting down");
   } catch (const std::exception& e) {
@@ -267,9 +276,8 @@ void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel
   seq->id = next_id_++;
   seq->tokens = req.images.empty() ? req.prompt : prompt_key_tokens(req.prompt, req.images);
   seq->n_prompt = static_cast<int32_t>(req.prompt.size());
-  std::vector<float> embd;
-  model::SeqMedia media;
-  if (!req.images.empty()) encode_images(req, embd, media);
+  if (!req.images.empty() && (vision_ == nullptr || !model_.takes_images()))
+    fail(ErrorKind::kInvalidInput, "engine", "this model takes text only (no vision encoder)");
   if (scheduler_.config().recurrent) {
     // Message boundaries for state snapshots: where the chat template's control tokens
     // (turn markers) sit in the prompt.
@@ -285,11 +293,16 @@ void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel
   if (!config_.faults.empty()) fault = match_fault(config_.faults, tok_.decode(req.prompt));
   auto live = std::make_unique<Live>(std::move(req), ch, tok_);
   live->fault = std::move(fault);
-  if (!embd.empty()) {
-    // The spans point into the embeddings' buffer, which moves into Live unchanged.
-    live->embd = std::move(embd);
-    live->media = std::move(media);
+  if (!live->request.images.empty()) {
+    Encoding e{std::move(seq), std::move(live), nullptr};
+    e.job = start_prompt_images(*vision_, e.live->request.images);
+    encoding_.push_back(std::move(e));
+    return;
   }
+  queue_seq(std::move(seq), std::move(live));
+}
+
+void ServeEngine::queue_seq(std::unique_ptr<SeqSlot> seq, std::unique_ptr<Live> live) {
   disk_prefetch(*seq);
   const uint64_t id = seq->id;
   live_.emplace(id, std::move(live));
@@ -301,10 +314,47 @@ void ServeEngine::admit_one(GenRequest req, const std::shared_ptr<RequestChannel
   }
 }
 
-void ServeEngine::encode_images(const GenRequest& req, std::vector<float>& embd, model::SeqMedia& media) {
-  if (vision_ == nullptr || !model_.takes_images())
-    fail(ErrorKind::kInvalidInput, "engine", "this model takes text only (no vision encoder)");
-  encode_prompt_images(*vision_, static_cast<int64_t>(req.prompt.size()), req.images, embd, media);
+void ServeEngine::encode_slice() {
+  if (encoding_.empty()) return;
+  Encoding& e = encoding_.front();
+  Live& live = *e.live;
+  const int32_t n_prompt = e.seq->n_prompt;
+  if (live.channel->cancelled()) {
+    Final f;
+    f.finish_reason = "cancelled";
+    f.error = "the request was cancelled";
+    f.prompt_tokens = n_prompt;
+    f.timings.prompt_n = n_prompt;
+    f.timings.queue_ms = ms_between(live.channel->created, Clock::now());
+    if (observer_ != nullptr) observer_->on_finish(f);
+    live.channel->finish(std::move(f));
+    encoding_.pop_front();
+    return;
+  }
+  const bool alone = scheduler_.running().empty();
+  const auto t0 = Clock::now();
+  try {
+    bool done = false;
+    do {
+      done = vision_->advance(*e.job, 1);
+    } while (!done && (alone || ms_between(t0, Clock::now()) < step_ms_));
+    if (!done) return;
+    // The spans point into the embeddings' buffer, which stays in Live unmoved.
+    finish_prompt_images(*vision_, *e.job, n_prompt, live.request.images, live.embd, live.media);
+  } catch (const std::exception& ex) {
+    reject(live.channel, n_prompt, request_fault("the image encoding", ex));
+    encoding_.pop_front();
+    return;
+  }
+  Encoding done = std::move(e);
+  encoding_.pop_front();
+  done.job.reset();  // its device buffers go back before the sequence takes KV blocks
+  const std::shared_ptr<RequestChannel> ch = done.live->channel;
+  try {
+    queue_seq(std::move(done.seq), std::move(done.live));
+  } catch (const std::exception& ex) {
+    reject(ch, n_prompt, request_fault("the request's setup", ex));
+  }
 }
 
 void ServeEngine::reject(std::shared_ptr<RequestChannel> channel, int32_t n_prompt, const std::string& error) {
@@ -376,6 +426,17 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
 
 void ServeEngine::fail_all(const std::string& error, const std::string& reason) {
   take_incoming();
+  for (Encoding& e : encoding_) {
+    Final f;
+    f.finish_reason = reason;
+    f.error = error;
+    f.prompt_tokens = e.seq->n_prompt;
+    f.timings.prompt_n = e.seq->n_prompt;
+    f.timings.queue_ms = ms_between(e.live->channel->created, Clock::now());
+    if (observer_ != nullptr) observer_->on_finish(f);
+    e.live->channel->finish(std::move(f));
+  }
+  encoding_.clear();
   std::vector<uint64_t> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
   for (uint64_t id : ids) end(id, reason, error);
@@ -543,7 +604,7 @@ void ServeEngine::step() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.running = static_cast<int32_t>(scheduler_.running().size());
-  stats_.waiting = static_cast<int32_t>(scheduler_.waiting().size());
+  stats_.waiting = static_cast<int32_t>(scheduler_.waiting().size() + encoding_.size());
   stats_.kv_blocks_used = blocks_.n_used();
   stats_.kv_blocks_cached = blocks_.n_cached();
   stats_.state_snapshots = scheduler_.n_snapshots_held();

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -128,9 +129,16 @@ class ServeEngine {
   // Makes the engine-side state of one incoming request and queues its sequence; throws
   // (leaving nothing behind) when that fails.
   void admit_one(GenRequest req, const std::shared_ptr<RequestChannel>& ch);
-  // The images' embeddings (vision encoder) and the prompt's positions; throws when the
-  // model takes no images or the encoder fails.
-  void encode_images(const GenRequest& req, std::vector<float>& embd, model::SeqMedia& media);
+  // Queues an admitted sequence (its disk reads planned); leaves nothing behind when it throws.
+  void queue_seq(std::unique_ptr<SeqSlot> seq, std::unique_ptr<Live> live);
+  // Requests with images are encoded before they are queued, in arrival order, between
+  // steps (encode_slice): with sequences running, each turn runs the front request's next
+  // vision blocks for about as long as the last step took (at least one block), so the
+  // running sequences keep at least half their speed however large the image; with
+  // nothing running, the whole encoding at once. A failed or cancelled encoding ends its
+  // request alone.
+  struct Encoding;
+  void encode_slice();
   void drop_cancelled();
   void step();
   enum class RowEnd { kNone, kStop, kLength, kError };
@@ -192,6 +200,8 @@ class ServeEngine {
   int64_t disk_layer_floats_ = 0;  // one layer's K (or V) buffer, in floats
   bool disk_ready_ = false;        // a read finished (guarded by mu_): wakes the loop
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
+  std::list<Encoding> encoding_;  // requests whose images are being encoded
+  double step_ms_ = 0;            // the last step's time (the encoder's slice)
   std::vector<float> logits_;
   // HEARTH_ENGINE_TIMING=1: where the engine thread's steps spend their time (planning
   // and state copies, the forward pass with the logits' copy to the host, sampling and

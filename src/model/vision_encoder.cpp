@@ -186,8 +186,16 @@ void VisionEncoder::position_rows(int64_t gh, int64_t gw, float* out) const {
 }
 
 std::vector<float> VisionEncoder::encode(const std::vector<const vision::Patches*>& images) {
-  const int64_t E = hp_.n_embd, F = hp_.n_ff, H = hp_.n_head, D = hp_.head_dim, m = hp_.merge;
+  const auto job = start(images);
+  while (!advance(*job, n_units())) {
+  }
+  return result(*job);
+}
+
+std::unique_ptr<VisionEncoder::Job> VisionEncoder::start(const std::vector<const vision::Patches*>& images) {
+  const int64_t E = hp_.n_embd, F = hp_.n_ff, m = hp_.merge;
   const int64_t pf = hp_.patch_floats();
+  auto job = std::make_unique<Job>();
   int64_t n = 0;
   for (size_t i = 0; i < images.size(); ++i) {
     const vision::Patches& p = *images[i];
@@ -199,20 +207,31 @@ std::vector<float> VisionEncoder::encode(const std::vector<const vision::Patches
                std::to_string(pf) + " floats per patch, grid a multiple of " + std::to_string(m) + ")");
     n += p.n_patches();
   }
-  if (n == 0) return {};
-  const int64_t n_merged = n / (m * m);
+  job->n = n;
+  job->n_merged = n / (m * m);
+  if (n == 0) {
+    job->done = true;
+    return job;
+  }
 
   // Host side: the patches, the resampled position rows, the rotary positions, the segments.
   std::vector<float> host(static_cast<size_t>(n * std::max(pf, E)));
-  std::vector<int32_t> pos3(static_cast<size_t>(n * 3)), pos1(static_cast<size_t>(n));
-  std::vector<ops::FullAttentionSeg> segs;
-  auto x = be_.alloc(n * E), cur = be_.alloc(n * E), q = be_.alloc(n * E), k = be_.alloc(n * E),
-       v = be_.alloc(n * E), att = be_.alloc(n * E), ff = be_.alloc(n * std::max(F, E)),
-       inp = be_.alloc(n * pf);
+  job->pos3.resize(static_cast<size_t>(n * 3));
+  job->pos1.resize(static_cast<size_t>(n));
+  std::vector<int32_t>& pos3 = job->pos3;
+  std::vector<int32_t>& pos1 = job->pos1;
+  job->x = be_.alloc(n * E);
+  job->cur = be_.alloc(n * E);
+  job->q = be_.alloc(n * E);
+  job->k = be_.alloc(n * E);
+  job->v = be_.alloc(n * E);
+  job->att = be_.alloc(n * E);
+  job->ff = be_.alloc(n * std::max(F, E));
+  auto inp = be_.alloc(n * pf);
   int64_t row = 0;
   for (const vision::Patches* p : images) {
     std::memcpy(&host[row * pf], p->data.data(), p->data.size() * sizeof(float));
-    segs.push_back({row, p->n_patches()});
+    job->segs.push_back({row, p->n_patches()});
     int64_t r = row;
     for (int64_t t = 0; t < p->grid_t; ++t)
       for (int64_t bh = 0; bh < p->grid_h / m; ++bh)
@@ -226,10 +245,12 @@ std::vector<float> VisionEncoder::encode(const std::vector<const vision::Patches
             }
     row += p->n_patches();
   }
+  float* x = job->x->data();
+  float* cur = job->cur->data();
   be_.begin_step(0);  // many ops, run as they come (no recorded step)
   be_.copy_from_host(host.data(), n * pf, *inp, 0);
-  be_.matmul(patch_w_, inp->data(), n, x->data());
-  be_.add_bias(x->data(), patch_b_, n);
+  be_.matmul(patch_w_, inp->data(), n, x);
+  be_.add_bias(x, patch_b_, n);
   row = 0;
   for (const vision::Patches* p : images) {
     const int64_t per_frame = int64_t{p->grid_h} * p->grid_w;
@@ -238,9 +259,17 @@ std::vector<float> VisionEncoder::encode(const std::vector<const vision::Patches
       std::memcpy(&host[(row + t * per_frame) * E], &host[row * E], per_frame * E * sizeof(float));
     row += p->n_patches();
   }
-  be_.copy_from_host(host.data(), n * E, *cur, 0);
-  be_.add(x->data(), cur->data(), n * E);
+  be_.copy_from_host(host.data(), n * E, *job->cur, 0);
+  be_.add(x, cur, n * E);
+  return job;
+}
 
+bool VisionEncoder::advance(Job& job, int64_t units) {
+  if (job.done) return true;
+  const int64_t E = hp_.n_embd, F = hp_.n_ff, H = hp_.n_head, D = hp_.head_dim;
+  const int64_t n = job.n, n_merged = job.n_merged;
+  float *x = job.x->data(), *cur = job.cur->data(), *q = job.q->data(), *k = job.k->data(), *v = job.v->data(),
+        *att = job.att->data(), *ff = job.ff->data();
   ops::RopeParams rope;
   rope.n_rot = D;
   rope.freq_base = hp_.rope_theta;
@@ -248,42 +277,60 @@ std::vector<float> VisionEncoder::encode(const std::vector<const vision::Patches
   rope.multi = ops::RopeMulti::kVision;
   rope.sections[0] = static_cast<int32_t>(D / 4);
   rope.sections[1] = static_cast<int32_t>(D / 4);
-  rope.pos3 = pos3.data();
+  rope.pos3 = job.pos3.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (const Block& b : blocks_) {
-    be_.layer_norm(x->data(), b.ln1_w, b.ln1_b, n, E, hp_.eps, cur->data());
+  be_.begin_step(0);  // (other work may have opened a step of its own since the last call)
+  const auto n_blocks = static_cast<int64_t>(blocks_.size());
+  for (; units > 0 && job.next < n_blocks; --units, ++job.next) {
+    const Block& b = blocks_[static_cast<size_t>(job.next)];
+    be_.layer_norm(x, b.ln1_w, b.ln1_b, n, E, hp_.eps, cur);
     const ops::WeightView* ws[3] = {&b.q, &b.k, &b.v};
-    float* ys[3] = {q->data(), k->data(), v->data()};
-    be_.matmul_multi(ws, 3, cur->data(), n, ys);
-    be_.add_bias(q->data(), b.q_b, n);
-    be_.add_bias(k->data(), b.k_b, n);
-    be_.add_bias(v->data(), b.v_b, n);
-    be_.rope(q->data(), n, H, D, pos1.data(), rope);
-    be_.rope(k->data(), n, H, D, pos1.data(), rope);
-    be_.attention_full(q->data(), k->data(), v->data(), segs.data(), static_cast<int64_t>(segs.size()), H, D, scale,
-                       att->data());
-    be_.matmul(b.out, att->data(), n, cur->data());
-    be_.add_bias(cur->data(), b.out_b, n);
-    be_.add(x->data(), cur->data(), n * E);
-    be_.layer_norm(x->data(), b.ln2_w, b.ln2_b, n, E, hp_.eps, cur->data());
-    be_.matmul(b.up, cur->data(), n, ff->data());
-    be_.add_bias(ff->data(), b.up_b, n);
-    be_.gelu(ff->data(), n * F, true);
-    be_.matmul(b.down, ff->data(), n, cur->data());
-    be_.add_bias(cur->data(), b.down_b, n);
-    be_.add(x->data(), cur->data(), n * E);
+    float* ys[3] = {q, k, v};
+    be_.matmul_multi(ws, 3, cur, n, ys);
+    be_.add_bias(q, b.q_b, n);
+    be_.add_bias(k, b.k_b, n);
+    be_.add_bias(v, b.v_b, n);
+    be_.rope(q, n, H, D, job.pos1.data(), rope);
+    be_.rope(k, n, H, D, job.pos1.data(), rope);
+    be_.attention_full(q, k, v, job.segs.data(), static_cast<int64_t>(job.segs.size()), H, D, scale, att);
+    be_.matmul(b.out, att, n, cur);
+    be_.add_bias(cur, b.out_b, n);
+    be_.add(x, cur, n * E);
+    be_.layer_norm(x, b.ln2_w, b.ln2_b, n, E, hp_.eps, cur);
+    be_.matmul(b.up, cur, n, ff);
+    be_.add_bias(ff, b.up_b, n);
+    be_.gelu(ff, n * F, true);
+    be_.matmul(b.down, ff, n, cur);
+    be_.add_bias(cur, b.down_b, n);
+    be_.add(x, cur, n * E);
   }
-  // The merger: LayerNorm per patch, then each window's m * m patches as one row.
-  be_.layer_norm(x->data(), post_w_, post_b_, n, E, hp_.eps, cur->data());
-  be_.matmul(mm0_, cur->data(), n_merged, q->data());
-  be_.add_bias(q->data(), mm0_b_, n_merged);
-  be_.gelu(q->data(), n_merged * 4 * E, false);
-  auto out = be_.alloc(n_merged * hp_.n_out);
-  be_.matmul(mm2_, q->data(), n_merged, out->data());
-  be_.add_bias(out->data(), mm2_b_, n_merged);
-  std::vector<float> result(static_cast<size_t>(n_merged * hp_.n_out));
-  be_.copy_to_host(*out, 0, n_merged * hp_.n_out, result.data());
-  return result;
+  if (units > 0 && job.next == n_blocks) {
+    // The merger: LayerNorm per patch, then each window's m * m patches as one row.
+    be_.layer_norm(x, post_w_, post_b_, n, E, hp_.eps, cur);
+    be_.matmul(mm0_, cur, n_merged, q);
+    be_.add_bias(q, mm0_b_, n_merged);
+    be_.gelu(q, n_merged * hp_.merge * hp_.merge * E, false);
+    job.out = be_.alloc(n_merged * hp_.n_out);
+    be_.matmul(mm2_, q, n_merged, job.out->data());
+    be_.add_bias(job.out->data(), mm2_b_, n_merged);
+    ++job.next;
+    job.done = true;
+    // The block buffers are no longer needed: give their memory back now.
+    job.x.reset();
+    job.cur.reset();
+    job.q.reset();
+    job.k.reset();
+    job.v.reset();
+    job.att.reset();
+    job.ff.reset();
+  }
+  return job.done;
 }
 
+std::vector<float> VisionEncoder::result(Job& job) {
+  if (!job.done) fail(ErrorKind::kInternal, "vision", "result() of an encoding that is not done");
+  std::vector<float> result(static_cast<size_t>(job.n_merged * hp_.n_out));
+  if (job.out) be_.copy_to_host(*job.out, 0, job.n_merged * hp_.n_out, result.data());
+  return result;
+}
 }  // namespace hearth::model

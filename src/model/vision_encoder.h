@@ -55,6 +55,24 @@ class VisionEncoder {
   // Throws Error(kInvalidInput) for patches of another shape than the model's.
   std::vector<float> encode(const std::vector<const vision::Patches*>& images);
 
+  // The same encoding in steps, so that a server can run other work between them (the
+  // bits are those of encode()). start() checks the patches (throwing as encode() does) and
+  // uploads them; each advance() runs the next `units` of the n_units() units (the blocks,
+  // then the merger) and says whether the job is done; result() then gives the embeddings.
+  // The patches must outlive the job; the job must not outlive the encoder.
+  struct Job {
+    int64_t n = 0, n_merged = 0;  // patches, output rows
+    std::vector<int32_t> pos3, pos1;  // the RoPE positions the blocks read (host memory)
+    std::vector<ops::FullAttentionSeg> segs;
+    std::unique_ptr<ops::Buffer> x, cur, q, k, v, att, ff, out;
+    int64_t next = 0;  // the next unit: block `next`, or the merger after the last block
+    bool done = false;
+  };
+  std::unique_ptr<Job> start(const std::vector<const vision::Patches*>& images);
+  bool advance(Job& job, int64_t units);
+  int64_t n_units() const { return static_cast<int64_t>(blocks_.size()) + 1; }
+  std::vector<float> result(Job& job);
+
  private:
   struct Block {
     ops::WeightView ln1_w, ln1_b, ln2_w, ln2_b;

@@ -32,6 +32,32 @@ TEST(VisionEncoder, RefusesPatchesOfAnotherShape) {
   EXPECT_THROW(enc.encode({&p}), hearth::Error);
 }
 
+// The server's stepped encoding (start, advance one unit at a time, result) gives the bits
+// of encode(), for two images of different sizes in one job, and a job can stay open while
+// another encoding runs to completion on the same encoder.
+TEST(VisionEncoder, SteppedEncodingEqualsOneShot) {
+  hearth::cpu::CpuBackend be(2);
+  Fixture fx;
+  const auto proj = hearth::convert::open_projector(kDir + "vision_moe");
+  ASSERT_TRUE(proj.has_value());
+  model::VisionEncoder enc(*proj, be);
+  const std::vector<const vision::Patches*> both = {&fx.patches.at("a"), &fx.patches.at("b")};
+  const std::vector<float> want = enc.encode(both);
+  const std::vector<float> want_a = enc.encode({&fx.patches.at("a")});
+  ASSERT_FALSE(want.empty());
+  const auto job = enc.start(both);
+  EXPECT_GE(enc.n_units(), 3);  // the fixture's 2 blocks and the merger
+  int64_t steps = 0;
+  while (!enc.advance(*job, 1)) {
+    ++steps;
+    // Other work on the same back-end between the steps (as the engine's decode steps are).
+    EXPECT_EQ(enc.encode({&fx.patches.at("a")}), want_a);
+  }
+  EXPECT_EQ(steps + 1, enc.n_units());
+  EXPECT_EQ(enc.result(*job), want);
+  EXPECT_TRUE(enc.advance(*job, 1));  // a finished job stays finished
+}
+
 TEST(MropePositions, MatchGetRopeIndex) {
   Fixture fx;
   for (const auto& pr : fx.rec.at("prompts")) {
