@@ -40,7 +40,7 @@ BALANCER_DEFAULTS = {
     "stats_bind": "127.0.0.1:8404",  # the balancer's /metrics (Prometheus) and /stats page
     "stats_socket": "",          # HAProxy's admin socket (empty: none)
     "affinity": True,            # false: round robin (no affinity), for comparison
-    "balance_factor": 200,       # hash-balance-factor: a replica takes up to this % of the average load
+    "spill_at": 0,               # requests on a replica from which its new ones go elsewhere (0: 2 x max_seqs)
     "prompt_bytes": 4096,        # bytes of each prompt field hashed when no key is sent
     "bufsize": 262144,           # tune.bufsize: largest request hashed whole and retried
     "timeout_s": 600,            # longest request (client and server side)
@@ -48,7 +48,7 @@ BALANCER_DEFAULTS = {
     "maxconn": 4096,             # connections the balancer takes in all
     "log_level": "info",         # "info": one line per request on stdout; "notice": none
 }
-REPLICA_DEFAULTS = {"host": "127.0.0.1", "device": "auto", "weight": 100, "args": []}
+REPLICA_DEFAULTS = {"host": "127.0.0.1", "device": "auto", "args": []}
 
 
 class ListError(ValueError):
@@ -99,15 +99,16 @@ def load_list(source):
     b = cfg["balancer"]
     _check_host_port(b["bind"], f"{where}: balancer.bind")
     _check_host_port(b["stats_bind"], f"{where}: balancer.stats_bind")
-    if not isinstance(b["balance_factor"], int) or b["balance_factor"] < 101:
-        raise ListError(f"{where}: balancer.balance_factor must be an integer > 100 (a percentage of the average "
-                        f"load), got {b['balance_factor']!r}")
     admits = cfg["max_seqs"] + cfg["max_queue"]
     if not b["maxconn_per_replica"]:
         b["maxconn_per_replica"] = admits
     if not isinstance(b["maxconn_per_replica"], int) or not 0 < b["maxconn_per_replica"] <= admits:
         raise ListError(f"{where}: balancer.maxconn_per_replica must be in [1, max_seqs + max_queue = {admits}] "
                         f"(above it a replica answers 429, which HAProxy 2.6 cannot retry elsewhere)")
+    if not b["spill_at"]:
+        b["spill_at"] = min(2 * cfg["max_seqs"], b["maxconn_per_replica"])
+    if not isinstance(b["spill_at"], int) or not 0 < b["spill_at"] <= b["maxconn_per_replica"]:
+        raise ListError(f"{where}: balancer.spill_at must be in [1, maxconn_per_replica = {b['maxconn_per_replica']}]")
     reps = raw.get("replicas")
     if not isinstance(reps, list) or not reps:
         raise ListError(f"{where}: 'replicas' must be a non-empty list")
@@ -130,8 +131,6 @@ def load_list(source):
             raise ListError(f"{at} ({name}): 'port' must be an integer in [1, 65535], got {r.get('port')!r}")
         if (r["host"], r["port"]) in addrs:
             raise ListError(f"{at} ({name}): {r['host']}:{r['port']} is used twice")
-        if not isinstance(r["weight"], int) or not 1 <= r["weight"] <= 256:
-            raise ListError(f"{at} ({name}): 'weight' must be an integer in [1, 256]")
         names.add(name)
         addrs.add((r["host"], r["port"]))
         cfg["replicas"].append(r)
@@ -146,23 +145,50 @@ def replica_command(cfg, r):
             "--drain-seconds", f"{cfg['drain_seconds']:g}", *cfg["serve_args"], *r["args"]]
 
 
+def affinity_rules(cfg):
+    """The backend's routing by affinity key: rendezvous hashing written out as HAProxy
+    rules, one group per replica (HAProxy's own consistent hash cannot leave a busy replica
+    for the least loaded one: its only load bound, hash-balance-factor, is relative to the
+    average load, and moves the second of two conversations of an idle replica)."""
+    be = "hearth_replicas"
+    out = ["  # No key, or the key's replica is busy or down: the least loaded replica.",
+           "  balance leastconn",
+           "  # The key's 64-bit hash, then one 32-bit hash of (replica, key) per replica that is up;",
+           "  # the highest wins (txn.best).",
+           "  http-request set-var(txn.kh) var(txn.key),xxh64 if { var(txn.key) -m found }"]
+    for r in cfg["replicas"]:
+        n = r["name"]
+        out.append(f"  http-request set-var(txn.h_{n}) str({n}:),concat(,txn.kh,),xxh32 "
+                   f"if {{ var(txn.kh) -m found }} {{ srv_is_up({be}/{n}) }}")
+    for r in cfg["replicas"]:
+        n = r["name"]
+        out += [f"  http-request set-var(txn.win) bool(1) if {{ var(txn.h_{n}) -m found }} !{{ var(txn.bh) -m found }}",
+                f"  http-request set-var(txn.win) bool(1) if {{ var(txn.h_{n}),sub(txn.bh) gt 0 }}",
+                f"  http-request set-var(txn.best) str({n}) if {{ var(txn.win) -m bool }}",
+                f"  http-request set-var(txn.bh) var(txn.h_{n}) if {{ var(txn.win) -m bool }}",
+                "  http-request unset-var(txn.win)"]
+    spill = cfg["balancer"]["spill_at"]
+    out.append(f"  # Spill: the key's replica with {spill} requests on it already (balancer.spill_at) is skipped.")
+    for r in cfg["replicas"]:
+        n = r["name"]
+        out.append(f"  use-server {n} if {{ var(txn.best) -m str {n} }} {{ srv_conn({be}/{n}) lt {spill} }}")
+    return out
+
+
 def render_haproxy(cfg, affinity=None):
     """The HAProxy configuration; `affinity` overrides balancer.affinity."""
     b = cfg["balancer"]
     on = b["affinity"] if affinity is None else affinity
     if on:
-        balance = ("  balance hash var(txn.key)\n"
-                   "  hash-type consistent\n"
-                   f"  hash-balance-factor {b['balance_factor']}")
+        balance = "\n".join(affinity_rules(cfg))
     else:
         balance = "  balance roundrobin"
-    servers = "\n".join(f"  server {r['name']} {r['host']}:{r['port']} weight {r['weight']}"
-                        for r in cfg["replicas"])
+    servers = "\n".join(f"  server {r['name']} {r['host']}:{r['port']}" for r in cfg["replicas"])
     values = {
         "SOURCE": cfg.get("_source", "the list"), "LOG_LEVEL": b["log_level"], "MAXCONN_TOTAL": b["maxconn"],
         "BUFSIZE": b["bufsize"], "TIMEOUT_S": b["timeout_s"], "STATS_BIND": b["stats_bind"], "BIND": b["bind"],
         "PROMPT_BYTES": b["prompt_bytes"], "BALANCE": balance, "MAXCONN": b["maxconn_per_replica"],
-        "SERVERS": servers,
+        "SERVERS": servers, "SPILL_AT": b["spill_at"],
     }
     text = TEMPLATE.read_text()
     sock = b["stats_socket"]
