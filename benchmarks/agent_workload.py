@@ -54,7 +54,7 @@ def first_messages(conv, tag, system=True):
     if system:
         msgs.append({"role": "system", "content": f"You are coding agent {conv} of run {tag}. "
                      f"Project {rng.choice(WORDS)}-{rng.randrange(10**6)}: answer in one short line."})
-    msgs.append({"role": "user", "content": f"Task {tag}-{conv}: look at the repository.\n" + tool_result(rng, 4)})
+    msgs.append({"role": "user", "content": f"Task {tag}-{conv}: look at the repository.\n" + tool_result(rng, 3)})
     return msgs
 
 
@@ -113,7 +113,7 @@ def run_conversation(client, conv, tag, turns, max_tokens, retries=0, headers=No
         else:
             return c  # gave up on this conversation
         c.messages.append({"role": "assistant", "content": reply or "ok"})
-        c.messages.append({"role": "user", "content": f"Step {k + 1} result:\n" + tool_result(rng, 3)})
+        c.messages.append({"role": "user", "content": f"Step {k + 1} result:\n" + tool_result(rng, 2)})
     return c
 
 

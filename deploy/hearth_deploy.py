@@ -229,8 +229,10 @@ RestartSec=2
 [Install]
 WantedBy=hearth.target
 """
-    units["hearth.target"] = """[Unit]
+    wants = " ".join(f"hearth-{r['name']}.service" for r in cfg["replicas"])
+    units["hearth.target"] = f"""[Unit]
 Description=Hearth replicas (start or stop them all: systemctl start hearth.target)
+Wants={wants}
 
 [Install]
 WantedBy=multi-user.target
