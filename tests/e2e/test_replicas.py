@@ -145,15 +145,22 @@ class Balancer:
             time.sleep(0.1)
 
 
+def replica_list(hearth_bin, model, replicas):
+    """The list deploy/hearth_deploy.py reads, for these running replicas (and a free port for
+    the balancer and its stats)."""
+    return deploy.load_list({
+        "hearth": str(hearth_bin), "model": str(model), "max_seqs": 8, "max_queue": 64,
+        "drain_seconds": DRAIN_S, "serve_args": REPLICA_ARGS,
+        "balancer": {"bind": f"127.0.0.1:{free_port()}", "stats_bind": f"127.0.0.1:{free_port()}",
+                     "log_level": "notice"},
+        "replicas": [{"name": r.name, "port": r.port, "device": "cpu"} for r in replicas]})
+
+
 class Cluster:
     def __init__(self, hearth_bin, model, workdir):
+        self.hearth_bin, self.model = hearth_bin, model
         self.replicas = [Replica(hearth_bin, model, f"r{i}", free_port()) for i in range(3)]
-        self.cfg = deploy.load_list({
-            "hearth": str(hearth_bin), "model": str(model), "max_seqs": 8, "max_queue": 64,
-            "drain_seconds": DRAIN_S, "serve_args": REPLICA_ARGS,
-            "balancer": {"bind": f"127.0.0.1:{free_port()}", "stats_bind": f"127.0.0.1:{free_port()}",
-                         "log_level": "notice"},
-            "replicas": [{"name": r.name, "port": r.port, "device": "cpu"} for r in self.replicas]})
+        self.cfg = replica_list(hearth_bin, model, self.replicas)
         self.balancer = Balancer(self.cfg, workdir)
         self.balancer.start(affinity=True)
         self.url = self.balancer.url
@@ -272,6 +279,35 @@ def test_session_header_and_anthropic_user_id_pick_the_replica(cluster):
         assert r.status_code == 200 and r.headers["X-Hearth-Affinity"].startswith("prompt "), r.text
         names.add(r.headers["X-Hearth-Replica"])
     assert len(names) == 1
+
+
+def test_adding_a_replica_moves_only_its_share(cluster, tmp_path):
+    """Rendezvous hashing is consistent: with a fourth replica, the sessions that change their
+    preferred replica all move to the new one, about a quarter of them."""
+    cluster.restore()
+    sids = [f"grow-{i}" for i in range(40)]
+
+    def preferred(url):
+        out = {}
+        for sid in sids:
+            r = chat(url, "hi", sid)
+            assert r.status_code == 200, r.text
+            out[sid] = r.headers["X-Hearth-Affinity"].split()[-1]
+        return out
+
+    before = preferred(cluster.url)
+    extra = Replica(cluster.hearth_bin, cluster.model, "r3", free_port())
+    bigger = Balancer(replica_list(cluster.hearth_bin, cluster.model, [*cluster.replicas, extra]), tmp_path)
+    try:
+        bigger.start()
+        after = preferred(bigger.url)
+    finally:
+        bigger.stop()
+        extra.stop()
+    moved = [sid for sid in sids if before[sid] != after[sid]]
+    assert all(after[sid] == "r3" for sid in moved), {sid: (before[sid], after[sid]) for sid in moved}
+    assert 4 <= len(moved) <= 18, f"{len(moved)} of 40 sessions moved"
+    assert len(set(before.values())) == 3
 
 
 def test_busy_replica_spills_to_the_least_loaded(cluster):
