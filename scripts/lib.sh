@@ -6,8 +6,9 @@ HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3
   python3-venv curl libedit-dev tmux
   libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev zlib1g-dev)
 # Only for the tests (test.sh), never needed to serve: headless Chromium drives the web page
-# in tests/e2e/test_web_ui.py over the DevTools protocol (no chromedriver).
-HEARTH_TEST_APT_PACKAGES=(chromium)
+# in tests/e2e/test_web_ui.py over the DevTools protocol (no chromedriver); HAProxy is the
+# load balancer of tests/e2e/test_replicas.py (replicas behind it: deploy/README.md).
+HEARTH_TEST_APT_PACKAGES=(chromium haproxy)
 
 # The project's Python: a virtual environment made from Debian's own interpreter, without
 # system site packages, so that nothing installed by hand elsewhere on a machine can hide a

@@ -1,7 +1,8 @@
 // `hearth serve`: the OpenAI-compatible server. Loads the model (or, given several,
 // the pinned ones, the others on demand: server/model_registry.h), starts its engine
 // thread (continuous batching over a paged KV cache of a fixed byte budget) and the
-// HTTP server, prints the URL, and stops cleanly on SIGINT / SIGTERM.
+// HTTP server, prints the URL, and stops cleanly on SIGINT / SIGTERM; under
+// --drain-seconds, SIGTERM first drains (no new requests, those in flight finish).
 #include <pthread.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -9,6 +10,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
@@ -132,7 +134,38 @@ void serve(ServeOptions o) {
     int sig = 0;
     sigwait(&sigs, &sig);
     if (sig == SIGUSR1) return;  // serve() ended on its own
-    std::fprintf(stderr, "hearth: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (sig == SIGTERM && o.drain_seconds > 0) {
+      // Graceful drain (a replica behind a load balancer): new requests get 503 and
+      // /health/ready turns 503, so the balancer routes around this server; the requests in
+      // flight finish, until the deadline. Another SIGTERM or a SIGINT stops at once.
+      http.drain();
+      std::fprintf(stderr, "hearth: SIGTERM received, draining: no new requests, %d in flight, up to %g s\n",
+                   http.in_flight(), o.drain_seconds);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                   std::chrono::duration<double>(o.drain_seconds));
+      for (;;) {
+        const int n = http.in_flight();
+        if (n == 0) {
+          std::fprintf(stderr, "hearth: drained, stopping\n");
+          break;
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          std::fprintf(stderr, "hearth: drain deadline (%g s) passed with %d in flight, stopping them\n",
+                       o.drain_seconds, n);
+          break;
+        }
+        const timespec poll{0, 50 * 1000 * 1000};
+        const int again = sigtimedwait(&sigs, nullptr, &poll);
+        if (again == SIGUSR1) return;
+        if (again == SIGINT || again == SIGTERM) {
+          std::fprintf(stderr, "hearth: %s received while draining, stopping %d in flight now\n",
+                       again == SIGINT ? "SIGINT" : "SIGTERM", n);
+          break;
+        }
+      }
+    } else {
+      std::fprintf(stderr, "hearth: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
     models.stop();  // in-flight requests end with an error chunk; no model loads after
     http.stop();  // then the listener closes and the HTTP threads finish
     // An idle keep-alive connection holds its HTTP thread until the keep-alive timeout;
@@ -200,6 +233,12 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a request waits for its model to load before 503 with Retry-After")
       ->default_val(120)
       ->check(CLI::Range(0.001, 86400.0));
+  cmd->add_option("--drain-seconds", o->drain_seconds,
+                  "On SIGTERM, drain first: answer new requests 503 and /health/ready 503 while the requests in "
+                  "flight finish, for at most this many seconds, then stop (0: SIGTERM stops at once, ending "
+                  "requests in flight with an error; SIGINT always does)")
+      ->default_val(0)
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--host", o->host, "Address to bind")->default_val("127.0.0.1");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->default_val(8080);
   cmd->add_option("--ctx", o->ctx, "Longest sequence in tokens, prompt + completion (default: the model's)");

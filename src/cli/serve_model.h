@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string max_device_memory;
   double idle_unload = 0;
   double load_timeout = 120;
+  double drain_seconds = 0;  // --drain-seconds: SIGTERM drains for up to this long (0: stop at once)
   std::string host = "127.0.0.1";
   int port = 8080;
   int64_t ctx = 0;

@@ -14,7 +14,8 @@ using json = nlohmann::ordered_json;
 ApiError anthropic_error(const ApiError& e) {
   ApiError a = e;
   if ((e.status == 429 && e.code == "server_overloaded") || e.status == 503 || e.status == 529) {
-    a.status = 529;
+    // A draining server keeps 503, which load balancers retry on another replica.
+    a.status = e.code == "server_draining" ? 503 : 529;
     a.type = "overloaded_error";
     return a;
   }

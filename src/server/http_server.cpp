@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,7 @@ struct HttpServer::Impl {
            seen_disk_rejected = 0;
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
+  std::atomic<bool> draining{false};  // drain(): no new requests, /health/ready 503
 
   Impl(ModelRegistry& r, ServerMetrics& m, HttpOptions o, std::vector<ModelMetrics*> mm)
       : models(r), metrics(m), opt(std::move(o)), model_metrics(std::move(mm)) {
@@ -179,6 +181,19 @@ struct HttpServer::Impl {
         body["status"] = "error";
         body["error"] = s.failure;
       }
+      res.set_content(dump_json(body), "application/json");
+    });
+    // Readiness, apart from liveness (/health): 200 only while new requests are taken. A
+    // draining server (SIGTERM under --drain-seconds) is alive, finishing its requests in
+    // flight, but not ready; a load balancer's health check takes it out of rotation. No key
+    // needed, as for /health. (While the model loads the port is not open yet.)
+    svr.Get("/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+      const engine::EngineStats s = models.total_stats();
+      const bool drain = draining.load();
+      const char* status = drain ? "draining" : s.running_loop ? "ready" : s.failure.empty() ? "unavailable" : "error";
+      res.status = s.running_loop && !drain ? 200 : 503;
+      nlohmann::ordered_json body = {{"status", status}, {"in_flight", in_flight()}};
+      if (!s.running_loop && !s.failure.empty()) body["error"] = s.failure;
       res.set_content(dump_json(body), "application/json");
     });
     // Claude Code probes `HEAD /api/hello` at start (a reachability check; httplib answers
@@ -404,6 +419,14 @@ struct HttpServer::Impl {
   // first; an unknown one is a 404 listing the names (when only one is configured it
   // serves every name, as with -m).
   ModelLease pick(const std::optional<std::string>& name) {
+    if (draining.load()) {
+      // 503 on every protocol (the Anthropic routes keep it: anthropic_error), which a load
+      // balancer retries on another replica.
+      throw ApiException(ApiError{503,
+                                  "the server is draining (shutting down): it finishes the requests in flight and "
+                                  "takes no new ones; send this request to another replica",
+                                  "server_error", "", "server_draining"});
+    }
     size_t index = 0;
     if (name && !opt.router) {
       check_model(*name);
@@ -422,6 +445,12 @@ struct HttpServer::Impl {
       }
     }
     return models.acquire(index);
+  }
+
+  int in_flight() const {
+    int n = 0;
+    for (const ModelStatus& st : models.status()) n += st.in_flight;
+    return n;
   }
 
   // GET /v1/models (and /models). One model (-m): its id and --alias names, as before.
@@ -743,5 +772,9 @@ int HttpServer::bind() {
 void HttpServer::serve() { impl_->svr.listen_after_bind(); }
 
 void HttpServer::stop() { impl_->svr.stop(); }
+
+void HttpServer::drain() { impl_->draining.store(true); }
+
+int HttpServer::in_flight() const { return impl_->in_flight(); }
 
 }  // namespace hearth::server

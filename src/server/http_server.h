@@ -1,6 +1,6 @@
 // The HTTP face of `hearth serve` (cpp-httplib): routes, API-key check, request
 // parsing and prompt building on the HTTP threads, SSE streaming of the engine's
-// deltas, /health, /v1/models, /metrics, /v1/status, the web page (server/ui_page.h)
+// deltas, /health (liveness), /health/ready (readiness), /v1/models, /metrics, /v1/status, the web page (server/ui_page.h)
 // and the model admin routes (/models/load, /models/unload). Only GenRequest / Delta / Final cross
 // to and from the engine thread.
 #pragma once
@@ -52,6 +52,12 @@ class HttpServer {
   // Serves until stop(); blocks.
   void serve();
   void stop();
+  // Graceful drain (SIGTERM under --drain-seconds): from now on every request that needs a
+  // model is answered 503 (code "server_draining", Retry-After) and GET /health/ready 503, so
+  // a load balancer sends its traffic elsewhere, while the requests in flight go on.
+  void drain();
+  // Requests holding a model now: queued, running, or still sending their answer.
+  int in_flight() const;
 
  private:
   struct Impl;

@@ -484,6 +484,8 @@ TEST(AnthropicErrors, TypesFollowTheStatus) {
       {ApiError{429, "slow down", "rate_limit_error", "", ""}, 429, "rate_limit_error"},
       {server_overloaded("full"), 529, "overloaded_error"},
       {ApiError{503, "shutting down", "server_error", "", ""}, 529, "overloaded_error"},
+      // A draining replica keeps 503, which a load balancer retries on another replica.
+      {ApiError{503, "draining", "server_error", "", "server_draining"}, 503, "overloaded_error"},
       {server_error("boom"), 500, "api_error"},
   };
   for (const Case& c : cases) {
