@@ -17,6 +17,7 @@
 
 #include "backends/cuda/small_gemm.h"
 #include "parity_common.h"
+#include "core/tune.h"
 
 namespace parity {
 namespace {
@@ -278,9 +279,10 @@ TEST(CudaParity, SmallF32Gemm) {
         }
       }
       // Columns staged 32 at a time: the same bits as the default 128.
-      hearth::cuda::set_small_gemm_step(32);
-      gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
-      hearth::cuda::set_small_gemm_step(128);
+      {
+        hearth::tune::Override step32(hearth::tune::kCudaSmallGemmStep, 32);
+        gpu().matmul(w->g, xb.g->data(), n_tok, yb.g->data());
+      }
       const auto got32 = yb.gv();
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_EQ(got[i], got32[i]) << rows << "x" << cols << " n_tokens=" << n_tok << ": output " << i

@@ -23,6 +23,7 @@
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/quant_shared.cuh"
 #include "core/error.h"
+#include "core/tune.h"
 #include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
@@ -261,25 +262,17 @@ int tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 
 
 struct Plan {
   int bn, splits, steps_per_split;
-  int blocks_per_sm;  // 1 (up to 128 registers a thread), or 2 (64) with HEARTH_CUDA_QGEMM_BLOCKS=2
-  int prefetch;       // steps of loads in flight (HEARTH_CUDA_QGEMM_PF: 1, 2 or 3)
+  int blocks_per_sm;  // 1 (up to 128 registers a thread), or 2 (64) with cuda.qgemm_blocks=2
+  int prefetch;       // steps of loads in flight (cuda.qgemm_pf: 1, 2 or 3)
   int64_t row_tiles, tok_tiles;
 };
 
 // One block per multiprocessor measured faster than two (whose 64 registers spill the
 // 64-token tiles): q4_K 4096 x 14336, 16 tokens 49 vs 61 us, 64 tokens 89 vs 95 us.
-int blocks_per_sm() {
-  static const int n = [] {
-    const char* e = std::getenv("HEARTH_CUDA_QGEMM_BLOCKS");
-    return e != nullptr && std::atoi(e) == 2 ? 2 : 1;
-  }();
-  return n;
-}
+int blocks_per_sm() { return static_cast<int>(tune::get(tune::kCudaQgemmBlocks)); }
 
-int g_qgemm_prefetch = [] {
-  const char* e = std::getenv("HEARTH_CUDA_QGEMM_PF");
-  return e != nullptr ? std::max(1, std::min(3, std::atoi(e))) : 2;
-}();
+// Steps of loads in flight (cuda.qgemm_pf, 1 to 3; 2 by default).
+int qgemm_prefetch() { return static_cast<int>(tune::get(tune::kCudaQgemmPf)); }
 
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
@@ -292,7 +285,7 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   // of tokens holds the batch: an output's sum order is then the same for 9..64 tokens.
   // Split until one wave fills the GPU.
   p.blocks_per_sm = blocks_per_sm();
-  p.prefetch = g_qgemm_prefetch;
+  p.prefetch = qgemm_prefetch();
   const int64_t slots = p.blocks_per_sm * static_cast<int64_t>(device_sm_count());
   int splits = n_tokens > 64 ? 1 : static_cast<int>(std::max<int64_t>(1, slots / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
@@ -377,8 +370,6 @@ bool dispatch(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const 
 
 }  // namespace
 
-void set_quant_gemm_prefetch(int steps) { g_qgemm_prefetch = steps <= 0 ? 2 : std::min(3, steps); }
-
 bool quant_gemm_supported(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
@@ -462,7 +453,7 @@ void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const Ex
   p.splits = 1;
   p.steps_per_split = static_cast<int>((w.n_cols + kBK - 1) / kBK);
   p.blocks_per_sm = blocks_per_sm();
-  p.prefetch = g_qgemm_prefetch;
+  p.prefetch = qgemm_prefetch();
   const int bm = ggml_traits(w.type).block_size == 256 ? 64 : 32;
   p.row_tiles = (rows_per_expert + bm - 1) / bm;
   p.tok_tiles = n_tiles;

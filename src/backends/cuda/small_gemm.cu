@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/tune.h"
 #include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
@@ -71,18 +72,11 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int splits, in
   }
 }
 
-// Columns staged a round (HEARTH_CUDA_SMALL_GEMM_STEP=32|128; 0: not read yet). 128 by
+// Columns staged a round (cuda.small_gemm_step=32|128; other values: 128). 128 by
 // default, measured on the H200 (decode steps, ms, 32 -> 128): Qwen3.5-9B 16 sequences
 // 7.49 -> 7.37, 64 14.18 -> 13.91; a Qwen3.5-35B-A3B-shaped file of 8 layers 16 sequences
 // 2.66 -> 2.58, 64 5.23 -> 5.15 (a router's split of 128 columns is one round of loads).
-int g_step = 0;
-int step_cols() {
-  if (g_step == 0) {
-    const char* e = std::getenv("HEARTH_CUDA_SMALL_GEMM_STEP");
-    g_step = e != nullptr && std::string(e) == "32" ? 32 : 128;
-  }
-  return g_step;
-}
+int step_cols() { return tune::get(tune::kCudaSmallGemmStep) == 32 ? 32 : 128; }
 
 // Column splits from the weight's shape alone (so a token's result is the same in any
 // batch): enough blocks for the GPU with two token tiles (a decode batch of up to 64
@@ -102,8 +96,6 @@ int64_t splits_used(int64_t n_rows, int64_t n_cols) {
 }
 
 }  // namespace
-
-void set_small_gemm_step(int cols) { g_step = cols == 32 ? 32 : 128; }
 
 size_t small_gemm_scratch_bytes(int64_t n_rows, int64_t n_cols, int64_t n_tokens) {
   if (n_rows <= 0 || n_cols <= 0 || n_tokens <= 0) return 0;
