@@ -72,18 +72,12 @@
   /* The CUDA back-end: thresholds and variants. */                                                                \
   X(kCudaQgemmMax, "cuda.qgemm_max", Int, Tune, 64, 0, 1073741824, "",                                             \
     "most tokens of a product on the quantized GEMM kernels (0: always cuBLAS)")                                   \
-  X(kCudaQgemmBlocks, "cuda.qgemm_blocks", Int, Tune, 1, 1, 2, "",                                                 \
-    "blocks per multiprocessor of the quantized GEMM's split plan")                                                \
   X(kCudaQgemmPf, "cuda.qgemm_pf", Int, Tune, 2, 1, 3, "",                                                         \
     "steps of loads in flight in the quantized GEMM")                                                              \
   X(kCudaMmqScaleAfter, "cuda.mmq_scale_after", Enum, Tune, 2, 0, 2, "off|on|auto",                                \
     "the int8 GEMM scales after the sum (auto: for 16-token tiles)")                                               \
   X(kCudaMmqWide, "cuda.mmq_wide", Int, Tune, 2, 0, 4, "",                                                         \
     "warps along the rows of the wide int8 kernel for 33+ tokens: 2 or 4 (0: two 32-token tiles; 1, 3: 2)")        \
-  X(kCudaMmqWideMin, "cuda.mmq_wide_min", Int, Tune, 17, 17, 33, "",                                               \
-    "fewest tokens the wide int8 kernel takes")                                                                    \
-  X(kCudaSmallGemmStep, "cuda.small_gemm_step", Int, Tune, 128, 32, 128, "",                                       \
-    "columns the small-GEMM kernel stages a round: 32 or 128 (other values: 128)")                                 \
   X(kCudaAttnTcDecode, "cuda.attn_tc_decode", Int, Tune, 2, 0, 3, "",                                              \
     "stage buffers of the tensor-core decode attention, 1-3 (0: the query-split kernel)")                          \
   X(kCudaTcDecodeRange, "cuda.tc_decode_range", Int, Tune, 256, 64, 1073741824, "",                                \
@@ -102,12 +96,8 @@
     "most tokens whose shared expert runs inside the fused MoE op")                                                \
   X(kCudaMoeUpl, "cuda.moe_upl", Int, Tune, 2, 1, 1073741824, "",                                                  \
     "units a lane of the grouped MoE kernel takes")                                                                \
-  X(kCudaMoeMmaItems, "cuda.moe_mma_items", Int, Tune, 4, 1, 64, "",                                               \
-    "items (row tile, step) a block of the MoE int8 kernel walks at least")                                        \
   X(kCudaMoeMmaRowTiles, "cuda.moe_mma_row_tiles", Int, Tune, 4, 1, 64, "",                                        \
     "row tiles a block of the whole-row-tile MoE kernel takes")                                                    \
-  X(kCudaMoeMmaRowsStages, "cuda.moe_mma_rows_stages", Int, Tune, 2, 2, 3, "",                                     \
-    "stages in flight of the whole-row-tile MoE kernel")                                                           \
   X(kCudaMatvecTpr, "cuda.matvec_tpr", Int, Tune, 0, 0, 128, "",                                                   \
     "threads a row of the 8-bit decode matvec: 32, 64 or 128 (0: the default, 32)")                                               \
   X(kCudaMatvecIlp, "cuda.matvec_ilp", Int, Tune, 0, 0, 2, "",                                                     \

@@ -267,7 +267,6 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
     if (nt > 16) {
       for (int wide : {0, 2, 4}) {
         hearth::tune::set(hearth::tune::kCudaMmqWide, wide);
-        hearth::tune::set(hearth::tune::kCudaMmqWideMin, 17);
         CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
         hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
         check_launch(stream);
@@ -278,7 +277,6 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
         }
       }
       hearth::tune::reset(hearth::tune::kCudaMmqWide);
-      hearth::tune::reset(hearth::tune::kCudaMmqWideMin);
     }
   }
   CUDA_OK(cudaFree(d_s));

@@ -79,7 +79,7 @@ TEST_F(Tune, RefusesBadTextNamingTheKeyAndChangesNothing) {
   EXPECT_NE(error_of("cuda.grahp=0").find("unknown key 'cuda.grahp'"), std::string::npos);
   EXPECT_NE(error_of("cuda.graph").find("key=value"), std::string::npos);
   EXPECT_NE(error_of("cuda.graph=2").find("cuda.graph takes 1, 0, true, false, on or off"), std::string::npos);
-  EXPECT_NE(error_of("cuda.mmq_wide_min=16").find("from 17 to 33"), std::string::npos);
+  EXPECT_NE(error_of("cuda.qgemm_pf=4").find("from 1 to 3"), std::string::npos);
   EXPECT_NE(error_of("pool.spin_us=12x").find("pool.spin_us=12x"), std::string::npos);
   EXPECT_NE(error_of("pool.spin_us=").find("whole number"), std::string::npos);
   EXPECT_NE(error_of("cpu.moe=fast").find("one of fused, generic"), std::string::npos);
@@ -93,16 +93,16 @@ TEST_F(Tune, RefusesBadTextNamingTheKeyAndChangesNothing) {
 }
 
 TEST_F(Tune, OverrideRestoresTheValueBefore) {
-  tune::set(tune::kCudaSmallGemmStep, 32);
+  tune::set(tune::kPoolSpinUs, 32);
   {
-    tune::Override o(tune::kCudaSmallGemmStep, 128);
-    EXPECT_EQ(tune::get(tune::kCudaSmallGemmStep), 128);
-    tune::Override o2(tune::kCudaSmallGemmStep, 64);
-    EXPECT_EQ(tune::get(tune::kCudaSmallGemmStep), 64);
+    tune::Override o(tune::kPoolSpinUs, 128);
+    EXPECT_EQ(tune::get(tune::kPoolSpinUs), 128);
+    tune::Override o2(tune::kPoolSpinUs, 64);
+    EXPECT_EQ(tune::get(tune::kPoolSpinUs), 64);
   }
-  EXPECT_EQ(tune::get(tune::kCudaSmallGemmStep), 32);
-  tune::reset(tune::kCudaSmallGemmStep);
-  EXPECT_EQ(tune::get(tune::kCudaSmallGemmStep), 128);
+  EXPECT_EQ(tune::get(tune::kPoolSpinUs), 32);
+  tune::reset(tune::kPoolSpinUs);
+  EXPECT_EQ(tune::get(tune::kPoolSpinUs), 200);
 }
 
 TEST_F(Tune, ListingShowsGroupsValuesAndChanges) {

@@ -111,8 +111,8 @@ bool q8_gemm_uses_q8k();
 // Its variants, the same bits, from tuning keys read at each call (for tests and
 // measurements): Q4_K with Q8_K tokens takes one MMA on the raw quants a sub-block, scaled
 // after in integers, or two on the scale's split halves (cuda.mmq_scale_after: on / off
-// forces one, auto picks by the token tile, the default); from cuda.mmq_wide_min tokens
-// (17 to 33, default 17) the wide kernel (quant_mmq_wide.cuh) with cuda.mmq_wide = 2 or 4
+// forces one, auto picks by the token tile, the default); from 17 tokens the wide kernel
+// (quant_mmq_wide.cuh) with cuda.mmq_wide = 2 or 4
 // warps along the rows for 33 or more tokens (default 2; 17-32 tokens always take 4), or 0
 // for the narrow one.
 // Kernel attributes q8_gemm needs (more than 48 KiB of shared memory), set once per device

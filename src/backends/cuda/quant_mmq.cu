@@ -360,12 +360,12 @@ constexpr int wide_stages() {
   return kQ6 ? (WR == 4 ? 2 : 3) : (WR == 4 ? 3 : 4);
 }
 
-// Fewest tokens the wide kernel takes (cuda.mmq_wide_min, 17 to 33; 17-32 tokens:
-// 32-token tiles, one warp along the tokens and four along the rows).
-// 17 by default, measured on the H200 (Qwen3.5-9B, ms a step, narrow kernel / wide, two
-// pairs): 24 sequences 8.81, 8.78 -> 8.19, 8.19; 32 sequences 9.41, 9.40 -> 8.81, 8.80 (two
-// warps along the rows: 8.77, 8.68 and 9.42, 9.32, no gain).
-int wide_min_tokens() { return static_cast<int>(tune::get(tune::kCudaMmqWideMin)); }
+// Fewest tokens the wide kernel takes (17-32 tokens: 32-token tiles, one warp along the
+// tokens and four along the rows). 17, measured on the H200 against 33 (Qwen3.5-9B, ms a
+// step, narrow kernel / wide, two pairs): 24 sequences 8.81, 8.78 -> 8.19, 8.19; 32
+// sequences 9.41, 9.40 -> 8.81, 8.80 (two warps along the rows: 8.77, 8.68 and 9.42, 9.32,
+// no gain).
+constexpr int kWideMinTokens = 17;
 
 template <bool kQ6, int WR, int WC = 2>
 void launch_wide(int64_t n_tokens, int64_t splits, cudaStream_t stream, const uint8_t* w, uint64_t row_bytes,
@@ -461,7 +461,7 @@ void q8k_products(const DeviceWeight& w, const int8_t* xq, const float* xk, int6
   const auto* wd = static_cast<const uint8_t*>(w.data);
   // 16 tokens: four steps in flight; 32: three. 33 or more tokens: the wide kernel, with
   // the same column splits.
-  const int wr = n_tokens >= wide_min_tokens() ? wide_rows_warps() : 0;
+  const int wr = n_tokens >= kWideMinTokens ? wide_rows_warps() : 0;
   const bool q6 = w.type == GgmlType::Q6_K;
   if (wr != 0 && n_tokens <= 32) {  // 17-32 tokens: one warp along them, four along the rows
     (q6 ? launch_wide<true, 4, 1> : launch_wide<false, 4, 1>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,

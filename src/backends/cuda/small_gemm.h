@@ -20,7 +20,5 @@ size_t small_gemm_scratch_bytes(int64_t n_rows, int64_t n_cols, int64_t n_tokens
 // n_rows. scratch: small_gemm_scratch_bytes (may be null when that is 0).
 void small_gemm(const float* w, int64_t ldw, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
                 float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-// Columns a block stages a round: 32 or 128 (the default; the tuning key
-// cuda.small_gemm_step, read at each call). The outputs are the same bits either way.
 
 }  // namespace hearth::cuda
