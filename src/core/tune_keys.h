@@ -2,7 +2,7 @@
 // `hearth info --tune`), type, group, default, range or choices, and a one-line doc.
 // The code reads a key with tune::get / tune::on (core/tune.h); nothing reads the
 // environment for these. The measurements behind the defaults are in the comments at the
-// code that reads each key and in docs/BENCHMARKS.md.
+// code that reads each key and in docs/journal/benchmarks-2026-12.md.
 //
 // Columns of X(id, name, type, group, default, min, max, choices, doc):
 //   type   Bool (0 / 1), Int (min..max), Enum (the index of one of `choices`, "a|b|c";
