@@ -6,13 +6,14 @@
 //
 // Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
 //                             [--prompt P] [--kv f16|f32|q8_0] [--prefill L1,L2,...] [--chunk C]
-//                             [--device cpu|cuda[:N]] [--deterministic 1]
+//                             [--device cpu|cuda[:N]] [--deterministic 1] [--tune key=value,...]
 // Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
 // step) and that speed over the first batch size's; the first steps after load (before
 // anything else ran on the weights but the prompts) against the warm median; and with
 // --prefill, prompt processing: a fresh sequence of L tokens fed in chunks of C (default:
 // all at once, as `hearth serve` does up to its --prefill-chunk), median over R reps.
-// With HEARTH_CPU_OP_TIMING=1, the CPU back-end's per-operation table (all reps) of the
+// --tune sets tuning keys as `hearth run --tune` does (`hearth info --tune` lists them).
+// With --tune cpu.op_timing=1, the CPU back-end's per-operation table (all reps) of the
 // decode steps and of each prefill length goes to stderr. On a GPU (--device cuda) each
 // sequence asks for its next token's argmax only, as a greedy request of `hearth serve`
 // does (the row is reduced on the device when the back-end can), and a step's time runs
@@ -31,6 +32,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/tune.h"
 #include "format/gguf.h"
 #include "model/causal_lm.h"
 
@@ -52,7 +54,7 @@ int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
                          "[--prompt P] [--kv f16|f32|q8_0] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]] "
-                         "[--deterministic 1]\n");
+                         "[--deterministic 1] [--tune key=value,...]\n");
     return 2;
   }
   const std::string model_path = argv[1];
@@ -80,6 +82,7 @@ int run(int argc, char** argv) {
     else if (a == "--chunk") chunk = std::atoi(v.c_str());
     else if (a == "--device") device = v;
     else if (a == "--deterministic") deterministic = v == "1";
+    else if (a == "--tune") hearth::tune::apply(v);
     else throw std::runtime_error("unknown option " + a);
   }
   if (threads < 1 || reps < 1 || steps < 1 || prompt < 1) throw std::runtime_error("values must be positive");

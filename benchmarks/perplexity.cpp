@@ -8,6 +8,7 @@
 // Used for docs/BENCHMARKS.md (KV cache types: --kv f16 / f32 / q8_0).
 //
 // Usage: perplexity MODEL.gguf TEXT_FILE [--ctx 512] [--kv f16|f32|q8_0] [--threads N] [--chunks N]
+//                   [--tune key=value,...]
 // Prints one line per chunk (the running estimate, as llama-perplexity) and a final
 // line: "ppl <value> +/- <standard error> over <n> tokens".
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/tune.h"
 #include "format/gguf.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +32,7 @@ namespace {
 int run(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: perplexity MODEL.gguf TEXT_FILE [--ctx 512] [--kv f16|f32|q8_0] [--threads N] "
-                         "[--chunks N]\n");
+                         "[--chunks N] [--tune key=value,...]\n");
     return 2;
   }
   int64_t ctx = 512, max_chunks = -1;
@@ -41,6 +43,7 @@ int run(int argc, char** argv) {
     if (a == "--ctx") ctx = std::atoll(v.c_str());
     else if (a == "--threads") threads = std::atoi(v.c_str());
     else if (a == "--chunks") max_chunks = std::atoll(v.c_str());
+    else if (a == "--tune") hearth::tune::apply(v);
     else if (a == "--kv") {
       if (v == "f16") kv = hearth::ops::KvType::F16;
       else if (v == "f32") kv = hearth::ops::KvType::F32;

@@ -10,7 +10,7 @@
 #   (default: parity bench llama3-8b qwen35-9b)
 #   bench: hearth run --device cuda, 128 tokens after a 512-token prompt (random-weight
 #          GGUF of that shape, generated once into $MODELS_DIR);
-#   profile: the same with HEARTH_CUDA_OP_TIMING=1 (32 tokens): time per op ($PROFILE_MODE=host:
+#   profile: the same with --tune cuda.op_timing=device (32 tokens): time per op ($PROFILE_MODE=host:
 #            the host's time inside each op, nothing synchronised);
 #   serve: hearth serve --device cuda, one chat completion through the HTTP API;
 #   load: hearth bench against hearth serve --device cuda, 1/16/64 concurrent streams of a
@@ -61,9 +61,9 @@ for s in "${steps[@]}"; do
       f="$models/$s.gguf"
       [ -f "$f" ] || python3 "$here/make_random_gguf.py" --shape "$s" --tokenizer "$here/tok.gguf" "$f" 2>&1 | tee -a "$out/gen.txt"
       if [ "$mode" = profile ]; then
-        HEARTH_CUDA_WAIT_TIMING=1 HEARTH_CUDA_OP_TIMING=${PROFILE_MODE:-1} "$here/hearth" run -m "$f" --device cuda --raw -f "$here/prompt512.txt" -n "${PROFILE_TOKENS:-32}" --temp 0 \
-          --ctx 2048 ${HEARTH_ARGS:-} >"$out/profile-$s.txt" 2>&1
-        say "profile $s (512 prompt + ${PROFILE_TOKENS:-32} tokens, HEARTH_CUDA_OP_TIMING=${PROFILE_MODE:-1}): rc=$?"
+        "$here/hearth" run -m "$f" --device cuda --raw -f "$here/prompt512.txt" -n "${PROFILE_TOKENS:-32}" --temp 0 \
+          --ctx 2048 --tune "cuda.wait_timing=1,cuda.op_timing=${PROFILE_MODE:-device}" ${HEARTH_ARGS:-} >"$out/profile-$s.txt" 2>&1
+        say "profile $s (512 prompt + ${PROFILE_TOKENS:-32} tokens, cuda.op_timing=${PROFILE_MODE:-device}): rc=$?"
         grep -E -A14 'op timing|CUDA waits' "$out/profile-$s.txt" | sed 's/^/  /' >>"$summary"
         continue
       fi
@@ -98,8 +98,8 @@ for s in "${steps[@]}"; do
       # (after hearth's warm-up at load). $CUDA_LOADING_MODES: "LAZY" (as a user runs it) and/or
       # "EAGER" (CUDA_MODULE_LOADING=EAGER: every kernel loaded at start-up).
       for load in ${CUDA_LOADING_MODES:-LAZY}; do
-        HEARTH_CUDA_WAIT_TIMING=1 CUDA_MODULE_LOADING=$load "$here/hearth" run -m "$f" --device cuda --raw \
-          -f "$here/prompt512.txt" -n 128 --temp 0 --ctx 2048 ${HEARTH_ARGS:-} >"$out/run-$s-$load.txt" 2>&1
+        CUDA_MODULE_LOADING=$load "$here/hearth" run -m "$f" --device cuda --raw \
+          -f "$here/prompt512.txt" -n 128 --temp 0 --ctx 2048 --tune cuda.wait_timing=1 ${HEARTH_ARGS:-} >"$out/run-$s-$load.txt" 2>&1
         say "run $s --device cuda ($load module loading): rc=$? $(grep -E '^(Prompt|Generation|Peak)|loaded on|warmed up|CUDA waits|CUDA graphs' "$out/run-$s-$load.txt" | tr '\n' ' ')"
       done
       ;;

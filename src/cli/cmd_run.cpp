@@ -282,6 +282,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--json", o->json_out, "Print one JSON object instead of text and statistics");
   cmd->add_option("--json-schema", o->json_schema_file, "Constrain the output to JSON that follows this schema file");
   cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
+  add_tune_option(*cmd);
   cmd->callback([o]() { run(*o); });
 }
 

@@ -322,6 +322,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-image-pixels", o->max_image_pixels, "Largest decoded image (width x height) a request may send")
       ->default_val(o->max_image_pixels);
   cmd->add_option("--test-fault-inject", o->test_fault_inject, "Test only: inject engine faults")->group("");
+  add_tune_option(*cmd);
   cmd->callback([o]() { serve(*o); });
 }
 

@@ -11,6 +11,9 @@ void add_inspect_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+// `--tune key=value[,key=value...]` on a sub-command that creates a back-end: the keys of
+// core/tune_keys.h, set while the command line is parsed (before the command's callback).
+void add_tune_option(CLI::App& cmd);
 void add_run_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "core/tune.h"
+
 namespace hearth {
 
 namespace {
@@ -38,14 +40,8 @@ bool spin_until(Done done, int spin_micros) {
   }
 }
 
-// HEARTH_SPIN_US (default 200; 0: sleep at once), read once.
-int spin_micros() {
-  static const int us = [] {
-    const char* v = std::getenv("HEARTH_SPIN_US");
-    return v != nullptr ? std::max(0, std::atoi(v)) : 200;
-  }();
-  return us;
-}
+// pool.spin_us (default 200; 0: sleep at once).
+int spin_micros() { return static_cast<int>(tune::get(tune::kPoolSpinUs)); }
 
 }  // namespace
 

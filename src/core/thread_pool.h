@@ -7,12 +7,12 @@
 //
 // Hand-off: a forward pass issues hundreds of parallel_for calls per token, each a few
 // microseconds long. Workers and the caller first spin on a generation counter /
-// pending count for HEARTH_SPIN_US microseconds (default 200), then sleep in a futex
+// pending count for pool.spin_us microseconds (default 200), then sleep in a futex
 // wait (std::atomic::wait); the caller makes the wake-up system call only when a worker
 // is asleep; no mutex or condition variable per job. Measured on the 2-core benchmark
 // machine (docs/BENCHMARKS.md): idle, spinning doubles decode speed (54-58 vs 23-28
 // tok/s); oversubscribed by other processes, it is 3x slower (11.7 vs 33-35 tok/s), as
-// llama.cpp's always-spinning pool is there. HEARTH_SPIN_US=0 sleeps at once.
+// llama.cpp's always-spinning pool is there. --tune pool.spin_us=0 sleeps at once.
 #pragma once
 
 #include <atomic>

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/tune.h"
 #include "engine/generator.h"
 #include "engine/logit_scan.h"
 #include "engine/row_reduce.h"
@@ -103,9 +104,9 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
   if (config.commit_kv) pool_.commit();
   disk_init();
-  const char* timing = std::getenv("HEARTH_ENGINE_TIMING");
-  timing_.on = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "2");
-  timing_.each = timing != nullptr && std::string(timing) == "2";
+  const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
+  timing_.on = timing >= 1;
+  timing_.each = timing == 2;
 }
 
 ServeEngine::~ServeEngine() {

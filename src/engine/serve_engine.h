@@ -203,9 +203,9 @@ class ServeEngine {
   std::list<Encoding> encoding_;  // requests whose images are being encoded
   double step_ms_ = 0;            // the last step's time (the encoder's slice)
   std::vector<float> logits_;
-  // HEARTH_ENGINE_TIMING=1: where the engine thread's steps spend their time (planning
+  // --tune engine.timing=steps: where the engine thread's steps spend their time (planning
   // and state copies, the forward pass with the logits' copy to the host, sampling and
-  // streaming), printed to stderr when the engine stops. HEARTH_ENGINE_TIMING=2 also
+  // streaming), printed to stderr when the engine stops. engine.timing=each also
   // prints every step of more than 8 tokens and each request's time to its first token.
   struct StepTiming {
     bool on = false, each = false;

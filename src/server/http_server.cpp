@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/tune.h"
 #include "server/anthropic_routes.h"
 #include "server/client_socket.h"
 #include "server/guarded_http.h"
@@ -27,16 +28,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// HEARTH_ENGINE_TIMING=2: where a request's time to its first token goes outside the
+// engine.timing=each: where a request's time to its first token goes outside the
 // engine (parsing, template and tokenizer before submit; the output parser and the
 // stream after the first token), printed per request.
-bool request_timing() {
-  static const bool on = [] {
-    const char* t = std::getenv("HEARTH_ENGINE_TIMING");
-    return t != nullptr && std::string(t) == "2";
-  }();
-  return on;
-}
+bool request_timing() { return tune::get(tune::kEngineTiming) == 2; }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 // Connections the kernel queues before they are accepted (a burst of benchmark clients).
 constexpr int kListenBacklog = 1024;

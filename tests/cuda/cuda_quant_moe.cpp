@@ -11,6 +11,7 @@
 
 #include "q8_ref.h"
 #include "quant_test_common.h"
+#include "core/tune.h"
 
 namespace quant_test {
 namespace {
@@ -65,9 +66,10 @@ void run_mma_case(const std::string& tag0, const MoeCase& c, const std::vector<i
   float* y_steps = nullptr;
   CUDA_OK(cudaMalloc(&y_steps, sizeof(float) * P * E));
   q8_moe_group(d_ids, P, static_cast<int>(X), d_groups, stream);
-  set_q8_moe_mma_rows(false);
-  q8_moe_mma_down(down, E, P, h_in, y_steps, d_s, sb, stream, d_groups, static_cast<int>(X));
-  set_q8_moe_mma_rows(true);
+  {
+    hearth::tune::Override rows_off(hearth::tune::kCudaMoeMmaRows, 0);
+    q8_moe_mma_down(down, E, P, h_in, y_steps, d_s, sb, stream, d_groups, static_cast<int>(X));
+  }
   check_launch(stream);
   const int64_t p_half = std::max<int64_t>(1, n / 2) * c.n_used;
   const auto h0 = bits_of(h[0], static_cast<size_t>(P * F)), h1 = bits_of(h[1], static_cast<size_t>(P * F));

@@ -2,6 +2,7 @@
 // activations, their kernel shapes), dequantization, and quant_gemm against dequantize +
 // cuBLAS, per type, on one matrix shape (CUDA events around batches of launches).
 #include "quant_test_common.h"
+#include "core/tune.h"
 
 namespace quant_test {
 
@@ -77,26 +78,28 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         const double moved = static_cast<double>(bytes) + 4.0 * nt * (cols + rows);
         std::printf(" | q8 t=%d %7.0f %5.1f%% %3.0fus", nt, moved / s * 1e-9, 100 * moved / s / kPeak, s * 1e6);
       }
-      // One token through the kernel shapes of set_q8_matvec_shape (ilp, early).
+      // One token through the kernel shapes (cuda.matvec_ilp, cuda.matvec_early).
       for (const auto& [ilp, early] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 1}}) {
-        hearth::cuda::set_q8_matvec_shape(ilp, early);
+        hearth::tune::set(hearth::tune::kCudaMatvecIlp, ilp);
+        hearth::tune::set(hearth::tune::kCudaMatvecEarly, early);
         const double s = time_it([&](int k) {
           hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
         });
         const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
         std::printf(" | ilp%d%s %5.1f%% %3.0fus", ilp, early ? "e" : "", 100 * moved / s / kPeak, s * 1e6);
       }
-      hearth::cuda::set_q8_matvec_shape(0, -1);
+      hearth::tune::reset(hearth::tune::kCudaMatvecIlp);
+      hearth::tune::reset(hearth::tune::kCudaMatvecEarly);
       // Threads per row (the default: 32).
       for (const int tpr : {32, 64, 128}) {
-        hearth::cuda::set_q8_matvec_threads_per_row(tpr);
+        hearth::tune::set(hearth::tune::kCudaMatvecTpr, tpr);
         const double s = time_it([&](int k) {
           hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_x, 1, d_y, d_s, sb, stream);
         });
         const double moved = static_cast<double>(bytes) + 4.0 * (cols + rows);
         std::printf(" | tpr%d %5.1f%% %3.0fus", tpr, 100 * moved / s / kPeak, s * 1e6);
       }
-      hearth::cuda::set_q8_matvec_threads_per_row(0);
+      hearth::tune::reset(hearth::tune::kCudaMatvecTpr);
       // Weights streamed through shared memory (0: off; 1; 2; 3; 4, the default), a block per
       // group of rows, and tall matrices streamed too; 1 and 2 tokens each.
       auto time_streamed = [&](const std::string& label) {
@@ -109,16 +112,16 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
         }
       };
       for (const int shape : {0, 1, 2, 3, 4}) {
-        hearth::cuda::set_q8_matvec_stream(shape);
+        hearth::tune::set(hearth::tune::kCudaMatvecStream, shape);
         time_streamed("stream" + std::to_string(shape));
       }
-      hearth::cuda::set_q8_matvec_stream(4);
-      hearth::cuda::set_q8_matvec_persistent(0);
+      hearth::tune::reset(hearth::tune::kCudaMatvecStream);
+      hearth::tune::set(hearth::tune::kCudaMatvecPersist, 0);
       time_streamed("stream4-block-a-group");
-      hearth::cuda::set_q8_matvec_persistent(1);
-      hearth::cuda::set_q8_matvec_stream_max_rows(0);  // streamed whatever the rows
+      hearth::tune::reset(hearth::tune::kCudaMatvecPersist);
+      hearth::tune::set(hearth::tune::kCudaMatvecStreamRows, 0);  // streamed whatever the rows
       time_streamed("stream4-any-rows");
-      hearth::cuda::set_q8_matvec_stream_max_rows(65536);
+      hearth::tune::reset(hearth::tune::kCudaMatvecStreamRows);
       CUDA_OK(cudaFree(d_s));
     }
     {
@@ -190,7 +193,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
       // quant_gemm's prefetch depths (steps of loads in flight), batched-decode sizes.
       std::printf("%-7s prefetch", type_name(type).c_str());
       for (int pf : {1, 2, 3}) {
-        hearth::cuda::set_quant_gemm_prefetch(pf);
+        hearth::tune::set(hearth::tune::kCudaQgemmPf, pf);
         for (int nt : {16, 64}) {
           const double sq = time_it([&](int k) {
             hearth::cuda::quant_gemm(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_s, sb, stream);
@@ -198,7 +201,7 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
           std::printf(" | pf%d t=%d %.0fus %.0fGB/s", pf, nt, sq * 1e6, bytes / sq * 1e-9);
         }
       }
-      hearth::cuda::set_quant_gemm_prefetch(0);
+      hearth::tune::reset(hearth::tune::kCudaQgemmPf);
       std::printf("\n");
       cublasDestroy(h);
       CUDA_OK(cudaFree(d_xg));

@@ -43,6 +43,7 @@
 #include "quant/quant_ref.h"
 #include "q8_ref.h"
 #include "quant_test_common.h"
+#include "core/tune.h"
 
 namespace quant_test {
 namespace {
@@ -123,8 +124,9 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
     // (Other threads per row than the default's sum in other orders: checked against the
     // reference below.)
     for (const Shape sh : {Shape{0, 1, 0}, Shape{0, 1, 1}, Shape{0, 2, 0}, Shape{0, 2, 1}}) {
-      hearth::cuda::set_q8_matvec_threads_per_row(sh.tpr);
-      hearth::cuda::set_q8_matvec_shape(sh.ilp, sh.early);
+      hearth::tune::set(hearth::tune::kCudaMatvecTpr, sh.tpr);
+      hearth::tune::set(hearth::tune::kCudaMatvecIlp, sh.ilp);
+      hearth::tune::set(hearth::tune::kCudaMatvecEarly, sh.early);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
       hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
       check_launch(stream);
@@ -135,36 +137,37 @@ void run_q8_case(const std::string& tag, const DeviceWeight& dw, const std::vect
                   " differs from the default's bits");
       }
     }
-    hearth::cuda::set_q8_matvec_threads_per_row(0);
-    hearth::cuda::set_q8_matvec_shape(0, -1);
+    hearth::tune::reset(hearth::tune::kCudaMatvecTpr);
+    hearth::tune::reset(hearth::tune::kCudaMatvecIlp);
+    hearth::tune::reset(hearth::tune::kCudaMatvecEarly);
     // One row a warp, and activations read from global memory instead of staged in shared
     // memory: the default's bits.
-    auto same_bits = [&](void (*set)(int), int on, int off, const char* what) {
-      set(on);
+    auto same_bits = [&](hearth::tune::Id key, int on, int off, const char* what) {
+      hearth::tune::set(key, on);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
       hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
       check_launch(stream);
-      set(off);
+      hearth::tune::set(key, off);
       CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
       if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
         fails.add(tag + " q8_matvec nt=" + std::to_string(nt) + ": " + what + " differs from the default's bits");
       }
     };
-    same_bits(hearth::cuda::set_q8_matvec_rows, 1, 0, "one row a warp");
-    same_bits(hearth::cuda::set_q8_matvec_smem_x, 0, 1, "activations from global memory");
+    same_bits(hearth::tune::kCudaMatvecRows, 1, 0, "one row a warp");
+    same_bits(hearth::tune::kCudaMatvecSmem, 0, 1, "activations from global memory");
     // The weights streamed through shared memory in every block shape (4, the default;
     // 1; 2; 3) against the register-fed kernel (0).
     for (const int shape : {0, 1, 2, 3}) {
-      same_bits(hearth::cuda::set_q8_matvec_stream, shape, 4,
+      same_bits(hearth::tune::kCudaMatvecStream, shape, 4,
                 ("streamed weights shape " + std::to_string(shape) + " (0: off)").c_str());
     }
-    same_bits(hearth::cuda::set_q8_matvec_persistent, 0, 1, "streamed weights, a block per group of rows");
+    same_bits(hearth::tune::kCudaMatvecPersist, 0, 1, "streamed weights, a block per group of rows");
     for (const int tpr : {32, 64, 128}) {
-      hearth::cuda::set_q8_matvec_threads_per_row(tpr);
+      hearth::tune::set(hearth::tune::kCudaMatvecTpr, tpr);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * k_tokens * rows, stream));
       hearth::cuda::q8_matvec(dw, d_x, nt, d_y, d_s, sb, stream);
       check_launch(stream);
-      hearth::cuda::set_q8_matvec_threads_per_row(0);
+      hearth::tune::reset(hearth::tune::kCudaMatvecTpr);
       CUDA_OK(cudaMemcpy(y2.data(), d_y, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
       check_outputs(tag, ("q8_matvec (" + std::to_string(tpr) + " threads a row)").c_str(), nt, rows, k_tokens, y2,
                     ref, mag, ref32, mag32, kMatvecTol, kQ8VsF32Tol, fails, worst_err);
@@ -248,7 +251,7 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
     // Both kernel variants (scaling the raw sub-block sums afterwards, or the scale's split
     // halves in two MMAs): the default's bits.
     for (int mode : {0, 1}) {
-      hearth::cuda::set_q8_gemm_scale_after(mode);
+      hearth::tune::set(hearth::tune::kCudaMmqScaleAfter, mode);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
       hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
       check_launch(stream);
@@ -258,12 +261,12 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
                   " differs from the default's bits");
       }
     }
-    hearth::cuda::set_q8_gemm_scale_after(2);
+    hearth::tune::reset(hearth::tune::kCudaMmqScaleAfter);
     // 17 or more tokens: the wide kernel's shapes (32- and 64-token tiles) and the narrow
     // kernel's 32-token tiles, the same bits.
     if (nt > 16) {
       for (int wide : {0, 2, 4}) {
-        hearth::cuda::set_q8_gemm_wide(wide, 17);
+        hearth::tune::set(hearth::tune::kCudaMmqWide, wide);
         CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
         hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
         check_launch(stream);
@@ -273,7 +276,7 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
                     " differs from the default's bits");
         }
       }
-      hearth::cuda::set_q8_gemm_wide(2, 17);
+      hearth::tune::reset(hearth::tune::kCudaMmqWide);
     }
   }
   CUDA_OK(cudaFree(d_s));
@@ -347,7 +350,7 @@ void run_gemm_case(const std::string& tag, const DeviceWeight& dw, const std::ve
     // Every prefetch depth: the default's bits.
     std::vector<float> y2(y.size());
     for (int pf : {1, 3}) {
-      hearth::cuda::set_quant_gemm_prefetch(pf);
+      hearth::tune::set(hearth::tune::kCudaQgemmPf, pf);
       CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
       hearth::cuda::quant_gemm(dw, d_x, nt, d_y, d_s, sb_max, stream);
       check_launch(stream);
@@ -357,7 +360,7 @@ void run_gemm_case(const std::string& tag, const DeviceWeight& dw, const std::ve
                   " differs from the default's bits");
       }
     }
-    hearth::cuda::set_quant_gemm_prefetch(0);
+    hearth::tune::reset(hearth::tune::kCudaQgemmPf);
   }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));

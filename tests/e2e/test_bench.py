@@ -210,7 +210,7 @@ def test_unknown_model_and_bad_input(run_hearth, scripted, tmp_path):
 def test_real_server_quick(hearth_bin, default_model, tmp_path):
     port = free_port()
     out = tmp_path / "out"
-    cmd = f"HEARTH_SPIN_US=0 exec {hearth_bin} serve -m {default_model} --port {port} --threads 2"
+    cmd = f"exec {hearth_bin} serve -m {default_model} --port {port} --threads 2 --tune pool.spin_us=0"
     t0 = time.time()
     p = subprocess.run([str(hearth_bin), "bench", "--launch", f"hearth={cmd}",
                         "--target", f"hearth=http://127.0.0.1:{port}", "--quick", "--out", str(out)],

@@ -687,7 +687,7 @@ TEST(ThreadPool, ShortJobsSleepsAndExceptions) {
   EXPECT_EQ(sum, 10);
 }
 
-// Op timing (HEARTH_CPU_OP_TIMING): each operation counted once under its name, those
+// Op timing (cpu.op_timing): each operation counted once under its name, those
 // run inside another under that one; the results are those of timing off, bit for bit;
 // a table never printed is printed when the back-end goes away.
 TEST(CpuBackendOps, OpTimingCountsCallsAndChangesNoResult) {

@@ -2,7 +2,10 @@
 // type (Q4_0, Q4_1, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K): bit for bit equal to the
 // plain reference of the same arithmetic (ref::packed_order_matmul) and to the AVX2
 // vec_dot (ggml's order); through CpuBackend, prepared (packed) matmul and matmul_multi
-// equal vec_dot and every token of a batch gets the bits it gets alone.
+// equal vec_dot and every token of a batch gets the bits it gets alone. The tests marked
+// PackedBlocks run twice: with the default token blocks and with small ones (tuning keys
+// cpu.token_block=16, cpu.prefill_blocks=8), so the blocked forms meet the bit-for-bit
+// checks on short inputs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,6 +19,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/packed.h"
 #include "backends/cpu/quant_dot.h"
+#include "core/tune.h"
 
 namespace {
 
@@ -52,6 +56,22 @@ std::vector<float> make_x(int64_t n_tok, int64_t n, uint32_t seed) {
   }
   return x;
 }
+
+// The token blocks of the packed products (cpu.token_block, cpu.prefill_blocks) for the
+// scope of a test.
+struct Blocks {
+  int64_t token_block, prefill_blocks;
+};
+class PackedBlocks : public ::testing::TestWithParam<Blocks> {
+ protected:
+  hearth::tune::Override token_block_{hearth::tune::kCpuTokenBlock, GetParam().token_block};
+  hearth::tune::Override prefill_blocks_{hearth::tune::kCpuPrefillBlocks, GetParam().prefill_blocks};
+};
+INSTANTIATE_TEST_SUITE_P(TokenBlocks, PackedBlocks, ::testing::Values(Blocks{128, 0}, Blocks{16, 8}),
+                         [](const ::testing::TestParamInfo<Blocks>& i) {
+                           return "tokens" + std::to_string(i.param.token_block) + "_prefill" +
+                                  std::to_string(i.param.prefill_blocks);
+                         });
 
 // Quantized activations and their scales, as CpuBackend prepares them.
 struct Acts {
@@ -101,7 +121,7 @@ TEST(Packed, PackableAndSizes) {
   }
 }
 
-TEST(Packed, KernelEqualsReferenceBitForBit) {
+TEST_P(PackedBlocks, KernelEqualsReferenceBitForBit) {
   int n_run = 0;
   for (const GgmlType type : kTypes) {
     const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
@@ -130,10 +150,10 @@ TEST(Packed, KernelEqualsReferenceBitForBit) {
   if (n_run == 0) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
 }
 
-// Prompts longer than a token block (HEARTH_CPU_TOKEN_BLOCK, 128 by default): the kernel
+// Prompts longer than a token block (cpu.token_block, 128 by default): the kernel
 // takes the tokens in blocks across a range of groups, the tails of a block and of the
 // prompt in the smaller tiles; same bits as the reference, for sub-ranges of groups too.
-TEST(Packed, LongPromptsInTokenBlocksEqualReference) {
+TEST_P(PackedBlocks, LongPromptsInTokenBlocksEqualReference) {
   int n_run = 0;
   for (const GgmlType type : kTypes) {
     const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
@@ -183,9 +203,9 @@ TEST(Packed, ReferenceEqualsVecDotBitForBit) {
   }
 }
 
-TEST(Packed, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
+TEST_P(PackedBlocks, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
   cpu::CpuBackend be(2);
-  if (!be.repack()) GTEST_SKIP() << "no packed kernels on this CPU (or HEARTH_REPACK=0)";
+  if (!be.repack()) GTEST_SKIP() << "no packed kernels on this CPU (or cpu.repack=0)";
   for (const GgmlType type : kTypes) {
     const int64_t n = 3 * block_of(type);
     auto wa = make_weight(type, 48, n, 21), wb = make_weight(type, 33, n, 22), wc = make_weight(type, 16, n, 23);

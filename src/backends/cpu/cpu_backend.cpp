@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/huge_pages.h"
 #include "core/mapped_file.h"
+#include "core/tune.h"
 #include "quant/dequant_ref.h"
 
 
@@ -266,13 +267,10 @@ CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
     : pool_(n_threads > 0 ? n_threads : physical_core_count()),
       reference_kernels_(reference_kernels),
       simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {
-  const char* env = std::getenv("HEARTH_REPACK");
-  set_repack(!reference_kernels && !(env != nullptr && std::string(env) == "0"));
-  // HEARTH_MOE=generic: the model's per-expert path (for comparisons).
-  const char* moe = std::getenv("HEARTH_MOE");
-  fused_moe_ = !(moe != nullptr && std::string(moe) == "generic");
-  const char* timing = std::getenv("HEARTH_CPU_OP_TIMING");
-  set_op_timing(timing != nullptr && std::string(timing) == "1");
+  set_repack(!reference_kernels && tune::on(tune::kCpuRepack));
+  // cpu.moe=generic: the model's per-expert path (for comparisons).
+  fused_moe_ = tune::get(tune::kCpuMoe) == 0;
+  set_op_timing(tune::on(tune::kCpuOpTiming));
 }
 
 CpuBackend::~CpuBackend() {
@@ -387,12 +385,12 @@ void CpuBackend::matmul_packed(const ops::WeightView* const* ws, int n, const fl
   // The weights' 16-row groups one after another; each chunk is cut at the weights' borders.
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += static_cast<const PackedWeight*>(ws[i]->backend_data)->n_groups;
-  // HEARTH_CPU_PREFILL_BLOCKS=N (a multiple of 8; off by default, an experiment for many
+  // cpu.prefill_blocks=N (a multiple of 8; off by default, an experiment for many
   // cores): tasks are (block of N tokens, group), block after block, so a thread's chunk
   // takes one block of the prompt against several groups while the block stays in its L2,
   // at the price of reading each group's weights once per block. Tiles start at the same
   // tokens, so the bits do not change.
-  static const int64_t prompt_block = env_token_block("HEARTH_CPU_PREFILL_BLOCKS", 0);
+  const int64_t prompt_block = tuned_token_block(tune::kCpuPrefillBlocks);
   const int64_t tb = prompt_block > 0 && n_tokens > prompt_block ? prompt_block : n_tokens;
   const int64_t n_blocks = (n_tokens + tb - 1) / tb;
   pool_.parallel_for(n_blocks * total, 1, [&](int64_t begin, int64_t end, int) {

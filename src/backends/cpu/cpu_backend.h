@@ -130,7 +130,7 @@ class CpuBackend final : public ops::Backend {
 
   int n_threads() const { return pool_.n_threads(); }
   // Whether prepare_weight repacks Q4_0/Q4_1/Q8_0 weights for the multi-row kernels
-  // (default: yes where the CPU has them, unless HEARTH_REPACK=0). Set before
+  // (default: yes where the CPU has them, unless cpu.repack=0). Set before
   // preparing weights; views prepared earlier keep what they got.
   void set_repack(bool on) { repack_ = on && packed_available(); }
   bool repack() const { return repack_; }
@@ -140,7 +140,7 @@ class CpuBackend final : public ops::Backend {
   // blocked AVX-512 kernel applies (it gives the same bits; this is its oracle).
   void set_attention_blocks(bool on) { attention_blocks_ = on; }
 
-  // Per-operation timing (op_timing.h): on when HEARTH_CPU_OP_TIMING=1 at construction,
+  // Per-operation timing (op_timing.h): on when cpu.op_timing=1 at construction,
   // or set here. print_op_timing writes the table gathered since the last reset to
   // stderr (title: what was measured; wall_ms > 0: the caller's wall time over the same
   // span, for the time outside the back-end); a table never printed is printed when

@@ -1,5 +1,5 @@
-// Per-operation wall time of the CPU back-end (HEARTH_CPU_OP_TIMING=1), the CPU
-// counterpart of the CUDA back-end's HEARTH_CUDA_OP_TIMING table: calls and time per
+// Per-operation wall time of the CPU back-end (cpu.op_timing=1), the CPU
+// counterpart of the CUDA back-end's cuda.op_timing table: calls and time per
 // operation name, printed sorted by time. Operations that run inside another one (the
 // router's matmul inside moe_ffn, a matmul's activation quantization, the phases of
 // attention or of the delta rule) are counted apart, under the outermost operation

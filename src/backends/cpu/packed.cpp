@@ -169,9 +169,8 @@ void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* 
   }
 }
 
-int64_t env_token_block(const char* name, long dflt) {
-  const char* e = std::getenv(name);
-  const long v = e != nullptr ? std::strtol(e, nullptr, 10) : dflt;
+int64_t tuned_token_block(tune::Id key) {
+  const int64_t v = tune::get(key);
   return v <= 0 ? int64_t{0} : std::max<int64_t>(8, v / 8 * 8);
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
+#include "core/tune.h"
 #include "format/ggml_types.h"
 #include "ops/backend.h"
 
@@ -86,10 +87,10 @@ using PackedMatmulFn = void (*)(const PackedWeight& w, int64_t g0, int64_t g1, c
 // The SIMD kernel for this type on this CPU (AVX-512 VNNI), or nullptr.
 PackedMatmulFn find_packed_kernel(GgmlType type);
 
-// A token count from the environment variable `name` (dflt when unset), rounded down to a
-// multiple of 8 (at least 8) so that token tiles start where they would without blocks;
-// 0 when it is 0 or negative (off).
-int64_t env_token_block(const char* name, long dflt);
+// The token count of tuning key `key` (cpu.token_block, cpu.prefill_blocks), rounded down
+// to a multiple of 8 (at least 8) so that token tiles start where they would without
+// blocks; 0 when it is 0 (off).
+int64_t tuned_token_block(tune::Id key);
 
 namespace ref {
 // The same arithmetic, lane by lane in plain code, on the original (unpacked) weights,

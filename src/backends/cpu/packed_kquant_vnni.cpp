@@ -1,11 +1,11 @@
 // AVX-512 VNNI kernels for packed Q4_K / Q5_K / Q6_K weights (packed_kquant.h): per
-// 16-row group and up to eight tokens at a time (HEARTH_CPU_TILE8=0: four), each 64-byte register of weights is
+// 16-row group and up to eight tokens at a time (cpu.tile8=0: four), each 64-byte register of weights is
 // unpacked once and meets every token's 4 activation bytes broadcast (vpdpbusd), giving
 // a sub-block's integer sum for all 16 rows; the sums are multiplied by the rows'
 // sub-block scales (vpmulld), the mins / -32 terms come from vpdpwssd of the rows'
 // int16 mins / scales against broadcast activation sums, and vec_dot's float
 // expression per super-block then runs lane-wise. Same arithmetic as kquant::ref_matmul. Long prompts go in
-// blocks of tokens (HEARTH_CPU_TOKEN_BLOCK, default 128; packed_matmul).
+// blocks of tokens (cpu.token_block, default 128; packed_matmul).
 #include "backends/cpu/packed_kquant.h"
 #include "backends/cpu/prefetch.h"
 
@@ -222,11 +222,8 @@ HEARTH_VNNI void group_range(const PackedWeight& w, int64_t g, const PackedAct& 
   }
 }
 
-// Tokens per block of a long prompt (HEARTH_CPU_TOKEN_BLOCK, a multiple of 8; 0: none).
-int64_t token_block() {
-  static const int64_t n = env_token_block("HEARTH_CPU_TOKEN_BLOCK", 128);
-  return n;
-}
+// Tokens per block of a long prompt (cpu.token_block, a multiple of 8; 0: none).
+int64_t token_block() { return tuned_token_block(tune::kCpuTokenBlock); }
 
 // A long prompt is taken in blocks of tokens, each block against every group of the
 // range before the next: the block's quantized rows (128 tokens of a 6,144-column row:
@@ -236,10 +233,7 @@ int64_t token_block() {
 template <GgmlType kType>
 HEARTH_VNNI void packed_matmul(const PackedWeight& w, int64_t g0, int64_t g1, const PackedAct& a, int64_t n_tokens,
                                float* y, int64_t ys) {
-  static const bool wide = [] {
-    const char* e = std::getenv("HEARTH_CPU_TILE8");
-    return e == nullptr || e[0] != '0';
-  }();
+  const bool wide = tune::on(tune::kCpuTile8);
   const int64_t tb = token_block();
   if (tb == 0 || n_tokens <= tb || g1 - g0 < 2) {
     for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, 0, n_tokens, wide, y, ys);

@@ -1,22 +1,16 @@
 // Software prefetch of streamed weights: lines a fixed number of bytes ahead of the
 // block being computed, into L2 (not L1, where they would push out the activations and
-// the lines in use). HEARTH_CPU_PREFETCH_KB sets the distance (default 32; 0: none),
-// rounded up to whole blocks.
+// the lines in use). The tuning key cpu.prefetch_kb sets the distance (default 32; 0:
+// none), rounded up to whole blocks.
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
+
+#include "core/tune.h"
 
 namespace hearth::cpu {
 
-inline int64_t prefetch_bytes() {
-  static const int64_t n = [] {
-    const char* e = std::getenv("HEARTH_CPU_PREFETCH_KB");
-    const long kb = e != nullptr ? std::strtol(e, nullptr, 10) : 32;
-    return kb <= 0 ? int64_t{0} : static_cast<int64_t>(kb) * 1024;
-  }();
-  return n;
-}
+inline int64_t prefetch_bytes() { return tune::get(tune::kCpuPrefetchKb) * 1024; }
 
 // The distance for blocks of block_bytes: a whole number of blocks, 0 when off.
 inline int64_t prefetch_distance(int64_t block_bytes) {

@@ -16,6 +16,7 @@
 #include "backends/cuda/small_gemm.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/tune.h"
 #include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
@@ -145,61 +146,35 @@ CudaBackend::OpTimer::~OpTimer() {
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
-  const char* timing = std::getenv("HEARTH_CUDA_OP_TIMING");
-  timing_ = timing != nullptr && (std::string(timing) == "1" || std::string(timing) == "host");
-  host_timing_ = timing_ && std::string(timing) == "host";
-  const char* graph = std::getenv("HEARTH_CUDA_GRAPH");
-  graphs_ = !(graph != nullptr && std::string(graph) == "0") && !(timing_ && !host_timing_);
-  const char* wait_timing = std::getenv("HEARTH_CUDA_WAIT_TIMING");
-  wait_timing_ = wait_timing != nullptr && std::string(wait_timing) == "1";
-  const char* fuse = std::getenv("HEARTH_CUDA_FUSE");
-  fuse_ = !(fuse != nullptr && std::string(fuse) == "0");
-  const char* fuse_quant = std::getenv("HEARTH_CUDA_FUSE_QUANT");
-  fuse_quant_ = fuse_ && !(fuse_quant != nullptr && std::string(fuse_quant) == "0");
-  const char* fuse_swiglu = std::getenv("HEARTH_CUDA_FUSE_SWIGLU");
-  // Off unless HEARTH_CUDA_FUSE_SWIGLU=1: measured on the H200, one kernel for gate / up /
+  // The tuning keys (core/tune_keys.h) of this back-end's switches, read once here.
+  const int64_t timing = tune::get(tune::kCudaOpTiming);  // 0 off, 1 device, 2 host
+  timing_ = timing != 0;
+  host_timing_ = timing == 2;
+  graphs_ = tune::on(tune::kCudaGraph) && !(timing_ && !host_timing_);
+  wait_timing_ = tune::on(tune::kCudaWaitTiming);
+  fuse_ = tune::on(tune::kCudaFuse);
+  fuse_quant_ = fuse_ && tune::on(tune::kCudaFuseQuant);
+  // Off unless cuda.fuse_swiglu=1: measured on the H200, one kernel for gate / up /
   // SwiGLU (two rows a warp) took longer than the two products in one launch and swiglu
   // (Llama-3-8B decode step 3,708 against 3,572 us of device time).
-  fuse_swiglu_ = fuse_ && fuse_swiglu != nullptr && std::string(fuse_swiglu) == "1";
-  const char* argmax = std::getenv("HEARTH_CUDA_ARGMAX");
-  device_argmax_ = !(argmax != nullptr && std::string(argmax) == "0");
-  const char* int8_gemm = std::getenv("HEARTH_CUDA_INT8_GEMM");
-  int8_gemm_ = !(int8_gemm != nullptr && std::string(int8_gemm) == "0");
-  const char* attn_tc = std::getenv("HEARTH_CUDA_ATTN_TC");
-  tc_attention_ = !(attn_tc != nullptr && std::string(attn_tc) == "0");
-  const char* gq8 = std::getenv("HEARTH_CUDA_GATED_Q8");
-  gated_norm_q8_ = !(gq8 != nullptr && std::string(gq8) == "0");
-  const char* draw = std::getenv("HEARTH_CUDA_DRAW");
-  device_draw_ = !(draw != nullptr && std::string(draw) == "0");
-  if (const char* m = std::getenv("HEARTH_CUDA_ATTN_TC_DECODE")) tc_decode_mode_ = std::clamp(std::atoi(m), 0, 3);
-  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_RANGE")) tc_decode_range_keys_ = std::max(64, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_BLOCKS")) tc_decode_blocks_ = std::max(1, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_MIN")) tc_decode_min_keys_ = std::max(1, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_TC_DECODE_ROWS")) tc_decode_min_rows_ = std::max(1, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_MOE_GROUP_MIN")) moe_group_min_tokens_ = std::max(1, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_MOE_MMA_MIN")) moe_mma_min_tokens_ = std::max(1, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_MOE_SHARED_MMA")) moe_shared_mma_ = std::string(m) != "0";
-  if (const char* m = std::getenv("HEARTH_CUDA_MOE_SHARED")) moe_shared_max_tokens_ = std::max(0, std::atoi(m));
-  if (const char* m = std::getenv("HEARTH_CUDA_MOE_NORM")) moe_norm_ = std::string(m) != "0";
-  if (const char* tpr = std::getenv("HEARTH_CUDA_MATVEC_TPR")) set_q8_matvec_threads_per_row(std::atoi(tpr));
-  {
-    const char* ilp = std::getenv("HEARTH_CUDA_MATVEC_ILP");
-    const char* early = std::getenv("HEARTH_CUDA_MATVEC_EARLY");
-    set_q8_matvec_shape(ilp != nullptr ? std::atoi(ilp) : 0, early != nullptr ? std::atoi(early) : -1);
-    const char* rows = std::getenv("HEARTH_CUDA_MATVEC_ROWS");
-    set_q8_matvec_rows(rows != nullptr ? std::atoi(rows) : 0);
-    const char* smem_x = std::getenv("HEARTH_CUDA_MATVEC_SMEM");
-    set_q8_matvec_smem_x(smem_x != nullptr ? std::atoi(smem_x) : 1);
-    const char* streamed = std::getenv("HEARTH_CUDA_MATVEC_STREAM");
-    set_q8_matvec_stream(streamed != nullptr ? std::atoi(streamed) : 4);
-    const char* persist = std::getenv("HEARTH_CUDA_MATVEC_PERSIST");
-    set_q8_matvec_persistent(persist != nullptr ? std::atoi(persist) : 1);
-    const char* stream_rows = std::getenv("HEARTH_CUDA_MATVEC_STREAM_ROWS");
-    set_q8_matvec_stream_max_rows(stream_rows != nullptr ? std::atoll(stream_rows) : 65536);
-  }
-  const char* matvec = std::getenv("HEARTH_CUDA_MATVEC");
-  q8_matvec_ = matvec == nullptr || std::string(matvec) != "f32";
-  if (const char* qg = std::getenv("HEARTH_CUDA_QGEMM_MAX")) qgemm_max_tokens_ = std::atoll(qg);
+  fuse_swiglu_ = fuse_ && tune::on(tune::kCudaFuseSwiglu);
+  device_argmax_ = tune::on(tune::kCudaArgmax);
+  int8_gemm_ = tune::on(tune::kCudaInt8Gemm);
+  tc_attention_ = tune::on(tune::kCudaAttnTc);
+  gated_norm_q8_ = tune::on(tune::kCudaGatedQ8);
+  device_draw_ = tune::on(tune::kCudaDraw);
+  tc_decode_mode_ = static_cast<int>(tune::get(tune::kCudaAttnTcDecode));
+  tc_decode_range_keys_ = tune::get(tune::kCudaTcDecodeRange);
+  tc_decode_blocks_ = tune::get(tune::kCudaTcDecodeBlocks);
+  tc_decode_min_keys_ = tune::get(tune::kCudaTcDecodeMin);
+  tc_decode_min_rows_ = tune::get(tune::kCudaTcDecodeRows);
+  moe_group_min_tokens_ = tune::get(tune::kCudaMoeGroupMin);
+  moe_mma_min_tokens_ = tune::get(tune::kCudaMoeMmaMin);
+  moe_shared_mma_ = tune::on(tune::kCudaMoeSharedMma);
+  moe_shared_max_tokens_ = tune::get(tune::kCudaMoeShared);
+  moe_norm_ = tune::on(tune::kCudaMoeNorm);
+  q8_matvec_ = tune::get(tune::kCudaMatvec) == 0;  // 1: f32
+  qgemm_max_tokens_ = tune::get(tune::kCudaQgemmMax);
   int n = 0;
   HEARTH_CUDA_CHECK("init", cudaGetDeviceCount(&n));
   if (device < 0 || device >= n) {
@@ -211,9 +186,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   HEARTH_CUDA_CHECK("init", cudaGetDeviceProperties(&prop, device));
   name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
           std::to_string(prop.minor) + ")";
-  // Programmatic dependent launch (launch.cuh) on Hopper and later; HEARTH_CUDA_PDL=0: off.
-  const char* pdl = std::getenv("HEARTH_CUDA_PDL");
-  set_pdl_enabled(prop.major >= 9 && !(pdl != nullptr && std::string(pdl) == "0"));
+  // Programmatic dependent launch (launch.cuh) on Hopper and later; cuda.pdl=0: off.
+  set_pdl_enabled(prop.major >= 9 && tune::on(tune::kCudaPdl));
   HEARTH_CUDA_CHECK("init", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   q8_gemm_prepare();
   // Keep memory freed by buffers in the pool: scratch of every step is reused, not

@@ -120,13 +120,13 @@ class CudaBackend final : public ops::Backend {
   // (a new attention split bucket, other buffers) throws ops::StepRetry before anything
   // has run; the caller runs it again op by op and the next step of that size is
   // recorded anew. Moving scratch or staging memory invalidates every recording.
-  // HEARTH_CUDA_GRAPH=0 or set_graphs(false) turns it off (on by default).
+  // --tune cuda.graph=0 or set_graphs(false) turns it off (on by default).
   void set_graphs(bool on);
   // Gate / up products and SwiGLU in one kernel for decode batches (off by default:
-  // measured slower; HEARTH_CUDA_FUSE_SWIGLU=1). For tests and measuring.
+  // measured slower; cuda.fuse_swiglu=1). For tests and measuring.
   void set_fused_swiglu(bool on) { fuse_swiglu_ = on; }
   // Q4_K products of 9-64 tokens on the int8 tensor cores (q8_gemm, the default) or as
-  // f16 tiles (quant_gemm; HEARTH_CUDA_INT8_GEMM=0). For tests and measuring.
+  // f16 tiles (quant_gemm; cuda.int8_gemm=0). For tests and measuring.
   void set_int8_gemm(bool on) { int8_gemm_ = on; }
   struct GraphStats {
     int64_t recorded = 0;  // steps captured (and launched) as a new graph
@@ -159,11 +159,11 @@ class CudaBackend final : public ops::Backend {
   // Bytes of device memory held by prepared weights.
   uint64_t weight_bytes() const { return weight_bytes_; }
 
-  // Internal: with HEARTH_CUDA_OP_TIMING=1 each operation waits for the device and its
+  // Internal: with cuda.op_timing=device each operation waits for the device and its
   // time is added to a table printed to stderr when the back-end is destroyed (a
   // profile of where a step's time goes; off by default: it serialises host and device).
-  // HEARTH_CUDA_OP_TIMING=host: the host's time inside each op only, nothing waited for
-  // (with HEARTH_CUDA_WAIT_TIMING, whether the host or the device limits a step).
+  // cuda.op_timing=host: the host's time inside each op only, nothing waited for
+  // (with cuda.wait_timing, whether the host or the device limits a step).
   class OpTimer {
    public:
     OpTimer(CudaBackend& be, const char* op);
@@ -177,7 +177,7 @@ class CudaBackend final : public ops::Backend {
   };
 
   // Internal: waits for the stream (op names the caller in errors). With
-  // HEARTH_CUDA_WAIT_TIMING=1 the time the host spends waiting here is added up and
+  // cuda.wait_timing=1 the time the host spends waiting here is added up and
   // printed when the back-end is destroyed, against the wall time since the first wait:
   // a host that rarely waits is the bottleneck (launch-bound steps), one that waits most
   // of the time feeds a busy device.
@@ -271,7 +271,7 @@ class CudaBackend final : public ops::Backend {
   // A graph step's stagings ([0, end) of the ring, written on the host as its ops ran)
   // to the device in one copy, before the graph that reads them is launched.
   void upload_stages(size_t end);  // at the copy_to_host ending a recorded or replayed step
-  void launch_timed(void* exec);  // cudaGraphLaunch (timed with HEARTH_CUDA_WAIT_TIMING)
+  void launch_timed(void* exec);  // cudaGraphLaunch (timed with cuda.wait_timing)
   [[noreturn]] void retry_step();  // a replayed step that is not its recording: StepRetry
   void drop_graphs();
   bool graphs_ = true, capturing_ = false;
@@ -288,17 +288,17 @@ class CudaBackend final : public ops::Backend {
   std::vector<std::pair<int64_t, uint64_t>> no_graph_;
   bool staged_since_wait_ = false;
   GraphStats graph_stats_;
-  bool host_timing_ = false;  // HEARTH_CUDA_OP_TIMING=host: the host's own time per op, no waits
+  bool host_timing_ = false;  // cuda.op_timing=host: the host's own time per op, no waits
   bool wait_timing_ = false;
   int64_t wait_ns_ = 0, waits_ = 0, first_wait_ns_ = 0, last_wait_ns_ = 0;
-  // With HEARTH_CUDA_WAIT_TIMING: the host's time in cudaGraphLaunch and the device's
+  // With cuda.wait_timing: the host's time in cudaGraphLaunch and the device's
   // time running the graphs (events around each launch, read at the next wait).
   void* graph_events_[2] = {};  // cudaEvent_t
   bool graph_event_pending_ = false;
   int64_t graph_launch_ns_ = 0, graph_timed_ = 0;
   double graph_gpu_ms_ = 0.0;
   // An 8-bit quantization of an op's output, written by that op (add_rms_norm) into
-  // q8_matvec's scratch for the product right after it (HEARTH_CUDA_FUSE_QUANT=0: not).
+  // q8_matvec's scratch for the product right after it (cuda.fuse_quant=0: not).
   // Valid for the next op only (op_seq_ counts ops), for that x and shape.
   struct Q8Ready {
     const float* x = nullptr;
@@ -325,41 +325,41 @@ class CudaBackend final : public ops::Backend {
   bool take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols, const void* scratch5);
   bool int8_gemm_ = true;
   bool deterministic_ = false;  // batch-invariant kernels only (set_deterministic)
-  bool device_argmax_ = true;  // fetch_rows reduces greedy rows (HEARTH_CUDA_ARGMAX=0: every row copied)
-  bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (HEARTH_CUDA_FUSE_SWIGLU=1)
-  bool gated_norm_q8_ = true;  // the gated norm quantizes for the out projection (HEARTH_CUDA_GATED_Q8=0: not)
-  bool device_draw_ = true;  // temperature draws in fetch_rows (HEARTH_CUDA_DRAW=0: on the host)
+  bool device_argmax_ = true;  // fetch_rows reduces greedy rows (cuda.argmax=0: every row copied)
+  bool fuse_swiglu_ = false;  // decode gate/up products with SwiGLU in one kernel (cuda.fuse_swiglu=1)
+  bool gated_norm_q8_ = true;  // the gated norm quantizes for the out projection (cuda.gated_q8=0: not)
+  bool device_draw_ = true;  // temperature draws in fetch_rows (cuda.draw=0: on the host)
   std::vector<ops::PenaltyToken> pen_zero_;  // fetch_rows without a penalty list: empty slots
-  // Long-context decode on the tensor cores (HEARTH_CUDA_ATTN_TC_DECODE): 2 warps split keys,
+  // Long-context decode on the tensor cores (cuda.attn_tc_decode): 2 warps split keys,
   // two stage buffers; 1 the same with one; 0 warps split query vectors (the prompt kernel).
-  int tc_decode_mode_ = 2;  // stage buffers of the decode kernel, 1-3 (HEARTH_CUDA_ATTN_TC_DECODE; 0: query split)
+  int tc_decode_mode_ = 2;  // stage buffers of the decode kernel, 1-3 (cuda.attn_tc_decode; 0: query split)
   // Decode rows' keys split into ranges of at least this many keys, about this many blocks
-  // in all (HEARTH_CUDA_TC_DECODE_RANGE / _BLOCKS; 0: the blocks the GPU holds at once).
+  // in all (cuda.tc_decode_range / _blocks; 0: the blocks the GPU holds at once).
   int64_t tc_decode_range_keys_ = 256;
   int64_t tc_decode_blocks_ = 0;
-  int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (HEARTH_CUDA_TC_DECODE_MIN)
-  int64_t tc_decode_min_rows_ = 2;  // and steps with this many decode rows (HEARTH_CUDA_TC_DECODE_ROWS)
-  int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (HEARTH_CUDA_MOE_GROUP_MIN)
+  int64_t tc_decode_min_keys_ = 4096;  // decode rows from this key bucket on the tensor cores (cuda.tc_decode_min)
+  int64_t tc_decode_min_rows_ = 2;  // and steps with this many decode rows (cuda.tc_decode_rows)
+  int64_t moe_group_min_tokens_ = 2;  // decode batches from this many tokens group MoE pairs (cuda.moe_group_min)
   // Grouped decode batches of at least this many tokens run the experts' products on the
-  // int8 tensor cores (q8_moe_mma_*; HEARTH_CUDA_MOE_MMA_MIN), not in deterministic mode.
+  // int8 tensor cores (q8_moe_mma_*; cuda.moe_mma_min), not in deterministic mode.
   // 8, measured on the H200 (Qwen3.5-35B-A3B, ms a step, the dp4a kernels / these): 8
   // tokens 6.72 / 6.51, 12 tokens 9.58 / 8.35; 4 tokens 4.79 / 5.05 (an earlier form).
   int64_t moe_mma_min_tokens_ = 8;
   // Decode batches the tensor-core expert kernels take also run the shared expert as each
-  // token's last pair, past moe_shared_max_tokens_ (HEARTH_CUDA_MOE_SHARED_MMA=0: not).
+  // token's last pair, past moe_shared_max_tokens_ (cuda.moe_shared_mma=0: not).
   bool moe_shared_mma_ = true;
   // moe_ffn takes shared experts in decode calls of up to this many tokens (0: never;
-  // HEARTH_CUDA_MOE_SHARED; more tokens: the model's separate ops, whose int8 tensor-core
+  // cuda.moe_shared; more tokens: the model's separate ops, whose int8 tensor-core
   // products beat a 64-pair run of the shared expert).
   int64_t moe_shared_max_tokens_ = 16;
-  bool moe_norm_ = true;    // moe_ffn_add_rms_norm as one op in decode (HEARTH_CUDA_MOE_NORM=0: two)
-  bool tc_attention_ = true;  // prompt attention on the tensor cores (HEARTH_CUDA_ATTN_TC=0: the scalar kernel)
-  bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (HEARTH_CUDA_FUSE=0: the separate ops)
-  bool q8_matvec_ = true;  // decode products on 8-bit activations (HEARTH_CUDA_MATVEC=f32: off)
+  bool moe_norm_ = true;    // moe_ffn_add_rms_norm as one op in decode (cuda.moe_norm=0: two)
+  bool tc_attention_ = true;  // prompt attention on the tensor cores (cuda.attn_tc=0: the scalar kernel)
+  bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (cuda.fuse=0: the separate ops)
+  bool q8_matvec_ = true;  // decode products on 8-bit activations (cuda.matvec=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go
   // to quant_gemm (tensor cores on weight tiles dequantized in shared memory), more to
   // dequantize + cuBLAS, which is faster from about 64 tokens on (docs/BENCHMARKS.md);
-  // HEARTH_CUDA_QGEMM_MAX overrides (0: always cuBLAS).
+  // cuda.qgemm_max overrides (0: always cuBLAS).
   int64_t qgemm_max_tokens_ = 64;
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
 };

@@ -14,6 +14,7 @@
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/small_gemm.h"
 #include "core/error.h"
+#include "core/tune.h"
 
 namespace hearth::cuda {
 namespace {
@@ -191,10 +192,7 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
   // Batched decode on the int8 tensor cores (q8_gemm): weights of one column count
   // quantize x once between them (each product as matmul computes it); the others go on
   // below.
-  static const bool gemm_multi = [] {  // HEARTH_CUDA_GEMM_MULTI=0: each product quantizes x itself
-    const char* e = std::getenv("HEARTH_CUDA_GEMM_MULTI");
-    return !(e != nullptr && std::string(e) == "0");
-  }();
+  const bool gemm_multi = tune::on(tune::kCudaGemmMulti);  // cuda.gemm_multi=0: each product quantizes x itself
   if (gemm_multi && !deterministic_ && n > 1 && n <= 8) {
     DeviceWeight gw[8];
     float* gy[8];

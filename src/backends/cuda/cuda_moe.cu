@@ -7,7 +7,7 @@
 // expert read once), and a last kernel sums each token's experts in a fixed order. A
 // shared expert (moe_takes_shared) is each decode token's last pair, on its own weights,
 // weighted by sigmoid(its gate row . x) from the routing kernel: the eight separate ops of
-// a shared expert become none (HEARTH_CUDA_MOE_SHARED=0: the model runs them). With
+// a shared expert become none (cuda.moe_shared=0: the model runs them). With
 // moe_ffn_add_rms_norm that last kernel also adds the residual and applies the next norm.
 // Prompts (more tokens) copy the routing to the host once per layer, sort the (token, expert) pairs by expert and run
 // each projection as one grouped tensor-core product over all experts (quant_gemm_grouped;

@@ -9,7 +9,7 @@
 // the 8-bit quantizer triggers before it waits (the product after it loads only weights
 // before its own wait), the decode products load weights before the wait, and decode
 // attention loads the batch description and earlier steps' keys. On older GPUs, or
-// with HEARTH_CUDA_PDL=0, launch_pdl is an ordinary launch. Inside a captured graph the
+// with cuda.pdl=0, launch_pdl is an ordinary launch. Inside a captured graph the
 // early start becomes a programmatic edge: decode steps of ~500 short kernels lose
 // most of the gap between one kernel's end and the next one's start.
 #pragma once

@@ -52,29 +52,27 @@ void quant_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float
 // with those quantized activations to f32 rounding (about 1e-3 of sum |w x| from the f32
 // product, as on the CPU back-end).
 bool q8_matvec_supported(GgmlType type);
-// The decode kernels' threads per row: 32 (the default, 0), 64 or 128. For measuring.
-void set_q8_matvec_threads_per_row(int tpr);
-// The warp-per-row kernel's units decoded ahead per thread (ilp: 1 or 2; 0: the
-// default, 1) and whether the first of them are loaded before waiting for the kernel
-// before (early: 0 or 1; -1: the default, 1). Same sums in every shape. For measuring.
-void set_q8_matvec_shape(int ilp, int early);
-// Rows per warp below 3 tokens: 1, or 0 the default (two: the activations read once for
-// two rows). Same sums. For measuring.
-void set_q8_matvec_rows(int rows);
-// 1 (the default): one or two tokens' activations staged in shared memory by each block of
-// the decode product (at most 48 KiB); 0: read from global memory. Same sums.
-void set_q8_matvec_smem_x(int on);
-// Weights streamed through shared memory by the bulk copy engine for one or two tokens
-// (Hopper and later; quant_q8_stream.cuh): 0 off, 1 eight warps a block and three
-// segments in flight, 2 four warps and four, 3 sixteen warps and two, 4 (the default)
-// eight warps and three with a ninth warp of its own requesting the segments. Same bits.
-void set_q8_matvec_stream(int shape);
-// 1 (the default): the streamed kernel runs at most as many blocks as the device holds
-// at once, each walking several groups of rows; 0: a block per group. Same bits.
-void set_q8_matvec_persistent(int on);
-// Launches of more rows than this (65,536 by default; 0: no limit) take the register-fed
-// kernel instead of the streamed one. Same bits.
-void set_q8_matvec_stream_max_rows(int64_t rows);
+// The decode kernels' shape comes from tuning keys (core/tune_keys.h), read at each launch,
+// the same sums in every shape (for measuring; the tests run each against the default):
+//   cuda.matvec_tpr     threads per row: 32 (the default, 0), 64 or 128;
+//   cuda.matvec_ilp     the warp-per-row kernel's units decoded ahead per thread: 1 or 2
+//                       (0: the default, 1);
+//   cuda.matvec_early   whether the first of them are loaded before waiting for the kernel
+//                       before: 0 or 1 (-1: the default, 1);
+//   cuda.matvec_rows    rows per warp below 3 tokens: 1, or 0 the default (two: the
+//                       activations read once for two rows);
+//   cuda.matvec_smem    1 (the default): one or two tokens' activations staged in shared
+//                       memory by each block (at most 48 KiB); 0: read from global memory;
+//   cuda.matvec_stream  weights streamed through shared memory by the bulk copy engine for
+//                       one or two tokens (Hopper and later; quant_q8_stream.cuh): 0 off,
+//                       1 eight warps a block and three segments in flight, 2 four warps and
+//                       four, 3 sixteen warps and two, 4 (the default) eight warps and three
+//                       with a ninth warp of its own requesting the segments;
+//   cuda.matvec_persist 1 (the default): the streamed kernel runs at most as many blocks as
+//                       the device holds at once, each walking several groups of rows; 0: a
+//                       block per group;
+//   cuda.matvec_stream_rows  launches of more rows than this (65,536 by default; 0: no
+//                       limit) take the register-fed kernel instead of the streamed one.
 size_t q8_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                size_t scratch_bytes, cudaStream_t stream);
@@ -108,17 +106,15 @@ constexpr int64_t kMaxQ8GemmTokens = 64;
 constexpr int64_t kMaxQ8GemmCallTokens = 1024;
 bool q8_gemm_supported(GgmlType type);
 // Whether q8_gemm quantizes the tokens as ggml's Q8_K (one scale per 256 values, the CPU
-// back-end's rounding; the default) rather than in chunks of 32 (HEARTH_CUDA_MMQ_Q8K=0).
+// back-end's rounding; the default) rather than in chunks of 32 (cuda.mmq_q8k=0).
 bool q8_gemm_uses_q8k();
-// Q4_K with Q8_K tokens: one MMA on the raw quants a sub-block, scaled after in integers,
-// or two on the scale's split halves (the same bits): 1 / 0 forces one, 2 picks by the
-// token tile (the default; HEARTH_CUDA_MMQ_SCALE_AFTER). For tests.
-void set_q8_gemm_scale_after(int mode);
-// From min_tokens (17 to 33; 0 keeps the setting; HEARTH_CUDA_MMQ_WIDE_MIN, default 17):
-// the wide kernel (quant_mmq_wide.cuh, the same bits) with 2 or 4 warps along the rows for
-// 33 or more tokens (HEARTH_CUDA_MMQ_WIDE; default 2; 17-32 tokens always take 4), or 0
-// for the narrow one. For tests and measurements.
-void set_q8_gemm_wide(int rows_warps, int min_tokens = 0);
+// Its variants, the same bits, from tuning keys read at each call (for tests and
+// measurements): Q4_K with Q8_K tokens takes one MMA on the raw quants a sub-block, scaled
+// after in integers, or two on the scale's split halves (cuda.mmq_scale_after: on / off
+// forces one, auto picks by the token tile, the default); from 17 tokens the wide kernel
+// (quant_mmq_wide.cuh) with cuda.mmq_wide = 2 or 4
+// warps along the rows for 33 or more tokens (default 2; 17-32 tokens always take 4), or 0
+// for the narrow one.
 // Kernel attributes q8_gemm needs (more than 48 KiB of shared memory), set once per device
 // before any launch (so none is set during a stream capture).
 void q8_gemm_prepare();
@@ -152,9 +148,8 @@ void quant_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n
 // other tokens for batches of 9 to 64 tokens, nor above 64. All quantized types (not F32,
 // F16, BF16).
 bool quant_gemm_supported(GgmlType type);
-// Steps of weight loads quant_gemm keeps in flight (1..3; 0: the default, 2). The same
-// results for every value. For measuring.
-void set_quant_gemm_prefetch(int steps);
+// Steps of weight loads quant_gemm keeps in flight: cuda.qgemm_pf (1..3, default 2), read
+// at each call. The same results for every value. For measuring.
 size_t quant_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void quant_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                 size_t scratch_bytes, cudaStream_t stream);
@@ -208,10 +203,9 @@ void q8_moe_down(const DeviceWeight& down, int64_t rows_per_expert, const int32_
 bool q8_moe_mma_supported(GgmlType type, int64_t n_cols, uint64_t row_bytes);
 size_t q8_moe_mma_scratch_bytes(int64_t n_cols, int64_t n_rows);
 void q8_moe_mma_prepare();
-// Short rows (64 of them in 32 KiB) of the down products staged as whole row tiles (the
-// default; HEARTH_CUDA_MOE_MMA_ROWS=0: off), or as the other products are: the same bits.
-// For tests and measurements.
-void set_q8_moe_mma_rows(bool on);
+// Short rows (64 of them in 32 KiB) of the down products are staged as whole row tiles
+// (the default; cuda.moe_mma_rows=0: off, read at each call), or as the other products
+// are: the same bits. For tests and measurements.
 void q8_moe_mma_gate_up(const DeviceWeight& gate, const DeviceWeight& up, int64_t rows_per_expert, int64_t n_tokens,
                         int n_used, const float* x, float* h, void* scratch, size_t scratch_bytes, cudaStream_t stream,
                         const void* groups, int n_expert, const void* shared_w = nullptr,

@@ -23,6 +23,7 @@
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/quant_shared.cuh"
 #include "core/error.h"
+#include "core/tune.h"
 #include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
@@ -261,25 +262,17 @@ int tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 
 
 struct Plan {
   int bn, splits, steps_per_split;
-  int blocks_per_sm;  // 1 (up to 128 registers a thread), or 2 (64) with HEARTH_CUDA_QGEMM_BLOCKS=2
-  int prefetch;       // steps of loads in flight (HEARTH_CUDA_QGEMM_PF: 1, 2 or 3)
+  int prefetch;       // steps of loads in flight (cuda.qgemm_pf: 1, 2 or 3)
   int64_t row_tiles, tok_tiles;
 };
 
-// One block per multiprocessor measured faster than two (whose 64 registers spill the
-// 64-token tiles): q4_K 4096 x 14336, 16 tokens 49 vs 61 us, 64 tokens 89 vs 95 us.
-int blocks_per_sm() {
-  static const int n = [] {
-    const char* e = std::getenv("HEARTH_CUDA_QGEMM_BLOCKS");
-    return e != nullptr && std::atoi(e) == 2 ? 2 : 1;
-  }();
-  return n;
-}
+// One block per multiprocessor (up to 128 registers a thread), measured faster than two
+// (whose 64 registers spill the 64-token tiles): q4_K 4096 x 14336, 16 tokens 49 vs 61 us,
+// 64 tokens 89 vs 95 us.
+constexpr int kBlocksPerSm = 1;
 
-int g_qgemm_prefetch = [] {
-  const char* e = std::getenv("HEARTH_CUDA_QGEMM_PF");
-  return e != nullptr ? std::max(1, std::min(3, std::atoi(e))) : 2;
-}();
+// Steps of loads in flight (cuda.qgemm_pf, 1 to 3; 2 by default).
+int qgemm_prefetch() { return static_cast<int>(tune::get(tune::kCudaQgemmPf)); }
 
 Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   Plan p{};
@@ -291,9 +284,8 @@ Plan plan_for(const DeviceWeight& w, int64_t n_tokens) {
   // Splits from the row tiles alone (never from the token count), and only while one tile
   // of tokens holds the batch: an output's sum order is then the same for 9..64 tokens.
   // Split until one wave fills the GPU.
-  p.blocks_per_sm = blocks_per_sm();
-  p.prefetch = g_qgemm_prefetch;
-  const int64_t slots = p.blocks_per_sm * static_cast<int64_t>(device_sm_count());
+  p.prefetch = qgemm_prefetch();
+  const int64_t slots = kBlocksPerSm * static_cast<int64_t>(device_sm_count());
   int splits = n_tokens > 64 ? 1 : static_cast<int>(std::max<int64_t>(1, slots / p.row_tiles));
   splits = std::max(1, std::min({splits, kMaxSplits, n_steps / 2}));
   p.steps_per_split = (n_steps + splits - 1) / splits;
@@ -322,35 +314,27 @@ void launch_tile(const DeviceWeight& w, const __half* x16, int64_t n_tokens, con
 template <GgmlType TYPE>
 void launch_type(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const Plan& p, float* out,
                  const ExpertTile* groups, cudaStream_t stream) {
-  if (p.blocks_per_sm == 1) {
-    // Loads of several steps in flight for the types with fast (split load / convert)
-    // decoders; the others load inside their decoder.
-    constexpr bool kFast = qk::HalfDecode<TYPE>::kHas;
-    if (kFast && p.prefetch >= 3) {
-      switch (p.bn) {
-        case 16: launch_tile<TYPE, 16, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
-        case 32: launch_tile<TYPE, 32, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
-        default: launch_tile<TYPE, 64, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
-      }
-    } else if (kFast && p.prefetch == 2) {
-      switch (p.bn) {
-        case 16: launch_tile<TYPE, 16, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
-        case 32: launch_tile<TYPE, 32, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
-        default: launch_tile<TYPE, 64, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
-      }
-    } else {
-      switch (p.bn) {
-        case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, groups, stream); break;
-        case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, groups, stream); break;
-        default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, groups, stream); break;
-      }
+  // Loads of several steps in flight for the types with fast (split load / convert)
+  // decoders; the others load inside their decoder.
+  constexpr bool kFast = qk::HalfDecode<TYPE>::kHas;
+  if (kFast && p.prefetch >= 3) {
+    switch (p.bn) {
+      case 16: launch_tile<TYPE, 16, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
+      case 32: launch_tile<TYPE, 32, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
+      default: launch_tile<TYPE, 64, 1, 3>(w, x16, n_tokens, p, out, groups, stream); break;
     }
-    return;
-  }
-  switch (p.bn) {
-    case 16: launch_tile<TYPE, 16, 2>(w, x16, n_tokens, p, out, groups, stream); break;
-    case 32: launch_tile<TYPE, 32, 2>(w, x16, n_tokens, p, out, groups, stream); break;
-    default: launch_tile<TYPE, 64, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+  } else if (kFast && p.prefetch == 2) {
+    switch (p.bn) {
+      case 16: launch_tile<TYPE, 16, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+      case 32: launch_tile<TYPE, 32, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+      default: launch_tile<TYPE, 64, 1, 2>(w, x16, n_tokens, p, out, groups, stream); break;
+    }
+  } else {
+    switch (p.bn) {
+      case 16: launch_tile<TYPE, 16, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+      case 32: launch_tile<TYPE, 32, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+      default: launch_tile<TYPE, 64, 1>(w, x16, n_tokens, p, out, groups, stream); break;
+    }
   }
 }
 
@@ -376,8 +360,6 @@ bool dispatch(const DeviceWeight& w, const __half* x16, int64_t n_tokens, const 
 }
 
 }  // namespace
-
-void set_quant_gemm_prefetch(int steps) { g_qgemm_prefetch = steps <= 0 ? 2 : std::min(3, steps); }
 
 bool quant_gemm_supported(GgmlType type) {
   switch (type) {
@@ -461,8 +443,7 @@ void quant_gemm_grouped(const DeviceWeight& w, int64_t rows_per_expert, const Ex
   p.bn = tile_tokens(tile_tokens_max);
   p.splits = 1;
   p.steps_per_split = static_cast<int>((w.n_cols + kBK - 1) / kBK);
-  p.blocks_per_sm = blocks_per_sm();
-  p.prefetch = g_qgemm_prefetch;
+  p.prefetch = qgemm_prefetch();
   const int bm = ggml_traits(w.type).block_size == 256 ? 64 : 32;
   p.row_tiles = (rows_per_expert + bm - 1) / bm;
   p.tok_tiles = n_tiles;

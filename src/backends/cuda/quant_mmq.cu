@@ -13,7 +13,7 @@
 // the partial sums added in split order: a token's outputs are the same bits in any batch
 // of 1 to 64 tokens.
 //
-// The default kernel (mmq_q4k_q8k_kernel; HEARTH_CUDA_MMQ_Q8K=0: the one above) quantizes
+// The default kernel (mmq_q4k_q8k_kernel; cuda.mmq_q8k=0: the one above) quantizes
 // the tokens as the CPU back-end does for K-quants (ggml's Q8_K: one scale per 256
 // values, the signed extreme mapped to -127), so a block's whole dot product is integer
 // until one scale per 256 columns: the 6-bit sub-block scales enter the A operand split
@@ -32,6 +32,7 @@
 #include "backends/cuda/quant_shared.cuh"
 #include "backends/cuda/quant_q8_dot.cuh"
 #include "core/error.h"
+#include "core/tune.h"
 
 namespace hearth::cuda {
 namespace {
@@ -174,7 +175,7 @@ constexpr size_t q8k_smem_bytes() {
 // kScaleAfter: each sub-block's raw 4-bit quants meet the tokens in one MMA and the integer
 // sums are scaled by the 6-bit sub-block scale afterwards (four integer multiply-adds a
 // tile), instead of two MMAs on the pre-scaled halves: the same integers, so the same bits,
-// with one MMA fewer a sub-block and tile (HEARTH_CUDA_MMQ_SCALE_AFTER).
+// with one MMA fewer a sub-block and tile (cuda.mmq_scale_after).
 template <int BN, int NS, int MINB = 4, bool kScaleAfter = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     mmq_q4k_q8k_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -317,20 +318,13 @@ __global__ void __launch_bounds__(kThreads, MINB)
   }
 }
 
-// 0 / 1: HEARTH_CUDA_MMQ_SCALE_AFTER (or set_q8_gemm_scale_after) forces the variant; 2:
-// by the token tile, measured on the H200 (Qwen3.5-9B step, same call): 16-token tiles
-// scale after (16 sequences 7.75 -> 7.51 ms), 32-token ones keep the split (64
-// sequences 16.13 against 16.29 ms). -1: not read yet.
-std::atomic<int> g_scale_after{-1};
-
+// off / on: cuda.mmq_scale_after forces the variant; auto (the default): by the token
+// tile, measured on the H200 (Qwen3.5-9B step, same call): 16-token tiles scale after (16
+// sequences 7.75 -> 7.51 ms), 32-token ones keep the split (64 sequences 16.13 against
+// 16.29 ms).
 template <int BN>
 bool scale_after() {
-  int v = g_scale_after.load();
-  if (v < 0) {
-    const char* e = std::getenv("HEARTH_CUDA_MMQ_SCALE_AFTER");
-    v = e != nullptr && (std::string(e) == "0" || std::string(e) == "1") ? std::atoi(e) : 2;
-    g_scale_after = v;
-  }
+  const int64_t v = tune::get(tune::kCudaMmqScaleAfter);  // 0 off, 1 on, 2 auto
   return v == 2 ? BN <= 16 : v == 1;
 }
 
@@ -351,21 +345,13 @@ void launch_q8k(dim3 grid, cudaStream_t stream, const uint8_t* w, uint64_t row_b
 #include "backends/cuda/quant_mmq_wide.cuh"
 
 // Warps along the rows of the wide kernel for 33 or more tokens (a block: 32 WR rows x 64
-// tokens), or 0 for two narrow 32-token tiles (HEARTH_CUDA_MMQ_WIDE=0|2|4); -1: not read.
+// tokens), or 0 for two narrow 32-token tiles (cuda.mmq_wide=0|2|4; other values: 2).
 // Two by default, measured on the H200 (Qwen3.5-9B, 64 sequences, ms a step): two 32-token
 // tiles 16.14 / 16.16, WR = 2 14.14 / 14.19, WR = 4 14.30 / 14.38 (one block of eight warps
 // an SM at 244 registers a thread, where WR = 2 fits two of four warps).
-std::atomic<int> g_wide{-1};
-
 int wide_rows_warps() {
-  int v = g_wide.load();
-  if (v < 0) {
-    const char* e = std::getenv("HEARTH_CUDA_MMQ_WIDE");
-    const std::string s = e != nullptr ? e : "";
-    v = s == "0" ? 0 : s == "4" ? 4 : 2;
-    g_wide = v;
-  }
-  return v;
+  const int64_t v = tune::get(tune::kCudaMmqWide);
+  return v == 0 ? 0 : v == 4 ? 4 : 2;
 }
 
 // Stages in flight: as many as let two blocks share a multiprocessor's 227 KiB.
@@ -374,21 +360,12 @@ constexpr int wide_stages() {
   return kQ6 ? (WR == 4 ? 2 : 3) : (WR == 4 ? 3 : 4);
 }
 
-// Fewest tokens the wide kernel takes (HEARTH_CUDA_MMQ_WIDE_MIN, 17 to 33; 17-32 tokens:
-// 32-token tiles, one warp along the tokens and four along the rows). -1: not read yet.
-// 17 by default, measured on the H200 (Qwen3.5-9B, ms a step, narrow kernel / wide, two
-// pairs): 24 sequences 8.81, 8.78 -> 8.19, 8.19; 32 sequences 9.41, 9.40 -> 8.81, 8.80 (two
-// warps along the rows: 8.77, 8.68 and 9.42, 9.32, no gain).
-std::atomic<int> g_wide_min{-1};
-int wide_min_tokens() {
-  int v = g_wide_min.load();
-  if (v < 0) {
-    const char* e = std::getenv("HEARTH_CUDA_MMQ_WIDE_MIN");
-    v = e != nullptr ? std::clamp(std::atoi(e), 17, 33) : 17;
-    g_wide_min = v;
-  }
-  return v;
-}
+// Fewest tokens the wide kernel takes (17-32 tokens: 32-token tiles, one warp along the
+// tokens and four along the rows). 17, measured on the H200 against 33 (Qwen3.5-9B, ms a
+// step, narrow kernel / wide, two pairs): 24 sequences 8.81, 8.78 -> 8.19, 8.19; 32
+// sequences 9.41, 9.40 -> 8.81, 8.80 (two warps along the rows: 8.77, 8.68 and 9.42, 9.32,
+// no gain).
+constexpr int kWideMinTokens = 17;
 
 template <bool kQ6, int WR, int WC = 2>
 void launch_wide(int64_t n_tokens, int64_t splits, cudaStream_t stream, const uint8_t* w, uint64_t row_bytes,
@@ -427,10 +404,7 @@ size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
 }  // namespace
 
 bool q8_gemm_supported(GgmlType type) {
-  static const bool q6k = [] {  // HEARTH_CUDA_MMQ_Q6K=0: Q6_K products as before (for measuring)
-    const char* e = std::getenv("HEARTH_CUDA_MMQ_Q6K");
-    return !(e != nullptr && std::string(e) == "0");
-  }();
+  const bool q6k = tune::on(tune::kCudaMmqQ6k);  // cuda.mmq_q6k=0: Q6_K products as before (for measuring)
   return type == GgmlType::Q4_K || (type == GgmlType::Q6_K && q6k && q8_gemm_uses_q8k());
 }
 
@@ -472,20 +446,7 @@ void q8_gemm_prepare() {
   g_prepared = true;
 }
 
-void set_q8_gemm_scale_after(int mode) { g_scale_after = mode; }
-
-void set_q8_gemm_wide(int rows_warps, int min_tokens) {
-  g_wide = rows_warps == 2 || rows_warps == 4 ? rows_warps : 0;
-  if (min_tokens > 0) g_wide_min = std::clamp(min_tokens, 17, 33);
-}
-
-bool q8_gemm_uses_q8k() {
-  static const bool on = [] {
-    const char* e = std::getenv("HEARTH_CUDA_MMQ_Q8K");
-    return !(e != nullptr && std::string(e) == "0");
-  }();
-  return on;
-}
+bool q8_gemm_uses_q8k() { return tune::on(tune::kCudaMmqQ8k); }
 
 namespace {
 
@@ -500,7 +461,7 @@ void q8k_products(const DeviceWeight& w, const int8_t* xq, const float* xk, int6
   const auto* wd = static_cast<const uint8_t*>(w.data);
   // 16 tokens: four steps in flight; 32: three. 33 or more tokens: the wide kernel, with
   // the same column splits.
-  const int wr = n_tokens >= wide_min_tokens() ? wide_rows_warps() : 0;
+  const int wr = n_tokens >= kWideMinTokens ? wide_rows_warps() : 0;
   const bool q6 = w.type == GgmlType::Q6_K;
   if (wr != 0 && n_tokens <= 32) {  // 17-32 tokens: one warp along them, four along the rows
     (q6 ? launch_wide<true, 4, 1> : launch_wide<false, 4, 1>)(n_tokens, p.splits, stream, wd, w.row_bytes, w.n_rows,
@@ -525,7 +486,7 @@ void q8k_products(const DeviceWeight& w, const int8_t* xq, const float* xk, int6
   if (p.splits > 1) sum_splits(out, p.splits, n_tokens * w.n_rows, y, stream);
 }
 
-// The chunk-scaled form (HEARTH_CUDA_MMQ_Q8K=0).
+// The chunk-scaled form (cuda.mmq_q8k=0).
 void q8_chunk_products(const DeviceWeight& w, const int8_t* xq, const float2* xd, int64_t n_tokens, float* y,
                        void* part, cudaStream_t stream) {
   const Plan p = plan_for(w, n_tokens);

@@ -29,6 +29,7 @@
 #include "backends/cuda/quant_q8_dot.cuh"
 #include "backends/cuda/quant_q8_internal.cuh"
 #include "core/error.h"
+#include "core/tune.h"
 
 namespace hearth::cuda {
 namespace {
@@ -360,20 +361,12 @@ __global__ void __launch_bounds__(kThreads) mmq_moe_rows_kernel(const MmaArgs a)
 // 19.92, 19.92.
 constexpr int kStages = 3;
 
-// Items (row tile, step) a block walks at least (HEARTH_CUDA_MOE_MMA_ITEMS; 0: not read
-// yet): short rows take several row tiles a block, so a block's fixed costs and its
-// pipeline's start are shared. 4, measured on the H200 (Qwen3.5-35B-A3B, its down
-// projections on this kernel, ms a step of 16 / 32 / 64 sequences, two runs each): 4 items
-// 9.71, 9.70 / 12.99, 13.00 / 18.58, 18.58; 8 items 9.88, 9.89 / 13.17, 13.19 / 18.66, 18.66;
-// 16 items 10.68, 10.65 / 14.15, 14.17 / 19.06, 19.02.
-int g_items = 0;
-int items_per_block() {
-  if (g_items == 0) {
-    const char* e = std::getenv("HEARTH_CUDA_MOE_MMA_ITEMS");
-    g_items = e != nullptr ? std::clamp(std::atoi(e), 1, 64) : 4;
-  }
-  return g_items;
-}
+// Items (row tile, step) a block walks at least: short rows take several row tiles a
+// block, so a block's fixed costs and its pipeline's start are shared. 4, measured on the
+// H200 (Qwen3.5-35B-A3B, its down projections on this kernel, ms a step of 16 / 32 / 64
+// sequences, two runs each): 4 items 9.71, 9.70 / 12.99, 13.00 / 18.58, 18.58; 8 items 9.88,
+// 9.89 / 13.17, 13.19 / 18.66, 18.66; 16 items 10.68, 10.65 / 14.15, 14.17 / 19.06, 19.02.
+constexpr int kItemsPerBlock = 4;
 
 template <bool kQ6, bool kGateUp>
 void allow_smem() {
@@ -387,52 +380,36 @@ void ensure_prepared();
 template <bool kQ6, bool kGateUp>
 void launch(MmaArgs a, int max_tiles, cudaStream_t stream) {
   const int64_t steps = a.n_cols / kStep, row_tiles = (a.rows_per_expert + kRows - 1) / kRows;
-  a.tiles_per_block = std::clamp<int64_t>((items_per_block() + steps - 1) / steps, 1, row_tiles);
+  a.tiles_per_block = std::clamp<int64_t>((kItemsPerBlock + steps - 1) / steps, 1, row_tiles);
   const dim3 grid(static_cast<unsigned>((row_tiles + a.tiles_per_block - 1) / a.tiles_per_block),
                   static_cast<unsigned>(max_tiles));
   launch_pdl(mmq_moe_kernel<kQ6, kGateUp, kStages>, grid, kThreads, moe_smem_bytes<kQ6, kGateUp, kStages>(), stream,
              a);
 }
 
-// The whole-row-tile kernel (HEARTH_CUDA_MOE_MMA_ROWS=0: off; _ROW_TILES: row tiles a
-// block, default 4; _ROWS_STAGES: 2 or 3, default 2). -1: not read yet. Measured on the
+// The whole-row-tile kernel (cuda.moe_mma_rows=0: off; cuda.moe_mma_row_tiles: row tiles a
+// block, default 4), two stages in flight. Measured on the
 // H200 (Qwen3.5-35B-A3B, ms a step of 16 / 32 / 64 sequences, two runs each): off 9.70,
 // 9.75 / 13.02, 13.07 / 18.59, 18.61; on 8.96, 8.92 / 11.80, 11.75 / 16.73, 16.74; three
 // stages 9.28, 9.23 / 12.30, 12.27 / 17.41, 17.32; 8 row tiles a block 8.87, 8.85 / 12.11,
 // 12.06 / 16.72, 16.73; 2 row tiles 8.98 / 11.83 / 16.80. Its down kernel alone (ncu, 64
 // sequences): 130.8 -> 83.5 us a layer for 157 MB (1.20 -> 1.88 TB/s).
 constexpr int kMaxRowsTileBytes = 32 << 10;
-constexpr int kMaxRowsSmem = 3 * kMaxRowsTileBytes + kPairs * (3 * kStep + 16) + 64 * 4;
-int g_rows_on = -1, g_rows_tiles = 0, g_rows_stages = 0;
-void read_rows_settings() {
-  if (g_rows_on >= 0) return;
-  const char* on = std::getenv("HEARTH_CUDA_MOE_MMA_ROWS");
-  const char* tiles = std::getenv("HEARTH_CUDA_MOE_MMA_ROW_TILES");
-  const char* ns = std::getenv("HEARTH_CUDA_MOE_MMA_ROWS_STAGES");
-  g_rows_tiles = tiles != nullptr ? std::clamp(std::atoi(tiles), 1, 64) : 4;
-  g_rows_stages = ns != nullptr && std::string(ns) == "3" ? 3 : 2;
-  g_rows_on = on != nullptr && std::string(on) == "0" ? 0 : 1;
-}
-
+constexpr int kMaxRowsSmem = 2 * kMaxRowsTileBytes + kPairs * (3 * kStep + 16) + 64 * 4;
 bool rows_kernel_takes(const MmaArgs& a) {
-  read_rows_settings();
-  return g_rows_on == 1 && a.rows_per_expert % kRows == 0 && kRows * static_cast<int64_t>(a.row_bytes) <= kMaxRowsTileBytes &&
+  return tune::on(tune::kCudaMoeMmaRows) && a.rows_per_expert % kRows == 0 && kRows * static_cast<int64_t>(a.row_bytes) <= kMaxRowsTileBytes &&
          a.n_cols <= 3 * kStep;
 }
 
 template <bool kQ6>
 void launch_rows(MmaArgs a, int max_tiles, cudaStream_t stream) {
   const int64_t row_tiles = a.rows_per_expert / kRows, n_steps = a.n_cols / kStep;
-  a.tiles_per_block = std::min<int64_t>(g_rows_tiles, row_tiles);
+  a.tiles_per_block = std::min<int64_t>(tune::get(tune::kCudaMoeMmaRowTiles), row_tiles);
   const dim3 grid(static_cast<unsigned>((row_tiles + a.tiles_per_block - 1) / a.tiles_per_block),
                   static_cast<unsigned>(max_tiles));
   const size_t x_bytes = static_cast<size_t>(kPairs) * (a.n_cols + 16) + sizeof(float) * kPairs * n_steps;
   const size_t tile = static_cast<size_t>(kRows) * a.row_bytes;
-  if (g_rows_stages == 3) {
-    launch_pdl(mmq_moe_rows_kernel<kQ6, 3>, grid, kThreads, 3 * tile + x_bytes, stream, a);
-  } else {
-    launch_pdl(mmq_moe_rows_kernel<kQ6, 2>, grid, kThreads, 2 * tile + x_bytes, stream, a);
-  }
+  launch_pdl(mmq_moe_rows_kernel<kQ6, 2>, grid, kThreads, 2 * tile + x_bytes, stream, a);
 }
 
 template <bool kGateUp>
@@ -520,18 +497,12 @@ size_t q8_moe_mma_scratch_bytes(int64_t n_cols, int64_t n_rows) {
   return align256(static_cast<size_t>(n_rows * n_cols)) + align256(sizeof(float) * static_cast<size_t>(n_rows * (n_cols / kStep)));
 }
 
-void set_q8_moe_mma_rows(bool on) {
-  read_rows_settings();
-  g_rows_on = on ? 1 : 0;
-}
-
 void q8_moe_mma_prepare() {
   allow_smem<false, true>();
   allow_smem<true, true>();
   allow_smem<false, false>();
   allow_smem<true, false>();
-  for (auto* k : {mmq_moe_rows_kernel<true, 2>, mmq_moe_rows_kernel<true, 3>, mmq_moe_rows_kernel<false, 2>,
-                  mmq_moe_rows_kernel<false, 3>}) {
+  for (auto* k : {mmq_moe_rows_kernel<true, 2>, mmq_moe_rows_kernel<false, 2>}) {
     check_launch(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsSmem));
   }
   g_moe_prepared = true;

@@ -16,6 +16,7 @@
 #include "backends/cuda/quant_q8_stream.cuh"
 #include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"
+#include "core/tune.h"
 #include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
@@ -233,14 +234,19 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ws[0..n) (one type, with rows) times x; ys[i] at token t0 already.
-int g_matvec_tpr = 0;  // set_q8_matvec_threads_per_row (0: the default, 32)
-int g_matvec_ilp = 0;  // set_q8_matvec_shape (0: the default, 1)
-int g_matvec_early = -1;  // set_q8_matvec_shape (-1: the default, 1)
-int g_matvec_rows = 0;  // set_q8_matvec_rows (0: the default, 2 rows a warp)
-int g_matvec_smem = 1;  // set_q8_matvec_smem_x (1: activations staged in shared memory, NT <= 2)
-int64_t g_matvec_stream_rows = 65536;  // set_q8_matvec_stream_max_rows (0: no limit)
-int g_matvec_persist = 1;  // set_q8_matvec_persistent (0: a block per group of rows)
-int g_matvec_stream = 4;  // set_q8_matvec_stream (0: off; 1, 2, 3: the shapes of launch_stream_shape)
+// The kernel's shape, from the tuning keys cuda.matvec_* (core/tune_keys.h), read at each
+// launch; every shape gives the same sums (for measuring).
+int matvec_tpr() { return static_cast<int>(tune::get(tune::kCudaMatvecTpr)); }  // 0: the default, 32
+int matvec_ilp() { return static_cast<int>(tune::get(tune::kCudaMatvecIlp)); }  // 0: the default, 1
+int matvec_early() { return static_cast<int>(tune::get(tune::kCudaMatvecEarly)); }  // -1: the default, 1
+int matvec_rows() { return static_cast<int>(tune::get(tune::kCudaMatvecRows)); }  // 0: the default, 2 rows a warp
+// 1: activations staged in shared memory, NT <= 2
+int matvec_smem() { return static_cast<int>(tune::get(tune::kCudaMatvecSmem)); }
+int64_t matvec_stream_rows() { return tune::get(tune::kCudaMatvecStreamRows); }  // 0: no limit
+// 0: a block per group of rows
+int matvec_persist() { return static_cast<int>(tune::get(tune::kCudaMatvecPersist)); }
+// 0: off; 1-4: the shapes of launch_stream_shape
+int matvec_stream() { return static_cast<int>(tune::get(tune::kCudaMatvecStream)); }
 constexpr int64_t kMaxSmemX = 48 * 1024;
 
 // Compute capability major and opt-in shared memory per block of the current device.
@@ -283,7 +289,7 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
   // Tall matrices of short rows (the output projection: 128k-248k rows of 4,096) stay on the
   // register-fed kernel: measured on the H200 (cuda_quant_test --perf, q6_K 128,256 x 4,096,
   // one token) 142 us there against 170 us streamed.
-  if (g_matvec_stream_rows > 0 && rows > g_matvec_stream_rows) return false;
+  if (matvec_stream_rows() > 0 && rows > matvec_stream_rows()) return false;
   auto* kernel = q8::q8_matvec_stream_kernel<T, NT, W, S, kMaxTargets, Targets, kProducer>;
   constexpr int kBlock = (W + (kProducer ? 1 : 0)) * 32;
   static const cudaError_t attr =
@@ -301,7 +307,7 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
     resident[kib].store(per_sm, std::memory_order_relaxed);
   }
   const unsigned slots = static_cast<unsigned>(per_sm) * static_cast<unsigned>(device_sm_count());
-  const unsigned blocks = g_matvec_persist != 0 ? std::min(groups, slots) : groups;
+  const unsigned blocks = matvec_persist() != 0 ? std::min(groups, slots) : groups;
   const int n_units = static_cast<int>(n_cols / T::kElems) * T::kUnits;
   ::hearth::cuda::launch_pdl(kernel, blocks, kBlock, smem, stream, tg, n_units, xq, xd, n_cols);
   return true;
@@ -310,7 +316,7 @@ bool launch_stream(const DeviceWeight* ws, float* const* ys, int n, const int8_t
 template <class T, int NT>
 bool launch_stream_shape(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                          cudaStream_t stream) {
-  switch (g_matvec_stream) {
+  switch (matvec_stream()) {
     // Measured on the H200 (docs/BENCHMARKS.md): decode steps of the Llama-3-8B / Qwen3.5-9B
     // shapes 2,590 / 2,724 us with eight warps and three segments, 2,702 / 2,792 with four
     // and four, 2,921 / 2,963 with two warps and six, 2,739 / 2,826 with the register-fed
@@ -340,9 +346,9 @@ void launch_tpr(const DeviceWeight* ws, float* const* ys, int n, const int8_t* x
 template <class T, int NT>
 void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq, const float2* xd,
                cudaStream_t stream, bool swiglu) {
-  const bool early = g_matvec_early != 0;
+  const bool early = matvec_early() != 0;
   if (swiglu) {  // ws = {gate, up}: two rows a warp
-    if (NT <= 2 && g_matvec_smem != 0 && early && NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
+    if (NT <= 2 && matvec_smem() != 0 && early && NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
       launch_tpr<T, NT, 2, 32, 1, true, true, NT <= 2>(ws, ys, n, xq, xd, stream);
       return;
     }
@@ -365,11 +371,11 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   // 3,007 us against 3,016 / 3,183 / 3,032 with one row a warp below 3 tokens; the L1 was
   // 75 % busy, mostly with activations). A row's sum is the same either way.
   constexpr int R = 2;
-  const int tpr = g_matvec_tpr != 0 ? g_matvec_tpr : 32;
+  const int tpr = matvec_tpr() != 0 ? matvec_tpr() : 32;
   // One or two tokens in the default shape: the weights streamed through shared memory
   // (Hopper), else the activations staged in shared memory (at most 48 KiB).
   if constexpr (NT <= 2) {
-    if (g_matvec_smem != 0 && tpr == 32 && g_matvec_rows != 1 && g_matvec_ilp != 2 && early) {
+    if (matvec_smem() != 0 && tpr == 32 && matvec_rows() != 1 && matvec_ilp() != 2 && early) {
       if (launch_stream_shape<T, NT>(ws, ys, n, xq, xd, stream)) return;
       if (NT * (ws[0].n_cols + 127) <= kMaxSmemX) {
         launch_tpr<T, NT, R, 32, 1, true, false, true>(ws, ys, n, xq, xd, stream);
@@ -382,10 +388,10 @@ void launch_nt(const DeviceWeight* ws, float* const* ys, int n, const int8_t* xq
   } else if (tpr == 64) {
     early ? launch_tpr<T, NT, R, 64, 1, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 64, 1, false>(ws, ys, n, xq, xd, stream);
-  } else if (g_matvec_rows == 1 && NT < 3) {
+  } else if (matvec_rows() == 1 && NT < 3) {
     early ? launch_tpr<T, NT, 1, 32, 1, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, 1, 32, 1, false>(ws, ys, n, xq, xd, stream);
-  } else if (g_matvec_ilp == 2) {
+  } else if (matvec_ilp() == 2) {
     early ? launch_tpr<T, NT, R, 32, 2, true>(ws, ys, n, xq, xd, stream)
           : launch_tpr<T, NT, R, 32, 2, false>(ws, ys, n, xq, xd, stream);
   } else {
@@ -480,17 +486,6 @@ void quantize_into(const float* x, int64_t n_rows, int64_t n_cols, void* scratch
 }
 
 }  // namespace q8
-
-void set_q8_matvec_threads_per_row(int tpr) { g_matvec_tpr = tpr; }
-void set_q8_matvec_rows(int rows) { g_matvec_rows = rows; }
-void set_q8_matvec_smem_x(int on) { g_matvec_smem = on; }
-void set_q8_matvec_stream(int shape) { g_matvec_stream = shape; }
-void set_q8_matvec_persistent(int on) { g_matvec_persist = on; }
-void set_q8_matvec_stream_max_rows(int64_t rows) { g_matvec_stream_rows = rows; }
-void set_q8_matvec_shape(int ilp, int early) {
-  g_matvec_ilp = ilp;
-  g_matvec_early = early;
-}
 
 bool q8_matvec_supported(GgmlType type) {
   int e, b, a;

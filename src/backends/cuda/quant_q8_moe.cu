@@ -18,6 +18,7 @@
 #include "backends/cuda/quant_q8_internal.cuh"
 #include "backends/cuda/quant_q8_wide.cuh"
 #include "core/error.h"
+#include "core/tune.h"
 
 namespace hearth::cuda {
 namespace {
@@ -236,18 +237,11 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
-// Units a lane of the grouped kernel takes (HEARTH_CUDA_MOE_UPL; 0: not read yet). Two,
+// Units a lane of the grouped kernel takes (cuda.moe_upl). Two,
 // measured on the H200 (Qwen3.5-35B-A3B shape, 8 layers, against one a lane): one token
 // 0.67 -> 0.66 ms a step, 16 tokens 2.72 -> 2.66, 64 tokens 6.06 -> 5.50 (more loads in
 // flight a lane); four: 64 tokens 5.43, but 16 tokens 2.86.
-int g_units_per_lane = 0;
-int units_per_lane() {
-  if (g_units_per_lane <= 0) {
-    const char* e = std::getenv("HEARTH_CUDA_MOE_UPL");
-    g_units_per_lane = e != nullptr ? std::max(1, std::atoi(e)) : 2;
-  }
-  return g_units_per_lane;
-}
+int units_per_lane() { return static_cast<int>(tune::get(tune::kCudaMoeUpl)); }
 
 // Rows of up to kMaxGroupUnits units on the grouped kernel (without groups: a run per
 // pair, which also gives short rows such as a 512-wide down projection's 8 units whole

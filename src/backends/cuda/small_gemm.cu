@@ -14,12 +14,16 @@ constexpr int kTile = 32;       // rows and tokens per block
 constexpr int kThreads = 256;   // 32 rows x 8 token lanes; each thread 4 tokens
 constexpr int kTargetBlocks = 264;  // two per multiprocessor of an H100 / H200
 constexpr int64_t kMinSplitCols = 128;
+// Columns staged a round. 128, measured on the H200 against 32 (decode steps, ms, 32 ->
+// 128): Qwen3.5-9B 16 sequences 7.49 -> 7.37, 64 14.18 -> 13.91; a Qwen3.5-35B-A3B-shaped
+// file of 8 layers 16 sequences 2.66 -> 2.58, 64 5.23 -> 5.15 (a router's split of 128
+// columns is one round of loads).
+constexpr int kStep = 128;
 
 // Block (rx, ty, s): rows [32 rx, +32) x tokens [32 ty, +32) over columns
 // [s * span, (s + 1) * span); out[s] gets its partial sums (out = y when one split).
 // kStep columns are staged at a time (each a round of loads the block waits for); every
 // output sums its columns in order whatever kStep is, so the bits do not depend on it.
-template <int kStep>
 __global__ void __launch_bounds__(kThreads)
     small_gemm_kernel(const float* __restrict__ w, int64_t ldw, int64_t n_rows, int64_t n_cols,
                       const float* __restrict__ x, int64_t n_tokens, int64_t span, float* __restrict__ out) {
@@ -71,19 +75,6 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int splits, in
   }
 }
 
-// Columns staged a round (HEARTH_CUDA_SMALL_GEMM_STEP=32|128; 0: not read yet). 128 by
-// default, measured on the H200 (decode steps, ms, 32 -> 128): Qwen3.5-9B 16 sequences
-// 7.49 -> 7.37, 64 14.18 -> 13.91; a Qwen3.5-35B-A3B-shaped file of 8 layers 16 sequences
-// 2.66 -> 2.58, 64 5.23 -> 5.15 (a router's split of 128 columns is one round of loads).
-int g_step = 0;
-int step_cols() {
-  if (g_step == 0) {
-    const char* e = std::getenv("HEARTH_CUDA_SMALL_GEMM_STEP");
-    g_step = e != nullptr && std::string(e) == "32" ? 32 : 128;
-  }
-  return g_step;
-}
-
 // Column splits from the weight's shape alone (so a token's result is the same in any
 // batch): enough blocks for the GPU with two token tiles (a decode batch of up to 64
 // tokens; a MoE router of 256 rows took 2 splits of 1,024 columns, ~40 us a call), each
@@ -102,8 +93,6 @@ int64_t splits_used(int64_t n_rows, int64_t n_cols) {
 }
 
 }  // namespace
-
-void set_small_gemm_step(int cols) { g_step = cols == 32 ? 32 : 128; }
 
 size_t small_gemm_scratch_bytes(int64_t n_rows, int64_t n_cols, int64_t n_tokens) {
   if (n_rows <= 0 || n_cols <= 0 || n_tokens <= 0) return 0;
@@ -130,13 +119,8 @@ void small_gemm(const float* w, int64_t ldw, int64_t n_rows, int64_t n_cols, con
   const dim3 grid(static_cast<unsigned>((n_rows + kTile - 1) / kTile), static_cast<unsigned>((n_tokens + kTile - 1) / kTile),
                   static_cast<unsigned>(used));
   float* out = used == 1 ? y : static_cast<float*>(scratch);
-  if (step_cols() == 32) {
-    ::hearth::cuda::launch_pdl(small_gemm_kernel<32>, grid, kThreads, 0, stream, w, ldw, n_rows, n_cols, x, n_tokens,
-                               span, out);
-  } else {
-    ::hearth::cuda::launch_pdl(small_gemm_kernel<128>, grid, kThreads, 0, stream, w, ldw, n_rows, n_cols, x, n_tokens,
-                               span, out);
-  }
+  ::hearth::cuda::launch_pdl(small_gemm_kernel, grid, kThreads, 0, stream, w, ldw, n_rows, n_cols, x, n_tokens, span,
+                             out);
   if (used > 1) {
     const int64_t n = n_rows * n_tokens;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));

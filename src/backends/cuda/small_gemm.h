@@ -20,8 +20,5 @@ size_t small_gemm_scratch_bytes(int64_t n_rows, int64_t n_cols, int64_t n_tokens
 // n_rows. scratch: small_gemm_scratch_bytes (may be null when that is 0).
 void small_gemm(const float* w, int64_t ldw, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
                 float* y, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-// Columns a block stages a round: 32 or 128 (the default; HEARTH_CUDA_SMALL_GEMM_STEP). The
-// outputs are the same bits either way. For tests and measurements.
-void set_small_gemm_step(int cols);
 
 }  // namespace hearth::cuda
