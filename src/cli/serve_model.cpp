@@ -167,7 +167,8 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   return p;
 }
 
-// --kv-swap-bytes: "0" turns swapping off; unset, a quarter of the KV pool (pool_bytes).
+// --kv-swap-bytes: "0" turns swapping off; unset, a quarter of the KV pool and of the running
+// sequences' recurrent states (hybrid models: a state can outweigh a short sequence's KV).
 uint64_t kv_swap_bytes(const ServeOptions& o, uint64_t pool_bytes) {
   if (o.kv_swap_bytes.empty()) return pool_bytes / 4;
   if (o.kv_swap_bytes == "0") return 0;
@@ -297,7 +298,10 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
     if (m->projector) ec.kv_disk_projector = engine::kvdisk::model_identity(*m->projector);
     ec.kv_disk_model_name = file.name();
   }
-  ec.kv_swap_bytes = kv_swap_bytes(o, static_cast<uint64_t>(plan.n_blocks) * plan.block_bytes);
+  ec.kv_swap_bytes = kv_swap_bytes(o, static_cast<uint64_t>(plan.n_blocks) * plan.block_bytes +
+                                          (hp.n_recurrent_layers() > 0 ? model::KvPool::bytes_per_state(hp) *
+                                                                             static_cast<uint64_t>(plan.max_seqs)
+                                                                       : 0));
   if (!o.test_fault_inject.empty()) {
     ec.faults = engine::parse_fault_spec(o.test_fault_inject);
     std::fprintf(stderr,
