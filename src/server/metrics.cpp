@@ -241,7 +241,7 @@ ServerMetrics::ServerMetrics()
       state_snapshots(registry.gauge("hearth_state_snapshots",
                                      "Recurrent-state snapshots kept for prefix reuse (hybrid models)")),
       preemptions(registry.counter("hearth_preemptions_total",
-                                   "Sequences sent back to the queue for want of KV blocks (recomputed later)")),
+                                   "Sequences sent back to the queue for want of KV blocks (swapped out or recomputed later)")),
       prefix_cache_queries(registry.counter("hearth_prefix_cache_queries_total",
                                             "Prompt tokens looked up in the prefix cache")),
       prefix_cache_hits(registry.counter("hearth_prefix_cache_hits_total",
