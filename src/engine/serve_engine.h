@@ -89,6 +89,11 @@ struct SwapStats {
   void add(const SwapStats& o);
 };
 
+// The swap decision's cost model: copying `bytes` out and back in at copy_bytes_per_s
+// against prefilling n_tokens again at prefill_tokens_per_s. An unmeasured bandwidth (0)
+// counts as free, an unmeasured prefill speed as infinitely slow.
+bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double prefill_tokens_per_s);
+
 struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;

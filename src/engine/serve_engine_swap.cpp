@@ -40,6 +40,13 @@ constexpr int32_t kPrefillStepTokens = 16;
 
 }  // namespace
 
+bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double prefill_tokens_per_s) {
+  const double copy_s = copy_bytes_per_s > 0 ? 2.0 * static_cast<double>(bytes) / copy_bytes_per_s : 0.0;
+  const double recompute_s = prefill_tokens_per_s > 0 ? static_cast<double>(n_tokens) / prefill_tokens_per_s
+                                                      : std::numeric_limits<double>::infinity();
+  return copy_s < recompute_s;
+}
+
 void SwapStats::add(const SwapStats& o) {
   swapped_out += o.swapped_out;
   swapped_in += o.swapped_in;
@@ -105,11 +112,8 @@ bool ServeEngine::swap_decide(const SeqSlot& seq) {
     return false;
   }
   // Copy out now and back in at re-admission, against prefilling n_past tokens again.
-  const double bw = swap_stats_.copy_bytes_per_s;
-  const double copy_s = bw > 0 ? 2.0 * static_cast<double>(bytes) / bw : 0.0;
   const double tps = swap_stats_.prefill_tokens_per_s > 0 ? swap_stats_.prefill_tokens_per_s : small_step_tps_;
-  const double recompute_s = tps > 0 ? static_cast<double>(seq.kv.n_past) / tps : std::numeric_limits<double>::infinity();
-  if (copy_s >= recompute_s) {
+  if (!swap_is_cheaper(bytes, seq.kv.n_past, swap_stats_.copy_bytes_per_s, tps)) {
     ++swap_stats_.recompute_cheaper;
     return false;
   }

@@ -5,7 +5,7 @@
 // must equal engine::generate alone (never preempted) whether its preemptions were
 // swapped or recomputed. A swapped sequence is not recomputed at all: the tokens the
 // forward passes ran add up to exactly each prompt plus the tokens fed back, where a
-// recomputing engine runs more.
+// recomputing engine runs more. Also the decision's cost model (swap_is_cheaper) alone.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -133,6 +133,21 @@ void expect_alone(Loaded& l, const EngineRun& r, const std::vector<std::vector<i
     EXPECT_EQ(r.outs[i].tokens, alone(l, prompts[i], n, kv)) << what << ": prompt " << i;
     EXPECT_TRUE(r.outs[i].fin.error.empty()) << r.outs[i].fin.error;
   }
+}
+
+TEST(SwapDecision, CopyTimeAgainstRecomputeTime) {
+  using hearth::engine::swap_is_cheaper;
+  // 1 MB at 1 GB/s: 2 ms out and in; 100 tokens at 1,000 tokens/s: 100 ms.
+  EXPECT_TRUE(swap_is_cheaper(1'000'000, 100, 1e9, 1e3));
+  // A fast prefill (a GPU) of a short sequence against slow copies: recompute.
+  EXPECT_FALSE(swap_is_cheaper(10'000'000, 16, 1e9, 50e3));  // 20 ms against 0.32 ms
+  // The break-even: equal times recompute (no gain from copying).
+  EXPECT_FALSE(swap_is_cheaper(500, 1, 1000, 1));             // 1 s against 1 s
+  EXPECT_TRUE(swap_is_cheaper(499, 1, 1000, 1));
+  // Nothing measured yet: a copy is taken as free, a recompute as unbounded.
+  EXPECT_TRUE(swap_is_cheaper(1'000'000, 1, 0, 0));
+  EXPECT_TRUE(swap_is_cheaper(1'000'000, 1, 1e9, 0));
+  EXPECT_FALSE(swap_is_cheaper(1'000'000, 0, 1e9, 1e3));      // nothing to recompute
 }
 
 // ---------------------------------------------------------------- Llama family
