@@ -233,6 +233,58 @@ TEST_F(SwapLlama, FullSwapSpaceFallsBackToRecompute) {
   EXPECT_EQ(sw.bytes_held, 0u);
 }
 
+TEST_F(SwapLlama, CancellingSwappedSequencesFreesTheirCopies) {
+  // Long decodes in the tiny pool: sequences sit swapped out while others run. Cancelling
+  // everything then must give back every swapped copy, and the engine serves on.
+  ServeEngine engine(*loaded_->model, loaded_->tok, tiny_pool(ops::KvType::F32, 64u << 20));
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const auto& p : prompts()) {
+    GenRequest r;
+    r.prompt = p;
+    r.max_tokens = 30;  // the longest prompt (about 15 tokens) and these fit the 48 positions
+    r.sampler.temperature = 0.0f;
+    chans.push_back(std::make_shared<RequestChannel>());
+    ASSERT_EQ(engine.submit(std::move(r), chans.back()), ServeEngine::Admit::kOk);
+  }
+  engine.start();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (engine.stats().kv_swap.bytes_held == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GT(engine.stats().kv_swap.bytes_held, 0u) << "no sequence was ever held swapped out";
+  for (auto& c : chans) c->cancel();
+  for (auto& c : chans) {
+    std::vector<Delta> ds;
+    std::optional<Final> fin;
+    while (!fin && std::chrono::steady_clock::now() < deadline) c->wait(ds, fin, 5ms);
+    ASSERT_TRUE(fin.has_value());
+  }
+  for (int k = 0; k < 200 && engine.stats().running + engine.stats().waiting != 0; ++k) std::this_thread::sleep_for(5ms);
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_EQ(s.kv_swap.bytes_held, 0u);
+  // Still serving, and exactly.
+  const auto p = prompts()[0];
+  GenRequest r;
+  r.prompt = p;
+  r.max_tokens = kTokens;
+  r.sampler.temperature = 0.0f;
+  auto ch = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.submit(std::move(r), ch), ServeEngine::Admit::kOk);
+  std::vector<int32_t> got;
+  std::optional<Final> fin;
+  while (!fin && std::chrono::steady_clock::now() < deadline + 60s) {
+    std::vector<Delta> ds;
+    ch->wait(ds, fin, 5ms);
+    for (const Delta& d : ds) {
+      for (const auto& t : d.tokens) got.push_back(t.token);
+    }
+  }
+  ASSERT_TRUE(fin.has_value());
+  EXPECT_EQ(got, alone(*loaded_, p, kTokens, ops::KvType::F32));
+  engine.stop();
+}
+
 // ---------------------------------------------------------------- hybrid (Qwen3.5)
 
 const std::string kHybridDir = std::string(HEARTH_SOURCE_DIR) + "/tests/data/qwen35/";
