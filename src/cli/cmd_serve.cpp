@@ -262,6 +262,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-disk-bytes", o->kv_disk_bytes,
                   "Disk budget of --kv-disk per model, e.g. 20G (least recently used files go first)")
       ->default_val("16G");
+  cmd->add_option("--kv-swap-bytes", o->kv_swap_bytes,
+                  "Host memory for the KV blocks of preempted sequences, e.g. 1G: a sequence preempted for want "
+                  "of KV blocks is swapped out and back instead of recomputed when the measured copy is cheaper "
+                  "(0: always recompute; default: a quarter of the KV pool, and of the running sequences' recurrent "
+                  "states on hybrid models)");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--max-connections", o->max_connections,
                   "HTTP connections served at once (one thread each); more are answered 503")

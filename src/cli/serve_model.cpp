@@ -167,6 +167,14 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   return p;
 }
 
+// --kv-swap-bytes: "0" turns swapping off; unset, a quarter of the KV pool and of the running
+// sequences' recurrent states (hybrid models: a state can outweigh a short sequence's KV).
+uint64_t kv_swap_bytes(const ServeOptions& o, uint64_t pool_bytes) {
+  if (o.kv_swap_bytes.empty()) return pool_bytes / 4;
+  if (o.kv_swap_bytes == "0") return 0;
+  return parse_byte_size(o.kv_swap_bytes, "--kv-swap-bytes");
+}
+
 }  // namespace
 
 void check_serve_options(const ServeOptions& o) {
@@ -188,6 +196,7 @@ void check_serve_options(const ServeOptions& o) {
   parse_kv_type(o.kv_type);
   if (parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes") == 0)
     fail(ErrorKind::kInvalidInput, "serve", "--kv-disk-bytes must be > 0");
+  kv_swap_bytes(o, 0);
   if (o.reasoning_format != "none" && o.reasoning_format != "auto" &&
       o.reasoning_format != "deepseek") {
     fail(ErrorKind::kInvalidInput, "serve",
@@ -289,6 +298,10 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
     if (m->projector) ec.kv_disk_projector = engine::kvdisk::model_identity(*m->projector);
     ec.kv_disk_model_name = file.name();
   }
+  ec.kv_swap_bytes = kv_swap_bytes(o, static_cast<uint64_t>(plan.n_blocks) * plan.block_bytes +
+                                          (hp.n_recurrent_layers() > 0 ? model::KvPool::bytes_per_state(hp) *
+                                                                             static_cast<uint64_t>(plan.max_seqs)
+                                                                       : 0));
   if (!o.test_fault_inject.empty()) {
     ec.faults = engine::parse_fault_spec(o.test_fault_inject);
     std::fprintf(stderr,

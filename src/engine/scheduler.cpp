@@ -153,9 +153,22 @@ void Scheduler::release_all(SeqSlot& seq, bool forget) {
   seq.decode_snapshot = -1;  // stays with its block, in the cache
 }
 
-void Scheduler::preempt(size_t index) {
+void Scheduler::preempt(size_t index, StepPlan& plan) {
   std::unique_ptr<SeqSlot> seq = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  // Swapped: the engine copies its blocks and state slot out after plan(). Releasing
+  // them here only hands them back; nothing writes over them before that copy.
+  if (swap_policy_ && seq->kv.n_past > 0 && swap_policy_(*seq)) {
+    const int64_t bs = blocks_.block_size();
+    SwapCopy c;
+    c.seq = seq->id;
+    c.n_past = seq->kv.n_past;
+    c.state_slot = seq->kv.state_slot;
+    c.blocks.assign(seq->kv.blocks.begin(), seq->kv.blocks.begin() + (c.n_past + bs - 1) / bs);
+    plan.swap_out.push_back(std::move(c));
+    seq->swapped = true;
+    seq->swap_n_past = seq->kv.n_past;
+  }
   release_all(*seq);
   ++seq->n_preempted;
   waiting_.push_front(std::move(seq));
@@ -184,7 +197,7 @@ StepPlan Scheduler::plan() {
     while (!ensure_blocks(seq, seq.kv.n_past + n)) {
       const size_t victim = running_.size() - 1;
       plan.preempted.push_back(running_[victim]->id);
-      preempt(victim);
+      preempt(victim, plan);
       if (victim == i) {
         preempted_self = true;
         break;
@@ -205,6 +218,18 @@ StepPlan Scheduler::plan() {
        wit = next_waiting()) {
     SeqSlot& seq = **wit;
     const int64_t bs = blocks_.block_size();
+    mids.clear();
+    if (seq.swapped) {
+      int64_t n = 0;
+      if (!admit_swapped(seq, prefill_budget, plan, mids, n)) break;  // waits for blocks, keeping arrival order
+      seq.order = next_order_++;
+      prefill_budget -= n;
+      running_.push_back(std::move(*wit));
+      waiting_.erase(wit);
+      plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
+                            take_step_snapshots(seq, mids)});
+      continue;
+    }
     // Reuse cached full blocks, leaving at least the last token to compute.
     const auto max_blocks = static_cast<int32_t>((static_cast<int64_t>(seq.tokens.size()) - 1) / bs);
     // Statistics only once the admission succeeds: a head of queue that waits for
@@ -224,7 +249,6 @@ StepPlan Scheduler::plan() {
       seq.hashes.resize(keep);
     }
     seq.kv.n_past = static_cast<int64_t>(seq.kv.blocks.size()) * bs;
-    mids.clear();
     const int64_t n = cut_chunk(seq, std::min(seq.pending(), prefill_budget), mids);
     if (!ensure_blocks(seq, seq.kv.n_past + n)) {
       release_all(seq);  // wait for blocks to come free; keep arrival order
@@ -254,6 +278,39 @@ StepPlan Scheduler::plan() {
                           take_step_snapshots(seq, mids)});
   }
   return plan;
+}
+
+bool Scheduler::admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std::vector<int32_t>& mids, int64_t& n) {
+  const int64_t bs = blocks_.block_size();
+  const int64_t np = seq.swap_n_past;
+  // Its full blocks still cached in memory are taken as they are (no copy); the rest
+  // come back from the swap space into fresh blocks. A hybrid model's state comes back
+  // too, so no snapshot is needed at the end of the matched blocks.
+  PrefixMatch match = blocks_.match_prefix(seq.tokens, static_cast<int32_t>(np / bs), false);
+  seq.kv.blocks = match.blocks;
+  seq.hashes = match.hashes;
+  const auto first = static_cast<int32_t>(seq.kv.blocks.size());
+  seq.kv.n_past = np;
+  const bool decoding = seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
+  n = decoding ? 1 : cut_chunk(seq, std::min<int64_t>(seq.pending(), budget), mids);
+  if (!ensure_blocks(seq, np + n)) {
+    release_all(seq);
+    mids.clear();
+    return false;
+  }
+  if (config_.recurrent) {
+    seq.kv.state_slot = free_live_.back();
+    free_live_.pop_back();
+  }
+  SwapCopy c;
+  c.seq = seq.id;
+  c.first = first;
+  c.n_past = np;
+  c.state_slot = seq.kv.state_slot;
+  c.blocks.assign(seq.kv.blocks.begin() + first, seq.kv.blocks.begin() + (np + bs - 1) / bs);
+  plan.swap_in.push_back(std::move(c));
+  seq.swapped = false;
+  return true;
 }
 
 std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {

@@ -30,10 +30,18 @@
 // matched block that has a snapshot (its later matched blocks are let go) or from a
 // cleared state. The state copies are the engine's to do: StepPlan::state_before
 // before the forward pass, commit()'s result right after it.
+//
+// Swapping (set_swap_policy): a preempted sequence the policy accepts keeps its KV
+// (and, hybrid models, its live recurrent state) in the engine's host swap space
+// instead of being recomputed: StepPlan::swap_out names the pool blocks and state slot
+// to copy out (before anything writes over them), and its re-admission allocates blocks
+// again (taking the full blocks still cached in memory as they are) and lists in
+// StepPlan::swap_in those to copy back, after which it goes on from the same position.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <vector>
@@ -83,6 +91,10 @@ struct SeqSlot {
   bool disk_loaded = false;
   int32_t disk_from = 0;
   int32_t n_disk = 0;
+  // Swapped out at preemption: positions [0, swap_n_past) and the state there are in the
+  // engine's swap space; the next admission copies them back instead of recomputing.
+  bool swapped = false;
+  int64_t swap_n_past = 0;
   // Tokens still to compute: a decoding sequence has exactly one (its last sample).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv.n_past; }
 };
@@ -96,9 +108,22 @@ struct StepItem {
   std::vector<model::StateSnap> snaps = {};
 };
 
+// Pool blocks (and a live state slot) of one sequence to copy to or from the swap space.
+// blocks[i] holds the sequence's logical block first + i; positions [0, n_past).
+struct SwapCopy {
+  uint64_t seq = 0;
+  std::vector<BlockId> blocks;
+  int32_t first = 0;
+  int64_t n_past = 0;
+  int32_t state_slot = -1;  // hybrid models: the live slot (the state at n_past)
+};
+
 struct StepPlan {
   std::vector<StepItem> items;
   std::vector<uint64_t> preempted;  // ids sent back to the queue this step
+  // Swapping: copy swap_out to the host first (the pool still holds it: nothing wrote
+  // since plan()), then swap_in into the pool, both before the forward pass.
+  std::vector<SwapCopy> swap_out, swap_in;
   std::vector<StateOp> state_before;  // recurrent: apply before the forward pass
   int32_t n_tokens() const {
     int32_t n = 0;
@@ -138,11 +163,19 @@ class Scheduler {
   // writes the state into the slot (after copying out what BlockManager::take_spills
   // says was evicted to make room).
   int32_t adopt_snapshot(BlockId blk);
+  // Asked when a sequence with positions computed is preempted: true to swap it out
+  // (the engine has reserved the room), false to recompute it. None: always recompute.
+  using SwapPolicy = std::function<bool(const SeqSlot&)>;
+  void set_swap_policy(SwapPolicy policy) { swap_policy_ = std::move(policy); }
 
  private:
   bool ensure_blocks(SeqSlot& seq, int64_t n_positions);
   void release_all(SeqSlot& seq, bool forget = false);
-  void preempt(size_t running_index);
+  void preempt(size_t running_index, StepPlan& plan);
+  // Admission of a swapped-out sequence: blocks for its swapped positions and its next
+  // chunk (n tokens, at most budget; inside snapshot points in mids), the swap_in copy added to plan.
+  // False (nothing held) when the blocks are not there.
+  bool admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std::vector<int32_t>& mids, int64_t& n);
   // The chunk of at most n tokens from kv.n_past, cut at the snapshot point after the
   // ones it takes inside (appended to mids, absolute positions).
   int64_t cut_chunk(const SeqSlot& seq, int64_t n, std::vector<int32_t>& mids) const;
@@ -168,6 +201,7 @@ class Scheduler {
   std::vector<BlockId> snap_block_;  // per snapshot slot (index slot - max_seqs): its block or kNoBlock
   std::list<int32_t> snap_lru_;      // held snapshot slots, least recently used first
   std::vector<int32_t> step_snaps_;  // slots planned for inside snapshots, until commit()
+  SwapPolicy swap_policy_;
 };
 
 }  // namespace hearth::engine

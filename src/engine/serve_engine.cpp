@@ -104,6 +104,7 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   stats_.kv_blocks_total = static_cast<int32_t>(config.n_blocks);
   if (config.commit_kv) pool_.commit();
   disk_init();
+  swap_init();
   const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
   timing_.on = timing >= 1;
   timing_.each = timing == 2;
@@ -383,6 +384,7 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   Live& live = *it->second;
   // A failed sequence's blocks are not kept for prefix reuse: what it computed is suspect.
   std::unique_ptr<SeqSlot> seq = scheduler_.finish(id, reason == "error");
+  swap_drop(id);
   Final f;
   f.finish_reason = reason;
   f.error = error;
@@ -445,7 +447,9 @@ void ServeEngine::fail_all(const std::string& error, const std::string& reason) 
 
 void ServeEngine::step() {
   StepPlan plan = scheduler_.plan();
-  spill_pending();  // blocks and snapshots the plan evicted, before anything writes over them
+  swap_out(plan);   // preempted sequences' blocks and states, before anything writes over them
+  spill_pending();  // blocks and snapshots the plan evicted, likewise
+  swap_in(plan);    // re-admitted swapped sequences, into blocks the two above have read
   const auto t0 = Clock::now();
   const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   // A sequence's first scheduling sets up its per-step buffers; a failure there ends
@@ -526,6 +530,7 @@ void ServeEngine::step() {
     const auto t_forward = Clock::now();
     model_.forward_batch(pool_, batch_, logits_);
     const auto t_forward_end = Clock::now();
+    note_forward(plan.n_tokens(), ms_between(t_forward, t_forward_end) / 1000.0);
     if (!masked_.empty()) mask_worker_.wait();
     const std::vector<StateOp> state_ops = scheduler_.commit(plan);
     spill_pending();  // snapshots whose slots the copies below reuse
@@ -612,6 +617,8 @@ void ServeEngine::step() {
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
   stats_.preemptions += plan.preempted.size();
+  stats_.kv_swap = swap_stats_;
+  stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out;
   if (!plan.empty()) ++stats_.steps;
 }
 

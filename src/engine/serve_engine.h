@@ -55,6 +55,9 @@ struct EngineConfig {
   uint64_t kv_disk_model = 0;
   uint64_t kv_disk_projector = 0;
   std::string kv_disk_model_name;  // for the folder's ABOUT file and the log
+  // Host swap space of preempted sequences (--kv-swap-bytes; 0: off, every preempted
+  // sequence is recomputed). See serve_engine_swap.cpp.
+  uint64_t kv_swap_bytes = 0;
 };
 
 // Hooks for metrics, called on the engine thread.
@@ -68,6 +71,29 @@ class EngineObserver {
   // KV disk tier: a read job (the disk blocks of one admitted request) took `seconds`.
   virtual void on_disk_read(double seconds) { (void)seconds; }
 };
+
+// Preemption by swapping (serve_engine_swap.cpp): what was decided and copied.
+struct SwapStats {
+  uint64_t swapped_out = 0;        // preempted sequences whose KV went to the swap space
+  uint64_t swapped_in = 0;         // ... and came back (no recomputation)
+  uint64_t bytes_out = 0, bytes_in = 0;
+  uint64_t recomputed = 0;         // preempted sequences left to recompute (any reason)
+  uint64_t recompute_no_room = 0;  // of those: the swap space was full (or off)
+  uint64_t recompute_cheaper = 0;  // of those: recomputing was estimated cheaper than copying
+  uint64_t bytes_held = 0;         // in the swap space now (reserved included)
+  uint64_t capacity = 0;           // --kv-swap-bytes
+  double seconds = 0;              // copying out and in, in total
+  // The estimates the decision uses: copy bandwidth (bytes/s, out or in) and prefill speed
+  // (tokens/s), both measured (0: not yet).
+  double copy_bytes_per_s = 0, prefill_tokens_per_s = 0;
+  // Adds another engine's counters (the estimates are not added: the largest is kept).
+  void add(const SwapStats& o);
+};
+
+// The swap decision's cost model: copying `bytes` out and back in at copy_bytes_per_s
+// against prefilling n_tokens again at prefill_tokens_per_s. An unmeasured bandwidth (0)
+// counts as free, an unmeasured prefill speed as infinitely slow.
+bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double prefill_tokens_per_s);
 
 struct EngineStats {
   int32_t running = 0;
@@ -84,6 +110,7 @@ struct EngineStats {
   bool running_loop = false;
   bool kv_disk = false;           // the KV disk tier is configured (kv_disk_stats holds its numbers)
   kvdisk::DiskStats kv_disk_stats;
+  SwapStats kv_swap;
   std::string failure;            // why the engine stopped on its own (an engine fault), else empty
 };
 
@@ -179,10 +206,35 @@ class ServeEngine {
   void disk_install();
   // At shutdown: every prefix block and snapshot still in memory goes to disk too.
   void disk_flush();
+  // The layout block copies use (disk_part_bytes_, disk_layer_floats_); false when a
+  // block is not whole floats per layer (then neither the disk tier nor swapping works).
+  bool init_block_copy();
   void read_block(BlockId b, std::vector<uint8_t>& out);
   void write_block(BlockId b, const std::vector<uint8_t>& in);
+  void read_block_to(BlockId b, uint8_t* dst);          // block_bytes_ bytes
+  void write_block_from(BlockId b, const uint8_t* src);
+  uint64_t block_bytes_ = 0;  // one block of every layer's K and V (0: not set up)
   void read_state(int32_t slot, std::vector<uint8_t>& out);
   void write_state(int32_t slot, const std::vector<uint8_t>& in);
+
+  // Swapping preempted sequences (serve_engine_swap.cpp), all on the engine thread.
+  void swap_init();
+  bool swap_decide(const SeqSlot& seq);  // the scheduler's swap policy
+  void swap_out(const StepPlan& plan);   // plan.swap_out to the host (before anything writes the pool)
+  void swap_in(const StepPlan& plan);    // plan.swap_in back into the pool
+  void swap_drop(uint64_t id);           // a sequence ended: its swapped copy goes
+  uint64_t swap_bytes(int64_t n_past) const;
+  // Measured speeds: a forward pass of n_tokens took seconds; a copy of bytes took seconds.
+  void note_forward(int32_t n_tokens, double seconds);
+  void note_copy(uint64_t bytes, double seconds);
+  struct SwapEntry {
+    std::vector<uint8_t> kv;     // its blocks 0 .. in order, block_bytes_ each
+    std::vector<uint8_t> state;  // hybrid models: the live state at swap_n_past
+    uint64_t bytes = 0;          // reserved (swap_bytes)
+  };
+  std::unordered_map<uint64_t, SwapEntry> swap_;
+  SwapStats swap_stats_;
+  double small_step_tps_ = 0;  // tokens/s of steps too small to be prefill (fallback)
 
   model::CausalLm& model_;
   model::VisionEncoder* vision_ = nullptr;

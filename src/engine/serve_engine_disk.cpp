@@ -36,18 +36,27 @@ class BufferView final : public ops::Buffer {
 
 }  // namespace
 
-void ServeEngine::disk_init() {
-  if (config_.kv_disk_dir.empty()) return;
+bool ServeEngine::init_block_copy() {
+  if (block_bytes_ != 0) return true;
   const model::Hparams& hp = model_.hparams();
   const int64_t n_layers = hp.n_kv_layers();
   const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, config_.kv_type, config_.block_size);
-  if (n_layers <= 0 || block_bytes % (8 * static_cast<uint64_t>(n_layers)) != 0) {
-    fail(ErrorKind::kUnsupported, "kv-disk",
-         "a KV block of " + std::to_string(block_bytes) + " bytes over " + std::to_string(n_layers) +
-             " layers is not whole floats per layer; --kv-disk cannot copy it");
-  }
+  if (n_layers <= 0 || block_bytes % (8 * static_cast<uint64_t>(n_layers)) != 0) return false;
   disk_part_bytes_ = block_bytes / (2 * static_cast<uint64_t>(n_layers));
   disk_layer_floats_ = static_cast<int64_t>(disk_part_bytes_ / 4) * config_.n_blocks;
+  block_bytes_ = block_bytes;
+  return true;
+}
+
+void ServeEngine::disk_init() {
+  if (config_.kv_disk_dir.empty()) return;
+  const model::Hparams& hp = model_.hparams();
+  const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, config_.kv_type, config_.block_size);
+  if (!init_block_copy()) {
+    fail(ErrorKind::kUnsupported, "kv-disk",
+         "a KV block of " + std::to_string(block_bytes) + " bytes over " + std::to_string(hp.n_kv_layers()) +
+             " layers is not whole floats per layer; --kv-disk cannot copy it");
+  }
   kvdisk::FingerprintParts fp;
   fp.model = config_.kv_disk_model;
   fp.projector = config_.kv_disk_projector;
@@ -75,9 +84,15 @@ void ServeEngine::disk_init() {
 }
 
 void ServeEngine::read_block(BlockId b, std::vector<uint8_t>& out) {
+  out.resize(block_bytes_);
+  read_block_to(b, out.data());
+}
+
+void ServeEngine::write_block(BlockId b, const std::vector<uint8_t>& in) { write_block_from(b, in.data()); }
+
+void ServeEngine::read_block_to(BlockId b, uint8_t* out) {
   const int64_t n = static_cast<int64_t>(disk_part_bytes_ / 4);
-  out.resize(disk_part_bytes_ * 2 * static_cast<uint64_t>(model_.hparams().n_kv_layers()));
-  auto* dst = reinterpret_cast<float*>(out.data());
+  auto* dst = reinterpret_cast<float*>(out);
   for (int64_t l = 0; l < model_.hparams().n_kv_layers(); ++l) {
     const ops::KvLayer layer = pool_.layer(l);
     BufferView k(layer.k, disk_layer_floats_), v(layer.v, disk_layer_floats_);
@@ -86,9 +101,9 @@ void ServeEngine::read_block(BlockId b, std::vector<uint8_t>& out) {
   }
 }
 
-void ServeEngine::write_block(BlockId b, const std::vector<uint8_t>& in) {
+void ServeEngine::write_block_from(BlockId b, const uint8_t* in) {
   const int64_t n = static_cast<int64_t>(disk_part_bytes_ / 4);
-  const auto* src = reinterpret_cast<const float*>(in.data());
+  const auto* src = reinterpret_cast<const float*>(in);
   for (int64_t l = 0; l < model_.hparams().n_kv_layers(); ++l) {
     const ops::KvLayer layer = pool_.layer(l);
     BufferView k(layer.k, disk_layer_floats_), v(layer.v, disk_layer_floats_);

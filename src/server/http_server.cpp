@@ -81,6 +81,7 @@ struct HttpServer::Impl {
   uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0, seen_preemptions = 0;
   uint64_t seen_disk_hits = 0, seen_disk_read = 0, seen_disk_written = 0, seen_disk_writes = 0, seen_disk_dropped = 0,
            seen_disk_rejected = 0;
+  engine::SwapStats seen_swap;
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
   std::atomic<bool> draining{false};  // drain(): no new requests, /health/ready 503
@@ -376,6 +377,22 @@ struct HttpServer::Impl {
     advance(metrics.kv_disk_writes, d.files_written, seen_disk_writes);
     advance(metrics.kv_disk_writes_dropped, d.writes_dropped, seen_disk_dropped);
     advance(metrics.kv_disk_rejected, d.files_rejected, seen_disk_rejected);
+    const engine::SwapStats& w = s.kv_swap;
+    advance(metrics.kv_swap_out, w.swapped_out, seen_swap.swapped_out);
+    advance(metrics.kv_swap_in, w.swapped_in, seen_swap.swapped_in);
+    advance(metrics.kv_swap_out_bytes, w.bytes_out, seen_swap.bytes_out);
+    advance(metrics.kv_swap_in_bytes, w.bytes_in, seen_swap.bytes_in);
+    advance(metrics.kv_preempt_recomputed, w.recomputed, seen_swap.recomputed);
+    advance(metrics.kv_swap_no_room, w.recompute_no_room, seen_swap.recompute_no_room);
+    advance(metrics.kv_swap_cheaper, w.recompute_cheaper, seen_swap.recompute_cheaper);
+    if (w.seconds > seen_swap.seconds) {
+      metrics.kv_swap_seconds.inc(w.seconds - seen_swap.seconds);
+      seen_swap.seconds = w.seconds;
+    }
+    metrics.kv_swap_bytes.set(static_cast<double>(w.bytes_held));
+    metrics.kv_swap_capacity.set(static_cast<double>(w.capacity));
+    metrics.kv_swap_bandwidth.set(w.copy_bytes_per_s);
+    metrics.kv_swap_prefill_speed.set(w.prefill_tokens_per_s);
     if (model_metrics.empty()) return;
     const std::vector<ModelStatus> st = models.status();
     for (size_t i = 0; i < st.size() && i < model_metrics.size(); ++i) model_metrics[i]->update(st[i]);

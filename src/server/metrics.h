@@ -127,7 +127,7 @@ struct ServerMetrics {
   Gauge& kv_blocks_cached;         // hearth_kv_blocks_cached: unreferenced, kept for prefix reuse
   Gauge& kv_blocks_total;          // hearth_kv_blocks_total
   Gauge& state_snapshots;          // hearth_state_snapshots: recurrent-state snapshots held (hybrid models)
-  Counter& preemptions;            // hearth_preemptions_total: sequences preempted for want of KV blocks
+  Counter& preemptions;            // hearth_preemptions_total: sequences preempted for want of KV blocks (swapped or recomputed)
   Counter& prefix_cache_queries;   // hearth_prefix_cache_queries_total (prompt tokens looked up)
   Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
   // The KV disk tier (--kv-disk); all zero without it.
@@ -143,6 +143,19 @@ struct ServerMetrics {
   Counter& kv_disk_writes_dropped;  // hearth_kv_disk_writes_dropped_total: write queue full
   Counter& kv_disk_rejected;        // hearth_kv_disk_files_rejected_total: torn / foreign / corrupt, removed
   Histogram& kv_disk_read_seconds;  // hearth_kv_disk_read_seconds: one request's disk blocks read back
+  // Preemption by swapping (--kv-swap-bytes; engine/serve_engine_swap.cpp).
+  Counter& kv_swap_out;             // hearth_kv_swap_out_total: preempted sequences swapped out to host memory
+  Counter& kv_swap_in;              // hearth_kv_swap_in_total: ... and swapped back in
+  Counter& kv_swap_out_bytes;       // hearth_kv_swap_out_bytes_total
+  Counter& kv_swap_in_bytes;        // hearth_kv_swap_in_bytes_total
+  Counter& kv_swap_seconds;         // hearth_kv_swap_seconds_total: time spent copying, both ways
+  Counter& kv_preempt_recomputed;   // hearth_kv_preemptions_recomputed_total: preempted and recomputed
+  Counter& kv_swap_no_room;         // hearth_kv_swap_skipped_total{reason="no_room"}: swap space full
+  Counter& kv_swap_cheaper;         // hearth_kv_swap_skipped_total{reason="recompute_cheaper"}
+  Gauge& kv_swap_bytes;             // hearth_kv_swap_bytes: held in the swap space now
+  Gauge& kv_swap_capacity;          // hearth_kv_swap_capacity_bytes: --kv-swap-bytes
+  Gauge& kv_swap_bandwidth;         // hearth_kv_swap_copy_bytes_per_second: measured (the decision's estimate)
+  Gauge& kv_swap_prefill_speed;     // hearth_kv_swap_prefill_tokens_per_second: measured (likewise)
   Histogram& batch_size;           // hearth_batch_size: sequences per engine step
   Histogram& batch_tokens;         // hearth_batch_tokens: tokens per engine step
   // hearth_sampled_tokens_total: tokens generated, counted as each is sampled (the

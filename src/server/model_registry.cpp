@@ -365,6 +365,10 @@ void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index
     e.retired.steps += s.steps;
     e.retired.admitted += s.admitted;
     e.retired.preemptions += s.preemptions;
+    e.retired.kv_swap.add(s.kv_swap);
+    // Gauges and estimates go with the engine; its counters stay in the totals.
+    e.retired.kv_swap.bytes_held = e.retired.kv_swap.capacity = 0;
+    e.retired.kv_swap.copy_bytes_per_s = e.retired.kv_swap.prefill_tokens_per_s = 0;
     e.retired.prefix_query_tokens += s.prefix_query_tokens;
     e.retired.prefix_hit_tokens += s.prefix_hit_tokens;
   }
@@ -481,6 +485,7 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.steps += e.retired.steps;
     t.admitted += e.retired.admitted;
     t.preemptions += e.retired.preemptions;
+    t.kv_swap.add(e.retired.kv_swap);
     t.prefix_query_tokens += e.retired.prefix_query_tokens;
     t.prefix_hit_tokens += e.retired.prefix_hit_tokens;
     if (!e.loaded || !e.loaded->served().engine) continue;
@@ -496,6 +501,7 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.preemptions += s.preemptions;
     t.prefix_query_tokens += s.prefix_query_tokens;
     t.prefix_hit_tokens += s.prefix_hit_tokens;
+    t.kv_swap.add(s.kv_swap);
     if (s.kv_disk) {
       // Each model has its own fingerprint folder: the numbers add up.
       engine::kvdisk::DiskStats& a = t.kv_disk_stats;

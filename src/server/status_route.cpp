@@ -181,6 +181,12 @@ json StatusRoute::status(double window_s) {
                       {"bytes", count(m_.kv_disk_bytes.value())},
                       {"hit_tokens", count(m_.kv_disk_hit_tokens.value())},
                       {"disabled", m_.kv_disk_disabled.value() > 0}};
+  // Preemption by swapping (--kv-swap-bytes): what preempted sequences became.
+  j["kv_swap"] = json{{"swapped_out", count(m_.kv_swap_out.value())},
+                      {"swapped_in", count(m_.kv_swap_in.value())},
+                      {"recomputed", count(m_.kv_preempt_recomputed.value())},
+                      {"bytes", count(m_.kv_swap_bytes.value())},
+                      {"capacity_bytes", count(m_.kv_swap_capacity.value())}};
 
   json pc;
   pc["query_tokens"] = count(now.prefix_queries);

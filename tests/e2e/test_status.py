@@ -61,7 +61,7 @@ def test_fields_and_types(server):
     assert s["object"] == "hearth.status" and s["status"] == "ok"
     assert s["uptime_s"] > 0
     assert set(s) == {"object", "uptime_s", "window_s", "status", "requests", "tokens", "latency", "batch", "kv", "kv_disk",
-                      "prefix_cache", "preemptions", "memory", "models"}
+                      "kv_swap", "prefix_cache", "preemptions", "memory", "models"}
     r = s["requests"]
     assert set(r) == {"running", "waiting", "admitted", "finished", "rejected", "finished_per_s"}
     assert all(is_count(r[k]) for k in ("running", "waiting", "admitted", "rejected"))
@@ -79,6 +79,9 @@ def test_fields_and_types(server):
     assert all(is_count(v) for v in kv.values())
     assert kv["blocks_used"] + kv["blocks_cached"] + kv["blocks_free"] == kv["blocks_total"] > 0
     assert s["kv_disk"] == {"blocks": 0, "snapshots": 0, "bytes": 0, "hit_tokens": 0, "disabled": False}
+    sw = s["kv_swap"]
+    assert set(sw) == {"swapped_out", "swapped_in", "recomputed", "bytes", "capacity_bytes"}
+    assert all(is_count(v) for v in sw.values()) and sw["capacity_bytes"] > 0
     pc = s["prefix_cache"]
     assert set(pc) == {"query_tokens", "hit_tokens", "hit_rate", "recent_hit_rate"}
     assert 0 <= pc["hit_rate"] <= 1 and pc["hit_tokens"] <= pc["query_tokens"]

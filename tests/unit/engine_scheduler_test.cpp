@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -397,7 +398,10 @@ TEST(Scheduler, FinishOfWaitingAndRunningSequencesReleasesEveryBlock) {
 // into a simulated pool; every step checks that each planned sequence's blocks hold
 // exactly its own tokens at every position it has computed (what attention would
 // read), that no written block is shared, and the bookkeeping invariants.
-TEST(Scheduler, RandomizedRunKeepsInvariantsAndKvContents) {
+// swap: a swap policy picks swap or recompute at random for each preemption; the
+// simulated engine copies StepPlan::swap_out's blocks to a host map and swap_in's back,
+// and the same content check proves a swapped-in sequence finds its own tokens.
+void randomized_run(bool swap) {
   constexpr int32_t kBs = 4, kBlocks = 14, kChunk = 10;
   for (uint32_t seed : {1u, 2u, 3u, 4u, 5u}) {
     SCOPED_TRACE(seed);
@@ -405,6 +409,9 @@ TEST(Scheduler, RandomizedRunKeepsInvariantsAndKvContents) {
     BlockManager bm(kBlocks, kBs);
     Scheduler s(SchedulerConfig{4, kChunk}, bm);
     std::vector<std::vector<int32_t>> pool(kBlocks, std::vector<int32_t>(kBs, -1));
+    std::map<uint64_t, std::vector<std::vector<int32_t>>> host;  // swapped sequences' blocks, by id
+    int swaps_in = 0;
+    if (swap) s.set_swap_policy([&](const SeqSlot&) { return std::uniform_int_distribution<int>(0, 1)(rng) == 0; });
     std::vector<std::vector<int32_t>> bases;
     for (int b = 0; b < 3; ++b) bases.push_back(iota_tokens(12, 1000 * (b + 1)));
     std::vector<std::pair<uint64_t, int>> budget;  // id -> tokens to generate
@@ -421,6 +428,23 @@ TEST(Scheduler, RandomizedRunKeepsInvariantsAndKvContents) {
       }
       StepPlan p = s.plan();
       preemptions += static_cast<int>(p.preempted.size());
+      for (const hearth::engine::SwapCopy& c : p.swap_out) {
+        ASSERT_TRUE(swap);
+        ASSERT_EQ(c.first, 0);
+        ASSERT_EQ(static_cast<int64_t>(c.blocks.size()), (c.n_past + kBs - 1) / kBs);
+        auto& h = host[c.seq];
+        h.clear();
+        for (BlockId b : c.blocks) h.push_back(pool[static_cast<size_t>(b)]);
+      }
+      for (const hearth::engine::SwapCopy& c : p.swap_in) {
+        auto h = host.find(c.seq);
+        ASSERT_NE(h, host.end()) << "swap-in of a sequence never swapped out";
+        ASSERT_EQ(c.first + c.blocks.size(), h->second.size());
+        ASSERT_EQ(s.find(c.seq)->kv.n_past, c.n_past);  // goes on where it was
+        for (size_t i = 0; i < c.blocks.size(); ++i) pool[static_cast<size_t>(c.blocks[i])] = h->second[c.first + i];
+        host.erase(h);
+        ++swaps_in;
+      }
       int32_t prefill = 0;
       std::set<uint64_t> planned;
       for (const StepItem& it : p.items) {
@@ -488,8 +512,13 @@ TEST(Scheduler, RandomizedRunKeepsInvariantsAndKvContents) {
     EXPECT_GT(preemptions, 0) << "the pool should be small enough to preempt";
     EXPECT_GT(bm.prefix_hit_tokens(), 0u);
     EXPECT_GT(finished, 20);
+    if (swap) EXPECT_GT(swaps_in, 0);
   }
 }
+
+TEST(Scheduler, RandomizedRunKeepsInvariantsAndKvContents) { randomized_run(false); }
+
+TEST(Scheduler, RandomizedRunWithSwappingKeepsInvariantsAndKvContents) { randomized_run(true); }
 
 // A head of queue that waits for blocks step after step is counted in the prefix-cache
 // statistics once, when it is admitted, not at every attempt.

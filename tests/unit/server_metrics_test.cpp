@@ -147,6 +147,9 @@ TEST(ServerMetrics, ServerMetricSet) {
   m.batch_size.observe(3);
   m.batch_tokens.observe(515);
   m.sampled_tokens.inc(31);
+  m.kv_swap_out.inc(4);
+  m.kv_swap_no_room.inc(1);
+  m.kv_swap_bytes.set(4096);
   const std::string text = m.render();
   for (const char* line : {
            "# TYPE hearth_requests_running gauge",
@@ -183,6 +186,12 @@ TEST(ServerMetrics, ServerMetricSet) {
            "hearth_batch_tokens_bucket{le=\"1024\"} 1",
            "# TYPE hearth_sampled_tokens_total counter",
            "hearth_sampled_tokens_total 31",
+           "# TYPE hearth_kv_swap_out_total counter",
+           "hearth_kv_swap_out_total 4",
+           "hearth_kv_swap_in_total 0",
+           "hearth_kv_swap_skipped_total{reason=\"no_room\"} 1",
+           "hearth_kv_swap_skipped_total{reason=\"recompute_cheaper\"} 0",
+           "hearth_kv_swap_bytes 4096",
        }) {
     EXPECT_TRUE(has_line(text, line)) << "missing: " << line << "\n" << text;
   }
@@ -199,8 +208,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 30);
-  EXPECT_EQ(type, 30);
+  EXPECT_EQ(help, 41);
+  EXPECT_EQ(type, 41);
 }
 
 }  // namespace

@@ -1,0 +1,176 @@
+// Preemption by swapping (`hearth serve --kv-swap-bytes SIZE`). When the pool runs out
+// of blocks the scheduler preempts its youngest running sequence; instead of dropping
+// its KV and recomputing its prompt and output on re-admission, the engine may copy the
+// sequence's blocks (and a hybrid model's recurrent state at that exact position) to a
+// host swap space and copy them back at re-admission, after which it decodes on as if
+// never interrupted.
+//
+// Which is cheaper is measured, not assumed: the engine keeps the prefill speed of its
+// recent steps (tokens/s) and the bandwidth of its own block copies (bytes/s, from a
+// calibration copy at start and then from every swap), and swaps a sequence of n_past
+// positions when copying its bytes out and back in is estimated to take less than
+// recomputing n_past tokens; also only while the swap space has room for it. Otherwise
+// the sequence is recomputed (the scheduler's original path). The copies reuse the disk
+// tier's block I/O (Backend::copy_to_host / copy_from_host on views of the pool), so
+// every back-end and KV type works alike.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.h"
+#include "engine/serve_engine.h"
+
+namespace hearth::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Moving averages of measured speeds: recent steps count most (a machine's speed moves
+// with load and context length), one odd step does not swing the decision.
+double blend(double avg, double sample) { return avg <= 0 ? sample : 0.8 * avg + 0.2 * sample; }
+
+// Steps of at least this many tokens measure the prefill speed; smaller ones (decode
+// steps) only stand in until one has run.
+constexpr int32_t kPrefillStepTokens = 16;
+
+}  // namespace
+
+bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double prefill_tokens_per_s) {
+  const double copy_s = copy_bytes_per_s > 0 ? 2.0 * static_cast<double>(bytes) / copy_bytes_per_s : 0.0;
+  const double recompute_s = prefill_tokens_per_s > 0 ? static_cast<double>(n_tokens) / prefill_tokens_per_s
+                                                      : std::numeric_limits<double>::infinity();
+  return copy_s < recompute_s;
+}
+
+void SwapStats::add(const SwapStats& o) {
+  swapped_out += o.swapped_out;
+  swapped_in += o.swapped_in;
+  bytes_out += o.bytes_out;
+  bytes_in += o.bytes_in;
+  recomputed += o.recomputed;
+  recompute_no_room += o.recompute_no_room;
+  recompute_cheaper += o.recompute_cheaper;
+  bytes_held += o.bytes_held;
+  capacity += o.capacity;
+  seconds += o.seconds;
+  copy_bytes_per_s = std::max(copy_bytes_per_s, o.copy_bytes_per_s);
+  prefill_tokens_per_s = std::max(prefill_tokens_per_s, o.prefill_tokens_per_s);
+}
+
+void ServeEngine::swap_init() {
+  if (config_.kv_swap_bytes == 0) return;
+  if (!init_block_copy()) {
+    std::fprintf(stderr, "hearth: kv-swap: a KV block of this model is not whole floats per layer; swapping is off\n");
+    return;
+  }
+  swap_stats_.capacity = config_.kv_swap_bytes;
+  // A first bandwidth estimate before any swap: a few pool blocks copied out and back (the
+  // pool holds nothing yet). Twice: the first pass also pays for first-touch page faults.
+  const auto n = static_cast<BlockId>(std::min<int64_t>(config_.n_blocks, 8));
+  std::vector<uint8_t> buf(static_cast<size_t>(n) * block_bytes_);
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto t0 = Clock::now();
+    for (BlockId b = 0; b < n; ++b) read_block_to(b, buf.data() + static_cast<size_t>(b) * block_bytes_);
+    for (BlockId b = 0; b < n; ++b) write_block_from(b, buf.data() + static_cast<size_t>(b) * block_bytes_);
+    const double s = seconds_since(t0);
+    if (pass == 1 && s > 0) swap_stats_.copy_bytes_per_s = 2.0 * static_cast<double>(buf.size()) / s;
+  }
+  scheduler_.set_swap_policy([this](const SeqSlot& seq) { return swap_decide(seq); });
+}
+
+uint64_t ServeEngine::swap_bytes(int64_t n_past) const {
+  const int64_t bs = config_.block_size;
+  uint64_t b = static_cast<uint64_t>((n_past + bs - 1) / bs) * block_bytes_;
+  if (scheduler_.config().recurrent) b += static_cast<uint64_t>(pool_.state_floats()) * 4;
+  return b;
+}
+
+void ServeEngine::note_forward(int32_t n_tokens, double seconds) {
+  if (n_tokens <= 0 || seconds <= 0) return;
+  const double tps = n_tokens / seconds;
+  if (n_tokens >= kPrefillStepTokens) {
+    swap_stats_.prefill_tokens_per_s = blend(swap_stats_.prefill_tokens_per_s, tps);
+  } else {
+    small_step_tps_ = blend(small_step_tps_, tps);
+  }
+}
+
+void ServeEngine::note_copy(uint64_t bytes, double seconds) {
+  if (bytes == 0 || seconds <= 0) return;
+  swap_stats_.copy_bytes_per_s = blend(swap_stats_.copy_bytes_per_s, static_cast<double>(bytes) / seconds);
+}
+
+bool ServeEngine::swap_decide(const SeqSlot& seq) {
+  const uint64_t bytes = swap_bytes(seq.kv.n_past);
+  if (swap_stats_.bytes_held + bytes > swap_stats_.capacity) {
+    ++swap_stats_.recompute_no_room;
+    return false;
+  }
+  // Copy out now and back in at re-admission, against prefilling n_past tokens again.
+  const double tps = swap_stats_.prefill_tokens_per_s > 0 ? swap_stats_.prefill_tokens_per_s : small_step_tps_;
+  if (!swap_is_cheaper(bytes, seq.kv.n_past, swap_stats_.copy_bytes_per_s, tps)) {
+    ++swap_stats_.recompute_cheaper;
+    return false;
+  }
+  swap_stats_.bytes_held += bytes;  // reserved now; the copy follows right after plan()
+  return true;
+}
+
+void ServeEngine::swap_out(const StepPlan& plan) {
+  for (const SwapCopy& c : plan.swap_out) {
+    const auto t0 = Clock::now();
+    SwapEntry e;
+    e.bytes = swap_bytes(c.n_past);
+    e.kv.resize(c.blocks.size() * block_bytes_);
+    for (size_t i = 0; i < c.blocks.size(); ++i) read_block_to(c.blocks[i], e.kv.data() + i * block_bytes_);
+    if (c.state_slot >= 0) read_state(c.state_slot, e.state);
+    const uint64_t moved = e.kv.size() + e.state.size();
+    const double s = seconds_since(t0);
+    note_copy(moved, s);
+    swap_stats_.seconds += s;
+    swap_stats_.bytes_out += moved;
+    ++swap_stats_.swapped_out;
+    swap_[c.seq] = std::move(e);
+  }
+}
+
+void ServeEngine::swap_in(const StepPlan& plan) {
+  for (const SwapCopy& c : plan.swap_in) {
+    auto it = swap_.find(c.seq);
+    if (it == swap_.end()) {
+      fail(ErrorKind::kInternal, "kv-swap", "sequence " + std::to_string(c.seq) + " has nothing in the swap space");
+    }
+    const auto t0 = Clock::now();
+    const SwapEntry& e = it->second;
+    uint64_t moved = 0;
+    for (size_t i = 0; i < c.blocks.size(); ++i) {
+      write_block_from(c.blocks[i], e.kv.data() + (static_cast<size_t>(c.first) + i) * block_bytes_);
+      moved += block_bytes_;
+    }
+    if (c.state_slot >= 0) {
+      write_state(c.state_slot, e.state);
+      moved += e.state.size();
+    }
+    const double s = seconds_since(t0);
+    note_copy(moved, s);
+    swap_stats_.seconds += s;
+    swap_stats_.bytes_in += moved;
+    ++swap_stats_.swapped_in;
+    swap_stats_.bytes_held -= e.bytes;
+    swap_.erase(it);
+  }
+}
+
+void ServeEngine::swap_drop(uint64_t id) {
+  auto it = swap_.find(id);
+  if (it == swap_.end()) return;
+  swap_stats_.bytes_held -= it->second.bytes;
+  swap_.erase(it);
+}
+
+}  // namespace hearth::engine
