@@ -275,7 +275,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
   cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");
-  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16, f32 or q8_0 (8-bit, CPU)")->default_val("f16");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16, f32 or q8_0 (8-bit blocks)")->default_val("f16");
   cmd->add_option("--device", o->device,
                   "cpu, cuda, cuda:N or auto (the first GPU when one is visible and the model fits)")
       ->default_val("auto");

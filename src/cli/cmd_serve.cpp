@@ -289,7 +289,7 @@ void add_serve_command(CLI::App& app) {
                 "No web page: GET / and /ui answer 404 (the page: a live view of /v1/status and a chat panel)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: physical cores)");
   cmd->add_option("--log-file", o->log_file, "Append the request log here (default: stderr)");
-  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16, f32 or q8_0 (8-bit, CPU)")->default_val("f16");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache element type: f16, f32 or q8_0 (8-bit blocks)")->default_val("f16");
   cmd->add_option("--state-snapshots", o->state_snapshots,
                   "Hybrid models: recurrent-state snapshots kept for prefix reuse (each one sequence's state)")
       ->default_val(32);

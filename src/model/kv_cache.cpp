@@ -76,8 +76,8 @@ uint64_t KvPool::bytes_per_block(const Hparams& hp, ops::KvType type, int64_t bl
 void KvPool::check_kv_type(const Hparams& hp, ops::KvType type, const ops::Backend* backend) {
   if (backend != nullptr && !backend->supports_kv_type(type)) {
     fail(ErrorKind::kUnsupported, "kv",
-         "--kv-type " + std::string(ops::kv_type_name(type)) + " is CPU-only in this build (back-end: " +
-             backend->name() + "); use --kv-type f16 or f32");
+         "--kv-type " + std::string(ops::kv_type_name(type)) + " is not supported by the " + backend->name() +
+             " back-end; use --kv-type f16 or f32");
   }
   if (type == ops::KvType::Q8_0 && hp.n_kv_layers() > 0 && hp.head_dim % ops::kQ8Block != 0) {
     fail(ErrorKind::kUnsupported, "kv",

@@ -614,8 +614,12 @@ void run_attention(const AttnCase& ac, const std::vector<ops::AttentionSeq>& sha
     for (const auto& s : shape_seqs) need += (s.pos0 + s.n_tokens + bs - 1) / bs;
     n_blocks = std::max(n_blocks, need);
   }
-  const int64_t floats = (n_blocks * bs * kvd * ops::kv_type_size(ac.type) + 3) / 4;
+  const int64_t floats = (n_blocks * bs * ops::kv_row_bytes(ac.type, kvd) + 3) / 4;
   Both K(floats, true), V(floats, true);
+  for (Both* b : {&K, &V}) {  // (rows no sequence writes compare equal too)
+    cpu().fill(b->c->data(), 0.0f, floats);
+    gpu().fill(b->g->data(), 0.0f, floats);
+  }
   const ops::KvLayer kc{K.c->data(), V.c->data(), ac.type, bs, kvd};
   const ops::KvLayer kg{K.g->data(), V.g->data(), ac.type, bs, kvd};
   // Block tables: a shuffled pool, each sequence its own blocks.
@@ -651,8 +655,17 @@ void run_attention(const AttnCase& ac, const std::vector<ops::AttentionSeq>& sha
   gpu().attention(q.g->data(), kg, seqs.data(), static_cast<int64_t>(seqs.size()), ac.n_head, ac.n_head_kv, ac.head_dim,
                   scale, out.g->data());
   const double e = out.err();
-  // f32 softmax (expf vs the CPU's 1.5-ulp polynomial) and sums in another order.
-  EXPECT_LE(e, 2e-5) << what << " heads " << ac.n_head << "/" << ac.n_head_kv << " dim " << ac.head_dim << " "
+  if (ac.type == ops::KvType::Q8_0) {
+    // Both back-ends quantize the rows with the same arithmetic: the same cache bits.
+    // (Compared as bytes: the blocks read as floats may hold NaN patterns.)
+    for (Both* b : {&K, &V}) {
+      const auto c = b->cv(), g = b->gv();
+      EXPECT_EQ(0, std::memcmp(c.data(), g.data(), 4 * c.size())) << what << ": q8_0 cache bytes";
+    }
+  }
+  // f32 softmax (expf vs the CPU's 1.5-ulp polynomial) and sums in another order; q8_0 on
+  // the tensor cores: the rows' values rounded to f16 as they are staged (2^-11 of each).
+  EXPECT_LE(e, ac.type == ops::KvType::Q8_0 ? 3e-3 : 2e-5) << what << " heads " << ac.n_head << "/" << ac.n_head_kv << " dim " << ac.head_dim << " "
                      << ops::kv_type_name(ac.type);
   std::cout << "attention " << what << " " << ac.n_head << "/" << ac.n_head_kv << "x" << ac.head_dim << " "
             << ops::kv_type_name(ac.type) << ": " << e << "\n";
@@ -662,7 +675,8 @@ TEST(CudaParity, AttentionDecodeAndPrefill) {
   NEED_GPU();
   for (const AttnCase& ac : {AttnCase{32, 8, 128, ops::KvType::F16}, AttnCase{32, 8, 128, ops::KvType::F32},
                              AttnCase{16, 2, 256, ops::KvType::F16}, AttnCase{9, 3, 64, ops::KvType::F16},
-                             AttnCase{8, 8, 80, ops::KvType::F32}}) {
+                             AttnCase{8, 8, 80, ops::KvType::F32}, AttnCase{32, 8, 128, ops::KvType::Q8_0},
+                             AttnCase{16, 2, 256, ops::KvType::Q8_0}, AttnCase{9, 3, 64, ops::KvType::Q8_0}}) {
     // Decode: sequences of one token at different depths, one 5,000 keys deep (32 key
     // ranges of ~157 keys, merged by the last).
     run_attention(ac, {{0, 1, 0, nullptr}, {1, 1, 15, nullptr}, {2, 1, 100, nullptr}, {3, 1, 700, nullptr}}, "decode");

@@ -11,11 +11,13 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_attention.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/cuda_kv_q8.cuh"
 #include "core/error.h"
 #include "backends/cuda/launch.cuh"
 
@@ -24,8 +26,6 @@ namespace {
 
 constexpr int kAttnWarps = 8;
 
-__device__ __forceinline__ float kv_load(const float* p) { return *p; }
-__device__ __forceinline__ float kv_load(const __half* p) { return __half2float(*p); }
 
 // EPL: dimensions per lane (head_dim <= 32 * EPL). Block (row, KV head and chunk of up to
 // kDecodeHeads of its query heads, key range): each K and V row is read once for all of
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const SeqDesc sd = seqs[si];
   const int n_keys = sd.pos0 + (row - sd.first_row) + 1;
   const int32_t* table = tables + sd.table_off;
-  const int64_t kv_off = static_cast<int64_t>(hkv) * head_dim;
+  const int64_t kv_off = static_cast<int64_t>(hkv) * head_dim / kv_unit<T>;  // (kv_stride too: in units of T)
   const int bs_mask = (1 << bs_log2) - 1;
   // Split over keys (part != null): this row's keys in gridDim.z ranges of equal length
   // (the range count fixed per context bucket, so a recorded step's launch serves every
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll
         for (int e = 0; e < EPL; ++e) {
           const int d = lane + 32 * e;
-          kv[i][e] = d < head_dim ? kv_load(kp + d) : 0.0f;
-          vv[i][e] = d < head_dim ? kv_load(vp + d) : 0.0f;
+          kv[i][e] = d < head_dim ? kv_at(kp, d) : 0.0f;
+          vv[i][e] = d < head_dim ? kv_at(vp, d) : 0.0f;
         }
       }
     }
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nq = tile.n_rows * group;
   const int32_t* table = tables + sd.table_off;
-  const int64_t kv_off = static_cast<int64_t>(hkv) * D;
+  const int64_t kv_off = static_cast<int64_t>(hkv) * D / kv_unit<T>;  // (kv_stride too: in units of T)
   // Query qq: row tile.row0 + qq / group, head hkv * group + qq % group.
   for (int i = threadIdx.x; i < kPrefillQ * D; i += blockDim.x) {
     const int qq = i / D, d = i % D;
@@ -361,8 +361,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
       float kv = 0.0f, vv = 0.0f;
       if (key < n_keys) {
         const int64_t r = static_cast<int64_t>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask);
-        kv = kv_load(kc + r * kv_stride + kv_off + d);
-        vv = kv_load(vc + r * kv_stride + kv_off + d);
+        kv = kv_at(kc + r * kv_stride + kv_off, d);
+        vv = kv_at(vc + r * kv_stride + kv_off, d);
       }
       Ks[j * DP + d] = kv;
       Vs[j * D + d] = vv;
@@ -457,17 +457,23 @@ void launch_attention_t(dim3 grid, cudaStream_t st, const float* q, const void* 
                         float* part) {
   const auto* kc = static_cast<const T*>(k);
   const auto* vc = static_cast<const T*>(v);
-  // Vector loads of a lane's dimensions when they are consecutive and aligned.
-  const bool vec = head_dim == 32 * EPL && kv_stride % EPL == 0 &&
-                   reinterpret_cast<uintptr_t>(k) % (EPL * sizeof(T)) == 0 &&
-                   reinterpret_cast<uintptr_t>(v) % (EPL * sizeof(T)) == 0;
+  // Vector loads of a lane's dimensions when they are consecutive and aligned (f32 and
+  // f16; a q8_0 row's lanes read one byte each of a block, dimension lane + 32 e).
   const int threads = kAttnWarps * 32;
-  if (vec) {
-    ::hearth::cuda::launch_pdl(attention_kernel<T, EPL, true>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables,
-                               n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
-  } else {
+  if constexpr (std::is_same_v<T, KvQ8Block>) {
     ::hearth::cuda::launch_pdl(attention_kernel<T, EPL, false>, grid, threads, 0, st, q, kc, vc, seqs, row_seq, tables,
                                n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
+  } else {
+    const bool vec = head_dim == 32 * EPL && kv_stride % EPL == 0 &&
+                     reinterpret_cast<uintptr_t>(k) % (EPL * sizeof(T)) == 0 &&
+                     reinterpret_cast<uintptr_t>(v) % (EPL * sizeof(T)) == 0;
+    if (vec) {
+      ::hearth::cuda::launch_pdl(attention_kernel<T, EPL, true>, grid, threads, 0, st, q, kc, vc, seqs, row_seq,
+                                 tables, n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
+    } else {
+      ::hearth::cuda::launch_pdl(attention_kernel<T, EPL, false>, grid, threads, 0, st, q, kc, vc, seqs, row_seq,
+                                 tables, n_head, group, head_dim, kv_stride, bs_log2, scale, out, counters, part);
+    }
   }
 }
 
@@ -542,7 +548,14 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // of one), whatever else the step holds: a row's sums then depend on its own keys only.
   bool prompt = deterministic_;
   for (int64_t s = 0; s < n_seqs; ++s) prompt = prompt || seqs[s].n_tokens > 1;
-  const bool tc = prompt && tc_attention_ && cache.type == ops::KvType::F16 &&
+  // q8_0 rows are indexed in blocks of 32 values by the kernels (cuda_kv_q8.cuh).
+  const bool q8 = cache.type == ops::KvType::Q8_0;
+  if (q8 && (head_dim % ops::kQ8Block != 0 || cache.n_kv_dim % ops::kQ8Block != 0)) {
+    fail(ErrorKind::kInvalidInput, "cuda", "attention: a q8_0 cache needs head and row sizes that are multiples of 32");
+  }
+  const int64_t kv_stride = q8 ? cache.n_kv_dim / ops::kQ8Block : cache.n_kv_dim;
+  const bool tc_kv = cache.type == ops::KvType::F16 || q8;
+  const bool tc = prompt && tc_attention_ && tc_kv &&
                   prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim);
   if (prompt && (tc || group <= kPrefillQ)) {
     // Tiles of the sequences that bring several query rows (with the scalar kernel: of
@@ -566,8 +579,12 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
                       sig_of(tiles.size()), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
                       sig_of(out)})) {
       if (tc) {
-        launch_prefill_tc(pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head),
-                          group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out);
+        launch_prefill_tc(pgrid, stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head),
+                          group, static_cast<int>(head_dim), kv_stride, bs_log2, scale, out);
+      } else if (q8) {
+        launch_prefill<KvQ8Block>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
+                                  static_cast<int>(n_head), group, static_cast<int>(head_dim), kv_stride, bs_log2,
+                                  scale, out);
       } else if (cache.type == ops::KvType::F16) {
         launch_prefill<__half>(epl, pgrid, stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables,
                                static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
@@ -594,7 +611,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
   int64_t decode_rows = 0;
   for (int64_t s = 0; s < n_seqs; ++s) decode_rows += seqs[s].n_tokens == 1 ? 1 : 0;
-  if (!deterministic_ && tc_attention_ && cache.type == ops::KvType::F16 &&
+  if (!deterministic_ && tc_attention_ && tc_kv &&
       (bucket_keys >= tc_decode_min_keys_ || decode_rows >= tc_decode_min_rows_) &&
       prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
     // Long contexts, and batches of decode rows: the one-row sequences on the tensor cores,
@@ -621,7 +638,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     float* part = static_cast<float*>(
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
     const Tile* d_tiles = stage_array(dt.data(), n_tiles, "attention");
-    if (skip_launch("attention decode tc", {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(cache.n_kv_dim),
+    if (skip_launch("attention decode tc", {sig_of(q), sig_of(cache.k), sig_of(cache.v),
+                                            sig_of(static_cast<int>(cache.type)), sig_of(cache.n_kv_dim),
                                             sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
                                             sig_of(d_row_seq), sig_of(n_tiles), sig_of(n_head), sig_of(n_head_kv),
                                             sig_of(head_dim), sig_of(scale), sig_of(out), sig_of(n_rows),
@@ -630,9 +648,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     }
     launch_prefill_tc(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
                            static_cast<unsigned>(n_split)),
-                      stream_, q, cache.k, cache.v, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
-                      static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, out, part,
-                      mode);
+                      stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
+                      static_cast<int>(head_dim), kv_stride, bs_log2, scale, out, part, mode);
     HEARTH_CUDA_LAUNCHED("attention");
     ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
     HEARTH_CUDA_LAUNCHED("attention");
@@ -666,7 +683,11 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // The last key range of each (row, block of heads) merges them (fuse_; else one more kernel).
   unsigned* counters = part != nullptr && fuse_ && n_rows * head_blocks <= kAttnCounters ? attn_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(head_blocks), static_cast<unsigned>(n_split));
-  if (cache.type == ops::KvType::F16) {
+  if (q8) {
+    launch_attention<KvQ8Block>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
+                                static_cast<int>(n_head), group, static_cast<int>(head_dim), kv_stride, bs_log2,
+                                scale, out, counters, part);
+  } else if (cache.type == ops::KvType::F16) {
     launch_attention<__half>(epl, grid, stream_, q, cache.k, cache.v, d_desc, d_row_seq, d_tables,
                              static_cast<int>(n_head), group, static_cast<int>(head_dim), cache.n_kv_dim, bs_log2,
                              scale, out, counters, part);

@@ -24,13 +24,14 @@ struct Tile {
 // prompt kernel.
 constexpr int kTcQueries = 64;
 
-// Whether the tensor-core prompt kernel takes this shape: f16 cache, head size 64, 128 or
-// 256, at most kTcQueries query heads per KV head, 16-byte aligned key rows.
+// Whether the tensor-core prompt kernel takes this shape: f16 or q8_0 cache, head size 64,
+// 128 or 256, at most kTcQueries query heads per KV head, 16-byte aligned key rows.
 bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const void* v, int64_t kv_stride);
 
 // Causal attention of the tiles' query rows (grid: tiles x KV heads; each tile at most
 // kTcQueries / group rows) over the f16 paged cache, on the f16 tensor cores with f32
-// accumulation. q and the softmax weights enter as a pair of f16 values (value and
+// accumulation. q8: the cache is q8_0 (k, v: KvQ8Block rows, kv_stride in blocks), each
+// staged value d * q rounded to f16 (within 2^-11 of it, well inside q8_0's own error). q and the softmax weights enter as a pair of f16 values (value and
 // remainder), so scores and sums keep ~f32 precision. part != null (grid.z key ranges per
 // tile): each range's [max, sum, unnormalised output] goes to part[((row * n_head + head) *
 // grid.z + z) * (head_dim + 2)] instead, for attention_combine_kernel to merge.
@@ -38,7 +39,7 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 // the block's four warps split each chunk's keys instead of its query vectors), with
 // decode - 1 chunks' copies in flight during each chunk.
 constexpr int kTcDecodeGroup = 16;
-void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
+void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v, bool q8,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part = nullptr,
                        int decode = 0);

@@ -20,60 +20,36 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/cuda_attention.cuh"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kv_q8.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/mma_f16.cuh"
 
 namespace hearth::cuda {
 namespace {
 
 constexpr int kWarps = kTcQueries / 16, kKeys = 32;
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed copy groups are still pending.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_pending() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// (x0, x1) as f16 pairs: hi = f16(x), lo = f16(x - hi).
-__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
-  const __half2 h = __floats2half2_rn(x0, x1);
-  const __half2 l = __floats2half2_rn(x0 - __low2float(h), x1 - __high2float(h));
-  hi = *reinterpret_cast<const unsigned*>(&h);
-  lo = *reinterpret_cast<const unsigned*>(&l);
+// 8 values of a q8_0 block (from value o) as f16 into shared memory: d * q rounded.
+__device__ __forceinline__ void stage_q8(__half* dst, const KvQ8Block* b, int o) {
+  const float d = __half2float(b->d);
+  __half2 h[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h[i] = __floats2half2_rn(d * static_cast<float>(b->qs[o + 2 * i]), d * static_cast<float>(b->qs[o + 2 * i + 1]));
+  }
+  *reinterpret_cast<int4*>(dst) = *reinterpret_cast<const int4*>(h);
 }
 
-template <int D, bool kDecode, int NSTG>
+// KT: the cache's element type, __half (copied by cp.async) or KvQ8Block (dequantized to
+// f16 while staged; kv_stride then counts blocks).
+template <int D, bool kDecode, int NSTG, class KT>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    attention_prefill_tc_kernel(const float* __restrict__ q, const __half* __restrict__ kc,
-                                const __half* __restrict__ vc, const SeqDesc* __restrict__ seqs,
+    attention_prefill_tc_kernel(const float* __restrict__ q, const KT* __restrict__ kc,
+                                const KT* __restrict__ vc, const SeqDesc* __restrict__ seqs,
                                 const Tile* __restrict__ tiles, const int32_t* __restrict__ tables, int n_head,
                                 int group, int64_t kv_stride, int bs_log2, float scale, float* __restrict__ out,
                                 float* __restrict__ part) {
@@ -150,8 +126,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       __half* kd = ks + (buf * KI + j) * DS + st_c;
       __half* vd = vs + (buf * KI + j) * DS + st_c;
       if (rows[p] >= 0) {
-        cp_async16(kd, kc + rows[p] * kv_stride + kv_off + st_c);
-        cp_async16(vd, vc + rows[p] * kv_stride + kv_off + st_c);
+        if constexpr (std::is_same_v<KT, KvQ8Block>) {
+          const int64_t b = rows[p] * kv_stride + (kv_off + st_c) / 32;
+          stage_q8(kd, kc + b, st_c & 31);
+          stage_q8(vd, vc + b, st_c & 31);
+        } else {
+          cp_async16(kd, kc + rows[p] * kv_stride + kv_off + st_c);
+          cp_async16(vd, vc + rows[p] * kv_stride + kv_off + st_c);
+        }
       } else {
         *reinterpret_cast<int4*>(kd) = make_int4(0, 0, 0, 0);
         *reinterpret_cast<int4*>(vd) = make_int4(0, 0, 0, 0);
@@ -360,11 +342,11 @@ constexpr size_t tc_smem_bytes() {
 }
 
 // Allows the instantiation its shared memory (above 48 KiB), once.
-template <int D, bool kDecode, int NSTG>
+template <int D, bool kDecode, int NSTG, class KT = __half>
 void allow_smem() {
   static bool raised = false;
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG>,
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG, KT>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(tc_smem_bytes<D, kDecode, NSTG>())),
                        "attention", "cudaFuncSetAttribute");
@@ -373,11 +355,19 @@ void allow_smem() {
 }
 
 template <int D, bool kDecode, int NSTG>
-void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
-               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
-               float scale, float* out, float* part) {
+void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, bool q8,
+               const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride,
+               int bs_log2, float scale, float* out, float* part) {
+  if (q8) {
+    allow_smem<D, kDecode, NSTG, KvQ8Block>();
+    ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode, NSTG, KvQ8Block>, grid, kWarps * 32,
+                               tc_smem_bytes<D, kDecode, NSTG>(), st, q, static_cast<const KvQ8Block*>(k),
+                               static_cast<const KvQ8Block*>(v), seqs, tiles, tables, n_head, group, kv_stride,
+                               bs_log2, scale, out, part);
+    return;
+  }
   allow_smem<D, kDecode, NSTG>();
-  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode, NSTG>, grid, kWarps * 32,
+  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, kDecode, NSTG, __half>, grid, kWarps * 32,
                              tc_smem_bytes<D, kDecode, NSTG>(), st, q, static_cast<const __half*>(k),
                              static_cast<const __half*>(v), seqs, tiles, tables, n_head, group, kv_stride, bs_log2,
                              scale, out, part);
@@ -388,7 +378,7 @@ int64_t resident_decode_blocks() {
   static const int64_t n = [] {
     allow_smem<D, true, NSTG>();
     int per_sm = 0, dev = 0, sms = 0;
-    CudaBackend::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG>,
+    CudaBackend::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG, __half>,
                                                                      kWarps * 32, tc_smem_bytes<D, true, NSTG>()),
                        "attention", "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     CudaBackend::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
@@ -406,17 +396,17 @@ int64_t resident_decode_blocks_d(int decode) {
 }
 
 template <int D>
-void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
+void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, bool q8, const SeqDesc* seqs,
               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
               float scale, float* out, float* part, int decode) {
   if (decode == 3) {
-    launch_dk<D, true, 3>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    launch_dk<D, true, 3>(grid, st, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   } else if (decode == 2) {
-    launch_dk<D, true, 2>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    launch_dk<D, true, 2>(grid, st, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   } else if (decode == 1) {
-    launch_dk<D, true, 1>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    launch_dk<D, true, 1>(grid, st, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   } else {
-    launch_dk<D, false, 1>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    launch_dk<D, false, 1>(grid, st, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   }
 }
 
@@ -439,19 +429,19 @@ int64_t tc_decode_resident_blocks(int head_dim, int decode) {
   }
 }
 
-void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v,
+void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v, bool q8,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part,
                        int decode) {
   switch (head_dim) {
     case 64:
-      launch_d<64>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
+      launch_d<64>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
       break;
     case 128:
-      launch_d<128>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
+      launch_d<128>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
       break;
     default:
-      launch_d<256>(grid, stream, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
+      launch_d<256>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
       break;
   }
 }

@@ -51,6 +51,7 @@ class CudaBackend final : public ops::Backend {
     return true;
   }
   bool deterministic() const { return deterministic_; }
+  bool supports_kv_type(ops::KvType) const override { return true; }  // f32, f16 and q8_0
 
   void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) override;
   // Whether matmul sends this product to q8_gemm (int8 tensor cores).
@@ -246,7 +247,8 @@ class CudaBackend final : public ops::Backend {
   StageMemo stage_memo_[kStageMemo];
   int stage_memo_next_ = 0;
   uint64_t stage_epoch_ = 0;
-  static constexpr int kScratch = 10;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE; 9: argmax rows
+  static constexpr int kScratch = 11;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE; 9: argmax rows;
+                                       // 10: attention_full's f16 K / V
   void* scratch_[kScratch] = {};
   size_t scratch_bytes_[kScratch] = {};
   std::vector<void*> weights_;  // device copies made by prepare_weight

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kv_q8.cuh"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/quant_cuda.h"
 #include "core/error.h"
@@ -375,6 +376,19 @@ __global__ void store_kv_kernel(const float* k, const float* v, int64_t n_tokens
   }
 }
 
+// q8_0 cache rows: one thread per 32-value block of a token's K or V row.
+__global__ void store_kv_q8_kernel(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim,
+                                   const int32_t* slots, KvQ8Block* kc, KvQ8Block* vc) {
+  ::hearth::cuda::pdl_wait();
+  ::hearth::cuda::pdl_trigger();
+  const int64_t nb = n_kv_dim / 32;
+  GRID_LOOP(i, n_tokens * nb * 2) {
+    const int64_t tb = i >> 1, t = tb / nb, b = tb % nb;
+    const bool is_v = (i & 1) != 0;
+    kv_quantize_q8((is_v ? v : k) + t * n_kv_dim + b * 32, (is_v ? vc : kc) + slots[t] * nb + b);
+  }
+}
+
 __global__ void gather_rows_kernel(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
@@ -526,13 +540,21 @@ void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int
                            const ops::KvLayer& cache) {
   OpTimer timer(*this, "store_kv");
   if (n_tokens <= 0) return;
+  if (cache.type == ops::KvType::Q8_0 && n_kv_dim % ops::kQ8Block != 0) {
+    fail(ErrorKind::kInvalidInput, "cuda", "store_kv: a q8_0 row of " + std::to_string(n_kv_dim) +
+                                               " values (a multiple of 32 is needed)");
+  }
   const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
   const unsigned grid = grid_for(n_tokens * n_kv_dim);
   if (skip_launch("store_kv", {sig_of(k), sig_of(v), sig_of(n_tokens), sig_of(n_kv_dim), sig_of(d_slots), sig_of(cache.k),
                                sig_of(cache.v), sig_of(static_cast<int>(cache.type))})) {
     return;
   }
-  if (cache.type == ops::KvType::F16) {
+  if (cache.type == ops::KvType::Q8_0) {
+    ::hearth::cuda::launch_pdl(store_kv_q8_kernel, grid_for(n_tokens * (n_kv_dim / 32) * 2), kThreads, 0, stream_, k,
+                               v, n_tokens, n_kv_dim, d_slots, static_cast<KvQ8Block*>(cache.k),
+                               static_cast<KvQ8Block*>(cache.v));
+  } else if (cache.type == ops::KvType::F16) {
     ::hearth::cuda::launch_pdl(store_kv_kernel<__half>, grid, kThreads, 0, stream_, k, v, n_tokens, n_kv_dim, d_slots,
                                                             static_cast<__half*>(cache.k),
                                                             static_cast<__half*>(cache.v));
@@ -615,7 +637,9 @@ void CudaBackend::launch_add_rms_norm(float* x, const float* y, const float* w, 
 void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_tokens, int64_t n_head,
                                 int64_t n_head_kv, int64_t head_dim, const int32_t* positions, const ops::RopeParams& p,
                                 const int32_t* slots, const ops::KvLayer& cache) {
-  if (!fuse_ || p.n_rot <= 0 || head_dim % 2 != 0 || cache.n_kv_dim != n_head_kv * head_dim) {
+  // (q8_0: RoPE, then store_kv's quantizing kernel.)
+  if (!fuse_ || p.n_rot <= 0 || head_dim % 2 != 0 || cache.n_kv_dim != n_head_kv * head_dim ||
+      cache.type == ops::KvType::Q8_0) {
     Backend::rope_store_kv(q, k, v, n_tokens, n_head, n_head_kv, head_dim, positions, p, slots, cache);
     return;
   }
