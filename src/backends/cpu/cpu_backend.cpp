@@ -721,9 +721,13 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   if (f16_in_kernel && attention_blocks_) {
     make_attention_blocks(seqs, n_seqs, n_head, n_head_kv);
     const AttnBlock* blocks = attn_blocks_.data();
+#if defined(__x86_64__)  // f16_in_kernel needs AVX-512 (attention_avx512.cpp)
     pool_.parallel_for(static_cast<int64_t>(attn_blocks_.size()), 1,
                        [&](int64_t begin, int64_t end, int) { attend_blocks_avx512(args, blocks, begin, end); });
     return;
+#else
+    (void)blocks;
+#endif
   }
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }
