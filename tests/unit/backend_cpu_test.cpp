@@ -363,6 +363,9 @@ TEST(CpuBackendOps, FloatTilesEqualDot16) {
   };
   const Build builds[] = {{"avx512", f.avx512f && f.avx512vl && f.avx512bw && f.fma, cpu::dot_rows_f32_avx512},
                           {"avx2", f.avx2 && f.fma, cpu::dot_rows_f32_avx2},
+#if defined(__aarch64__)
+                          {"neon", f.neon, cpu::dot_rows_f32_neon},
+#endif
                           {"plain", true, cpu::dot_rows_f32_plain}};
   for (const Build& b : builds) {
     if (!b.ok) continue;

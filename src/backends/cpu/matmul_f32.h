@@ -19,6 +19,10 @@ void dot_rows_f32_avx512(const float* const* rows, int64_t n_rows, const float* 
 // where the CPU has AVX2 and FMA.
 void dot_rows_f32_avx2(const float* const* rows, int64_t n_rows, const float* x, int64_t n_tokens, int64_t n,
                        float* y, int64_t y_stride);
+// The NEON build (matmul_f32_neon.cpp: four float32x4 accumulators per output, 2 rows x
+// 2 tokens per tile); aarch64 only.
+void dot_rows_f32_neon(const float* const* rows, int64_t n_rows, const float* x, int64_t n_tokens, int64_t n,
+                       float* y, int64_t y_stride);
 // The same with ref::dot16 itself (the plain reference).
 void dot_rows_f32_plain(const float* const* rows, int64_t n_rows, const float* x, int64_t n_tokens, int64_t n,
                         float* y, int64_t y_stride);
