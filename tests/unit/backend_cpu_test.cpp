@@ -361,8 +361,11 @@ TEST(CpuBackendOps, FloatTilesEqualDot16) {
     bool ok;
     void (*fn)(const float* const*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
   };
-  const Build builds[] = {{"avx512", f.avx512f && f.avx512vl && f.avx512bw && f.fma, cpu::dot_rows_f32_avx512},
+  const Build builds[] = {
+#if defined(__x86_64__)
+                          {"avx512", f.avx512f && f.avx512vl && f.avx512bw && f.fma, cpu::dot_rows_f32_avx512},
                           {"avx2", f.avx2 && f.fma, cpu::dot_rows_f32_avx2},
+#endif
 #if defined(__aarch64__)
                           {"neon", f.neon, cpu::dot_rows_f32_neon},
 #endif

@@ -463,10 +463,12 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   // the batch (the vector tiles give its bits, matmul_f32.h).
   const OpScope timer(op_times_.get(), "matmul float");
   const bool in_place = w.type == GgmlType::F32;
-#if defined(__aarch64__)
+#if defined(__x86_64__)
+  const auto dot_rows = !simd_ok_ ? dot_rows_f32_plain : avx512_ok() ? dot_rows_f32_avx512 : dot_rows_f32_avx2;
+#elif defined(__aarch64__)
   const auto dot_rows = reference_kernels_ || !cpu_features().neon ? dot_rows_f32_plain : dot_rows_f32_neon;
 #else
-  const auto dot_rows = !simd_ok_ ? dot_rows_f32_plain : avx512_ok() ? dot_rows_f32_avx512 : dot_rows_f32_avx2;
+  const auto dot_rows = dot_rows_f32_plain;
 #endif
   // Work items: a chunk of 16 to kFloatRows rows x a block of up to kFloatTokens tokens,
   // four items a thread at least. Each item reads its tokens' rows once for all the rows
