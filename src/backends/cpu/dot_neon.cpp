@@ -25,9 +25,14 @@ using namespace hearth::quant;
 namespace neon {
 namespace {
 
-// Q8_K's bsums (int16 little-endian sums of 16 activations), as dot_ref.cpp reads them.
-inline int16_t q8k_bsum(const BlockQ8_K& b, int j) {
-  return static_cast<int16_t>(b.bsums[2 * j] | (b.bsums[2 * j + 1] << 8));
+// The 8 6-bit scales and 8 mins of a Q4_K block (k4_scale_min for every j at once, on
+// three little-endian words of the packed bytes).
+inline void k4_scales_mins(const uint8_t* packed, uint8_t sc[8], uint8_t m[8]) {
+  const uint32_t u0 = load_u32(packed), u1 = load_u32(packed + 4), u2 = load_u32(packed + 8);
+  store_u32(sc, u0 & 0x3f3f3f3fu);
+  store_u32(sc + 4, (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4));
+  store_u32(m, u1 & 0x3f3f3f3fu);
+  store_u32(m + 4, ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4));
 }
 
 // f16 -> f32 by the FCVT instruction: exact, so the same value as quant::load_f16 (which
