@@ -1,13 +1,14 @@
 // NEON quantized dot products for aarch64 (compiled only there, see src/CMakeLists.txt):
-// Q4_0 and Q8_0 against Q8_0, Q4_K and Q6_K against Q8_K, the hot decode products.
-// Two builds of the same kernels (dot_neon.inc): plain ARMv8-A NEON (widening multiplies
-// vmull_s8 and pairwise accumulation vpadalq_s16), and one through a per-function target
-// pragma for the dot-product extension (SDOT, four 4-byte dot products per instruction)
-// used only when the kernel reports it (HWCAP_ASIMDDP), so one binary runs on every
-// ARMv8-A CPU. Both equal the reference kernels (dot_ref.cpp) bit for bit: the block sums
-// are exact integers, scaled by the reference's float expression in its order (the build
-// never contracts a * b + c into a fused multiply-add, see CMakeLists.txt).
-// The other types (Q4_1, Q5_*, Q5_K) run their reference kernels on ARM for now.
+// Q4_0, Q4_1 and Q8_0 against Q8_0 / Q8_1, Q4_K and Q6_K against Q8_K, the hot decode
+// products. Two builds of the same kernels (dot_neon.inc): plain ARMv8-A NEON (widening
+// multiplies vmull_s8 and pairwise additions), and one compiled under a target pragma for
+// the dot-product extension (SDOT, four 4-byte dot products per instruction) used only
+// when the kernel reports it (HWCAP_ASIMDDP), so one binary runs on every ARMv8-A CPU.
+// Both give the same bits as x86's AVX2 kernels: the K-quants equal the reference kernels
+// (dot_ref.cpp: exact integer sums, then its float expression in its order), the legacy
+// types ggml's AVX2 lane order (dot_neon.inc), and the build never contracts a * b + c
+// into a fused multiply-add behind the code's back (CMakeLists.txt).
+// The other types (Q5_0, Q5_1, Q5_K, ...) run their reference kernels on ARM for now.
 #include "backends/cpu/quant_dot.h"
 
 #include <arm_neon.h>
@@ -46,15 +47,23 @@ inline int32x4_t dot16_plain(int32x4_t acc, int8x16_t a, int8x16_t b) {
   return vpadalq_s16(acc, vmull_high_s8(a, b));
 }
 
+// Plain NEON, SDOT's lane grouping: the products widened, then added in adjacent pairs
+// twice (vpaddlq_s16, vpaddq_s32), so lane l holds products 4l .. 4l + 3.
+inline int32x4_t dot4_plain(int8x16_t a, int8x16_t b) {
+  return vpaddq_s32(vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b))), vpaddlq_s16(vmull_high_s8(a, b)));
+}
+
 }  // namespace
 
 #define HEARTH_NS plain
 #define HEARTH_TGT
 #define HEARTH_DOT16(acc, a, b) dot16_plain((acc), (a), (b))
+#define HEARTH_DOT4(a, b) dot4_plain((a), (b))
 #include "backends/cpu/dot_neon.inc"
 #undef HEARTH_NS
 #undef HEARTH_TGT
 #undef HEARTH_DOT16
+#undef HEARTH_DOT4
 
 // (A target pragma rather than a function attribute: GCC 12 does not let the SDOT
 // intrinsic inline into functions marked target("+dotprod").)
@@ -63,10 +72,12 @@ inline int32x4_t dot16_plain(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #define HEARTH_NS dotprod
 #define HEARTH_TGT
 #define HEARTH_DOT16(acc, a, b) vdotq_s32((acc), (a), (b))
+#define HEARTH_DOT4(a, b) vdotq_s32(vdupq_n_s32(0), (a), (b))
 #include "backends/cpu/dot_neon.inc"
 #undef HEARTH_NS
 #undef HEARTH_TGT
 #undef HEARTH_DOT16
+#undef HEARTH_DOT4
 #pragma GCC pop_options
 
 namespace {
@@ -92,6 +103,7 @@ struct MatmulEntry {
 };
 constexpr MatmulEntry kMatmul[] = {
     {GgmlType::Q4_0, rows_matmul<plain::dot_q4_0_q8_0>, rows_matmul<dotprod::dot_q4_0_q8_0>},
+    {GgmlType::Q4_1, rows_matmul<plain::dot_q4_1_q8_1>, rows_matmul<dotprod::dot_q4_1_q8_1>},
     {GgmlType::Q8_0, rows_matmul<plain::dot_q8_0_q8_0>, rows_matmul<dotprod::dot_q8_0_q8_0>},
     {GgmlType::Q4_K, rows_matmul<plain::dot_q4_k_q8_k>, rows_matmul<dotprod::dot_q4_k_q8_k>},
     {GgmlType::Q6_K, rows_matmul<plain::dot_q6_k_q8_k>, rows_matmul<dotprod::dot_q6_k_q8_k>},
@@ -99,12 +111,14 @@ constexpr MatmulEntry kMatmul[] = {
 
 constexpr std::array kPlain = {
     DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, ref::quantize_q8_0, plain::dot_q4_0_q8_0, "neon"},
+    DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, ref::quantize_q8_1, plain::dot_q4_1_q8_1, "neon"},
     DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, ref::quantize_q8_0, plain::dot_q8_0_q8_0, "neon"},
     DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, ref::quantize_q8_k, plain::dot_q4_k_q8_k, "neon"},
     DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, ref::quantize_q8_k, plain::dot_q6_k_q8_k, "neon"},
 };
 constexpr std::array kDotprod = {
     DotKernel{GgmlType::Q4_0, GgmlType::Q8_0, ref::quantize_q8_0, dotprod::dot_q4_0_q8_0, "neon-dotprod"},
+    DotKernel{GgmlType::Q4_1, GgmlType::Q8_1, ref::quantize_q8_1, dotprod::dot_q4_1_q8_1, "neon-dotprod"},
     DotKernel{GgmlType::Q8_0, GgmlType::Q8_0, ref::quantize_q8_0, dotprod::dot_q8_0_q8_0, "neon-dotprod"},
     DotKernel{GgmlType::Q4_K, GgmlType::Q8_K, ref::quantize_q8_k, dotprod::dot_q4_k_q8_k, "neon-dotprod"},
     DotKernel{GgmlType::Q6_K, GgmlType::Q8_K, ref::quantize_q8_k, dotprod::dot_q6_k_q8_k, "neon-dotprod"},
