@@ -7,8 +7,10 @@ HEARTH_APT_PACKAGES=(build-essential cmake ninja-build pkg-config nlohmann-json3
   libpng-dev libjpeg-dev libwebp-dev libgif-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev zlib1g-dev)
 # Only for the tests (test.sh), never needed to serve: headless Chromium drives the web page
 # in tests/e2e/test_web_ui.py over the DevTools protocol (no chromedriver); HAProxy is the
-# load balancer of tests/e2e/test_replicas.py (replicas behind it: deploy/README.md).
-HEARTH_TEST_APT_PACKAGES=(chromium haproxy)
+# load balancer of tests/e2e/test_replicas.py (replicas behind it: deploy/README.md). The ARM64
+# cross stage builds the kernel and model tests with Debian's cross compiler and runs them
+# under qemu-user (cmake/aarch64-linux-gnu.cmake).
+HEARTH_TEST_APT_PACKAGES=(chromium haproxy g++-aarch64-linux-gnu qemu-user)
 
 # The project's Python: a virtual environment made from Debian's own interpreter, without
 # system site packages, so that nothing installed by hand elsewhere on a machine can hide a
@@ -92,6 +94,7 @@ hearth_build() {
     asan) dir=build-asan ;;
     fuzz) dir=build-fuzz ;;
     cuda) dir=build-cuda ;;
+    arm64-cross) dir=build-arm64 ;;
     *) echo "unknown preset $preset" >&2; return 2 ;;
   esac
   if [ ! -f "$dir/build.ninja" ]; then

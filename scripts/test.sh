@@ -4,10 +4,14 @@
 #   2. end-to-end tests (pytest) that run the real hearth binary on real files
 #   3. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   4. short libFuzzer runs (GGUF reader, chat templates, tokenizers) over the kept corpora
-#   5. with HEARTH_TEST_CUDA=1 and the CUDA toolkit (nvcc): the CUDA back-end and its GPU tests
+#   5. the ARM64 cross build (Debian's aarch64 cross compiler; kernel, quantization and model
+#      tests, not the HTTP suite) run under qemu-aarch64: all of them on an emulated CPU with
+#      the dot-product and i8mm extensions (-cpu max), then the NEON kernel and fast-path
+#      tests again on one without them (cortex-a53), so both dispatch paths run
+#   6. with HEARTH_TEST_CUDA=1 and the CUDA toolkit (nvcc): the CUDA back-end and its GPU tests
 #      compiled for one architecture (sm_90a) and run (they skip without a GPU; on a GPU machine
 #      scripts/cuda_device_check.sh runs them). Off by default until CI's time allows it.
-# HEARTH_TEST_QUICK=1 skips 3, 4 and 5.
+# HEARTH_TEST_QUICK=1 skips 3 to 6; HEARTH_TEST_ARM=0 skips 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -49,6 +53,17 @@ if [ "${HEARTH_TEST_QUICK:-0}" != "1" ]; then
     fi
     tail -n 2 "$scratch/$part.log"
   done
+
+  if [ "${HEARTH_TEST_ARM:-1}" != "0" ]; then
+    hearth_build arm64-cross
+    hearth_log "ARM64 unit tests under qemu-aarch64 -cpu max (NEON with dotprod, i8mm)"
+    QEMU_CPU=max ctest --test-dir build-arm64 --output-on-failure -j2 -L arm
+    grep -hE "identical: [0-9]+ / [0-9]+" build-arm64/Testing/Temporary/LastTest.log | sort -u
+    hearth_log "ARM64 NEON kernels under qemu-aarch64 -cpu cortex-a53 (no dotprod: the plain NEON path)"
+    QEMU_CPU=cortex-a53 ctest --test-dir build-arm64 --output-on-failure -j2 -L arm \
+      -R "QuantDotNeon|QuantDot[.]|Packed[.]|FastPathMatchesReferenceKernels|CpuBackendOps"
+    grep -hE "identical: [0-9]+ / [0-9]+" build-arm64/Testing/Temporary/LastTest.log | sort -u
+  fi
 
   if [ "${HEARTH_TEST_CUDA:-0}" = "1" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
     export PATH="$PATH:/usr/local/cuda/bin"

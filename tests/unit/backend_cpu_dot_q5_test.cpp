@@ -220,7 +220,7 @@ TEST(QuantDotQ5, Avx2RowDotEqualsScalarOrder) {
   if (!have_avx2()) GTEST_SKIP() << "no AVX2+FMA+F16C";
   int n_checked = 0;
   for (const GgmlType t : kQ5Types) {
-    const cpu::DotKernel* fast = cpu::avx2::find(t);
+    const cpu::DotKernel* fast = cpu::find_dot_kernel(t);  // avx2 (checked above)
     const cpu::DotKernel* ref = cpu::find_dot_kernel(t, true);
     ASSERT_NE(fast, nullptr);
     for (const int64_t n_blocks : {1, 2, 3, 5, 8, 13, 24}) {

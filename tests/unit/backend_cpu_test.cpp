@@ -34,6 +34,13 @@ namespace cpu = hearth::cpu;
 using hearth::test::QuantWeight;
 using hearth::test::random_floats;
 
+// The x86 SIMD (AVX2) kernel for type t where this CPU runs one, else nullptr (the
+// reference is used). Through find_dot_kernel, so the test links on every architecture.
+const cpu::DotKernel* avx2_kernel(GgmlType t) {
+  const cpu::DotKernel* k = cpu::find_dot_kernel(t);
+  return k != nullptr && std::string(k->isa) == "avx2" ? k : nullptr;
+}
+
 // The attention / store_kv operations on a contiguous f32 cache (block table 0, 1, 2, ...).
 hearth::ops::KvLayer contiguous_layer(const float* kc, const float* vc, int64_t n_kv_dim) {
   return {const_cast<float*>(kc), const_cast<float*>(vc), hearth::ops::KvType::F32, 16, n_kv_dim};
@@ -161,7 +168,7 @@ TEST(QuantDot, Avx2KernelsMatchReference) {
   if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "this CPU lacks AVX2+FMA+F16C; the AVX2 kernels cannot run here";
   int n_found = 0;
   for (const auto& c : kDotCases) {
-    const cpu::DotKernel* fast = cpu::avx2::find(c.type);
+    const cpu::DotKernel* fast = avx2_kernel(c.type);
     if (fast == nullptr) continue;  // no AVX2 kernel for this type yet: the ref one is used
     ++n_found;
     const cpu::DotKernel* ref = cpu::find_dot_kernel(c.type, true);
@@ -354,8 +361,14 @@ TEST(CpuBackendOps, FloatTilesEqualDot16) {
     bool ok;
     void (*fn)(const float* const*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
   };
-  const Build builds[] = {{"avx512", f.avx512f && f.avx512vl && f.avx512bw && f.fma, cpu::dot_rows_f32_avx512},
+  const Build builds[] = {
+#if defined(__x86_64__)
+                          {"avx512", f.avx512f && f.avx512vl && f.avx512bw && f.fma, cpu::dot_rows_f32_avx512},
                           {"avx2", f.avx2 && f.fma, cpu::dot_rows_f32_avx2},
+#endif
+#if defined(__aarch64__)
+                          {"neon", f.neon, cpu::dot_rows_f32_neon},
+#endif
                           {"plain", true, cpu::dot_rows_f32_plain}};
   for (const Build& b : builds) {
     if (!b.ok) continue;
@@ -503,7 +516,7 @@ TEST(QuantDot, Avx2ActivationQuantizersEqualReferenceOnTies) {
   const auto r = random_floats(64, 77, 100.0f);
   for (int64_t i = 0; i < 64; ++i) x[128 + i] = r[i];
   for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-    const cpu::DotKernel* fast = cpu::avx2::find(t);
+    const cpu::DotKernel* fast = avx2_kernel(t);
     const cpu::DotKernel* ref = cpu::find_dot_kernel(t, true);
     ASSERT_NE(fast, nullptr);
     std::vector<uint8_t> a(row_bytes(ref->act_type, n)), b(a.size());
@@ -529,7 +542,7 @@ TEST(QuantDot, Avx2ActivationQuantizersEqualReferenceOnTies) {
   for (int64_t i = 1536; i < 1792; ++i) xk[i] = static_cast<float>(i % 7) * 0.01f;
   xk[1700] = -50.0f;
   for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-    const cpu::DotKernel* fast = cpu::avx2::find(t);
+    const cpu::DotKernel* fast = avx2_kernel(t);
     const cpu::DotKernel* ref = cpu::find_dot_kernel(t, true);
     ASSERT_NE(fast, nullptr);
     ASSERT_EQ(ref->act_type, GgmlType::Q8_K);

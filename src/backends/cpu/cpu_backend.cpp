@@ -461,7 +461,13 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   // the batch (the vector tiles give its bits, matmul_f32.h).
   const OpScope timer(op_times_.get(), "matmul float");
   const bool in_place = w.type == GgmlType::F32;
+#if defined(__x86_64__)
   const auto dot_rows = !simd_ok_ ? dot_rows_f32_plain : avx512_ok() ? dot_rows_f32_avx512 : dot_rows_f32_avx2;
+#elif defined(__aarch64__)
+  const auto dot_rows = reference_kernels_ || !cpu_features().neon ? dot_rows_f32_plain : dot_rows_f32_neon;
+#else
+  const auto dot_rows = dot_rows_f32_plain;
+#endif
   // Work items: a chunk of 16 to kFloatRows rows x a block of up to kFloatTokens tokens,
   // four items a thread at least. Each item reads its tokens' rows once for all the rows
   // of its chunk (a large chunk makes that traffic small; token blocks give many cores
@@ -719,9 +725,13 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   if (f16_in_kernel && attention_blocks_) {
     make_attention_blocks(seqs, n_seqs, n_head, n_head_kv);
     const AttnBlock* blocks = attn_blocks_.data();
+#if defined(__x86_64__)  // f16_in_kernel needs AVX-512 (attention_avx512.cpp)
     pool_.parallel_for(static_cast<int64_t>(attn_blocks_.size()), 1,
                        [&](int64_t begin, int64_t end, int) { attend_blocks_avx512(args, blocks, begin, end); });
     return;
+#else
+    (void)blocks;
+#endif
   }
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }

@@ -190,7 +190,7 @@ class CpuBackend final : public ops::Backend {
 };
 
 // f32_to_f16_row (core/half.h) with the F16C conversion, the same bits
-// (cpu_backend_rows.cpp); only where the CPU has F16C.
+// (cpu_backend_rows_x86.cpp); only where the CPU has F16C.
 void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace hearth::cpu

@@ -1,6 +1,7 @@
 // Instruction sets this CPU and OS can run, from CPUID plus the OS state
 // (XGETBV for AVX/AVX-512 register state; arch_prctl permission for AMX).
-// Detected once; thread-safe. On non-x86 builds every x86 flag is false.
+// Detected once; thread-safe. On non-x86 builds every x86 flag is false; on aarch64
+// the ARM flags come from the kernel's hardware capabilities (getauxval).
 #pragma once
 
 // Functions compiled for AVX2+FMA (used only when the CPU has them); elsewhere plain.
@@ -30,11 +31,16 @@ struct CpuFeatures {
   bool avx_vnni = false;
   bool amx_tile = false;   // only when the OS granted the tile-data permission
   bool amx_int8 = false;
-  bool neon = false;
+  bool neon = false;     // aarch64: Advanced SIMD (always there on ARMv8-A)
+  bool dotprod = false;  // aarch64: SDOT / UDOT (ARMv8.2-A dotprod, HWCAP_ASIMDDP)
+  bool i8mm = false;     // aarch64: SMMLA / USDOT (ARMv8.6-A i8mm, HWCAP2_I8MM)
 };
 
 // The features of this machine (cached after the first call).
 const CpuFeatures& cpu_features();
+// Asks the CPU and the OS, uncached: cpu_features_x86.cpp (CPUID, XGETBV),
+// cpu_features_arm.cpp (getauxval), or none on other architectures (cpu_features.cpp).
+CpuFeatures detect_cpu_features();
 // "avx2 fma f16c avx512f ..." for logs and `hearth info`.
 std::string cpu_features_string(const CpuFeatures& f);
 

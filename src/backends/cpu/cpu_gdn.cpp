@@ -257,7 +257,8 @@ struct Chunk {
   const float* k(int64_t i) const { return t->k + (c0 + i) * t->row; }
 };
 
-size_t tiled_scratch_floats(int64_t dk, int64_t dv) {
+// (Used by the x86 tiles only, hence maybe unused elsewhere.)
+[[maybe_unused]] size_t tiled_scratch_floats(int64_t dk, int64_t dv) {
   return static_cast<size_t>(2 * kChunk + 4 * kChunk * kChunk + 2 * dk * kChunk + kChunk * dk + kChunk * dv +
                              dk * dv);
 }

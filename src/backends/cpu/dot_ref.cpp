@@ -252,10 +252,18 @@ constexpr std::array kRefKernels = {
 
 }  // namespace
 
+// The SIMD kernels of this build's architecture (x86-64: dot_avx2.cpp; aarch64:
+// dot_neon.cpp, which checks the CPU's features itself), else the reference.
 const DotKernel* find_dot_kernel(GgmlType type, bool reference_only) {
+#if defined(__x86_64__)
   if (!reference_only && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {
     if (const DotKernel* k = avx2::find(type)) return k;
   }
+#elif defined(__aarch64__)
+  if (!reference_only) {
+    if (const DotKernel* k = neon::find(type)) return k;
+  }
+#endif
   for (const auto& k : kRefKernels) {
     if (k.weight_type == type) return &k;
   }

@@ -175,10 +175,15 @@ int64_t tuned_token_block(tune::Id key) {
 }
 
 PackedMatmulFn find_packed_kernel(GgmlType type) {
+#if defined(__x86_64__)  // the packed kernels are AVX-512 VNNI only (packed_*vnni.cpp)
   const CpuFeatures& f = cpu_features();
   if (!(f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni))
     return nullptr;
   return kquant::is_k_type(type) ? kquant::find_vnni(type) : vnni::find_packed(type);
+#else
+  (void)type;
+  return nullptr;
+#endif
 }
 
 namespace ref {

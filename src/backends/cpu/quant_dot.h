@@ -35,7 +35,8 @@ const DotKernel* find_dot_kernel(GgmlType type, bool reference_only = false);
 using MatmulFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
                           uint64_t x_stride, int64_t n_x, float* y, int64_t y_stride);
 enum class MatmulIsa { kBest, kAvx2, kVnni };
-// The tiled kernel for weights of `type` on this CPU (kBest: AVX-512 VNNI, else AVX2),
+// The tiled kernel for weights of `type` on this CPU (kBest: AVX-512 VNNI, else AVX2;
+// on aarch64 the NEON vec_dot per output, dot_neon.cpp),
 // or nullptr (no such kernel, or the CPU lacks the instruction set asked for).
 MatmulFn find_matmul_kernel(GgmlType type, MatmulIsa isa = MatmulIsa::kBest);
 
@@ -57,5 +58,13 @@ namespace avx2 {
 // Null when this build's compiler cannot target AVX2 (non-x86).
 const DotKernel* find(GgmlType type);
 }  // namespace avx2
+
+namespace neon {
+// aarch64 only (dot_neon.cpp): the NEON kernel for `type` on this CPU (with the dot-product
+// instructions where it reports them), or nullptr.
+const DotKernel* find(GgmlType type);
+// The plain-NEON build of the same kernels (no dot-product instructions), for the tests.
+const DotKernel* find_plain(GgmlType type);
+}  // namespace neon
 
 }  // namespace hearth::cpu
