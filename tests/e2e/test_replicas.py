@@ -90,6 +90,12 @@ class Replica:
     def alive(self):
         return self.proc.poll() is None
 
+    def ready(self):
+        try:
+            return requests.get(self.url + "/health/ready", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
     def stop(self):
         if self.alive():
             self.proc.kill()
@@ -171,8 +177,9 @@ class Cluster:
     def restore(self):
         """Every replica running and UP behind the balancer (after a test killed or drained one)."""
         for r in self.replicas:
+            if r.alive() and not r.ready():
+                r.proc.wait(timeout=DRAIN_S + 5)  # draining (a test failed before it ended): let it end
             if not r.alive():
-                r.proc.wait(timeout=DRAIN_S + 5)
                 r.start()
         self.balancer.wait_status({r.name: "UP" for r in self.replicas}, timeout=15)
 
@@ -350,8 +357,13 @@ def test_drained_replica_finishes_its_stream_and_gets_no_new_traffic(cluster):
     assert first.choices
     victim.proc.send_signal(signal.SIGTERM)
     t0 = time.monotonic()
-    # The replica: alive, not ready, and new requests get a clear 503.
-    ready = requests.get(victim.url + "/health/ready", timeout=5)
+    # The replica: alive, not ready, and new requests get a clear 503 (from the moment its
+    # signal thread has taken the SIGTERM: polled, at most 5 s).
+    while True:
+        ready = requests.get(victim.url + "/health/ready", timeout=5)
+        if ready.status_code == 503 or time.monotonic() - t0 > 5:
+            break
+        time.sleep(0.02)
     assert ready.status_code == 503 and ready.json()["status"] == "draining", ready.text
     assert ready.json()["in_flight"] >= 1
     assert requests.get(victim.url + "/health", timeout=5).status_code == 200
