@@ -423,6 +423,12 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
     t.decode_ms = ms_between(live.t_first, live.t_last);
   }
   if (observer_ != nullptr) observer_->on_finish(f);
+  {
+    // The counts /v1/status and /metrics read agree with what the client is about to see
+    // (the step's own update comes after its last finished sequence has answered).
+    std::lock_guard<std::mutex> lock(mu_);
+    publish_counts();
+  }
   live.channel->finish(std::move(f));
   live_.erase(it);
 }
@@ -609,6 +615,12 @@ void ServeEngine::step() {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.preemptions += plan.preempted.size();
+  publish_counts();
+  if (!plan.empty()) ++stats_.steps;
+}
+
+void ServeEngine::publish_counts() {
   stats_.running = static_cast<int32_t>(scheduler_.running().size());
   stats_.waiting = static_cast<int32_t>(scheduler_.waiting().size() + encoding_.size());
   stats_.kv_blocks_used = blocks_.n_used();
@@ -616,10 +628,8 @@ void ServeEngine::step() {
   stats_.state_snapshots = scheduler_.n_snapshots_held();
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
-  stats_.preemptions += plan.preempted.size();
   stats_.kv_swap = swap_stats_;
   stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out;
-  if (!plan.empty()) ++stats_.steps;
 }
 
 void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, double draw_u,

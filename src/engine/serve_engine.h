@@ -186,6 +186,8 @@ class ServeEngine {
   void pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, double draw_u, RowPick& pick);
   RowEnd finish_row(SeqSlot& seq, Live& live, int32_t next, std::string& error);
   void end(uint64_t id, const std::string& reason, const std::string& error = "");
+  // Copies the scheduler's and block manager's counts into stats_ (mu_ held).
+  void publish_counts();
   // Ends every queued and running request with `error` (finish reason `reason`:
   // "cancelled" when shutting down, "error" after an engine fault).
   void fail_all(const std::string& error, const std::string& reason = "cancelled");

@@ -259,7 +259,12 @@ TEST_F(SwapLlama, CancellingSwappedSequencesFreesTheirCopies) {
     while (!fin && std::chrono::steady_clock::now() < deadline) c->wait(ds, fin, 5ms);
     ASSERT_TRUE(fin.has_value());
   }
-  for (int k = 0; k < 200 && engine.stats().running + engine.stats().waiting != 0; ++k) std::this_thread::sleep_for(5ms);
+  // (The counts drop as each request ends; the copies go back in the same engine step.)
+  for (int k = 0; k < 200; ++k) {
+    const EngineStats now = engine.stats();
+    if (now.running + now.waiting == 0 && now.kv_swap.bytes_held == 0) break;
+    std::this_thread::sleep_for(5ms);
+  }
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.running + s.waiting, 0);
   EXPECT_EQ(s.kv_swap.bytes_held, 0u);
