@@ -112,7 +112,9 @@ int run(int argc, char** argv) {
     for (int64_t b = 0; b < blocks_per_seq; ++b) seqs[s].blocks.push_back(static_cast<int32_t>(s * blocks_per_seq + b));
     if ((hp.n_recurrent_layers() > 0)) seqs[s].state_slot = s;
     std::vector<int32_t> toks;
-    for (int t = 0; t < prompt; ++t) toks.push_back(100 + (s * 7919 + t * 104729) % (static_cast<int>(hp.n_vocab) - 200));
+    // In 64 bits: t * 104729 passes 2^31 from t = 20,506 on (long prompts gave negative ids).
+    for (int t = 0; t < prompt; ++t)
+      toks.push_back(static_cast<int32_t>(100 + (int64_t{s} * 7919 + int64_t{t} * 104729) % (hp.n_vocab - 200)));
     const std::vector<hearth::model::BatchSeq> one = {{&seqs[s], toks.data(), prompt, true}};
     model->forward_batch(pool, one, logits);
   }
