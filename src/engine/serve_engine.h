@@ -212,9 +212,15 @@ class ServeEngine {
   // block is not whole floats per layer (then neither the disk tier nor swapping works).
   bool init_block_copy();
   void read_block(BlockId b, std::vector<uint8_t>& out);
-  void write_block(BlockId b, const std::vector<uint8_t>& in);
   void read_block_to(BlockId b, uint8_t* dst);          // block_bytes_ bytes
   void write_block_from(BlockId b, const uint8_t* src);
+  // Many blocks in one batch of copies (Backend::copy_ranges_*): block ids[i] to / from
+  // block_bytes_ bytes at host[i].
+  void read_blocks_to(const BlockId* ids, int64_t n_ids, uint8_t* const* host);
+  void write_blocks_from(const BlockId* ids, int64_t n_ids, uint8_t* const* host);
+  // The ranges of those copies (a block: each layer's K part, then its V part).
+  void block_ranges(const BlockId* ids, int64_t n_ids, uint8_t* const* host, std::vector<ops::HostRange>& out);
+  std::vector<std::unique_ptr<ops::Buffer>> views_;  // block_ranges' windows on the pool's layers
   uint64_t block_bytes_ = 0;  // one block of every layer's K and V (0: not set up)
   void read_state(int32_t slot, std::vector<uint8_t>& out);
   void write_state(int32_t slot, const std::vector<uint8_t>& in);

@@ -88,28 +88,44 @@ void ServeEngine::read_block(BlockId b, std::vector<uint8_t>& out) {
   read_block_to(b, out.data());
 }
 
-void ServeEngine::write_block(BlockId b, const std::vector<uint8_t>& in) { write_block_from(b, in.data()); }
-
-void ServeEngine::read_block_to(BlockId b, uint8_t* out) {
+void ServeEngine::block_ranges(const BlockId* ids, int64_t n_ids, uint8_t* const* host,
+                               std::vector<ops::HostRange>& out) {
   const int64_t n = static_cast<int64_t>(disk_part_bytes_ / 4);
-  auto* dst = reinterpret_cast<float*>(out);
-  for (int64_t l = 0; l < model_.hparams().n_kv_layers(); ++l) {
+  const int64_t n_layers = model_.hparams().n_kv_layers();
+  views_.clear();
+  views_.reserve(static_cast<size_t>(2 * n_layers));
+  for (int64_t l = 0; l < n_layers; ++l) {
     const ops::KvLayer layer = pool_.layer(l);
-    BufferView k(layer.k, disk_layer_floats_), v(layer.v, disk_layer_floats_);
-    model_.backend().copy_to_host(k, b * n, n, dst + (2 * l) * n);
-    model_.backend().copy_to_host(v, b * n, n, dst + (2 * l + 1) * n);
+    views_.push_back(std::make_unique<BufferView>(layer.k, disk_layer_floats_));
+    views_.push_back(std::make_unique<BufferView>(layer.v, disk_layer_floats_));
+  }
+  out.clear();
+  out.reserve(static_cast<size_t>(n_ids * 2 * n_layers));
+  for (int64_t i = 0; i < n_ids; ++i) {
+    auto* h = reinterpret_cast<float*>(host[i]);
+    for (int64_t part = 0; part < 2 * n_layers; ++part) {
+      out.push_back({views_[static_cast<size_t>(part)].get(), ids[i] * n, n, h + part * n});
+    }
   }
 }
 
+void ServeEngine::read_block_to(BlockId b, uint8_t* out) { read_blocks_to(&b, 1, &out); }
+
 void ServeEngine::write_block_from(BlockId b, const uint8_t* in) {
-  const int64_t n = static_cast<int64_t>(disk_part_bytes_ / 4);
-  const auto* src = reinterpret_cast<const float*>(in);
-  for (int64_t l = 0; l < model_.hparams().n_kv_layers(); ++l) {
-    const ops::KvLayer layer = pool_.layer(l);
-    BufferView k(layer.k, disk_layer_floats_), v(layer.v, disk_layer_floats_);
-    model_.backend().copy_from_host(src + (2 * l) * n, n, k, b * n);
-    model_.backend().copy_from_host(src + (2 * l + 1) * n, n, v, b * n);
-  }
+  auto* p = const_cast<uint8_t*>(in);  // only read: the ranges' host side is the source
+  write_blocks_from(&b, 1, &p);
+}
+
+void ServeEngine::read_blocks_to(const BlockId* ids, int64_t n_ids, uint8_t* const* out) {
+  std::vector<ops::HostRange> ranges;
+  block_ranges(ids, n_ids, out, ranges);
+  model_.backend().copy_ranges_to_host(ranges.data(), static_cast<int64_t>(ranges.size()));
+}
+
+void ServeEngine::write_blocks_from(const BlockId* ids, int64_t n_ids, uint8_t* const* in) {
+  std::vector<ops::HostRange> ranges;
+  block_ranges(ids, n_ids, in, ranges);
+  model_.backend().copy_ranges_from_host(ranges.data(), static_cast<int64_t>(ranges.size()));
 }
 
 void ServeEngine::read_state(int32_t slot, std::vector<uint8_t>& out) {
@@ -131,11 +147,28 @@ void ServeEngine::spill_pending() {
   if (spills.empty() || !disk_->enabled()) return;
   const uint64_t kv_bytes = disk_part_bytes_ * 2 * static_cast<uint64_t>(model_.hparams().n_kv_layers());
   std::vector<int32_t> slots_seen;
-  for (Spill& s : spills) {
-    if (s.kv && disk_->wants(Key{s.hash, Kind::kKv}, kv_bytes)) {
-      kvdisk::WriteJob job{Kind::kKv, s.hash, s.parent_hash, s.tokens, {}};
-      read_block(s.block, job.payload);
-      disk_->offer(std::move(job));
+  // The KV blocks first, in one batch of copies; then they are offered in order.
+  std::vector<kvdisk::WriteJob> kv_jobs;
+  std::vector<BlockId> kv_ids;
+  std::vector<uint8_t*> kv_dst;
+  std::vector<char> taken(spills.size(), 0);  // its KV block is among kv_jobs
+  uint64_t queued = 0;
+  for (size_t i = 0; i < spills.size(); ++i) {
+    const Spill& s = spills[i];
+    if (s.kv && disk_->wants(Key{s.hash, Kind::kKv}, queued + kv_bytes)) {
+      kv_jobs.push_back({Kind::kKv, s.hash, s.parent_hash, s.tokens, std::vector<uint8_t>(block_bytes_)});
+      kv_ids.push_back(s.block);
+      taken[i] = 1;
+      queued += kv_bytes;
+    }
+  }
+  for (kvdisk::WriteJob& job : kv_jobs) kv_dst.push_back(job.payload.data());
+  read_blocks_to(kv_ids.data(), static_cast<int64_t>(kv_ids.size()), kv_dst.data());
+  for (kvdisk::WriteJob& job : kv_jobs) disk_->offer(std::move(job));  // counts its own drops
+  for (size_t i = 0; i < spills.size(); ++i) {
+    Spill& s = spills[i];
+    if (taken[i]) {
+      // queued above
     } else if (s.kv && !disk_->has(Key{s.hash, Kind::kKv})) {
       disk_->note_dropped();  // the write queue is full
     }
@@ -216,6 +249,8 @@ void ServeEngine::disk_install() {
     std::vector<BlockId> chain = held.blocks;
     std::vector<uint64_t> hashes = held.hashes;
     bool kv_stopped = false;
+    std::vector<BlockId> pending_ids;
+    std::vector<uint8_t*> pending_src;
     for (size_t i = 0; i < r.items.size(); ++i) {
       const kvdisk::ReadItem& item = r.items[i];
       const auto b = static_cast<size_t>(item.block);
@@ -232,7 +267,9 @@ void ServeEngine::disk_install() {
           continue;
         }
         spill_pending();  // the block allocate() evicted may be `id` itself
-        write_block(id, r.payloads[i]);
+        // Copied in one batch below: nothing runs on the pool before (the chain is held).
+        pending_ids.push_back(id);
+        pending_src.push_back(r.payloads[i].data());
         const std::span<const int32_t> toks(r.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
         hashes.push_back(blocks_.commit_full(id, parent, toks));
         chain.push_back(id);
@@ -244,6 +281,7 @@ void ServeEngine::disk_install() {
         write_state(slot, r.payloads[i]);
       }
     }
+    write_blocks_from(pending_ids.data(), static_cast<int64_t>(pending_ids.size()), pending_src.data());
     // Released last first, like a finished sequence: the head stays cached longest.
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) blocks_.release(*it);
     if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
@@ -255,14 +293,26 @@ void ServeEngine::disk_flush() {
   const auto t0 = std::chrono::steady_clock::now();
   spill_pending();
   uint64_t n_kv = 0, n_state = 0;
+  // KV blocks are copied out in batches of up to 256 (one wait each on a GPU).
+  std::vector<kvdisk::WriteJob> batch;
+  std::vector<BlockId> batch_ids;
+  auto put_batch = [&] {
+    std::vector<uint8_t*> dst;
+    for (kvdisk::WriteJob& job : batch) dst.push_back(job.payload.data());
+    read_blocks_to(batch_ids.data(), static_cast<int64_t>(batch_ids.size()), dst.data());
+    for (kvdisk::WriteJob& job : batch) disk_->put(std::move(job));
+    n_kv += batch.size();
+    batch.clear();
+    batch_ids.clear();
+  };
   auto keep = [&](BlockId id) {
     const BlockMeta& m = blocks_.meta(id);
     if (!m.hashed || !disk_->enabled()) return;
-    if (!disk_->has(Key{m.hash, Kind::kKv})) {
-      kvdisk::WriteJob job{Kind::kKv, m.hash, m.parent_hash, m.tokens, {}};
-      read_block(id, job.payload);
-      disk_->put(std::move(job));
-      ++n_kv;
+    const bool queued = std::any_of(batch.begin(), batch.end(), [&](const kvdisk::WriteJob& j) { return j.hash == m.hash; });
+    if (!queued && !disk_->has(Key{m.hash, Kind::kKv})) {
+      batch.push_back({Kind::kKv, m.hash, m.parent_hash, m.tokens, std::vector<uint8_t>(block_bytes_)});
+      batch_ids.push_back(id);
+      if (batch.size() >= 256) put_batch();
     }
     if (m.snapshot >= 0 && !disk_->has(Key{m.hash, Kind::kState})) {
       kvdisk::WriteJob job{Kind::kState, m.hash, m.parent_hash, m.tokens, {}};
@@ -276,6 +326,7 @@ void ServeEngine::disk_flush() {
   for (BlockId id = 0; id < blocks_.n_blocks(); ++id) {
     if (blocks_.meta(id).ref > 0) keep(id);
   }
+  if (!batch.empty()) put_batch();
   disk_->drain();
   if (n_kv + n_state > 0) {
     std::fprintf(stderr, "hearth: kv-disk: wrote %llu KV blocks and %llu state snapshots at shutdown in %.2f s\n",

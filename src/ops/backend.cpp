@@ -23,6 +23,14 @@ void Backend::attention_full(const float*, const float*, const float*, const Ful
   fail(ErrorKind::kUnsupported, name(), "attention_full: not implemented by this back-end");
 }
 
+void Backend::copy_ranges_to_host(const HostRange* ranges, int64_t n_ranges) {
+  for (int64_t i = 0; i < n_ranges; ++i) copy_to_host(*ranges[i].buf, ranges[i].offset, ranges[i].n, ranges[i].host);
+}
+
+void Backend::copy_ranges_from_host(const HostRange* ranges, int64_t n_ranges) {
+  for (int64_t i = 0; i < n_ranges; ++i) copy_from_host(ranges[i].host, ranges[i].n, *ranges[i].buf, ranges[i].offset);
+}
+
 void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce,
                          const PenaltyToken* /*penalties*/, float* dst, ArgmaxRow* picks) {
   copy_to_host(src, 0, n_rows * n_cols, dst);

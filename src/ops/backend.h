@@ -194,6 +194,16 @@ struct ArgmaxRow {
   int32_t penalized = 0;  // 1: a row copied to the host (argmax -1) already has its penalties applied
 };
 
+// One copy of Backend::copy_ranges_to_host / copy_ranges_from_host: n floats at float
+// offset `offset` of buf, and the host memory on the other side (the destination of a
+// copy to the host, the source of one from it).
+struct HostRange {
+  Buffer* buf = nullptr;
+  int64_t offset = 0;
+  int64_t n = 0;
+  float* host = nullptr;
+};
+
 // Thrown by a back-end that replays recorded steps (CUDA graphs) when a step turns out,
 // part-way, not to be the one it recorded: nothing of the step has run yet, and the
 // caller runs the whole step again (the back-end then runs it op by op).
@@ -242,6 +252,13 @@ class Backend {
                           const PenaltyToken* penalties, float* dst, ArgmaxRow* picks);
   // Writes n floats from host memory into dst at offset (tests, state restore).
   virtual void copy_from_host(const float* src, int64_t n, Buffer& dst, int64_t offset) = 0;
+  // Many copies between back-end buffers and host memory at once, between steps (the KV
+  // disk tier's and the swap's block I/O: a block is one small range per layer): a
+  // back-end whose copies wait for the device waits once for the lot (CUDA: through a
+  // pinned bounce buffer). Same contract as one copy_to_host / copy_from_host per range,
+  // in order; on return the host memory holds the results / may be reused.
+  virtual void copy_ranges_to_host(const HostRange* ranges, int64_t n_ranges);
+  virtual void copy_ranges_from_host(const HostRange* ranges, int64_t n_ranges);
   // Device memory this back-end holds now / at most so far, in bytes (0 for host back-ends).
   virtual uint64_t device_memory_used() const { return 0; }
   virtual uint64_t device_memory_peak() const { return 0; }

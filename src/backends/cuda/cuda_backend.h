@@ -41,6 +41,9 @@ class CudaBackend final : public ops::Backend {
                   const ops::PenaltyToken* penalties, float* dst,
                   ops::ArgmaxRow* picks) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
+  // Through a pinned bounce buffer, one wait per round of up to 64 MiB (cuda_host_copy.cu).
+  void copy_ranges_to_host(const ops::HostRange* ranges, int64_t n_ranges) override;
+  void copy_ranges_from_host(const ops::HostRange* ranges, int64_t n_ranges) override;
   uint64_t device_memory_used() const override { return used_; }
   uint64_t device_memory_peak() const override { return peak_; }
   // --deterministic: every product, attention row, recurrence and MoE layer through one
@@ -226,6 +229,14 @@ class CudaBackend final : public ops::Backend {
   void moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids, const float* wts,
                           float* out, OpTimer& timer);
 
+  // Pinned host memory for copy_ranges_*: grow-only, freed with the back-end.
+  struct PinnedBounce {
+    void* p = nullptr;
+    size_t n = 0;
+    ~PinnedBounce();
+  };
+  uint8_t* bounce(size_t bytes, const char* op);
+
   int device_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
@@ -364,6 +375,7 @@ class CudaBackend final : public ops::Backend {
   // cuda.qgemm_max overrides (0: always cuBLAS).
   int64_t qgemm_max_tokens_ = 64;
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
+  PinnedBounce bounce_;  // last: freed after the stream and the buffers
 };
 
 }  // namespace hearth::cuda
