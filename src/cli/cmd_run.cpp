@@ -37,6 +37,7 @@ using json = nlohmann::ordered_json;
 
 struct RunOptions {
   bool no_warmup = false;
+  int64_t prefill_chunk = 2048;
   bool deterministic = false;
   std::string model;
   std::string prompt;
@@ -164,6 +165,7 @@ void run(RunOptions o) {
   go.max_tokens = o.max_tokens;
   go.n_logprobs = o.logprobs;
   go.sampler = o.sampler;
+  go.prefill_chunk = o.prefill_chunk;
   if (!media.pos3.empty()) go.media = &media;
   if (!o.json_schema_file.empty() || o.json_object) {
     if (!o.json_schema_file.empty() && o.json_object) {
@@ -272,6 +274,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--presence-penalty", o->sampler.presence_penalty, "Presence penalty")->default_val(0.0);
   cmd->add_option("--frequency-penalty", o->sampler.frequency_penalty, "Frequency penalty")->default_val(0.0);
   cmd->add_option("--seed", o->seed, "Random seed (same seed, same output)");
+  cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Prompt tokens per model step (0: the whole prompt in one step; more needs more memory for activations)")
+      ->default_val(2048)
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
   cmd->add_option("--logprobs", o->logprobs, "With --json: top-K log-probabilities per generated token");

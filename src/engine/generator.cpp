@@ -77,7 +77,21 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   std::vector<ops::PenaltyToken> pens;
   auto offer = [&]() { last = plain ? offered_row(sampler, history, pens, true) : ops::RowReduce{}; };
   offer();
-  model.forward(cache, prompt, false, logits, last, pens, options.media);
+  const auto n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t chunk = options.prefill_chunk > 0 ? options.prefill_chunk : n_prompt;
+  std::vector<int32_t> part;
+  for (int64_t at = 0; at < n_prompt; at += chunk) {
+    const int64_t end = std::min(n_prompt, at + chunk);
+    if (end == n_prompt) {
+      part.assign(prompt.begin() + at, prompt.end());
+      model.forward(cache, part, false, logits, last, pens, options.media);
+    } else {
+      // An earlier chunk: only its KV rows (and recurrent state) matter; its last row is
+      // reduced to an argmax where the back-end can (nothing crosses to the host).
+      part.assign(prompt.begin() + at, prompt.begin() + end);
+      model.forward(cache, part, false, logits, ops::RowReduce{ops::RowKind::kArgmax}, {}, options.media);
+    }
+  }
   const auto t_prefill = Clock::now();
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};

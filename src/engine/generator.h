@@ -24,6 +24,12 @@ struct GenerateOptions {
   std::shared_ptr<const grammar::Constraint> constraint;
   // Images in the prompt (their rows' embeddings and 3-D positions); null: text only.
   const model::SeqMedia* media = nullptr;
+  // The prompt goes through the model in chunks of this many tokens (0: all at once): the
+  // activations of a step are then those of one chunk, not of a 32k-token prompt (on a GPU
+  // the difference is many GB of device memory). The continuation is the same; logits may
+  // differ by float rounding where a chunk boundary changes the order of a sum (the
+  // chunked Gated DeltaNet form, the products' token blocks).
+  int64_t prefill_chunk = 2048;
 };
 
 struct StepLogprobs {
