@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backends/cuda/small_gemm.h"
+#include "exact_matmul.h"
 #include "parity_common.h"
 
 namespace parity {
@@ -61,22 +62,6 @@ using namespace parity;
 const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K,   GgmlType::Q3_K,
                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::MXFP4};
-
-// Exact products of the dequantized weights with the f32 inputs, in double.
-template <class X>
-std::vector<float> exact_matmul(const WeightPair& w, const std::vector<X>& x, int64_t n_tok) {
-  const int64_t rows = w.c.n_rows, cols = w.c.n_cols;
-  std::vector<float> row(static_cast<size_t>(cols)), y(static_cast<size_t>(n_tok * rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    hearth::dequantize_row_ref(w.c.type, w.bytes.data() + r * w.c.row_bytes, row.data(), cols);
-    for (int64_t t = 0; t < n_tok; ++t) {
-      double s = 0;
-      for (int64_t i = 0; i < cols; ++i) s += static_cast<double>(row[i]) * x[t * cols + i];
-      y[t * rows + r] = static_cast<float>(s);
-    }
-  }
-  return y;
-}
 
 // The GPU's products against the exact ones. Up to 8 tokens (matrix-vector kernels; and
 // Q4_K / Q6_K matrices of more than 512 rows from 4 to 64 tokens, q8_gemm):

@@ -65,6 +65,13 @@ class CudaBackend final : public ops::Backend {
   // rest on the matrix-vector kernels (threads per row independent of the token count).
   void matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) override;
+  // matmul's variants (cuda_matmul_family.h), in dispatch order; the one matmul runs for a
+  // call (not in deterministic mode); whether one takes a call; one run by name (tests).
+  struct MatmulVariant;
+  static const std::vector<MatmulVariant>& matmul_variants();
+  const MatmulVariant& matmul_pick(const ops::WeightView& w, int64_t n_tokens) const;
+  bool matmul_takes(const MatmulVariant& v, const ops::WeightView& w, int64_t n_tokens) const;
+  void matmul_variant(const MatmulVariant& v, const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   void matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                     float* const* ys) override;
   bool fused_moe() const override { return true; }
@@ -210,6 +217,32 @@ class CudaBackend final : public ops::Backend {
   // Grow-only device scratch of at least `bytes` (slot 0..kScratch-1).
   void* scratch(int slot, size_t bytes, const char* op);
   void matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
+  // The variants' parts (cuda_matmul.cu): takes, prefers and run of each.
+  bool mm_q8gemm_takes(const ops::WeightView& w, int64_t n) const;
+  bool mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const;
+  void mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_matvec_q8_takes(const ops::WeightView& w, int64_t n) const;
+  bool mm_matvec_q8_prefers(const ops::WeightView& w, int64_t n) const;
+  void mm_matvec_q8_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_matvec_takes(const ops::WeightView& w, int64_t n) const;
+  void mm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_small_f32_takes(const ops::WeightView& w, int64_t n) const;
+  void mm_small_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_sgemm_f32_takes(const ops::WeightView& w, int64_t n) const;
+  void mm_sgemm_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_qgemm_takes(const ops::WeightView& w, int64_t n) const;
+  bool mm_qgemm_prefers(const ops::WeightView& w, int64_t n) const;
+  void mm_qgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_dequant_small_takes(const ops::WeightView& w, int64_t n) const;
+  bool mm_dequant_f32_prefers(const ops::WeightView& w, int64_t n) const;
+  void mm_dequant_small_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_dequant_sgemm_takes(const ops::WeightView& w, int64_t n) const;
+  void mm_dequant_sgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_f16_gemm_takes(const ops::WeightView& w, int64_t n) const;
+  void mm_f16_gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
+  bool mm_always(const ops::WeightView&, int64_t) const { return true; }
+  void small_f32_product(const ops::WeightView& w, const float* w32, int64_t ldw, const float* x, int64_t n, float* y);
+  void sgemm_f32_product(const ops::WeightView& w, const float* w32, int64_t ldw, const float* x, int64_t n, float* y);
   // MoE prompts: the (token, expert) pairs sorted by expert, each projection one grouped
   // tensor-core product (quant_gemm_grouped); ids / wts: the routing, on the host.
   bool grouped_moe_ok(const ops::MoeLayer& L) const;

@@ -1,4 +1,4 @@
-// CudaBackend's matrix products: quantized matrix-vector kernels with 8-bit activations
+// CudaBackend's matrix products (the variants of cuda_matmul_family.h): quantized matrix-vector kernels with 8-bit activations
 // for a few tokens (their input possibly quantized by the op before), tensor-core tiles
 // (quant_gemm) for batches, small f32 products, dequantized tiles through cuBLAS for more.
 #include <cublas_v2.h>
@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/cuda_matmul_family.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant_cuda.h"
 #include "backends/cuda/small_gemm.h"
@@ -33,6 +35,9 @@ constexpr int64_t kF32GemmMaxRows = 512;
 constexpr int64_t kSmallGemmMaxRows = 1024;
 constexpr int64_t kF32GemmMaxElems = int64_t{4} << 20;
 constexpr int64_t kMinQ8GemmRows = 64;
+// A matrix dequantized to f32 whole (scratch) for the f32 products: at most this many
+// elements (1 GiB); larger ones are not taken by those variants (they go as f16 tiles).
+constexpr int64_t kF32DequantMaxElems = int64_t{256} << 20;
 
 __global__ void f32_to_f16_kernel(const float* __restrict__ x, __half* __restrict__ y, int64_t n) {
   ::hearth::cuda::pdl_wait();
@@ -45,14 +50,192 @@ __global__ void f32_to_f16_kernel(const float* __restrict__ x, __half* __restric
 }  // namespace
 
 bool CudaBackend::int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) const {
+  return mm_q8gemm_takes(w, n_tokens) && mm_q8gemm_prefers(w, n_tokens);
+}
+
+// ---- The variants, in dispatch order (matmul_variants below). Every run records one
+// launch signature (the weight, x, y, the token count and whether x came quantized),
+// which is all any of them depends on (scratch moves invalidate recordings).
+
+// Batched decode: the weights' integer quants on the int8 tensor cores (q8_gemm), x
+// quantized as Q8_K (or per 32). From 64 rows (a tile) and 256-column multiples.
+bool CudaBackend::mm_q8gemm_takes(const ops::WeightView& w, int64_t n) const {
+  return q8_gemm_supported(w.type) && w.n_rows >= kMinQ8GemmRows && w.n_cols % 256 == 0 && w.row_bytes % 16 == 0 &&
+         n >= 1 && n <= kMaxQ8GemmTokens;
+}
+// From 4 (Q6_K: 9) tokens, where it beats the matrix-vector kernels (q4_K 4096 x 14336,
+// 8 tokens: 28 against 73 us); a 512-row matrix (a MoE model's shared expert, 2 KV heads'
+// K / V) otherwise took dequantize + f32 products at 9-64 tokens (125 us a call, H200).
+bool CudaBackend::mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const {
   const int64_t lo = !q8_gemm_uses_q8k()          ? kMaxMatvecTokens + 1
                      : w.type == GgmlType::Q6_K ? kMinQ8GemmTokensQ6K
                                                 : kMinQ8GemmTokens;
-  // From 64 rows (a tile): a 512-row matrix (a MoE model's shared expert, 2 KV heads' K / V)
-  // otherwise took dequantize + f32 products at 9-64 tokens (125 us a call on the H200).
-  return int8_gemm_ && w.n_rows >= kMinQ8GemmRows && n_tokens >= lo &&
-         n_tokens <= std::min(qgemm_max_tokens_, kMaxQ8GemmTokens) && q8_gemm_supported(w.type) &&
-         w.n_cols % 256 == 0 && w.row_bytes % 16 == 0;
+  return int8_gemm_ && n >= lo && n <= qgemm_max_tokens_;
+}
+void CudaBackend::mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  const size_t bytes = q8_gemm_scratch_bytes(dw, n);
+  q8_gemm(dw, x, n, y, scratch(5, bytes, "matmul"), bytes, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
+}
+
+// Decode with 8-bit activations: one pass over the weights, dequantized in registers; x
+// may come quantized by the op before (take_q8_ready).
+bool CudaBackend::mm_matvec_q8_takes(const ops::WeightView& w, int64_t n) const {
+  return n >= 1 && n <= kMaxMatvecTokens && q8_matvec_supported(w.type);
+}
+bool CudaBackend::mm_matvec_q8_prefers(const ops::WeightView&, int64_t) const { return q8_matvec_; }
+void CudaBackend::mm_matvec_q8_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  const size_t bytes = q8_matvec_scratch_bytes(w.n_cols, n);
+  void* tmp = scratch(5, bytes, "matmul");
+  const bool ready = take_q8_ready(x, n, w.n_cols, tmp);
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(ready)})) return;
+  q8_matvec_multi(&dw, 1, x, n, &y, tmp, bytes, stream_, ready);
+  HEARTH_CUDA_LAUNCHED("matmul");
+}
+
+// Decode with f32 activations (every type).
+bool CudaBackend::mm_matvec_takes(const ops::WeightView&, int64_t n) const { return n >= 1 && n <= kMaxMatvecTokens; }
+void CudaBackend::mm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  quant_matvec(dw, x, n, y, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
+}
+
+// f32 rows (w32, ldw floats apart) times x by small_gemm (cuBLAS's SGEMM takes 0.4-0.5 ms
+// a call for these shapes).
+void CudaBackend::small_f32_product(const ops::WeightView& w, const float* w32, int64_t ldw, const float* x, int64_t n,
+                                    float* y) {
+  const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n);
+  small_gemm(w32, ldw, w.n_rows, w.n_cols, x, n, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
+}
+
+void CudaBackend::sgemm_f32_product(const ops::WeightView& w, const float* w32, int64_t ldw, const float* x, int64_t n,
+                                    float* y) {
+  const float one = 1.0f, zero = 0.0f;
+  check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n),
+                           static_cast<int>(w.n_cols), &one, w32, static_cast<int>(ldw), x, static_cast<int>(w.n_cols),
+                           &zero, y, static_cast<int>(w.n_rows)),
+               "matmul", w.name.c_str());
+}
+
+bool CudaBackend::mm_small_f32_takes(const ops::WeightView& w, int64_t) const {
+  return w.type == GgmlType::F32 && w.n_rows <= kSmallGemmMaxRows && w.row_bytes % 4 == 0;
+}
+void CudaBackend::mm_small_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  small_f32_product(w, static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), x, n, y);
+}
+
+bool CudaBackend::mm_sgemm_f32_takes(const ops::WeightView& w, int64_t) const {
+  return w.type == GgmlType::F32 && w.row_bytes % 4 == 0;
+}
+void CudaBackend::mm_sgemm_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  sgemm_f32_product(w, static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), x, n, y);
+}
+
+// Batches and prompt chunks: weight tiles dequantized in shared memory, tensor cores (f16
+// activations). Past qgemm_max_tokens_ (64) dequantize + cuBLAS is faster; up to 512 rows
+// the f32 products below keep routers and gates free of f16 rounding.
+bool CudaBackend::mm_qgemm_takes(const ops::WeightView& w, int64_t n) const {
+  return quant_gemm_supported(w.type) && n >= 1;
+}
+bool CudaBackend::mm_qgemm_prefers(const ops::WeightView& w, int64_t n) const {
+  return w.n_rows > kF32GemmMaxRows && n <= qgemm_max_tokens_;
+}
+void CudaBackend::mm_qgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  const size_t bytes = quant_gemm_scratch_bytes(dw, n);
+  quant_gemm(dw, x, n, y, scratch(5, bytes, "matmul"), bytes, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
+}
+
+// Dequantized to f32 in scratch, then small_gemm (up to 1024 rows) or cuBLAS SGEMM: for
+// many tokens, matrices of at most 512 rows (routers, recurrent gates, small experts'
+// gate / up) and F16 / BF16 ones of at most 4M elements, whose outputs pick experts or
+// gate states and must not carry the f16 rounding of the activations.
+bool CudaBackend::mm_dequant_f32_prefers(const ops::WeightView& w, int64_t) const {
+  const bool half_type = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+  return w.n_rows <= kF32GemmMaxRows || (half_type && w.n_rows * w.n_cols <= kF32GemmMaxElems);
+}
+bool CudaBackend::mm_dequant_small_takes(const ops::WeightView& w, int64_t) const {
+  return w.type != GgmlType::F32 && w.n_rows <= kSmallGemmMaxRows;
+}
+void CudaBackend::mm_dequant_small_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
+  dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
+  small_f32_product(w, w32, w.n_cols, x, n, y);
+}
+bool CudaBackend::mm_dequant_sgemm_takes(const ops::WeightView& w, int64_t) const {
+  return w.type != GgmlType::F32 && w.n_rows * w.n_cols <= kF32DequantMaxElems;
+}
+void CudaBackend::mm_dequant_sgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  const DeviceWeight dw = device_weight(w, "matmul");
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
+  dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
+  HEARTH_CUDA_LAUNCHED("matmul");
+  sgemm_f32_product(w, w32, w.n_cols, x, n, y);
+}
+
+// The rest: x to f16, the weights as stored (F16) or dequantized to f16 in tiles, cuBLAS.
+bool CudaBackend::mm_f16_gemm_takes(const ops::WeightView& w, int64_t) const { return w.type != GgmlType::F32; }
+void CudaBackend::mm_f16_gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
+  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  matmul_gemm(w, x, n, y);
+}
+
+const std::vector<CudaBackend::MatmulVariant>& CudaBackend::matmul_variants() {
+  using B = CudaBackend;
+  static const std::vector<MatmulVariant> kVariants = {
+      {"q8 gemm", "matmul q8 gemm", MatmulMath::kQ8Gemm, &B::mm_q8gemm_takes, &B::mm_q8gemm_prefers, &B::mm_q8gemm_run},
+      {"matvec q8", "matmul matvec q8", MatmulMath::kQ8, &B::mm_matvec_q8_takes, &B::mm_matvec_q8_prefers,
+       &B::mm_matvec_q8_run},
+      {"matvec", "matmul matvec", MatmulMath::kF32, &B::mm_matvec_takes, &B::mm_always, &B::mm_matvec_run},
+      {"small f32", "matmul small f32", MatmulMath::kF32, &B::mm_small_f32_takes, &B::mm_always, &B::mm_small_f32_run},
+      {"sgemm f32", "matmul sgemm f32", MatmulMath::kF32, &B::mm_sgemm_f32_takes, &B::mm_always, &B::mm_sgemm_f32_run},
+      {"qgemm", "matmul qgemm", MatmulMath::kF16, &B::mm_qgemm_takes, &B::mm_qgemm_prefers, &B::mm_qgemm_run},
+      {"dequant+small f32", "matmul dequant+sgemm", MatmulMath::kF32, &B::mm_dequant_small_takes,
+       &B::mm_dequant_f32_prefers, &B::mm_dequant_small_run},
+      {"dequant+sgemm f32", "matmul dequant+sgemm", MatmulMath::kF32, &B::mm_dequant_sgemm_takes,
+       &B::mm_dequant_f32_prefers, &B::mm_dequant_sgemm_run},
+      {"f16 gemm", "matmul dequant+f16 gemm", MatmulMath::kF16, &B::mm_f16_gemm_takes, &B::mm_always,
+       &B::mm_f16_gemm_run},
+  };
+  return kVariants;
+}
+
+bool CudaBackend::matmul_takes(const MatmulVariant& v, const ops::WeightView& w, int64_t n_tokens) const {
+  return (this->*v.takes)(w, n_tokens);
+}
+
+const CudaBackend::MatmulVariant& CudaBackend::matmul_pick(const ops::WeightView& w, int64_t n_tokens) const {
+  for (const MatmulVariant& v : matmul_variants()) {
+    if ((this->*v.takes)(w, n_tokens) && (this->*v.prefers)(w, n_tokens)) return v;
+  }
+  fail(ErrorKind::kUnsupported, "cuda", "matmul: no product takes '" + w.name + "' (" + std::string(ggml_type_name(w.type)) + ", " +
+                                            std::to_string(w.n_rows) + " x " + std::to_string(w.n_cols) + ") at " +
+                                            std::to_string(n_tokens) + " tokens");
+}
+
+void CudaBackend::matmul_variant(const MatmulVariant& v, const ops::WeightView& w, const float* x, int64_t n_tokens,
+                                 float* y) {
+  if (!(this->*v.takes)(w, n_tokens)) {
+    fail(ErrorKind::kInvalidInput, "cuda", std::string("matmul variant '") + v.name + "' does not take '" + w.name + "'");
+  }
+  OpTimer timer(*this, v.timer);
+  (this->*v.run)(w, x, n_tokens, y);
 }
 
 void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
@@ -63,88 +246,9 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
     matmul_invariant(w, x, n_tokens, y);
     return;
   }
-  const DeviceWeight dw = device_weight(w, "matmul");
-  // 4 to 8 tokens of Q4_K: the int8 tensor cores beat the matrix-vector kernel (q4_K
-  // 4096 x 14336, 8 tokens: 28 against 73 us).
-  const bool gemm8 = int8_gemm_takes(w, n_tokens);
-  // Every path below depends on the weight, x, y and n_tokens only (scratch moves
-  // invalidate recordings), so one signature covers them.
-  // Decode with 8-bit activations: x may come quantized by the op before.
-  const bool q8 = !gemm8 && n_tokens <= kMaxMatvecTokens && q8_matvec_ && q8_matvec_supported(w.type);
-  const size_t q8_bytes = q8 ? q8_matvec_scratch_bytes(w.n_cols, n_tokens) : 0;
-  void* q8_tmp = q8 ? scratch(5, q8_bytes, "matmul") : nullptr;
-  const bool ready = q8 && take_q8_ready(x, n_tokens, w.n_cols, q8_tmp);
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n_tokens), sig_of(y), sig_of(ready)})) return;
-  if (n_tokens <= kMaxMatvecTokens && !gemm8) {
-    // Decode: one pass over the weights, dequantized in registers; 8-bit activations
-    // for the types that have that kernel, f32 ones otherwise.
-    if (q8) {
-      timer.rename("matmul matvec q8");
-      q8_matvec_multi(&dw, 1, x, n_tokens, &y, q8_tmp, q8_bytes, stream_, ready);
-      HEARTH_CUDA_LAUNCHED("matmul");
-      return;
-    }
-    timer.rename("matmul matvec");
-    quant_matvec(dw, x, n_tokens, y, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    return;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  // f32 rows (the weight's own or a dequantized copy, ldw floats apart) times x by small_gemm.
-  auto small_product = [&](const float* w32, int64_t ldw) {
-    const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n_tokens);
-    small_gemm(w32, ldw, w.n_rows, w.n_cols, x, n_tokens, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes,
-               stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-  };
-  if (w.type == GgmlType::F32 && w.n_rows <= kSmallGemmMaxRows && w.row_bytes % 4 == 0) {
-    timer.rename("matmul small f32");
-    small_product(static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4));
-    return;
-  }
-  if (w.type == GgmlType::F32) {
-    timer.rename("matmul sgemm f32");
-    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
-                             static_cast<int>(w.n_cols), &one, static_cast<const float*>(dw.data),
-                             static_cast<int>(w.row_bytes / 4), x, static_cast<int>(w.n_cols), &zero, y,
-                             static_cast<int>(w.n_rows)),
-                 "matmul", w.name.c_str());
-    return;
-  }
-  const bool half_type = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
-  if (gemm8) {
-    // Batched decode: the weights' integer quants on the int8 tensor cores.
-    timer.rename("matmul q8 gemm");
-    const size_t bytes = q8_gemm_scratch_bytes(dw, n_tokens);
-    q8_gemm(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    return;
-  }
-  if (w.n_rows > kF32GemmMaxRows && n_tokens <= qgemm_max_tokens_ && quant_gemm_supported(w.type)) {
-    // Batched decode and prompt chunks: weight tiles dequantized in shared memory, tensor cores.
-    timer.rename("matmul qgemm");
-    const size_t bytes = quant_gemm_scratch_bytes(dw, n_tokens);
-    quant_gemm(dw, x, n_tokens, y, scratch(5, bytes, "matmul"), bytes, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    return;
-  }
-  if (w.n_rows <= kF32GemmMaxRows || (half_type && w.n_rows * w.n_cols <= kF32GemmMaxElems)) {
-    timer.rename("matmul dequant+sgemm");
-    auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
-    dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
-    HEARTH_CUDA_LAUNCHED("matmul");
-    if (w.n_rows <= kSmallGemmMaxRows) {
-      small_product(w32, w.n_cols);
-      return;
-    }
-    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
-                             static_cast<int>(w.n_cols), &one, w32, static_cast<int>(w.n_cols), x,
-                             static_cast<int>(w.n_cols), &zero, y, static_cast<int>(w.n_rows)),
-                 "matmul", w.name.c_str());
-    return;
-  }
-  timer.rename("matmul dequant+f16 gemm");
-  matmul_gemm(w, x, n_tokens, y);
+  const MatmulVariant& v = matmul_pick(w, n_tokens);
+  timer.rename(v.timer);
+  (this->*v.run)(w, x, n_tokens, y);
 }
 
 void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
