@@ -260,7 +260,7 @@ int run(int argc, char** argv) {
     std::printf("disk level (%s): copies out + in, the file's write (writer thread, not waited for), its read "
                 "cold and warm; ratio: recompute / (copies + cold read)\n",
                 tier->swap_folder().c_str());
-    std::printf("%8s %12s %14s %10s %10s %10s %12s %10s\n", "tokens", "file bytes", "recompute ms", "copies ms",
+    std::printf("%8s %12s %14s %10s %10s %10s %12s %10s\n", "tokens", "swap bytes", "recompute ms", "copies ms",
                 "write ms", "cold ms", "cold MB/s", "ratio");
     for (size_t i = 0; i < sizes.size(); ++i) {
       const double a = median(rec[i]), c = median(d_copies[i]), cold = median(d_cold[i]);

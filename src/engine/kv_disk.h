@@ -15,7 +15,8 @@
 //
 // Swap files (kv_disk_swap.cpp): preempted sequences whose KV the host swap space cannot
 // hold may be swapped to disk instead (engine/serve_engine_swap_disk.cpp). Such a file is
-// private to its sequence: it lives in DIR/<fingerprint>/swap-<pid>/, named by the
+// private to its sequence: it lives in DIR/<fingerprint>/swap-<pid>-<n>/ (n: this
+// process's tiers in order), named by the
 // sequence's id, outside the index (no prefix lookup finds it, the budget's LRU never
 // removes it), and it is removed when read back or dropped; at start the folders of
 // processes that no longer run are removed (a crash's leftovers), at the end this one's.

@@ -1,6 +1,6 @@
 // Swap files of the KV disk tier (see kv_disk.h): a preempted sequence's KV blocks and
 // live state, written by the tier's writer thread and read back by its reader, private
-// to the sequence and to this process (DIR/<fingerprint>/swap-<pid>/<id>.swap).
+// to the sequence and to this tier (DIR/<fingerprint>/swap-<pid>-<n>/<id>.swap).
 // The file format is the tier's (kv_disk_format.h, kind kSwap): the header's hash is the
 // sequence's id and its parent hash the number of positions, its tokens are the
 // sequence's tokens at those positions, so a file read back is checked like any other
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -61,15 +62,20 @@ void KvDiskTier::init_swap_folder() {
     if (name.rfind(kSwapPrefix, 0) != 0) continue;
     char* stop = nullptr;
     const long pid = std::strtol(name.c_str() + std::strlen(kSwapPrefix), &stop, 10);
-    if (stop == nullptr || *stop != '\0' || pid <= 0) continue;
-    const bool gone = ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    if (!gone && pid != ::getpid()) continue;
+    if (stop == nullptr || (*stop != '\0' && *stop != '-') || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // a live process's
     std::error_code e2;
     const auto n = fs::remove_all(it->path(), e2);
     if (n != static_cast<std::uintmax_t>(-1) && n > 1) removed += n - 1;
   }
-  const std::string dir = (fs::path(folder_) / (kSwapPrefix + std::to_string(::getpid()))).string();
+  // One folder per tier: two engines of one model in this process (two names for one file)
+  // share the fingerprint folder, and their sequence ids overlap.
+  static std::atomic<uint64_t> n_tiers{0};
+  const std::string dir =
+      (fs::path(folder_) / (kSwapPrefix + std::to_string(::getpid()) + "-" + std::to_string(n_tiers++))).string();
   std::error_code e3;
+  fs::remove_all(dir, e3);  // (a process of the same id long ago)
+  e3.clear();
   fs::create_directories(dir, e3);
   if (e3 || !fs::is_directory(dir)) {
     log_line("cannot make the swap folder " + dir + " (" + e3.message() + "): preempted sequences are not swapped to disk");

@@ -328,11 +328,22 @@ TEST(KvDiskSwap, SwapFilesRoundTripStayPrivateAndBadOnesAreRefused) {
   // A crashed run's leftovers (no process has this id: above any pid_max).
   fs::create_directories(folder / "swap-999999999");
   write_all(folder / "swap-999999999" / file_name(1, Kind::kSwap), {1, 2, 3});
-  const fs::path mine = folder / ("swap-" + std::to_string(::getpid()));
+  // And one of a process that runs (this one, under another tier's number): kept.
+  fs::create_directories(folder / ("swap-" + std::to_string(::getpid()) + "-999"));
+  fs::path mine;
   {
     KvDiskTier tier(config_in(dir.path()));
     EXPECT_FALSE(fs::exists(folder / "swap-999999999"));
-    EXPECT_EQ(tier.swap_folder(), mine.string());
+    EXPECT_TRUE(fs::exists(folder / ("swap-" + std::to_string(::getpid()) + "-999")));
+    mine = tier.swap_folder();
+    EXPECT_EQ(mine.parent_path(), folder);
+    EXPECT_EQ(mine.filename().string().rfind("swap-" + std::to_string(::getpid()) + "-", 0), 0u);
+    // A second tier on the same folder (another engine of the same model) has its own.
+    {
+      KvDiskTier other(config_in(dir.path()));
+      EXPECT_NE(other.swap_folder(), tier.swap_folder());
+    }
+    EXPECT_TRUE(fs::exists(mine));
     const auto toks = tokens_of(7, 40);
     const auto pay = payload_of(3, 10000);
     EXPECT_EQ(tier.read_bytes_per_s(), 0.0);
