@@ -8,6 +8,7 @@
 // recomputing engine runs more. Also the decision's cost model (swap_is_cheaper) alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -414,6 +415,54 @@ TEST_F(SwapLlama, AFailingDiskSendsSwappedSequencesBackToRecompute) {
   EXPECT_EQ(sw.recomputed, r.stats.preemptions);
   EXPECT_EQ(sw.disk_bytes_held, 0u);
   EXPECT_TRUE(r.stats.kv_disk_stats.disabled);
+}
+
+TEST_F(SwapLlama, ACorruptSwapFileSendsItsSequenceBackToRecompute) {
+  // A watcher flips a byte in the middle of the first swap files that appear (after their
+  // rename: complete). Their sequences wait on disk for blocks for several steps, so the
+  // reader finds them damaged: refused, removed, and those sequences recomputed, exactly.
+  TempDir dir;
+  std::atomic<bool> stop{false};
+  std::atomic<int> corrupted{0};
+  std::thread watcher([&] {
+    std::vector<std::string> seen;
+    while (!stop.load() && corrupted.load() < 2) {
+      for (const auto& folder : dir.swap_folders()) {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(folder, ec)) {
+          const std::string p = e.path().string();
+          if (p.size() < 5 || p.compare(p.size() - 5, 5, ".swap") != 0) continue;
+          if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+          seen.push_back(p);
+          std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);  // never creates it
+          if (!f) continue;
+          f.seekg(0, std::ios::end);
+          const auto size = static_cast<std::streamoff>(f.tellg());
+          f.seekg(size / 2);
+          char c = 0;
+          f.read(&c, 1);
+          c = static_cast<char>(c ^ 0x5a);
+          f.seekp(size / 2);
+          f.write(&c, 1);
+          if (f) ++corrupted;
+        }
+      }
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  const auto ps = prompts();
+  const EngineRun r = run(*loaded_, with_disk(tiny_pool(ops::KvType::F32, 0), dir), ps, kTokens);
+  stop = true;
+  watcher.join();
+  ASSERT_GT(corrupted.load(), 0) << "no swap file was seen";
+  expect_alone(*loaded_, r, ps, kTokens, ops::KvType::F32, "corrupt swap files");
+  const auto& sw = r.stats.kv_swap;
+  EXPECT_GE(sw.disk_fallbacks, 1u);
+  EXPECT_EQ(sw.disk_fallbacks, r.stats.kv_disk_stats.files_rejected);
+  EXPECT_EQ(sw.disk_in + sw.disk_fallbacks, sw.disk_out);
+  EXPECT_EQ(sw.recomputed, sw.disk_fallbacks);
+  EXPECT_EQ(sw.disk_bytes_held, 0u);
+  EXPECT_FALSE(r.stats.kv_disk_stats.disabled) << "a bad file is that file's loss, not the folder's";
 }
 
 TEST_F(SwapLlama, CancellingDiskSwappedSequencesRemovesTheirFiles) {
