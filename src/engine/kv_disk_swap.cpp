@@ -78,7 +78,8 @@ void KvDiskTier::init_swap_folder() {
   e3.clear();
   fs::create_directories(dir, e3);
   if (e3 || !fs::is_directory(dir)) {
-    log_line("cannot make the swap folder " + dir + " (" + e3.message() + "): preempted sequences are not swapped to disk");
+    log_line("cannot make the swap folder " + dir + " (" + e3.message() +
+             "): preempted sequences are not swapped to disk");
     return;
   }
   swap_folder_ = dir;

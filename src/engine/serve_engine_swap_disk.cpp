@@ -127,7 +127,8 @@ void ServeEngine::swap_poll() {
       continue;
     }
     // Read back and checked: in host memory now, the blocks then the state.
-    const size_t kv_bytes = r.payload.size() - (scheduler_.config().recurrent ? static_cast<size_t>(pool_.state_floats()) * 4 : 0);
+    const size_t state_bytes = scheduler_.config().recurrent ? static_cast<size_t>(pool_.state_floats()) * 4 : 0;
+    const size_t kv_bytes = r.payload.size() - state_bytes;
     e.state.assign(r.payload.begin() + static_cast<std::ptrdiff_t>(kv_bytes), r.payload.end());
     r.payload.resize(kv_bytes);
     e.kv = std::move(r.payload);
