@@ -267,6 +267,10 @@ void add_serve_command(CLI::App& app) {
                   "of KV blocks is swapped out and back instead of recomputed when the measured copy is cheaper "
                   "(0: always recompute; default: a quarter of the KV pool, and of the running sequences' recurrent "
                   "states on hybrid models)");
+  cmd->add_option("--kv-swap-disk-bytes", o->kv_swap_disk_bytes,
+                  "With --kv-disk: the share of --kv-disk-bytes for preempted sequences that --kv-swap-bytes has no "
+                  "room for, swapped to the folder and read back instead of recomputed when the measured read is "
+                  "cheaper (0: off; default: a quarter of --kv-disk-bytes; prefix files get the rest)");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--max-connections", o->max_connections,
                   "HTTP connections served at once (one thread each); more are answered 503")

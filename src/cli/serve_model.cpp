@@ -175,6 +175,20 @@ uint64_t kv_swap_bytes(const ServeOptions& o, uint64_t pool_bytes) {
   return parse_byte_size(o.kv_swap_bytes, "--kv-swap-bytes");
 }
 
+// --kv-swap-disk-bytes: "0" turns the disk level off; unset, a quarter of --kv-disk-bytes.
+uint64_t kv_swap_disk_bytes(const ServeOptions& o) {
+  const uint64_t disk = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
+  if (o.kv_swap_disk_bytes.empty()) return disk / 4;
+  if (o.kv_swap_disk_bytes == "0") return 0;
+  const uint64_t b = parse_byte_size(o.kv_swap_disk_bytes, "--kv-swap-disk-bytes");
+  if (b >= disk) {
+    fail(ErrorKind::kInvalidInput, "serve",
+         "--kv-swap-disk-bytes (" + o.kv_swap_disk_bytes + ") must be smaller than --kv-disk-bytes (" + o.kv_disk_bytes +
+             "): it is a share of it");
+  }
+  return b;
+}
+
 }  // namespace
 
 void check_serve_options(const ServeOptions& o) {
@@ -197,6 +211,7 @@ void check_serve_options(const ServeOptions& o) {
   if (parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes") == 0)
     fail(ErrorKind::kInvalidInput, "serve", "--kv-disk-bytes must be > 0");
   kv_swap_bytes(o, 0);
+  kv_swap_disk_bytes(o);
   if (o.reasoning_format != "none" && o.reasoning_format != "auto" &&
       o.reasoning_format != "deepseek") {
     fail(ErrorKind::kInvalidInput, "serve",
@@ -297,6 +312,7 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
     ec.kv_disk_model = engine::kvdisk::model_identity(file);
     if (m->projector) ec.kv_disk_projector = engine::kvdisk::model_identity(*m->projector);
     ec.kv_disk_model_name = file.name();
+    ec.kv_swap_disk_bytes = kv_swap_disk_bytes(o);
   }
   ec.kv_swap_bytes = kv_swap_bytes(o, static_cast<uint64_t>(plan.n_blocks) * plan.block_bytes +
                                           (hp.n_recurrent_layers() > 0 ? model::KvPool::bytes_per_state(hp) *

@@ -61,6 +61,7 @@ struct ServeOptions {
   std::string kv_disk;                // --kv-disk DIR (empty: no disk tier)
   std::string kv_disk_bytes = "16G";  // --kv-disk-bytes
   std::string kv_swap_bytes;          // --kv-swap-bytes (empty: a quarter of the KV pool; 0: off)
+  std::string kv_swap_disk_bytes;     // --kv-swap-disk-bytes (empty: a quarter of --kv-disk-bytes; 0: off)
   server::MediaSettings media;  // --allowed-media-dir, --allow-remote-media, --max-media-bytes, ...
   std::string mmproj;           // --mmproj: the vision projector (default: found beside the model)
   int64_t max_image_pixels = 64LL << 20;  // --max-image-pixels

@@ -63,6 +63,7 @@ KvDiskTier::KvDiskTier(DiskConfig config)
   if (sr.removed_tmp > 0) line += "; removed " + std::to_string(sr.removed_tmp) + " unfinished writes";
   if (sr.removed_budget > 0) line += "; removed " + std::to_string(sr.removed_budget) + " files over the budget";
   log_line(line);
+  init_swap_folder();
   writer_ = std::thread([this] { writer_loop(); });
   reader_ = std::thread([this] { reader_loop(); });
 }
@@ -77,6 +78,11 @@ KvDiskTier::~KvDiskTier() {
   cv_space_.notify_all();
   if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
+  // Swap files are this run's alone: none outlives it.
+  if (!swap_folder_.empty()) {
+    std::error_code ec;
+    fs::remove_all(swap_folder_, ec);
+  }
 }
 
 std::string KvDiskTier::path_of(Key key) const { return (fs::path(folder_) / file_name(key.hash, key.kind)).string(); }
@@ -84,12 +90,28 @@ std::string KvDiskTier::path_of(Key key) const { return (fs::path(folder_) / fil
 void KvDiskTier::disable(const std::string& why) {
   if (disabled_.exchange(true)) return;
   log_line("DISABLED, serving goes on from memory: " + why);
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.writes_dropped += writes_.size();
-  writes_.clear();
-  queued_.clear();
-  queued_bytes_ = 0;
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Queued swap writes end as failures (their sequences are recomputed); swap removals
+    // stay queued (the writer still does them).
+    std::deque<WriteJob> keep;
+    for (WriteJob& j : writes_) {
+      if (j.kind == Kind::kSwap && j.remove) {
+        keep.push_back(std::move(j));
+      } else if (j.kind == Kind::kSwap) {
+        swap_done_.push_back(SwapResult{j.hash, false, false, {}, 0, 0, "the disk tier is disabled: " + why});
+      } else {
+        ++stats_.writes_dropped;
+      }
+    }
+    writes_.swap(keep);
+    queued_.clear();
+    queued_bytes_ = 0;
+    if (!swap_done_.empty()) fn = on_done_;
+  }
   cv_space_.notify_all();
+  if (fn) fn();
 }
 
 bool KvDiskTier::has(Key key) const {
@@ -157,7 +179,20 @@ void KvDiskTier::writer_loop() {
       writes_.pop_front();
       writing_ = true;
     }
-    if (enabled()) write_one(job);
+    std::function<void()> fn;
+    if (job.kind == Kind::kSwap) {
+      if (job.remove) {
+        ::unlink(swap_path(job.hash).c_str());
+      } else {
+        SwapResult r = enabled() ? write_swap(job)
+                                 : SwapResult{job.hash, false, false, {}, 0, 0, "the disk tier is disabled"};
+        std::lock_guard<std::mutex> lock(mu_);
+        swap_done_.push_back(std::move(r));
+        fn = on_done_;
+      }
+    } else if (enabled()) {
+      write_one(job);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
@@ -165,6 +200,7 @@ void KvDiskTier::writer_loop() {
       queued_bytes_ -= std::min<uint64_t>(queued_bytes_, job.payload.size());
     }
     cv_space_.notify_all();
+    if (fn) fn();
   }
 }
 
@@ -238,10 +274,22 @@ void KvDiskTier::reader_loop() {
       job = std::move(reads_.front());
       reads_.pop_front();
     }
-    ReadResult r = read_one(job);
     std::function<void()> fn;
+    if (job.swap_bytes > 0) {
+      SwapResult r = read_swap(job);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (r.ok) note_read_speed(r.bytes, r.seconds);
+        swap_done_.push_back(std::move(r));
+        fn = on_done_;
+      }
+      if (fn) fn();
+      continue;
+    }
+    ReadResult r = read_one(job);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      note_read_speed(r.bytes, r.seconds);
       ++stats_.reads;
       stats_.read_seconds += r.seconds;
       stats_.files_read += r.items.size();

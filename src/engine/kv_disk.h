@@ -12,6 +12,17 @@
 // `hearth_kv_disk_disabled` metric: serving goes on from memory. The write queue is
 // bounded (bytes): a write that does not fit is dropped and counted, never waited for
 // (except by put(), which the shutdown flush uses).
+//
+// Swap files (kv_disk_swap.cpp): preempted sequences whose KV the host swap space cannot
+// hold may be swapped to disk instead (engine/serve_engine_swap_disk.cpp). Such a file is
+// private to its sequence: it lives in DIR/<fingerprint>/swap-<pid>-<n>/ (n: this
+// process's tiers in order), named by the
+// sequence's id, outside the index (no prefix lookup finds it, the budget's LRU never
+// removes it), and it is removed when read back or dropped; at start the folders of
+// processes that no longer run are removed (a crash's leftovers), at the end this one's.
+// The same threads write and read them (the same queue, the same failure policy), and
+// every swap write or read ends with exactly one SwapResult, also when it failed or was
+// dropped by a disabled tier: the engine then recomputes that sequence.
 #pragma once
 
 #include <atomic>
@@ -46,6 +57,7 @@ struct WriteJob {
   uint64_t hash = 0, parent_hash = 0;
   std::vector<int32_t> tokens;
   std::vector<uint8_t> payload;
+  bool remove = false;  // kSwap only: remove the swap file of sequence `hash` instead
 };
 
 // One file a reader should bring back; block is its index in ReadJob::tokens' blocks.
@@ -59,6 +71,18 @@ struct ReadJob {
   uint64_t seq_id = 0;
   std::vector<int32_t> tokens;  // the prompt's full blocks up to the last item's
   std::vector<ReadItem> items;  // KV items in block order, then at most one state item
+  uint64_t swap_bytes = 0;      // > 0: read the swap file of seq_id (this payload, these tokens)
+};
+
+// A swap file written or read back (or failed).
+struct SwapResult {
+  uint64_t id = 0;
+  bool read = false;              // a read (else a write)
+  bool ok = false;
+  std::vector<uint8_t> payload;   // a read's payload, checked
+  uint64_t bytes = 0;             // the file's bytes
+  double seconds = 0;
+  std::string why;                // a failure's reason
 };
 
 // What came back: the items read and checked (KV items stop at the first that failed:
@@ -123,6 +147,22 @@ class KvDiskTier {
   // Disables the tier: `why` is logged once.
   void disable(const std::string& why);
 
+  // Swap files (see the top). swap_room: whether a write of `bytes` would be queued now.
+  // swap_write queues the file of sequence `id` (tokens: its positions' tokens, checked on
+  // the way back); false (nothing queued, no result to come) when disabled or the queue is
+  // full. swap_read asks for it back (payload_bytes expected); the file is removed after.
+  // swap_remove drops it (a queued write is taken back; else the writer removes the file).
+  bool swap_room(uint64_t bytes) const;
+  bool swap_write(uint64_t id, std::vector<int32_t> tokens, std::vector<uint8_t> payload);
+  void swap_read(uint64_t id, std::vector<int32_t> tokens, uint64_t payload_bytes);
+  void swap_remove(uint64_t id);
+  std::vector<SwapResult> take_swap_done();
+  std::string swap_path(uint64_t id) const;
+  const std::string& swap_folder() const { return swap_folder_; }
+  // The measured read throughput (bytes/s) of this tier's reads, prefix and swap files
+  // (a moving average over read jobs; 0: nothing read yet).
+  double read_bytes_per_s() const;
+
  private:
   void writer_loop();
   void reader_loop();
@@ -132,6 +172,11 @@ class KvDiskTier {
   bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::vector<uint8_t>& out);
   void remove_file(Key key, const std::string& why);
   std::string path_of(Key key) const;
+  // Swap files (kv_disk_swap.cpp).
+  void init_swap_folder();
+  SwapResult write_swap(const WriteJob& job);
+  SwapResult read_swap(const ReadJob& job);
+  void note_read_speed(uint64_t bytes, double seconds);  // mu_ held
 
   DiskConfig config_;
   std::string folder_;
@@ -149,6 +194,9 @@ class KvDiskTier {
   std::function<void()> on_done_;
   bool stop_ = false;
   DiskStats stats_;
+  std::string swap_folder_;           // "" when it could not be made (no disk swapping)
+  std::vector<SwapResult> swap_done_;
+  double read_bps_ = 0;
 
   std::thread writer_, reader_;
 };

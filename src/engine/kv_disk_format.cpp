@@ -44,7 +44,9 @@ std::span<const uint8_t> token_bytes(std::span<const int32_t> tokens) {
 
 }  // namespace
 
-const char* kind_suffix(Kind kind) { return kind == Kind::kKv ? ".kv" : ".st"; }
+const char* kind_suffix(Kind kind) {
+  return kind == Kind::kKv ? ".kv" : kind == Kind::kState ? ".st" : ".swap";
+}
 
 uint32_t crc32_of(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   uint32_t crc = static_cast<uint32_t>(::crc32(0L, Z_NULL, 0));

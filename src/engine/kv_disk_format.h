@@ -27,8 +27,11 @@ namespace hearth::engine::kvdisk {
 constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = 64;
 
-enum class Kind : uint32_t { kKv = 1, kState = 2 };
-const char* kind_suffix(Kind kind);  // ".kv" / ".st"
+// kSwap: a preempted sequence's swap file (engine/kv_disk.h): its tokens, then its KV
+// blocks and (hybrid models) its live state; the hash field holds the sequence's id, the
+// parent hash its position count. Never a prefix file (parse_name refuses the name).
+enum class Kind : uint32_t { kKv = 1, kState = 2, kSwap = 3 };
+const char* kind_suffix(Kind kind);  // ".kv" / ".st" / ".swap"
 
 struct Header {
   Kind kind = Kind::kKv;

@@ -221,7 +221,9 @@ StepPlan Scheduler::plan() {
     mids.clear();
     if (seq.swapped) {
       int64_t n = 0;
-      if (!admit_swapped(seq, prefill_budget, plan, mids, n)) break;  // waits for blocks, keeping arrival order
+      const SwapAdmit a = admit_swapped(seq, prefill_budget, plan, mids, n);
+      if (a == SwapAdmit::kWait) break;     // waits for blocks, keeping arrival order
+      if (a == SwapAdmit::kGated) continue;  // its copy comes back from disk meanwhile
       seq.order = next_order_++;
       prefill_budget -= n;
       running_.push_back(std::move(*wit));
@@ -280,7 +282,8 @@ StepPlan Scheduler::plan() {
   return plan;
 }
 
-bool Scheduler::admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std::vector<int32_t>& mids, int64_t& n) {
+Scheduler::SwapAdmit Scheduler::admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std::vector<int32_t>& mids,
+                                               int64_t& n) {
   const int64_t bs = blocks_.block_size();
   const int64_t np = seq.swap_n_past;
   // Its full blocks still cached in memory are taken as they are (no copy); the rest
@@ -293,10 +296,23 @@ bool Scheduler::admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std:
   seq.kv.n_past = np;
   const bool decoding = seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
   n = decoding ? 1 : cut_chunk(seq, std::min<int64_t>(seq.pending(), budget), mids);
+  if (swap_ready_) {
+    // Its copy is asked for only once its blocks are there (counted, not yet taken: a
+    // gated sequence must not evict cached blocks for nothing).
+    const int64_t need = (np + n + bs - 1) / bs - static_cast<int64_t>(seq.kv.blocks.size());
+    const bool room = blocks_.n_free() >= need;
+    if (!room || !swap_ready_(seq)) {
+      release_all(seq);
+      mids.clear();
+      if (!room) return SwapAdmit::kWait;
+      if (seq.swapped) seq.gated = true;  // (else: the engine gave up its copy; admitted to recompute)
+      return SwapAdmit::kGated;
+    }
+  }
   if (!ensure_blocks(seq, np + n)) {
     release_all(seq);
     mids.clear();
-    return false;
+    return SwapAdmit::kWait;
   }
   if (config_.recurrent) {
     seq.kv.state_slot = free_live_.back();
@@ -310,7 +326,7 @@ bool Scheduler::admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std:
   c.blocks.assign(seq.kv.blocks.begin() + first, seq.kv.blocks.begin() + (np + bs - 1) / bs);
   plan.swap_in.push_back(std::move(c));
   seq.swapped = false;
-  return true;
+  return SwapAdmit::kAdmitted;
 }
 
 std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {

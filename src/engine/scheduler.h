@@ -37,6 +37,9 @@
 // to copy out (before anything writes over them), and its re-admission allocates blocks
 // again (taking the full blocks still cached in memory as they are) and lists in
 // StepPlan::swap_in those to copy back, after which it goes on from the same position.
+// With a readiness check (set_swap_ready: the engine's copy may be on disk), a swapped
+// sequence whose blocks would be there is first asked about: not ready, it is gated
+// (passed over, keeping its place) until the engine has read its copy back.
 #pragma once
 
 #include <cstdint>
@@ -167,6 +170,11 @@ class Scheduler {
   // (the engine has reserved the room), false to recompute it. None: always recompute.
   using SwapPolicy = std::function<bool(const SeqSlot&)>;
   void set_swap_policy(SwapPolicy policy) { swap_policy_ = std::move(policy); }
+  // Asked when a swapped-out sequence could be re-admitted (its blocks are free): true
+  // when its swapped copy is in host memory; false gates it (the engine clears the gate
+  // when the copy is back, or clears `swapped` to have it recomputed). None: always ready.
+  using SwapReady = std::function<bool(SeqSlot&)>;
+  void set_swap_ready(SwapReady ready) { swap_ready_ = std::move(ready); }
 
  private:
   bool ensure_blocks(SeqSlot& seq, int64_t n_positions);
@@ -174,8 +182,10 @@ class Scheduler {
   void preempt(size_t running_index, StepPlan& plan);
   // Admission of a swapped-out sequence: blocks for its swapped positions and its next
   // chunk (n tokens, at most budget; inside snapshot points in mids), the swap_in copy added to plan.
-  // False (nothing held) when the blocks are not there.
-  bool admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std::vector<int32_t>& mids, int64_t& n);
+  // kWait (nothing held) when the blocks are not there; kGated (nothing held) when the
+  // swap_ready check said its copy is not in memory yet.
+  enum class SwapAdmit { kAdmitted, kWait, kGated };
+  SwapAdmit admit_swapped(SeqSlot& seq, int64_t budget, StepPlan& plan, std::vector<int32_t>& mids, int64_t& n);
   // The chunk of at most n tokens from kv.n_past, cut at the snapshot point after the
   // ones it takes inside (appended to mids, absolute positions).
   int64_t cut_chunk(const SeqSlot& seq, int64_t n, std::vector<int32_t>& mids) const;
@@ -202,6 +212,7 @@ class Scheduler {
   std::list<int32_t> snap_lru_;      // held snapshot slots, least recently used first
   std::vector<int32_t> step_snaps_;  // slots planned for inside snapshots, until commit()
   SwapPolicy swap_policy_;
+  SwapReady swap_ready_;
 };
 
 }  // namespace hearth::engine

@@ -229,6 +229,7 @@ void ServeEngine::loop() {
       take_incoming();
       encode_slice();
       disk_install();
+      swap_poll();
       drop_cancelled();
       const auto t_step = Clock::now();
       step();
@@ -629,7 +630,7 @@ void ServeEngine::publish_counts() {
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
   stats_.kv_swap = swap_stats_;
-  stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out;
+  stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out + swap_stats_.disk_fallbacks;
 }
 
 void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, double draw_u,

@@ -58,6 +58,10 @@ struct EngineConfig {
   // Host swap space of preempted sequences (--kv-swap-bytes; 0: off, every preempted
   // sequence is recomputed). See serve_engine_swap.cpp.
   uint64_t kv_swap_bytes = 0;
+  // Disk space of preempted sequences that the host swap space cannot hold (needs
+  // kv_disk_dir; 0: off). A share of kv_disk_bytes: the prefix files get the rest. See
+  // serve_engine_swap_disk.cpp.
+  uint64_t kv_swap_disk_bytes = 0;
 };
 
 // Hooks for metrics, called on the engine thread.
@@ -86,6 +90,16 @@ struct SwapStats {
   // The estimates the decision uses: copy bandwidth (bytes/s, out or in) and prefill speed
   // (tokens/s), both measured (0: not yet).
   double copy_bytes_per_s = 0, prefill_tokens_per_s = 0;
+  // The disk level (kv_swap_disk_bytes): preempted sequences that did not fit the host
+  // swap space, swapped to the KV disk tier's folder. disk_out and disk_in are part of
+  // swapped_out and swapped_in; disk_fallbacks are disk swaps that ended recomputed (a
+  // failed write or read, a corrupt file), counted in recomputed too.
+  uint64_t disk_out = 0, disk_in = 0;
+  uint64_t disk_bytes_out = 0, disk_bytes_in = 0;  // swap files' bytes written, read back
+  uint64_t disk_fallbacks = 0;
+  uint64_t disk_bytes_held = 0;    // reserved on disk now
+  uint64_t disk_capacity = 0;      // kv_swap_disk_bytes (0: no disk level)
+  double disk_read_bytes_per_s = 0;  // the tier's measured read throughput the decision uses
   // Adds another engine's counters (the estimates are not added: the largest is kept).
   void add(const SwapStats& o);
 };
@@ -94,6 +108,11 @@ struct SwapStats {
 // against prefilling n_tokens again at prefill_tokens_per_s. An unmeasured bandwidth (0)
 // counts as free, an unmeasured prefill speed as infinitely slow.
 bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double prefill_tokens_per_s);
+// The same for a swap to disk: the copies out and in, plus reading the file back at
+// read_bytes_per_s while the sequence waits (the write is the tier's writer thread's: no
+// step waits for it). Unmeasured speeds count as above (a read not yet measured: free).
+bool disk_swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double read_bytes_per_s,
+                          double prefill_tokens_per_s);
 
 struct EngineStats {
   int32_t running = 0;
@@ -235,10 +254,25 @@ class ServeEngine {
   // Measured speeds: a forward pass of n_tokens took seconds; a copy of bytes took seconds.
   void note_forward(int32_t n_tokens, double seconds);
   void note_copy(uint64_t bytes, double seconds);
+  // The disk level (serve_engine_swap_disk.cpp).
+  void swap_disk_init();
+  enum class DiskSwap { kNoRoom, kRecomputeCheaper, kSwap };
+  DiskSwap swap_disk_decide(const SeqSlot& seq, uint64_t bytes, double prefill_tps);  // reserves when kSwap
+  bool swap_ready(SeqSlot& seq);  // the scheduler's readiness check
+  void swap_disk_out(uint64_t id, std::vector<uint8_t> payload, int64_t n_past);
+  void swap_disk_read(uint64_t id);
+  void swap_poll();  // the disk level's finished writes and reads (engine loop)
+  void swap_fallback(uint64_t id, const std::string& why);  // a disk swap ends recomputed
   struct SwapEntry {
     std::vector<uint8_t> kv;     // its blocks 0 .. in order, block_bytes_ each
     std::vector<uint8_t> state;  // hybrid models: the live state at swap_n_past
     uint64_t bytes = 0;          // reserved (swap_bytes)
+    // The disk level: where the copy is (kRam: kv and state hold it); resume: the
+    // scheduler wants it back (read it as soon as it is written).
+    enum class Stage { kRam, kWriting, kOnDisk, kReading } stage = Stage::kRam;
+    bool disk = false;
+    bool resume = false;
+    int64_t n_past = 0;
   };
   std::unordered_map<uint64_t, SwapEntry> swap_;
   SwapStats swap_stats_;

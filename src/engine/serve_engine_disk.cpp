@@ -64,9 +64,15 @@ void ServeEngine::disk_init() {
   fp.block_size = config_.block_size;
   fp.kv_block_bytes = block_bytes;
   fp.state_bytes = scheduler_.config().recurrent ? model::KvPool::bytes_per_state(hp) : 0;
+  // The swap share of the budget (serve_engine_swap_disk.cpp) is not the prefix files'.
+  if (config_.kv_swap_disk_bytes >= config_.kv_disk_bytes) {
+    fail(ErrorKind::kInvalidInput, "kv-disk",
+         "the disk swap share (" + std::to_string(config_.kv_swap_disk_bytes) + " bytes) must be smaller than the " +
+             "disk budget (" + std::to_string(config_.kv_disk_bytes) + " bytes)");
+  }
   kvdisk::DiskConfig dc;
   dc.dir = config_.kv_disk_dir;
-  dc.budget_bytes = config_.kv_disk_bytes;
+  dc.budget_bytes = config_.kv_disk_bytes - config_.kv_swap_disk_bytes;
   dc.fingerprint = kvdisk::fingerprint(fp);
   dc.description = kvdisk::describe(fp, config_.kv_disk_model_name);
   dc.block_size = static_cast<uint32_t>(config_.block_size);

@@ -12,7 +12,8 @@
 // recomputing n_past tokens; also only while the swap space has room for it. Otherwise
 // the sequence is recomputed (the scheduler's original path). The copies reuse the disk
 // tier's block I/O (Backend::copy_to_host / copy_from_host on views of the pool), so
-// every back-end and KV type works alike.
+// every back-end and KV type works alike. A sequence the swap space has no room for may
+// go to disk instead (--kv-disk with a swap share: serve_engine_swap_disk.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +48,16 @@ bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, 
   return copy_s < recompute_s;
 }
 
+bool disk_swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double read_bytes_per_s,
+                          double prefill_tokens_per_s) {
+  const auto b = static_cast<double>(bytes);
+  const double copy_s = copy_bytes_per_s > 0 ? 2.0 * b / copy_bytes_per_s : 0.0;
+  const double read_s = read_bytes_per_s > 0 ? b / read_bytes_per_s : 0.0;
+  const double recompute_s = prefill_tokens_per_s > 0 ? static_cast<double>(n_tokens) / prefill_tokens_per_s
+                                                      : std::numeric_limits<double>::infinity();
+  return copy_s + read_s < recompute_s;
+}
+
 void SwapStats::add(const SwapStats& o) {
   swapped_out += o.swapped_out;
   swapped_in += o.swapped_in;
@@ -60,10 +71,19 @@ void SwapStats::add(const SwapStats& o) {
   seconds += o.seconds;
   copy_bytes_per_s = std::max(copy_bytes_per_s, o.copy_bytes_per_s);
   prefill_tokens_per_s = std::max(prefill_tokens_per_s, o.prefill_tokens_per_s);
+  disk_out += o.disk_out;
+  disk_in += o.disk_in;
+  disk_bytes_out += o.disk_bytes_out;
+  disk_bytes_in += o.disk_bytes_in;
+  disk_fallbacks += o.disk_fallbacks;
+  disk_bytes_held += o.disk_bytes_held;
+  disk_capacity += o.disk_capacity;
+  disk_read_bytes_per_s = std::max(disk_read_bytes_per_s, o.disk_read_bytes_per_s);
 }
 
 void ServeEngine::swap_init() {
-  if (config_.kv_swap_bytes == 0) return;
+  swap_disk_init();
+  if (config_.kv_swap_bytes == 0 && swap_stats_.disk_capacity == 0) return;
   if (!init_block_copy()) {
     std::fprintf(stderr, "hearth: kv-swap: a KV block of this model is not whole floats per layer; swapping is off\n");
     return;
@@ -107,12 +127,22 @@ void ServeEngine::note_copy(uint64_t bytes, double seconds) {
 
 bool ServeEngine::swap_decide(const SeqSlot& seq) {
   const uint64_t bytes = swap_bytes(seq.kv.n_past);
+  const double tps = swap_stats_.prefill_tokens_per_s > 0 ? swap_stats_.prefill_tokens_per_s : small_step_tps_;
   if (swap_stats_.bytes_held + bytes > swap_stats_.capacity) {
+    // No room in host memory: to disk, if there is room there and reading it back is cheaper.
+    switch (swap_disk_decide(seq, bytes, tps)) {
+      case DiskSwap::kSwap:
+        return true;
+      case DiskSwap::kRecomputeCheaper:
+        ++swap_stats_.recompute_cheaper;
+        return false;
+      case DiskSwap::kNoRoom:
+        break;
+    }
     ++swap_stats_.recompute_no_room;
     return false;
   }
   // Copy out now and back in at re-admission, against prefilling n_past tokens again.
-  const double tps = swap_stats_.prefill_tokens_per_s > 0 ? swap_stats_.prefill_tokens_per_s : small_step_tps_;
   if (!swap_is_cheaper(bytes, seq.kv.n_past, swap_stats_.copy_bytes_per_s, tps)) {
     ++swap_stats_.recompute_cheaper;
     return false;
@@ -124,25 +154,38 @@ bool ServeEngine::swap_decide(const SeqSlot& seq) {
 void ServeEngine::swap_out(const StepPlan& plan) {
   for (const SwapCopy& c : plan.swap_out) {
     const auto t0 = Clock::now();
-    SwapEntry e;
+    auto found = swap_.find(c.seq);
+    const bool to_disk = found != swap_.end() && found->second.disk;  // reserved on disk by swap_decide
+    SwapEntry fresh;
+    SwapEntry& e = to_disk ? found->second : fresh;
     e.bytes = swap_bytes(c.n_past);
-    e.kv.resize(c.blocks.size() * block_bytes_);
+    e.n_past = c.n_past;
+    // To disk: one buffer, the blocks then the state, handed to the writer as it is.
+    std::vector<uint8_t> state;
+    if (c.state_slot >= 0) read_state(c.state_slot, state);
+    e.kv.resize(c.blocks.size() * block_bytes_ + (to_disk ? state.size() : 0));
     for (size_t i = 0; i < c.blocks.size(); ++i) read_block_to(c.blocks[i], e.kv.data() + i * block_bytes_);
-    if (c.state_slot >= 0) read_state(c.state_slot, e.state);
-    const uint64_t moved = e.kv.size() + e.state.size();
+    const uint64_t moved = c.blocks.size() * block_bytes_ + state.size();
     const double s = seconds_since(t0);
     note_copy(moved, s);
     swap_stats_.seconds += s;
+    if (to_disk) {
+      std::copy(state.begin(), state.end(), e.kv.begin() + static_cast<std::ptrdiff_t>(c.blocks.size() * block_bytes_));
+      swap_disk_out(c.seq, std::move(e.kv), c.n_past);
+      e.kv = {};
+      continue;
+    }
+    e.state = std::move(state);
     swap_stats_.bytes_out += moved;
     ++swap_stats_.swapped_out;
-    swap_[c.seq] = std::move(e);
+    swap_[c.seq] = std::move(fresh);
   }
 }
 
 void ServeEngine::swap_in(const StepPlan& plan) {
   for (const SwapCopy& c : plan.swap_in) {
     auto it = swap_.find(c.seq);
-    if (it == swap_.end()) {
+    if (it == swap_.end() || it->second.stage != SwapEntry::Stage::kRam) {
       fail(ErrorKind::kInternal, "kv-swap", "sequence " + std::to_string(c.seq) + " has nothing in the swap space");
     }
     const auto t0 = Clock::now();
@@ -161,7 +204,7 @@ void ServeEngine::swap_in(const StepPlan& plan) {
     swap_stats_.seconds += s;
     swap_stats_.bytes_in += moved;
     ++swap_stats_.swapped_in;
-    swap_stats_.bytes_held -= e.bytes;
+    (e.disk ? swap_stats_.disk_bytes_held : swap_stats_.bytes_held) -= e.bytes;
     swap_.erase(it);
   }
 }
@@ -169,7 +212,15 @@ void ServeEngine::swap_in(const StepPlan& plan) {
 void ServeEngine::swap_drop(uint64_t id) {
   auto it = swap_.find(id);
   if (it == swap_.end()) return;
-  swap_stats_.bytes_held -= it->second.bytes;
+  const SwapEntry& e = it->second;
+  if (e.disk) {
+    swap_stats_.disk_bytes_held -= e.bytes;
+    // A file written, being written or read (the reader removes what it read; the
+    // writer what is left); a write still queued is taken back.
+    if (e.stage != SwapEntry::Stage::kRam && disk_) disk_->swap_remove(id);
+  } else {
+    swap_stats_.bytes_held -= e.bytes;
+  }
   swap_.erase(it);
 }
 

@@ -393,6 +393,14 @@ struct HttpServer::Impl {
     metrics.kv_swap_capacity.set(static_cast<double>(w.capacity));
     metrics.kv_swap_bandwidth.set(w.copy_bytes_per_s);
     metrics.kv_swap_prefill_speed.set(w.prefill_tokens_per_s);
+    advance(metrics.kv_swap_disk_out, w.disk_out, seen_swap.disk_out);
+    advance(metrics.kv_swap_disk_in, w.disk_in, seen_swap.disk_in);
+    advance(metrics.kv_swap_disk_out_bytes, w.disk_bytes_out, seen_swap.disk_bytes_out);
+    advance(metrics.kv_swap_disk_in_bytes, w.disk_bytes_in, seen_swap.disk_bytes_in);
+    advance(metrics.kv_swap_disk_fallbacks, w.disk_fallbacks, seen_swap.disk_fallbacks);
+    metrics.kv_swap_disk_bytes.set(static_cast<double>(w.disk_bytes_held));
+    metrics.kv_swap_disk_capacity.set(static_cast<double>(w.disk_capacity));
+    metrics.kv_swap_disk_read_speed.set(w.disk_read_bytes_per_s);
     if (model_metrics.empty()) return;
     const std::vector<ModelStatus> st = models.status();
     for (size_t i = 0; i < st.size() && i < model_metrics.size(); ++i) model_metrics[i]->update(st[i]);

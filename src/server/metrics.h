@@ -156,6 +156,15 @@ struct ServerMetrics {
   Gauge& kv_swap_capacity;          // hearth_kv_swap_capacity_bytes: --kv-swap-bytes
   Gauge& kv_swap_bandwidth;         // hearth_kv_swap_copy_bytes_per_second: measured (the decision's estimate)
   Gauge& kv_swap_prefill_speed;     // hearth_kv_swap_prefill_tokens_per_second: measured (likewise)
+  // The disk level of swapping (--kv-swap-disk-bytes, with --kv-disk): a part of the above.
+  Counter& kv_swap_disk_out;        // hearth_kv_swap_disk_out_total: swapped out to disk
+  Counter& kv_swap_disk_in;         // hearth_kv_swap_disk_in_total: read back from disk
+  Counter& kv_swap_disk_out_bytes;  // hearth_kv_swap_disk_out_bytes_total: swap files' bytes written
+  Counter& kv_swap_disk_in_bytes;   // hearth_kv_swap_disk_in_bytes_total: ... read back
+  Counter& kv_swap_disk_fallbacks;  // hearth_kv_swap_disk_fallbacks_total: disk swaps recomputed (I/O error, corrupt)
+  Gauge& kv_swap_disk_bytes;        // hearth_kv_swap_disk_bytes: reserved on disk now
+  Gauge& kv_swap_disk_capacity;     // hearth_kv_swap_disk_capacity_bytes: --kv-swap-disk-bytes
+  Gauge& kv_swap_disk_read_speed;   // hearth_kv_swap_disk_read_bytes_per_second: measured (the decision's)
   Histogram& batch_size;           // hearth_batch_size: sequences per engine step
   Histogram& batch_tokens;         // hearth_batch_tokens: tokens per engine step
   // hearth_sampled_tokens_total: tokens generated, counted as each is sampled (the

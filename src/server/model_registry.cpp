@@ -369,6 +369,8 @@ void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index
     // Gauges and estimates go with the engine; its counters stay in the totals.
     e.retired.kv_swap.bytes_held = e.retired.kv_swap.capacity = 0;
     e.retired.kv_swap.copy_bytes_per_s = e.retired.kv_swap.prefill_tokens_per_s = 0;
+    e.retired.kv_swap.disk_bytes_held = e.retired.kv_swap.disk_capacity = 0;
+    e.retired.kv_swap.disk_read_bytes_per_s = 0;
     e.retired.prefix_query_tokens += s.prefix_query_tokens;
     e.retired.prefix_hit_tokens += s.prefix_hit_tokens;
   }

@@ -186,7 +186,11 @@ json StatusRoute::status(double window_s) {
                       {"swapped_in", count(m_.kv_swap_in.value())},
                       {"recomputed", count(m_.kv_preempt_recomputed.value())},
                       {"bytes", count(m_.kv_swap_bytes.value())},
-                      {"capacity_bytes", count(m_.kv_swap_capacity.value())}};
+                      {"capacity_bytes", count(m_.kv_swap_capacity.value())},
+                      {"disk_out", count(m_.kv_swap_disk_out.value())},
+                      {"disk_in", count(m_.kv_swap_disk_in.value())},
+                      {"disk_fallbacks", count(m_.kv_swap_disk_fallbacks.value())},
+                      {"disk_bytes", count(m_.kv_swap_disk_bytes.value())}};
 
   json pc;
   pc["query_tokens"] = count(now.prefix_queries);

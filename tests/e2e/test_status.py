@@ -80,7 +80,8 @@ def test_fields_and_types(server):
     assert kv["blocks_used"] + kv["blocks_cached"] + kv["blocks_free"] == kv["blocks_total"] > 0
     assert s["kv_disk"] == {"blocks": 0, "snapshots": 0, "bytes": 0, "hit_tokens": 0, "disabled": False}
     sw = s["kv_swap"]
-    assert set(sw) == {"swapped_out", "swapped_in", "recomputed", "bytes", "capacity_bytes"}
+    assert set(sw) == {"swapped_out", "swapped_in", "recomputed", "bytes", "capacity_bytes", "disk_out", "disk_in",
+                       "disk_fallbacks", "disk_bytes"}
     assert all(is_count(v) for v in sw.values()) and sw["capacity_bytes"] > 0
     pc = s["prefix_cache"]
     assert set(pc) == {"query_tokens", "hit_tokens", "hit_rate", "recent_hit_rate"}

@@ -305,6 +305,133 @@ TEST(KvDiskTier, AFullQueueDropsWritesAndAnUnwritableFolderDisablesTheTier) {
   EXPECT_FALSE(tier.offer(WriteJob{Kind::kKv, 99, 0, tokens_of(1), payload_of(1, 16)}));
 }
 
+// Swap files of preempted sequences (kv_disk_swap.cpp): written by the writer, read back
+// bit for bit by the reader and removed; private (outside the index, in this process's
+// own folder); a corrupt file or one of other tokens is refused; a dead process's folder
+// is removed at start, this one's at the end.
+SwapResult swap_result(KvDiskTier& tier) {
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<SwapResult> done = tier.take_swap_done();
+    if (!done.empty()) {
+      EXPECT_EQ(done.size(), 1u);
+      return std::move(done[0]);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ADD_FAILURE() << "no swap result";
+  return {};
+}
+
+TEST(KvDiskSwap, SwapFilesRoundTripStayPrivateAndBadOnesAreRefused) {
+  TempDir dir;
+  const fs::path folder = dir.path() / hex64(0xfeed);
+  // A crashed run's leftovers (no process has this id: above any pid_max).
+  fs::create_directories(folder / "swap-999999999");
+  write_all(folder / "swap-999999999" / file_name(1, Kind::kSwap), {1, 2, 3});
+  // And one of a process that runs (this one, under another tier's number): kept.
+  fs::create_directories(folder / ("swap-" + std::to_string(::getpid()) + "-999"));
+  fs::path mine;
+  {
+    KvDiskTier tier(config_in(dir.path()));
+    EXPECT_FALSE(fs::exists(folder / "swap-999999999"));
+    EXPECT_TRUE(fs::exists(folder / ("swap-" + std::to_string(::getpid()) + "-999")));
+    mine = tier.swap_folder();
+    EXPECT_EQ(mine.parent_path(), folder);
+    EXPECT_EQ(mine.filename().string().rfind("swap-" + std::to_string(::getpid()) + "-", 0), 0u);
+    // A second tier on the same folder (another engine of the same model) has its own.
+    {
+      KvDiskTier other(config_in(dir.path()));
+      EXPECT_NE(other.swap_folder(), tier.swap_folder());
+    }
+    EXPECT_TRUE(fs::exists(mine));
+    const auto toks = tokens_of(7, 40);
+    const auto pay = payload_of(3, 10000);
+    EXPECT_EQ(tier.read_bytes_per_s(), 0.0);
+    ASSERT_TRUE(tier.swap_write(42, toks, pay));
+    SwapResult w = swap_result(tier);
+    EXPECT_TRUE(w.ok) << w.why;
+    EXPECT_FALSE(w.read);
+    EXPECT_EQ(w.id, 42u);
+    EXPECT_EQ(w.bytes, payload_offset(40) + pay.size());
+    EXPECT_TRUE(fs::exists(tier.swap_path(42)));
+    // Not a prefix file: not in the index, not in the counts.
+    EXPECT_FALSE(tier.on_disk({42, Kind::kKv}));
+    EXPECT_EQ(tier.stats().kv_files + tier.stats().state_files + tier.stats().bytes_on_disk, 0u);
+    tier.swap_read(42, toks, pay.size());
+    SwapResult r = swap_result(tier);
+    ASSERT_TRUE(r.ok) << r.why;
+    EXPECT_TRUE(r.read);
+    EXPECT_EQ(r.payload, pay);
+    EXPECT_FALSE(fs::exists(tier.swap_path(42)));  // read: removed
+    EXPECT_GT(tier.read_bytes_per_s(), 0.0);
+
+    // Corrupt after it was written: refused, removed.
+    ASSERT_TRUE(tier.swap_write(43, toks, pay));
+    ASSERT_TRUE(swap_result(tier).ok);
+    auto bytes = read_all(tier.swap_path(43));
+    bytes[bytes.size() / 2] ^= 0x40;
+    write_all(tier.swap_path(43), bytes);
+    tier.swap_read(43, toks, pay.size());
+    r = swap_result(tier);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.why.find("checksum mismatch (corrupt)"), std::string::npos) << r.why;
+    EXPECT_FALSE(fs::exists(tier.swap_path(43)));
+    EXPECT_EQ(tier.stats().files_rejected, 1u);
+    // Torn, and asked for with other tokens.
+    ASSERT_TRUE(tier.swap_write(44, toks, pay));
+    ASSERT_TRUE(swap_result(tier).ok);
+    tier.swap_read(44, tokens_of(8, 40), pay.size());
+    r = swap_result(tier);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.why.find("tokens differ"), std::string::npos) << r.why;
+    ASSERT_TRUE(tier.swap_write(45, toks, pay));
+    ASSERT_TRUE(swap_result(tier).ok);
+    bytes = read_all(tier.swap_path(45));
+    bytes.resize(bytes.size() - 100);
+    write_all(tier.swap_path(45), bytes);
+    tier.swap_read(45, toks, pay.size());
+    r = swap_result(tier);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.why.find("torn"), std::string::npos) << r.why;
+    // Gone (removed by hand): a miss, the tier stays on.
+    tier.swap_read(46, toks, pay.size());
+    r = swap_result(tier);
+    EXPECT_FALSE(r.ok);
+    EXPECT_TRUE(tier.enabled());
+    // Dropped once written: the writer removes it.
+    ASSERT_TRUE(tier.swap_write(47, toks, pay));
+    ASSERT_TRUE(swap_result(tier).ok);
+    tier.swap_remove(47);
+    tier.drain();
+    EXPECT_FALSE(fs::exists(tier.swap_path(47)));
+    EXPECT_FALSE(tier.stats().disabled);
+    // A leftover of this run stays until the end.
+    ASSERT_TRUE(tier.swap_write(48, toks, pay));
+    ASSERT_TRUE(swap_result(tier).ok);
+  }
+  EXPECT_FALSE(fs::exists(mine));  // this run's swap files end with it
+}
+
+TEST(KvDiskSwap, AFailedSwapWriteIsReportedAndDisablesTheTier) {
+  TempDir dir;
+  KvDiskTier tier(config_in(dir.path()));
+  // The swap folder turns into something no file can be made in.
+  fs::remove_all(tier.swap_folder());
+  write_all(tier.swap_folder(), {1, 2, 3});
+  ASSERT_TRUE(tier.swap_write(7, tokens_of(1, 16), payload_of(1, 100)));
+  const SwapResult w = swap_result(tier);
+  EXPECT_FALSE(w.ok);
+  EXPECT_EQ(w.id, 7u);
+  EXPECT_NE(w.why.find("cannot write"), std::string::npos) << w.why;
+  EXPECT_FALSE(tier.enabled());
+  EXPECT_FALSE(tier.swap_room(1));
+  EXPECT_FALSE(tier.swap_write(8, tokens_of(1, 16), payload_of(1, 100)));  // refused: no result to come
+  // A read of a disabled tier fails too (the engine then recomputes).
+  tier.swap_read(7, tokens_of(1, 16), 100);
+  EXPECT_FALSE(swap_result(tier).ok);
+  fs::remove(tier.swap_folder());
+}
+
 // The memory tier's side: an evicted block and a spilled snapshot are reported with what
 // the disk needs (hash, parent, tokens, slot); probe_prefix finds without taking.
 TEST(KvDiskSpill, EvictionsAndSpilledSnapshotsAreRecordedWhenOn) {

@@ -3,14 +3,18 @@
 // fixtures of tests/data/qwen35 (Gated DeltaNet state swapped with the KV). A KV pool
 // too small for the requests' decodes forces preemptions; each request's greedy tokens
 // must equal engine::generate alone (never preempted) whether its preemptions were
-// swapped or recomputed. A swapped sequence is not recomputed at all: the tokens the
+// swapped (to host memory or, past its room, to the KV disk tier's folder) or recomputed. A swapped sequence is not recomputed at all: the tokens the
 // forward passes ran add up to exactly each prompt plus the tokens fed back, where a
 // recomputing engine runs more. Also the decision's cost model (swap_is_cheaper) alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,9 +76,11 @@ struct EngineRun {
   int64_t fed_tokens = 0;  // each prompt, and each generated token that was fed back
 };
 
-EngineRun run(Loaded& l, const EngineConfig& cfg, const std::vector<std::vector<int32_t>>& prompts, int32_t n) {
+EngineRun run(Loaded& l, const EngineConfig& cfg, const std::vector<std::vector<int32_t>>& prompts, int32_t n,
+              const std::function<void()>& before_start = {}) {
   TokenCounter counter;
   ServeEngine engine(*l.model, l.tok, cfg, &counter);
+  if (before_start) before_start();
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (const auto& p : prompts) {
     GenRequest r;
@@ -148,6 +154,66 @@ TEST(SwapDecision, CopyTimeAgainstRecomputeTime) {
   EXPECT_TRUE(swap_is_cheaper(1'000'000, 1, 0, 0));
   EXPECT_TRUE(swap_is_cheaper(1'000'000, 1, 1e9, 0));
   EXPECT_FALSE(swap_is_cheaper(1'000'000, 0, 1e9, 1e3));      // nothing to recompute
+}
+
+TEST(SwapDecision, DiskReadTimeAgainstRecomputeTime) {
+  using hearth::engine::disk_swap_is_cheaper;
+  // 10 MB: 20 ms of copies at 1 GB/s, plus 100 ms read at 100 MB/s, against 100 tokens at
+  // 1,000 tokens/s (100 ms): recompute; at 1 GB/s reads (10 ms): swap.
+  EXPECT_FALSE(disk_swap_is_cheaper(10'000'000, 100, 1e9, 1e8, 1e3));
+  EXPECT_TRUE(disk_swap_is_cheaper(10'000'000, 100, 1e9, 1e9, 1e3));
+  // A slow disk loses where host memory would win.
+  EXPECT_TRUE(hearth::engine::swap_is_cheaper(10'000'000, 50, 1e9, 1e3));
+  EXPECT_FALSE(disk_swap_is_cheaper(10'000'000, 50, 1e9, 2e8, 1e3));  // 70 ms against 50 ms
+  // Nothing read yet: the read counts as free (the first swap measures it).
+  EXPECT_TRUE(disk_swap_is_cheaper(10'000'000, 100, 1e9, 0, 1e3));
+  EXPECT_FALSE(disk_swap_is_cheaper(1'000'000, 0, 1e9, 1e9, 1e3));  // nothing to recompute
+}
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("hearth_swap_test_" + std::to_string(::getpid()) + "_" +
+                                         std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+  // Files under the folder whose names end in `suffix`, and this process's swap folders.
+  size_t count(const std::string& suffix) const {
+    size_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(path_)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) ++n;
+    }
+    return n;
+  }
+  std::vector<fs::path> swap_folders() const {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::recursive_directory_iterator(path_)) {
+      if (e.path().filename().string().rfind("swap-", 0) == 0) out.push_back(e.path());
+    }
+    return out;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+// The disk level: host swap space of `ram` bytes (1: none fits), the KV disk tier in `dir`.
+EngineConfig with_disk(EngineConfig c, const TempDir& dir, uint64_t ram = 1) {
+  c.kv_swap_bytes = ram;
+  c.kv_disk_dir = dir.str();
+  c.kv_disk_bytes = 512u << 20;
+  c.kv_swap_disk_bytes = 256u << 20;
+  return c;
 }
 
 // ---------------------------------------------------------------- Llama family
@@ -290,6 +356,151 @@ TEST_F(SwapLlama, CancellingSwappedSequencesFreesTheirCopies) {
   engine.stop();
 }
 
+TEST_F(SwapLlama, DiskSwappedSequencesEqualSoloRunsWithoutRecompute) {
+  const uint64_t block4 = hearth::model::KvPool::bytes_per_block(loaded_->model->hparams(), ops::KvType::F32, 4);
+  struct Case {
+    ops::KvType kv;
+    uint64_t ram;  // host swap space: none, or about one sequence (the rest to disk)
+  };
+  for (const Case& k : {Case{ops::KvType::F32, 1}, Case{ops::KvType::Q8_0, 1}, Case{ops::KvType::F32, 5 * block4}}) {
+    const std::string what = std::string("disk swap, ") + ops::kv_type_name(k.kv) + ", host room " + std::to_string(k.ram);
+    TempDir dir;
+    const auto ps = prompts();
+    const EngineRun r = run(*loaded_, with_disk(tiny_pool(k.kv, 0), dir, k.ram), ps, kTokens);
+    expect_alone(*loaded_, r, ps, kTokens, k.kv, what);
+    const auto& sw = r.stats.kv_swap;
+    EXPECT_GT(r.stats.preemptions, 0u) << what;
+    EXPECT_EQ(sw.swapped_out, r.stats.preemptions) << what;
+    EXPECT_GT(sw.disk_out, 0u) << what;
+    if (k.ram == 1) {
+      EXPECT_EQ(sw.disk_out, sw.swapped_out) << what;
+    } else {
+      EXPECT_LT(sw.disk_out, sw.swapped_out) << what << ": host memory should have held some";
+    }
+    EXPECT_EQ(sw.disk_in, sw.disk_out) << what;
+    EXPECT_EQ(sw.swapped_in, sw.swapped_out) << what;
+    EXPECT_EQ(sw.disk_fallbacks, 0u) << what;
+    EXPECT_EQ(sw.recomputed, 0u) << what;
+    EXPECT_GT(sw.disk_bytes_out, 0u) << what;
+    EXPECT_EQ(sw.disk_bytes_in, sw.disk_bytes_out) << what;
+    EXPECT_EQ(sw.disk_bytes_held, 0u) << what;
+    EXPECT_EQ(sw.bytes_held, 0u) << what;
+    EXPECT_GT(sw.disk_read_bytes_per_s, 0.0) << what;
+    EXPECT_EQ(r.forward_tokens, r.fed_tokens) << what << ": nothing ran twice";
+    // Swap files never became prefix files, and none outlived the engine.
+    EXPECT_FALSE(r.stats.kv_disk_stats.disabled) << what;
+    EXPECT_EQ(dir.count(".swap"), 0u) << what;
+    EXPECT_TRUE(dir.swap_folders().empty()) << what;
+  }
+}
+
+TEST_F(SwapLlama, AFailingDiskSendsSwappedSequencesBackToRecompute) {
+  // The swap folder becomes a file once the engine has made it: every swap write fails,
+  // the tier turns off, and each sequence whose write failed is recomputed, exactly.
+  TempDir dir;
+  const auto ps = prompts();
+  const EngineRun r = run(*loaded_, with_disk(tiny_pool(ops::KvType::F32, 0), dir), ps, kTokens, [&] {
+    const auto folders = dir.swap_folders();
+    ASSERT_EQ(folders.size(), 1u);
+    fs::remove_all(folders[0]);
+    std::ofstream(folders[0]) << "not a folder";
+  });
+  expect_alone(*loaded_, r, ps, kTokens, ops::KvType::F32, "failing disk");
+  const auto& sw = r.stats.kv_swap;
+  EXPECT_GT(r.stats.preemptions, 0u);
+  EXPECT_GT(sw.disk_fallbacks, 0u);
+  EXPECT_EQ(sw.disk_fallbacks, sw.disk_out);
+  EXPECT_EQ(sw.disk_in, 0u);
+  EXPECT_EQ(sw.swapped_in, 0u);
+  EXPECT_EQ(sw.recomputed, r.stats.preemptions);
+  EXPECT_EQ(sw.disk_bytes_held, 0u);
+  EXPECT_TRUE(r.stats.kv_disk_stats.disabled);
+}
+
+TEST_F(SwapLlama, ACorruptSwapFileSendsItsSequenceBackToRecompute) {
+  // A watcher flips a byte in the middle of the first swap files that appear (after their
+  // rename: complete). Their sequences wait on disk for blocks for several steps, so the
+  // reader finds them damaged: refused, removed, and those sequences recomputed, exactly.
+  TempDir dir;
+  std::atomic<bool> stop{false};
+  std::atomic<int> corrupted{0};
+  std::thread watcher([&] {
+    std::vector<std::string> seen;
+    while (!stop.load() && corrupted.load() < 2) {
+      for (const auto& folder : dir.swap_folders()) {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(folder, ec)) {
+          const std::string p = e.path().string();
+          if (p.size() < 5 || p.compare(p.size() - 5, 5, ".swap") != 0) continue;
+          if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+          seen.push_back(p);
+          std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);  // never creates it
+          if (!f) continue;
+          f.seekg(0, std::ios::end);
+          const auto size = static_cast<std::streamoff>(f.tellg());
+          f.seekg(size / 2);
+          char c = 0;
+          f.read(&c, 1);
+          c = static_cast<char>(c ^ 0x5a);
+          f.seekp(size / 2);
+          f.write(&c, 1);
+          if (f) ++corrupted;
+        }
+      }
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  const auto ps = prompts();
+  const EngineRun r = run(*loaded_, with_disk(tiny_pool(ops::KvType::F32, 0), dir), ps, kTokens);
+  stop = true;
+  watcher.join();
+  ASSERT_GT(corrupted.load(), 0) << "no swap file was seen";
+  expect_alone(*loaded_, r, ps, kTokens, ops::KvType::F32, "corrupt swap files");
+  const auto& sw = r.stats.kv_swap;
+  EXPECT_GE(sw.disk_fallbacks, 1u);
+  EXPECT_EQ(sw.disk_fallbacks, r.stats.kv_disk_stats.files_rejected);
+  EXPECT_EQ(sw.disk_in + sw.disk_fallbacks, sw.disk_out);
+  EXPECT_EQ(sw.recomputed, sw.disk_fallbacks);
+  EXPECT_EQ(sw.disk_bytes_held, 0u);
+  EXPECT_FALSE(r.stats.kv_disk_stats.disabled) << "a bad file is that file's loss, not the folder's";
+}
+
+TEST_F(SwapLlama, CancellingDiskSwappedSequencesRemovesTheirFiles) {
+  TempDir dir;
+  ServeEngine engine(*loaded_->model, loaded_->tok, with_disk(tiny_pool(ops::KvType::F32, 0), dir));
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const auto& p : prompts()) {
+    GenRequest r;
+    r.prompt = p;
+    r.max_tokens = 30;
+    r.sampler.temperature = 0.0f;
+    chans.push_back(std::make_shared<RequestChannel>());
+    ASSERT_EQ(engine.submit(std::move(r), chans.back()), ServeEngine::Admit::kOk);
+  }
+  engine.start();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (engine.stats().kv_swap.disk_bytes_held == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GT(engine.stats().kv_swap.disk_bytes_held, 0u) << "no sequence was ever held on disk";
+  for (auto& c : chans) c->cancel();
+  for (auto& c : chans) {
+    std::vector<Delta> ds;
+    std::optional<Final> fin;
+    while (!fin && std::chrono::steady_clock::now() < deadline) c->wait(ds, fin, 5ms);
+    ASSERT_TRUE(fin.has_value());
+  }
+  // The files go on the writer thread, after the requests have ended.
+  for (int k = 0; k < 400; ++k) {
+    if (engine.stats().kv_swap.disk_bytes_held == 0 && dir.count(".swap") == 0) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(engine.stats().kv_swap.disk_bytes_held, 0u);
+  EXPECT_EQ(dir.count(".swap"), 0u);
+  EXPECT_EQ(dir.swap_folders().size(), 1u);  // (this engine's folder, until it ends)
+  engine.stop();
+}
+
 // ---------------------------------------------------------------- hybrid (Qwen3.5)
 
 const std::string kHybridDir = std::string(HEARTH_SOURCE_DIR) + "/tests/data/qwen35/";
@@ -332,6 +543,16 @@ TEST_P(SwapHybrid, SwappedSequencesEqualSoloRunsWithoutRecompute) {
   EXPECT_EQ(sw.swapped_in, sw.swapped_out);
   EXPECT_EQ(sw.bytes_held, 0u);
   EXPECT_EQ(r.forward_tokens, r.fed_tokens) << "a swapped sequence ran tokens again";
+
+  // The disk level: the KV blocks and the live state go to disk and come back.
+  TempDir dir;
+  const EngineRun rd = run(l, with_disk(hybrid_pool(0), dir), ps, kTokens);
+  expect_alone(l, rd, ps, kTokens, ops::KvType::F32, "disk swap " + GetParam());
+  EXPECT_GT(rd.stats.kv_swap.disk_out, 0u);
+  EXPECT_EQ(rd.stats.kv_swap.disk_out, rd.stats.preemptions);
+  EXPECT_EQ(rd.stats.kv_swap.disk_in, rd.stats.kv_swap.disk_out);
+  EXPECT_EQ(rd.stats.kv_swap.recomputed, 0u);
+  EXPECT_EQ(rd.forward_tokens, rd.fed_tokens) << "a disk-swapped sequence ran tokens again";
 
   const EngineRun rc = run(l, hybrid_pool(0), ps, kTokens);
   expect_alone(l, rc, ps, kTokens, ops::KvType::F32, "recompute " + GetParam());

@@ -150,6 +150,9 @@ TEST(ServerMetrics, ServerMetricSet) {
   m.kv_swap_out.inc(4);
   m.kv_swap_no_room.inc(1);
   m.kv_swap_bytes.set(4096);
+  m.kv_swap_disk_out.inc(3);
+  m.kv_swap_disk_fallbacks.inc(1);
+  m.kv_swap_disk_capacity.set(1 << 20);
   const std::string text = m.render();
   for (const char* line : {
            "# TYPE hearth_requests_running gauge",
@@ -192,6 +195,12 @@ TEST(ServerMetrics, ServerMetricSet) {
            "hearth_kv_swap_skipped_total{reason=\"no_room\"} 1",
            "hearth_kv_swap_skipped_total{reason=\"recompute_cheaper\"} 0",
            "hearth_kv_swap_bytes 4096",
+           "# TYPE hearth_kv_swap_disk_out_total counter",
+           "hearth_kv_swap_disk_out_total 3",
+           "hearth_kv_swap_disk_in_total 0",
+           "hearth_kv_swap_disk_fallbacks_total 1",
+           "# TYPE hearth_kv_swap_disk_bytes gauge",
+           "hearth_kv_swap_disk_capacity_bytes 1048576",
        }) {
     EXPECT_TRUE(has_line(text, line)) << "missing: " << line << "\n" << text;
   }
@@ -208,8 +217,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 41);
-  EXPECT_EQ(type, 41);
+  EXPECT_EQ(help, 49);
+  EXPECT_EQ(type, 49);
 }
 
 }  // namespace
