@@ -95,8 +95,14 @@ void ServeEngine::swap_init() {
   std::vector<uint8_t> buf(static_cast<size_t>(n) * block_bytes_);
   for (int pass = 0; pass < 2; ++pass) {
     const auto t0 = Clock::now();
-    for (BlockId b = 0; b < n; ++b) read_block_to(b, buf.data() + static_cast<size_t>(b) * block_bytes_);
-    for (BlockId b = 0; b < n; ++b) write_block_from(b, buf.data() + static_cast<size_t>(b) * block_bytes_);
+    std::vector<BlockId> ids;
+    std::vector<uint8_t*> at;
+    for (BlockId b = 0; b < n; ++b) {
+      ids.push_back(b);
+      at.push_back(buf.data() + static_cast<size_t>(b) * block_bytes_);
+    }
+    read_blocks_to(ids.data(), n, at.data());
+    write_blocks_from(ids.data(), n, at.data());
     const double s = seconds_since(t0);
     if (pass == 1 && s > 0) swap_stats_.copy_bytes_per_s = 2.0 * static_cast<double>(buf.size()) / s;
   }
@@ -164,7 +170,9 @@ void ServeEngine::swap_out(const StepPlan& plan) {
     std::vector<uint8_t> state;
     if (c.state_slot >= 0) read_state(c.state_slot, state);
     e.kv.resize(c.blocks.size() * block_bytes_ + (to_disk ? state.size() : 0));
-    for (size_t i = 0; i < c.blocks.size(); ++i) read_block_to(c.blocks[i], e.kv.data() + i * block_bytes_);
+    std::vector<uint8_t*> at;
+    for (size_t i = 0; i < c.blocks.size(); ++i) at.push_back(e.kv.data() + i * block_bytes_);
+    read_blocks_to(c.blocks.data(), static_cast<int64_t>(c.blocks.size()), at.data());  // one batch of copies
     const uint64_t moved = c.blocks.size() * block_bytes_ + state.size();
     const double s = seconds_since(t0);
     note_copy(moved, s);
@@ -191,10 +199,13 @@ void ServeEngine::swap_in(const StepPlan& plan) {
     const auto t0 = Clock::now();
     const SwapEntry& e = it->second;
     uint64_t moved = 0;
+    std::vector<uint8_t*> at;
     for (size_t i = 0; i < c.blocks.size(); ++i) {
-      write_block_from(c.blocks[i], e.kv.data() + (static_cast<size_t>(c.first) + i) * block_bytes_);
+      // (Only read: the ranges' host side is the source.)
+      at.push_back(const_cast<uint8_t*>(e.kv.data()) + (static_cast<size_t>(c.first) + i) * block_bytes_);
       moved += block_bytes_;
     }
+    write_blocks_from(c.blocks.data(), static_cast<int64_t>(c.blocks.size()), at.data());
     if (c.state_slot >= 0) {
       write_state(c.state_slot, e.state);
       moved += e.state.size();
