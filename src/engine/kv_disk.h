@@ -25,6 +25,7 @@
 // dropped by a disabled tier: the engine then recomputes that sequence.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -179,6 +180,8 @@ class KvDiskTier {
   void note_read_speed(uint64_t bytes, double seconds);  // mu_ held
 
   DiskConfig config_;
+  // Threads a prefix read job uses (read_one): half the cores, 1 to 8.
+  size_t read_threads_ = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
   std::string folder_;
   DiskIndex index_;
   std::atomic<bool> disabled_{false};
