@@ -417,6 +417,9 @@ bool CudaBackend::skip_launch(const char* op, std::initializer_list<uint64_t> si
 
 void CudaBackend::retry_step() {
   mode_ = StepMode::kEager;  // the caller's second attempt runs op by op
+  // (Its arena stays: begin_step uploaded it. Not the prompt tiles the replay "staged":
+  // those bytes were to go up with the graph, which never launches.)
+  step_tiles_ = {};
   retry_sizes_.push_back(replay_->n_tokens);
   ++graph_stats_.retried;
   replay_ = nullptr;
