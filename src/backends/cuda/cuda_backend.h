@@ -218,10 +218,12 @@ class CudaBackend final : public ops::Backend {
   static void check(int rc, const char* op, const char* what);
 
  private:
-  // Copies n bytes of host memory to device memory valid for the work queued next on
-  // the stream (until the ring wraps, which first waits for the stream). In a recorded
-  // step the offsets start at 0 and depend only on the step's sequence of stagings; a
-  // replayed step writes the recorded offsets and the graph's copies upload them.
+  // Device memory holding n bytes of host memory for the work queued next on the stream.
+  // Bytes inside the described step's arena (begin_step(const StepDesc&)) are already
+  // there: their device address, nothing copied. Others are copied through the ring
+  // (valid until it wraps, which first waits for the stream); in a recorded step the
+  // ring offsets start at 0 and depend only on the step's sequence of stagings; a
+  // replayed step writes the recorded offsets and one copy uploads them before its graph.
   const void* stage(const void* host, size_t n, const char* op);
   template <class T>
   const T* stage_array(const T* host, int64_t n, const char* op) {
