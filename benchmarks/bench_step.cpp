@@ -30,6 +30,7 @@
 
 #include "backends/backend_factory.h"
 #include "backends/cpu/cpu_backend.h"
+#include "bench/step_tokens.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/tune.h"
@@ -112,9 +113,7 @@ int run(int argc, char** argv) {
     for (int64_t b = 0; b < blocks_per_seq; ++b) seqs[s].blocks.push_back(static_cast<int32_t>(s * blocks_per_seq + b));
     if ((hp.n_recurrent_layers() > 0)) seqs[s].state_slot = s;
     std::vector<int32_t> toks;
-    // In 64 bits: t * 104729 passes 2^31 from t = 20,506 on (long prompts gave negative ids).
-    for (int t = 0; t < prompt; ++t)
-      toks.push_back(static_cast<int32_t>(100 + (int64_t{s} * 7919 + int64_t{t} * 104729) % (hp.n_vocab - 200)));
+    for (int t = 0; t < prompt; ++t) toks.push_back(hearth::bench::step_prompt_token(s, t, hp.n_vocab));
     const std::vector<hearth::model::BatchSeq> one = {{&seqs[s], toks.data(), prompt, true}};
     model->forward_batch(pool, one, logits);
   }
@@ -166,7 +165,7 @@ int run(int argc, char** argv) {
   if (recurrent) pre.state_slot = max_b;
   for (const int len : prefills) {
     std::vector<int32_t> toks;
-    for (int t = 0; t < len; ++t) toks.push_back(100 + (t * 7919 + 13) % (static_cast<int>(hp.n_vocab) - 200));
+    for (int t = 0; t < len; ++t) toks.push_back(hearth::bench::step_prefill_token(t, hp.n_vocab));
     const int step = chunk > 0 ? chunk : len;
     std::vector<double> t_ms;
     if (cpu != nullptr) cpu->reset_op_timing();

@@ -56,6 +56,11 @@ void BatchLayout::finish_media() {
   media_rows_ = false;
 }
 
+void BatchLayout::fill_desc(int64_t block_size) {
+  desc.assign(ops::StepDesc::Inputs{tokens, positions, slots, attn_seqs, block_size, state_slots, out_rows, reduce,
+                                    penalties, pos3});
+}
+
 void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits,
                          const ops::RowReduce& last, std::span<const ops::PenaltyToken> pens, const SeqMedia* media) {
   const auto n = static_cast<int64_t>(new_tokens.size());
@@ -85,6 +90,7 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   reduce.assign(out_rows.size(), all_logits ? ops::RowReduce{} : last);
   penalties.assign(out_rows.size() * ops::kMaxPenaltyTokens, ops::PenaltyToken{});
   if (!all_logits) set_penalties(reduce.back(), pens, penalties.data() + (out_rows.size() - 1) * ops::kMaxPenaltyTokens);
+  fill_desc(cache.pool().block_size());
 }
 
 void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
@@ -140,6 +146,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     }
   }
   finish_media();
+  fill_desc(pool.block_size());
 }
 
 void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int64_t& rows, int64_t need,
@@ -165,7 +172,7 @@ void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, con
   if (contiguous) {
     last = x + static_cast<int64_t>(lay.out_rows.front()) * E;
   } else {
-    be.gather_rows(x, E, lay.out_rows.data(), rows, cur);
+    be.gather_rows(x, E, lay.desc.out_rows(), rows, cur);
     last = cur;  // rms_norm may work in place
   }
   be.rms_norm(last, norm, rows, E, eps, cur);
@@ -176,7 +183,7 @@ void output_logits(ops::Backend& be, BatchLayout& lay, float* x, float* cur, con
   // depend on it: CUDA graphs are recorded per step size).
   if (be.device_argmax() && lay.reduce.size() == static_cast<size_t>(rows)) {
     lay.picks.assign(static_cast<size_t>(rows), ops::ArgmaxRow{});
-    be.fetch_rows(*logits, rows, n_vocab, lay.reduce.data(), lay.penalties.data(), out.data(), lay.picks.data());
+    be.fetch_rows(*logits, rows, n_vocab, lay.desc.reduce(), lay.desc.penalties(), out.data(), lay.picks.data());
     return;
   }
   be.copy_to_host(*logits, 0, rows * n_vocab, out.data());

@@ -12,6 +12,7 @@
 
 #include "model/kv_cache.h"
 #include "ops/backend.h"
+#include "ops/step_desc.h"
 
 namespace hearth::model {
 
@@ -81,6 +82,10 @@ struct BatchLayout {
   std::vector<ops::RowReduce> reduce;
   std::vector<ops::PenaltyToken> penalties;  // kMaxPenaltyTokens per output row (ops::Backend::fetch_rows)
   std::vector<ops::ArgmaxRow> picks;
+  // The same arrays in one arena (ops/step_desc.h), filled by single() / batch(): the model
+  // passes it to Backend::begin_step and hands the operations its pointers, which a
+  // back-end with device memory reads where it uploaded the arena.
+  ops::StepDesc desc;
 
   // One sequence with its own cache. Throws Error when the context would overflow.
   // last: how its last row is returned (ignored with all_logits: every row copied), with
@@ -98,6 +103,7 @@ struct BatchLayout {
   // A sequence's media for its step rows first .. first + n (sequence rows n_past ..).
   void add_media(const SeqMedia* media, int64_t first, int64_t n_past, int64_t n);
   void finish_media();
+  void fill_desc(int64_t block_size);
   int64_t embd_width_ = 0;
   bool media_rows_ = false;
   std::vector<int32_t> media_pos_;  // (step row, t, h, w) of the rows with media

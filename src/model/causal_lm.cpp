@@ -36,7 +36,7 @@ void CausalLm::forward_batch(KvPool& pool, const std::vector<BatchSeq>& seqs, st
 void CausalLm::run_step(KvPool& pool, std::vector<float>& out) {
   if (!takes_images() && (!lay_.embd_rows.empty() || !lay_.pos3.empty()))
     fail(ErrorKind::kUnsupported, "model", "this model takes text only: a step with image rows");
-  backend().begin_step(lay_.n_tokens());
+  backend().begin_step(lay_.desc);  // (uploaded once where the back-end has device memory)
   try {
     run(pool, out);
   } catch (const ops::StepRetry&) {

@@ -184,7 +184,7 @@ void HybridModel::run(KvPool& pool, std::vector<float>& out) {
   }
   reserve(n, static_cast<int64_t>(lay.out_rows.size()));
   ops::Backend& be = backend_;
-  be.get_rows(tok_embd_, lay.tokens.data(), n, s_.x->data());
+  be.get_rows(tok_embd_, lay.desc.tokens(), n, s_.x->data());
   for (const BatchLayout::EmbdRows& er : lay.embd_rows) be.copy_from_host(er.data, er.n * E, *s_.x, er.row * E);
   be.rms_norm(s_.x->data(), layers_.front().attn_norm, n, E, hp_.rms_eps, s_.cur->data());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -270,12 +270,12 @@ void HybridModel::run_attn(const Layer& L, KvPool& pool, int64_t n) {
   if (!lay.pos3.empty()) {  // a step with image rows: interleaved mRoPE over (t, h, w)
     rope.multi = ops::RopeMulti::kInterleaved;
     for (int a = 0; a < 3; ++a) rope.sections[a] = hp_.rope_sections[a];
-    rope.pos3 = lay.pos3.data();
+    rope.pos3 = lay.desc.pos3();
   }
   const ops::KvLayer kv = pool.layer(L.index);
-  be.rope_store_kv(q, k, v, n, hp_.n_head, hp_.n_head_kv, hp_.head_dim, lay.positions.data(), rope, lay.slots.data(),
+  be.rope_store_kv(q, k, v, n, hp_.n_head, hp_.n_head_kv, hp_.head_dim, lay.desc.positions(), rope, lay.desc.slots(),
                    kv);
-  be.attention(q, kv, lay.attn_seqs.data(), static_cast<int64_t>(lay.attn_seqs.size()), hp_.n_head, hp_.n_head_kv,
+  be.attention(q, kv, lay.desc.attn_seqs(), static_cast<int64_t>(lay.attn_seqs.size()), hp_.n_head, hp_.n_head_kv,
                hp_.head_dim, 1.0f / std::sqrt(static_cast<float>(hp_.head_dim)), s_.attn->data());
   be.sigmoid_mul(s_.attn->data(), s_.qg->data(), n * hp_.n_embd_q());
   be.matmul(a.wo, s_.attn->data(), n, cur);

@@ -99,9 +99,9 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
               *attn = s.attn.get(), *gate = s.gate.get(), *up = s.up.get(), *moe_out = s.moe_out.get();
   const ops::RopeParams rope{hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, hp_.arch.rope_neox};
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
-  const auto n_seqs = static_cast<int64_t>(lay.attn_seqs.size());
+  const int64_t n_seqs = lay.desc.n_seqs();
 
-  be.get_rows(tok_embd_, lay.tokens.data(), n, x->data());
+  be.get_rows(tok_embd_, lay.desc.tokens(), n, x->data());
   be.rms_norm(x->data(), layers_[0].attn_norm, n, E, hp_.rms_eps, cur->data());
   // The residual add ending a layer and the next layer's first norm in one op.
   auto add_then_next_norm = [&](int64_t l, const float* y) {
@@ -125,8 +125,8 @@ void LlamaModel::run(KvPool& pool, std::vector<float>& out) {
     if (w.q_norm) be.rms_norm(q->data(), *w.q_norm, n * hp_.n_head, hp_.head_dim, hp_.rms_eps, q->data());
     if (w.k_norm) be.rms_norm(k->data(), *w.k_norm, n * hp_.n_head_kv, hp_.head_dim, hp_.rms_eps, k->data());
     be.rope_store_kv(q->data(), k->data(), v->data(), n, hp_.n_head, hp_.n_head_kv, hp_.head_dim,
-                     lay.positions.data(), rope, lay.slots.data(), kv);
-    be.attention(q->data(), kv, lay.attn_seqs.data(), n_seqs, hp_.n_head, hp_.n_head_kv, hp_.head_dim, scale,
+                     lay.desc.positions(), rope, lay.desc.slots(), kv);
+    be.attention(q->data(), kv, lay.desc.attn_seqs(), n_seqs, hp_.n_head, hp_.n_head_kv, hp_.head_dim, scale,
                  attn->data());
     be.matmul(w.wo, attn->data(), n, cur->data());
     be.add_rms_norm(x->data(), cur->data(), w.ffn_norm, n, E, hp_.rms_eps, cur->data());

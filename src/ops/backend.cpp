@@ -3,8 +3,11 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/step_desc.h"
 
 namespace hearth::ops {
+
+void Backend::begin_step(const StepDesc& step) { begin_step(step.n_tokens()); }
 
 void Backend::moe_ffn(const MoeLayer&, const float*, int64_t, float*) {
   fail(ErrorKind::kUnsupported, name(), "moe_ffn: this back-end routes experts through the model's generic path");

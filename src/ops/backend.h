@@ -212,6 +212,8 @@ class StepRetry : public std::exception {
   const char* what() const noexcept override { return "step differs from its recording: run it again"; }
 };
 
+class StepDesc;  // ops/step_desc.h
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -219,6 +221,11 @@ class Backend {
   // are one step, which the caller runs again whole if an operation throws StepRetry
   // (CausalLm does). Back-ends that replay steps may record it; the default does nothing.
   virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
+  // The same for a step described by `step` (ops/step_desc.h): its operations then take
+  // their per-step arrays from it (step.tokens(), step.positions(), step.attn_seqs(), ...),
+  // which stay unchanged until the step ends. A back-end may upload it once here and read
+  // those arrays on the device; the default calls begin_step(step.n_tokens()).
+  virtual void begin_step(const StepDesc& step);
   virtual std::string name() const = 0;
   // Whether matmul/get_rows accept weights of this type.
   virtual bool supports_weight(GgmlType type) const = 0;

@@ -404,3 +404,103 @@ TEST(CudaParity, KvQ8OnCuda) {
 }
 
 }  // namespace
+
+// The step description on the device (ops/step_desc.h, CudaBackend::begin_step): every
+// decode step uploads its arena once, and a step replayed from its graph stages nothing
+// per op (the staging ring is not touched) on the Llama-family models; on the hybrid
+// fixture only the Gated DeltaNet layers' state pointers remain (at most two stagings per
+// recurrent layer). Four sequences decode together: two greedy (argmax on the device),
+// one drawn with a penalty (its reduce kind and penalty list read from the arena), one
+// copied; the tokens and the copied row's logits equal the same steps op by op.
+TEST(CudaParity, ReplayedDecodeStepsStageNothingPerOp) {
+  NEED_GPU();
+  auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());
+  ASSERT_NE(cuda, nullptr);
+  std::vector<std::unique_ptr<tiny::Built>> keep;
+  std::vector<GraphRun> runs = graph_runs(keep);
+  for (GraphRun& r : runs) {
+    if (r.host_routed) continue;  // never a graph (DecodeStepsAsGraphs)
+    const int64_t V = r.m->hparams().n_vocab;
+    constexpr int kSteps = 16;
+    struct Run {
+      std::vector<int32_t> tokens;
+      std::vector<float> copied;  // the copied row's logits, every step
+      int64_t replayed = 0;
+      int64_t worst_ring = 0;  // ring stagings of the worst replayed step
+      int64_t uploads = 0, reads = 0;
+    };
+    auto run_all = [&](bool graphs) {
+      cuda->set_graphs(graphs);
+      Run out;
+      model::KvPool pool(gpu(), r.m->hparams(), ops::KvType::F16, 16, 64, 4);
+      std::vector<model::SeqKv> kv(4);
+      std::vector<int32_t> last(4);
+      std::vector<float> lg;
+      int32_t next_block = 0;
+      std::mt19937 rng(17);
+      for (size_t i = 0; i < kv.size(); ++i) {
+        if (pool.n_state_slots() > 0) {
+          kv[i].state_slot = static_cast<int32_t>(i);
+          pool.clear_state(kv[i].state_slot);
+        }
+        for (int b = 0; b < 8; ++b) kv[i].blocks.push_back(next_block++);
+        // 5, 18, 31, 44 tokens: with 16 steps no context crosses the 64-key bucket.
+        std::vector<int32_t> prompt(static_cast<size_t>(5 + 13 * i));
+        for (auto& tok : prompt) tok = static_cast<int32_t>(rng() % V);
+        std::vector<model::BatchSeq> one{{&kv[i], prompt.data(), static_cast<int64_t>(prompt.size()), true}};
+        r.m->forward_batch(pool, one, lg);
+        last[i] = argmax(lg.data(), V);
+      }
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<model::BatchSeq> batch;
+        batch.push_back({&kv[0], &last[0], 1, true, true});
+        batch.push_back({&kv[1], &last[1], 1, true, true});
+        model::BatchSeq drawn{&kv[2], &last[2], 1, true};
+        drawn.draw = ops::RowReduce{ops::RowKind::kDraw, 1.25f, 0.1 + 0.05 * step, 40, 0.95f, 0.0f, 1, 1.3f};
+        drawn.penalties = {{last[2], 1}};
+        batch.push_back(drawn);
+        batch.push_back({&kv[3], &last[3], 1, true});  // copied whole
+        const auto g0 = cuda->graph_stats();
+        const auto s0 = cuda->stage_stats();
+        r.m->forward_batch(pool, batch, lg);
+        const auto g1 = cuda->graph_stats();
+        const auto s1 = cuda->stage_stats();
+        out.uploads += s1.step_uploads - s0.step_uploads;
+        out.reads += s1.step_reads - s0.step_reads;
+        if (g1.replayed - g0.replayed == 1) {
+          ++out.replayed;
+          out.worst_ring = std::max(out.worst_ring, s1.ring - s0.ring);
+        }
+        const auto& picks = r.m->picks();
+        for (size_t i = 0; i < 4; ++i) {
+          const bool picked = i < 3 && i < picks.size() && picks[i].argmax >= 0;
+          last[i] = picked ? picks[i].argmax : argmax(lg.data() + i * V, V);
+          out.tokens.push_back(last[i]);
+        }
+        out.copied.insert(out.copied.end(), lg.begin() + 3 * V, lg.begin() + 4 * V);
+      }
+      return out;
+    };
+    const Run plain = run_all(false);
+    const Run graphed = run_all(true);
+    EXPECT_EQ(graphed.tokens, plain.tokens) << r.what;
+    ASSERT_EQ(graphed.copied.size(), plain.copied.size());
+    for (size_t k = 0; k < plain.copied.size(); ++k) {
+      ASSERT_EQ(graphed.copied[k], plain.copied[k]) << r.what << ": copied row, logit " << k;
+    }
+    std::cout << "step description " << r.what << ": " << graphed.replayed << " of " << kSteps
+              << " steps replayed, worst replayed step staged " << graphed.worst_ring << " arrays through the ring, "
+              << graphed.uploads << " arenas uploaded, " << graphed.reads << " arrays read from them\n";
+    EXPECT_EQ(graphed.uploads, kSteps) << r.what << ": one upload per step";
+    EXPECT_EQ(plain.uploads, kSteps) << r.what << ": one upload per step (op by op too)";
+    EXPECT_GT(graphed.reads, 0) << r.what;
+    EXPECT_GE(graphed.replayed, kSteps - 4) << r.what << ": the test did not exercise the replays";
+    const int64_t n_rec = r.m->hparams().n_recurrent_layers();
+    if (n_rec == 0) {
+      EXPECT_EQ(graphed.worst_ring, 0) << r.what << ": a replayed step staged host arrays per op";
+    } else {
+      EXPECT_LE(graphed.worst_ring, 2 * n_rec) << r.what << ": more than the recurrent layers' stagings";
+    }
+  }
+  cuda->set_graphs(true);
+}

@@ -131,20 +131,30 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
   auto reduced = [&](int64_t r) {
     return reduce[r].kind == ops::RowKind::kArgmax || (draws && reduce[r].kind == ops::RowKind::kDraw);
   };
-  std::vector<ops::RowReduce> kinds(reduce, reduce + n_rows);
-  if (!draws) {
-    for (auto& k : kinds) {
-      if (k.kind == ops::RowKind::kDraw) k = ops::RowReduce{};
-    }
-  }
-  // Every row's penalty slot is staged (the step's uploads do not depend on which rows have penalties).
+  // The rows' reduce kinds as given (the step description's, read where begin_step
+  // uploaded them) when the kernel may take them as they are: draws on and a penalty
+  // list. Else a copy with the draws turned into copies and no penalties, staged. (Which
+  // of the two depends on the settings and the call, never on the rows' contents: a
+  // step's uploads must not change with its sequences' sampling.)
   const size_t n_pen = static_cast<size_t>(n_rows) * ops::kMaxPenaltyTokens;
-  if (penalties == nullptr) {
-    pen_zero_.assign(n_pen, ops::PenaltyToken{});
-    penalties = pen_zero_.data();
-    for (auto& k : kinds) k.n_penalty = 0;
+  const ops::RowReduce* kinds_src = reduce;
+  std::vector<ops::RowReduce> kinds;
+  if (!draws || penalties == nullptr) {
+    kinds.assign(reduce, reduce + n_rows);
+    if (!draws) {
+      for (auto& k : kinds) {
+        if (k.kind == ops::RowKind::kDraw) k = ops::RowReduce{};
+      }
+    }
+    if (penalties == nullptr) {
+      // Every row's penalty slot is staged (the step's uploads do not depend on which rows have penalties).
+      pen_zero_.assign(n_pen, ops::PenaltyToken{});
+      penalties = pen_zero_.data();
+      for (auto& k : kinds) k.n_penalty = 0;
+    }
+    kinds_src = kinds.data();
   }
-  const auto* d_reduce = stage_array(kinds.data(), n_rows, "fetch_rows");
+  const auto* d_reduce = stage_array(kinds_src, n_rows, "fetch_rows");
   const auto* d_pens = stage_array(penalties, static_cast<int64_t>(n_pen), "fetch_rows");
   // The kernel runs whichever rows are greedy, even none: a step's launches (and so its
   // recorded graph) must not depend on its sequences' sampling settings, or steps of one
@@ -168,6 +178,7 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
     skip_launch("fetch_rows", {sig_of(src.data()), static_cast<uint64_t>(n_rows), static_cast<uint64_t>(n_cols)});
     end_step_launch();
   }
+  end_step_desc();  // the step ends here (as in copy_to_host)
   flush_capture();
   if (wait_timing_) wait("fetch_rows");
   std::vector<int4> h(static_cast<size_t>(n_rows));

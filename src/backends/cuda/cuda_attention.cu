@@ -500,6 +500,36 @@ void launch_attention(int epl, dim3 grid, cudaStream_t st, const float* q, const
 
 }  // namespace
 
+void CudaBackend::step_attention_prepare(const ops::StepDesc& d) {
+  // The front of the step's device arena: per row its sequence when that has one row
+  // (else -1: the decode kernels' rows in a step with prompts), then a one-row tile per
+  // such sequence (the tensor-core decode kernel's). Sizes depend on the counts only.
+  StepAttn a;
+  const int64_t n = d.n_tokens(), ns = d.n_seqs();
+  const ops::StepSeq* seqs = d.seqs();
+  const int32_t* row_seq = d.row_seq();
+  for (int64_t s = 0; s < ns; ++s) {
+    a.max_keys = std::max<int64_t>(a.max_keys, int64_t{seqs[s].pos0} + seqs[s].n_tokens);
+    a.n_rows = std::max<int64_t>(a.n_rows, int64_t{seqs[s].first_row} + seqs[s].n_tokens);
+    a.rows_in += seqs[s].n_tokens;
+    if (seqs[s].n_tokens == 1) ++a.n_decode;
+    if (seqs[s].n_tokens > 1) a.any_multi = true;
+  }
+  constexpr size_t kAlign = 16;
+  const size_t rows_bytes = (sizeof(int32_t) * static_cast<size_t>(n) + kAlign - 1) / kAlign * kAlign;
+  a.row_seq_decode = 0;
+  a.decode_tiles = rows_bytes;
+  step_front_.assign(rows_bytes + sizeof(Tile) * static_cast<size_t>(a.n_decode), 0);
+  auto* rs = reinterpret_cast<int32_t*>(step_front_.data());
+  for (int64_t r = 0; r < n; ++r) rs[r] = row_seq[r] >= 0 && seqs[row_seq[r]].n_tokens == 1 ? row_seq[r] : -1;
+  auto* tiles = reinterpret_cast<Tile*>(step_front_.data() + a.decode_tiles);
+  int64_t t = 0;
+  for (int64_t s = 0; s < ns; ++s) {
+    if (seqs[s].n_tokens == 1) tiles[t++] = Tile{static_cast<int32_t>(s), 0, 1};
+  }
+  step_attn_ = a;
+}
+
 void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
   OpTimer timer(*this, "attention");
@@ -515,39 +545,59 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   if ((int64_t{1} << bs_log2) != cache.block_size) {
     fail(ErrorKind::kInvalidInput, "cuda", "attention: block size is not a power of two");
   }
-  // The batch description: per sequence its rows, start and block table offset; per
-  // query row its sequence; the block tables one after another, each padded to the
-  // context bucket (the longest context rounded up to a power of two, at least 64 keys),
-  // so that the staged sizes and the launch change only when the bucket does.
-  int64_t max_keys = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
+  // The batch description on the device: per sequence its rows, start and block table
+  // offset; per query row its sequence; the block tables. For the step description's
+  // own sequences (begin_step(const StepDesc&)) all of it is in the step's uploaded arena,
+  // derived once per step (step_attention_prepare): nothing is built or copied here,
+  // whatever the layer. Other calls (tests, a step without a description) build it now and
+  // stage it, each block table padded to the context bucket (the longest context rounded
+  // up to a power of two, at least 64 keys) so that the staged sizes change only when the
+  // bucket does.
+  const bool from_step = step_ != nullptr && seqs == step_->attn_seqs() && n_seqs == step_->n_seqs() &&
+                         step_->block_size() == cache.block_size;
+  const SeqDesc* d_desc = nullptr;
+  const int32_t* d_tables = nullptr;
+  int64_t max_keys = 0, n_rows = 0;
+  std::vector<SeqDesc> desc;
+  std::vector<int32_t> row_seq;
+  if (from_step) {
+    d_desc = reinterpret_cast<const SeqDesc*>(step_dev_ + step_desc_off_ + step_->offsets().seqs);
+    d_tables = reinterpret_cast<const int32_t*>(step_dev_ + step_desc_off_ + step_->offsets().tables);
+    max_keys = step_attn_.max_keys;
+    n_rows = step_attn_.n_rows;
+  } else {
+    for (int64_t s = 0; s < n_seqs; ++s) max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].n_tokens);
+  }
   int64_t bucket_keys = 64;
   while (bucket_keys < max_keys) bucket_keys *= 2;
-  const int64_t table_stride = (bucket_keys + cache.block_size - 1) / cache.block_size;
-  std::vector<SeqDesc> desc;
-  std::vector<int32_t> row_seq, tables(static_cast<size_t>(n_seqs * table_stride), 0);
-  int64_t n_rows = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const ops::AttentionSeq& a = seqs[s];
-    const int64_t n_blocks = (a.pos0 + a.n_tokens + cache.block_size - 1) / cache.block_size;
-    desc.push_back(SeqDesc{static_cast<int32_t>(a.first_row), static_cast<int32_t>(a.n_tokens),
-                           static_cast<int32_t>(a.pos0), static_cast<int32_t>(s * table_stride)});
-    std::copy(a.block_table, a.block_table + n_blocks, tables.begin() + s * table_stride);
-    n_rows = std::max(n_rows, a.first_row + a.n_tokens);
+  if (!from_step) {
+    const int64_t table_stride = (bucket_keys + cache.block_size - 1) / cache.block_size;
+    std::vector<int32_t> tables(static_cast<size_t>(n_seqs * table_stride), 0);
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      const ops::AttentionSeq& a = seqs[s];
+      const int64_t n_blocks = (a.pos0 + a.n_tokens + cache.block_size - 1) / cache.block_size;
+      desc.push_back(SeqDesc{static_cast<int32_t>(a.first_row), static_cast<int32_t>(a.n_tokens),
+                             static_cast<int32_t>(a.pos0), static_cast<int32_t>(s * table_stride),
+                             static_cast<int32_t>(n_blocks)});
+      std::copy(a.block_table, a.block_table + n_blocks, tables.begin() + s * table_stride);
+      n_rows = std::max(n_rows, a.first_row + a.n_tokens);
+    }
+    if (n_rows == 0) return;
+    row_seq.assign(static_cast<size_t>(n_rows), -1);
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = static_cast<int32_t>(s);
+    }
+    d_desc = stage_array(desc.data(), n_seqs, "attention");
+    d_tables = stage_array(tables.data(), static_cast<int64_t>(tables.size()), "attention");
   }
   if (n_rows == 0) return;
-  row_seq.assign(static_cast<size_t>(n_rows), -1);
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = static_cast<int32_t>(s);
-  }
-  const SeqDesc* d_desc = stage_array(desc.data(), n_seqs, "attention");
-  const int32_t* d_tables = stage_array(tables.data(), static_cast<int64_t>(tables.size()), "attention");
   const int epl = head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
   const auto group = static_cast<int>(n_head / n_head_kv);
   // Deterministic: every row through the prompt kernels (one row of a sequence is a tile
   // of one), whatever else the step holds: a row's sums then depend on its own keys only.
-  bool prompt = deterministic_;
-  for (int64_t s = 0; s < n_seqs; ++s) prompt = prompt || seqs[s].n_tokens > 1;
+  bool decode_only = false;  // the decode kernels below take only the one-row sequences' rows
+  bool prompt = deterministic_ || (from_step && step_attn_.any_multi);
+  for (int64_t s = 0; s < n_seqs && !from_step; ++s) prompt = prompt || seqs[s].n_tokens > 1;
   // q8_0 rows are indexed in blocks of 32 values by the kernels (cuda_kv_q8.cuh).
   const bool q8 = cache.type == ops::KvType::Q8_0;
   if (q8 && (head_dim % ops::kQ8Block != 0 || cache.n_kv_dim % ops::kQ8Block != 0)) {
@@ -563,20 +613,32 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     // below, as in a step without prompts.
     timer.rename("attention prefill");
     const int rows_per_tile = tc ? kTcQueries / group : kPrefillQ / group;
-    std::vector<Tile> tiles;
-    for (int64_t s = 0; s < n_seqs; ++s) {
-      if (tc && !deterministic_ && seqs[s].n_tokens == 1) continue;
-      for (int64_t r = 0; r < seqs[s].n_tokens; r += rows_per_tile) {
-        tiles.push_back(Tile{static_cast<int32_t>(s), static_cast<int32_t>(r),
-                             static_cast<int32_t>(std::min<int64_t>(rows_per_tile, seqs[s].n_tokens - r))});
+    const bool skip_single = tc && !deterministic_;
+    // The step's tiles are staged once per step and tile height (every layer reuses them
+    // while the ring holds them); other calls' are staged each time.
+    StepTiles& st = step_tiles_;
+    const bool cached = from_step && st.dev != nullptr && st.serial == step_->serial() && st.epoch == stage_epoch_ &&
+                        st.rows_per_tile == rows_per_tile && st.skip_single == skip_single;
+    const Tile* d_tiles = cached ? static_cast<const Tile*>(st.dev) : nullptr;
+    int64_t n_ptiles = cached ? st.n : 0;
+    if (!cached) {
+      std::vector<Tile> tiles;
+      for (int64_t s = 0; s < n_seqs; ++s) {
+        if (skip_single && seqs[s].n_tokens == 1) continue;
+        for (int64_t r = 0; r < seqs[s].n_tokens; r += rows_per_tile) {
+          tiles.push_back(Tile{static_cast<int32_t>(s), static_cast<int32_t>(r),
+                               static_cast<int32_t>(std::min<int64_t>(rows_per_tile, seqs[s].n_tokens - r))});
+        }
       }
+      n_ptiles = static_cast<int64_t>(tiles.size());
+      d_tiles = stage_array(tiles.data(), n_ptiles, "attention");
+      if (from_step) st = StepTiles{step_->serial(), stage_epoch_, rows_per_tile, skip_single, d_tiles, n_ptiles};
     }
-    const Tile* d_tiles = stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "attention");
-    const dim3 pgrid(static_cast<unsigned>(tiles.size()), static_cast<unsigned>(n_head_kv));
+    const dim3 pgrid(static_cast<unsigned>(n_ptiles), static_cast<unsigned>(n_head_kv));
     if (!skip_launch(tc ? "attention prefill tc" : "attention prefill",
                      {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(static_cast<int>(cache.type)),
                       sig_of(cache.n_kv_dim), sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
-                      sig_of(tiles.size()), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
+                      sig_of(n_ptiles), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
                       sig_of(out)})) {
       if (tc) {
         launch_prefill_tc(pgrid, stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head),
@@ -598,19 +660,38 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     }
     if (!tc || deterministic_) return;
     // The decode kernel takes the one-row sequences' rows only.
-    bool any = false;
-    for (int64_t s = 0; s < n_seqs; ++s) {
-      if (seqs[s].n_tokens == 1) {
-        any = true;
-        continue;
+    decode_only = true;
+    if (from_step) {
+      if (step_attn_.n_decode == 0) return;
+    } else {
+      bool any = false;
+      for (int64_t s = 0; s < n_seqs; ++s) {
+        if (seqs[s].n_tokens == 1) {
+          any = true;
+          continue;
+        }
+        for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = -1;
       }
-      for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = -1;
+      if (!any) return;
     }
-    if (!any) return;
   }
-  const int32_t* d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
+  // Per row its sequence (-1: none, or a row the prompt kernel above took).
+  const int32_t* d_row_seq = nullptr;
+  int64_t rows_in = 0;  // rows with a sequence
+  if (from_step) {
+    d_row_seq = decode_only ? reinterpret_cast<const int32_t*>(step_dev_ + step_attn_.row_seq_decode)
+                            : reinterpret_cast<const int32_t*>(step_dev_ + step_desc_off_ + step_->offsets().row_seq);
+    rows_in = decode_only ? step_attn_.n_decode : step_attn_.rows_in;
+  } else {
+    d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
+    rows_in = std::count_if(row_seq.begin(), row_seq.end(), [](int32_t r) { return r >= 0; });
+  }
   int64_t decode_rows = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) decode_rows += seqs[s].n_tokens == 1 ? 1 : 0;
+  if (from_step) {
+    decode_rows = step_attn_.n_decode;
+  } else {
+    for (int64_t s = 0; s < n_seqs; ++s) decode_rows += seqs[s].n_tokens == 1 ? 1 : 0;
+  }
   if (!deterministic_ && tc_attention_ && tc_kv &&
       (bucket_keys >= tc_decode_min_keys_ || decode_rows >= tc_decode_min_rows_) &&
       prefill_tc_supported(head_dim, group, cache.k, cache.v, cache.n_kv_dim)) {
@@ -620,10 +701,12 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     // layer on the 8B's 32k keys, and ~300 us on 64 rows of 640 keys: ~180 registers a
     // thread hold one block an SM, each warp a chain of shuffles and exps per key.)
     std::vector<Tile> dt;
-    for (int64_t s = 0; s < n_seqs; ++s) {
-      if (seqs[s].n_tokens == 1) dt.push_back(Tile{static_cast<int32_t>(s), 0, 1});
+    if (!from_step) {
+      for (int64_t s = 0; s < n_seqs; ++s) {
+        if (seqs[s].n_tokens == 1) dt.push_back(Tile{static_cast<int32_t>(s), 0, 1});
+      }
     }
-    const auto n_tiles = static_cast<int64_t>(dt.size());
+    const int64_t n_tiles = from_step ? step_attn_.n_decode : static_cast<int64_t>(dt.size());
     if (n_tiles == 0) return;  // (every row belongs to a prompt, done above)
     // Key ranges: as many as fill the GPU's resident blocks once (one wave; measured on the
     // H200: a single 32k row of the 8B in 32 ranges 52 us against 68 in 64, 64 rows of 640
@@ -637,7 +720,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
     float* part = static_cast<float*>(
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
-    const Tile* d_tiles = stage_array(dt.data(), n_tiles, "attention");
+    const Tile* d_tiles = from_step ? reinterpret_cast<const Tile*>(step_dev_ + step_attn_.decode_tiles)
+                                    : stage_array(dt.data(), n_tiles, "attention");
     if (skip_launch("attention decode tc", {sig_of(q), sig_of(cache.k), sig_of(cache.v),
                                             sig_of(static_cast<int>(cache.type)), sig_of(cache.n_kv_dim),
                                             sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
@@ -664,8 +748,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int64_t head_blocks = n_head_kv * n_chunks;
   // Enough splits to give the GPU about 1,024 blocks, no more (each split adds a partial
   // result to write and merge).
-  const int64_t rows_in = std::max<int64_t>(1, std::count_if(row_seq.begin(), row_seq.end(), [](int32_t r) { return r >= 0; }));
-  const int64_t want = std::max<int64_t>(1, (1024 + rows_in * head_blocks - 1) / (rows_in * head_blocks));
+  const int64_t rows_busy = std::max<int64_t>(1, rows_in);
+  const int64_t want = std::max<int64_t>(1, (1024 + rows_busy * head_blocks - 1) / (rows_busy * head_blocks));
   // (From the bucket, not the exact length: each row divides its own keys among them.)
   // (Deterministic: one range, the row's keys in order, whatever the batch.)
   const int64_t n_split = deterministic_ ? 1 : std::min({int64_t{kMaxSplits}, bucket_keys / kSplitKeys, want});

@@ -1,5 +1,5 @@
 // What the attention kernels of CudaBackend::attention share: the batch description
-// staged once per call, the prompt tiles, and the tensor-core prompt kernel's launcher
+// (the step's, or staged per call), the prompt tiles, and the tensor-core prompt kernel's launcher
 // (cuda_attention_tc.cu).
 #pragma once
 
@@ -7,13 +7,14 @@
 
 #include <cstdint>
 
+#include "ops/step_desc.h"
+
 namespace hearth::cuda {
 
 // Per sequence: its first query row, rows, position of its first row, and where its block
-// table starts in the staged tables.
-struct SeqDesc {
-  int32_t first_row, n_tokens, pos0, table_off;
-};
+// table starts in the tables (the step description's own layout, ops::StepSeq: the kernels
+// read the uploaded step arena as it is).
+using SeqDesc = ops::StepSeq;
 
 // Rows row0 .. row0 + n_rows - 1 (relative) of sequence seq.
 struct Tile {

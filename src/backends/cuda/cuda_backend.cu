@@ -252,8 +252,10 @@ CudaBackend::~CudaBackend() {
   for (void* p : weights_) cudaFree(p);
   for (void* p : scratch_) cudaFree(p);
   cudaFree(stage_dev_);
+  cudaFree(step_dev_);
   cudaFree(attn_counters_);
   cudaFreeHost(stage_host_);
+  if (step_host_ != nullptr) cudaFreeHost(step_host_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   cudaStreamDestroy(stream_);
 }
@@ -316,9 +318,53 @@ uint64_t CudaBackend::sig_of(float f) {
 }
 
 void CudaBackend::begin_step(int64_t n_tokens) {
-  q8_ready_ = {};
   bind();
   flush_capture();
+  step_ = nullptr;  // no description: every host array is staged
+  begin_step_impl(n_tokens);
+}
+
+void CudaBackend::begin_step(const ops::StepDesc& d) {
+  bind();
+  flush_capture();  // (the upload below must not be part of a recording)
+  step_ = nullptr;
+  step_attention_prepare(d);
+  step_desc_off_ = (step_front_.size() + 255) & ~size_t{255};
+  const size_t total = step_desc_off_ + d.size();
+  if (total > 0) {
+    // The mirror's last upload may still be queued: it must have read the mirror first.
+    if (step_upload_pending_) wait("begin_step");
+    if (total > step_cap_) {
+      // Queued work may read the old device arena: done first. The arena moves: recorded
+      // graphs read the old one (generation).
+      wait("begin_step");
+      if (step_host_ != nullptr) cudaFreeHost(step_host_);
+      if (step_dev_ != nullptr) cudaFree(step_dev_);
+      note_alloc(-static_cast<int64_t>(step_cap_));
+      step_host_ = nullptr;
+      step_dev_ = nullptr;
+      step_cap_ = std::max({total, 2 * step_cap_, size_t{64} << 10});
+      HEARTH_CUDA_CHECK("begin_step", cudaMallocHost(reinterpret_cast<void**>(&step_host_), step_cap_));
+      HEARTH_CUDA_CHECK("begin_step", cudaMalloc(reinterpret_cast<void**>(&step_dev_), step_cap_));
+      note_alloc(static_cast<int64_t>(step_cap_));
+      ++generation_;
+    }
+    if (!step_front_.empty()) std::memcpy(step_host_, step_front_.data(), step_front_.size());
+    if (d.size() > 0) std::memcpy(step_host_ + step_desc_off_, d.data(), d.size());
+    // One copy for the whole step, ahead of its graph (recorded or replayed) on the stream.
+    HEARTH_CUDA_CHECK("begin_step", cudaMemcpyAsync(step_dev_, step_host_, total, cudaMemcpyHostToDevice, stream_));
+    step_upload_pending_ = true;
+    ++stage_stats_.step_uploads;
+  }
+  step_ = &d;
+  step_base_ = d.data();
+  step_size_ = d.size();
+  step_tiles_ = {};
+  begin_step_impl(d.n_tokens());
+}
+
+void CudaBackend::begin_step_impl(int64_t n_tokens) {
+  q8_ready_ = {};
   mode_ = StepMode::kEager;
   replay_broken_ = false;
   replay_ = nullptr;
@@ -371,6 +417,9 @@ bool CudaBackend::skip_launch(const char* op, std::initializer_list<uint64_t> si
 
 void CudaBackend::retry_step() {
   mode_ = StepMode::kEager;  // the caller's second attempt runs op by op
+  // (Its arena stays: begin_step uploaded it. Not the prompt tiles the replay "staged":
+  // those bytes were to go up with the graph, which never launches.)
+  step_tiles_ = {};
   retry_sizes_.push_back(replay_->n_tokens);
   ++graph_stats_.retried;
   replay_ = nullptr;
@@ -464,6 +513,7 @@ void CudaBackend::flush_capture() {
 void CudaBackend::wait(const char* op) {
   flush_capture();
   staged_since_wait_ = false;
+  step_upload_pending_ = false;
   if (!wait_timing_) {
     HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
     return;
@@ -536,6 +586,7 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
     skip_launch("copy_to_host", {sig_of(src.data()), static_cast<uint64_t>(offset), static_cast<uint64_t>(n)});
     end_step_launch();
   }
+  end_step_desc();  // the step ends here: its arena's pointers are the host's again
   flush_capture();
   // (A copy to pageable memory waits inside cudaMemcpyAsync; measured, wait first.)
   if (wait_timing_) wait("copy_to_host");
@@ -558,16 +609,21 @@ void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, 
 }
 
 const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
+  // An array of the step's description: already on the device (begin_step), at an
+  // address that is the same for every step of the same counts. Nothing copied, nothing
+  // recorded: a replayed step finds it where the recording did.
+  const auto* h = static_cast<const uint8_t*>(host);
+  if (step_ != nullptr && n > 0 && h >= step_base_ && h + n <= step_base_ + step_size_) {
+    ++stage_stats_.step_reads;
+    return step_dev_ + step_desc_off_ + (h - step_base_);
+  }
+  if (n > 0) ++stage_stats_.ring;
   const size_t bytes = (n + 255) & ~size_t{255};
   if (mode_ == StepMode::kReplay) {
-    // The recorded offsets; the graph's copies upload them when it is launched.
+    // The recorded offsets; the step's one upload copies them before the graph is launched.
     if (replay_broken_ || stage_i_ >= replay_->stages.size() || replay_->stages[stage_i_].n != n) retry_step();
     const StageRec& r = replay_->stages[stage_i_++];
-    if (r.reused) {
-      if (n > 0 && std::memcmp(stage_host_ + r.off, host, n) != 0) retry_step();
-    } else if (n > 0) {
-      std::memcpy(stage_host_ + r.off, host, n);
-    }
+    if (n > 0) std::memcpy(stage_host_ + r.off, host, n);
     return stage_dev_ + r.off;
   }
   if (bytes > stage_cap_) {
@@ -585,15 +641,6 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
     ++stage_epoch_;
     ++generation_;  // recorded graphs copy from and to the old ring
   }
-  // The same bytes staged recently (positions, slots, tables: the same for every layer of
-  // a step) are still in the ring, on both sides, unless it wrapped since: reuse them.
-  // (A recorded step starts a new epoch: it reuses only its own stagings.)
-  for (const StageMemo& m : stage_memo_) {
-    if (m.n == n && n > 0 && m.epoch == stage_epoch_ && std::memcmp(stage_host_ + m.off, host, n) == 0) {
-      if (mode_ == StepMode::kRecord) rec_.stages.push_back(StageRec{m.off, n, true});
-      return stage_dev_ + m.off;
-    }
-  }
   if (stage_off_ + bytes > stage_cap_) {
     // Work queued earlier may still read the start of the ring: let it finish (a
     // recording is cut short here: a wait ends it).
@@ -610,11 +657,9 @@ const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
     if (mode_ != StepMode::kRecord) {
       HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(dev, stage_host_ + stage_off_, n, cudaMemcpyHostToDevice, stream_));
     }
-    stage_memo_[stage_memo_next_] = StageMemo{stage_off_, n, stage_epoch_};
-    stage_memo_next_ = (stage_memo_next_ + 1) % kStageMemo;
     staged_since_wait_ = true;
   }
-  if (mode_ == StepMode::kRecord) rec_.stages.push_back(StageRec{stage_off_, n, false});
+  if (mode_ == StepMode::kRecord) rec_.stages.push_back(StageRec{stage_off_, n});
   stage_off_ += bytes;
   return dev;
 }

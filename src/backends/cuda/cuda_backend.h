@@ -1,7 +1,10 @@
 // The CUDA back-end: every operation of ops/backend.h on one NVIDIA GPU, in order on
 // one stream. Buffers and prepared weights live in device memory (weights keep their
-// GGUF block layout); host-memory arguments (ids, positions, KV slots, block tables,
-// expert weights) are copied per call through a pinned staging ring on the same stream.
+// GGUF block layout); a model step's arrays (ops::StepDesc: tokens, positions, KV slots,
+// block tables, ...) are uploaded once per step to a device arena at a fixed address,
+// where the ops read them; other host-memory arguments (expert weights, a recurrent
+// layer's state pointers, arrays of calls outside a described step) are copied per call
+// through a pinned staging ring on the same stream.
 // Only copy_to_host waits for the device. Every CUDA / cuBLAS failure becomes an Error
 // naming the operation. Host-only code may include this header (no CUDA syntax).
 #pragma once
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/step_desc.h"
 
 typedef struct CUstream_st* cudaStream_t;
 typedef struct cublasContext* cublasHandle_t;
@@ -123,14 +127,23 @@ class CudaBackend final : public ops::Backend {
 
   // Decode steps (Backend::begin_step of at most kMaxMatvecTokens tokens) are recorded
   // once as a CUDA graph and replayed: the host, not the GPU, limits decode otherwise
-  // (docs/BENCHMARKS.md). The first step of a size is captured while it runs, with each
-  // op's launch signature (its arguments and what it derived from them) and where its
-  // host arrays were staged; a later step of that size only checks each op's signature,
-  // copies its host arrays to the same staging offsets and launches nothing until the
-  // copy_to_host that ends the step launches the graph. A step whose signatures differ
-  // (a new attention split bucket, other buffers) throws ops::StepRetry before anything
-  // has run; the caller runs it again op by op and the next step of that size is
-  // recorded anew. Moving scratch or staging memory invalidates every recording.
+  // (docs/BENCHMARKS.md). begin_step(const StepDesc&) uploads the step's arena first (one
+  // copy, outside the graph); the ops read the step's arrays there, at addresses that
+  // are the same for every step of the same counts. The first step of a size is
+  // captured while it runs, with each op's launch signature (its arguments and what it
+  // derived from them) and where the host arrays that are not the step's were staged
+  // (a Gated DeltaNet layer's state pointers, arrays of calls without a description); a
+  // later step of that size only checks each op's signature, copies those few arrays to
+  // the same staging offsets (none in a Llama-family decode step) and launches nothing
+  // until the copy_to_host that ends the step launches the graph. A step whose
+  // signatures differ throws ops::StepRetry before anything has run; the caller runs it
+  // again op by op and the next step of that size is recorded anew. The signatures still
+  // hold every launch argument: the values that set grid shapes (token and row counts,
+  // the attention split and its key bucket, tile counts) and the device addresses the
+  // graph has baked in (buffers, KV layers, scratch, addresses in the step arena, which
+  // move when the step's counts do); a buffer the model or a test allocates anew between
+  // steps is only seen there. Moving scratch, staging or step-arena memory invalidates
+  // every recording.
   // --tune cuda.graph=0 or set_graphs(false) turns it off (on by default).
   void set_graphs(bool on);
   // Gate / up products and SwiGLU in one kernel for decode batches (off by default:
@@ -146,7 +159,20 @@ class CudaBackend final : public ops::Backend {
     int64_t abandoned = 0; // recordings cut short (an allocation or a wait inside the step)
   };
   GraphStats graph_stats() const { return graph_stats_; }
+  // Host arrays that reached the device, counted since the back-end was made (tests: a
+  // replayed decode step of the step description's arrays copies nothing through the ring).
+  struct StageStats {
+    int64_t ring = 0;          // arrays copied through the staging ring (also a replayed step's)
+    int64_t step_reads = 0;    // arrays found in the step's uploaded arena (nothing copied)
+    int64_t step_uploads = 0;  // step arenas uploaded (one copy each, in begin_step)
+  };
+  StageStats stage_stats() const { return stage_stats_; }
   void begin_step(int64_t n_tokens) override;
+  // A described step: its arena (with the attention's per-step arrays derived from it,
+  // cuda_attention.cu) goes to the device in one copy, before the step's graph is
+  // recorded or replayed; until the step ends (copy_to_host / fetch_rows) an op given a
+  // pointer into step.data() reads the uploaded bytes instead of staging them.
+  void begin_step(const ops::StepDesc& step) override;
   // Internal: ends a capture in progress and launches it (before a wait, an allocation
   // or a free); in a replayed step, marks the step as differing from its recording.
   void flush_capture();
@@ -202,10 +228,12 @@ class CudaBackend final : public ops::Backend {
   static void check(int rc, const char* op, const char* what);
 
  private:
-  // Copies n bytes of host memory to device memory valid for the work queued next on
-  // the stream (until the ring wraps, which first waits for the stream). In a recorded
-  // step the offsets start at 0 and depend only on the step's sequence of stagings; a
-  // replayed step writes the recorded offsets and the graph's copies upload them.
+  // Device memory holding n bytes of host memory for the work queued next on the stream.
+  // Bytes inside the described step's arena (begin_step(const StepDesc&)) are already
+  // there: their device address, nothing copied. Others are copied through the ring
+  // (valid until it wraps, which first waits for the stream); in a recorded step the
+  // ring offsets start at 0 and depend only on the step's sequence of stagings; a
+  // replayed step writes the recorded offsets and one copy uploads them before its graph.
   const void* stage(const void* host, size_t n, const char* op);
   template <class T>
   const T* stage_array(const T* host, int64_t n, const char* op) {
@@ -277,20 +305,50 @@ class CudaBackend final : public ops::Backend {
   // Staging ring: pinned host memory mirrored by device memory of the same size.
   uint8_t* stage_host_ = nullptr;
   uint8_t* stage_dev_ = nullptr;
+  StageStats stage_stats_;
+  // The step arena (begin_step(const StepDesc&)): [attention's derived arrays | the
+  // StepDesc's arena at step_desc_off_], a pinned host mirror and its device copy, grown
+  // rarely (growth moves it: recorded graphs are dropped as for scratch). step_ is the
+  // step being run (null outside a described step); step_base_ / step_size_ its host arena.
+  uint8_t* step_host_ = nullptr;
+  uint8_t* step_dev_ = nullptr;
+  size_t step_cap_ = 0, step_desc_off_ = 0, step_size_ = 0;
+  const ops::StepDesc* step_ = nullptr;
+  const uint8_t* step_base_ = nullptr;
+  bool step_upload_pending_ = false;  // the mirror's copy may not have run yet (wait() clears it)
+  // What attention derives from a step once (cuda_attention.cu, step_attention_prepare):
+  // offsets into the arena's front part, counts, and the key bucket.
+  struct StepAttn {
+    size_t row_seq_decode = 0;  // per row: its sequence if it has one row, else -1
+    size_t decode_tiles = 0;    // Tile{s, 0, 1} of each one-row sequence
+    int64_t n_decode = 0;       // one-row sequences
+    int64_t n_rows = 0;         // rows covered by sequences (the last sequence row + 1)
+    int64_t rows_in = 0;        // rows of some sequence
+    int64_t max_keys = 0;       // the longest sequence's keys (pos0 + n_tokens)
+    bool any_multi = false;     // a sequence of several rows
+  };
+  StepAttn step_attn_;
+  std::vector<uint8_t> step_front_;  // the derived arrays, built on the host
+  // Lays out step_front_ and step_attn_ for a step (the front part of its arena).
+  void step_attention_prepare(const ops::StepDesc& d);
+  // Prompt tiles of the step's sequences, staged once per (step, tile height) and reused
+  // by every layer while the ring holds them (stage epoch).
+  struct StepTiles {
+    uint64_t serial = 0, epoch = 0;
+    int64_t rows_per_tile = 0;
+    bool skip_single = false;
+    const void* dev = nullptr;
+    int64_t n = 0;
+  };
+  StepTiles step_tiles_;
+  void begin_step_impl(int64_t n_tokens);
+  void end_step_desc() { step_ = nullptr; }
   // Decode attention's per-(row, block of heads) counters of finished key ranges (zero
   // between launches: the last range resets its counter), for that many pairs.
   static constexpr int64_t kAttnCounters = 1 << 16;
   unsigned* attn_counters_ = nullptr;
   size_t stage_cap_ = 0, stage_off_ = 0;
-  // The last kStageMemo stagings (ring offset, bytes, ring epoch: +1 at each wrap or growth).
-  struct StageMemo {
-    size_t off = 0, n = 0;
-    uint64_t epoch = ~uint64_t{0};
-  };
-  static constexpr int kStageMemo = 8;
-  StageMemo stage_memo_[kStageMemo];
-  int stage_memo_next_ = 0;
-  uint64_t stage_epoch_ = 0;
+  uint64_t stage_epoch_ = 0;  // +1 at each wrap or growth of the ring
   static constexpr int kScratch = 11;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE; 9: argmax rows;
                                        // 10: attention_full's f16 K / V
   void* scratch_[kScratch] = {};
@@ -303,7 +361,6 @@ class CudaBackend final : public ops::Backend {
   enum class StepMode { kEager, kRecord, kReplay };
   struct StageRec {
     size_t off = 0, n = 0;
-    bool reused = false;  // the bytes of an earlier staging of the step (content compared)
   };
   struct StepGraph {
     int64_t n_tokens = 0;
