@@ -57,7 +57,9 @@ TEST(KernelTable, ThisCpuRunsItsArchitecturesTable) {
   EXPECT_STREQ(k.isa, "neon");
 #elif defined(__x86_64__)
   const cpu::CpuFeatures& f = cpu::cpu_features();
-  if (f.avx2 && f.fma && f.f16c) EXPECT_NE(std::string(k.isa), "plain");
+  if (f.avx2 && f.fma && f.f16c) {
+    EXPECT_NE(std::string(k.isa), "plain");
+  }
 #endif
 }
 
@@ -94,6 +96,11 @@ TEST(KernelTable, F16RowsEqualPlainBitForBit) {
   const auto small = random_floats(500, 22, 1e-5f);
   for (size_t i = 0; i < small.size(); ++i) x[i * 3] = small[i];
   for (size_t i = 0; i < 64; ++i) x[i * 7 + 1] = 1.0f + std::ldexp(static_cast<float>(2 * i + 1), -11);  // ties
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float edges[] = {nan,       -nan,           inf,     -inf,   65504.0f, 65519.0f, 65520.0f, -65520.0f,
+                         0.0f,      -0.0f,          1e-8f,   -3e-8f, 0x1p-25f, 0x1.8p-24f, 0x1p-14f, 0x1.ffcp-15f,
+                         1e-40f,    std::ldexp(1.0f, -24), 6.1e-5f};
+  for (size_t i = 0; i < std::size(edges); ++i) x[1000 + 13 * i] = edges[i];
   std::vector<uint16_t> c(x.size()), d(x.size());
   k.f32_to_f16(x.data(), c.data(), static_cast<int64_t>(x.size()));
   p.f32_to_f16(x.data(), d.data(), static_cast<int64_t>(x.size()));

@@ -462,7 +462,13 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   // compiled for the CPU's instruction set (the kernel table): same roundings, vectorised.
   const KernelTable& kt = *kernels_;
   const auto attend = kt.attend_rows;
-  const bool f16_in_kernel = kt.raw_kv_dim > 0 && head_dim % kt.raw_kv_dim == 0;
+  // f16 rows are read raw by kernels that convert in their loads. Without a blocked kernel
+  // a prompt's queries would each convert every key row again, so there only decode
+  // batches (one query per sequence) read them raw; prompts convert each sequence once.
+  bool decode_only = true;
+  for (int64_t s = 0; s < n_seqs; ++s) decode_only = decode_only && seqs[s].n_tokens <= 1;
+  const bool f16_in_kernel = kt.raw_kv_dim > 0 && head_dim % kt.raw_kv_dim == 0 &&
+                             (kt.attend_blocks != nullptr || decode_only);
   if (cache.type == ops::KvType::F16 && !f16_in_kernel) {
     // Each sequence's keys and values are converted to f32 once (block by block, in
     // parallel) and attended there: converting inside the work items would repeat it

@@ -6,14 +6,13 @@
 #include "backends/cpu/kernels_neon.h"
 
 #include "backends/cpu/matmul_f32.h"
-#include "core/half.h"
 
 namespace hearth::cpu {
 namespace {
 
 // Head dims that are multiples of 64 read f16 and q8_0 cache rows in the kernel's loads.
 const KernelTable kNeon{
-    "neon",       f16_to_f32_row, f32_to_f16_row,      attend_rows_neon,  64,         nullptr,
+    "neon",       f16_to_f32_row_neon, f32_to_f16_row_neon, attend_rows_neon, 64,     nullptr,
     swiglu_neon,  silu_row_neon,  gdn_recurrent_plain, chunked_head_neon, gelu_plain, full_items_plain,
     dot_rows_f32_neon};
 

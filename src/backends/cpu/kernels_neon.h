@@ -9,6 +9,9 @@
 
 namespace hearth::cpu {
 
+// f16 <-> f32 rows (f16_rows_neon.cpp).
+void f16_to_f32_row_neon(const uint16_t* src, float* dst, int64_t n);
+void f32_to_f16_row_neon(const float* src, uint16_t* dst, int64_t n);
 // Attention (attention_neon.cpp).
 void attend_rows_neon(const AttendArgs& a, int64_t begin, int64_t end);
 // SwiGLU and SiLU (activations_neon.cpp).
