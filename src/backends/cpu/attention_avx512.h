@@ -1,47 +1,23 @@
-// CPU attention: the arguments shared by the per-item kernels (cpu_backend.cpp) and the
-// blocked AVX-512 kernel (attention_avx512.cpp), plus the AVX-512 helpers both use.
+// The AVX-512 attention kernels' helpers (attention_x86.cpp, attention_avx512.cpp), x86-64
+// only; their arguments are attention.h's.
 #pragma once
 
 #include <cstdint>
 
-#if defined(__x86_64__)
 #include <immintrin.h>
-#endif
 
+#include "backends/cpu/attention.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kv_q8.h"
 #include "ops/backend.h"
 
 namespace hearth::cpu {
 
-struct AttendArgs {
-  const float* q;
-  const ops::KvLayer* cache;
-  const ops::AttentionSeq* seqs;
-  const int32_t* row_seq;  // query row -> its sequence
-  const int64_t* key_offs;   // element offset of each key row, per sequence ...
-  const int64_t* seq_offs;   // ... starting at key_offs[seq_offs[s]]
-  int64_t n_head, n_head_kv, head_dim;
-  int64_t max_keys;        // most keys any query sees
-  float scale;
-  float* out;
-};
-
-// A work item of the blocked kernel: n_rows consecutive query rows of sequence `seq`
-// (starting at global row row0) x the query heads [head0, head0 + n_heads), all of one
-// KV head. Every query of the block reads the same keys and values, so they share
-// each key row while it is in registers / L1 and each value chunk while it is in L2.
-struct AttnBlock {
-  int64_t row0;
-  int32_t seq, n_rows, head0, n_heads;
-};
-
 // Runs blocks [begin, end) (AVX-512, head_dim % 64 == 0, f32, f16 or q8_0 cache). Each
 // query's arithmetic is exactly that of the per-query kernel attend_one_avx512: same
 // fmas in the same order, same reductions; which queries share a block never matters.
 void attend_blocks_avx512(const AttendArgs& a, const AttnBlock* blocks, int64_t begin, int64_t end);
 
-#if defined(__x86_64__)
 // ggml_order::sum16 (the halving tree of _mm512_reduce_add_ps) on a register: 8+8, 4+4,
 // then (0+2) + (1+3), the same additions in the same order.
 HEARTH_AVX512 inline float sum16_zmm(__m512 v) {
@@ -90,6 +66,5 @@ HEARTH_AVX512 inline void sum_lanes(const float* acc, int64_t head_dim, bool sin
     _mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_add_ps(h4[0], h4[2]), _mm512_add_ps(h4[1], h4[3])));
   }
 }
-#endif
 
 }  // namespace hearth::cpu

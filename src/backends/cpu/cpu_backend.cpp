@@ -7,14 +7,11 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#include "backends/cpu/attention_avx512.h"
+#include "backends/cpu/attend_rows.h"
+#include "backends/cpu/attention.h"
 #include "backends/cpu/cpu_features.h"
-#include "backends/cpu/exp_avx512.h"
 #include "backends/cpu/ggml_order.h"
+#include "backends/cpu/kernel_table.h"
 #include "backends/cpu/kernels_ref.h"
 #include "backends/cpu/kv_rows.h"
 #include "backends/cpu/matmul_f32.h"
@@ -65,208 +62,24 @@ class LazyHostBuffer final : public ops::Buffer {
   int64_t n_;
 };
 
-using AttendFn = void (*)(const AttendArgs&, int64_t, int64_t);
-using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
+}  // namespace
 
-// f16 -> f32 rows with F16C (exact, like the plain conversion).
-struct CvtF16C {
-  HEARTH_SIMD static void run(const uint16_t* src, float* dst, int64_t n) {
-    int64_t i = 0;
-#if defined(__x86_64__)
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-    }
-#endif
-    for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
-  }
-  // q8_0 -> f32 (the same bits as CvtPlain::q8).
-  HEARTH_SIMD static void q8(const uint8_t* src, float* dst, int64_t n) {
-#if defined(__x86_64__)
-    dequantize_row_q8_0_avx2(src, dst, n);
-#else
-    dequantize_row_q8_0(src, dst, n);
-#endif
-  }
-};
-
-struct GenericAttend {
-  template <class K, class V>
-  void operator()(const float* q, const K& k, const V& v, int64_t n_keys, int64_t head_dim, float scale, bool single,
-                  float* scores, float* acc, float* tmp, float* out) const {
-    ggml_order::attend_one(q, k, v, n_keys, head_dim, scale, single, scores, acc, tmp, out);
-  }
-};
-
-// Work items [begin, end) of attention: item = query row * n_head + head, each read
-// through its sequence's block table. The fast copies below are this same code
-// compiled for AVX2+FMA (or AVX-512): `flatten` inlines the ggml_order math into them,
-// so std::fma becomes one instruction and the 16-lane loops vectorise with the same
-// roundings (without it GCC's identical-code folding merged the copies and every fma
-// was a libm call).
-// RawF16: the kernel reads f16 and q8_0 rows itself (the AVX-512 one converts in its
-// loads). A q8_0 cache's offsets (key_offs, kv_off) are in bytes.
-template <class Cvt, class Kernel, bool RawF16 = false>
-inline void attend_rows(const AttendArgs& a, int64_t begin, int64_t end, const Kernel& kernel) {
-  const int64_t group = a.n_head / a.n_head_kv;
-  std::vector<float> scores(static_cast<size_t>(a.max_keys + 64)), acc(static_cast<size_t>(64 * a.head_dim)),
-      tmp(static_cast<size_t>(a.head_dim));
-  const ops::KvLayer& c = *a.cache;
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t row = item / a.n_head, h = item % a.n_head, kv_off = (h / group) * a.head_dim;
-    const ops::AttentionSeq& sq = a.seqs[a.row_seq[row]];
-    const int64_t n_keys = sq.pos0 + (row - sq.first_row) + 1;
-    const int64_t* offs = a.key_offs + a.seq_offs[a.row_seq[row]];
-    const bool single = sq.n_tokens == 1;
-    if (c.type == ops::KvType::Q8_0) {
-      const int64_t off = ops::kv_row_bytes(c.type, kv_off);
-      const auto* kb = static_cast<const uint8_t*>(c.k) + off;
-      const auto* vb = static_cast<const uint8_t*>(c.v) + off;
-      if constexpr (RawF16) {
-        kernel(a.q + item * a.head_dim, KvRowsOffRawQ8{kb, offs}, KvRowsOffRawQ8{vb, offs}, n_keys, a.head_dim,
-               a.scale, single, scores.data(), acc.data(), tmp.data(), a.out + item * a.head_dim);
-      } else {
-        kernel(a.q + item * a.head_dim, KvRowsOffQ8<Cvt>{kb, offs, a.head_dim}, KvRowsOffQ8<Cvt>{vb, offs, a.head_dim},
-               n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(), tmp.data(),
-               a.out + item * a.head_dim);
-      }
-      continue;
-    }
-    if constexpr (RawF16) {
-      if (c.type == ops::KvType::F16) {
-        const KvRowsOffRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, offs};
-        const KvRowsOffRawF16 vr{static_cast<const uint16_t*>(c.v) + kv_off, offs};
-        kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
-               tmp.data(), a.out + item * a.head_dim);
-        continue;
-      }
-    }
-    if (c.type == ops::KvType::F16) {
-      const KvRowsOffF16<Cvt> kr{static_cast<const uint16_t*>(c.k) + kv_off, offs, a.head_dim};
-      const KvRowsOffF16<Cvt> vr{static_cast<const uint16_t*>(c.v) + kv_off, offs, a.head_dim};
-      kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
-             tmp.data(), a.out + item * a.head_dim);
-    } else {
-      const KvRowsOffF32 kr{static_cast<const float*>(c.k) + kv_off, offs};
-      const KvRowsOffF32 vr{static_cast<const float*>(c.v) + kv_off, offs};
-      kernel(a.q + item * a.head_dim, kr, vr, n_keys, a.head_dim, a.scale, single, scores.data(), acc.data(),
-             tmp.data(), a.out + item * a.head_dim);
-    }
-  }
-}
+// The plain builds of the kernel table's attention and SwiGLU (kernel_table.h); the
+// instruction-set builds are in attention_x86.cpp, activations_x86.cpp and their NEON
+// counterparts. attend_rows (attend_rows.h) compiled without target attributes: the
+// reference math of ggml_order.h.
 void attend_rows_plain(const AttendArgs& a, int64_t begin, int64_t end) {
   attend_rows<CvtPlain>(a, begin, end, GenericAttend{});
-}
-HEARTH_SIMD __attribute__((flatten)) void attend_rows_avx2(const AttendArgs& a, int64_t begin, int64_t end) {
-  attend_rows<CvtF16C>(a, begin, end, GenericAttend{});
-}
-
-#if defined(__x86_64__)
-// ggml_order::attend_one for head_dim a multiple of 64, with the reductions written as
-// AVX-512 register code instead of scalar loops. Every rounding is the reference one:
-// scores are dot_order_a (4 x 16-lane fma accumulators, combined (0+2) + (1+3), then
-// sum16; no leftover elements, so the double step is exact); the value sum keeps each
-// lane's keys j = l, l + n_lanes, ... in order, but runs lane by lane with the
-// accumulators in registers (lanes are independent); the final lane sums are sum16
-// done vertically, 16 output elements at a time.
-template <class K, class V>
-HEARTH_AVX512 void attend_one_avx512(const float* q, const K& krow, const V& vrow, int64_t n_keys, int64_t head_dim,
-                                     float scale, bool single_query, float* scores, float* acc, float* tmp,
-                                     float* out) {
-  float max_s = -INFINITY;
-  for (int64_t j = 0; j < n_keys; ++j) {
-    const auto kj = krow(j, tmp);
-    __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int64_t i = 0; i < head_dim; i += 64) {
-      for (int a = 0; a < 4; ++a) {
-        c[a] = _mm512_fmadd_ps(load16(kj + i + 16 * a), _mm512_loadu_ps(q + i + 16 * a), c[a]);
-      }
-    }
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
-    scores[j] = sum16_zmm(sum) * scale;
-    max_s = std::fmax(max_s, scores[j]);
-  }
-  const int64_t n_pad = (n_keys + 15) & ~int64_t{15};
-  for (int64_t j = 0; j < n_keys; ++j) scores[j] = ggml_order::exp_approx(scores[j] - max_s);
-  for (int64_t j = n_keys; j < n_pad; ++j) scores[j] = 0.0f;
-  double total = 0.0;
-  for (int64_t j = 0; j < n_pad; j += 16) total += sum16_zmm(_mm512_loadu_ps(scores + j));
-  const auto inv = static_cast<float>(1.0 / total);
-  for (int64_t j = 0; j < n_keys; ++j) scores[j] *= inv;
-  const int64_t n_lanes = single_query ? 64 : 16;
-  for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
-    for (int64_t l = 0; l < n_lanes; ++l) {
-      __m512 r[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int64_t j = l; j < n_keys; j += n_lanes) {
-        const auto vj = vrow(j, tmp) + d0;
-        const __m512 p = _mm512_set1_ps(scores[j]);
-        for (int b = 0; b < 4; ++b) r[b] = _mm512_fmadd_ps(load16(vj + 16 * b), p, r[b]);
-      }
-      for (int b = 0; b < 4; ++b) _mm512_storeu_ps(acc + l * head_dim + d0 + 16 * b, r[b]);
-    }
-  }
-  sum_lanes(acc, head_dim, single_query, out);
-}
-#endif
-
-#if defined(__x86_64__)
-struct Avx512Attend {
-  template <class K, class V>
-  HEARTH_AVX512 void operator()(const float* q, const K& k, const V& v, int64_t n_keys, int64_t head_dim, float scale,
-                                bool single, float* scores, float* acc, float* tmp, float* out) const {
-    attend_one_avx512(q, k, v, n_keys, head_dim, scale, single, scores, acc, tmp, out);
-  }
-};
-#endif
-
-HEARTH_AVX512 __attribute__((flatten)) void attend_rows_avx512(const AttendArgs& a, int64_t begin, int64_t end) {
-#if defined(__x86_64__)
-  if (a.head_dim % 64 == 0) {
-    attend_rows<CvtF16C, Avx512Attend, true>(a, begin, end, Avx512Attend{});
-    return;
-  }
-#endif
-  attend_rows<CvtF16C>(a, begin, end, GenericAttend{});
-}
-
-bool avx512_ok() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512vl && f.avx512bw;
 }
 
 void swiglu_plain(const float* g, const float* u, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
 }
-HEARTH_SIMD __attribute__((flatten)) void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
-}
-#if defined(__x86_64__)
-// 16 at a time where exp16 applies (the same exp_approx bits; negation, division, the + 1
-// and the product are single exact / IEEE operations either way), else the scalar code.
-HEARTH_AVX512 __attribute__((flatten)) void swiglu_avx512(const float* g, const float* u, int64_t n, float* out) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 gv = _mm512_loadu_ps(g + i);
-    __m512 e;
-    const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), _mm512_set1_epi32(INT32_MIN)));
-    if (exp16(neg, e)) {
-      _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
-      continue;
-    }
-    for (int64_t k = i; k < i + 16; ++k) out[k] = ggml_order::swiglu_one(g[k], u[k]);
-  }
-  for (; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
-}
-#else
-void swiglu_avx512(const float* g, const float* u, int64_t n, float* out) { swiglu_plain(g, u, n, out); }
-#endif
-
-}  // namespace
 
 CpuBackend::CpuBackend(int n_threads, bool reference_kernels)
     : pool_(n_threads > 0 ? n_threads : physical_core_count()),
       reference_kernels_(reference_kernels),
-      simd_ok_(!reference_kernels && cpu_features().avx2 && cpu_features().fma && cpu_features().f16c) {
+      kernels_(&cpu_kernels(reference_kernels)) {
   set_repack(!reference_kernels && tune::on(tune::kCpuRepack));
   // cpu.moe=generic: the model's per-expert path (for comparisons).
   fused_moe_ = tune::get(tune::kCpuMoe) == 0;
@@ -461,13 +274,7 @@ void CpuBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_toke
   // the batch (the vector tiles give its bits, matmul_f32.h).
   const OpScope timer(op_times_.get(), "matmul float");
   const bool in_place = w.type == GgmlType::F32;
-#if defined(__x86_64__)
-  const auto dot_rows = !simd_ok_ ? dot_rows_f32_plain : avx512_ok() ? dot_rows_f32_avx512 : dot_rows_f32_avx2;
-#elif defined(__aarch64__)
-  const auto dot_rows = reference_kernels_ || !cpu_features().neon ? dot_rows_f32_plain : dot_rows_f32_neon;
-#else
-  const auto dot_rows = dot_rows_f32_plain;
-#endif
+  const auto dot_rows = kernels_->dot_rows_f32;
   // Work items: a chunk of 16 to kFloatRows rows x a block of up to kFloatTokens tokens,
   // four items a thread at least. Each item reads its tokens' rows once for all the rows
   // of its chunk (a large chunk makes that traffic small; token blocks give many cores
@@ -632,12 +439,13 @@ void CpuBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int6
                           const ops::KvLayer& cache) {
   const OpScope timer(op_times_.get(), "store_kv");
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_kv_dim));
-  if (cache.type == ops::KvType::F16 && simd_ok_) {
+  if (cache.type == ops::KvType::F16) {
+    const auto to_f16 = kernels_->f32_to_f16;
     pool_.parallel_for(n_tokens, grain, [&](int64_t begin, int64_t end, int) {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t row = slots[t];
-        f32_to_f16_row_f16c(k + t * n_kv_dim, static_cast<uint16_t*>(cache.k) + row * n_kv_dim, n_kv_dim);
-        f32_to_f16_row_f16c(v + t * n_kv_dim, static_cast<uint16_t*>(cache.v) + row * n_kv_dim, n_kv_dim);
+        to_f16(k + t * n_kv_dim, static_cast<uint16_t*>(cache.k) + row * n_kv_dim, n_kv_dim);
+        to_f16(v + t * n_kv_dim, static_cast<uint16_t*>(cache.v) + row * n_kv_dim, n_kv_dim);
       }
     });
     return;
@@ -651,9 +459,16 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
   const OpScope timer(op_times_.get(), "attention");
   // One (query row, head) pair per work item, each the reference math (ggml_order.h)
-  // compiled for AVX2+FMA where the CPU has them: same roundings, vectorised.
-  const AttendFn attend = !simd_ok_ ? attend_rows_plain : avx512_ok() ? attend_rows_avx512 : attend_rows_avx2;
-  const bool f16_in_kernel = simd_ok_ && avx512_ok() && head_dim % 64 == 0;
+  // compiled for the CPU's instruction set (the kernel table): same roundings, vectorised.
+  const KernelTable& kt = *kernels_;
+  const auto attend = kt.attend_rows;
+  // f16 rows are read raw by kernels that convert in their loads. Without a blocked kernel
+  // a prompt's queries would each convert every key row again, so there only decode
+  // batches (one query per sequence) read them raw; prompts convert each sequence once.
+  bool decode_only = true;
+  for (int64_t s = 0; s < n_seqs; ++s) decode_only = decode_only && seqs[s].n_tokens <= 1;
+  const bool f16_in_kernel = kt.raw_kv_dim > 0 && head_dim % kt.raw_kv_dim == 0 &&
+                             (kt.attend_blocks != nullptr || decode_only);
   if (cache.type == ops::KvType::F16 && !f16_in_kernel) {
     // Each sequence's keys and values are converted to f32 once (block by block, in
     // parallel) and attended there: converting inside the work items would repeat it
@@ -668,19 +483,13 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
       float* vf = kf + nb * bs * dim;
       const auto* k16 = static_cast<const uint16_t*>(cache.k);
       const auto* v16 = static_cast<const uint16_t*>(cache.v);
-      const bool simd = simd_ok_;
       {
         const OpScope convert_timer(op_times_.get(), "kv f16 to f32");
         pool_.parallel_for(nb, 1, [&](int64_t begin, int64_t end, int) {
           for (int64_t b = begin; b < end; ++b) {
             const int64_t rows = std::min(bs, n_keys - b * bs), src = sq.block_table[b] * bs * dim;
-            if (simd) {
-              CvtF16C::run(k16 + src, kf + b * bs * dim, rows * dim);
-              CvtF16C::run(v16 + src, vf + b * bs * dim, rows * dim);
-            } else {
-              CvtPlain::run(k16 + src, kf + b * bs * dim, rows * dim);
-              CvtPlain::run(v16 + src, vf + b * bs * dim, rows * dim);
-            }
+            kt.f16_to_f32(k16 + src, kf + b * bs * dim, rows * dim);
+            kt.f16_to_f32(v16 + src, vf + b * bs * dim, rows * dim);
           }
         });
       }
@@ -722,16 +531,12 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   }
   const AttendArgs args{q,        &cache,   seqs,      row_seq_.data(), key_offs_.data(), seq_offs_.data(),
                         n_head,   n_head_kv, head_dim, max_keys,        scale,             out};
-  if (f16_in_kernel && attention_blocks_) {
+  if (f16_in_kernel && attention_blocks_ && kt.attend_blocks != nullptr) {
     make_attention_blocks(seqs, n_seqs, n_head, n_head_kv);
     const AttnBlock* blocks = attn_blocks_.data();
-#if defined(__x86_64__)  // f16_in_kernel needs AVX-512 (attention_avx512.cpp)
     pool_.parallel_for(static_cast<int64_t>(attn_blocks_.size()), 1,
-                       [&](int64_t begin, int64_t end, int) { attend_blocks_avx512(args, blocks, begin, end); });
+                       [&](int64_t begin, int64_t end, int) { kt.attend_blocks(args, blocks, begin, end); });
     return;
-#else
-    (void)blocks;
-#endif
   }
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }
@@ -782,7 +587,7 @@ void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   const OpScope timer(op_times_.get(), "swiglu");
-  const SwigluFn f = !simd_ok_ ? swiglu_plain : avx512_ok() ? swiglu_avx512 : swiglu_avx2;
+  const auto f = kernels_->swiglu;
   pool_.parallel_for(n, 1024, [&](int64_t begin, int64_t end, int) { f(gate + begin, up + begin, end - begin, out + begin); });
 }
 

@@ -7,7 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/attention_avx512.h"
+#include "backends/cpu/attention.h"
+#include "backends/cpu/kernel_table.h"
 #include "backends/cpu/op_timing.h"
 #include "backends/cpu/packed.h"
 #include "core/thread_pool.h"
@@ -165,14 +166,14 @@ class CpuBackend final : public ops::Backend {
   bool argmax_rows_ = false;
   int64_t argmax_rows_fetched_ = 0, draw_rows_fetched_ = 0;
   bool reference_kernels_;
-  bool simd_ok_;  // AVX2+FMA builds of the float kernels may run
+  const KernelTable* kernels_;  // the float kernels' builds for this CPU (plain with reference_kernels)
   std::vector<uint8_t> act_scratch_;
   std::vector<int32_t> row_seq_;  // attention: query row -> sequence
   std::vector<float> kv_f32_;     // attention over an f16 cache: one sequence's K and V in f32
   std::vector<int32_t> ident_;    // ... and its block table 0, 1, 2, ...
   std::vector<float> gdn_qk_, gdn_gates_;            // gated delta net: normalised q|k, gates
   std::vector<std::vector<float>> gdn_scratch_;      // ... per-thread chunk buffers
-  bool attention_blocks_ = true;        // blocked AVX-512 attention where it applies
+  bool attention_blocks_ = true;        // blocked attention where the kernel table has it
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
   std::vector<float> full_kt_;                // attention_full: the keys transposed in blocks
@@ -188,9 +189,5 @@ class CpuBackend final : public ops::Backend {
   std::vector<int32_t> act_corr_;
   std::unique_ptr<OpTimes> op_times_;  // null: timing off
 };
-
-// f32_to_f16_row (core/half.h) with the F16C conversion, the same bits
-// (cpu_backend_rows_x86.cpp); only where the CPU has F16C.
-void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace hearth::cpu

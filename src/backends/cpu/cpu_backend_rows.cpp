@@ -1,6 +1,6 @@
 // CpuBackend row movement: fill, gather and weighted scatter-add of activation rows for
-// routed experts (plain loops: memory-bound and small). The F16C conversion of rows for
-// an f16 KV cache is in cpu_backend_rows_x86.cpp.
+// routed experts (plain loops: memory-bound and small). The conversion of rows for an
+// f16 KV cache is the kernel table's (kernel_table.h; F16C: cpu_backend_rows_x86.cpp).
 #include <algorithm>
 #include <cstring>
 
@@ -8,12 +8,6 @@
 #include "core/half.h"
 
 namespace hearth::cpu {
-
-#if !defined(__x86_64__)
-// The F16C conversion is x86-64's (cpu_backend_rows_x86.cpp); store_kv calls it only where
-// the CPU has F16C, so elsewhere it is the plain conversion.
-void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n) { f32_to_f16_row(src, dst, n); }
-#endif
 
 void CpuBackend::fill(float* dst, float value, int64_t n) {
   const OpScope timer(op_times_.get(), "fill");

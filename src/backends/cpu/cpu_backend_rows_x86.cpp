@@ -1,8 +1,8 @@
-// f32 -> f16 rows with F16C for the KV cache, x86-64 only (see cpu_backend_rows.cpp).
+// f32 -> f16 rows with F16C for the KV cache, x86-64 only (the kernel table's f32_to_f16, kernels_x86.cpp).
 #include <immintrin.h>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels_x86.h"
+#include "backends/cpu/targets_x86.h"
 #include "core/half.h"
 
 namespace hearth::cpu {

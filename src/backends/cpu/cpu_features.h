@@ -4,13 +4,10 @@
 // the ARM flags come from the kernel's hardware capabilities (getauxval).
 #pragma once
 
-// Functions compiled for AVX2+FMA (used only when the CPU has them); elsewhere plain.
+// The x86-64 kernels' target attributes (HEARTH_SIMD, HEARTH_AVX512) are targets_x86.h's;
+// the product kernels' x86 files still take them through this header.
 #if defined(__x86_64__)
-#define HEARTH_SIMD __attribute__((target("avx2,fma,f16c")))
-#define HEARTH_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
-#else
-#define HEARTH_SIMD
-#define HEARTH_AVX512
+#include "backends/cpu/targets_x86.h"
 #endif
 
 #include <string>

@@ -1,11 +1,10 @@
 // ggml_order::exp_approx on 16 AVX-512 lanes, for the kernels that must keep its
-// roundings (softmax in attention, SwiGLU).
+// roundings (softmax in attention, SwiGLU, SiLU). x86-64 only.
 #pragma once
 
-#if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/targets_x86.h"
 
 namespace hearth::cpu {
 
@@ -33,4 +32,3 @@ HEARTH_AVX512 inline bool exp16(__m512 x, __m512& out) {
 }
 
 }  // namespace hearth::cpu
-#endif

@@ -72,6 +72,9 @@ inline float exp_approx(float x) {
   return std::ldexp(p, e);  // exact scaling into the subnormal or overflow range
 }
 
+// silu(x) = x / (1 + e^-x) with ggml's vectorised exp (what llama.cpp's SiLU uses).
+inline float silu_one(float x) { return x / (1.0f + exp_approx(-x)); }
+
 // silu(g) * u as ggml's SwiGLU computes it.
 inline float swiglu_one(float g, float u) { return (g / (1.0f + exp_approx(-g))) * u; }
 

@@ -16,11 +16,6 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#include "backends/cpu/cpu_features.h"
 #include "core/half.h"
 #include "ops/backend.h"
 #include "quant/dequant_kernels.h"
@@ -37,20 +32,9 @@ inline void dequantize_row_q8_0(const uint8_t* src, float* dst, int64_t n) {
   quant::dequant_q8_0(src, dst, n / ops::kQ8Block);
 }
 
-#if defined(__x86_64__)
 // The same with AVX2 + F16C (exact conversions, the one multiply): the same bits.
-HEARTH_SIMD inline void dequantize_row_q8_0_avx2(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / ops::kQ8Block; ++b, src += ops::kQ8BlockBytes, dst += ops::kQ8Block) {
-    uint16_t dh;
-    std::memcpy(&dh, src, sizeof dh);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
-    for (int k = 0; k < 4; ++k) {
-      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 2 + 8 * k));
-      _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d));
-    }
-  }
-}
-#endif
+// x86-64 only (kv_q8_x86.cpp), where the CPU has AVX2 and F16C.
+void dequantize_row_q8_0_avx2(const uint8_t* src, float* dst, int64_t n);
 
 // Where value i of a q8_0 row is: the AVX-512 kernels walk it like a float pointer
 // (row + i, then load16 reads 16 values from a 16-aligned i; see attention_avx512.h).

@@ -1,0 +1,33 @@
+// The plain kernel table and the choice of a table for this CPU (kernel_table.h).
+#include "backends/cpu/kernel_table.h"
+
+#include "backends/cpu/matmul_f32.h"
+#include "core/half.h"
+
+namespace hearth::cpu {
+namespace {
+
+const KernelTable kPlain{
+    "plain",       f16_to_f32_row,      f32_to_f16_row, attend_rows_plain, 0,          nullptr,
+    swiglu_plain,  silu_row_plain,      gdn_recurrent_plain, nullptr,      gelu_plain, full_items_plain,
+    dot_rows_f32_plain};
+
+}  // namespace
+
+const KernelTable& plain_kernels() { return kPlain; }
+
+const KernelTable& cpu_kernels(bool reference) {
+  if (reference) return kPlain;
+  const KernelTable* k = arch_kernels(cpu_features());
+  return k != nullptr ? *k : kPlain;
+}
+
+#if !defined(__x86_64__) && !defined(__aarch64__)
+// No instruction-set kernels for this architecture (kernels_x86.cpp, kernels_neon.cpp
+// make the others' tables): the plain table, and subnormals as the CPU treats them.
+const KernelTable* arch_kernels(const CpuFeatures&) { return nullptr; }
+uint64_t FlushSubnormals::flush_subnormals_begin() { return 0; }
+void FlushSubnormals::flush_subnormals_end(uint64_t) {}
+#endif
+
+}  // namespace hearth::cpu
