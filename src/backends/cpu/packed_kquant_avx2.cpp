@@ -69,6 +69,7 @@ HEARTH_AVX2 inline void quarter_sums(const uint8_t* blk, const uint8_t* const* x
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   for (int k0 = K0; k0 < K1; k0 += L) {
     __m256i a0[T], a1[T];
+    for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm256_setzero_si256();
     for (int k = k0; k < k0 + L; ++k) {
       const __m256i raw = load32(blk + layout::kNib + (8 * P + k) * 64 + 32 * H);
       __m256i lo = _mm256_and_si256(raw, low4);
@@ -88,8 +89,12 @@ HEARTH_AVX2 inline void quarter_sums(const uint8_t* blk, const uint8_t* const* x
       for (int t = 0; t < T; ++t) {
         const __m256i p0 = _mm256_maddubs_epi16(lo, bcst4(xq[t] + 64 * P + 4 * k));
         const __m256i p1 = _mm256_maddubs_epi16(hi, bcst4(xq[t] + 64 * P + 32 + 4 * k));
-        a0[t] = k == k0 ? p0 : _mm256_add_epi16(a0[t], p0);
-        a1[t] = k == k0 ? p1 : _mm256_add_epi16(a1[t], p1);
+        a0[t] = _mm256_add_epi16(a0[t], p0);
+        a1[t] = _mm256_add_epi16(a1[t], p1);
+        // Keeps the running sums in registers: without it GCC 12 re-associates the chain,
+        // computes every product of the chain first and spills them (2 stack accesses per
+        // vpmaddubsw).
+        asm("" : "+x"(a0[t]), "+x"(a1[t]));
       }
     }
     for (int t = 0; t < T; ++t) {
@@ -130,9 +135,11 @@ HEARTH_AVX2 inline void quarter_q6(const uint8_t* blk, const uint8_t* const* xq,
 }
 
 // Half H of super-block blk against tokens t0 .. t0 + T - 1: acc[t] += vec_dot's
-// expression for the half's 8 rows.
+// expression for the half's 8 rows. Not inlined: inlined, GCC 12 shares the activation
+// broadcasts of the two halves and keeps all of them on the stack (340 stores a
+// super-block).
 template <GgmlType kType, int T, int H>
-HEARTH_AVX2 inline void half_block(const uint8_t* blk, const PackedAct& a, int64_t t0, int64_t b,
+__attribute__((noinline)) HEARTH_AVX2 void half_block(const uint8_t* blk, const PackedAct& a, int64_t t0, int64_t b,
                                    const uint8_t* const* xq, const uint8_t* const* bsums, __m256* acc) {
   constexpr bool kQ6 = kType == GgmlType::Q6_K;
   constexpr int kD = kQ6 ? layout::kQ6D : kType == GgmlType::Q5_K ? layout::kQ5D : layout::kQ4D;
