@@ -59,11 +59,13 @@ template <GgmlType kType>
 constexpr int kChain = kType == GgmlType::Q4_K ? 8 : kType == GgmlType::Q5_K ? 4 : 2;
 
 // Half H of register k (k in [K0, K1)) of quarter P against the tokens' activations:
-// s0 += sc0 * (sums of the low-nibble elements 64P + 4k ..), s1 += sc1 * (the high ones
-// 64P + 32 + 4k ..), in 32 bits, through 16-bit chains of kChain registers.
+// s += sc0 * (sums of the low-nibble elements 64P + 4k ..) + sc1 * (the high ones
+// 64P + 32 + 4k ..), in 32 bits, through 16-bit chains of kChain registers (one 32-bit
+// sum for both: the integers are exact, so their order does not matter, and 4 registers
+// fewer for four tokens keep the loop out of the stack).
 template <GgmlType kType, int T, int H, int P, int K0, int K1>
 HEARTH_AVX2 inline void quarter_sums(const uint8_t* blk, const uint8_t* const* xq, __m256i sc0, __m256i sc1,
-                                     __m256i* s0, __m256i* s1) {
+                                     __m256i* s) {
   constexpr int L = kChain<kType>;
   static_assert((K1 - K0) % L == 0);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -98,8 +100,8 @@ HEARTH_AVX2 inline void quarter_sums(const uint8_t* blk, const uint8_t* const* x
       }
     }
     for (int t = 0; t < T; ++t) {
-      s0[t] = _mm256_add_epi32(s0[t], _mm256_madd_epi16(a0[t], sc0));
-      s1[t] = _mm256_add_epi32(s1[t], _mm256_madd_epi16(a1[t], sc1));
+      s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(_mm256_madd_epi16(a0[t], sc0), _mm256_madd_epi16(a1[t], sc1)));
+      asm("" : "+x"(s[t]));  // as above
     }
   }
 }
@@ -109,10 +111,7 @@ template <GgmlType kType, int T, int H, int P>
 HEARTH_AVX2 inline void quarter_k4(const uint8_t* blk, const uint8_t* scales, const uint8_t* const* xq,
                                    __m256i* sumi) {
   const __m256i sc = _mm256_cvtepu8_epi16(load16(scales + 32 * P + 16 * H));
-  __m256i s0[T], s1[T];
-  for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm256_setzero_si256();
-  quarter_sums<kType, T, H, P, 0, 8>(blk, xq, dup_even(sc), dup_odd(sc), s0, s1);
-  for (int t = 0; t < T; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(s0[t], s1[t]));
+  quarter_sums<kType, T, H, P, 0, 8>(blk, xq, dup_even(sc), dup_odd(sc), sumi);
 }
 
 // Q6_K quarter P of half H (sub-blocks of 16: 4P, 4P + 1 low, 4P + 2, 4P + 3 high): the
@@ -122,12 +121,9 @@ HEARTH_AVX2 inline void quarter_q6(const uint8_t* blk, const uint8_t* const* xq,
                                    __m256i* sumi, __m256i* corr) {
   const __m256i sa = _mm256_cvtepi8_epi16(load16(blk + layout::kQ6Scales + 64 * P + 16 * H));       // 4P, 4P + 1
   const __m256i sb = _mm256_cvtepi8_epi16(load16(blk + layout::kQ6Scales + 64 * P + 32 + 16 * H));  // 4P + 2, 4P + 3
-  __m256i s0[T], s1[T];
-  for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm256_setzero_si256();
-  quarter_sums<GgmlType::Q6_K, T, H, P, 0, 4>(blk, xq, dup_even(sa), dup_even(sb), s0, s1);
-  quarter_sums<GgmlType::Q6_K, T, H, P, 4, 8>(blk, xq, dup_odd(sa), dup_odd(sb), s0, s1);
+  quarter_sums<GgmlType::Q6_K, T, H, P, 0, 4>(blk, xq, dup_even(sa), dup_even(sb), sumi);
+  quarter_sums<GgmlType::Q6_K, T, H, P, 4, 8>(blk, xq, dup_odd(sa), dup_odd(sb), sumi);
   for (int t = 0; t < T; ++t) {
-    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(s0[t], s1[t]));
     // bsums 4P, 4P + 1 and 4P + 2, 4P + 3 as int16 pairs, as the scales are paired.
     corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sa, bcst4(bsums[t] + 8 * P)));
     corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sb, bcst4(bsums[t] + 8 * P + 4)));
