@@ -22,6 +22,8 @@
   /* The CPU back-end. */                                                                                          \
   X(kCpuRepack, "cpu.repack", Bool, Kill, 1, 0, 1, "",                                                             \
     "repack quantized weights for the packed (AVX-512 VNNI) kernels where the CPU has them")                       \
+  X(kCpuIsa, "cpu.isa", Enum, Kill, 0, 0, 2, "auto|avx2|plain",                                                   \
+    "caps the instruction sets the CPU kernels may use (avx2: no AVX-512 / AMX, as on an AVX2-only CPU; plain: none)") \
   X(kCpuMoe, "cpu.moe", Enum, Kill, 0, 0, 1, "fused|generic",                                                      \
     "mixture-of-experts layers as one fused op, or the model's per-expert ops (for comparisons)")                  \
   X(kCpuTile8, "cpu.tile8", Bool, Kill, 1, 0, 1, "",                                                               \

@@ -1,4 +1,4 @@
-// Packed (16-row interleaved) weights and their AVX-512 VNNI kernels, for every packed
+// Packed (16-row interleaved) weights and their AVX-512 VNNI and AVX2 kernels, for every packed
 // type (Q4_0, Q4_1, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K): bit for bit equal to the
 // plain reference of the same arithmetic (ref::packed_order_matmul) and to the AVX2
 // vec_dot (ggml's order); through CpuBackend, prepared (packed) matmul and matmul_multi
@@ -17,9 +17,15 @@
 
 #include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/packed.h"
+#include "backends/cpu/packed_kquant.h"
 #include "backends/cpu/quant_dot.h"
 #include "core/tune.h"
+
+namespace hearth::cpu::packed_avx2 {
+PackedMatmulFn find_packed(GgmlType type);  // packed_avx2.cpp
+}
 
 namespace {
 
@@ -57,20 +63,23 @@ std::vector<float> make_x(int64_t n_tok, int64_t n, uint32_t seed) {
   return x;
 }
 
-// The token blocks of the packed products (cpu.token_block, cpu.prefill_blocks) for the
-// scope of a test.
+// The token blocks of the packed products (cpu.token_block, cpu.prefill_blocks) and the
+// instruction sets (cpu.isa: auto, or 1 = avx2, which runs the AVX2 kernels on an AVX-512
+// machine) for the scope of a test.
 struct Blocks {
-  int64_t token_block, prefill_blocks;
+  int64_t token_block, prefill_blocks, isa;
 };
 class PackedBlocks : public ::testing::TestWithParam<Blocks> {
  protected:
   hearth::tune::Override token_block_{hearth::tune::kCpuTokenBlock, GetParam().token_block};
   hearth::tune::Override prefill_blocks_{hearth::tune::kCpuPrefillBlocks, GetParam().prefill_blocks};
+  hearth::tune::Override isa_{hearth::tune::kCpuIsa, GetParam().isa};
 };
-INSTANTIATE_TEST_SUITE_P(TokenBlocks, PackedBlocks, ::testing::Values(Blocks{128, 0}, Blocks{16, 8}),
+INSTANTIATE_TEST_SUITE_P(TokenBlocks, PackedBlocks,
+                         ::testing::Values(Blocks{128, 0, 0}, Blocks{16, 8, 0}, Blocks{128, 0, 1}, Blocks{16, 8, 1}),
                          [](const ::testing::TestParamInfo<Blocks>& i) {
                            return "tokens" + std::to_string(i.param.token_block) + "_prefill" +
-                                  std::to_string(i.param.prefill_blocks);
+                                  std::to_string(i.param.prefill_blocks) + (i.param.isa == 1 ? "_avx2" : "");
                          });
 
 // Quantized activations and their scales, as CpuBackend prepares them.
@@ -125,7 +134,7 @@ TEST_P(PackedBlocks, KernelEqualsReferenceBitForBit) {
   int n_run = 0;
   for (const GgmlType type : kTypes) {
     const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
-    if (mm == nullptr) continue;  // no AVX-512 VNNI here
+    if (mm == nullptr) continue;  // no AVX2 here
     ++n_run;
     const int64_t blk = block_of(type);
     for (const int64_t n_rows : {1, 15, 16, 17, 40}) {
@@ -147,7 +156,7 @@ TEST_P(PackedBlocks, KernelEqualsReferenceBitForBit) {
       }
     }
   }
-  if (n_run == 0) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  if (n_run == 0) GTEST_SKIP() << "no packed kernels for this CPU (AVX2 or AVX-512 VNNI)";
 }
 
 // Prompts longer than a token block (cpu.token_block, 128 by default): the kernel
@@ -174,7 +183,7 @@ TEST_P(PackedBlocks, LongPromptsInTokenBlocksEqualReference) {
       }
     }
   }
-  if (n_run == 0) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  if (n_run == 0) GTEST_SKIP() << "no packed kernels for this CPU (AVX2 or AVX-512 VNNI)";
 }
 
 // The reference keeps vec_dot's order: equal to the SIMD vec_dot (dot_avx2.cpp, the kernel
@@ -253,6 +262,44 @@ TEST_P(PackedBlocks, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
   }
 }
 
+// cpu.isa caps what the kernels see: with avx2 the packed, tiled and one-pair products
+// are the AVX2 ones (on an AVX-512 machine too), with plain none of them.
+TEST(Packed, IsaKeyPicksTheKernels) {
+  const cpu::CpuFeatures& hw = cpu::detected_cpu_features();
+  if (!(hw.avx2 && hw.fma && hw.f16c)) GTEST_SKIP() << "no AVX2 on this CPU";
+  {
+    const hearth::tune::Override isa(hearth::tune::kCpuIsa, 1);
+    EXPECT_FALSE(cpu::cpu_features().avx512f);
+    EXPECT_FALSE(cpu::cpu_features().avx512vnni);
+    EXPECT_TRUE(cpu::cpu_features().avx2);
+    for (const GgmlType type : kTypes) {
+      const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
+      EXPECT_EQ(cpu::find_packed_kernel(type), k ? cpu::kquant::find_avx2(type) : cpu::packed_avx2::find_packed(type))
+          << name(type);
+      EXPECT_NE(cpu::find_packed_kernel(type), nullptr);
+      EXPECT_EQ(cpu::find_matmul_kernel(type, cpu::MatmulIsa::kBest), cpu::find_matmul_kernel(type, cpu::MatmulIsa::kAvx2));
+      EXPECT_EQ(std::string(cpu::find_dot_kernel(type)->isa), "avx2");
+    }
+    cpu::CpuBackend be(1);
+    EXPECT_EQ(be.repack(), hearth::tune::on(hearth::tune::kCpuRepack));
+  }
+  {
+    const hearth::tune::Override isa(hearth::tune::kCpuIsa, 2);
+    EXPECT_FALSE(cpu::cpu_features().avx2);
+    for (const GgmlType type : kTypes) {
+      EXPECT_EQ(cpu::find_packed_kernel(type), nullptr);
+      EXPECT_EQ(cpu::find_matmul_kernel(type, cpu::MatmulIsa::kBest), nullptr);
+      EXPECT_EQ(std::string(cpu::find_dot_kernel(type)->isa), "ref");
+    }
+    cpu::CpuBackend be(1);
+    EXPECT_FALSE(be.repack());
+  }
+  EXPECT_EQ(cpu::cpu_features().avx512f, hw.avx512f);  // auto again
+  if (hw.avx512f && hw.avx512bw && hw.avx512vl && hw.avx512vnni) {
+    EXPECT_EQ(cpu::find_packed_kernel(GgmlType::Q4_K), cpu::kquant::find_vnni(GgmlType::Q4_K));
+  }
+}
+
 TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
   cpu::CpuBackend be(1);
   cpu::CpuBackend ref_be(1, true);
@@ -280,26 +327,40 @@ TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
 }  // namespace
 
 // Not a check: one thread's speed of the packed kernels on 1, 4 and 8 tokens, 4,096 x 2,048
-// weights (from L3; PACKED_SPEED_ROWS=32768 for weights from memory), by
+// weights (from L3; PACKED_SPEED_ROWS=32768 for weights from memory; PACKED_SPEED_ISA=avx2), by
 // backend_packed_test --gtest_also_run_disabled_tests --gtest_filter=*PackedSpeed*.
 TEST(Packed, DISABLED_PackedSpeed) {
-  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+  // PACKED_SPEED_ISA=avx2 times the AVX2 kernels on an AVX-512 machine; beside each packed
+  // product, the tiled kernel of that instruction set on the unpacked rows (the path
+  // without cpu.repack), alternated rep by rep, best of the reps.
+  if (const char* isa = std::getenv("PACKED_SPEED_ISA")) hearth::tune::set("cpu.isa", isa);
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_1}) {
     const cpu::PackedMatmulFn mm = cpu::find_packed_kernel(type);
-    if (mm == nullptr) GTEST_SKIP() << "no AVX-512 VNNI";
+    if (mm == nullptr) GTEST_SKIP() << "no packed kernels (run with cpu.isa as set)";
+    const cpu::MatmulFn tiled = cpu::find_matmul_kernel(type);
     const int64_t n_rows = std::getenv("PACKED_SPEED_ROWS") ? std::atoll(std::getenv("PACKED_SPEED_ROWS")) : 4096, n = 2048;
     const auto w = make_weight(type, n_rows, n, 5);
     const auto p = cpu::pack_weight(w.view);
     for (const int64_t n_tok : {1, 4, 8}) {
       const auto acts = make_acts(type, n_tok, n, 6);
       std::vector<float> y(static_cast<size_t>(n_tok * n_rows));
-      const int reps = n_tok == 1 ? 400 : 100;
-      mm(*p, 0, p->n_groups, acts.a, n_tok, y.data(), n_rows);
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < reps; ++r) mm(*p, 0, p->n_groups, acts.a, n_tok, y.data(), n_rows);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+      const int reps = n_tok == 1 ? 200 : 50;
+      double best_p = 1e9, best_t = 1e9;
+      for (int r = 0; r < reps; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        mm(*p, 0, p->n_groups, acts.a, n_tok, y.data(), n_rows);
+        auto t1 = std::chrono::steady_clock::now();
+        best_p = std::min(best_p, std::chrono::duration<double>(t1 - t0).count());
+        if (tiled != nullptr) {
+          t0 = std::chrono::steady_clock::now();
+          tiled(n, w.view.data, w.view.row_bytes, n_rows, acts.xq.data(), acts.a.row_bytes, n_tok, y.data(), n_rows);
+          t1 = std::chrono::steady_clock::now();
+          best_t = std::min(best_t, std::chrono::duration<double>(t1 - t0).count());
+        }
+      }
       const double bytes = static_cast<double>(n_rows) * static_cast<double>(w.view.row_bytes);
-      std::printf("%s %lld token(s): %.1f us per product, %.1f GB/s of weights\n", name(type),
-                  static_cast<long long>(n_tok), s * 1e6, bytes / s / 1e9);
+      std::printf("%s %lld token(s): packed %.1f us (%.1f GB/s of weights), tiled %.1f us: x%.2f\n", name(type),
+                  static_cast<long long>(n_tok), best_p * 1e6, bytes / best_p / 1e9, best_t * 1e6, best_t / best_p);
     }
   }
 }

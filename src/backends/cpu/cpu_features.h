@@ -33,8 +33,16 @@ struct CpuFeatures {
   bool i8mm = false;     // aarch64: SMMLA / USDOT (ARMv8.6-A i8mm, HWCAP2_I8MM)
 };
 
-// The features of this machine (cached after the first call).
+// The features the kernels may use: this machine's (detected once), capped by the tuning
+// key cpu.isa (auto: all of them; avx2: AVX2 / FMA / F16C and below, as on an AVX2-only
+// CPU; plain: none, every kernel its plain reference). Programs set the key at start
+// (--tune) before a back-end is made; the kernels look their variant up through this
+// call, so a test's tune::Override changes which one runs.
 const CpuFeatures& cpu_features();
+// What the CPU and the OS offer, whatever cpu.isa says (cached after the first call).
+const CpuFeatures& detected_cpu_features();
+// f without the instruction sets above `isa` (the index of a cpu.isa choice).
+CpuFeatures capped_cpu_features(const CpuFeatures& f, int isa);
 // Asks the CPU and the OS, uncached: cpu_features_x86.cpp (CPUID, XGETBV),
 // cpu_features_arm.cpp (getauxval), or none on other architectures (cpu_features.cpp).
 CpuFeatures detect_cpu_features();

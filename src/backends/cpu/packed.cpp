@@ -18,6 +18,9 @@ namespace hearth::cpu {
 namespace vnni {
 PackedMatmulFn find_packed(GgmlType type);  // packed_vnni.cpp; nullptr off x86
 }
+namespace packed_avx2 {
+PackedMatmulFn find_packed(GgmlType type);  // packed_avx2.cpp; nullptr off x86
+}
 
 using namespace hearth::quant;
 
@@ -175,11 +178,13 @@ int64_t tuned_token_block(tune::Id key) {
 }
 
 PackedMatmulFn find_packed_kernel(GgmlType type) {
-#if defined(__x86_64__)  // the packed kernels are AVX-512 VNNI only (packed_*vnni.cpp)
+#if defined(__x86_64__)  // AVX-512 VNNI (packed_*vnni.cpp), else AVX2 (packed_*avx2.cpp)
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni))
-    return nullptr;
-  return kquant::is_k_type(type) ? kquant::find_vnni(type) : vnni::find_packed(type);
+  if (!(f.avx2 && f.fma && f.f16c)) return nullptr;
+  if (f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni) {
+    return kquant::is_k_type(type) ? kquant::find_vnni(type) : vnni::find_packed(type);
+  }
+  return kquant::is_k_type(type) ? kquant::find_avx2(type) : packed_avx2::find_packed(type);
 #else
   (void)type;
   return nullptr;

@@ -84,7 +84,8 @@ void packed_act_scales(GgmlType type, const uint8_t* xq_row, int64_t nb, float* 
 // and tokens [0, n_tokens).
 using PackedMatmulFn = void (*)(const PackedWeight& w, int64_t g0, int64_t g1, const PackedAct& a, int64_t n_tokens,
                                 float* y, int64_t y_stride);
-// The SIMD kernel for this type on this CPU (AVX-512 VNNI), or nullptr.
+// The SIMD kernel for this type on this CPU (AVX-512 VNNI, else AVX2: the 64-byte
+// registers as two halves of 8 rows, packed_*avx2.cpp), or nullptr.
 PackedMatmulFn find_packed_kernel(GgmlType type);
 
 // The token count of tuning key `key` (cpu.token_block, cpu.prefill_blocks), rounded down

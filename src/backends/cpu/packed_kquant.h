@@ -33,6 +33,9 @@ void ref_matmul(const ops::WeightView& w, int64_t r0, int64_t r1, const PackedAc
 // The AVX-512 VNNI kernel (packed_kquant_vnni.cpp), nullptr off x86 or for other types.
 // The caller checks the CPU's features.
 PackedMatmulFn find_vnni(GgmlType type);
+// The AVX2 kernel (packed_kquant_avx2.cpp), nullptr off x86 or for other types. The
+// caller checks the CPU's features.
+PackedMatmulFn find_avx2(GgmlType type);
 
 // Byte offsets within one packed super-block of 16 rows (see packed_kquant.cpp).
 namespace layout {
