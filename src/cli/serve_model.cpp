@@ -253,6 +253,11 @@ uint64_t ServeModelFactory::planned_bytes(const server::ModelSpec& spec) {
   return plan_model(o_, spec, resolve(spec.ref), spec.ref).need;
 }
 
+uint64_t ServeModelFactory::planned_device_bytes(const server::ModelSpec& spec) {
+  const Plan plan = plan_model(o_, spec, resolve(spec.ref), spec.ref);
+  return plan.device.cuda ? plan.need : 0;
+}
+
 std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::ModelSpec& spec) {
   const ServeOptions& o = o_;
   Plan plan = plan_model(o, spec, resolve(spec.ref), spec.ref);

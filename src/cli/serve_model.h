@@ -82,6 +82,7 @@ class ServeModelFactory final : public server::ModelFactory {
   // The per-model metrics the engine of model `name` feeds (router mode).
   void set_model_metrics(const std::string& name, server::ModelMetrics* metrics);
   uint64_t planned_bytes(const server::ModelSpec& spec) override;
+  uint64_t planned_device_bytes(const server::ModelSpec& spec) override;
   std::unique_ptr<server::LoadedModel> load(const server::ModelSpec& spec) override;
 
  private:

@@ -240,6 +240,28 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
     }
     e.planned = planned;
   }
+  if (e.device == 0 && !e.device_asked && opt_.max_device_memory != 0) {
+    // Never loaded yet: its planned device memory (weights, KV budget, states, reserve)
+    // counts against --max-device-memory, not 0 (which let a second model load beside the first).
+    lk.unlock();
+    uint64_t planned = 0;
+    std::string error;
+    std::exception_ptr ep;
+    try {
+      planned = factory_.planned_device_bytes(e.spec);
+    } catch (const std::exception& ex) {
+      error = ex.what();
+      ep = std::current_exception();
+    }
+    lk.lock();
+    if (!error.empty()) {
+      e.error = error;
+      e.error_ptr = ep;
+      return false;
+    }
+    e.planned_device = planned;
+    e.device_asked = true;
+  }
   for (;;) {
     if (stopping_) {
       e.error = "the server is stopping";
@@ -256,7 +278,7 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
       if (i == index || (o.state != ModelState::kLoaded && o.state != ModelState::kUnloading))
         continue;
       ++resident;
-      device += o.device;
+      device += device_bytes(o);
       if (o.state == ModelState::kUnloading) unloading = true;
       if (o.state != ModelState::kLoaded) continue;
       if (o.spec.pinned) {
@@ -275,7 +297,7 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
     const uint64_t bytes = opt_.max_memory != 0 ? probe() : 0;
     const bool fits_memory = opt_.max_memory == 0 || bytes + host_bytes(e) <= opt_.max_memory;
     const bool fits_device =
-        opt_.max_device_memory == 0 || device + e.device <= opt_.max_device_memory;
+        opt_.max_device_memory == 0 || device + device_bytes(e) <= opt_.max_device_memory;
     if (fits_count && fits_memory && fits_device) return true;
     if (unloading) {  // an unload under way frees room: wait for it
       cv_.wait(lk);
@@ -285,7 +307,9 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
                             : !fits_memory ? "--max-memory " + mib(opt_.max_memory) +
                                                  " (in use: " + mib(bytes) +
                                                  ", this model: " + mib(host_bytes(e)) + ")"
-                                           : "--max-device-memory " + mib(opt_.max_device_memory);
+                                           : "--max-device-memory " + mib(opt_.max_device_memory) +
+                                                 " (in use: " + mib(device) + ", this model: " +
+                                                 mib(device_bytes(e)) + ")";
     if (!victim) {
       if (resident == 0) {  // nothing else is loaded: the model alone is over the budget
         log("hearth: " + e.spec.name + " alone exceeds " + why + "; loading it anyway");

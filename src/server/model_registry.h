@@ -86,6 +86,12 @@ class ModelFactory {
   // the budget until the model was measured once. Throws Error when the model cannot be
   // opened.
   virtual uint64_t planned_bytes(const ModelSpec& spec) = 0;
+  // The device memory loading `spec` is planned to take (0: it would run on the CPU), used
+  // for --max-device-memory until the model was loaded once (then its back-end's own count).
+  virtual uint64_t planned_device_bytes(const ModelSpec& spec) {
+    (void)spec;
+    return 0;
+  }
   // Loads the model and starts its engine. Throws Error.
   virtual std::unique_ptr<LoadedModel> load(const ModelSpec& spec) = 0;
 };
@@ -183,6 +189,8 @@ class ModelRegistry {
     std::string error;
     std::exception_ptr error_ptr;  // the loader's exception (load_now rethrows it)
     uint64_t planned = 0;          // planned_bytes, once asked
+    uint64_t planned_device = 0;   // planned_device_bytes, once asked
+    bool device_asked = false;
     uint64_t measured = 0;         // host bytes measured (0: never)
     uint64_t device = 0;           // device bytes of the loaded back-end
     uint64_t loads = 0, unloads = 0;
@@ -202,6 +210,7 @@ class ModelRegistry {
   void unload_locked(std::unique_lock<std::mutex>& lk, size_t index, const std::string& why);
   void sweep_idle(std::unique_lock<std::mutex>& lk);
   uint64_t host_bytes(const Entry& e) const { return e.measured ? e.measured : e.planned; }
+  uint64_t device_bytes(const Entry& e) const { return e.device ? e.device : e.planned_device; }
   double idle_limit(const Entry& e) const;
   void log(const std::string& line) const;
   uint64_t probe() const;

@@ -34,7 +34,10 @@ namespace {
 struct Factory : ModelFactory {
   std::atomic<uint64_t> resident{0};
   std::map<std::string, uint64_t> sizes;  // default 100
+  std::map<std::string, uint64_t> device_sizes;  // device memory a loaded model holds (default 0)
   uint64_t planned = 100;
+  uint64_t planned_device = 0;
+  std::atomic<int> planned_device_calls{0};
   std::atomic<int> loads{0}, planned_calls{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -50,7 +53,15 @@ struct Factory : ModelFactory {
     }
     ~Model() override { f->resident -= size; }
     const ServedModel& served() const override { return view; }
+    uint64_t device_bytes() const override {
+      auto it = f->device_sizes.find(view.id);
+      return it == f->device_sizes.end() ? 0 : it->second;
+    }
   };
+  uint64_t planned_device_bytes(const ModelSpec&) override {
+    ++planned_device_calls;
+    return planned_device;
+  }
 
   uint64_t planned_bytes(const ModelSpec&) override {
     ++planned_calls;
@@ -275,6 +286,31 @@ TEST(ModelRegistry, MemoryBudgetUsesMeasuredSizes) {
   EXPECT_EQ(state_of(r, "b"), ModelState::kUnloaded);
   EXPECT_EQ(state_of(r, "c"), ModelState::kUnloaded);
   EXPECT_EQ(f.resident.load(), 100u);
+}
+
+// --max-device-memory: a model never loaded counts its planned device memory (measured on
+// the GPU: with 0 instead, a second 8.8 GB model loaded beside the first under a 12 GB
+// budget); once loaded, its back-end's own count.
+TEST(ModelRegistry, DeviceBudgetCountsPlannedSizeBeforeTheFirstLoad) {
+  Factory f;
+  f.device_sizes = {{"a", 90}, {"b", 90}, {"c", 30}};
+  f.planned_device = 100;  // the plan (weights + KV + reserve) is a little more than measured
+  RegistryOptions o = options(f);
+  o.max_device_memory = 120;
+  ModelRegistry r(specs({"a", "b", "c"}), f, o);
+  r.start();
+  r.acquire(0);
+  EXPECT_EQ(state_of(r, "a"), ModelState::kLoaded);
+  r.acquire(1);  // 90 (a, measured) + 100 (b, planned) > 120: a goes first
+  EXPECT_EQ(state_of(r, "a"), ModelState::kUnloaded);
+  EXPECT_EQ(state_of(r, "b"), ModelState::kLoaded);
+  EXPECT_EQ(r.status()[1].device_bytes, 90u);
+  r.acquire(1);
+  f.planned_device = 20;
+  r.acquire(2);  // 90 + 20 <= 120: c loads beside b
+  EXPECT_EQ(state_of(r, "b"), ModelState::kLoaded);
+  EXPECT_EQ(state_of(r, "c"), ModelState::kLoaded);
+  EXPECT_EQ(f.planned_device_calls.load(), 3);  // once per model, before its first load
 }
 
 TEST(ModelRegistry, ALoadingModelMakesRequestsWaitThenTimesOut) {
