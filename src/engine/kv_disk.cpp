@@ -319,15 +319,19 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
   // and copying measured 0.2-0.4 GB/s, where a 16k-token prefix of a 9B model is 0.5 GB;
   // parallel reads also keep a device with a high latency per request busy. Each worker
   // takes the next item; before its read it tells the kernel about the few after it
-  // (readahead). The results are then taken in order: KV items stop at the first that
-  // failed (the blocks after it are unreachable), as when read one by one.
+  // (readahead). KV items past one that failed are skipped, and the results are taken in
+  // order: KV items stop at the first that failed (the blocks after it are unreachable).
   std::vector<std::vector<uint8_t>> got(n_items);
   std::vector<char> ok(n_items, 0);
   std::atomic<size_t> next{0};
+  // The first KV item that failed: KV items after it are not read (unreachable), as
+  // when read one by one (only those already being read by other threads finish).
+  std::atomic<size_t> first_bad{n_items};
   auto work = [&] {
     constexpr size_t kAhead = 8;
     for (size_t i; (i = next.fetch_add(1)) < n_items;) {
       if (!enabled()) return;
+      if (job.items[i].kind == Kind::kKv && i > first_bad.load()) continue;
       for (size_t h = i + 1; h < n_items && h <= i + kAhead; ++h) {
         const int fd = ::open(path_of(Key{job.items[h].hash, job.items[h].kind}).c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) continue;  // found out (and reported) when its turn comes
@@ -336,7 +340,13 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
       }
       const ReadItem& item = job.items[i];
       const size_t first = static_cast<size_t>(item.block) * bs;
-      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), got[i])) ok[i] = 1;
+      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), got[i])) {
+        ok[i] = 1;
+      } else if (item.kind == Kind::kKv) {
+        size_t seen = first_bad.load();
+        while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+        }
+      }
     }
   };
   const size_t n_workers = std::min<size_t>(read_threads_, std::max<size_t>(1, n_items / 8));

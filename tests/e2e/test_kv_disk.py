@@ -215,11 +215,14 @@ def test_damaged_files_are_removed_never_loaded(hearth_bin, default_model, fille
     assert rc == 0
     log = s.stderr()
     assert "not loaded: " + message in log, log[-3000:]
-    # The first block of P was the one read, found bad and removed (the others were not
-    # reached: a prefix needs its head); at shutdown a good copy took its place.
+    # The first block of P was read, found bad and removed; the blocks after it are not
+    # read (a prefix needs its head), except those other reader threads had already
+    # started (one thread on a 2-core machine, at most 8); at shutdown good copies took
+    # their places.
     removed = [f for f in files if f.name in log]
-    assert len(removed) == 1
-    assert removed[0].exists() and removed[0].stat().st_size == 64 + 16 * 4 + 368640
+    assert 1 <= len(removed) <= 8, len(removed)
+    for f in removed:
+        assert f.exists() and f.stat().st_size == 64 + 16 * 4 + 368640
 
 
 def test_the_disk_budget_holds_and_answers_stay_right(hearth_bin, default_model, tmp_path, cold_answers):
