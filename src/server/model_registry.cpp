@@ -219,47 +219,39 @@ bool ModelRegistry::unload(size_t index) {
   return true;
 }
 
+// Asks the factory for a planned size (which may open the model file) without the lock,
+// stored in `out` (a field of e) under it; false, with the entry's error set, when that fails.
+bool ModelRegistry::ask_plan(std::unique_lock<std::mutex>& lk, Entry& e,
+                             uint64_t (ModelFactory::*plan)(const ModelSpec&), uint64_t& out) {
+  lk.unlock();
+  uint64_t bytes = 0;
+  std::string error;
+  std::exception_ptr ep;
+  try {
+    bytes = (factory_.*plan)(e.spec);
+  } catch (const std::exception& ex) {
+    error = ex.what();
+    ep = std::current_exception();
+  }
+  lk.lock();
+  if (error.empty()) {
+    out = bytes;  // (under the lock: others read the entry's sizes)
+    return true;
+  }
+  e.error = error;
+  e.error_ptr = ep;
+  return false;
+}
+
 bool ModelRegistry::make_room(std::unique_lock<std::mutex>& lk, size_t index) {
   Entry& e = *entries_[index];
   if (!e.measured && e.planned == 0 && (opt_.max_memory != 0)) {
-    lk.unlock();
-    uint64_t planned = 0;
-    std::string error;
-    std::exception_ptr ep;
-    try {
-      planned = factory_.planned_bytes(e.spec);
-    } catch (const std::exception& ex) {
-      error = ex.what();
-      ep = std::current_exception();
-    }
-    lk.lock();
-    if (!error.empty()) {
-      e.error = error;
-      e.error_ptr = ep;
-      return false;
-    }
-    e.planned = planned;
+    if (!ask_plan(lk, e, &ModelFactory::planned_bytes, e.planned)) return false;
   }
   if (e.device == 0 && !e.device_asked && opt_.max_device_memory != 0) {
     // Never loaded yet: its planned device memory (weights, KV budget, states, reserve)
     // counts against --max-device-memory, not 0 (which let a second model load beside the first).
-    lk.unlock();
-    uint64_t planned = 0;
-    std::string error;
-    std::exception_ptr ep;
-    try {
-      planned = factory_.planned_device_bytes(e.spec);
-    } catch (const std::exception& ex) {
-      error = ex.what();
-      ep = std::current_exception();
-    }
-    lk.lock();
-    if (!error.empty()) {
-      e.error = error;
-      e.error_ptr = ep;
-      return false;
-    }
-    e.planned_device = planned;
+    if (!ask_plan(lk, e, &ModelFactory::planned_device_bytes, e.planned_device)) return false;
     e.device_asked = true;
   }
   for (;;) {

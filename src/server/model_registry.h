@@ -209,6 +209,8 @@ class ModelRegistry {
   bool make_room(std::unique_lock<std::mutex>& lk, size_t index);
   void unload_locked(std::unique_lock<std::mutex>& lk, size_t index, const std::string& why);
   void sweep_idle(std::unique_lock<std::mutex>& lk);
+  bool ask_plan(std::unique_lock<std::mutex>& lk, Entry& e, uint64_t (ModelFactory::*plan)(const ModelSpec&),
+                uint64_t& out);
   uint64_t host_bytes(const Entry& e) const { return e.measured ? e.measured : e.planned; }
   uint64_t device_bytes(const Entry& e) const { return e.device ? e.device : e.planned_device; }
   double idle_limit(const Entry& e) const;
