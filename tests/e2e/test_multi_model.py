@@ -269,10 +269,13 @@ def test_config_pinned_model_is_loaded_and_never_unloads(pinned_server):
 
 
 def test_idle_models_unload_but_not_pinned_or_idle_unload_0(pinned_server):
+    t0 = time.monotonic()
     for name in ("qwen", "llama"):
         stream_chat(pinned_server.url, name, "hi")
     s = states(pinned_server, None)
-    assert s["qwen"] == "loaded" and s["llama"] == "loaded"
+    assert s["llama"] == "loaded"
+    if time.monotonic() - t0 < 0.8:  # (on a loaded machine llama's request may outlast qwen's idle second)
+        assert s["qwen"] == "loaded"
     assert wait_for(lambda: states(pinned_server, None)["qwen"] == "unloaded", 5)  # --idle-unload 1
     time.sleep(0.5)
     s = states(pinned_server, None)
