@@ -265,6 +265,9 @@ TEST_P(PackedBlocks, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
 // cpu.isa caps what the kernels see: with avx2 the packed, tiled and one-pair products
 // are the AVX2 ones (on an AVX-512 machine too), with plain none of them.
 TEST(Packed, IsaKeyPicksTheKernels) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "x86 instruction sets (the AVX2 / VNNI kernels are built on x86 only)";
+#else
   const cpu::CpuFeatures& hw = cpu::detected_cpu_features();
   if (!(hw.avx2 && hw.fma && hw.f16c)) GTEST_SKIP() << "no AVX2 on this CPU";
   {
@@ -298,6 +301,7 @@ TEST(Packed, IsaKeyPicksTheKernels) {
   if (hw.avx512f && hw.avx512bw && hw.avx512vl && hw.avx512vnni) {
     EXPECT_EQ(cpu::find_packed_kernel(GgmlType::Q4_K), cpu::kquant::find_vnni(GgmlType::Q4_K));
   }
+#endif
 }
 
 TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
