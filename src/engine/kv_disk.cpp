@@ -1,4 +1,5 @@
 #include "engine/kv_disk.h"
+#include "engine/kv_disk_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,27 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void log_line(const std::string& s) {
-  std::fprintf(stderr, "hearth: kv-disk: %s\n", s.c_str());
-  std::fflush(stderr);
-}
-
 std::string errno_text(int e) { return std::strerror(e); }
-
-// Writes all of [p, p + n) to fd; the errno of a failure, else 0.
-int write_all(int fd, const uint8_t* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
-}
 
 }  // namespace
 

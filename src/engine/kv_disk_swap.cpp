@@ -19,33 +19,15 @@
 #include <system_error>
 
 #include "engine/kv_disk.h"
+#include "engine/kv_disk_io.h"
 
 namespace hearth::engine::kvdisk {
 namespace {
 
 namespace fs = std::filesystem;
 
-void log_line(const std::string& s) {
-  std::fprintf(stderr, "hearth: kv-disk: %s\n", s.c_str());
-  std::fflush(stderr);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int write_all(int fd, const uint8_t* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
 }
 
 constexpr const char* kSwapPrefix = "swap-";
