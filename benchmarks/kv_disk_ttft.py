@@ -76,6 +76,8 @@ def main():
             t2, _, w2 = ttft(s, prompt)
         finally:
             s.stop(timeout=300)
+        # The server's own split of the disk hit (read by the tier's threads, copy into the pool).
+        hit_log = [ln for ln in s.stderr().splitlines() if "kv-disk:" in ln and " read in " in ln]
         size = sum(f.stat().st_size for f in pathlib.Path(a.dir).rglob("*.kv"))
         dropped = ""
         if a.drop_cache:
@@ -94,6 +96,8 @@ def main():
         print(f"run {run}: {n} prompt tokens; cold ttft {t1['ttft_ms']:.0f} ms (wall {w1:.2f} s); after restart "
               f"ttft {t2['ttft_ms']:.0f} ms (wall {w2:.2f} s), {t2['cached_disk_n']} tokens from disk "
               f"({size / 2**20:.0f} MiB of files); first server's stop {stop_s:.2f} s{dropped}", flush=True)
+        for ln in hit_log:
+            print("  server:", ln.strip(), flush=True)
         cold.append(t1["ttft_ms"])
         disk.append(t2["ttft_ms"])
     mc, md = statistics.median(cold), statistics.median(disk)

@@ -343,13 +343,11 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
       if (item.kind == Kind::kKv) kv_broken = true;
       continue;
     }
-    std::vector<uint8_t>& bytes = got[i];
-    r.bytes += bytes.size();
-    // The payload only: the header and tokens were checked.
-    bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(payload_offset(bs)));
+    r.bytes += got[i].size();
     r.items.push_back(item);
-    r.payloads.push_back(std::move(bytes));
+    r.files.push_back(std::move(got[i]));
   }
+  r.payload_at = payload_offset(bs);  // the header and tokens were checked
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -32,6 +32,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -92,7 +93,12 @@ struct ReadResult {
   uint64_t seq_id = 0;
   std::vector<int32_t> tokens;
   std::vector<ReadItem> items;
-  std::vector<std::vector<uint8_t>> payloads;
+  // Each item's whole file as read (header, tokens, payload): the payload starts at
+  // payload_at, so the read never moves half a gigabyte to drop a header.
+  std::vector<std::vector<uint8_t>> files;
+  size_t payload_at = 0;
+  std::span<const uint8_t> payload(size_t i) const { return std::span<const uint8_t>(files[i]).subspan(payload_at); }
+  std::span<uint8_t> payload(size_t i) { return std::span<uint8_t>(files[i]).subspan(payload_at); }
   double seconds = 0;  // reading and checking the job's files
   uint64_t bytes = 0;
 };

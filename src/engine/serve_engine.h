@@ -242,7 +242,7 @@ class ServeEngine {
   std::vector<std::unique_ptr<ops::Buffer>> views_;  // block_ranges' windows on the pool's layers
   uint64_t block_bytes_ = 0;  // one block of every layer's K and V (0: not set up)
   void read_state(int32_t slot, std::vector<uint8_t>& out);
-  void write_state(int32_t slot, const std::vector<uint8_t>& in);
+  void write_state(int32_t slot, std::span<const uint8_t> in);
 
   // Swapping preempted sequences (serve_engine_swap.cpp), all on the engine thread.
   void swap_init();

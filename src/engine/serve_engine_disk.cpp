@@ -141,7 +141,7 @@ void ServeEngine::read_state(int32_t slot, std::vector<uint8_t>& out) {
   model_.backend().copy_to_host(s, 0, n, reinterpret_cast<float*>(out.data()));
 }
 
-void ServeEngine::write_state(int32_t slot, const std::vector<uint8_t>& in) {
+void ServeEngine::write_state(int32_t slot, std::span<const uint8_t> in) {
   const int64_t n = pool_.state_floats();
   BufferView s(pool_.conv_state(slot, 0), n);
   model_.backend().copy_from_host(reinterpret_cast<const float*>(in.data()), n, s, 0);
@@ -276,7 +276,7 @@ void ServeEngine::disk_install() {
         spill_pending();  // the block allocate() evicted may be `id` itself
         // Copied in one batch below: nothing runs on the pool before (the chain is held).
         pending_ids.push_back(id);
-        pending_src.push_back(r.payloads[i].data());
+        pending_src.push_back(r.payload(i).data());
         const std::span<const int32_t> toks(r.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
         hashes.push_back(blocks_.commit_full(id, parent, toks));
         chain.push_back(id);
@@ -285,7 +285,7 @@ void ServeEngine::disk_install() {
         const int32_t slot = scheduler_.adopt_snapshot(chain[b]);
         if (slot < 0) continue;
         spill_pending();  // the snapshot whose slot this was
-        write_state(slot, r.payloads[i]);
+        write_state(slot, r.payload(i));
       }
     }
     write_blocks_from(pending_ids.data(), static_cast<int64_t>(pending_ids.size()), pending_src.data());

@@ -316,4 +316,36 @@ TEST(CudaParity, CopyRangesMatchSingleCopies) {
   }
 }
 
+// A disk hit's shape: thousands of disjoint block ranges (2-64 KiB, some not a whole
+// number of float4s, some at odd offsets) over several upload rounds, so the rounds go
+// through the scatter kernel and both lanes take turns; compared with one copy per range.
+TEST(CudaParity, CopyRangesScatterManyBlocks) {
+  NEED_GPU();
+  const int64_t layer = int64_t{24} << 20 >> 2;  // 24 MiB of floats per "layer"
+  auto a = randn(static_cast<size_t>(layer), 311, 1.0f);
+  auto b = randn(static_cast<size_t>(layer), 312, 1.0f);
+  Both ba(a), bb(b), ca(a), cb(b);
+  std::vector<std::vector<float>> src;
+  std::vector<ops::HostRange> from;
+  int64_t at_a = 0, at_b = 3;  // b's ranges start one float past a 16-byte boundary
+  for (int64_t i = 0; i < 3000; ++i) {
+    const int64_t n = 512 * (1 + i % 32) - (i % 7 == 0 ? 1 : 0);
+    const bool on_a = i % 2 == 0;
+    int64_t& at = on_a ? at_a : at_b;
+    if (at + n > layer) break;
+    src.push_back(randn(static_cast<size_t>(n), static_cast<uint32_t>(400 + i), 2.0f));
+    from.push_back({on_a ? ba.g.get() : bb.g.get(), at, n, src.back().data()});
+    gpu().copy_from_host(src.back().data(), n, on_a ? *ca.g : *cb.g, at);
+    at += n + (i % 3);  // gaps of 0-2 floats stay as they were
+  }
+  ASSERT_GT(from.size(), 1000u);
+  gpu().copy_ranges_from_host(from.data(), static_cast<int64_t>(from.size()));
+  for (auto [x, y] : {std::pair{ba.g.get(), ca.g.get()}, std::pair{bb.g.get(), cb.g.get()}}) {
+    std::vector<float> hx(static_cast<size_t>(layer)), hy(static_cast<size_t>(layer));
+    gpu().copy_to_host(*x, 0, layer, hx.data());
+    gpu().copy_to_host(*y, 0, layer, hy.data());
+    EXPECT_EQ(0, std::memcmp(hx.data(), hy.data(), sizeof(float) * static_cast<size_t>(layer)));
+  }
+}
+
 }  // namespace

@@ -239,9 +239,9 @@ TEST(KvDiskTier, WritesReadBackAfterARestartAndBadFilesAreRemoved) {
   EXPECT_EQ(r.seq_id, 5u);
   ASSERT_EQ(r.items.size(), 2u);
   EXPECT_EQ(r.items[0].block, 0);
-  EXPECT_EQ(r.payloads[0], payload_of(0, 4096));
+  EXPECT_EQ(std::vector<uint8_t>(r.payload(0).begin(), r.payload(0).end()), payload_of(0, 4096));
   EXPECT_EQ(r.items[1].kind, Kind::kState);
-  EXPECT_EQ(r.payloads[1], payload_of(9, 512));
+  EXPECT_EQ(std::vector<uint8_t>(r.payload(1).begin(), r.payload(1).end()), payload_of(9, 512));
   EXPECT_FALSE(fs::exists(folder / file_name(101, Kind::kKv)));  // removed, never loaded
   EXPECT_FALSE(tier.on_disk({101, Kind::kKv}));
   EXPECT_EQ(tier.stats().files_rejected, 1u);

@@ -22,6 +22,7 @@
 
 typedef struct CUstream_st* cudaStream_t;
 typedef struct cublasContext* cublasHandle_t;
+typedef struct CUevent_st* cudaEvent_t;
 
 namespace hearth::cuda {
 
@@ -290,13 +291,24 @@ class CudaBackend final : public ops::Backend {
   void moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids, const float* wts,
                           float* out, OpTimer& timer);
 
-  // Pinned host memory for copy_ranges_*: grow-only, freed with the back-end.
+  // Pinned host memory for copy_ranges_to_host: grow-only, freed with the back-end.
   struct PinnedBounce {
     void* p = nullptr;
     size_t n = 0;
     ~PinnedBounce();
   };
   uint8_t* bounce(size_t bytes, const char* op);
+  // copy_ranges_from_host's two lanes (cuda_host_copy.cu): while one lane's pinned half
+  // goes to the device in one copy and is scattered into place by one kernel, the host
+  // gathers the next round into the other. Made on first use, freed with the back-end.
+  struct UploadLanes {
+    uint8_t* host[2] = {nullptr, nullptr};
+    uint8_t* dev[2] = {nullptr, nullptr};
+    cudaEvent_t done[2] = {nullptr, nullptr};
+    bool busy[2] = {false, false};
+    ~UploadLanes();
+  };
+  void make_upload_lanes();
 
   int device_ = 0;
   std::string name_;
@@ -466,6 +478,7 @@ class CudaBackend final : public ops::Backend {
   int64_t qgemm_max_tokens_ = 64;
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
   PinnedBounce bounce_;  // last: freed after the stream and the buffers
+  UploadLanes lanes_;
 };
 
 }  // namespace hearth::cuda
