@@ -7,13 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernel_table.h"
 #include "backends/cpu/kernels_ref.h"
 #include "core/error.h"
+#include "core/tune.h"
 
 namespace {
 
@@ -184,6 +188,41 @@ TEST(VisionOps, AttentionFullMatchesDoubleAndReference) {
                          c.head_dim, scale, fast_plain.data());
     EXPECT_LE(worst(fast_plain, to_double(ref), 1e-5, 1e-4), 1.0) << what << " (plain kernel)";
   }
+}
+
+// The AVX-512 kernel's 16-lane score and p v loops sum every lane in the AVX2 kernel's
+// order with the same fused multiply-adds: the same bits, for every compiled head size.
+TEST(VisionOps, AttentionFullAvx512EqualsAvx2) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "x86 kernels";
+#else
+  const cpu::CpuFeatures& hw = cpu::detected_cpu_features();
+  if (!(hw.avx512f && hw.avx512vl && hw.avx512bw && hw.avx2 && hw.fma)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const std::vector<FullCase> cases = {
+      {16, 72, {64, 1, 97, 300}}, {3, 16, {50, 7}}, {2, 32, {33}}, {2, 64, {70, 129}}, {2, 80, {45}}, {2, 128, {65, 3}},
+  };
+  for (const auto& c : cases) {
+    int64_t n_rows = 0;
+    const auto segs = make_segs(c.seg_rows, &n_rows);
+    const int64_t n = n_rows * c.n_head * c.head_dim;
+    const auto q = random_floats(n, 51, 1.5f), k = random_floats(n, 52, 1.5f), v = random_floats(n, 53);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    std::vector<float> wide(n, NAN), narrow(n, NAN);
+    cpu::CpuBackend be512(2);
+    ASSERT_STREQ(cpu::cpu_kernels(false).isa, "avx512");
+    be512.attention_full(q.data(), k.data(), v.data(), segs.data(), static_cast<int64_t>(segs.size()), c.n_head,
+                         c.head_dim, scale, wide.data());
+    {
+      const hearth::tune::Override isa(hearth::tune::kCpuIsa, 1);
+      ASSERT_STREQ(cpu::cpu_kernels(false).isa, "avx2");
+      cpu::CpuBackend be2(2);
+      be2.attention_full(q.data(), k.data(), v.data(), segs.data(), static_cast<int64_t>(segs.size()), c.n_head,
+                         c.head_dim, scale, narrow.data());
+    }
+    EXPECT_EQ(0, std::memcmp(wide.data(), narrow.data(), sizeof(float) * static_cast<size_t>(n)))
+        << "heads " << c.n_head << " dim " << c.head_dim << " rows " << n_rows;
+  }
+#endif
 }
 
 // Each segment sees only its own rows: a segment computed alone (its rows copied out)

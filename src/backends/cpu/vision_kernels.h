@@ -60,6 +60,10 @@ typedef float vf8 __attribute__((vector_size(32)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
 struct VecPlain {
   static constexpr bool kFma = false;
+  // A policy with kWide has its own score and p v loops over wider vectors (scores(),
+  // pv() in vision_x86.cpp: AVX-512). Lanes are keys (scores) or output dimensions
+  // (p v), each summed in the same order as here, so the bits are the same.
+  static constexpr bool kWide = false;
   static constexpr int kScoreRows = 2;  // query rows whose scores share each key vector load
   static constexpr int kPvRows = 1;     // query rows whose outputs share each value vector load
   static vf8 load(const float* p) {
@@ -161,6 +165,10 @@ inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, 
       for (int64_t jb = 0; jb < nk; jb += kScoreLanes) {
         const float* kb = kt_seg + (j0 + jb) * D;  // block (j0 + jb) / kScoreLanes
         constexpr int kR = V::kScoreRows;
+        if constexpr (kD > 0 && V::kWide) {
+          V::template scores<kD>(kb, qs, nq, sc + jb, kKeyTile);
+          continue;
+        }
         for (int64_t i = 0; i < nq; i += kR) {
           if constexpr (kD > 0) {
             // A short last group repeats its last row (the same sums stored again).
@@ -212,7 +220,9 @@ inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, 
         for (int64_t j = nk_full; j < nk; ++j) tile_sum += si[j];
         row_sum[i] = madd<Fma>(row_sum[i], corr[i], tile_sum);
       }
-      if constexpr (kD > 0) {
+      if constexpr (kD > 0 && V::kWide) {
+        V::template pv<kD>(acc, corr, sc, kKeyTile, v0, stride, nk, nq);
+      } else if constexpr (kD > 0) {
         // kP rows at a time, each value vector loaded once for all of them, where their
         // outputs fit in registers (a short last group repeats its last row: the same
         // values computed and stored again).

@@ -4,6 +4,8 @@
 // tolerance (fused multiply-adds round once where it rounds twice), not bit for bit.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "backends/cpu/kernels_x86.h"
 #include "backends/cpu/targets_x86.h"
 #include "backends/cpu/vision_kernels.h"
@@ -22,11 +24,86 @@ struct VecAvx2 : VecPlain {
                                                  reinterpret_cast<__m256>(c)));
   }
 };
-// The same code with AVX-512's 32 registers (256-bit operations encoded with EVEX): four
-// query rows' scores at once (16 sums + 4 keys + 4 queries in registers), two rows' outputs.
+// AVX-512: the same vector code (its 32 registers: four query rows' scores at once, two
+// rows' outputs), except the two loops that carry the work, which run on 16 lanes:
+// - scores: 8 query rows against a block of 32 keys, 16 sums of 16 keys, each key vector
+//   loaded once for the 8 rows;
+// - p v: 4 rows' outputs (2 past 96 dimensions) in registers while the tile's value rows
+//   stream past, each value vector loaded once for them.
+// Every lane sums over the head's dimensions (scores) or the keys (outputs) in the order
+// of the 8-lane code, with the same fused multiply-adds: the bits of VecAvx2's.
 struct VecAvx512 : VecAvx2 {
   static constexpr int kScoreRows = 4;
   static constexpr int kPvRows = 2;
+  static constexpr bool kWide = true;
+
+  // Scores of the nq rows of qs ([nq, kD]) against one transposed block of kScoreLanes
+  // keys, into out + row * out_stride (a short last group repeats its last row).
+  template <int kD>
+  HEARTH_AVX512 static void scores(const float* kb, const float* qs, int64_t nq, float* out, int64_t out_stride) {
+    static_assert(kScoreLanes == 32, "two 16-lane vectors a row");
+    constexpr int kR = 8;
+    for (int64_t i = 0; i < nq; i += kR) {
+      const float* q[kR];
+      for (int r = 0; r < kR; ++r) q[r] = qs + std::min<int64_t>(i + r, nq - 1) * kD;
+      __m512 s0[kR], s1[kR];
+      for (int r = 0; r < kR; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
+      for (int d = 0; d < kD; ++d) {
+        const __m512 k0 = _mm512_loadu_ps(kb + d * kScoreLanes), k1 = _mm512_loadu_ps(kb + d * kScoreLanes + 16);
+        for (int r = 0; r < kR; ++r) {
+          const __m512 qv = _mm512_set1_ps(q[r][d]);
+          s0[r] = _mm512_fmadd_ps(qv, k0, s0[r]);
+          s1[r] = _mm512_fmadd_ps(qv, k1, s1[r]);
+        }
+      }
+      for (int r = 0; r < kR; ++r) {
+        float* o = out + std::min<int64_t>(i + r, nq - 1) * out_stride;
+        _mm512_storeu_ps(o, s0[r]);
+        _mm512_storeu_ps(o + 16, s1[r]);
+      }
+    }
+  }
+
+  // acc[row] = acc[row] * corr[row] + sum over the tile's nk keys of p[row][j] v[j], for
+  // the nq rows; p in sc (row stride sc_stride), value row j at v0 + j * stride.
+  template <int kD>
+  HEARTH_AVX512 static void pv(float* acc, const float* corr, const float* sc, int64_t sc_stride, const float* v0,
+                               int64_t stride, int64_t nk, int64_t nq) {
+    static_assert(kD % 8 == 0, "whole 8-lane vectors");
+    constexpr int kZ = kD / 16;             // 16-lane vectors of a row
+    constexpr bool kY = kD % 16 != 0;       // and an 8-lane one
+    constexpr int kP = (kZ + kY) * 4 <= 24 ? 4 : 2;
+    for (int64_t i = 0; i < nq; i += kP) {
+      int64_t ir[kP];
+      for (int r = 0; r < kP; ++r) ir[r] = std::min<int64_t>(i + r, nq - 1);
+      __m512 oz[kP][kZ > 0 ? kZ : 1];
+      __m256 oy[kP];
+      for (int r = 0; r < kP; ++r) {
+        const float* a = acc + ir[r] * kD;
+        const __m512 cz = _mm512_set1_ps(corr[ir[r]]);
+        for (int k = 0; k < kZ; ++k) oz[r][k] = _mm512_mul_ps(_mm512_loadu_ps(a + 16 * k), cz);
+        if constexpr (kY) oy[r] = _mm256_mul_ps(_mm256_loadu_ps(a + 16 * kZ), _mm256_set1_ps(corr[ir[r]]));
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        const float* vj = v0 + j * stride;
+        __m512 vz[kZ > 0 ? kZ : 1];
+        for (int k = 0; k < kZ; ++k) vz[k] = _mm512_loadu_ps(vj + 16 * k);
+        __m256 vy{};
+        if constexpr (kY) vy = _mm256_loadu_ps(vj + 16 * kZ);
+        for (int r = 0; r < kP; ++r) {
+          const float p = sc[ir[r] * sc_stride + j];
+          const __m512 pz = _mm512_set1_ps(p);
+          for (int k = 0; k < kZ; ++k) oz[r][k] = _mm512_fmadd_ps(pz, vz[k], oz[r][k]);
+          if constexpr (kY) oy[r] = _mm256_fmadd_ps(_mm256_set1_ps(p), vy, oy[r]);
+        }
+      }
+      for (int r = 0; r < kP; ++r) {
+        float* a = acc + ir[r] * kD;
+        for (int k = 0; k < kZ; ++k) _mm512_storeu_ps(a + 16 * k, oz[r][k]);
+        if constexpr (kY) _mm256_storeu_ps(a + 16 * kZ, oy[r]);
+      }
+    }
+  }
 };
 
 }  // namespace
