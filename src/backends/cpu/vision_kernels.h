@@ -210,7 +210,9 @@ inline void full_items(const FullArgs& a, const FullItem* items, int64_t begin, 
         const int64_t nk8 = (nk + 7) & ~int64_t{7};  // within the tile: the extra scores are finite
         const vf8 mv = V::set1(mx);
         vf8 s8{};
-        for (int64_t j = 0; j < nk8; j += 8) {
+        int64_t j = 0;
+        if constexpr (V::kWide) j = V::exp_tile(si, nk8, nk_full, mx, s8);  // 16 at a time
+        for (; j < nk8; j += 8) {
           const vf8 e = exp_nonpos8<V>(V::load(si + j) - mv);
           V::store(si + j, e);
           if (j < nk_full) s8 += e;

@@ -37,6 +37,45 @@ struct VecAvx512 : VecAvx2 {
   static constexpr int kPvRows = 2;
   static constexpr bool kWide = true;
 
+  // exp_nonpos8's arithmetic on 16 lanes (each lane's operations the same, in order).
+  HEARTH_AVX512 static __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), x, lo);  // x < lo ? lo : x
+    const __m512 shift = _mm512_set1_ps(0x1.8p23f);
+    const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), shift), shift);
+    const __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f))),
+                                   _mm512_mul_ps(n, _mm512_set1_ps(1.428606765330187e-6f)));
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    // (the masked forms: GCC 12's unmasked ones start from an undefined register and warn)
+    const __m512i e =
+        _mm512_maskz_slli_epi32(0xFFFF, _mm512_add_epi32(_mm512_maskz_cvttps_epi32(0xFFFF, n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  }
+
+  // A row's tile of scores si[0 .. nk8) replaced by e^(s - mx), 16 at a time while whole
+  // vectors of 16 remain; the real keys' (below nk_full) added into s8 in the 8-lane
+  // code's order (lanes 0-7, then 8-15). Returns where the 8-lane code goes on.
+  HEARTH_AVX512 static int64_t exp_tile(float* si, int64_t nk8, int64_t nk_full, float mx, vf8& s8) {
+    const __m512 mv = _mm512_set1_ps(mx);
+    __m256 acc = reinterpret_cast<__m256>(s8);
+    int64_t j = 0;
+    for (; j + 16 <= nk8; j += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(si + j), mv));
+      _mm512_storeu_ps(si + j, e);
+      const __m512d ed = _mm512_castps_pd(e);  // its halves by the masked extract, as above
+      if (j < nk_full) acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, ed, 0)));
+      if (j + 8 < nk_full) acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, ed, 1)));
+    }
+    s8 = reinterpret_cast<vf8>(acc);
+    return j;
+  }
+
   // Scores of the nq rows of qs ([nq, kD]) against one transposed block of kScoreLanes
   // keys, into out + row * out_stride (a short last group repeats its last row).
   template <int kD>
