@@ -170,9 +170,8 @@ void run(RunOptions o) {
   go.prefill_chunk = o.prefill_chunk;
   go.spec.mode = engine::parse_spec_mode(o.spec);
   go.spec.max_draft = o.spec_max;
-  if (go.spec.mode != engine::SpecMode::kOff && model.hparams().n_recurrent_layers() > 0) {
-    std::fprintf(stderr, "hearth: speculative decoding is off for this model: its recurrent (Gated DeltaNet) state "
-                         "cannot be rolled back to the last accepted token yet\n");
+  if (const std::string why = engine::spec_unsupported(model); go.spec.mode != engine::SpecMode::kOff && !why.empty()) {
+    std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
   }
   if (!media.pos3.empty()) go.media = &media;
   if (!o.json_schema_file.empty() || o.json_object) {

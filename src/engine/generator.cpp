@@ -99,7 +99,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   r.stop_reason = "length";
   // Speculative decoding: the tokens a verification step gave, taken one per turn below.
   const bool spec = options.spec.mode != SpecMode::kOff && plain && sampler.plain_greedy() && options.media == nullptr &&
-                    model.hparams().n_recurrent_layers() == 0;
+                    spec_unsupported(model).empty();
   NgramDrafter drafter;
   StepCost cost(options.spec.max_draft + 1);
   Acceptance acceptance;

@@ -1,7 +1,6 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-
 #include <string>
 
 #include "core/error.h"

@@ -14,7 +14,8 @@
 // sampled ones (no rejection sampling yet), nor with penalties, log-probabilities, an
 // output constraint, images or an injected fault; and not on hybrid models, whose Gated
 // DeltaNet state cannot be rolled back yet (the state after a rejected token would need a
-// checkpoint per drafted row or a re-run of the accepted ones).
+// checkpoint per drafted row or a re-run of the accepted ones), nor on the CUDA back-end
+// (spec_unsupported).
 #include <algorithm>
 #include <cstdio>
 
@@ -25,10 +26,8 @@ namespace hearth::engine {
 
 void ServeEngine::spec_init() {
   spec_on_ = config_.spec.mode != SpecMode::kOff && config_.spec.max_draft > 0;
-  if (spec_on_ && scheduler_.config().recurrent) {
-    std::fprintf(stderr,
-                 "hearth: speculative decoding is off for this model: its recurrent (Gated DeltaNet) state cannot "
-                 "be rolled back to the last accepted token yet\n");
+  if (const std::string why = spec_unsupported(model_); spec_on_ && !why.empty()) {
+    std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
     spec_on_ = false;
   }
   // Steps of decode size are the ones the drafting decision is about.

@@ -19,6 +19,14 @@ SpecMode parse_spec_mode(const std::string& s) {
   fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram or off)");
 }
 
+std::string spec_unsupported(model::CausalLm& model) {
+  if (model.hparams().n_recurrent_layers() > 0) {
+    return "its recurrent (Gated DeltaNet) state cannot be rolled back to the last accepted token yet";
+  }
+  if (model.backend().name().rfind("cpu", 0) != 0) return "drafts are verified on the CPU back-end only so far";
+  return {};
+}
+
 void StepCost::note(int64_t rows, double seconds) {
   if (rows < 1 || rows > max_rows_ || !(seconds > 0)) return;
   const auto x = static_cast<double>(rows);

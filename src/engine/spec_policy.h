@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/causal_lm.h"
+
 namespace hearth::engine {
 
 // What speculative decoding drafts with (--spec): nothing, or prompt lookup
@@ -31,6 +33,12 @@ struct SpecOptions {
 
 // Parses "off" / "ngram" (throws Error(kInvalidInput) naming the value otherwise).
 SpecMode parse_spec_mode(const std::string& s);
+
+// Why speculative decoding is off for this model (empty: it is not). This part verifies on
+// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come) and
+// for models without recurrent state (a hybrid model's Gated DeltaNet state would have to
+// be rolled back to the last accepted token).
+std::string spec_unsupported(model::CausalLm& model);
 
 class StepCost {
  public:
