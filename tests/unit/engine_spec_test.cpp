@@ -304,3 +304,31 @@ TEST(SpecEngine, SampledAndLogprobRequestsDoNotDraft) {
   expect_same(on, off);
   EXPECT_EQ(on_stats.spec_drafted, 0u);
 }
+
+TEST(SpecEngine, PreemptionAndAReasoningBudgetKeepTheOutput) {
+  if (!loaded()) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
+  Loaded& m = *loaded();
+  // A pool too small for four growing sequences (drafts are dropped when their blocks are
+  // not free, and sequences are preempted and recomputed), and a request whose reasoning
+  // budget forces a closing text in the middle of a repetition the drafts predict.
+  std::vector<engine::GenRequest> reqs = {greedy(kRepeat, 40), greedy(kCount, 40), greedy(kRepeat, 36),
+                                          greedy(kCount, 36)};
+  hearth::tokenizer::EncodeOptions enc;
+  enc.add_special = false;
+  reqs[3].reasoning.budget = 6;
+  reqs[3].reasoning.starts_inside = true;
+  reqs[3].reasoning.close_tokens = m.tok.encode("\n</think>\n\n", enc);
+  auto small = [](bool spec) {
+    engine::EngineConfig c = config(spec, 4);
+    c.n_blocks = 14;  // 224 positions for four sequences of about 90
+    return c;
+  };
+  engine::EngineStats off_stats, on_stats;
+  const auto off = serve(small(false), reqs, off_stats);
+  const auto on = serve(small(true), reqs, on_stats);
+  expect_same(on, off);
+  EXPECT_GT(off_stats.preemptions, 0u);  // the pool was too small, as meant
+  EXPECT_GT(on_stats.spec_accepted, 0u);
+  EXPECT_NE(on[3].text.find("</think>"), std::string::npos);
+  EXPECT_EQ(on_stats.kv_blocks_used, 0);
+}
