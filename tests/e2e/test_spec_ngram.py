@@ -5,11 +5,17 @@ concurrent ones (drafts verified in the same steps as the other sequences' token
 not; /metrics and each response's timings must show accepted drafts, so the comparison cannot
 pass with speculation doing nothing; "speculative": false turns it off for one request."""
 import concurrent.futures
+import json
+import pathlib
+import subprocess
+import sys
 
 import openai
 import pytest
 
 from serve_util import Server, metrics
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 CODE = """def merge(a, b):
     out = []
@@ -136,3 +142,47 @@ def test_speculative_field_must_be_a_boolean(hearth_bin, default_model):
     finally:
         rc, _ = s.stop()
     assert rc == 0
+
+
+@pytest.fixture(scope="module")
+def tiny_hybrid(tmp_path_factory, shared_dir, hearth_bin):
+    """A tiny random Qwen3.5 (hybrid Gated DeltaNet) model as GGUF (as test_hybrid.py makes it)."""
+    hf = tmp_path_factory.mktemp("qwen35") / "hf"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(hf),
+                    "--shared", str(shared_dir / "data"),
+                    "--hidden", "64", "--layers", "4", "--intermediate", "128", "--heads", "2",
+                    "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
+                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32",
+                    "--std", "0.5", "--seed", "3"],
+                   check=True, capture_output=True, text=True, timeout=300)
+    out = hf.parent / "tiny.f32.gguf"
+    p = subprocess.run([str(hearth_bin), "convert", str(hf), "-o", str(out), "--type", "f32"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_hybrid_models_decode_without_speculation_and_say_so(hearth_bin, tiny_hybrid):
+    """This part cannot roll back a Gated DeltaNet state: --spec ngram is turned off with one log line,
+    and the output is the output without it."""
+    def run(*extra):
+        p = subprocess.run([str(hearth_bin), "run", "-m", str(tiny_hybrid), "-p", "a b a b a b a b", "-n", "16",
+                            "--json", "--threads", "2", *extra], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout), p.stderr
+
+    off, _ = run()
+    on, err = run("--spec", "ngram")
+    assert on["tokens"] == off["tokens"]
+    assert on["drafted_tokens"] == 0
+    assert err.count("speculative decoding is off for this model") == 1, err
+    s = Server(hearth_bin, tiny_hybrid, "--threads", "2", "--spec", "ngram")
+    try:
+        c = client_for(s)
+        text, t = ask(c, "completions", "a b a b a b a b")
+        assert t["drafted_n"] == 0
+        assert metrics(s).get("hearth_spec_drafted_tokens_total", 0) == 0
+    finally:
+        rc, _ = s.stop()
+    assert rc == 0
+    assert s.stderr().count("speculative decoding is off for this model") == 1
