@@ -170,7 +170,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       break;
     }
     if (static_cast<int32_t>(r.tokens.size()) >= options.max_tokens) break;
-    if (cache.n_past() >= cache.n_ctx()) {
+    // Positions before `next` (its own is computed by the next step): n_past, except that
+    // a verification step has already computed the accepted tokens still queued.
+    if (static_cast<int64_t>(history.size()) - 1 >= cache.n_ctx()) {
       r.stop_reason = "context";
       break;
     }
@@ -178,7 +180,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
     if (spec) {
       // Drafted tokens after `next`, each with a row of logits; the target's greedy pick
       // at each row is the next token as long as the draft agreed up to it.
-      const int64_t k = std::min<int64_t>({draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft),
+      const int64_t k = std::min<int64_t>({options.spec.adaptive
+                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft)
+                                               : options.spec.max_draft,
                                            options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
                                            cache.n_ctx() - cache.n_past() - 1});
       std::vector<int32_t> draft = k > 0 ? drafter.draft(history, static_cast<int32_t>(k)) : std::vector<int32_t>{};

@@ -61,7 +61,9 @@ void ServeEngine::spec_draft() {
     if (it == live_.end() || !spec_eligible(seq, *it->second)) continue;
     Live& live = *it->second;
     // No further than max_tokens (the step's own token is one) and the context.
-    int64_t k = draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft);
+    int64_t k = config_.spec.adaptive
+                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft)
+                    : config_.spec.max_draft;
     k = std::min<int64_t>(k, live.request.max_tokens - live.n_generated - 1);
     k = std::min<int64_t>(k, max_seq_tokens_ - static_cast<int64_t>(seq.tokens.size()));
     if (k <= 0) {

@@ -29,6 +29,10 @@ enum class SpecMode { kOff, kNgram };
 struct SpecOptions {
   SpecMode mode = SpecMode::kOff;
   int32_t max_draft = 8;  // --spec-max: drafted tokens per step at most
+  // Draft lengths from measured step costs and acceptance (draft_length below); false:
+  // always max_draft where the drafter has that many (tests whose acceptance must not
+  // depend on a loaded machine's timings).
+  bool adaptive = true;
 };
 
 // Parses "off" / "ngram" (throws Error(kInvalidInput) naming the value otherwise).

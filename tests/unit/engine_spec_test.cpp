@@ -224,6 +224,7 @@ engine::EngineConfig config(bool spec, int32_t max_seqs) {
   c.max_queue = 16;
   c.spec.mode = spec ? engine::SpecMode::kNgram : engine::SpecMode::kOff;
   c.spec.max_draft = 6;
+  c.spec.adaptive = false;  // every draft the drafter has: acceptance independent of timings
   return c;
 }
 
@@ -267,6 +268,7 @@ TEST(SpecEngine, GreedyAloneIsTheOutputWithoutSpeculation) {
     o.max_tokens = 48;
     o.sampler.temperature = 0.0f;
     if (spec) o.spec.mode = engine::SpecMode::kNgram;
+    o.spec.adaptive = false;
     const auto g = engine::generate(m.model, cache, m.tok, reqs[0].prompt, o, nullptr);
     EXPECT_EQ(g.tokens, off[0].tokens) << "generate, spec " << spec;
     if (spec) EXPECT_GT(g.accepted, 0);
@@ -330,5 +332,42 @@ TEST(SpecEngine, PreemptionAndAReasoningBudgetKeepTheOutput) {
   EXPECT_GT(off_stats.preemptions, 0u);  // the pool was too small, as meant
   EXPECT_GT(on_stats.spec_accepted, 0u);
   EXPECT_NE(on[3].text.find("</think>"), std::string::npos);
+  EXPECT_EQ(on_stats.kv_blocks_used, 0);
+}
+
+TEST(SpecGenerate, TheContextLimitEndsAtTheSameToken) {
+  if (!loaded()) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
+  Loaded& m = *loaded();
+  const std::vector<int32_t> prompt = m.tok.encode(kRepeat);
+  std::vector<engine::GenerateResult> out;
+  for (bool spec : {false, true}) {
+    model::KvCache cache(m.backend, m.model.hparams(), static_cast<int64_t>(prompt.size()) + 21,
+                         hearth::ops::KvType::F32);
+    engine::GenerateOptions o;
+    o.max_tokens = 100;
+    o.sampler.temperature = 0.0f;
+    if (spec) o.spec.mode = engine::SpecMode::kNgram;
+    o.spec.adaptive = false;
+    out.push_back(engine::generate(m.model, cache, m.tok, prompt, o, nullptr));
+  }
+  EXPECT_EQ(out[0].stop_reason, "context");
+  EXPECT_EQ(out[1].stop_reason, out[0].stop_reason);
+  EXPECT_EQ(out[1].tokens, out[0].tokens);
+  EXPECT_EQ(out[1].text, out[0].text);
+  EXPECT_GT(out[1].accepted, 0);
+}
+
+TEST(SpecEngine, TheMeasuredPolicyKeepsTheOutput) {
+  if (!loaded()) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
+  // Draft lengths chosen from this machine's step times: which steps draft varies from run
+  // to run, the output must not.
+  const std::vector<engine::GenRequest> reqs = {greedy(kRepeat, 40), greedy(kCount, 32), greedy(kPlain, 24)};
+  engine::EngineConfig on = config(true, 4);
+  on.spec.adaptive = true;
+  engine::EngineStats off_stats, on_stats;
+  const auto a = serve(config(false, 4), reqs, off_stats);
+  const auto b = serve(on, reqs, on_stats);
+  expect_same(b, a);
+  EXPECT_GE(on_stats.spec_drafted, on_stats.spec_accepted);
   EXPECT_EQ(on_stats.kv_blocks_used, 0);
 }
