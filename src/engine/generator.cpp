@@ -98,8 +98,8 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   Clock::time_point t_first{}, t_last{};
   r.stop_reason = "length";
   // Speculative decoding: the tokens a verification step gave, taken one per turn below.
-  const bool spec = options.spec.mode != SpecMode::kOff && plain && sampler.plain_greedy() && options.media == nullptr &&
-                    spec_unsupported(model).empty();
+  const bool spec = options.spec.mode != SpecMode::kOff && plain && sampler.plain_greedy() &&
+                    options.media == nullptr && spec_unsupported(model).empty();
   NgramDrafter drafter;
   StepCost cost(options.spec.max_draft + 1);
   Acceptance acceptance;

@@ -289,8 +289,8 @@ StepPlan Scheduler::plan() {
     prefill_budget -= n;
     running_.push_back(std::move(*wit));
     waiting_.erase(wit);
-    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()), 0,
-                          take_step_snapshots(seq, mids)});
+    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
+                          0, take_step_snapshots(seq, mids)});
   }
   return plan;
 }

@@ -36,7 +36,9 @@ struct Loaded {
   model::LlamaModel model;
   hearth::tokenizer::Tokenizer tok;
   explicit Loaded(const std::string& path)
-      : file(hearth::gguf::File::open(path)), model(file, backend), tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
+      : file(hearth::gguf::File::open(path)),
+        model(file, backend),
+        tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
 };
 
 std::unique_ptr<Loaded>& loaded() {
@@ -201,7 +203,9 @@ std::vector<Outcome> serve(const engine::EngineConfig& cfg, const std::vector<en
       }
     }
   }
-  for (int k = 0; k < 200 && eng.stats().kv_blocks_used != 0; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int k = 0; k < 200 && eng.stats().kv_blocks_used != 0; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   stats = eng.stats();
   return out;
 }
