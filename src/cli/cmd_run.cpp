@@ -58,6 +58,8 @@ struct RunOptions {
   std::vector<std::string> images;  // --image FILE (repeatable)
   std::string mmproj;               // --mmproj FILE
   int64_t max_image_pixels = 64LL << 20;
+  std::string spec = "off";  // --spec
+  int32_t spec_max = 8;      // --spec-max
 };
 
 std::string build_prompt(const RunOptions& o, const gguf::File& file, const engine::ChatPrompt& chat) {
@@ -166,6 +168,11 @@ void run(RunOptions o) {
   go.n_logprobs = o.logprobs;
   go.sampler = o.sampler;
   go.prefill_chunk = o.prefill_chunk;
+  go.spec.mode = engine::parse_spec_mode(o.spec);
+  go.spec.max_draft = o.spec_max;
+  if (const std::string why = engine::spec_unsupported(model); go.spec.mode != engine::SpecMode::kOff && !why.empty()) {
+    std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
+  }
   if (!media.pos3.empty()) go.media = &media;
   if (!o.json_schema_file.empty() || o.json_object) {
     if (!o.json_schema_file.empty() && o.json_object) {
@@ -214,6 +221,8 @@ void run(RunOptions o) {
     out["peak_device_memory_gb"] = static_cast<double>(backend.device_memory_peak()) / 1e9;
     out["ctx"] = n_ctx;
     out["kv_type"] = ops::kv_type_name(kv_type);
+    out["drafted_tokens"] = r.drafted;
+    out["accepted_tokens"] = r.accepted;
     if (o.logprobs > 0) {
       json lp = json::array();
       for (const auto& s : r.logprobs) {
@@ -239,6 +248,7 @@ void run(RunOptions o) {
   if (!o.json_out) {
     std::fprintf(stderr, "Prompt: %d tokens, %.3f tokens-per-sec\n", r.n_prompt, r.prompt_tps());
     std::fprintf(stderr, "Generation: %zu tokens, %.3f tokens-per-sec\n", r.tokens.size(), r.generation_tps());
+    if (r.drafted > 0) std::fprintf(stderr, "Speculative: %d tokens drafted, %d accepted\n", r.drafted, r.accepted);
     std::fprintf(stderr, "Peak memory: %.3f GB\n", peak);
     if (device.cuda) {
       std::fprintf(stderr, "Peak device memory: %.3f GB (%s)\n",
@@ -285,6 +295,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--device", o->device,
                   "cpu, cuda, cuda:N or auto (the first GPU when one is visible and the model fits)")
       ->default_val("auto");
+  cmd->add_option("--spec", o->spec,
+                  "Speculative decoding: ngram (draft the next tokens from earlier text and verify them in one "
+                  "step; greedy runs on non-hybrid models, same output) or off")
+      ->default_val("off");
+  cmd->add_option("--spec-max", o->spec_max, "Drafted tokens per step at most")
+      ->default_val(8)
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--json", o->json_out, "Print one JSON object instead of text and statistics");
   cmd->add_option("--json-schema", o->json_schema_file, "Constrain the output to JSON that follows this schema file");
   cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");

@@ -271,6 +271,13 @@ void add_serve_command(CLI::App& app) {
                   "With --kv-disk: the share of --kv-disk-bytes for preempted sequences that --kv-swap-bytes has no "
                   "room for, swapped to the folder and read back instead of recomputed when the measured read is "
                   "cheaper (0: off; default: a quarter of --kv-disk-bytes; prefix files get the rest)");
+  cmd->add_option("--spec", o->spec,
+                  "Speculative decoding: ngram (draft the next tokens from earlier text of the same sequence and "
+                  "verify them in one step; greedy requests on non-hybrid models, same output) or off")
+      ->default_val("off");
+  cmd->add_option("--spec-max", o->spec_max,
+                  "Drafted tokens per step at most (fewer where the measured step times and acceptance say so)")
+      ->default_val(8);
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--max-connections", o->max_connections,
                   "HTTP connections served at once (one thread each); more are answered 503")

@@ -208,6 +208,8 @@ void check_serve_options(const ServeOptions& o) {
   if (o.media.timeout_ms < 1) fail(ErrorKind::kInvalidInput, "serve", "--media-timeout-ms must be >= 1");
   if (o.max_image_pixels < 1) fail(ErrorKind::kInvalidInput, "serve", "--max-image-pixels must be >= 1");
   parse_kv_type(o.kv_type);
+  engine::parse_spec_mode(o.spec);
+  if (o.spec_max < 1 || o.spec_max > 64) fail(ErrorKind::kInvalidInput, "serve", "--spec-max must be in [1, 64]");
   if (parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes") == 0)
     fail(ErrorKind::kInvalidInput, "serve", "--kv-disk-bytes must be > 0");
   kv_swap_bytes(o, 0);
@@ -311,6 +313,8 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ec.max_queue = o.max_queue;
   ec.n_snapshots = o.state_snapshots;
   ec.commit_kv = o.kv_commit;
+  ec.spec.mode = engine::parse_spec_mode(o.spec);
+  ec.spec.max_draft = o.spec_max;
   if (!o.kv_disk.empty()) {
     ec.kv_disk_dir = o.kv_disk;
     ec.kv_disk_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");

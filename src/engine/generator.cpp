@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "engine/ngram_drafter.h"
 #include "engine/row_reduce.h"
 
 namespace hearth::engine {
@@ -96,6 +97,14 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   r.prefill_s = seconds(t0, t_prefill);
   Clock::time_point t_first{}, t_last{};
   r.stop_reason = "length";
+  // Speculative decoding: the tokens a verification step gave, taken one per turn below.
+  const bool spec = options.spec.mode != SpecMode::kOff && plain && sampler.plain_greedy() &&
+                    options.media == nullptr && spec_unsupported(model).empty();
+  NgramDrafter drafter;
+  StepCost cost(options.spec.max_draft + 1);
+  Acceptance acceptance;
+  std::vector<int32_t> verified;
+  size_t n_verified = 0;
   while (static_cast<int32_t>(r.tokens.size()) < options.max_tokens) {
     std::vector<float> raw;  // copied only when log-probabilities are asked for
     if (options.n_logprobs > 0) raw = logits;  // log-probabilities of the model, before penalties
@@ -107,7 +116,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
     const auto& picks = model.picks();
     const bool offered = last.kind != ops::RowKind::kCopy && picks.size() == 1;
     const bool penalized = offered && picks[0].penalized != 0;  // a copied row with its penalties
-    if (offered && (picks[0].bad >= 0 || picks[0].argmax >= 0)) {
+    if (n_verified < verified.size()) {
+      next = verified[n_verified++];
+    } else if (offered && (picks[0].bad >= 0 || picks[0].argmax >= 0)) {
       if (picks[0].bad >= 0) {
         fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
                                               std::to_string(picks[0].bad) + " is " +
@@ -159,13 +170,62 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       break;
     }
     if (static_cast<int32_t>(r.tokens.size()) >= options.max_tokens) break;
-    if (cache.n_past() >= cache.n_ctx()) {
+    // Positions before `next` (its own is computed by the next step): n_past, except that
+    // a verification step has already computed the accepted tokens still queued.
+    if (static_cast<int64_t>(history.size()) - 1 >= cache.n_ctx()) {
       r.stop_reason = "context";
       break;
     }
+    if (n_verified < verified.size()) continue;  // verified already: no step for it
+    if (spec) {
+      // Drafted tokens after `next`, each with a row of logits; the target's greedy pick
+      // at each row is the next token as long as the draft agreed up to it.
+      const int64_t k = std::min<int64_t>({options.spec.adaptive
+                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft)
+                                               : options.spec.max_draft,
+                                           options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
+                                           cache.n_ctx() - cache.n_past() - 1});
+      std::vector<int32_t> draft = k > 0 ? drafter.draft(history, static_cast<int32_t>(k)) : std::vector<int32_t>{};
+      if (k <= 0) acceptance.idle();
+      if (!draft.empty()) {
+        std::vector<int32_t> in(1, next);
+        in.insert(in.end(), draft.begin(), draft.end());
+        const int64_t n_past = cache.n_past();
+        const auto t_step = Clock::now();
+        // Each row attends as a one-token step would (BatchSeq::decode_rows): the same logits.
+        model::BatchSeq b{&cache.seq(), in.data(), static_cast<int64_t>(in.size()), true, true};
+        b.n_logits = b.n_tokens;
+        b.decode_rows = true;
+        model.forward_batch(cache.pool(), {b}, logits);
+        cost.note(b.n_tokens, seconds(t_step, Clock::now()));
+        const auto& rows = model.picks();  // the argmax of each row, where the back-end reduced them
+        const auto n_vocab = static_cast<size_t>(model.hparams().n_vocab);
+        verified.clear();
+        n_verified = 0;
+        for (size_t i = 0; i < in.size(); ++i) {
+          if (rows.size() == in.size() && rows[i].bad >= 0) {
+            fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
+                                                  std::to_string(rows[i].bad) + ") at generated token " +
+                                                  std::to_string(r.tokens.size() + i));
+          }
+          verified.push_back(rows.size() == in.size()
+                                 ? rows[i].argmax
+                                 : sampler.sample(std::span<float>(logits.data() + i * n_vocab, n_vocab), history));
+          if (i == draft.size() || verified.back() != draft[i]) break;
+        }
+        const auto accepted = static_cast<int32_t>(verified.size() - 1);
+        r.drafted += static_cast<int32_t>(draft.size());
+        r.accepted += accepted;
+        acceptance.note(static_cast<int32_t>(draft.size()), accepted);
+        cache.seq().n_past = n_past + 1 + accepted;  // the rejected rows are written over later
+        continue;
+      }
+    }
     step[0] = next;
     offer();
+    const auto t_step = Clock::now();
     model.forward(cache, step, false, logits, last, pens, options.media);
+    if (spec) cost.note(1, seconds(t_step, Clock::now()));
   }
   const std::string tail = stream.flush();
   if (!tail.empty()) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/spec_policy.h"
 #include "grammar/constraint.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,10 @@ struct GenerateOptions {
   // differ by float rounding where a chunk boundary changes the order of a sum (the
   // chunked Gated DeltaNet form, the products' token blocks).
   int64_t prefill_chunk = 2048;
+  // Speculative decoding (--spec): drafts verified a step at a time, for greedy runs with
+  // nothing else reading the logits (no penalties, log-probabilities, constraint or
+  // images) on models without recurrent state; the output is the same as without.
+  SpecOptions spec;
 };
 
 struct StepLogprobs {
@@ -47,6 +52,8 @@ struct GenerateResult {
   double decode_s = 0.0;             // first generated token to the last one
   std::string stop_reason;           // "stop" (end-of-generation), "length" (max_tokens), "context"
   std::vector<StepLogprobs> logprobs;
+  int32_t drafted = 0;               // speculative decoding: tokens drafted ...
+  int32_t accepted = 0;              // ... and accepted
 
   double prompt_tps() const { return prefill_s > 0 ? n_prompt / prefill_s : 0.0; }
   // Decode-only speed: tokens after the first over the time from the first to the last.

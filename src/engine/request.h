@@ -47,6 +47,10 @@ struct Timings {
   int32_t cached_n = 0;         // of which were reused from the prefix cache
   int32_t disk_n = 0;           // of those, restored from the KV disk tier
   int32_t predicted_n = 0;      // generated tokens
+  // Speculative decoding: tokens drafted for this request and, of those, accepted (each
+  // accepted one is a generated token that took no forward pass of its own).
+  int32_t drafted_n = 0;
+  int32_t accepted_n = 0;
   // prompt_n - cached_n tokens over prefill_ms; (predicted_n - 1) over decode_ms.
   double prompt_per_second() const { return prefill_ms > 0 ? (prompt_n - cached_n) * 1000.0 / prefill_ms : 0.0; }
   double predicted_per_second() const {
@@ -82,6 +86,9 @@ struct GenRequest {
   // Images whose tokens the prompt holds (expand_image_pads done): the engine encodes
   // them with the model's vision encoder and puts their embeddings in those rows.
   std::vector<PromptImage> images;
+  // Speculative decoding where the engine has it on (EngineConfig::spec) and the request
+  // allows it (false: the request's "speculative": false).
+  bool speculative = true;
 };
 
 // The channel of one request. The engine pushes deltas and then exactly one Final;

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -193,6 +194,17 @@ StepPlan Scheduler::plan() {
     mids.clear();
     const int64_t n = decoding ? 1 : cut_chunk(seq, std::min(pending, prefill_budget), mids);
     if (n <= 0) continue;  // prefill budget spent: continues next step
+    // A draft runs only where its blocks come free without preempting anything.
+    int32_t n_draft = 0;
+    if (decoding && !seq.draft.empty() && !config_.recurrent) {
+      const auto d = static_cast<int64_t>(seq.draft.size());
+      if (ensure_blocks(seq, seq.kv.n_past + 1 + d)) {
+        n_draft = static_cast<int32_t>(d);
+      } else {
+        rollback(seq, seq.kv.n_past);
+      }
+    }
+    if (n_draft == 0) seq.draft.clear();
     bool preempted_self = false;
     while (!ensure_blocks(seq, seq.kv.n_past + n)) {
       const size_t victim = running_.size() - 1;
@@ -205,7 +217,8 @@ StepPlan Scheduler::plan() {
     }
     if (preempted_self) break;
     if (!decoding) prefill_budget -= n;
-    plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
+    plan.items.push_back({&seq, static_cast<int32_t>(n + n_draft),
+                          seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()), n_draft,
                           take_step_snapshots(seq, mids)});
   }
   // Admissions, in arrival order, while there is room and prefill budget.
@@ -229,7 +242,7 @@ StepPlan Scheduler::plan() {
       running_.push_back(std::move(*wit));
       waiting_.erase(wit);
       plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
-                            take_step_snapshots(seq, mids)});
+                            0, take_step_snapshots(seq, mids)});
       continue;
     }
     // Reuse cached full blocks, leaving at least the last token to compute.
@@ -277,7 +290,7 @@ StepPlan Scheduler::plan() {
     running_.push_back(std::move(*wit));
     waiting_.erase(wit);
     plan.items.push_back({&seq, static_cast<int32_t>(n), seq.kv.n_past + n == static_cast<int64_t>(seq.tokens.size()),
-                          take_step_snapshots(seq, mids)});
+                          0, take_step_snapshots(seq, mids)});
   }
   return plan;
 }
@@ -336,7 +349,10 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
   if (config_.recurrent) reclaim_dropped();
   for (const StepItem& item : plan.items) {
     SeqSlot& seq = *item.seq;
-    while (static_cast<int64_t>(seq.hashes.size() + 1) * bs <= seq.kv.n_past) {
+    // Only blocks of known tokens: a step's drafted rows are not verified yet (their
+    // blocks are hashed at a later commit, once accepted).
+    const int64_t known = std::min<int64_t>(seq.kv.n_past, static_cast<int64_t>(seq.tokens.size()));
+    while (static_cast<int64_t>(seq.hashes.size() + 1) * bs <= known) {
       const size_t b = seq.hashes.size();
       const uint64_t parent = b == 0 ? 0 : seq.hashes.back();
       const std::span<const int32_t> toks(seq.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
@@ -376,6 +392,21 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
     }
   }
   return ops;
+}
+
+void Scheduler::rollback(SeqSlot& seq, int64_t n_past) {
+  const int64_t bs = blocks_.block_size();
+  if (n_past > seq.kv.n_past || n_past < static_cast<int64_t>(seq.hashes.size()) * bs) {
+    fail(ErrorKind::kInternal, "scheduler", "rollback to " + std::to_string(n_past) + " of a sequence at " +
+                                                std::to_string(seq.kv.n_past));
+  }
+  seq.kv.n_past = n_past;
+  // Keep the block the next position falls in (the next step writes it).
+  const auto keep = static_cast<size_t>(n_past / bs + 1);
+  while (seq.kv.blocks.size() > keep) {
+    blocks_.release(seq.kv.blocks.back(), true);
+    seq.kv.blocks.pop_back();
+  }
 }
 
 std::unique_ptr<SeqSlot> Scheduler::finish(uint64_t id, bool forget_blocks) {

@@ -31,6 +31,11 @@
 // cleared state. The state copies are the engine's to do: StepPlan::state_before
 // before the forward pass, commit()'s result right after it.
 //
+// Speculative decoding: a decoding sequence with a draft (SeqSlot::draft) runs it after
+// its pending token when blocks for it can be had without preempting anything (else the
+// draft is dropped for the step). commit() hashes only blocks of known tokens, never
+// drafted ones; rollback() then forgets the rejected rows and their blocks.
+//
 // Swapping (set_swap_policy): a preempted sequence the policy accepts keeps its KV
 // (and, hybrid models, its live recurrent state) in the engine's host swap space
 // instead of being recomputed: StepPlan::swap_out names the pool blocks and state slot
@@ -98,6 +103,10 @@ struct SeqSlot {
   // engine's swap space; the next admission copies them back instead of recomputing.
   bool swapped = false;
   int64_t swap_n_past = 0;
+  // Speculative decoding: tokens proposed to follow the pending one (set by the engine
+  // before plan(); a decoding sequence's step then runs them after it, and the engine
+  // rolls back what it rejects with rollback()). Never part of `tokens` or of any hash.
+  std::vector<int32_t> draft;
   // Tokens still to compute: a decoding sequence has exactly one (its last sample).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - kv.n_past; }
 };
@@ -106,6 +115,9 @@ struct StepItem {
   SeqSlot* seq = nullptr;
   int32_t n_tokens = 0;          // tokens[kv.n_past, kv.n_past + n_tokens) run this step
   bool logits = false;           // reaches the last known token: sample after it
+  // Speculative decoding: the step runs the pending token and then seq->draft's first
+  // n_draft tokens (n_tokens = 1 + n_draft), each row with logits.
+  int32_t n_draft = 0;
   // Recurrent models: snapshots inside the chunk (after < n_tokens), into slots taken
   // by plan(); commit() attaches them to their blocks (or gives the slots back).
   std::vector<model::StateSnap> snaps = {};
@@ -153,6 +165,10 @@ class Scheduler {
   // blocks that no other sequence holds are freed, not kept for prefix reuse (a failed
   // sequence's KV may be corrupt).
   std::unique_ptr<SeqSlot> finish(uint64_t id, bool forget_blocks = false);
+  // Speculative decoding: the sequence's KV ends at n_past (< the positions the step
+  // computed; the rows after it held rejected drafted tokens); blocks past the one that
+  // position n_past falls in go back to the pool.
+  void rollback(SeqSlot& seq, int64_t n_past);
 
   const std::vector<std::unique_ptr<SeqSlot>>& running() const { return running_; }
   const std::deque<std::unique_ptr<SeqSlot>>& waiting() const { return waiting_; }

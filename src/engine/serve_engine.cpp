@@ -15,6 +15,7 @@
 #include "engine/generator.h"
 #include "engine/logit_scan.h"
 #include "engine/row_reduce.h"
+#include "engine/serve_engine_live.h"
 #include "engine/stop_matcher.h"
 
 namespace hearth::engine {
@@ -41,46 +42,6 @@ std::string request_fault(const std::string& where, const std::exception& e) {
 // Index of the first non-finite value (NaN or +-infinity), or -1.
 }  // namespace
 
-struct ServeEngine::Live {
-  GenRequest request;
-  std::shared_ptr<RequestChannel> channel;
-  Sampler sampler;
-  tokenizer::StreamDecoder decoder;
-  StopMatcher stop;
-  std::optional<grammar::ConstraintMatcher> matcher;  // constrained requests only
-  std::vector<uint32_t> mask;                         // tokens the matcher allows next
-  ReasoningBudget reasoning;
-  int32_t n_generated = 0;
-  Clock::time_point t_scheduled{}, t_first{}, t_last{};
-  bool scheduled = false;
-  std::vector<float> raw;        // top_logprobs: this step's logits before the mask and penalties
-  std::optional<FaultRule> fault;  // test only: the fault injected into this request
-  std::string mask_error;        // set by the mask job when this sequence's mask failed
-  // Requests with images: the image rows' embeddings and the prompt's 3-D positions.
-  std::vector<float> embd;
-  model::SeqMedia media;
-
-  // The injected fault `kind` is due now (before sampling token n_generated).
-  bool fault_due(FaultKind kind) const { return fault && fault->kind == kind && fault->at_token == n_generated; }
-
-  Live(GenRequest r, std::shared_ptr<RequestChannel> c, const tokenizer::Tokenizer& tok)
-      : request(std::move(r)),
-        channel(std::move(c)),
-        sampler(request.sampler),
-        decoder(tok, [] {
-          tokenizer::DecodeOptions o;
-          o.strip_space_prefix = false;  // a continuation keeps its leading space
-          return o;
-        }()),
-        stop(request.stop),
-        reasoning(request.reasoning) {
-    if (request.constraint) {
-      matcher.emplace(request.constraint);
-      mask.assign(static_cast<size_t>(grammar::mask_words(matcher->n_vocab())), 0u);
-    }
-  }
-};
-
 struct ServeEngine::Encoding {
   std::unique_ptr<SeqSlot> seq;
   std::unique_ptr<Live> live;
@@ -105,6 +66,7 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   if (config.commit_kv) pool_.commit();
   disk_init();
   swap_init();
+  spec_init();
   const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
   timing_.on = timing >= 1;
   timing_.each = timing == 2;
@@ -412,6 +374,8 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   t.cached_n = f.cached_tokens;
   t.disk_n = seq ? seq->n_disk : 0;
   t.predicted_n = live.n_generated;
+  t.drafted_n = live.drafted;
+  t.accepted_n = live.accepted;
   if (live.scheduled) {
     t.queue_ms = ms_between(live.channel->created, live.t_scheduled);
     const auto prefill_end = live.n_generated > 0 ? live.t_first : now;
@@ -453,6 +417,7 @@ void ServeEngine::fail_all(const std::string& error, const std::string& reason) 
 }
 
 void ServeEngine::step() {
+  spec_draft();
   StepPlan plan = scheduler_.plan();
   swap_out(plan);   // preempted sequences' blocks and states, before anything writes over them
   spill_pending();  // blocks and snapshots the plan evicted, likewise
@@ -483,14 +448,24 @@ void ServeEngine::step() {
   }
   if (!plan.empty()) {
     batch_.clear();
-    for (const StepItem& item : plan.items) {
+    spec_in_.resize(plan.items.size());
+    for (size_t it = 0; it < plan.items.size(); ++it) {
+      const StepItem& item = plan.items[it];
       // Greedy rows that nothing else reads (no log-probabilities, constraint or injected
       // fault) need only their argmax: the back-end may reduce them where the logits are.
       Live& lv = *live_.at(item.seq->id);
       const bool plain = item.logits && lv.request.top_logprobs < 0 && !lv.matcher && !lv.fault;
       const bool argmax = plain && lv.sampler.plain_greedy();
-      batch_.push_back(model::BatchSeq{&item.seq->kv, item.seq->tokens.data() + item.seq->kv.n_past,
-                                       item.n_tokens, item.logits, argmax, item.snaps});
+      const int32_t* toks = item.seq->tokens.data() + item.seq->kv.n_past;
+      if (item.n_draft > 0) {  // the pending token, then the draft (one row of logits each)
+        std::vector<int32_t>& in = spec_in_[it];
+        in.assign(1, item.seq->tokens.back());
+        in.insert(in.end(), item.seq->draft.begin(), item.seq->draft.begin() + item.n_draft);
+        toks = in.data();
+      }
+      batch_.push_back(model::BatchSeq{&item.seq->kv, toks, item.n_tokens, item.logits, argmax, item.snaps});
+      batch_.back().n_logits = 1 + item.n_draft;
+      batch_.back().decode_rows = item.n_draft > 0;  // bit for bit the logits of one-token steps
       if (!lv.media.pos3.empty()) batch_.back().media = &lv.media;
       // Temperature draws and penalized greedy rows likewise (a draw's one uniform number
       // is taken now; a back-end that does not reduce the row leaves it to the host
@@ -538,14 +513,23 @@ void ServeEngine::step() {
     model_.forward_batch(pool_, batch_, logits_);
     const auto t_forward_end = Clock::now();
     note_forward(plan.n_tokens(), ms_between(t_forward, t_forward_end) / 1000.0);
+    spec_cost_.note(plan.n_tokens(), ms_between(t_forward, t_forward_end) / 1000.0);
     if (!masked_.empty()) mask_worker_.wait();
     const std::vector<StateOp> state_ops = scheduler_.commit(plan);
     spill_pending();  // snapshots whose slots the copies below reuse
     apply(state_ops);
     // The sampled rows, picked in parallel when there are many, then finished in order.
+    // row_at: each sampled sequence's first logits row (a verified draft's rows follow it).
     std::vector<std::pair<SeqSlot*, Live*>> rows;
+    std::vector<size_t> row_at;
+    std::vector<int32_t> row_draft;
+    size_t n_out = 0;
     for (const StepItem& item : plan.items) {
-      if (item.logits) rows.emplace_back(item.seq, live_.at(item.seq->id).get());
+      if (!item.logits) continue;
+      rows.emplace_back(item.seq, live_.at(item.seq->id).get());
+      row_at.push_back(n_out);
+      row_draft.push_back(item.n_draft);
+      n_out += static_cast<size_t>(1 + item.n_draft);
     }
     picks_.assign(rows.size(), RowPick{});
     const std::vector<ops::ArgmaxRow>& device_picks = model_.picks();
@@ -558,11 +542,11 @@ void ServeEngine::step() {
       const bool aligned = row_seq.size() == rows.size();
       const double draw_u =
           aligned && row_seq[i]->draw.kind == ops::RowKind::kDraw ? row_seq[i]->draw.u : -1.0;
-      const bool reduced = aligned && device_picks.size() == rows.size() &&
+      const bool reduced = aligned && device_picks.size() == n_out &&
                            (row_seq[i]->argmax_only || row_seq[i]->draw.kind != ops::RowKind::kCopy);
       pick_row(*rows[r].first, *rows[r].second,
-               std::span<float>(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab),
-               reduced ? &device_picks[i] : nullptr, draw_u, picks_[r]);
+               std::span<float>(logits_.data() + row_at[i] * n_vocab, n_vocab),
+               reduced ? &device_picks[row_at[i]] : nullptr, draw_u, picks_[r]);
     };
     constexpr size_t kParallelRows = 8;
     if (rows.size() >= kParallelRows && !sample_pool_) {
@@ -586,8 +570,10 @@ void ServeEngine::step() {
       if (error.empty()) {
         try {
           e = finish_row(seq, live, picks_[r].token, error);
+          if (row_draft[r] > 0) e = spec_verify(seq, live, row_draft[r], row_at[r], picks_[r].token, e, error);
         } catch (const std::exception& ex) {
           error = request_fault("sampling", ex);
+          e = RowEnd::kError;
         }
       }
       if (e == RowEnd::kStop) done_stop.push_back(seq.id);
@@ -630,6 +616,8 @@ void ServeEngine::publish_counts() {
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
   stats_.kv_swap = swap_stats_;
+  stats_.spec_drafted = spec_drafted_;
+  stats_.spec_accepted = spec_accepted_;
   stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out + swap_stats_.disk_fallbacks;
 }
 

@@ -21,6 +21,8 @@
 #include "engine/fault_inject.h"
 #include "engine/kv_disk.h"
 #include "engine/mask_worker.h"
+#include "engine/ngram_drafter.h"
+#include "engine/spec_policy.h"
 #include "grammar/constraint.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -62,6 +64,8 @@ struct EngineConfig {
   // kv_disk_dir; 0: off). A share of kv_disk_bytes: the prefix files get the rest. See
   // serve_engine_swap_disk.cpp.
   uint64_t kv_swap_disk_bytes = 0;
+  // Speculative decoding (--spec, --spec-max; serve_engine_spec.cpp): off by default.
+  SpecOptions spec;
 };
 
 // Hooks for metrics, called on the engine thread.
@@ -125,6 +129,8 @@ struct EngineStats {
   uint64_t steps = 0;
   uint64_t admitted = 0;          // requests accepted by submit() (each ends with one Final)
   uint64_t preemptions = 0;       // sequences sent back to the queue for want of KV blocks
+  uint64_t spec_drafted = 0;      // speculative decoding: tokens drafted and verified
+  uint64_t spec_accepted = 0;     // ... of which accepted
   int32_t kv_blocks_cached = 0;   // blocks held by no sequence, kept for prefix reuse
   bool running_loop = false;
   bool kv_disk = false;           // the KV disk tier is configured (kv_disk_stats holds its numbers)
@@ -243,6 +249,22 @@ class ServeEngine {
   uint64_t block_bytes_ = 0;  // one block of every layer's K and V (0: not set up)
   void read_state(int32_t slot, std::vector<uint8_t>& out);
   void write_state(int32_t slot, std::span<const uint8_t> in);
+
+  // Speculative decoding (serve_engine_spec.cpp), on the engine thread. spec_draft sets
+  // the drafts of the sequences that decode next step (before plan()); spec_verify
+  // accepts, after a sequence's first row was finished as usual (finish_row: `first`),
+  // its drafted tokens while they equal the target's choice, finishing each row the
+  // target gives, and rolls its KV back to what was accepted.
+  void spec_init();
+  bool spec_eligible(const SeqSlot& seq, const Live& live) const;
+  void spec_draft();
+  RowEnd spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first, RowEnd end,
+                     std::string& error);
+  bool spec_on_ = false;
+  NgramDrafter drafter_;
+  StepCost spec_cost_{1};
+  std::vector<std::vector<int32_t>> spec_in_;  // per step item: its pending token and draft
+  uint64_t spec_drafted_ = 0, spec_accepted_ = 0;
 
   // Swapping preempted sequences (serve_engine_swap.cpp), all on the engine thread.
   void swap_init();

@@ -114,7 +114,19 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
                                               std::to_string(kv.n_past + b.n_tokens) + " positions");
     }
     const auto first = static_cast<int64_t>(tokens.size());
-    attn_seqs.push_back(ops::AttentionSeq{first, b.n_tokens, kv.n_past, kv.blocks.data()});
+    if (b.decode_rows && b.n_tokens > 1) {
+      if (kv.state_slot >= 0 || !b.snaps.empty() || b.media != nullptr) {
+        fail(ErrorKind::kInternal, "model", "rows attended one by one in a sequence with recurrent state or images");
+      }
+      for (int64_t i = 0; i + 1 < b.n_tokens; ++i) {
+        attn_seqs.push_back(ops::AttentionSeq{first + i, 1, kv.n_past + i, kv.blocks.data()});
+        state_slots.push_back(-1);
+        snaps.emplace_back();
+      }
+      attn_seqs.push_back(ops::AttentionSeq{first + b.n_tokens - 1, 1, kv.n_past + b.n_tokens - 1, kv.blocks.data()});
+    } else {
+      attn_seqs.push_back(ops::AttentionSeq{first, b.n_tokens, kv.n_past, kv.blocks.data()});
+    }
     state_slots.push_back(kv.state_slot);
     int32_t prev = 0;
     for (const StateSnap& sn : b.snaps) {
@@ -135,14 +147,21 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     }
     add_media(b.media, first, kv.n_past, b.n_tokens);
     if (b.logits) {
-      out_rows.push_back(static_cast<int32_t>(first + b.n_tokens - 1));
-      if (b.argmax_only) {
-        reduce.push_back({ops::RowKind::kArgmax});
-      } else {
-        reduce.push_back(b.draw);
+      if (b.n_logits < 1 || b.n_logits > b.n_tokens ||
+          (b.n_logits > 1 && !b.argmax_only && b.draw.kind != ops::RowKind::kCopy)) {
+        fail(ErrorKind::kInternal, "model", "a sequence of " + std::to_string(b.n_tokens) + " tokens asks for " +
+                                                std::to_string(b.n_logits) + " logits rows that cannot be returned so");
       }
-      penalties.resize(penalties.size() + ops::kMaxPenaltyTokens);
-      set_penalties(reduce.back(), b.penalties, penalties.data() + penalties.size() - ops::kMaxPenaltyTokens);
+      for (int64_t r = b.n_tokens - b.n_logits; r < b.n_tokens; ++r) {
+        out_rows.push_back(static_cast<int32_t>(first + r));
+        if (b.argmax_only) {
+          reduce.push_back({ops::RowKind::kArgmax});
+        } else {
+          reduce.push_back(b.draw);
+        }
+        penalties.resize(penalties.size() + ops::kMaxPenaltyTokens);
+        set_penalties(reduce.back(), b.penalties, penalties.data() + penalties.size() - ops::kMaxPenaltyTokens);
+      }
     }
   }
   finish_media();

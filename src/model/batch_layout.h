@@ -46,7 +46,7 @@ struct BatchSeq {
   SeqKv* kv = nullptr;
   const int32_t* tokens = nullptr;
   int64_t n_tokens = 0;
-  bool logits = false;  // return the logits of its last token
+  bool logits = false;  // return the logits of its last token (and see n_logits)
   // Only the argmax of that row is needed (greedy decoding with nothing that reads the
   // logits): where the back-end computes it on the device the row itself does not
   // cross to the host (BatchLayout::picks).
@@ -58,6 +58,16 @@ struct BatchSeq {
   ops::RowReduce draw = {};
   std::vector<ops::PenaltyToken> penalties = {};
   const SeqMedia* media = nullptr;  // images in the prompt (null: text only)
+  // With logits: the rows of its last n_logits tokens are returned (speculative
+  // verification: a row per drafted token; all reduced alike, so more than one only
+  // with argmax_only or a kCopy draw).
+  int64_t n_logits = 1;
+  // Each of its rows attends as a one-token sequence of its own, at its position, to the
+  // keys up to it (those of this step's earlier rows included): the arithmetic of
+  // decoding the tokens one step at a time, so a speculative verification's rows give bit
+  // for bit the logits those steps would (a multi-row sequence may take a blocked
+  // attention kernel that sums in another order). Not for sequences with recurrent state.
+  bool decode_rows = false;
 };
 
 struct BatchLayout {

@@ -79,6 +79,7 @@ struct HttpServer::Impl {
   int64_t created = unix_time_now();
   std::mutex prefix_mu;
   uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0, seen_preemptions = 0;
+  uint64_t seen_spec_drafted = 0, seen_spec_accepted = 0;
   uint64_t seen_disk_hits = 0, seen_disk_read = 0, seen_disk_written = 0, seen_disk_writes = 0, seen_disk_dropped = 0,
            seen_disk_rejected = 0;
   engine::SwapStats seen_swap;
@@ -366,6 +367,8 @@ struct HttpServer::Impl {
     advance(metrics.prefix_cache_hits, s.prefix_hit_tokens, seen_hits);
     advance(metrics.requests_admitted, s.admitted, seen_admitted);
     advance(metrics.preemptions, s.preemptions, seen_preemptions);
+    advance(metrics.spec_drafted, s.spec_drafted, seen_spec_drafted);
+    advance(metrics.spec_accepted, s.spec_accepted, seen_spec_accepted);
     const engine::kvdisk::DiskStats& d = s.kv_disk_stats;
     metrics.kv_disk_blocks.set(static_cast<double>(d.kv_files));
     metrics.kv_disk_snapshots.set(static_cast<double>(d.state_files));
@@ -613,6 +616,7 @@ struct HttpServer::Impl {
       g.sampler.seed = pr.seed ? *pr.seed : std::random_device{}();
       g.stop = pr.stop;
       g.top_logprobs = pr.engine_top_logprobs();
+      g.speculative = pr.speculative;
       // tool_choice "required" / a named function is enforced by a grammar (it wins over a
       // response_format: the answer is then a tool call).
       std::optional<grammar::ConstraintSpec> tool_spec;

@@ -128,6 +128,8 @@ struct ServerMetrics {
   Gauge& kv_blocks_total;          // hearth_kv_blocks_total
   Gauge& state_snapshots;          // hearth_state_snapshots: recurrent-state snapshots held (hybrid models)
   Counter& preemptions;            // hearth_preemptions_total: sequences preempted for want of KV blocks (swapped or recomputed)
+  Counter& spec_drafted;           // hearth_spec_drafted_tokens_total: speculative decoding's drafted tokens
+  Counter& spec_accepted;          // hearth_spec_accepted_tokens_total: ... of which the target accepted
   Counter& prefix_cache_queries;   // hearth_prefix_cache_queries_total (prompt tokens looked up)
   Counter& prefix_cache_hits;      // hearth_prefix_cache_hits_total (of which were cached)
   // The KV disk tier (--kv-disk); all zero without it.

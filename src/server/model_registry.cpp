@@ -381,6 +381,8 @@ void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index
     e.retired.steps += s.steps;
     e.retired.admitted += s.admitted;
     e.retired.preemptions += s.preemptions;
+    e.retired.spec_drafted += s.spec_drafted;
+    e.retired.spec_accepted += s.spec_accepted;
     e.retired.kv_swap.add(s.kv_swap);
     // Gauges and estimates go with the engine; its counters stay in the totals.
     e.retired.kv_swap.bytes_held = e.retired.kv_swap.capacity = 0;
@@ -503,6 +505,8 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.steps += e.retired.steps;
     t.admitted += e.retired.admitted;
     t.preemptions += e.retired.preemptions;
+    t.spec_drafted += e.retired.spec_drafted;
+    t.spec_accepted += e.retired.spec_accepted;
     t.kv_swap.add(e.retired.kv_swap);
     t.prefix_query_tokens += e.retired.prefix_query_tokens;
     t.prefix_hit_tokens += e.retired.prefix_hit_tokens;
@@ -517,6 +521,8 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.steps += s.steps;
     t.admitted += s.admitted;
     t.preemptions += s.preemptions;
+    t.spec_drafted += s.spec_drafted;
+    t.spec_accepted += s.spec_accepted;
     t.prefix_query_tokens += s.prefix_query_tokens;
     t.prefix_hit_tokens += s.prefix_hit_tokens;
     t.kv_swap.add(s.kv_swap);

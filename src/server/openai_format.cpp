@@ -148,6 +148,8 @@ json timings_json(const engine::Timings& t) {
   j["predicted_n"] = t.predicted_n;
   j["predicted_ms"] = t.decode_ms;
   j["predicted_per_second"] = t.predicted_per_second();
+  j["drafted_n"] = t.drafted_n;    // speculative decoding: tokens drafted ...
+  j["accepted_n"] = t.accepted_n;  // ... and accepted
   j["ttft_ms"] = t.ttft_ms;
   return j;
 }

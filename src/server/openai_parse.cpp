@@ -313,6 +313,7 @@ void parse_common(const json& j, ParsedRequest& r) {
     }
   }
   if (const json* v = field(j, "stream")) r.stream = get_bool(*v, "stream");
+  if (const json* v = field(j, "speculative")) r.speculative = get_bool(*v, "speculative");
   if (const json* v = field(j, "response_format")) r.constraint = parse_response_format(*v);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) bad_type("stream_options", "an object", *v);

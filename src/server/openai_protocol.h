@@ -113,6 +113,7 @@ struct ParsedRequest {
   bool logprobs = false;     // chat: logprobs; completions: logprobs given (0..20)
   int32_t top_logprobs = 0;  // 0..20
   bool stream = false;
+  bool speculative = true;  // "speculative": false turns speculative decoding off for the request
   bool include_usage = false;  // stream_options.include_usage
   // response_format (json_object / json_schema); unset: free text (response_format.h).
   std::optional<grammar::ConstraintSpec> constraint;

@@ -78,7 +78,9 @@ void expect_timings(const json& t) {
   EXPECT_DOUBLE_EQ(t["predicted_ms"].get<double>(), 20.0);
   EXPECT_DOUBLE_EQ(t["predicted_per_second"].get<double>(), 100.0);  // 2 gaps in 20 ms
   EXPECT_DOUBLE_EQ(t["ttft_ms"].get<double>(), 14.0);
-  EXPECT_EQ(t.size(), 10u);
+  EXPECT_EQ(t["drafted_n"], 0);  // speculative decoding (none here)
+  EXPECT_EQ(t["accepted_n"], 0);
+  EXPECT_EQ(t.size(), 12u);
 }
 
 void expect_usage(const json& u) {

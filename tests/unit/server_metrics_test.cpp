@@ -141,6 +141,8 @@ TEST(ServerMetrics, ServerMetricSet) {
   m.kv_blocks_total.set(256);
   m.requests_admitted.inc(6);
   m.preemptions.inc(2);
+  m.spec_drafted.inc(40);
+  m.spec_accepted.inc(25);
   m.state_snapshots.set(5);
   m.prefix_cache_queries.inc(120);
   m.prefix_cache_hits.inc(64);
@@ -181,6 +183,9 @@ TEST(ServerMetrics, ServerMetricSet) {
            "hearth_kv_blocks_cached 7",
            "hearth_requests_admitted_total 6",
            "hearth_preemptions_total 2",
+           "# TYPE hearth_spec_drafted_tokens_total counter",
+           "hearth_spec_drafted_tokens_total 40",
+           "hearth_spec_accepted_tokens_total 25",
            "hearth_prefix_cache_hits_total 64",
            "# TYPE hearth_batch_size histogram",
            "hearth_batch_size_bucket{le=\"2\"} 0",
@@ -217,8 +222,8 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 49);
-  EXPECT_EQ(type, 49);
+  EXPECT_EQ(help, 51);
+  EXPECT_EQ(type, 51);
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+// Speculative decoding inside continuous batching (ServeEngine): before each step the
+// sequences that decode get a draft from the prompt-lookup drafter (ngram_drafter.h),
+// as long as spec_policy.h says it pays; the scheduler runs each draft after its
+// sequence's pending token in the same forward pass as every other sequence's rows, with
+// a logits row per drafted token. Greedy acceptance: a drafted token is accepted while it
+// is the token the target model picks at that row, and the target's own pick at the first
+// row that differs (or after the last drafted token) is the step's last token, so a step
+// yields 1 .. n_draft + 1 tokens, exactly those decoding without a draft would give. Each
+// one goes through finish_row like any sampled token (end of generation, stop strings,
+// max_tokens, the reasoning budget), and the KV rows after the last accepted token are
+// rolled back (Scheduler::rollback); prefix-cache hashes only ever cover known tokens.
+//
+// This part drafts for greedy requests with nothing else reading their rows: not for
+// sampled ones (no rejection sampling yet), nor with penalties, log-probabilities, an
+// output constraint, images or an injected fault; and not on hybrid models, whose Gated
+// DeltaNet state cannot be rolled back yet (the state after a rejected token would need a
+// checkpoint per drafted row or a re-run of the accepted ones), nor on the CUDA back-end
+// (spec_unsupported).
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/serve_engine.h"
+#include "engine/serve_engine_live.h"
+
+namespace hearth::engine {
+
+void ServeEngine::spec_init() {
+  spec_on_ = config_.spec.mode != SpecMode::kOff && config_.spec.max_draft > 0;
+  if (const std::string why = spec_unsupported(model_); spec_on_ && !why.empty()) {
+    std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
+    spec_on_ = false;
+  }
+  // Steps of decode size are the ones the drafting decision is about.
+  spec_cost_ = StepCost(static_cast<int64_t>(config_.max_seqs) * (config_.spec.max_draft + 1));
+}
+
+bool ServeEngine::spec_eligible(const SeqSlot& seq, const Live& live) const {
+  const GenRequest& r = live.request;
+  return r.speculative && live.sampler.plain_greedy() && r.top_logprobs < 0 && !live.matcher && !live.fault &&
+         r.images.empty() && seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
+}
+
+void ServeEngine::spec_draft() {
+  if (!spec_on_) return;
+  // The next step's rows without drafts, and its sequences that sample.
+  int64_t prefill = 0;
+  int32_t n_decode = 0;
+  for (const auto& s : scheduler_.running()) {
+    const int64_t pending = s->pending();
+    if (pending == 1 && static_cast<int64_t>(s->tokens.size()) > s->n_prompt) {
+      ++n_decode;
+    } else if (pending > 0) {
+      prefill += pending;
+    }
+  }
+  const int64_t rows = n_decode + std::min<int64_t>(prefill, config_.prefill_chunk);
+  for (const auto& s : scheduler_.running()) {
+    SeqSlot& seq = *s;
+    seq.draft.clear();
+    auto it = live_.find(seq.id);
+    if (it == live_.end() || !spec_eligible(seq, *it->second)) continue;
+    Live& live = *it->second;
+    // No further than max_tokens (the step's own token is one) and the context.
+    int64_t k = config_.spec.adaptive
+                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft)
+                    : config_.spec.max_draft;
+    k = std::min<int64_t>(k, live.request.max_tokens - live.n_generated - 1);
+    k = std::min<int64_t>(k, max_seq_tokens_ - static_cast<int64_t>(seq.tokens.size()));
+    if (k <= 0) {
+      live.acceptance.idle();
+      continue;
+    }
+    seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
+  }
+}
+
+ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first,
+                                             RowEnd end, std::string& error) {
+  const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  const std::vector<ops::ArgmaxRow>& device_picks = model_.picks();
+  const int64_t n_past0 = seq.kv.n_past - 1 - n_draft;  // before the step
+  int32_t accepted = 0;
+  int32_t prev = first;
+  // Row i's pick follows drafted token i - 1: it counts only while that one was accepted.
+  while (end == RowEnd::kNone && accepted < n_draft && prev == seq.draft[static_cast<size_t>(accepted)]) {
+    ++accepted;
+    const size_t row = row0 + static_cast<size_t>(accepted);
+    RowPick pick;
+    pick_row(seq, live, std::span<float>(logits_.data() + row * n_vocab, n_vocab),
+             device_picks.empty() ? nullptr : &device_picks[row], -1.0, pick);
+    if (!pick.error.empty()) {
+      error = std::move(pick.error);
+      end = RowEnd::kError;
+      break;
+    }
+    end = finish_row(seq, live, pick.token, error);
+    prev = pick.token;
+  }
+  live.drafted += n_draft;
+  live.accepted += accepted;
+  live.acceptance.note(n_draft, accepted);
+  spec_drafted_ += static_cast<uint64_t>(n_draft);
+  spec_accepted_ += static_cast<uint64_t>(accepted);
+  seq.draft.clear();
+  // A sequence that goes on keeps the KV of its pending token and of the accepted drafted
+  // ones (one that ends gives all its blocks back).
+  if (end == RowEnd::kNone) scheduler_.rollback(seq, n_past0 + 1 + accepted);
+  return end;
+}
+
+}  // namespace hearth::engine

@@ -1,0 +1,85 @@
+#include "engine/spec_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hearth::engine {
+namespace {
+
+// Weight of the step before each new one: about the last 50 steps count.
+constexpr double kForget = 0.98;
+
+}  // namespace
+
+SpecMode parse_spec_mode(const std::string& s) {
+  if (s == "off") return SpecMode::kOff;
+  if (s == "ngram") return SpecMode::kNgram;
+  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram or off)");
+}
+
+std::string spec_unsupported(model::CausalLm& model) {
+  if (model.hparams().n_recurrent_layers() > 0) {
+    return "its recurrent (Gated DeltaNet) state cannot be rolled back to the last accepted token yet";
+  }
+  if (model.backend().name().rfind("cpu", 0) != 0) return "drafts are verified on the CPU back-end only so far";
+  return {};
+}
+
+void StepCost::note(int64_t rows, double seconds) {
+  if (rows < 1 || rows > max_rows_ || !(seconds > 0)) return;
+  const auto x = static_cast<double>(rows);
+  w_ = w_ * kForget + 1;
+  x_ = x_ * kForget + x;
+  y_ = y_ * kForget + seconds;
+  xx_ = xx_ * kForget + x * x;
+  xy_ = xy_ * kForget + x * seconds;
+}
+
+bool StepCost::known() const {
+  if (w_ < 4) return false;
+  const double mean = x_ / w_;
+  return xx_ / w_ - mean * mean > 0.25;  // rows vary by more than half a row
+}
+
+double StepCost::per_row() const {
+  if (!known()) return 0;
+  const double var = xx_ * w_ - x_ * x_;
+  return std::max(0.0, (xy_ * w_ - x_ * y_) / var);
+}
+
+double StepCost::fixed() const {
+  if (w_ <= 0) return 0;
+  return std::max(0.0, (y_ - per_row() * x_) / w_);
+}
+
+void Acceptance::note(int32_t drafted, int32_t accepted) {
+  if (drafted <= 0) return;
+  accepted_ = accepted_ * kForget + accepted;
+  rejected_ = rejected_ * kForget + (accepted < drafted ? 1 : 0);
+}
+
+void Acceptance::idle() {
+  accepted_ = accepted_ * kForget + (1 - kForget);
+  rejected_ = rejected_ * kForget + (1 - kForget);
+}
+
+int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft) {
+  if (max_draft <= 0 || n_decode <= 0) return 0;
+  // Until the steps tell the costs apart: a row is taken to cost a tenth of a token (a
+  // memory-bound decode step), which gives drafts of several lengths to measure.
+  double row_cost = 0.1;
+  const double t = cost.time(std::max<int64_t>(rows, 1));
+  if (cost.known() && t > 0) row_cost = cost.per_row() * n_decode / t;  // in tokens
+  int32_t k = 0;
+  double gain = 1;
+  while (k < max_draft) {
+    gain *= p;
+    if (gain <= row_cost) break;
+    ++k;
+  }
+  return k;
+}
+
+}  // namespace hearth::engine

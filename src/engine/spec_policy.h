@@ -1,0 +1,84 @@
+// When speculative drafting pays, decided from measured step times (the scheduler of
+// `hearth serve` asks before every step; `hearth run` before every decode step).
+//
+// A drafted token adds a row to the step and is worth a token only when it is accepted.
+// StepCost fits a step's time as fixed + per_row * rows over the recent steps (least
+// squares, older steps forgotten geometrically), counting only steps of decode size (at
+// most max_rows: the steps this decision is about, not long prefill chunks). With
+// n_decode sequences sampling in a step of `rows` rows, one extra row costs per_row
+// seconds, which the step would otherwise have spent on per_row * n_decode / t(rows)
+// tokens. A sequence's k-th drafted token is accepted with probability p^k (p: its
+// measured chance that a drafted token is accepted when the ones before it were), so
+// it drafts k tokens while p^k is above that cost: a lone stream on a memory-bound
+// device (per_row small next to fixed) drafts long, a large batch on a compute-bound
+// one (per_row * rows near the whole step) stops drafting unless nearly every drafted
+// token is accepted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/causal_lm.h"
+
+namespace hearth::engine {
+
+// What speculative decoding drafts with (--spec): nothing, or prompt lookup
+// (ngram_drafter.h).
+enum class SpecMode { kOff, kNgram };
+
+struct SpecOptions {
+  SpecMode mode = SpecMode::kOff;
+  int32_t max_draft = 8;  // --spec-max: drafted tokens per step at most
+  // Draft lengths from measured step costs and acceptance (draft_length below); false:
+  // always max_draft where the drafter has that many (tests whose acceptance must not
+  // depend on a loaded machine's timings).
+  bool adaptive = true;
+};
+
+// Parses "off" / "ngram" (throws Error(kInvalidInput) naming the value otherwise).
+SpecMode parse_spec_mode(const std::string& s);
+
+// Why speculative decoding is off for this model (empty: it is not). This part verifies on
+// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come) and
+// for models without recurrent state (a hybrid model's Gated DeltaNet state would have to
+// be rolled back to the last accepted token).
+std::string spec_unsupported(model::CausalLm& model);
+
+class StepCost {
+ public:
+  // max_rows: steps with more rows are not counted.
+  explicit StepCost(int64_t max_rows) : max_rows_(max_rows) {}
+  void note(int64_t rows, double seconds);
+  // Whether the steps seen so far vary enough in rows to tell the two costs apart.
+  bool known() const;
+  double fixed() const;    // seconds per step
+  double per_row() const;  // seconds per row (>= 0)
+  double time(int64_t rows) const { return fixed() + per_row() * static_cast<double>(rows); }
+
+ private:
+  int64_t max_rows_;
+  // Geometrically weighted sums: weight, rows, seconds, rows^2, rows * seconds.
+  double w_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;
+};
+
+// One sequence's acceptance: the geometric model's p from (forgetting) counts of
+// accepted drafted tokens and of verifications that ended at a rejected one, starting
+// from one of each (p = 1/2: a new sequence drafts as long as a short draft pays).
+class Acceptance {
+ public:
+  void note(int32_t drafted, int32_t accepted);
+  // A step in which the sequence did not draft: the counts drift back to the prior, so
+  // a sequence that stopped drafting for a low p tries again later.
+  void idle();
+  double p() const { return accepted_ / (accepted_ + rejected_); }
+
+ private:
+  double accepted_ = 1, rejected_ = 1;
+};
+
+// Drafted tokens for one sequence (0 .. max_draft): the largest k with p^k above the
+// cost of a row in tokens (see above; a tenth of a token while the costs are unknown). rows: the
+// step's rows without drafts; n_decode: its sequences that sample.
+int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft);
+
+}  // namespace hearth::engine
