@@ -713,9 +713,12 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     // keys unsplit 63-72 us against 74-127 in 2 ranges), none shorter than
     // tc_decode_range_keys_. (HEARTH_CUDA_TC_DECODE_BLOCKS sets the wave instead.)
     const int mode = group <= kTcDecodeGroup ? tc_decode_mode_ : 0;
-    const int64_t wave = tc_decode_blocks_ > 0 ? tc_decode_blocks_
-                                               : mode > 0 ? tc_decode_resident_blocks(static_cast<int>(head_dim), mode)
-                                                          : 1024;
+    // q8_0 in the decode variant: raw copies in flight (cuda_attention_tc.cu), 0: staged.
+    const int q8_raw = q8 && mode > 0 ? tc_decode_q8_raw_stages(head_dim, cache.n_kv_dim, mode) : 0;
+    const int64_t wave =
+        tc_decode_blocks_ > 0 ? tc_decode_blocks_
+        : mode > 0            ? tc_decode_resident_blocks(static_cast<int>(head_dim), mode, q8_raw)
+                              : 1024;
     const int64_t want = std::max<int64_t>(1, wave / (n_tiles * n_head_kv));
     const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
     float* part = static_cast<float*>(
@@ -727,13 +730,13 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
                                             sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
                                             sig_of(d_row_seq), sig_of(n_tiles), sig_of(n_head), sig_of(n_head_kv),
                                             sig_of(head_dim), sig_of(scale), sig_of(out), sig_of(n_rows),
-                                            sig_of(n_split), sig_of(part)})) {
+                                            sig_of(n_split), sig_of(part), sig_of(q8_raw)})) {
       return;
     }
     launch_prefill_tc(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
                            static_cast<unsigned>(n_split)),
                       stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
-                      static_cast<int>(head_dim), kv_stride, bs_log2, scale, out, part, mode);
+                      static_cast<int>(head_dim), kv_stride, bs_log2, scale, out, part, mode, q8_raw);
     HEARTH_CUDA_LAUNCHED("attention");
     ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
     HEARTH_CUDA_LAUNCHED("attention");

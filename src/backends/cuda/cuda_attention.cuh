@@ -38,14 +38,26 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
 // grid.z + z) * (head_dim + 2)] instead, for attention_combine_kernel to merge.
 // decode 1-3: every tile is one row and group <= kTcDecodeGroup (the decode variant:
 // the block's four warps split each chunk's keys instead of its query vectors), with
-// decode - 1 chunks' copies in flight during each chunk.
+// decode - 1 chunks' copies in flight during each chunk. q8_raw 2-4 (a q8_0 cache in the
+// decode variant; tc_decode_q8_raw_stages): each warp copies its keys' raw blocks with
+// cp.async, q8_raw - 1 chunks ahead, and dequantizes them itself (the same f16 values,
+// and so the same results, as the staged path of q8_raw 0, the reference).
 constexpr int kTcDecodeGroup = 16;
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v, bool q8,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part = nullptr,
-                       int decode = 0);
-// Blocks of the decode variant (decode 1-3) for this head size that the whole GPU holds
-// at once (multiprocessors x blocks one holds by its registers and shared memory).
-int64_t tc_decode_resident_blocks(int head_dim, int decode);
+                       int decode = 0, int q8_raw = 0);
+// Blocks of the decode variant (decode 1-3; q8_raw: the raw q8_0 one) for this head size
+// that the whole GPU holds at once (multiprocessors x blocks one holds by its registers
+// and shared memory).
+int64_t tc_decode_resident_blocks(int head_dim, int decode, int q8_raw = 0);
+// Raw stages of the q8_0 decode variant for decode mode 1-3 (mode + 1, fewer where the
+// GPU's shared memory is smaller), or 0: the staged reference path (switched off, a head
+// size the variant lacks, or rows whose heads do not start at multiples of head_dim / 16
+// bytes: n_kv_dim not a multiple of head_dim).
+int tc_decode_q8_raw_stages(int64_t head_dim, int64_t n_kv_dim, int decode);
+// Switches the raw q8_0 decode variant on (the default) or off for the process: tests
+// compare it against the reference path, and timings of the two.
+void set_tc_decode_q8_raw(bool on);
 
 }  // namespace hearth::cuda

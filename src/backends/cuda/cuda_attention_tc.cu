@@ -17,9 +17,21 @@
 // flight per barrier; their softmax states are merged in shared memory at the end, in
 // warp order. NSTG stage buffers (2 or 3 for decode): the next NSTG - 1 chunks' copies
 // are issued before this chunk is computed.
+//
+// q8_0 caches: the reference path (stage_q8) loads each 34-byte block with scalar loads
+// and converts it to f16 as it is staged, synchronously: no copy is in flight while a
+// chunk is computed, and decode at long contexts ran slower than over f16 (the 9B at 32k:
+// 218 against 285 tok/s on the H100). The decode variant's raw path (kRaw) instead copies
+// each key's blocks of the head as they are (17 aligned words of head_dim / 16 bytes:
+// a head's 32-value blocks take 17 * head_dim / 16 bytes) with cp.async, each warp its own
+// 16 keys, NSTG - 1 chunks ahead, and the warp converts its keys to the f16 buffer just
+// before it computes them (d * q rounded to f16 on the f16 units: the exact product
+// rounded once, the bits stage_q8 writes), so the rest of the kernel and its results are
+// those of the reference path, with half the bytes of f16 in flight.
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "backends/cuda/cuda_attention.cuh"
@@ -44,9 +56,37 @@ __device__ __forceinline__ void stage_q8(__half* dst, const KvQ8Block* b, int o)
   *reinterpret_cast<int4*>(dst) = *reinterpret_cast<const int4*>(h);
 }
 
+// An asynchronous copy of N (4, 8 or 16) aligned bytes.
+template <int N>
+__device__ __forceinline__ void cp_async_n(void* smem, const void* gmem) {
+  if constexpr (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N));
+  }
+}
+
+// Two int8 values of u, whose bytes are q + 128 (selected by sel: 0x4140 the low two,
+// 0x4342 the high two), times d2 as an f16 pair: the bytes as the mantissas of 1024 + b,
+// minus 1152 (exact: q), times d rounded once (the exact product d * q, |q| <= 128 and d
+// an f16, rounded to f16: stage_q8's bits).
+__device__ __forceinline__ unsigned q8_pair_f16(uint32_t u, unsigned sel, __half2 d2) {
+  const uint32_t x = __byte_perm(u, 0x64646464u, sel);
+  const __half2 q = __hsub2_rn(*reinterpret_cast<const __half2*>(&x), __half2half2(__ushort_as_half(0x6480)));
+  const __half2 h = __hmul2_rn(q, d2);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+
+// Bytes of a head's q8_0 blocks in a cache row: 17 words of D / 16 bytes.
+template <int D>
+constexpr int kQ8Seg = 34 * D / 32;
+
 // KT: the cache's element type, __half (copied by cp.async) or KvQ8Block (dequantized to
-// f16 while staged; kv_stride then counts blocks).
-template <int D, bool kDecode, int NSTG, class KT>
+// f16 while staged; kv_stride then counts blocks). kRaw (decode, KvQ8Block; kv_stride a
+// multiple of D / 32 blocks and the caches 16-byte aligned, so that every head's blocks
+// start at a multiple of D / 16 bytes): NSTG raw stage buffers per warp and one f16
+// buffer, as above.
+template <int D, bool kDecode, int NSTG, class KT, bool kRaw = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     attention_prefill_tc_kernel(const float* __restrict__ q, const KT* __restrict__ kc,
                                 const KT* __restrict__ vc, const SeqDesc* __restrict__ seqs,
@@ -58,11 +98,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int QR = kDecode ? 16 : kTcQueries;        // query vectors staged
   constexpr int KI = kDecode ? kWarps * 16 : kKeys;    // keys staged per iteration
   constexpr int KW = kDecode ? 16 : kKeys;             // keys a warp scores per iteration
+  static_assert(!kRaw || (kDecode && std::is_same_v<KT, KvQ8Block> && NSTG >= 2), "raw q8_0 staging: decode");
+  constexpr int NF = kRaw ? 1 : NSTG;  // f16 K / V buffers
   extern __shared__ __align__(16) __half sm[];
   __half* qh = sm;                  // [QR][DS]
   __half* ql = qh + QR * DS;        // [QR][DS]
-  __half* ks = ql + QR * DS;        // [NSTG][KI][DS]
-  __half* vs = ks + NSTG * KI * DS; // [NSTG][KI][DS]
+  __half* ks = ql + QR * DS;        // [NF][KI][DS]
+  __half* vs = ks + NF * KI * DS;   // [NF][KI][DS]
+  // kRaw: [NSTG][kWarps][K, V][16 keys][kQ8Seg<D>] bytes (16-byte aligned: the f16
+  // buffers are multiples of 16 bytes).
+  unsigned char* raw = reinterpret_cast<unsigned char*>(vs + NF * KI * DS);
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const Tile tile = tiles[blockIdx.x];
@@ -140,19 +185,86 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       }
     }
   };
-  // NSTG > 1: the next NSTG - 1 chunks' copies are in flight while this one is computed
-  // (a commit group a chunk, empty past the range).
-  if constexpr (NSTG > 1) {
+  // kRaw: lane j < 16's key ci + kw + j: its cache row, or -1 (past k_end, other lanes).
+  // (Read a chunk before its copies are issued: the table's latency is hidden by a chunk.)
+  constexpr int SEG = kQ8Seg<D>, WB = D / 16;
+  auto key_row = [&](int ci) -> long long {
+    const int key = ci + kw + lane;
+    return lane < 16 && key < k_end ? static_cast<long long>(table[key >> bs_log2]) * (bs_mask + 1) + (key & bs_mask)
+                                    : -1;
+  };
+  // kRaw: the warp's keys (rows from key_row) as raw blocks into stage buffer rbuf: the
+  // warp's 2 x 16 x 17 words go out 17 a lane, consecutive lanes on consecutive words of
+  // a row.
+  auto stage_raw = [&](int rbuf, long long row) {
+    unsigned char* dst = raw + static_cast<size_t>(rbuf * kWarps + warp) * (2 * 16 * SEG);
+#pragma unroll
+    for (int t = 0; t < 17; ++t) {
+      const int i = lane + 32 * t;
+      const int kv = i / (16 * 17), rem = i % (16 * 17);
+      const int j = rem / 17, w = rem % 17;
+      const long long r = __shfl_sync(0xffffffffu, row, j);
+      if (r >= 0) {
+        const KT* blk = (kv ? vc : kc) + r * kv_stride + hkv * (D / 32);
+        cp_async_n<WB>(dst + (kv * 16 + j) * SEG + w * WB, reinterpret_cast<const unsigned char*>(blk) + w * WB);
+      }
+    }
+  };
+  // kRaw: the warp's keys of stage buffer rbuf into its rows kw .. kw + 15 of the f16
+  // buffer (zeros past k_end, as stage writes): 8 values a lane and pass, as stage_q8.
+  auto convert_raw = [&](int rbuf, int c0) {
+    const unsigned char* src = raw + static_cast<size_t>(rbuf * kWarps + warp) * (2 * 16 * SEG);
+    constexpr int PK = D / 8;  // pieces of 8 values a row
+#pragma unroll
+    for (int t = 0; t < PK; ++t) {  // 2 x 16 x PK pieces, 32 a pass
+      const int p = lane + 32 * t;
+      const int kv = p / (16 * PK), rem = p % (16 * PK);
+      const int j = rem / PK, piece = rem % PK;
+      int4 val = make_int4(0, 0, 0, 0);
+      if (c0 + j < k_end) {
+        const unsigned char* b = src + (kv * 16 + j) * SEG + 34 * (piece >> 2);
+        const __half2 d2 = __half2half2(*reinterpret_cast<const __half*>(b));
+        const auto* qs = reinterpret_cast<const uint16_t*>(b + 2 + 8 * (piece & 3));
+        const uint32_t u0 = (static_cast<uint32_t>(qs[0]) | (static_cast<uint32_t>(qs[1]) << 16)) ^ 0x80808080u;
+        const uint32_t u1 = (static_cast<uint32_t>(qs[2]) | (static_cast<uint32_t>(qs[3]) << 16)) ^ 0x80808080u;
+        val.x = static_cast<int>(q8_pair_f16(u0, 0x4140, d2));
+        val.y = static_cast<int>(q8_pair_f16(u0, 0x4342, d2));
+        val.z = static_cast<int>(q8_pair_f16(u1, 0x4140, d2));
+        val.w = static_cast<int>(q8_pair_f16(u1, 0x4342, d2));
+      }
+      *reinterpret_cast<int4*>((kv ? vs : ks) + (kw + j) * DS + 8 * piece) = val;
+    }
+  };
+  if constexpr (kRaw) {
+    // Each warp's own pipeline (a commit group a chunk, empty past the range); q is
+    // staged by the whole block.
+#pragma unroll
+    for (int s = 0; s + 1 < NSTG; ++s) {
+      if (k_begin + s * KI < k_end) stage_raw(s, key_row(k_begin + s * KI));
+      cp_async_commit();
+    }
+    __syncthreads();
+  } else if constexpr (NSTG > 1) {
+    // NSTG > 1: the next NSTG - 1 chunks' copies are in flight while this one is computed
+    // (a commit group a chunk, empty past the range).
 #pragma unroll
     for (int s = 0; s + 1 < NSTG; ++s) {
       if (k_begin + s * KI < k_end) stage(s, k_begin + s * KI);
       cp_async_commit();
     }
   }
+  long long next_row = kRaw ? key_row(k_begin + (NSTG - 1) * KI) : -1;  // (kRaw) the next chunk to copy
   int it = 0;
   for (int ci = k_begin; ci < k_end; ci += KI, ++it) {
     const int buf = NSTG > 1 ? it % NSTG : 0;
-    if constexpr (NSTG > 1) {
+    if constexpr (kRaw) {
+      cp_async_wait_pending<NSTG - 2>();  // this warp's copies of this chunk
+      __syncwarp();                       // ... seen by the warp; its lanes are done with chunk it - 1
+      const int nx = ci + (NSTG - 1) * KI;
+      if (nx < k_end) stage_raw((it + NSTG - 1) % NSTG, next_row);
+      cp_async_commit();
+      next_row = key_row(nx + KI);
+    } else if constexpr (NSTG > 1) {
       cp_async_wait_pending<NSTG - 2>();  // this chunk's copies (later chunks may still fly)
       __syncthreads();                    // ... seen by all; every warp is done with chunk it - 1
       const int nx = ci + (NSTG - 1) * KI;
@@ -164,10 +276,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       cp_async_wait_all();
       __syncthreads();
     }
-    const __half* kb = ks + buf * KI * DS;
-    const __half* vb = vs + buf * KI * DS;
+    const __half* kb = ks + (kRaw ? 0 : buf) * KI * DS;
+    const __half* vb = vs + (kRaw ? 0 : buf) * KI * DS;
     const int c0 = ci + kw;  // the warp's keys: c0 .. c0 + KW - 1
     if (c0 >= warp_lim || c0 >= k_end) continue;  // warp-uniform: none of them is seen by the warp
+    if constexpr (kRaw) {
+      convert_raw(buf, c0);
+      __syncwarp();
+    }
     // Scores: s[n] is the 16 x 8 tile of keys c0 + 8 n .. c0 + 8 n + 7.
     constexpr int NS = KW / 8;
     float s[NS][4];
@@ -257,6 +373,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   if constexpr (kDecode) {
     // The warps' states of the same 16 vectors, merged in warp order: (m, l) per warp and
     // vector into the q buffers, the unnormalised outputs into the key / value buffers.
+    if constexpr (kRaw) cp_async_wait_pending<0>();  // (none is pending: each chunk's was waited for)
     __syncthreads();  // every warp is done with q, K and V
     float* ml = reinterpret_cast<float*>(qh);  // [kWarps][16][2]
     float* ow = reinterpret_cast<float*>(ks);  // [kWarps][16][D]
@@ -334,21 +451,26 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 }
 
 // Shared memory of a block. (The decode merge reuses the q buffers for [4][16] (m, l) and
-// the K / V ones for [4][16][D] f32 outputs: both fit.)
-template <int D, bool kDecode, int NSTG>
+// the K / V ones for [4][16][D] f32 outputs: both fit, with kRaw's one f16 buffer too.)
+// kRaw: the q buffers, one f16 K / V buffer of 64 keys and nstg raw stages.
+constexpr int64_t raw_smem_bytes(int64_t d, int64_t nstg) {
+  return 2 * (2 * 16 + 2 * kWarps * 16) * (d + 8) + nstg * kWarps * 2 * 16 * (34 * d / 32);
+}
+template <int D, bool kDecode, int NSTG, bool kRaw = false>
 constexpr size_t tc_smem_bytes() {
+  if constexpr (kRaw) return static_cast<size_t>(raw_smem_bytes(D, NSTG));
   return kDecode ? sizeof(__half) * static_cast<size_t>(2 * 16 + 2 * NSTG * kWarps * 16) * (D + 8)
                  : sizeof(__half) * static_cast<size_t>(2 * kTcQueries + 2 * NSTG * kKeys) * (D + 8);
 }
 
 // Allows the instantiation its shared memory (above 48 KiB), once.
-template <int D, bool kDecode, int NSTG, class KT = __half>
+template <int D, bool kDecode, int NSTG, class KT = __half, bool kRaw = false>
 void allow_smem() {
   static bool raised = false;
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG, KT>,
+    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG, KT, kRaw>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(tc_smem_bytes<D, kDecode, NSTG>())),
+                                            static_cast<int>(tc_smem_bytes<D, kDecode, NSTG, kRaw>())),
                        "attention", "cudaFuncSetAttribute");
     raised = true;
   }
@@ -373,13 +495,25 @@ void launch_dk(dim3 grid, cudaStream_t st, const float* q, const void* k, const 
                              scale, out, part);
 }
 
+// The raw q8_0 decode variant, NSTG raw stages a warp.
 template <int D, int NSTG>
+void launch_raw(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, const SeqDesc* seqs,
+                const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
+                float scale, float* out, float* part) {
+  allow_smem<D, true, NSTG, KvQ8Block, true>();
+  ::hearth::cuda::launch_pdl(attention_prefill_tc_kernel<D, true, NSTG, KvQ8Block, true>, grid, kWarps * 32,
+                             tc_smem_bytes<D, true, NSTG, true>(), st, q, static_cast<const KvQ8Block*>(k),
+                             static_cast<const KvQ8Block*>(v), seqs, tiles, tables, n_head, group, kv_stride, bs_log2,
+                             scale, out, part);
+}
+
+template <int D, int NSTG, class KT = __half, bool kRaw = false>
 int64_t resident_decode_blocks() {
   static const int64_t n = [] {
-    allow_smem<D, true, NSTG>();
+    allow_smem<D, true, NSTG, KT, kRaw>();
     int per_sm = 0, dev = 0, sms = 0;
-    CudaBackend::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG, __half>,
-                                                                     kWarps * 32, tc_smem_bytes<D, true, NSTG>()),
+    CudaBackend::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG, KT, kRaw>,
+                                                                     kWarps * 32, tc_smem_bytes<D, true, NSTG, kRaw>()),
                        "attention", "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     CudaBackend::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
     CudaBackend::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attention",
@@ -387,6 +521,14 @@ int64_t resident_decode_blocks() {
     return std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sms);
   }();
   return n;
+}
+
+// Blocks of the raw q8_0 decode variant with NSTG (2-4) raw stages that the GPU holds.
+template <int D>
+int64_t resident_raw_blocks(int nstg) {
+  return nstg >= 4   ? resident_decode_blocks<D, 4, KvQ8Block, true>()
+         : nstg == 3 ? resident_decode_blocks<D, 3, KvQ8Block, true>()
+                     : resident_decode_blocks<D, 2, KvQ8Block, true>();
 }
 
 template <int D>
@@ -398,7 +540,17 @@ int64_t resident_decode_blocks_d(int decode) {
 template <int D>
 void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const void* v, bool q8, const SeqDesc* seqs,
               const Tile* tiles, const int32_t* tables, int n_head, int group, int64_t kv_stride, int bs_log2,
-              float scale, float* out, float* part, int decode) {
+              float scale, float* out, float* part, int decode, int q8_raw) {
+  if (q8 && q8_raw >= 2 && decode >= 1) {
+    if (q8_raw >= 4) {
+      launch_raw<D, 4>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    } else if (q8_raw == 3) {
+      launch_raw<D, 3>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    } else {
+      launch_raw<D, 2>(grid, st, q, k, v, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
+    }
+    return;
+  }
   if (decode == 3) {
     launch_dk<D, true, 3>(grid, st, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part);
   } else if (decode == 2) {
@@ -410,6 +562,8 @@ void launch_d(dim3 grid, cudaStream_t st, const float* q, const void* k, const v
   }
 }
 
+std::atomic<bool> g_q8_raw{true};
+
 }  // namespace
 
 bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const void* v, int64_t kv_stride) {
@@ -418,30 +572,51 @@ bool prefill_tc_supported(int64_t head_dim, int64_t group, const void* k, const 
   return (reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) % 16 == 0 && kv_stride % 8 == 0;
 }
 
-int64_t tc_decode_resident_blocks(int head_dim, int decode) {
+int tc_decode_q8_raw_stages(int64_t head_dim, int64_t n_kv_dim, int decode) {
+  if (!g_q8_raw.load(std::memory_order_relaxed) || decode < 1) return 0;
+  if ((head_dim != 64 && head_dim != 128 && head_dim != 256) || n_kv_dim % head_dim != 0) return 0;
+  static const int64_t optin = [] {
+    int dev = 0, bytes = 0;
+    CudaBackend::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
+    CudaBackend::check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "attention",
+                       "cudaDeviceGetAttribute");
+    return static_cast<int64_t>(bytes);
+  }();
+  for (int n = std::min(decode + 1, 4); n >= 2; --n) {
+    if (raw_smem_bytes(head_dim, n) <= optin) return n;
+  }
+  return 0;
+}
+
+void set_tc_decode_q8_raw(bool on) { g_q8_raw.store(on, std::memory_order_relaxed); }
+
+int64_t tc_decode_resident_blocks(int head_dim, int decode, int q8_raw) {
   switch (head_dim) {
     case 64:
-      return resident_decode_blocks_d<64>(decode);
+      return q8_raw >= 2 ? resident_raw_blocks<64>(q8_raw) : resident_decode_blocks_d<64>(decode);
     case 128:
-      return resident_decode_blocks_d<128>(decode);
+      return q8_raw >= 2 ? resident_raw_blocks<128>(q8_raw) : resident_decode_blocks_d<128>(decode);
     default:
-      return resident_decode_blocks_d<256>(decode);
+      return q8_raw >= 2 ? resident_raw_blocks<256>(q8_raw) : resident_decode_blocks_d<256>(decode);
   }
 }
 
 void launch_prefill_tc(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v, bool q8,
                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
                        int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out, float* part,
-                       int decode) {
+                       int decode, int q8_raw) {
   switch (head_dim) {
     case 64:
-      launch_d<64>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
+      launch_d<64>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode,
+                  q8_raw);
       break;
     case 128:
-      launch_d<128>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
+      launch_d<128>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode,
+                  q8_raw);
       break;
     default:
-      launch_d<256>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode);
+      launch_d<256>(grid, stream, q, k, v, q8, seqs, tiles, tables, n_head, group, kv_stride, bs_log2, scale, out, part, decode,
+                  q8_raw);
       break;
   }
 }
