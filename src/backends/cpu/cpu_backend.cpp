@@ -402,7 +402,12 @@ bool CpuBackend::matmul_multi_by_kind(const ops::WeightView* const* ws, int n, c
 
 void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
   const OpScope timer(op_times_.get(), "add_bias");
-  ref::add_bias(x, bias, n_tokens);
+  // Split by tokens like the element-wise operations below (a 4096-patch image's biases
+  // were 6 % of its encoding on 16 threads when run on one).
+  const int64_t n = std::max<int64_t>(1, bias.n_cols);
+  pool_.parallel_for(n_tokens, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end, int) {
+    ref::add_bias(x + begin * bias.n_cols, bias, end - begin);
+  });
 }
 
 // The element-wise operations below split over the pool by rows / tokens / elements when
