@@ -2,9 +2,9 @@
 // one stream. Buffers and prepared weights live in device memory (weights keep their
 // GGUF block layout); a model step's arrays (ops::StepDesc: tokens, positions, KV slots,
 // block tables, ...) are uploaded once per step to a device arena at a fixed address,
-// where the ops read them; other host-memory arguments (expert weights, a recurrent
-// layer's state pointers, arrays of calls outside a described step) are copied per call
-// through a pinned staging ring on the same stream.
+// where the ops read them; other host-memory arguments (expert weights, arrays of calls
+// outside a described step or of a recurrent layer's passes around a state snapshot) are
+// copied per call through a pinned staging ring on the same stream.
 // Only copy_to_host waits for the device. Every CUDA / cuBLAS failure becomes an Error
 // naming the operation. Host-only code may include this header (no CUDA syntax).
 #pragma once
@@ -95,11 +95,11 @@ class CudaBackend final : public ops::Backend {
                 const ops::KvLayer& cache) override;
   void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
-  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
-                     int64_t n_seqs, float* out) override;
+  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnStates& states,
+                     const ops::GdnSeq* seqs, int64_t n_seqs, float* out) override;
   void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
-                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
-                       int64_t n_seqs, float* o) override;
+                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnStates& states,
+                       const ops::GdnSeq* seqs, int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                       float eps, int64_t rows_per_token = 1) override;
   void add_rms_norm(float* x, const float* y, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
@@ -132,7 +132,7 @@ class CudaBackend final : public ops::Backend {
   // are the same for every step of the same counts. The first step of a size is
   // captured while it runs, with each op's launch signature (its arguments and what it
   // derived from them) and where the host arrays that are not the step's were staged
-  // (a Gated DeltaNet layer's state pointers, arrays of calls without a description); a
+  // (arrays of calls without a description); a
   // later step of that size only checks each op's signature, copies those few arrays to
   // the same staging offsets (none in a Llama-family decode step) and launches nothing
   // until the copy_to_host that ends the step launches the graph. A step whose
