@@ -84,6 +84,7 @@ void StepDesc::assign(const Inputs& in) {
   block_size_ = in.block_size;
   has_pos3_ = !in.pos3.empty();
   serial_ = ++g_serial;
+  launch_key_ = in.launch_key;
   auto* base = reinterpret_cast<uint8_t*>(words_.data());
   auto put = [&](size_t off, const void* src, size_t bytes) {
     if (bytes > 0) std::memcpy(base + off, src, bytes);

@@ -62,6 +62,10 @@ class StepDesc {
     Array<RowReduce> reduce;
     Array<PenaltyToken> penalties;
     Array<int32_t> pos3;
+    // What the step's launches depend on besides its arrays and counts (a back-end that
+    // records steps keys the recordings on it): the KV pool it runs over, state
+    // snapshots inside the step (their copies name slots). 0: nothing.
+    uint64_t launch_key = 0;
   };
   // Lays a step out (throws Error(kInternal) on inconsistent inputs). Pointers from an
   // earlier assign are invalid after it; serial() changes.
@@ -75,6 +79,7 @@ class StepDesc {
   int64_t block_size() const { return block_size_; }  // of the block tables
   // +1 at every assign (of any StepDesc): what a back-end keys its per-step caches on.
   uint64_t serial() const { return serial_; }
+  uint64_t launch_key() const { return launch_key_; }  // Inputs::launch_key
 
   const int32_t* tokens() const { return at<int32_t>(off_.tokens); }
   const int32_t* positions() const { return at<int32_t>(off_.positions); }
@@ -119,7 +124,7 @@ class StepDesc {
   Offsets off_;
   int64_t n_tokens_ = 0, n_seqs_ = 0, n_out_ = 0, n_table_ = 0, block_size_ = 16;
   bool has_pos3_ = false;
-  uint64_t serial_ = 0;
+  uint64_t serial_ = 0, launch_key_ = 0;
   std::vector<AttentionSeq> attn_seqs_;
 };
 

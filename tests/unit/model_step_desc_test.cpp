@@ -182,6 +182,28 @@ TEST(StepDesc, HybridBatchKeepsStateSlots) {
   EXPECT_EQ(lay.desc.gdn_seqs()[1].state_slot, 0);
   EXPECT_EQ(lay.desc.gdn_seqs()[1].first_row, 1);
   EXPECT_EQ(lay.desc.gdn_seqs()[1].n_tokens, 6);
+
+  // The launch key (what a recorded step is keyed on besides the counts): the same
+  // batch over the same pool without snapshots has another one than with them, and
+  // another snapshot slot or point another again; another pool another again.
+  const uint64_t with_snap = lay.desc.launch_key();
+  seqs[1].snaps = {};
+  lay.batch(pool, seqs);
+  const uint64_t plain = lay.desc.launch_key();
+  EXPECT_NE(plain, with_snap);
+  seqs[1].snaps = {{3, 1}};
+  lay.batch(pool, seqs);
+  EXPECT_NE(lay.desc.launch_key(), with_snap);
+  EXPECT_NE(lay.desc.launch_key(), plain);
+  seqs[1].snaps = {{2, 3}};
+  lay.batch(pool, seqs);
+  EXPECT_NE(lay.desc.launch_key(), with_snap);
+  seqs[1].snaps = {};
+  lay.batch(pool, seqs);
+  EXPECT_EQ(lay.desc.launch_key(), plain);
+  model::KvPool other(be, hp, ops::KvType::F32, 16, 16, 4);
+  lay.batch(other, seqs);
+  EXPECT_NE(lay.desc.launch_key(), plain);
 }
 
 TEST(StepDesc, ImagePromptCarriesItsPositions) {

@@ -251,9 +251,7 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   // Several tokens of a sequence: a thread per (row, channel), then the states (one
   // thread per sequence and channel walking its tokens serialised prompts of 512 rows).
   const bool by_rows = n_tokens > n_seqs && rows_in_order;
-  if (skip_launch("ssm_conv_silu", {sig_of(x), sig_of(channels), sig_of(wt), sig_of(K), sig_of(states.conv),
-                                    sig_of(states.slot_stride), sig_of(d_seqs), sig_of(n_seqs), sig_of(out),
-                                    sig_of(by_rows), sig_of(n_rows)})) {
+  if (skip_launch()) {
     return;
   }
   if (by_rows) {
@@ -317,10 +315,7 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   float* kn = qn + pad(nqk);
   float* gd = kn + pad(nqk);
   float* bt = gd + pad(ng);
-  if (skip_launch("gated_delta_net", {sig_of(qkv), sig_of(a), sig_of(b), sig_of(g.A), sig_of(g.dt), sig_of(g.seqs),
-                                      sig_of(g.ssm), sig_of(g.slot_stride), sig_of(o), sig_of(n_seqs), sig_of(n_rows),
-                                      sig_of(g.hk), sig_of(g.hv), sig_of(g.dk), sig_of(g.dv), sig_of(g.v_tiled),
-                                      sig_of(g.l2_eps), sig_of(tmp)})) {
+  if (skip_launch()) {
     return;
   }
   // Decode steps (a token a sequence) prepare q, k and gates inside the recurrence (its
