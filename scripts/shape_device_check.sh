@@ -6,13 +6,20 @@
 #   Usage: shape_device_check.sh        (writes $OUT, default ./out; summary printed last)
 # What proves success (summary.txt):
 #   - every filter below ends "[  PASSED  ] N tests." with no "[  FAILED  ]" or "[  SKIPPED ]"
-#     line (N: ops 1, steps 4, hybrid 4), and the last line reads "shape_device_check: ALL PASSED";
+#     line (N: ops 1, steps 5, hybrid 4), and the last line reads "shape_device_check: ALL PASSED";
 #   - "step description qwen35 dense fixture: ... worst replayed step staged 0 arrays
 #     through the ring" (the hybrid model's Gated DeltaNet layers read their sequences'
 #     state slots from the step arena: 0 arrays per replayed step, like llama and qwen3moe);
-#   - "same-shape steps over other sequences <model>: N of 18 steps replayed" with N >= 14
+#   - "same-shape steps over other sequences <model>: N of 24 steps replayed" with N >= 18
 #     for llama, qwen3moe and the qwen35 dense fixture (replays over other positions, KV
-#     slots, block tables and state slots gave the eager logits bit for bit).
+#     slots, block tables and state slots, and other output rows, gave the eager logits bit
+#     for bit);
+#   - "graphs ... replayed" / "batched graphs ..." lines as before (DecodeStepsAsGraphs: the
+#     host-routed qwen35 moe fixture 0 replayed), and "vision rope graph steps: ... replayed"
+#     at least 1 (a described step's pos3 read from its arena).
+# If "steps" fails with a build of the branch head but passes with one of the commit
+# before "CUDA graphs keyed by the step" (per-op signatures), the keying misses something
+# a step's launches depend on: the failing test names the model and step.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 for a in "$here"/bin.tar.gz "$here"/bin.tar.xz; do
@@ -34,7 +41,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 # hybrid: the Qwen3.5 fixtures against transformers and the CPU, and the q8_0 KV runs.
 runs=(
   "ops:CudaParity.GatedDeltaNet*"
-  "steps:CudaParity.ReplayedDecodeStepsStageNothingPerOp:CudaParity.SameShapeStepsOverOtherSequencesReplayFreshData:CudaParity.DecodeStepsAsGraphs:CudaParity.BatchedDecodeStepsAsGraphs"
+  "steps:CudaParity.ReplayedDecodeStepsStageNothingPerOp:CudaParity.SameShapeStepsOverOtherSequencesReplayFreshData:CudaParity.DecodeStepsAsGraphs:CudaParity.BatchedDecodeStepsAsGraphs:CudaParity.VisionRopeMultiInGraphSteps"
   "hybrid:Qwen35/HybridFixture.*:CudaParity.KvQ8OnCuda"
 )
 fail=0
@@ -47,7 +54,7 @@ for r in "${runs[@]}"; do
   # A skipped test (no GPU found) proves nothing.
   if grep -q '^\[  SKIPPED \]' "$out/shape-$name.txt"; then fail=1; fi
   say "$name ($filter): rc=$rc; $(grep -E '^\[  PASSED  \]|^\[  (FAILED|SKIPPED) \] [0-9]+ test' "$out/shape-$name.txt" | tr '\n' ' ')"
-  grep -E '^(step description|same-shape steps|graphs|batched graphs|gated_delta_net|model|kv q8_0) ' \
+  grep -E '^(step description|same-shape steps|graphs|batched graphs|vision rope graph|gated_delta_net|model|kv q8_0) ' \
     "$out/shape-$name.txt" | sed 's/^/  /' | tee -a "$summary"
   grep -E '^\[  FAILED  \]|Failure|Expected|Which is' "$out/shape-$name.txt" | head -20 | sed 's/^/  /' | tee -a "$summary"
 done

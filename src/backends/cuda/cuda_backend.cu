@@ -357,8 +357,10 @@ void CudaBackend::begin_step(const ops::StepDesc& d) {
   step_tiles_ = {};
   // The step's key: its description (the model's own), what the description says its
   // launches depend on (the pool, snapshots), its shape (rows, sequences and each one's
-  // rows, output rows, image rows or not) and the attention's context bucket (of 64 keys
-  // doubled: the launches' key ranges and table strides are the bucket's).
+  // rows, which rows are output rows, image rows or not) and the attention's context
+  // bucket (of 64 keys doubled: the launches' key ranges and table strides are the
+  // bucket's). (The output rows by value: the model reads a contiguous run of them in
+  // place, at an address that depends on the first.)
   int64_t bucket = 64;
   while (bucket < step_attn_.max_keys) bucket *= 2;
   uint64_t key = 0xcbf29ce484222325ull;
@@ -371,6 +373,7 @@ void CudaBackend::begin_step(const ops::StepDesc& d) {
   mix(d.pos3() != nullptr);
   mix(static_cast<uint64_t>(bucket));
   for (int64_t s = 0; s < d.n_seqs(); ++s) mix(static_cast<uint64_t>(d.seqs()[s].n_tokens));
+  for (int64_t r = 0; r < d.n_out(); ++r) mix(static_cast<uint64_t>(d.out_rows()[r]));
   step_key_ = key;
   begin_step_impl(d.n_tokens(), true);
 }
