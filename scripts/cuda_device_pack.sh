@@ -11,7 +11,7 @@ cp "$build/hearth" "$build/tests/backend_parity_test" "$dest/"
 # cuda_quant_test: the quant helper puts its own build there; copy ours only when none is.
 if [ -f "$build/tests/cuda_quant_test" ] && [ ! -f "$dest/cuda_quant_test" ]; then cp "$build/tests/cuda_quant_test" "$dest/"; fi
 strip "$dest/hearth" "$dest/backend_parity_test" 2>/dev/null || true
-cp "$src/scripts/cuda_device_check.sh" "$src/benchmarks/make_random_gguf.py" "$src/benchmarks/batch_invariance.py" "$dest/"
+cp "$src/scripts/cuda_device_check.sh" "$src/scripts/shape_device_check.sh" "$src/benchmarks/make_random_gguf.py" "$src/benchmarks/batch_invariance.py" "$dest/"
 rm -rf "$dest/src/tests/data/qwen35"
 cp -r "$src/tests/data/qwen35" "$dest/src/tests/data/"
 cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$dest/lib/" 2>/dev/null || true

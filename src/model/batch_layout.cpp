@@ -56,9 +56,18 @@ void BatchLayout::finish_media() {
   media_rows_ = false;
 }
 
-void BatchLayout::fill_desc(int64_t block_size) {
-  desc.assign(ops::StepDesc::Inputs{tokens, positions, slots, attn_seqs, block_size, state_slots, out_rows, reduce,
-                                    penalties, pos3});
+void BatchLayout::fill_desc(const KvPool& pool) {
+  // The launch key: the pool (its KV layers' and states' addresses), and the snapshots'
+  // points and slots (the copies between the passes name them).
+  uint64_t key = reinterpret_cast<uintptr_t>(&pool);
+  for (size_t s = 0; s < snaps.size(); ++s) {
+    for (const StateSnap& sn : snaps[s]) {
+      for (const uint64_t v : {static_cast<uint64_t>(s), static_cast<uint64_t>(sn.after), static_cast<uint64_t>(sn.slot)})
+        key = (key ^ v) * 0x100000001b3ull;
+    }
+  }
+  desc.assign(ops::StepDesc::Inputs{tokens, positions, slots, attn_seqs, pool.block_size(), state_slots, out_rows,
+                                    reduce, penalties, pos3, key});
 }
 
 void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens, bool all_logits,
@@ -90,7 +99,7 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   reduce.assign(out_rows.size(), all_logits ? ops::RowReduce{} : last);
   penalties.assign(out_rows.size() * ops::kMaxPenaltyTokens, ops::PenaltyToken{});
   if (!all_logits) set_penalties(reduce.back(), pens, penalties.data() + (out_rows.size() - 1) * ops::kMaxPenaltyTokens);
-  fill_desc(cache.pool().block_size());
+  fill_desc(cache.pool());
 }
 
 void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
@@ -165,7 +174,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     }
   }
   finish_media();
-  fill_desc(pool.block_size());
+  fill_desc(pool);
 }
 
 void reserve_logits(ops::Backend& be, std::unique_ptr<ops::Buffer>& logits, int64_t& rows, int64_t need,

@@ -113,7 +113,7 @@ struct BatchLayout {
   // A sequence's media for its step rows first .. first + n (sequence rows n_past ..).
   void add_media(const SeqMedia* media, int64_t first, int64_t n_past, int64_t n);
   void finish_media();
-  void fill_desc(int64_t block_size);
+  void fill_desc(const KvPool& pool);
   int64_t embd_width_ = 0;
   bool media_rows_ = false;
   std::vector<int32_t> media_pos_;  // (step row, t, h, w) of the rows with media

@@ -228,23 +228,30 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
   if (lay.has_snaps) {
     for (const auto& sn : lay.snaps) n_passes = std::max(n_passes, sn.size() + 1);
   }
+  // One pass (every step without snapshots): the sequences' rows and state slots as the
+  // step description holds them (on the device where the back-end uploaded it; a
+  // recorded step reads the slots of whichever sequences run). Several passes: their own.
+  const ops::GdnStates states = pool.gdn_states(L.index);
   for (size_t pass = 0; pass < n_passes; ++pass) {
-    s_.gdn_seqs.clear();
-    for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
-      const std::vector<StateSnap>* sn = lay.has_snaps ? &lay.snaps[i] : nullptr;
-      const size_t k = sn != nullptr ? sn->size() : 0;
-      if (pass > k) continue;  // done in an earlier pass
-      const int64_t n_i = lay.attn_seqs[i].n_tokens;
-      const int64_t from = pass == 0 ? 0 : (*sn)[pass - 1].after;
-      const int64_t to = pass < k ? (*sn)[pass].after : n_i;
-      const int32_t slot = lay.state_slots[i];
-      s_.gdn_seqs.push_back({lay.attn_seqs[i].first_row + from, to - from, pool.conv_state(slot, L.index),
-                             pool.ssm_state(slot, L.index)});
+    const ops::GdnSeq* seqs = lay.desc.gdn_seqs();
+    auto ns = static_cast<int64_t>(lay.attn_seqs.size());
+    if (n_passes > 1) {
+      s_.gdn_seqs.clear();
+      for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
+        const std::vector<StateSnap>& sn = lay.snaps[i];
+        const size_t k = sn.size();
+        if (pass > k) continue;  // done in an earlier pass
+        const int64_t n_i = lay.attn_seqs[i].n_tokens;
+        const int64_t from = pass == 0 ? 0 : sn[pass - 1].after;
+        const int64_t to = pass < k ? sn[pass].after : n_i;
+        s_.gdn_seqs.push_back(
+            {static_cast<int32_t>(lay.attn_seqs[i].first_row + from), static_cast<int32_t>(to - from), lay.state_slots[i]});
+      }
+      seqs = s_.gdn_seqs.data();
+      ns = static_cast<int64_t>(s_.gdn_seqs.size());
     }
-    const auto ns = static_cast<int64_t>(s_.gdn_seqs.size());
-    be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, s_.gdn_seqs.data(), ns, s_.conv->data());
-    be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, s_.gdn_seqs.data(), ns,
-                       s_.o->data());
+    be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, states, seqs, ns, s_.conv->data());
+    be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, states, seqs, ns, s_.o->data());
     if (pass + 1 == n_passes) break;
     for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
       if (pass < lay.snaps[i].size()) pool.copy_layer_state(lay.state_slots[i], lay.snaps[i][pass].slot, L.index);

@@ -20,11 +20,10 @@ KvPool::KvPool(ops::Backend& backend, const Hparams& hp, ops::KvType type, int64
   n_rec_layers_ = hp.n_recurrent_layers();
   conv_floats_ = hp.gdn.conv_state_floats();
   ssm_floats_ = hp.gdn.ssm_state_floats();
-  if (n_rec_layers_ > 0) {
-    for (int64_t s = 0; s < n_state_slots; ++s) {
-      slots_.push_back(backend.alloc_lazy(state_floats()));
-      clear_state(s);
-    }
+  if (n_rec_layers_ > 0 && n_state_slots > 0) {
+    n_slots_ = n_state_slots;
+    states_ = backend.alloc_lazy(n_state_slots * state_floats());
+    for (int64_t s = 0; s < n_state_slots; ++s) clear_state(s);
   }
 }
 
@@ -46,7 +45,7 @@ float* KvPool::slot(int64_t s) const {
     fail(ErrorKind::kInternal, "kv", "state slot " + std::to_string(s) + " out of range (" +
                                          std::to_string(n_state_slots()) + " slots)");
   }
-  return slots_[static_cast<size_t>(s)]->data();
+  return states_->data() + s * state_floats();
 }
 
 float* KvPool::conv_state(int64_t s, int64_t r) const { return slot(s) + r * (conv_floats_ + ssm_floats_); }
@@ -57,6 +56,11 @@ void KvPool::clear_state(int64_t s) { backend_->fill(slot(s), 0.0f, state_floats
 
 void KvPool::copy_state(int64_t src, int64_t dst) {
   if (src != dst) backend_->copy(slot(src), state_floats(), slot(dst));
+}
+
+ops::GdnStates KvPool::gdn_states(int64_t r) const {
+  if (n_slots_ == 0) fail(ErrorKind::kInternal, "kv", "the pool holds no recurrent state slots");
+  return ops::GdnStates{conv_state(0, r), ssm_state(0, r), state_floats()};
 }
 
 void KvPool::copy_layer_state(int64_t src, int64_t dst, int64_t r) {

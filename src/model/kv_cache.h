@@ -40,12 +40,15 @@ class KvPool {
   static void check_kv_type(const Hparams& hp, ops::KvType type, const ops::Backend* backend = nullptr);
 
   // Recurrent state slots (hybrid models; none otherwise).
-  int64_t n_state_slots() const { return static_cast<int64_t>(slots_.size()); }
+  int64_t n_state_slots() const { return n_slots_; }
   int64_t state_floats() const;  // per slot
   static uint64_t bytes_per_state(const Hparams& hp);
   // Slot s's state of the r-th recurrent layer (back-end memory).
   float* conv_state(int64_t s, int64_t r) const;
   float* ssm_state(int64_t s, int64_t r) const;
+  // Every slot's state of the r-th recurrent layer, as the Gated DeltaNet ops take them
+  // (the slots are one allocation, state_floats() apart: slot s at conv_state(s, r)).
+  ops::GdnStates gdn_states(int64_t r) const;
   void clear_state(int64_t s);
   void copy_state(int64_t src, int64_t dst);
   // Only the r-th recurrent layer's state (conv and delta rule).
@@ -58,7 +61,8 @@ class KvPool {
   int64_t block_size_, n_blocks_, n_kv_dim_;
   std::vector<std::unique_ptr<ops::Buffer>> k_, v_;  // per KV layer
   int64_t n_rec_layers_ = 0, conv_floats_ = 0, ssm_floats_ = 0;
-  std::vector<std::unique_ptr<ops::Buffer>> slots_;
+  int64_t n_slots_ = 0;
+  std::unique_ptr<ops::Buffer> states_;  // [n_slots_][state_floats()]
 };
 
 // One sequence's place in a pool: the pool blocks holding its positions in order, and

@@ -124,15 +124,25 @@ struct GdnShape {
   int64_t ssm_state_floats() const { return n_v_heads * d_k * d_v; }
 };
 
+// Where one Gated DeltaNet layer keeps the recurrent states of its state slots, in
+// back-end memory, updated in place: slot s's conv state [conv_kernel - 1, channels]
+// (the inputs before this call, oldest first) at conv + s * slot_stride and its delta-rule
+// state [Hv, d_k, d_v] at ssm + s * slot_stride, f32. (Addresses that stay while the
+// states do: a step names its sequences' slots by index, in its step description, so a
+// recorded step reads the slots of whichever sequences run.)
+struct GdnStates {
+  float* conv = nullptr;
+  float* ssm = nullptr;
+  int64_t slot_stride = 0;  // floats from one slot's state to the next
+};
+
 // One sequence of a Gated DeltaNet batch: rows first_row .. first_row + n_tokens of
-// the inputs, and its recurrent state in back-end memory, updated in place: conv
-// [conv_kernel - 1, channels] (the inputs before this call, oldest first) and ssm
-// [Hv, d_k, d_v] in f32.
+// the inputs, its recurrent state in slot state_slot of the layer's GdnStates. (int32:
+// the step description holds these as the device reads them, StepDesc::gdn_seqs.)
 struct GdnSeq {
-  int64_t first_row = 0;
-  int64_t n_tokens = 0;
-  float* conv_state = nullptr;
-  float* ssm_state = nullptr;
+  int32_t first_row = 0;
+  int32_t n_tokens = 0;
+  int32_t state_slot = 0;
 };
 
 // The routed experts of one MoE layer for a back-end that runs them as one operation
@@ -302,20 +312,23 @@ class Backend {
   // pos0 + t) sees its keys 0 .. pos0 + t; query head h reads kv head h / (n_head / n_head_kv).
   virtual void attention(const float* q, const KvLayer& cache, const AttentionSeq* seqs, int64_t n_seqs,
                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) = 0;
-  // Causal depthwise conv over time + SiLU, per sequence with its conv state:
-  // x, out: [n_tokens total, channels]; w: F32 [channels rows of kernel taps] (tap
-  // kernel-1 multiplies the current input). out must not alias x.
-  virtual void ssm_conv_silu(const float* x, int64_t channels, const WeightView& w, const GdnSeq* seqs,
-                             int64_t n_seqs, float* out) = 0;
+  // Causal depthwise conv over time + SiLU, per sequence with the conv state of its slot
+  // (states.conv; ssm is not read): x, out: [n_tokens total, channels]; w: F32 [channels
+  // rows of kernel taps] (tap kernel-1 multiplies the current input). out must not alias
+  // x. seqs: host memory (a back-end with device memory reads an array of the step
+  // description where it uploaded it).
+  virtual void ssm_conv_silu(const float* x, int64_t channels, const WeightView& w, const GdnStates& states,
+                             const GdnSeq* seqs, int64_t n_seqs, float* out) = 0;
   // The gated delta rule over a batch of sequences. qkv: [n, conv_channels] (conv
   // output: q heads | k heads | v heads); a, b: [n, Hv] (decay and write-strength
   // logits); ssm_a: F32 [Hv] (= -exp(A_log)); dt_bias: F32 [Hv]. Per value head:
   // q, k L2-normalised, q scaled by 1/sqrt(d_k), g = ssm_a * softplus(a + dt_bias),
   // beta = sigmoid(b), S = exp(g) (I - beta k k^T) S + beta k v^T, o = S^T q. A
   // sequence of several tokens may use the chunked form (same result). o: [n, Hv, d_v].
+  // Each sequence's delta-rule state: states.ssm of its slot.
   virtual void gated_delta_net(const float* qkv, const float* a, const float* b, const WeightView& ssm_a,
-                               const WeightView& dt_bias, const GdnShape& shape, const GdnSeq* seqs, int64_t n_seqs,
-                               float* o) = 0;
+                               const WeightView& dt_bias, const GdnShape& shape, const GdnStates& states,
+                               const GdnSeq* seqs, int64_t n_seqs, float* o) = 0;
   // x: [n_rows, n] = x / sqrt(mean(x^2) + eps) * w * silu(z) (w F32 [n]), in place.
   // rows_per_token: how many consecutive rows make one token's vector (the product after
   // it reads x as [n_rows / rows_per_token, rows_per_token * n]; a back-end may prepare

@@ -67,7 +67,7 @@ void StepDesc::assign(const Inputs& in) {
   section(o.slots, sizeof(int32_t) * un);
   section(o.row_seq, sizeof(int32_t) * un);
   section(o.seqs, sizeof(StepSeq) * uns);
-  section(o.state_slots, sizeof(int32_t) * uns);
+  section(o.gdn, sizeof(GdnSeq) * uns);
   section(o.out_rows, sizeof(int32_t) * uno);
   section(o.reduce, sizeof(RowReduce) * uno);
   section(o.penalties, sizeof(PenaltyToken) * uno * kMaxPenaltyTokens);
@@ -84,6 +84,7 @@ void StepDesc::assign(const Inputs& in) {
   block_size_ = in.block_size;
   has_pos3_ = !in.pos3.empty();
   serial_ = ++g_serial;
+  launch_key_ = in.launch_key;
   auto* base = reinterpret_cast<uint8_t*>(words_.data());
   auto put = [&](size_t off, const void* src, size_t bytes) {
     if (bytes > 0) std::memcpy(base + off, src, bytes);
@@ -97,12 +98,9 @@ void StepDesc::assign(const Inputs& in) {
     for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = static_cast<int32_t>(s);
   }
   put(o.seqs, seqs.data(), sizeof(StepSeq) * uns);
-  auto* state = reinterpret_cast<int32_t*>(base + o.state_slots);
-  if (in.state_slots.empty()) {
-    std::fill(state, state + ns, -1);
-  } else {
-    put(o.state_slots, in.state_slots.data(), sizeof(int32_t) * uns);
-  }
+  auto* gdn = reinterpret_cast<GdnSeq*>(base + o.gdn);
+  for (int64_t s = 0; s < ns; ++s)
+    gdn[s] = GdnSeq{seqs[s].first_row, seqs[s].n_tokens, in.state_slots.empty() ? -1 : in.state_slots[s]};
   put(o.out_rows, in.out_rows.data(), sizeof(int32_t) * uno);
   auto* reduce = reinterpret_cast<RowReduce*>(base + o.reduce);
   for (int64_t r = 0; r < no; ++r) reduce[r] = in.reduce.empty() ? RowReduce{} : in.reduce[r];

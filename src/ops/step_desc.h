@@ -1,6 +1,6 @@
 // One model step described once: every per-step array the operations read (tokens,
 // positions, KV slots, the attention sequences with their block tables, the row ->
-// sequence map, the recurrent state slots, the output rows and how each is returned),
+// sequence map, each sequence's recurrent state slot, the output rows and how each is returned),
 // laid out in one host arena at offsets that depend only on the step's counts.
 // model::BatchLayout fills it; the model passes it to Backend::begin_step and then
 // hands the operations pointers into it (tokens(), positions(), attn_seqs(), ...). A
@@ -8,7 +8,7 @@
 // those arrays there (CUDA: CudaBackend::begin_step); the CPU reads them where they are.
 //
 // Layout (each section 16-byte aligned, in this order): tokens, positions, slots,
-// row_seq [n_tokens] int32; seqs [n_seqs] StepSeq; state_slots [n_seqs] int32;
+// row_seq [n_tokens] int32; seqs [n_seqs] StepSeq; gdn [n_seqs] GdnSeq (rows and state slot);
 // out_rows [n_out] int32; reduce [n_out] RowReduce; penalties [n_out *
 // kMaxPenaltyTokens] PenaltyToken; pos3 [3 n_tokens] int32 (steps with image rows
 // only, else empty); tables [n_table] int32 last. So a step with the same counts (a
@@ -62,6 +62,10 @@ class StepDesc {
     Array<RowReduce> reduce;
     Array<PenaltyToken> penalties;
     Array<int32_t> pos3;
+    // What the step's launches depend on besides its arrays and counts (a back-end that
+    // records steps keys the recordings on it): the KV pool it runs over, state
+    // snapshots inside the step (their copies name slots). 0: nothing.
+    uint64_t launch_key = 0;
   };
   // Lays a step out (throws Error(kInternal) on inconsistent inputs). Pointers from an
   // earlier assign are invalid after it; serial() changes.
@@ -75,13 +79,15 @@ class StepDesc {
   int64_t block_size() const { return block_size_; }  // of the block tables
   // +1 at every assign (of any StepDesc): what a back-end keys its per-step caches on.
   uint64_t serial() const { return serial_; }
+  uint64_t launch_key() const { return launch_key_; }  // Inputs::launch_key
 
   const int32_t* tokens() const { return at<int32_t>(off_.tokens); }
   const int32_t* positions() const { return at<int32_t>(off_.positions); }
   const int32_t* slots() const { return at<int32_t>(off_.slots); }
   const int32_t* row_seq() const { return at<int32_t>(off_.row_seq); }  // per row: its sequence
   const StepSeq* seqs() const { return at<StepSeq>(off_.seqs); }
-  const int32_t* state_slots() const { return at<int32_t>(off_.state_slots); }
+  // The sequences as the Gated DeltaNet ops take them: their rows and state slots (-1: none).
+  const GdnSeq* gdn_seqs() const { return at<GdnSeq>(off_.gdn); }
   const int32_t* out_rows() const { return at<int32_t>(off_.out_rows); }
   const RowReduce* reduce() const { return at<RowReduce>(off_.reduce); }
   // kMaxPenaltyTokens per output row (zeros past each row's n_penalty).
@@ -102,7 +108,7 @@ class StepDesc {
   size_t offset_of(const void* p) const { return static_cast<size_t>(static_cast<const uint8_t*>(p) - data()); }
 
   struct Offsets {
-    size_t tokens = 0, positions = 0, slots = 0, row_seq = 0, seqs = 0, state_slots = 0, out_rows = 0, reduce = 0,
+    size_t tokens = 0, positions = 0, slots = 0, row_seq = 0, seqs = 0, gdn = 0, out_rows = 0, reduce = 0,
            penalties = 0, pos3 = 0, tables = 0;
   };
   const Offsets& offsets() const { return off_; }
@@ -118,7 +124,7 @@ class StepDesc {
   Offsets off_;
   int64_t n_tokens_ = 0, n_seqs_ = 0, n_out_ = 0, n_table_ = 0, block_size_ = 16;
   bool has_pos3_ = false;
-  uint64_t serial_ = 0;
+  uint64_t serial_ = 0, launch_key_ = 0;
   std::vector<AttentionSeq> attn_seqs_;
 };
 

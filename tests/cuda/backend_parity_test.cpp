@@ -689,18 +689,21 @@ void run_gdn(const ops::GdnShape& sh, const std::vector<int64_t>& lens, double t
   const auto ns = static_cast<int64_t>(lens.size());
   const int64_t per = sh.conv_state_floats() + sh.ssm_state_floats();
   Both state(randn(static_cast<size_t>(ns * per), 41, 0.1f));
-  std::vector<ops::GdnSeq> sc, sg;
+  // Sequence s in state slot ns - 1 - s (slots are indices into the states, not the
+  // sequences' order).
+  std::vector<ops::GdnSeq> seqs;
   int64_t row = 0;
   for (int64_t s = 0; s < ns; ++s) {
     row += gap;
-    sc.push_back({row, lens[s], state.c->data() + s * per, state.c->data() + s * per + sh.conv_state_floats()});
-    sg.push_back({row, lens[s], state.g->data() + s * per, state.g->data() + s * per + sh.conv_state_floats()});
+    seqs.push_back({static_cast<int32_t>(row), static_cast<int32_t>(lens[s]), static_cast<int32_t>(ns - 1 - s)});
     row += lens[s];
   }
+  const ops::GdnStates sc{state.c->data(), state.c->data() + sh.conv_state_floats(), per},
+      sg{state.g->data(), state.g->data() + sh.conv_state_floats(), per};
   const auto conv_w = make_weight(GgmlType::F32, randn(static_cast<size_t>(C * K), 42, 0.5f), C, K);
   Both x(randn(static_cast<size_t>(n * C), 43)), conv(std::vector<float>(static_cast<size_t>(n * C), 0.0f));
-  cpu().ssm_conv_silu(x.c->data(), C, conv_w->c, sc.data(), ns, conv.c->data());
-  gpu().ssm_conv_silu(x.g->data(), C, conv_w->g, sg.data(), ns, conv.g->data());
+  cpu().ssm_conv_silu(x.c->data(), C, conv_w->c, sc, seqs.data(), ns, conv.c->data());
+  gpu().ssm_conv_silu(x.g->data(), C, conv_w->g, sg, seqs.data(), ns, conv.g->data());
   EXPECT_LE(conv.err(), 1e-5) << "ssm_conv_silu";
   // The GDN op reads the CPU's conv output on both sides (so its own error is measured).
   const auto conv_out = conv.cv();
@@ -710,8 +713,8 @@ void run_gdn(const ops::GdnShape& sh, const std::vector<int64_t>& lens, double t
   for (auto& v : av) v = -v;
   const auto A = make_weight(GgmlType::F32, av, 1, HV);
   const auto dt = make_weight(GgmlType::F32, randn(static_cast<size_t>(HV), 47), 1, HV);
-  cpu().gated_delta_net(qkv.c->data(), a.c->data(), b.c->data(), A->c, dt->c, sh, sc.data(), ns, o.c->data());
-  gpu().gated_delta_net(qkv.g->data(), a.g->data(), b.g->data(), A->g, dt->g, sh, sg.data(), ns, o.g->data());
+  cpu().gated_delta_net(qkv.c->data(), a.c->data(), b.c->data(), A->c, dt->c, sh, sc, seqs.data(), ns, o.c->data());
+  gpu().gated_delta_net(qkv.g->data(), a.g->data(), b.g->data(), A->g, dt->g, sh, sg, seqs.data(), ns, o.g->data());
   const double eo = o.err(), es = state.err();
   EXPECT_LE(eo, tol) << "gated_delta_net output";
   EXPECT_LE(es, tol) << "gated_delta_net state";

@@ -165,8 +165,8 @@ TEST(CudaParity, VisionRopeMulti) {
 }
 
 // A decode-sized step with multi-axis RoPE recorded as a CUDA graph and replayed with
-// other positions: each step's results follow its own pos3 (staged like `positions`,
-// re-uploaded by a replay), not the recorded step's.
+// other positions: each step's results follow its own pos3 (read from the step
+// description, uploaded anew for each step), not the recorded step's.
 TEST(CudaParity, VisionRopeMultiInGraphSteps) {
   NEED_GPU();
   auto* cuda = dynamic_cast<hearth::cuda::CudaBackend*>(&gpu());
@@ -183,18 +183,28 @@ TEST(CudaParity, VisionRopeMultiInGraphSteps) {
   p.sections[0] = 3;
   p.sections[1] = 3;
   p.sections[2] = 2;
-  p.pos3 = pos3.data();  // the same host array every step, refilled
+  // The step's arrays in a step description (recorded steps are described ones), refilled
+  // every step: its slots and 3-D positions, read where begin_step uploaded them.
+  ops::StepDesc desc;
+  const std::vector<int32_t> toks(static_cast<size_t>(n_tok), 0), positions(static_cast<size_t>(n_tok), 0);
   const auto before = cuda->graph_stats();
   for (int step = 0; step < 4; ++step) {
     for (size_t i = 0; i < pos3.size(); ++i) pos3[i] = static_cast<int32_t>(step * 50 + i * (step + 3) % 41);
+    ops::StepDesc::Inputs in;
+    in.tokens = toks;
+    in.positions = positions;
+    in.slots = slots;
+    in.pos3 = pos3;
+    desc.assign(in);
+    p.pos3 = desc.pos3();
     std::vector<float> got_q(static_cast<size_t>(n)), got_kc(static_cast<size_t>(16 * kvd));
     for (int attempt = 0;; ++attempt) {
       try {
-        cuda->begin_step(n_tok);
+        cuda->begin_step(desc);
         gpu().copy(q0.g->data(), n, q.g->data());
         gpu().copy(k0.g->data(), n_tok * kvd, k.g->data());
         gpu().rope_store_kv(q.g->data(), k.g->data(), v.g->data(), n_tok, heads, heads_kv, dim, nullptr, p,
-                            slots.data(), {kc.g->data(), vc.g->data(), ops::KvType::F32, 16, kvd});
+                            desc.slots(), {kc.g->data(), vc.g->data(), ops::KvType::F32, 16, kvd});
         gpu().copy_to_host(*q.g, 0, n, got_q.data());
         gpu().copy_to_host(*kc.g, 0, 16 * kvd, got_kc.data());
         break;

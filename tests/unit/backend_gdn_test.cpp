@@ -76,14 +76,24 @@ void check_delta_rule(CpuBackend& be, const ops::GdnShape& sh, const std::vector
   int64_t row = 0;
   for (int64_t l : lens) {
     state.push_back(randv(rng, S, -0.5f, 0.5f));
-    seqs.push_back({row, l, nullptr, nullptr});
+    seqs.push_back({static_cast<int32_t>(row), static_cast<int32_t>(l), static_cast<int32_t>(seqs.size())});
     row += l;
   }
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i].ssm_state = state[i].data();
+  // The states in slots of one array, in reverse order of the sequences (slot != index).
+  std::vector<float> slots(S * seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].state_slot = static_cast<int32_t>(seqs.size() - 1 - i);
+    std::copy(state[i].begin(), state[i].end(), slots.begin() + seqs[i].state_slot * S);
+  }
   const auto state0 = state;
   std::vector<float> o(static_cast<size_t>(n * vd));
   be.gated_delta_net(qkv.data(), a.data(), b.data(), f32_view(ssm_a, hv, 1, "ssm_a"), f32_view(dt, hv, 1, "dt"), sh,
-                     seqs.data(), static_cast<int64_t>(seqs.size()), o.data());
+                     ops::GdnStates{nullptr, slots.data(), static_cast<int64_t>(S)}, seqs.data(),
+                     static_cast<int64_t>(seqs.size()), o.data());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto from = slots.begin() + seqs[i].state_slot * S;
+    std::copy(from, from + S, state[i].begin());
+  }
 
   ref::GdnDims d{sh.n_k_heads, sh.n_v_heads, sh.d_k, sh.d_v, sh.conv_kernel, sh.v_tiled};
   std::vector<double> A_log(a_log.begin(), a_log.end()), DT(dt.begin(), dt.end());
@@ -130,13 +140,14 @@ TEST_P(GdnOps, ChunkedPrefillEqualsTokenByTokenDecode) {
   for (int64_t h = 0; h < hv; ++h) ssm_a[h] = -0.05f - 0.4f * static_cast<float>(h);
   std::vector<float> s1(static_cast<size_t>(sh.ssm_state_floats()), 0.0f), s2 = s1;
   std::vector<float> o1(n * vd), o2(n * vd);
-  ops::GdnSeq whole{0, n, nullptr, s1.data()};
+  ops::GdnSeq whole{0, static_cast<int32_t>(n), 0};
   be.gated_delta_net(qkv.data(), a.data(), b.data(), f32_view(ssm_a, hv, 1, "a"), f32_view(dt, hv, 1, "dt"), sh,
-                     &whole, 1, o1.data());
+                     ops::GdnStates{nullptr, s1.data(), 0}, &whole, 1, o1.data());
   for (int64_t t = 0; t < n; ++t) {
-    ops::GdnSeq one{0, 1, nullptr, s2.data()};
+    ops::GdnSeq one{0, 1, 0};
     be.gated_delta_net(qkv.data() + t * C, a.data() + t * hv, b.data() + t * hv, f32_view(ssm_a, hv, 1, "a"),
-                       f32_view(dt, hv, 1, "dt"), sh, &one, 1, o2.data() + t * vd);
+                       f32_view(dt, hv, 1, "dt"), sh, ops::GdnStates{nullptr, s2.data(), 0}, &one, 1,
+                       o2.data() + t * vd);
   }
   double m = 0, scale = 0;
   for (size_t i = 0; i < o1.size(); ++i) {
@@ -167,14 +178,15 @@ TEST(GdnOpsBits, SimdEqualsPlainBitForBit) {
     out.emplace_back(static_cast<size_t>(n * sh.value_dim()));
     std::vector<ops::GdnSeq> seqs;
     int64_t row = 0;
+    const auto S = static_cast<size_t>(sh.ssm_state_floats());
     for (int64_t l : lens) {
-      out.push_back(randv(rng, static_cast<size_t>(sh.ssm_state_floats()), -0.5f, 0.5f));
-      seqs.push_back({row, l, nullptr, nullptr});
+      seqs.push_back({static_cast<int32_t>(row), static_cast<int32_t>(l), static_cast<int32_t>(seqs.size())});
       row += l;
     }
-    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].ssm_state = out[i + 1].data();
+    out.push_back(randv(rng, S * lens.size(), -0.5f, 0.5f));  // the states: slot i of sequence i
     be.gated_delta_net(qkv.data(), a.data(), b.data(), f32_view(ssm_a, hv, 1, "ssm_a"), f32_view(dt, hv, 1, "dt"),
-                       sh, seqs.data(), static_cast<int64_t>(seqs.size()), out[0].data());
+                       sh, ops::GdnStates{nullptr, out[1].data(), static_cast<int64_t>(S)}, seqs.data(),
+                       static_cast<int64_t>(seqs.size()), out[0].data());
     return out;
   };
   for (bool tiled : {false, true}) {
@@ -201,16 +213,27 @@ TEST_P(GdnOps, ConvWithStateMatchesReference) {
   std::vector<std::vector<float>> st;
   std::vector<ops::GdnSeq> seqs;
   int64_t r = 0;
+  const auto n_state = static_cast<size_t>((K - 1) * C);
   for (int64_t l : lens) {
-    st.push_back(randv(rng, static_cast<size_t>((K - 1) * C)));
-    seqs.push_back({r, l, nullptr, nullptr});
+    st.push_back(randv(rng, n_state));
+    seqs.push_back({static_cast<int32_t>(r), static_cast<int32_t>(l), static_cast<int32_t>(seqs.size())});
     r += l;
   }
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i].conv_state = st[i].data();
+  // The states in slots of one array (slot 2 i + 1 of sequence i: others in between).
+  std::vector<float> slots(2 * n_state * seqs.size(), 0.0f);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].state_slot = static_cast<int32_t>(2 * i + 1);
+    std::copy(st[i].begin(), st[i].end(), slots.begin() + seqs[i].state_slot * n_state);
+  }
   const auto st0 = st;
   std::vector<float> out(static_cast<size_t>(n * C));
-  be.ssm_conv_silu(x.data(), C, f32_view(w, K, C, "conv"), seqs.data(), static_cast<int64_t>(seqs.size()),
+  const ops::GdnStates states{slots.data(), nullptr, static_cast<int64_t>(n_state)};
+  be.ssm_conv_silu(x.data(), C, f32_view(w, K, C, "conv"), states, seqs.data(), static_cast<int64_t>(seqs.size()),
                    out.data());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto from = slots.begin() + seqs[i].state_slot * n_state;
+    std::copy(from, from + n_state, st[i].begin());
+  }
   const std::vector<double> W(w.begin(), w.end());
   for (size_t i = 0; i < seqs.size(); ++i) {
     const int64_t r0 = seqs[i].first_row, l = seqs[i].n_tokens;

@@ -49,7 +49,12 @@ void expect_matches(const model::BatchLayout& lay, int64_t block_size) {
   EXPECT_EQ(std::vector<int32_t>(d.positions(), d.positions() + n), lay.positions);
   EXPECT_EQ(std::vector<int32_t>(d.slots(), d.slots() + n), lay.slots);
   EXPECT_EQ(std::vector<int32_t>(d.out_rows(), d.out_rows() + d.n_out()), lay.out_rows);
-  EXPECT_EQ(std::vector<int32_t>(d.state_slots(), d.state_slots() + d.n_seqs()), lay.state_slots);
+  for (size_t s = 0; s < lay.attn_seqs.size(); ++s) {  // the Gated DeltaNet ops' view of the sequences
+    const ops::GdnSeq& g = d.gdn_seqs()[s];
+    EXPECT_EQ(g.first_row, lay.attn_seqs[s].first_row) << s;
+    EXPECT_EQ(g.n_tokens, lay.attn_seqs[s].n_tokens) << s;
+    EXPECT_EQ(g.state_slot, lay.state_slots[s]) << s;
+  }
   if (lay.pos3.empty()) {
     EXPECT_EQ(d.pos3(), nullptr);
   } else {
@@ -173,8 +178,32 @@ TEST(StepDesc, HybridBatchKeepsStateSlots) {
   model::BatchLayout lay;
   lay.batch(pool, seqs);
   expect_matches(lay, 16);
-  EXPECT_EQ(lay.desc.state_slots()[0], 2);
-  EXPECT_EQ(lay.desc.state_slots()[1], 0);
+  EXPECT_EQ(lay.desc.gdn_seqs()[0].state_slot, 2);
+  EXPECT_EQ(lay.desc.gdn_seqs()[1].state_slot, 0);
+  EXPECT_EQ(lay.desc.gdn_seqs()[1].first_row, 1);
+  EXPECT_EQ(lay.desc.gdn_seqs()[1].n_tokens, 6);
+
+  // The launch key (what a recorded step is keyed on besides the counts): the same
+  // batch over the same pool without snapshots has another one than with them, and
+  // another snapshot slot or point another again; another pool another again.
+  const uint64_t with_snap = lay.desc.launch_key();
+  seqs[1].snaps = {};
+  lay.batch(pool, seqs);
+  const uint64_t plain = lay.desc.launch_key();
+  EXPECT_NE(plain, with_snap);
+  seqs[1].snaps = {{3, 1}};
+  lay.batch(pool, seqs);
+  EXPECT_NE(lay.desc.launch_key(), with_snap);
+  EXPECT_NE(lay.desc.launch_key(), plain);
+  seqs[1].snaps = {{2, 3}};
+  lay.batch(pool, seqs);
+  EXPECT_NE(lay.desc.launch_key(), with_snap);
+  seqs[1].snaps = {};
+  lay.batch(pool, seqs);
+  EXPECT_EQ(lay.desc.launch_key(), plain);
+  model::KvPool other(be, hp, ops::KvType::F32, 16, 16, 4);
+  lay.batch(other, seqs);
+  EXPECT_NE(lay.desc.launch_key(), plain);
 }
 
 TEST(StepDesc, ImagePromptCarriesItsPositions) {
@@ -226,13 +255,13 @@ TEST(StepDesc, OffsetsDependOnlyOnTheCounts) {
   EXPECT_EQ(oa.slots, ob.slots);
   EXPECT_EQ(oa.row_seq, ob.row_seq);
   EXPECT_EQ(oa.seqs, ob.seqs);
-  EXPECT_EQ(oa.state_slots, ob.state_slots);
+  EXPECT_EQ(oa.gdn, ob.gdn);
   EXPECT_EQ(oa.out_rows, ob.out_rows);
   EXPECT_EQ(oa.reduce, ob.reduce);
   EXPECT_EQ(oa.penalties, ob.penalties);
   EXPECT_EQ(oa.tables, ob.tables);
   EXPECT_NE(a.desc.serial(), b.desc.serial());
-  for (size_t off : {oa.positions, oa.slots, oa.row_seq, oa.seqs, oa.reduce, oa.tables}) {
+  for (size_t off : {oa.positions, oa.slots, oa.row_seq, oa.seqs, oa.gdn, oa.reduce, oa.tables}) {
     EXPECT_EQ(off % ops::StepDesc::kAlign, 0u);
   }
 }
@@ -254,7 +283,7 @@ TEST(StepDesc, RefusesInconsistentInputs) {
   in.seqs = ok;
   d.assign(in);
   EXPECT_EQ(d.n_seqs(), 1);
-  EXPECT_EQ(d.state_slots()[0], -1);  // none given: -1
+  EXPECT_EQ(d.gdn_seqs()[0].state_slot, -1);  // none given: -1
   d.clear();
   EXPECT_EQ(d.n_tokens(), 0);
   EXPECT_EQ(d.n_seqs(), 0);

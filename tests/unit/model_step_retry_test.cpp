@@ -90,14 +90,14 @@ class RetryOnce final : public ops::Backend {
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override {
     if (!op()) in_.attention(q, cache, seqs, n_seqs, n_head, n_head_kv, head_dim, scale, out);
   }
-  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
-                     int64_t n_seqs, float* out) override {
-    if (!op()) in_.ssm_conv_silu(x, channels, w, seqs, n_seqs, out);
+  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnStates& st,
+                     const ops::GdnSeq* seqs, int64_t n_seqs, float* out) override {
+    if (!op()) in_.ssm_conv_silu(x, channels, w, st, seqs, n_seqs, out);
   }
   void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
-                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
-                       int64_t n_seqs, float* o) override {
-    if (!op()) in_.gated_delta_net(qkv, a, b, ssm_a, dt_bias, shape, seqs, n_seqs, o);
+                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnStates& st,
+                       const ops::GdnSeq* seqs, int64_t n_seqs, float* o) override {
+    if (!op()) in_.gated_delta_net(qkv, a, b, ssm_a, dt_bias, shape, st, seqs, n_seqs, o);
   }
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t rows, int64_t n, float eps,
                       int64_t rows_per_token = 1) override {

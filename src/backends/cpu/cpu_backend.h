@@ -96,11 +96,11 @@ class CpuBackend final : public ops::Backend {
   void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
   // Gated DeltaNet layers (cpu_gdn.cpp).
-  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
-                     int64_t n_seqs, float* out) override;
+  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnStates& states,
+                     const ops::GdnSeq* seqs, int64_t n_seqs, float* out) override;
   void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
-                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
-                       int64_t n_seqs, float* o) override;
+                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnStates& states,
+                       const ops::GdnSeq* seqs, int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                       float eps, int64_t rows_per_token = 1) override;
   // Vision-tower operations (cpu_vision.cpp).

@@ -72,8 +72,8 @@ void silu_row_plain(float* x, int64_t n) {
 }
 void gdn_recurrent_plain(const gdn::HeadTask& t, std::vector<float>& tmp) { gdn::recurrent_head<false>(t, tmp); }
 
-void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
-                               int64_t n_seqs, float* out) {
+void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w,
+                               const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* out) {
   const OpScope timer(op_times_.get(), "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.type != GgmlType::F32 || w.n_rows != channels || K < 1) {
@@ -96,8 +96,9 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
       const float* xs = x + q.first_row * channels;
       float* os = out + q.first_row * channels;
       const int64_t n = q.n_tokens;
+      float* conv_state = states.conv + q.state_slot * states.slot_stride;
       // Row r of the state-prefixed sequence: r < hist from the state, else x.
-      auto in_row = [&](int64_t r) { return r < hist ? q.conv_state + r * channels : xs + (r - hist) * channels; };
+      auto in_row = [&](int64_t r) { return r < hist ? conv_state + r * channels : xs + (r - hist) * channels; };
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t i = 0; i < K; ++i) rows[i] = in_row(t + i) + begin;
         float* o = os + t * channels + begin;
@@ -114,15 +115,15 @@ void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Weig
       // row r of the new state comes from prefixed row n + r >= r).
       for (int64_t r = 0; r < hist; ++r) {
         const float* src = in_row(n + r);
-        for (int64_t c = begin; c < end; ++c) q.conv_state[r * channels + c] = src[c];
+        for (int64_t c = begin; c < end; ++c) conv_state[r * channels + c] = src[c];
       }
     }
   });
 }
 
 void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
-                                 const ops::WeightView& dt_bias, const ops::GdnShape& sh, const ops::GdnSeq* seqs,
-                                 int64_t n_seqs, float* o) {
+                                 const ops::WeightView& dt_bias, const ops::GdnShape& sh,
+                                 const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* o) {
   const OpScope timer(op_times_.get(), "gated_delta_net");
   const int64_t hk = sh.n_k_heads, hv = sh.n_v_heads, dk = sh.d_k, dv = sh.d_v;
   if (hk <= 0 || hv % hk != 0) fail(ErrorKind::kInvalidInput, "cpu", "value heads must be a multiple of key heads");
@@ -130,7 +131,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
   const float* dt = f32_weight(dt_bias, hv, "ssm_dt");
   const int64_t C = sh.conv_channels(), kd = sh.key_dim(), row = 2 * kd;
   int64_t n = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) n = std::max(n, seqs[s].first_row + seqs[s].n_tokens);
+  for (int64_t s = 0; s < n_seqs; ++s) n = std::max<int64_t>(n, seqs[s].first_row + seqs[s].n_tokens);
   // Normalised q and k, v, and the gates, head by head ([head, token, d] and [head,
   // token]): a task's rows are then contiguous (the token-major input puts a head's
   // rows a whole conv row apart, which the prefetchers do not follow).
@@ -185,7 +186,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
                        vh + (h * n + r0) * dv,
                        g + h * n + r0,
                        beta + h * n + r0,
-                       sq.ssm_state + h * dk * dv,
+                       states.ssm + sq.state_slot * states.slot_stride + h * dk * dv,
                        o + r0 * sh.value_dim() + h * dv,
                        sq.n_tokens, dk, dv, sh.value_dim(), 1, dk, dv};
       std::vector<float>& buf = gdn_scratch_[static_cast<size_t>(thread)];

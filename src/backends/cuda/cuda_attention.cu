@@ -635,11 +635,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
       if (from_step) st = StepTiles{step_->serial(), stage_epoch_, rows_per_tile, skip_single, d_tiles, n_ptiles};
     }
     const dim3 pgrid(static_cast<unsigned>(n_ptiles), static_cast<unsigned>(n_head_kv));
-    if (!skip_launch(tc ? "attention prefill tc" : "attention prefill",
-                     {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(static_cast<int>(cache.type)),
-                      sig_of(cache.n_kv_dim), sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
-                      sig_of(n_ptiles), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
-                      sig_of(out)})) {
+    if (!skip_launch()) {
       if (tc) {
         launch_prefill_tc(pgrid, stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head),
                           group, static_cast<int>(head_dim), kv_stride, bs_log2, scale, out);
@@ -725,12 +721,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
     const Tile* d_tiles = from_step ? reinterpret_cast<const Tile*>(step_dev_ + step_attn_.decode_tiles)
                                     : stage_array(dt.data(), n_tiles, "attention");
-    if (skip_launch("attention decode tc", {sig_of(q), sig_of(cache.k), sig_of(cache.v),
-                                            sig_of(static_cast<int>(cache.type)), sig_of(cache.n_kv_dim),
-                                            sig_of(bs_log2), sig_of(d_desc), sig_of(d_tiles), sig_of(d_tables),
-                                            sig_of(d_row_seq), sig_of(n_tiles), sig_of(n_head), sig_of(n_head_kv),
-                                            sig_of(head_dim), sig_of(scale), sig_of(out), sig_of(n_rows),
-                                            sig_of(n_split), sig_of(part), sig_of(q8_raw)})) {
+    if (skip_launch()) {
       return;
     }
     launch_prefill_tc(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
@@ -761,10 +752,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     part = static_cast<float*>(
         scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
   }
-  if (skip_launch("attention", {sig_of(q), sig_of(cache.k), sig_of(cache.v), sig_of(static_cast<int>(cache.type)),
-                                sig_of(cache.n_kv_dim), sig_of(bs_log2), sig_of(d_desc), sig_of(d_row_seq),
-                                sig_of(d_tables), sig_of(n_head), sig_of(n_head_kv), sig_of(head_dim), sig_of(scale),
-                                sig_of(out), sig_of(n_rows), sig_of(n_split), sig_of(part)})) {
+  if (skip_launch()) {
     return;
   }
   // The last key range of each (row, block of heads) merges them (fuse_; else one more kernel).

@@ -48,6 +48,7 @@ class DeviceBuffer final : public ops::Buffer {
   }
   ~DeviceBuffer() override {
     be_.flush_capture();
+    be_.note_free();  // its address may come back for another buffer: no recorded graph may keep it
     if (pooled_) {
       cudaFreeAsync(p_, be_.stream());
     } else {
@@ -280,15 +281,15 @@ void CudaBackend::set_graphs(bool on) {
   mode_ = StepMode::kEager;
   graphs_ = on && !(timing_ && !host_timing_);
   no_graph_.clear();
-  retry_sizes_.clear();
+  retry_keys_.clear();
   if (!graphs_) drop_graphs();
 }
 
 void CudaBackend::drop_graphs() {
-  for (StepGraph& g : graphs_by_size_) {
+  for (StepGraph& g : recordings_) {
     if (g.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec));
   }
-  graphs_by_size_.clear();
+  recordings_.clear();
   replay_ = nullptr;
 }
 
@@ -311,17 +312,11 @@ cudaGraphExec_t end_capture(cudaStream_t stream) {
 }
 }  // namespace
 
-uint64_t CudaBackend::sig_of(float f) {
-  uint32_t u = 0;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
 void CudaBackend::begin_step(int64_t n_tokens) {
   bind();
   flush_capture();
-  step_ = nullptr;  // no description: every host array is staged
-  begin_step_impl(n_tokens);
+  step_ = nullptr;  // no description: every host array is staged, the step runs op by op
+  begin_step_impl(n_tokens, false);
 }
 
 void CudaBackend::begin_step(const ops::StepDesc& d) {
@@ -360,58 +355,71 @@ void CudaBackend::begin_step(const ops::StepDesc& d) {
   step_base_ = d.data();
   step_size_ = d.size();
   step_tiles_ = {};
-  begin_step_impl(d.n_tokens());
+  // The step's key: its description (the model's own), what the description says its
+  // launches depend on (the pool, snapshots), its shape (rows, sequences and each one's
+  // rows, which rows are output rows, image rows or not) and the attention's context
+  // bucket (of 64 keys doubled: the launches' key ranges and table strides are the
+  // bucket's). (The output rows by value: the model reads a contiguous run of them in
+  // place, at an address that depends on the first.)
+  int64_t bucket = 64;
+  while (bucket < step_attn_.max_keys) bucket *= 2;
+  uint64_t key = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
+  mix(reinterpret_cast<uintptr_t>(&d));
+  mix(d.launch_key());
+  mix(static_cast<uint64_t>(d.n_tokens()));
+  mix(static_cast<uint64_t>(d.n_seqs()));
+  mix(static_cast<uint64_t>(d.n_out()));
+  mix(d.pos3() != nullptr);
+  mix(static_cast<uint64_t>(bucket));
+  for (int64_t s = 0; s < d.n_seqs(); ++s) mix(static_cast<uint64_t>(d.seqs()[s].n_tokens));
+  for (int64_t r = 0; r < d.n_out(); ++r) mix(static_cast<uint64_t>(d.out_rows()[r]));
+  step_key_ = key;
+  begin_step_impl(d.n_tokens(), true);
 }
 
-void CudaBackend::begin_step_impl(int64_t n_tokens) {
+void CudaBackend::begin_step_impl(int64_t n_tokens, bool graph) {
   q8_ready_ = {};
   mode_ = StepMode::kEager;
   replay_broken_ = false;
   replay_ = nullptr;
-  if (!graphs_ || n_tokens <= 0 || n_tokens > kMaxMatvecTokens) return;
+  if (!graphs_ || !graph || n_tokens <= 0 || n_tokens > kMaxMatvecTokens) return;
   // The staging offsets of a graph step start at 0: whatever read the ring before must be done.
   if (staged_since_wait_) wait("begin_step");
   stage_off_ = 0;
   ++stage_epoch_;
-  sig_i_ = 0;
   stage_i_ = 0;
-  const auto retry = std::find(retry_sizes_.begin(), retry_sizes_.end(), n_tokens);
-  const bool record_anew = retry != retry_sizes_.end();
-  if (record_anew) retry_sizes_.erase(retry);
-  for (StepGraph& g : graphs_by_size_) {
-    if (g.n_tokens == n_tokens && g.generation == generation_ && !record_anew) {
+  const uint64_t key = step_key_;
+  const auto retry = std::find(retry_keys_.begin(), retry_keys_.end(), key);
+  const bool record_anew = retry != retry_keys_.end();
+  if (record_anew) retry_keys_.erase(retry);
+  for (StepGraph& g : recordings_) {
+    if (g.key == key && g.generation == generation_ && g.frees == frees_ && !record_anew) {
       replay_ = &g;
       mode_ = StepMode::kReplay;
       return;
     }
   }
-  for (const auto& [n, gen] : no_graph_) {
-    if (n == n_tokens && gen == generation_) {
+  for (const auto& [k, gen] : no_graph_) {
+    if (k == key && gen == generation_) {
       mode_ = StepMode::kEager;
       return;
     }
   }
   rec_ = StepGraph{};
-  rec_.n_tokens = n_tokens;
+  rec_.key = key;
   rec_.generation = generation_;
+  rec_.frees = frees_;
   HEARTH_CUDA_CHECK("graph capture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
   mode_ = StepMode::kRecord;
 }
 
-bool CudaBackend::skip_launch(const char* op, std::initializer_list<uint64_t> sig) {
-  if (mode_ == StepMode::kEager) return false;
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ reinterpret_cast<uintptr_t>(op);
-  for (const uint64_t v : sig) {
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdull;
-  }
-  if (mode_ == StepMode::kRecord) {
-    rec_.sigs.push_back(h);
-    return false;
-  }
-  if (replay_broken_ || sig_i_ >= replay_->sigs.size() || replay_->sigs[sig_i_] != h) retry_step();
-  ++sig_i_;
+bool CudaBackend::skip_launch() {
+  if (mode_ != StepMode::kReplay) return false;
+  // An allocation, free or wait since the step began: not the recorded step (before
+  // anything more of it is done on the host).
+  if (replay_broken_) retry_step();
   return true;
 }
 
@@ -420,7 +428,7 @@ void CudaBackend::retry_step() {
   // (Its arena stays: begin_step uploaded it. Not the prompt tiles the replay "staged":
   // those bytes were to go up with the graph, which never launches.)
   step_tiles_ = {};
-  retry_sizes_.push_back(replay_->n_tokens);
+  retry_keys_.push_back(replay_->key);
   ++graph_stats_.retried;
   replay_ = nullptr;
   throw ops::StepRetry();
@@ -450,7 +458,7 @@ void CudaBackend::upload_stages(size_t end) {
 
 void CudaBackend::end_step_launch() {
   if (mode_ == StepMode::kReplay) {
-    const bool complete = !replay_broken_ && sig_i_ == replay_->sigs.size() && stage_i_ == replay_->stages.size();
+    const bool complete = !replay_broken_ && stage_i_ == replay_->stages.size();
     if (!complete) retry_step();
     upload_stages(replay_->stage_end);
     launch_timed(replay_->exec);
@@ -462,7 +470,7 @@ void CudaBackend::end_step_launch() {
     return;
   }
   if (mode_ != StepMode::kRecord) return;
-  // A recording that reached the step's end: keep it for the steps of its size.
+  // A recording that reached the step's end: keep it for the steps of its key.
   mode_ = StepMode::kEager;
   capturing_ = false;
   const cudaGraphExec_t exec = end_capture(stream_);
@@ -471,14 +479,14 @@ void CudaBackend::end_step_launch() {
   ++graph_stats_.recorded;
   rec_.exec = exec;
   rec_.stage_end = stage_off_;
-  for (StepGraph& old : graphs_by_size_) {
-    if (old.n_tokens == rec_.n_tokens) {
+  for (StepGraph& old : recordings_) {
+    if (old.key == rec_.key) {
       if (old.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(old.exec));
       old = std::move(rec_);
       return;
     }
   }
-  graphs_by_size_.push_back(std::move(rec_));
+  recordings_.push_back(std::move(rec_));
 }
 
 void CudaBackend::flush_capture() {
@@ -490,18 +498,18 @@ void CudaBackend::flush_capture() {
   }
   if (!capturing_) return;
   // A recording cut short: launch what was captured, keep nothing, run the rest op by op
-  // (and the steps of this size too, until memory moves: the next attempt may then succeed).
+  // (and the steps of this key too, until memory moves: the next attempt may then succeed).
   capturing_ = false;
   mode_ = StepMode::kEager;
   ++graph_stats_.abandoned;
   bool known = false;
   for (auto& e : no_graph_) {
-    if (e.first == rec_.n_tokens) {
+    if (e.first == rec_.key) {
       e.second = generation_;
       known = true;
     }
   }
-  if (!known) no_graph_.emplace_back(rec_.n_tokens, generation_);
+  if (!known) no_graph_.emplace_back(rec_.key, generation_);
   const cudaGraphExec_t exec = end_capture(stream_);
   // (No throwing before the launch: the captured work must run.)
   if (stage_off_ > 0) cudaMemcpyAsync(stage_dev_, stage_host_, stage_off_, cudaMemcpyHostToDevice, stream_);
@@ -581,11 +589,7 @@ void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, floa
   if (offset < 0 || n < 0 || offset + n > src.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_to_host: range out of the buffer");
   }
-  if (mode_ != StepMode::kEager) {
-    // The end of a graph step: its signature, then the graph (recorded or replayed).
-    skip_launch("copy_to_host", {sig_of(src.data()), static_cast<uint64_t>(offset), static_cast<uint64_t>(n)});
-    end_step_launch();
-  }
+  if (mode_ != StepMode::kEager) end_step_launch();  // the end of a graph step: the graph (recorded or replayed)
   end_step_desc();  // the step ends here: its arena's pointers are the host's again
   flush_capture();
   // (A copy to pageable memory waits inside cudaMemcpyAsync; measured, wait first.)
@@ -691,7 +695,7 @@ const float* CudaBackend::f32_values(const ops::WeightView& w, int64_t n, const 
   const DeviceWeight dw = device_weight(w, op);
   if (w.type == GgmlType::F32) return static_cast<const float*>(dw.data);
   auto* out = static_cast<float*>(scratch(3, sizeof(float) * static_cast<size_t>(n), op));
-  if (skip_launch("f32_values", {sig_of(w), sig_of(out), static_cast<uint64_t>(n)})) return out;
+  if (skip_launch()) return out;
   dequantize_rows_f32(dw, 0, w.n_rows, out, stream_);
   HEARTH_CUDA_LAUNCHED(op);
   return out;
@@ -707,7 +711,7 @@ void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int
   }
   if (n_ids == 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "get_rows");
-  if (skip_launch("get_rows", {sig_of(table), sig_of(d_ids), static_cast<uint64_t>(n_ids), sig_of(out)})) return;
+  if (skip_launch()) return;
   get_rows_f32(device_weight(table, "get_rows"), d_ids, n_ids, out, stream_);
   HEARTH_CUDA_LAUNCHED("get_rows");
 }

@@ -2,18 +2,16 @@
 // one stream. Buffers and prepared weights live in device memory (weights keep their
 // GGUF block layout); a model step's arrays (ops::StepDesc: tokens, positions, KV slots,
 // block tables, ...) are uploaded once per step to a device arena at a fixed address,
-// where the ops read them; other host-memory arguments (expert weights, a recurrent
-// layer's state pointers, arrays of calls outside a described step) are copied per call
-// through a pinned staging ring on the same stream.
+// where the ops read them; other host-memory arguments (expert weights, arrays of calls
+// outside a described step or of a recurrent layer's passes around a state snapshot) are
+// copied per call through a pinned staging ring on the same stream.
 // Only copy_to_host waits for the device. Every CUDA / cuBLAS failure becomes an Error
 // naming the operation. Host-only code may include this header (no CUDA syntax).
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,6 +54,7 @@ class CudaBackend final : public ops::Backend {
   // "Deterministic mode"); slower, so off by default. Set before the first step.
   bool set_deterministic(bool on) override {
     deterministic_ = on;
+    ++generation_;  // recordings of the other kernels are not replayed
     return true;
   }
   bool deterministic() const { return deterministic_; }
@@ -96,11 +95,11 @@ class CudaBackend final : public ops::Backend {
                 const ops::KvLayer& cache) override;
   void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
-  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
-                     int64_t n_seqs, float* out) override;
+  void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnStates& states,
+                     const ops::GdnSeq* seqs, int64_t n_seqs, float* out) override;
   void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
-                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnSeq* seqs,
-                       int64_t n_seqs, float* o) override;
+                       const ops::WeightView& dt_bias, const ops::GdnShape& shape, const ops::GdnStates& states,
+                       const ops::GdnSeq* seqs, int64_t n_seqs, float* o) override;
   void gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                       float eps, int64_t rows_per_token = 1) override;
   void add_rms_norm(float* x, const float* y, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
@@ -126,33 +125,40 @@ class CudaBackend final : public ops::Backend {
   void scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights, int64_t n_ids,
                         float* dst) override;
 
-  // Decode steps (Backend::begin_step of at most kMaxMatvecTokens tokens) are recorded
-  // once as a CUDA graph and replayed: the host, not the GPU, limits decode otherwise
-  // (docs/BENCHMARKS.md). begin_step(const StepDesc&) uploads the step's arena first (one
-  // copy, outside the graph); the ops read the step's arrays there, at addresses that
-  // are the same for every step of the same counts. The first step of a size is
-  // captured while it runs, with each op's launch signature (its arguments and what it
-  // derived from them) and where the host arrays that are not the step's were staged
-  // (a Gated DeltaNet layer's state pointers, arrays of calls without a description); a
-  // later step of that size only checks each op's signature, copies those few arrays to
-  // the same staging offsets (none in a Llama-family decode step) and launches nothing
-  // until the copy_to_host that ends the step launches the graph. A step whose
-  // signatures differ throws ops::StepRetry before anything has run; the caller runs it
-  // again op by op and the next step of that size is recorded anew. The signatures still
-  // hold every launch argument: the values that set grid shapes (token and row counts,
-  // the attention split and its key bucket, tile counts) and the device addresses the
-  // graph has baked in (buffers, KV layers, scratch, addresses in the step arena, which
-  // move when the step's counts do); a buffer the model or a test allocates anew between
-  // steps is only seen there. Moving scratch, staging or step-arena memory invalidates
-  // every recording.
+  // Decode steps (begin_step(const StepDesc&) of at most kMaxMatvecTokens tokens) are
+  // recorded once as a CUDA graph and replayed: the host, not the GPU, limits decode
+  // otherwise (docs/BENCHMARKS.md). begin_step uploads the step's arena first (one copy,
+  // outside the graph); the ops read the step's arrays there (tokens, positions, KV
+  // slots, block tables, the recurrent layers' state slots, how each output row is
+  // returned), at addresses that are the same for every step of the same counts. So a
+  // recording serves every step of its key: the description it came from (each model
+  // fills its own: a step of another model never replays it), the step's shape (rows,
+  // sequences and each one's rows, output rows, image rows or not) and what else sets a
+  // launch (the attention's context bucket). A later step of that key launches nothing
+  // op by op: the ops return at skip_launch(), host arrays that are not the step's
+  // (prompt tiles, the passes around a state snapshot) are written to the staging
+  // offsets of the recording, and the copy_to_host that ends the step uploads those
+  // and launches the graph. Every device address a graph holds is fixed while no memory
+  // is freed or moved: freeing a buffer, growing scratch, staging or the step arena
+  // drops every recording (generation). A replayed step that allocates, frees or waits
+  // inside, or stages other sizes than its recording, throws ops::StepRetry before
+  // anything of it has run; the caller runs it again op by op and the next step of that
+  // key is recorded anew. Steps without a description run op by op.
   // --tune cuda.graph=0 or set_graphs(false) turns it off (on by default).
   void set_graphs(bool on);
   // Gate / up products and SwiGLU in one kernel for decode batches (off by default:
   // measured slower; cuda.fuse_swiglu=1). For tests and measuring.
-  void set_fused_swiglu(bool on) { fuse_swiglu_ = on; }
+  // (Recordings made with the other setting are not replayed: generation.)
+  void set_fused_swiglu(bool on) {
+    fuse_swiglu_ = on;
+    ++generation_;
+  }
   // Q4_K products of 9-64 tokens on the int8 tensor cores (q8_gemm, the default) or as
   // f16 tiles (quant_gemm; cuda.int8_gemm=0). For tests and measuring.
-  void set_int8_gemm(bool on) { int8_gemm_ = on; }
+  void set_int8_gemm(bool on) {
+    int8_gemm_ = on;
+    ++generation_;
+  }
   struct GraphStats {
     int64_t recorded = 0;  // steps captured (and launched) as a new graph
     int64_t replayed = 0;  // steps launched from an earlier recording
@@ -178,17 +184,12 @@ class CudaBackend final : public ops::Backend {
   // or a free); in a replayed step, marks the step as differing from its recording.
   void flush_capture();
   // Internal: each op calls this after staging its host arrays and before launching its
-  // kernels, with everything its launches depend on (pointers, sizes, derived grid
-  // parameters). True: the launches are skipped (a replayed step: the graph has them);
-  // throws ops::StepRetry when the signature is not the recorded one.
-  bool skip_launch(const char* op, std::initializer_list<uint64_t> sig);
-  static uint64_t sig_of(const void* p) { return reinterpret_cast<uintptr_t>(p); }
-  template <class T, class = std::enable_if_t<std::is_integral_v<T>>>
-  static uint64_t sig_of(T v) {
-    return static_cast<uint64_t>(v);
-  }
-  static uint64_t sig_of(float f);
-  static uint64_t sig_of(const ops::WeightView& w) { return reinterpret_cast<uintptr_t>(w.backend_data); }
+  // kernels. True: the launches are skipped (a replayed step: the graph has them).
+  // Throws ops::StepRetry when the replayed step allocated, freed or waited since it began.
+  bool skip_launch();
+  // Internal: a device buffer is freed (its address may come back for another buffer):
+  // every recorded graph is dropped (frees_).
+  void note_free() { ++frees_; }
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -353,7 +354,8 @@ class CudaBackend final : public ops::Backend {
     int64_t n = 0;
   };
   StepTiles step_tiles_;
-  void begin_step_impl(int64_t n_tokens);
+  // graph: whether the step may be recorded / replayed (a described one; key step_key_).
+  void begin_step_impl(int64_t n_tokens, bool graph);
   void end_step_desc() { step_ = nullptr; }
   // Decode attention's per-(row, block of heads) counters of finished key ranges (zero
   // between launches: the last range resets its counter), for that many pairs.
@@ -375,10 +377,9 @@ class CudaBackend final : public ops::Backend {
     size_t off = 0, n = 0;
   };
   struct StepGraph {
-    int64_t n_tokens = 0;
+    uint64_t key = 0;      // step_key_ of the step it was recorded from
     void* exec = nullptr;  // cudaGraphExec_t
-    uint64_t generation = 0;
-    std::vector<uint64_t> sigs;
+    uint64_t generation = 0, frees = 0;  // generation_ and frees_ when recorded
     std::vector<StageRec> stages;
     size_t stage_end = 0;  // the staging offset after the step
   };
@@ -392,15 +393,19 @@ class CudaBackend final : public ops::Backend {
   bool graphs_ = true, capturing_ = false;
   StepMode mode_ = StepMode::kEager;
   bool replay_broken_ = false;
-  std::vector<StepGraph> graphs_by_size_;
+  std::vector<StepGraph> recordings_;
   StepGraph rec_;                 // the step being recorded
   StepGraph* replay_ = nullptr;   // the recording being replayed
-  size_t sig_i_ = 0, stage_i_ = 0;
-  uint64_t generation_ = 1;       // +1 when scratch or staging memory moves
-  std::vector<int64_t> retry_sizes_;  // sizes whose last replay differed: recorded anew next time
-  // Sizes whose recording was cut short (a host round trip inside the step), with the
-  // generation then: not recorded again until scratch or staging memory moves.
-  std::vector<std::pair<int64_t, uint64_t>> no_graph_;
+  size_t stage_i_ = 0;
+  uint64_t generation_ = 1;  // +1 when scratch, staging or the step arena moves, or a kernel setting changes
+  uint64_t frees_ = 0;            // +1 when a device buffer is freed
+  // The described step's key (begin_step): its description's address, its shape and its
+  // attention context bucket, hashed (see set_graphs).
+  uint64_t step_key_ = 0;
+  std::vector<uint64_t> retry_keys_;  // keys whose last replay differed: recorded anew next time
+  // Keys whose recording was cut short (a host round trip inside the step), with the
+  // generation then: not recorded again until scratch, staging or the arena moves.
+  std::vector<std::pair<uint64_t, uint64_t>> no_graph_;
   bool staged_since_wait_ = false;
   GraphStats graph_stats_;
   bool host_timing_ = false;  // cuda.op_timing=host: the host's own time per op, no waits

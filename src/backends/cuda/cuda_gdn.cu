@@ -17,10 +17,12 @@ namespace hearth::cuda {
 namespace {
 
 // One thread per (sequence, channel): the outputs of the sequence's rows (kOutputs; a
-// prompt's rows run by conv_rows_kernel instead), then the new conv state.
+// prompt's rows run by conv_rows_kernel instead), then the new conv state. A sequence's
+// conv state: conv + its slot * stride (the slot read here, from the step description).
 template <bool kOutputs>
 __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
-                                     const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs, float* __restrict__ out) {
+                                     float* conv, int64_t stride, const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs,
+                                     float* __restrict__ out) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -29,7 +31,8 @@ __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, con
   const ops::GdnSeq q = seqs[s];
   const int64_t hist = K - 1, n = q.n_tokens;
   const float* xs = x + q.first_row * C;
-  auto in = [&](int64_t r) { return r < hist ? q.conv_state[r * C + c] : xs[(r - hist) * C + c]; };
+  float* state = conv + q.state_slot * stride;
+  auto in = [&](int64_t r) { return r < hist ? state[r * C + c] : xs[(r - hist) * C + c]; };
   if constexpr (kOutputs) {
     float* os = out + q.first_row * C;
     const float* wc = w + c * K;
@@ -41,14 +44,14 @@ __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, con
   }
   // New state: the last hist rows of the state-prefixed input (row n + r >= r is read
   // before row r is written).
-  for (int64_t r = 0; r < hist; ++r) q.conv_state[r * C + c] = in(n + r);
+  for (int64_t r = 0; r < hist; ++r) state[r * C + c] = in(n + r);
 }
 
 // Prompts: the outputs of every (row, channel) in parallel (the same sums as
 // ssm_conv_silu_kernel); ssm_conv_silu_kernel<false> moves the states on after it.
 __global__ void conv_rows_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
-                                 const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs, int64_t n_rows,
-                                 float* __restrict__ out) {
+                                 const float* conv, int64_t stride, const ops::GdnSeq* __restrict__ seqs,
+                                 int64_t n_seqs, int64_t n_rows, float* __restrict__ out) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -64,10 +67,11 @@ __global__ void conv_rows_kernel(const float* __restrict__ x, int64_t C, const f
   if (t < 0 || t >= q.n_tokens) return;
   const float* xs = x + q.first_row * C;
   const float* wc = w + c * K;
+  const float* state = conv + q.state_slot * stride;
   float acc = 0.0f;
   for (int64_t i = 0; i < K; ++i) {
     const int64_t r = t + i;
-    acc += wc[i] * (r < hist ? q.conv_state[r * C + c] : xs[(r - hist) * C + c]);
+    acc += wc[i] * (r < hist ? state[r * C + c] : xs[(r - hist) * C + c]);
   }
   out[row * C + c] = silu_f(acc);
 }
@@ -79,6 +83,8 @@ struct GdnArgs {
   const float* A;
   const float* dt;
   const ops::GdnSeq* seqs;
+  float* ssm;           // slot 0's delta-rule state; a sequence's: ssm + its slot * slot_stride
+  int64_t slot_stride;
   float* o;
   int hk, hv, dk, dv;
   int64_t C, kd, vd;
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(kCols * kParts)
   const int c = static_cast<int>(blockIdx.z) * kCols + tid / kParts, p = tid % kParts;
   const int ratio = g.hv / g.hk;
   const int kh = g.v_tiled ? h % g.hk : h / ratio;
-  float* S = sq.ssm_state + static_cast<int64_t>(h) * g.dk * g.dv;
+  float* S = g.ssm + sq.state_slot * g.slot_stride + static_cast<int64_t>(h) * g.dk * g.dv;
   const bool owner = c < g.dv;
   float col[kPer];
 #pragma unroll
@@ -223,8 +229,8 @@ const float* need_f32(const ops::WeightView& w, int64_t n, const char* what) {
 
 }  // namespace
 
-void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnSeq* seqs,
-                                int64_t n_seqs, float* out) {
+void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w,
+                                const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* out) {
   OpTimer timer(*this, "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.n_rows != channels || K < 1) {
@@ -245,26 +251,28 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   // Several tokens of a sequence: a thread per (row, channel), then the states (one
   // thread per sequence and channel walking its tokens serialised prompts of 512 rows).
   const bool by_rows = n_tokens > n_seqs && rows_in_order;
-  if (skip_launch("ssm_conv_silu", {sig_of(x), sig_of(channels), sig_of(wt), sig_of(K), sig_of(d_seqs), sig_of(n_seqs),
-                                    sig_of(out), sig_of(by_rows), sig_of(n_rows)})) {
+  if (skip_launch()) {
     return;
   }
   if (by_rows) {
     ::hearth::cuda::launch_pdl(conv_rows_kernel, static_cast<unsigned>((n_rows * channels + kThreads - 1) / kThreads),
-                               kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, n_rows, out);
+                               kThreads, 0, stream_, x, channels, wt, K, states.conv, states.slot_stride, d_seqs,
+                               n_seqs, n_rows, out);
     HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
     ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel<false>, static_cast<unsigned>((total + kThreads - 1) / kThreads),
-                               kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
+                               kThreads, 0, stream_, x, channels, wt, K, states.conv, states.slot_stride, d_seqs,
+                               n_seqs, out);
   } else {
     ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel<true>, static_cast<unsigned>((total + kThreads - 1) / kThreads),
-                               kThreads, 0, stream_, x, channels, wt, K, d_seqs, n_seqs, out);
+                               kThreads, 0, stream_, x, channels, wt, K, states.conv, states.slot_stride, d_seqs,
+                               n_seqs, out);
   }
   HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
 }
 
 void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
-                                  const ops::WeightView& dt_bias, const ops::GdnShape& sh, const ops::GdnSeq* seqs,
-                                  int64_t n_seqs, float* o) {
+                                  const ops::WeightView& dt_bias, const ops::GdnShape& sh,
+                                  const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* o) {
   OpTimer timer(*this, "gated_delta_net");
   if (sh.n_k_heads <= 0 || sh.n_v_heads % sh.n_k_heads != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "gated_delta_net: value heads must be a multiple of key heads");
@@ -281,6 +289,8 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   g.a = a;
   g.b = b;
   g.seqs = stage_array(seqs, n_seqs, "gated_delta_net");
+  g.ssm = states.ssm;
+  g.slot_stride = states.slot_stride;
   g.o = o;
   g.hk = static_cast<int>(sh.n_k_heads);
   g.hv = static_cast<int>(sh.n_v_heads);
@@ -294,7 +304,7 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   g.scale = 1.0f / std::sqrt(static_cast<float>(sh.d_k));
   // The rows the sequences cover, and their prepared q / k / gates.
   int64_t n_rows = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max(n_rows, seqs[s].first_row + seqs[s].n_tokens);
+  for (int64_t s = 0; s < n_seqs; ++s) n_rows = std::max<int64_t>(n_rows, seqs[s].first_row + seqs[s].n_tokens);
   if (n_rows == 0) return;
   // The prepared q / k and gates in scratch (fixed addresses: a recorded step reuses them).
   const int64_t nqk = n_rows * sh.n_k_heads * sh.d_k, ng = n_rows * sh.n_v_heads;
@@ -305,9 +315,7 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   float* kn = qn + pad(nqk);
   float* gd = kn + pad(nqk);
   float* bt = gd + pad(ng);
-  if (skip_launch("gated_delta_net", {sig_of(qkv), sig_of(a), sig_of(b), sig_of(g.A), sig_of(g.dt), sig_of(g.seqs),
-                                      sig_of(o), sig_of(n_seqs), sig_of(n_rows), sig_of(g.hk), sig_of(g.hv),
-                                      sig_of(g.dk), sig_of(g.dv), sig_of(g.v_tiled), sig_of(g.l2_eps), sig_of(tmp)})) {
+  if (skip_launch()) {
     return;
   }
   // Decode steps (a token a sequence) prepare q, k and gates inside the recurrence (its

@@ -53,9 +53,9 @@ bool CudaBackend::int8_gemm_takes(const ops::WeightView& w, int64_t n_tokens) co
   return mm_q8gemm_takes(w, n_tokens) && mm_q8gemm_prefers(w, n_tokens);
 }
 
-// ---- The variants, in dispatch order (matmul_variants below). Every run records one
-// launch signature (the weight, x, y, the token count and whether x came quantized),
-// which is all any of them depends on (scratch moves invalidate recordings).
+// ---- The variants, in dispatch order (matmul_variants below). What a run launches
+// depends on the weight, x, y, the token count and whether x came quantized only, all
+// the same in every step of a recorded step's key (scratch moves invalidate recordings).
 
 // Batched decode: the weights' integer quants on the int8 tensor cores (q8_gemm), x
 // quantized as Q8_K (or per 32). From 64 rows (a tile) and 256-column multiples.
@@ -74,7 +74,7 @@ bool CudaBackend::mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const {
 }
 void CudaBackend::mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   const size_t bytes = q8_gemm_scratch_bytes(dw, n);
   q8_gemm(dw, x, n, y, scratch(5, bytes, "matmul"), bytes, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
@@ -91,7 +91,7 @@ void CudaBackend::mm_matvec_q8_run(const ops::WeightView& w, const float* x, int
   const size_t bytes = q8_matvec_scratch_bytes(w.n_cols, n);
   void* tmp = scratch(5, bytes, "matmul");
   const bool ready = take_q8_ready(x, n, w.n_cols, tmp);
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(ready)})) return;
+  if (skip_launch()) return;
   q8_matvec_multi(&dw, 1, x, n, &y, tmp, bytes, stream_, ready);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
@@ -100,7 +100,7 @@ void CudaBackend::mm_matvec_q8_run(const ops::WeightView& w, const float* x, int
 bool CudaBackend::mm_matvec_takes(const ops::WeightView&, int64_t n) const { return n >= 1 && n <= kMaxMatvecTokens; }
 void CudaBackend::mm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   quant_matvec(dw, x, n, y, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
@@ -128,7 +128,7 @@ bool CudaBackend::mm_small_f32_takes(const ops::WeightView& w, int64_t) const {
 }
 void CudaBackend::mm_small_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   small_f32_product(w, static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), x, n, y);
 }
 
@@ -137,7 +137,7 @@ bool CudaBackend::mm_sgemm_f32_takes(const ops::WeightView& w, int64_t) const {
 }
 void CudaBackend::mm_sgemm_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   sgemm_f32_product(w, static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), x, n, y);
 }
 
@@ -152,7 +152,7 @@ bool CudaBackend::mm_qgemm_prefers(const ops::WeightView& w, int64_t n) const {
 }
 void CudaBackend::mm_qgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   const size_t bytes = quant_gemm_scratch_bytes(dw, n);
   quant_gemm(dw, x, n, y, scratch(5, bytes, "matmul"), bytes, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
@@ -171,7 +171,7 @@ bool CudaBackend::mm_dequant_small_takes(const ops::WeightView& w, int64_t) cons
 }
 void CudaBackend::mm_dequant_small_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
   dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
@@ -182,7 +182,7 @@ bool CudaBackend::mm_dequant_sgemm_takes(const ops::WeightView& w, int64_t) cons
 }
 void CudaBackend::mm_dequant_sgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
   dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
@@ -192,7 +192,7 @@ void CudaBackend::mm_dequant_sgemm_run(const ops::WeightView& w, const float* x,
 // The rest: x to f16, the weights as stored (F16) or dequantized to f16 in tiles, cuBLAS.
 bool CudaBackend::mm_f16_gemm_takes(const ops::WeightView& w, int64_t) const { return w.type != GgmlType::F32; }
 void CudaBackend::mm_f16_gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
-  if (skip_launch("matmul", {sig_of(w), sig_of(x), static_cast<uint64_t>(n), sig_of(y), sig_of(false)})) return;
+  if (skip_launch()) return;
   matmul_gemm(w, x, n, y);
 }
 
@@ -272,7 +272,7 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
                        : q8    ? q8_matvec_scratch_bytes(w.n_cols, chunk)
                                : 0;
   void* tmp = bytes > 0 ? scratch(5, bytes, "matmul") : nullptr;
-  if (skip_launch("matmul invariant", {sig_of(w), sig_of(x), sig_of(n_tokens), sig_of(y), sig_of(tmp)})) return;
+  if (skip_launch()) return;
   if (gemm8 || qgemm) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
       const int64_t nt = std::min(chunk, n_tokens - t0);
@@ -303,12 +303,10 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
     const ops::WeightView* rest[8];
     float* rest_y[8];
     int ng = 0, nr = 0;
-    uint64_t h = 0;
     for (int i = 0; i < n; ++i) {
       if (int8_gemm_takes(*ws[i], n_tokens) && (ng == 0 || ws[i]->n_cols == gw[0].n_cols)) {
         gw[ng] = device_weight(*ws[i], "matmul");
         gy[ng++] = ys[i];
-        h = h * 1000003u + (sig_of(*ws[i]) ^ (sig_of(ys[i]) << 1));
       } else {
         rest[nr] = ws[i];
         rest_y[nr++] = ys[i];
@@ -319,7 +317,7 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
         OpTimer timer(*this, "matmul q8 gemm multi");
         const size_t bytes = q8_gemm_multi_scratch_bytes(gw, ng, n_tokens);
         void* tmp = scratch(5, bytes, "matmul");
-        if (!skip_launch("matmul q8 gemm multi", {h, sig_of(ng), sig_of(x), sig_of(n_tokens), sig_of(tmp)})) {
+        if (!skip_launch()) {
           q8_gemm_multi(gw, ng, x, n_tokens, gy, tmp, bytes, stream_);
           HEARTH_CUDA_LAUNCHED("matmul");
         }
@@ -342,7 +340,6 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
   DeviceWeight q8w[8], fw[8];
   float *q8y[8], *fy[8];
   int nq = 0, nf = 0;
-  uint64_t h = 0;
   for (int i = 0; i < n; ++i) {
     if (int8_gemm_takes(*ws[i], n_tokens)) {  // its own product on the int8 tensor cores
       matmul(*ws[i], x, n_tokens, ys[i]);
@@ -356,13 +353,12 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
       fw[nf] = dw;
       fy[nf++] = ys[i];
     }
-    h = h * 1000003u + (sig_of(*ws[i]) ^ (sig_of(ys[i]) << 1));
   }
   const size_t bytes = nq > 0 ? q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens) : 0;
   void* q8_tmp = nq > 0 ? scratch(5, bytes, "matmul") : nullptr;
   const bool ready = nq > 0 && take_q8_ready(x, n_tokens, ws[0]->n_cols, q8_tmp);
   if (nq + nf == 0) return;
-  if (skip_launch("matmul_multi", {h, sig_of(n), sig_of(x), sig_of(n_tokens), sig_of(q8_tmp), sig_of(ready)})) return;
+  if (skip_launch()) return;
   if (nq > 0) {
     q8_matvec_multi(q8w, nq, x, n_tokens, q8y, q8_tmp, bytes, stream_, ready);
     HEARTH_CUDA_LAUNCHED("matmul");
@@ -410,8 +406,7 @@ void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightVi
   const size_t bytes = q8_matvec_scratch_bytes(gate.n_cols, n_tokens);
   void* tmp = scratch(5, bytes, "matmul");
   const bool ready = take_q8_ready(x, n_tokens, gate.n_cols, tmp);
-  if (skip_launch("matmul_swiglu",
-                  {sig_of(gate), sig_of(up), sig_of(x), sig_of(n_tokens), sig_of(g), sig_of(tmp), sig_of(ready)})) {
+  if (skip_launch()) {
     return;
   }
   q8_matvec_swiglu(dg, du, x, n_tokens, g, tmp, bytes, stream_, ready);

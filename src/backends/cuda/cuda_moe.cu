@@ -282,12 +282,7 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
     fail(ErrorKind::kInternal, "cuda", "moe_ffn: norm weight values not 16-byte aligned");
   }
   void* norm_q8 = after != nullptr ? q8_ready_scratch(after->out, n, E) : nullptr;
-  if (skip_launch("moe_ffn", {sig_of(*L.router), sig_of(*L.gate), sig_of(*L.up), sig_of(*L.down), sig_of(x),
-                              sig_of(n), sig_of(out), sig_of(logits), sig_of(route), sig_of(q8_tmp), sig_of(X),
-                              sig_of(K), sig_of(L.norm_weights), sig_of(sh_gate), sig_of(sh_up), sig_of(sh_down),
-                              sig_of(sh_inp), sig_of(x_ready), sig_of(mma), sig_of(norm_w), sig_of(norm_q8),
-                              sig_of(after != nullptr ? after->x_res : nullptr),
-                              sig_of(after != nullptr ? after->out : nullptr), sig_of(after != nullptr ? after->eps : 0.f)})) {
+  if (skip_launch()) {
     return;
   }
   const SharedSlot slot{shared, x, sh_inp, E};

@@ -448,7 +448,7 @@ void CudaBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_toke
   const int64_t n = bias.n_cols;
   const float* b = f32_values(bias, n, "add_bias");
   if (n_tokens <= 0) return;
-  if (skip_launch("add_bias", {sig_of(x), sig_of(b), sig_of(n), sig_of(n_tokens)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(add_bias_kernel, grid_for(n * n_tokens), kThreads, 0, stream_, x, b, n, n * n_tokens);
   HEARTH_CUDA_LAUNCHED("add_bias");
 }
@@ -458,7 +458,7 @@ void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_
   OpTimer timer(*this, "rms_norm");
   const float* w = f32_values(weight, n, "rms_norm");
   if (n_rows <= 0) return;
-  if (skip_launch("rms_norm", {sig_of(x), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(y)})) return;
+  if (skip_launch()) return;
   const bool vec = n % 4 == 0 && n <= 4 * 4 * 1024 &&
                    ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) &
                     15) == 0;
@@ -494,8 +494,7 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView
   if (gated_norm_q8_ && n % 32 == 0 && row_threads(n) == n && rows_per_token > 0 && n_rows % rows_per_token == 0) {
     q8 = q8_ready_scratch(x, n_rows / rows_per_token, rows_per_token * n);
   }
-  if (skip_launch("gated_rms_norm",
-                  {sig_of(x), sig_of(z), sig_of(wt), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(q8)})) {
+  if (skip_launch()) {
     return;
   }
   if (q8 != nullptr) {
@@ -526,9 +525,7 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
   const int32_t* pos = has_multi ? nullptr : stage_array(positions, n_tokens, "rope");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const int64_t total = n_tokens * n_heads * (p.n_rot / 2);
-  if (skip_launch("rope", {sig_of(x), sig_of(n_tokens), sig_of(n_heads), sig_of(head_dim), sig_of(pos), sig_of(p.n_rot),
-                           sig_of(step), sig_of(p.freq_scale), sig_of(p.neox), sig_of(multi.pos3), sig_of(multi.kind),
-                           sig_of(multi.sections[0]), sig_of(multi.sections[1]), sig_of(multi.sections[2])})) {
+  if (skip_launch()) {
     return;
   }
   ::hearth::cuda::launch_pdl(rope_kernel, grid_for(total), kThreads, 0, stream_, x, n_tokens, n_heads, head_dim, pos, p.n_rot, step,
@@ -546,8 +543,7 @@ void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int
   }
   const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
   const unsigned grid = grid_for(n_tokens * n_kv_dim);
-  if (skip_launch("store_kv", {sig_of(k), sig_of(v), sig_of(n_tokens), sig_of(n_kv_dim), sig_of(d_slots), sig_of(cache.k),
-                               sig_of(cache.v), sig_of(static_cast<int>(cache.type))})) {
+  if (skip_launch()) {
     return;
   }
   if (cache.type == ops::KvType::Q8_0) {
@@ -587,8 +583,7 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& 
   }
   // With the product after it quantizing out: done here (n4 a multiple of 8).
   void* q8 = n % 32 == 0 ? q8_ready_scratch(out, n_rows, n) : nullptr;
-  if (skip_launch("add_rms_norm",
-                  {sig_of(x), sig_of(y), sig_of(w), sig_of(n_rows), sig_of(n), sig_of(eps), sig_of(out), sig_of(q8)})) {
+  if (skip_launch()) {
     return;
   }
   launch_add_rms_norm(x, y, w, n_rows, n, eps, out, q8, nullptr, nullptr, 0, nullptr);
@@ -656,12 +651,7 @@ void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_to
   const int32_t* pos = has_multi ? nullptr : stage_array(positions, n_tokens, "rope");
   const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
-  if (skip_launch("rope_store_kv", {sig_of(q), sig_of(k), sig_of(v), sig_of(n_tokens), sig_of(n_head),
-                                    sig_of(n_head_kv), sig_of(head_dim), sig_of(pos), sig_of(p.n_rot), sig_of(step),
-                                    sig_of(p.freq_scale), sig_of(p.neox), sig_of(d_slots), sig_of(cache.k),
-                                    sig_of(cache.v), sig_of(static_cast<int>(cache.type)), sig_of(multi.pos3),
-                                    sig_of(multi.kind), sig_of(multi.sections[0]), sig_of(multi.sections[1]),
-                                    sig_of(multi.sections[2])})) {
+  if (skip_launch()) {
     return;
   }
   const unsigned grid = grid_for(n_tokens * (n_head + 2 * n_head_kv) * (head_dim / 2));
@@ -680,7 +670,7 @@ void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_to
 void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
   OpTimer timer(*this, "sigmoid_mul");
   if (n <= 0) return;
-  if (skip_launch("sigmoid_mul", {sig_of(x), sig_of(gate), sig_of(n)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(sigmoid_mul_kernel, grid_for(n), kThreads, 0, stream_, x, gate, n);
   HEARTH_CUDA_LAUNCHED("sigmoid_mul");
 }
@@ -688,7 +678,7 @@ void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
 void CudaBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
   OpTimer timer(*this, "sigmoid_scale_rows");
   if (n_rows <= 0 || n_cols <= 0) return;
-  if (skip_launch("sigmoid_scale_rows", {sig_of(x), sig_of(gate), sig_of(n_rows), sig_of(n_cols)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(sigmoid_scale_rows_kernel, grid_for(n_rows * n_cols), kThreads, 0, stream_, x, gate, n_cols, n_rows * n_cols);
   HEARTH_CUDA_LAUNCHED("sigmoid_scale_rows");
 }
@@ -696,7 +686,7 @@ void CudaBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   OpTimer timer(*this, "swiglu");
   if (n <= 0) return;
-  if (skip_launch("swiglu", {sig_of(gate), sig_of(up), sig_of(n), sig_of(out)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(swiglu_kernel, grid_for(n), kThreads, 0, stream_, gate, up, n, out);
   HEARTH_CUDA_LAUNCHED("swiglu");
 }
@@ -706,7 +696,7 @@ void CudaBackend::swiglu_rows(const float* gate, const float* up, int64_t n_rows
   if (n_rows <= 0 || n_cols <= 0) return;
   // With the product after it quantizing out: done here.
   void* q8 = n_cols % 32 == 0 ? q8_ready_scratch(out, n_rows, n_cols) : nullptr;
-  if (skip_launch("swiglu", {sig_of(gate), sig_of(up), sig_of(n_rows), sig_of(n_cols), sig_of(out), sig_of(q8)})) {
+  if (skip_launch()) {
     return;
   }
   const int64_t n = n_rows * n_cols;
@@ -725,7 +715,7 @@ void CudaBackend::swiglu_rows(const float* gate, const float* up, int64_t n_rows
 void CudaBackend::add(float* x, const float* y, int64_t n) {
   OpTimer timer(*this, "add");
   if (n <= 0) return;
-  if (skip_launch("add", {sig_of(x), sig_of(y), sig_of(n)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(add_kernel, grid_for(n), kThreads, 0, stream_, x, y, n);
   HEARTH_CUDA_LAUNCHED("add");
 }
@@ -733,14 +723,14 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
 void CudaBackend::copy(const float* src, int64_t n, float* dst) {
   OpTimer timer(*this, "copy");
   if (n <= 0 || src == dst) return;
-  if (skip_launch("copy", {sig_of(src), sig_of(n), sig_of(dst)})) return;
+  if (skip_launch()) return;
   HEARTH_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
   OpTimer timer(*this, "fill");
   if (n <= 0) return;
-  if (skip_launch("fill", {sig_of(dst), sig_of(value), sig_of(n)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(fill_kernel, grid_for(n), kThreads, 0, stream_, dst, value, n);
   HEARTH_CUDA_LAUNCHED("fill");
 }
@@ -749,7 +739,7 @@ void CudaBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, i
   OpTimer timer(*this, "gather_rows");
   if (n_ids <= 0 || n <= 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "gather_rows");
-  if (skip_launch("gather_rows", {sig_of(src), sig_of(n), sig_of(d_ids), sig_of(n_ids), sig_of(dst)})) return;
+  if (skip_launch()) return;
   ::hearth::cuda::launch_pdl(gather_rows_kernel, grid_for(n_ids * n), kThreads, 0, stream_, src, n, d_ids, n_ids, dst);
   HEARTH_CUDA_LAUNCHED("gather_rows");
 }
@@ -760,7 +750,7 @@ void CudaBackend::scatter_add_rows(const float* src, int64_t n, const int32_t* i
   if (n_ids <= 0 || n <= 0) return;
   const int32_t* d_ids = stage_array(ids, n_ids, "scatter_add_rows");
   const float* d_w = stage_array(weights, n_ids, "scatter_add_rows");
-  if (skip_launch("scatter_add_rows", {sig_of(src), sig_of(n), sig_of(d_ids), sig_of(d_w), sig_of(n_ids), sig_of(dst)})) {
+  if (skip_launch()) {
     return;
   }
   ::hearth::cuda::launch_pdl(scatter_add_rows_kernel, grid_for(n_ids * n), kThreads, 0, stream_, src, n, d_ids, d_w, n_ids, dst);
