@@ -302,7 +302,21 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
   // takes the next item; before its read it tells the kernel about the few after it
   // (readahead). KV items past one that failed are skipped, and the results are taken in
   // order: KV items stop at the first that failed (the blocks after it are unreachable).
-  std::vector<std::vector<uint8_t>> got(n_items);
+  // Item i's file goes to slot i of one region (each slot the expected file size plus
+  // one byte, 64-byte aligned).
+  auto slot_bytes = [&](const ReadItem& item) {
+    const uint64_t want = payload_offset(bs) + (item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes);
+    return static_cast<size_t>((want + 1 + 63) & ~uint64_t{63});
+  };
+  std::vector<size_t> slot_at(n_items + 1, 0);
+  for (size_t i = 0; i < n_items; ++i) slot_at[i + 1] = slot_at[i] + slot_bytes(job.items[i]);
+  r.memory = HugeRegion::map(std::max<size_t>(slot_at[n_items], 1));
+  uint8_t* base = r.memory.data();
+  if (base == nullptr) {
+    r.heap.reset(new uint8_t[std::max<size_t>(slot_at[n_items], 1)]);
+    base = r.heap.get();
+  }
+  std::vector<size_t> got(n_items, 0);
   std::vector<char> ok(n_items, 0);
   std::atomic<size_t> next{0};
   // The first KV item that failed: KV items after it are not read (unreachable), as
@@ -321,7 +335,8 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
       }
       const ReadItem& item = job.items[i];
       const size_t first = static_cast<size_t>(item.block) * bs;
-      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), got[i])) {
+      const std::span<uint8_t> slot(base + slot_at[i], slot_at[i + 1] - slot_at[i]);
+      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i])) {
         ok[i] = 1;
       } else if (item.kind == Kind::kKv) {
         size_t seen = first_bad.load();
@@ -343,16 +358,16 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
       if (item.kind == Kind::kKv) kv_broken = true;
       continue;
     }
-    r.bytes += got[i].size();
+    r.bytes += got[i];
     r.items.push_back(item);
-    r.files.push_back(std::move(got[i]));
+    r.files.emplace_back(base + slot_at[i], got[i]);
   }
   r.payload_at = payload_offset(bs);  // the header and tokens were checked
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
-bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::vector<uint8_t>& out) {
+bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got) {
   const Key key{item.hash, item.kind};
   const std::string path = path_of(key);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -370,10 +385,10 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
   if (err == 0) {
     // Never more than the expected size is read (a file grown huge is simply wrong).
     const auto size = static_cast<uint64_t>(st.st_size);
-    out.resize(static_cast<size_t>(std::min(size, want_size + 1)));
-    size_t got = 0;
-    while (got < out.size()) {
-      const ssize_t n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
+    const auto cap = static_cast<size_t>(std::min<uint64_t>({size, want_size + 1, out.size()}));
+    got = 0;
+    while (got < cap) {
+      const ssize_t n = ::pread(fd, out.data() + got, cap - got, static_cast<off_t>(got));
       if (n < 0) {
         if (errno == EINTR) continue;
         err = errno;
@@ -382,7 +397,6 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
       if (n == 0) break;
       got += static_cast<size_t>(n);
     }
-    out.resize(got);
     if (err == 0) {
       // The file was used: it becomes the most recent, here and in the order a restart sees.
       ::futimens(fd, nullptr);
@@ -401,7 +415,7 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
   want.parent_hash = item.parent_hash;
   want.tokens = tokens;
   want.payload_bytes = item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes;
-  const std::string why = check_file(out, want);
+  const std::string why = check_file(out.first(got), want);
   if (!why.empty()) {
     remove_file(key, why);
     return false;

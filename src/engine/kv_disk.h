@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -38,6 +39,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "engine/kv_disk_format.h"
 #include "engine/kv_disk_index.h"
 
@@ -93,12 +95,17 @@ struct ReadResult {
   uint64_t seq_id = 0;
   std::vector<int32_t> tokens;
   std::vector<ReadItem> items;
-  // Each item's whole file as read (header, tokens, payload): the payload starts at
-  // payload_at, so the read never moves half a gigabyte to drop a header.
-  std::vector<std::vector<uint8_t>> files;
+  // Each item's whole file as read (header, tokens, payload), in `memory`: the payload
+  // starts at payload_at, so the read never moves half a gigabyte to drop a header.
+  std::vector<std::span<uint8_t>> files;
   size_t payload_at = 0;
-  std::span<const uint8_t> payload(size_t i) const { return std::span<const uint8_t>(files[i]).subspan(payload_at); }
-  std::span<uint8_t> payload(size_t i) { return std::span<uint8_t>(files[i]).subspan(payload_at); }
+  std::span<const uint8_t> payload(size_t i) const { return files[i].subspan(payload_at); }
+  std::span<uint8_t> payload(size_t i) { return files[i].subspan(payload_at); }
+  // One region for the whole job's files (huge pages where the system gives them: a
+  // 16k-token prefix of a 9B model is 0.5 GB, whose first touch in 4 KiB pages cost more
+  // than reading and checking it), or the heap where it cannot be mapped.
+  HugeRegion memory;
+  std::unique_ptr<uint8_t[]> heap;
   double seconds = 0;  // reading and checking the job's files
   uint64_t bytes = 0;
 };
@@ -176,7 +183,9 @@ class KvDiskTier {
   void write_one(const WriteJob& job);
   ReadResult read_one(const ReadJob& job);
   // Reads one file; "" and `out` filled when it is the file asked for.
-  bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::vector<uint8_t>& out);
+  // Reads the item's file into out (its capacity: one byte more than the expected size,
+  // so a file grown past it is seen); got: the bytes read. Checked as read_one says.
+  bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got);
   void remove_file(Key key, const std::string& why);
   std::string path_of(Key key) const;
   // Swap files (kv_disk_swap.cpp).
