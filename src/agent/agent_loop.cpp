@@ -1,5 +1,6 @@
 #include "agent/agent_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,7 +48,8 @@ std::string cap_preview(const std::string& result) {
 }  // namespace
 
 std::string status_line(int step, int max_steps, int64_t context_used, int64_t window,
-                        int64_t tokens, double seconds, double first_token_s) {
+                        int64_t tokens, double seconds, double first_token_s, int64_t drafted,
+                        int64_t accepted) {
   char buf[256];
   std::string ctx = "context " + std::to_string(context_used);
   if (window > 0) {
@@ -63,7 +65,12 @@ std::string status_line(int step, int max_steps, int64_t context_used, int64_t w
                          : 0;
   std::snprintf(buf, sizeof buf, "step %d/%d | %s | %lld tokens | %.1f s | %.1f tok/s", step,
                 max_steps, ctx.c_str(), static_cast<long long>(tokens), seconds, tps);
-  return buf;
+  std::string line = buf;
+  if (drafted > 0) {
+    line += " | " + std::to_string(std::max<int64_t>(accepted, 0)) + " of " + std::to_string(drafted) +
+            " drafted accepted";
+  }
+  return line;
 }
 
 Agent::Agent(AgentOptions o, ChatClient& client, ServerSupervisor* server, Terminal& term,
@@ -294,7 +301,7 @@ TurnEnd Agent::ask(const std::string& text, std::optional<bool> think_once,
     }
     term_.status("[" +
                  status_line(step, o_.max_steps, used, o_.context_window, completion, r->seconds,
-                             r->first_token_s) +
+                             r->first_token_s, r->drafted, r->accepted) +
                  "]");
     if (calls.empty()) return TurnEnd::kAnswered;
 

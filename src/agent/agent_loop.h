@@ -88,8 +88,10 @@ class Agent {
   size_t usage_messages_ = 0;
 };
 
-// The status line of a step: "step 2/15 | context 812/8192 (10%) | 57 tokens | 1.4 s | 40.7 tok/s".
+// The status line of a step: "step 2/15 | context 812/8192 (10%) | 57 tokens | 1.4 s | 40.7 tok/s",
+// and "| 31 of 40 drafted accepted" when the server drafted tokens (speculative decoding).
 std::string status_line(int step, int max_steps, int64_t context_used, int64_t window,
-                        int64_t tokens, double seconds, double first_token_s);
+                        int64_t tokens, double seconds, double first_token_s, int64_t drafted = -1,
+                        int64_t accepted = -1);
 
 }  // namespace hearth::agent

@@ -92,6 +92,10 @@ bool apply_chat_event(const std::string& payload, ChatResult& r, const StreamHan
     r.prompt_tokens = int_field(j["usage"], "prompt_tokens");
     r.completion_tokens = int_field(j["usage"], "completion_tokens");
   }
+  if (j.contains("timings") && j["timings"].is_object()) {
+    r.drafted = int_field(j["timings"], "drafted_n");
+    r.accepted = int_field(j["timings"], "accepted_n");
+  }
   return false;
 }
 

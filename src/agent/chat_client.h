@@ -26,6 +26,7 @@ struct ChatResult {
   nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();  // [{id, type, function: {name, arguments}}]
   std::string finish_reason;
   int64_t prompt_tokens = -1, completion_tokens = -1;  // the server's usage (-1: none)
+  int64_t drafted = -1, accepted = -1;  // speculative decoding, from Hearth's timings (-1: none)
   int64_t chunks = 0;                                  // streamed events that carried text
   double seconds = 0;                                  // request sent to end
   double first_token_s = -1;                           // request sent to first streamed text

@@ -31,7 +31,8 @@ namespace fs = std::filesystem;
 struct AgentCliOptions {
   std::vector<std::string> models;  // -m: REF, or NAME=REF (repeatable) for the server it starts
   std::string url, prompt, kv_cache_bytes, device, log_dir, resume, tool_choice = "auto",
-                                                                           system_prompt;
+                                                                           system_prompt, spec;
+  int spec_max = 0;
   bool no_server = false, think = false, no_think = false, yes = false;
   int max_steps = 15, threads = 0;
   int64_t ctx = 0, max_tokens = 0;
@@ -84,7 +85,9 @@ void check(const AgentCliOptions& o) {
     for (const auto& [flag, set] :
          {std::pair<const char*, bool>{"--kv-cache-bytes", !o.kv_cache_bytes.empty()},
           {"--device", !o.device.empty()},
-          {"--threads", o.threads != 0}})
+          {"--threads", o.threads != 0},
+          {"--spec", !o.spec.empty()},
+          {"--spec-max", o.spec_max != 0}})
       if (set)
         bad(std::string(flag) +
             " applies to the server the agent starts; not with --url / --no-server");
@@ -129,6 +132,10 @@ int run_agent(AgentCliOptions o) {
     if (o.ctx > 0) args.insert(args.end(), {"--ctx", std::to_string(o.ctx)});
     if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+    // Coding agents repeat spans of their context (file contents, diffs): prompt lookup
+    // turns them into drafted tokens; the server checks the values.
+    if (!o.spec.empty()) args.insert(args.end(), {"--spec", o.spec});
+    if (o.spec_max > 0) args.insert(args.end(), {"--spec-max", std::to_string(o.spec_max)});
     server = std::make_unique<agent::ServerSupervisor>(args, o.log_dir + "/server-" + id + ".log");
     std::fprintf(stderr, "hearth agent: starting the server (log: %s)\n",
                  server->log_path().c_str());
@@ -272,6 +279,8 @@ void add_agent_command(CLI::App& app) {
                   "Context window in tokens (for the server it starts, and for trimming)");
   cmd->add_option("--device", o->device, "Device of the server it starts: cpu, cuda, cuda:N, auto");
   cmd->add_option("-t,--threads", o->threads, "Compute threads of the server it starts");
+  cmd->add_option("--spec", o->spec, "Speculative decoding of the server it starts: ngram or off (see hearth serve)");
+  cmd->add_option("--spec-max", o->spec_max, "Drafted tokens per step at most, for the server it starts");
   cmd->add_option("--tool-output-chars", o->tool_output_chars,
                   "Cap on each tool result sent to the model")
       ->default_val(8000);

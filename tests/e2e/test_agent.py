@@ -394,3 +394,21 @@ def test_killed_agent_leaves_no_server(hearth_bin, default_model, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_spec_reaches_the_server_it_starts(hearth_bin, default_model, tmp_path):
+    # --spec goes to the server the agent starts; the status line shows what it drafted.
+    p = run_agent(hearth_bin, default_model, tmp_path, "-p",
+                  "Repeat exactly: one two three four five one two three four five one two three",
+                  "--spec", "ngram", "--spec-max", "6", "--max-steps", "1", "--max-tokens", "40")
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"\| (\d+) of (\d+) drafted accepted\]", p.stdout)
+    assert m and 0 < int(m.group(2)) and int(m.group(1)) <= int(m.group(2)), p.stdout
+    # A bad value is the server's clear error, shown by the agent.
+    p = run_agent(hearth_bin, default_model, tmp_path, "-p", "hi", "--spec", "bogus")
+    assert p.returncode != 0
+    assert "unknown --spec 'bogus' (expected ngram or off)" in p.stderr, p.stderr
+    # Not with a server it does not start.
+    p = subprocess.run([str(hearth_bin), "agent", "--url", "http://127.0.0.1:1", "--spec", "ngram"],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "--spec applies to the server the agent starts" in p.stderr, p.stderr

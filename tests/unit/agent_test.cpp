@@ -346,10 +346,12 @@ TEST(AgentStream, MergesToolCallFragmentsAndReasoning) {
        R"({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read_file","arguments":""}}]}}]})",
        R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]})",
        R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\"}"}}]}}]})",
-       R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})",
+       R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}],"timings":{"drafted_n":12,"accepted_n":9}})",
        R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":7}})"})
     EXPECT_FALSE(apply_chat_event(ev, r, h));
   EXPECT_TRUE(apply_chat_event("[DONE]", r, h));
+  EXPECT_EQ(r.drafted, 12);
+  EXPECT_EQ(r.accepted, 9);
   EXPECT_EQ(r.reasoning, "think more");
   EXPECT_EQ(shown_reasoning, "think more");
   EXPECT_EQ(r.content, "Hi");
@@ -371,6 +373,9 @@ TEST(AgentStatus, Line) {
             "step 2/15 | context 819/8192 (10%) | 11 tokens | 2.0 s | 10.0 tok/s");
   EXPECT_EQ(status_line(1, 3, 50, 0, 0, 0.5, -1),
             "step 1/3 | context 50 | 0 tokens | 0.5 s | 0.0 tok/s");
+  EXPECT_EQ(status_line(1, 3, 50, 0, 0, 0.5, -1, 0, 0), "step 1/3 | context 50 | 0 tokens | 0.5 s | 0.0 tok/s");
+  EXPECT_EQ(status_line(2, 15, 819, 8192, 11, 2.0, 1.0, 40, 31),
+            "step 2/15 | context 819/8192 (10%) | 11 tokens | 2.0 s | 10.0 tok/s | 31 of 40 drafted accepted");
 }
 
 }  // namespace
