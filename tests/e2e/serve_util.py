@@ -2,11 +2,13 @@
 sockets (byte-exact SSE), and Prometheus text parsing. Every wait has a timeout."""
 import json
 import os
+import pathlib
 import re
 import shlex
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -14,6 +16,30 @@ import time
 import requests
 
 LISTEN_RE = re.compile(r"hearth: listening on http://([\d.]+):(\d+)")
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def tiny_hybrid_hf(parent, shared_dir):
+    """The tiny random-weight Qwen3.5 (hybrid Gated DeltaNet) checkpoint the end-to-end tests
+    share, as a Hugging Face folder parent/hf (benchmarks/make_qwen35_model.py, seed 3)."""
+    out = pathlib.Path(parent) / "hf"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(out),
+                    "--shared", str(pathlib.Path(shared_dir) / "data"),
+                    "--hidden", "64", "--layers", "4", "--intermediate", "128", "--heads", "2",
+                    "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
+                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32",
+                    "--std", "0.5", "--seed", "3"],
+                   check=True, capture_output=True, text=True, timeout=300)
+    return out
+
+
+def tiny_hybrid_gguf(hf, hearth_bin):
+    """tiny_hybrid_hf's folder converted by `hearth convert --type f32` (next to it)."""
+    gguf = pathlib.Path(hf).parent / "tiny.f32.gguf"
+    p = subprocess.run([str(hearth_bin), "convert", str(hf), "-o", str(gguf), "--type", "f32"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return gguf
 
 
 class Server:

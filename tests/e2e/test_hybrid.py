@@ -5,38 +5,23 @@ the GGUF, and served by `hearth serve`: concurrent requests equal solo ones, and
 turn of a conversation reuses the recurrent-state snapshot of the earlier prompt."""
 import concurrent.futures
 import json
-import pathlib
 import subprocess
-import sys
 
 import pytest
 from openai import OpenAI
 
-from serve_util import Server, metrics
+from serve_util import Server, metrics, tiny_hybrid_gguf, tiny_hybrid_hf
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tiny_qwen35(tmp_path_factory, shared_dir):
-    out = tmp_path_factory.mktemp("qwen35") / "hf"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(out),
-                    "--shared", str(shared_dir / "data"),
-                    "--hidden", "64", "--layers", "4", "--intermediate", "128", "--heads", "2",
-                    "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
-                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32",
-                    "--std", "0.5", "--seed", "3"],
-                   check=True, capture_output=True, text=True, timeout=300)
-    return out
+    return tiny_hybrid_hf(tmp_path_factory.mktemp("qwen35"), shared_dir)
 
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tiny_qwen35, hearth_bin):
-    out = tiny_qwen35.parent / "tiny.f32.gguf"
-    p = subprocess.run([str(hearth_bin), "convert", str(tiny_qwen35), "-o", str(out), "--type", "f32"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return out
+    return tiny_hybrid_gguf(tiny_qwen35, hearth_bin)
 
 
 def run_json(hearth_bin, model, prompt, n=12):

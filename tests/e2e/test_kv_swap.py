@@ -7,16 +7,13 @@ and again. With swapping on, /metrics must show the preempted sequences swapped 
 For the default (Llama-family) model and a tiny hybrid Qwen3.5 model (whose Gated DeltaNet state is
 swapped with the KV blocks)."""
 import concurrent.futures
-import pathlib
 import subprocess
-import sys
 
 import pytest
 import requests
 
-from serve_util import Server, metrics
+from serve_util import Server, metrics, tiny_hybrid_gguf, tiny_hybrid_hf
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # The default model's KV block (SmolLM2-135M: 30 layers, 3 KV heads of 64, f16): 368,640 bytes of
 # 16 tokens. 12 blocks (192 positions) hold about three of the requests below at full length.
@@ -63,19 +60,7 @@ def swap_run(hearth_bin, model, block_bytes, swap_bytes):
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory, shared_dir, hearth_bin):
     """A tiny random-weight Qwen3.5 (hybrid) model, as tests/e2e/test_hybrid.py makes it."""
-    out = tmp_path_factory.mktemp("qwen35") / "hf"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(out),
-                    "--shared", str(shared_dir / "data"),
-                    "--hidden", "64", "--layers", "4", "--intermediate", "128", "--heads", "2",
-                    "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
-                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32",
-                    "--std", "0.5", "--seed", "3"],
-                   check=True, capture_output=True, text=True, timeout=300)
-    gguf = out.parent / "tiny.f32.gguf"
-    p = subprocess.run([str(hearth_bin), "convert", str(out), "-o", str(gguf), "--type", "f32"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return gguf
+    return tiny_hybrid_gguf(tiny_hybrid_hf(tmp_path_factory.mktemp("qwen35"), shared_dir), hearth_bin)
 
 
 @pytest.mark.parametrize("which", ["llama", "hybrid"])

@@ -6,16 +6,13 @@ not; /metrics and each response's timings must show accepted drafts, so the comp
 pass with speculation doing nothing; "speculative": false turns it off for one request."""
 import concurrent.futures
 import json
-import pathlib
 import subprocess
-import sys
 
 import openai
 import pytest
 
-from serve_util import Server, metrics
+from serve_util import Server, metrics, tiny_hybrid_gguf, tiny_hybrid_hf
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 CODE = """def merge(a, b):
     out = []
@@ -146,20 +143,8 @@ def test_speculative_field_must_be_a_boolean(hearth_bin, default_model):
 
 @pytest.fixture(scope="module")
 def tiny_hybrid(tmp_path_factory, shared_dir, hearth_bin):
-    """A tiny random Qwen3.5 (hybrid Gated DeltaNet) model as GGUF (as test_hybrid.py makes it)."""
-    hf = tmp_path_factory.mktemp("qwen35") / "hf"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/make_qwen35_model.py"), str(hf),
-                    "--shared", str(shared_dir / "data"),
-                    "--hidden", "64", "--layers", "4", "--intermediate", "128", "--heads", "2",
-                    "--kv-heads", "1", "--head-dim", "32", "--linear-key-heads", "2",
-                    "--linear-key-dim", "16", "--linear-value-dim", "16", "--dtype", "f32",
-                    "--std", "0.5", "--seed", "3"],
-                   check=True, capture_output=True, text=True, timeout=300)
-    out = hf.parent / "tiny.f32.gguf"
-    p = subprocess.run([str(hearth_bin), "convert", str(hf), "-o", str(out), "--type", "f32"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return out
+    """A tiny random Qwen3.5 (hybrid Gated DeltaNet) model as GGUF (serve_util's, as test_hybrid.py's)."""
+    return tiny_hybrid_gguf(tiny_hybrid_hf(tmp_path_factory.mktemp("qwen35"), shared_dir), hearth_bin)
 
 
 def test_hybrid_models_decode_without_speculation_and_say_so(hearth_bin, tiny_hybrid):
