@@ -15,6 +15,7 @@
 #include "core/tune.h"
 #include "server/anthropic_routes.h"
 #include "server/client_socket.h"
+#include "server/engine_metrics_sync.h"
 #include "server/guarded_http.h"
 #include "server/openai_protocol.h"
 #include "server/route_common.h"
@@ -77,12 +78,7 @@ struct HttpServer::Impl {
   std::mutex log_mu;
   FILE* log = stderr;
   int64_t created = unix_time_now();
-  std::mutex prefix_mu;
-  uint64_t seen_queries = 0, seen_hits = 0, seen_admitted = 0, seen_preemptions = 0;
-  uint64_t seen_spec_drafted = 0, seen_spec_accepted = 0;
-  uint64_t seen_disk_hits = 0, seen_disk_read = 0, seen_disk_written = 0, seen_disk_writes = 0, seen_disk_dropped = 0,
-           seen_disk_rejected = 0;
-  engine::SwapStats seen_swap;
+  EngineMetricsSync engine_sync;  // the engines' counters into /metrics
   std::mutex names_mu;
   std::set<std::string> names_seen;  // requested model names already logged
   std::atomic<bool> draining{false};  // drain(): no new requests, /health/ready 503
@@ -347,63 +343,7 @@ struct HttpServer::Impl {
   }
 
   void refresh_gauges() {
-    const engine::EngineStats s = models.total_stats();
-    metrics.requests_running.set(s.running);
-    metrics.requests_waiting.set(s.waiting);
-    metrics.kv_blocks_used.set(s.kv_blocks_used);
-    metrics.kv_blocks_cached.set(s.kv_blocks_cached);
-    metrics.kv_blocks_total.set(s.kv_blocks_total);
-    metrics.state_snapshots.set(s.state_snapshots);
-    // Two scrapes may race: each adds only what is new since the highest value seen
-    // (an older snapshot taking the lock last must not move the mark back).
-    std::lock_guard<std::mutex> lock(prefix_mu);
-    auto advance = [](Counter& c, uint64_t now, uint64_t& seen) {
-      if (now > seen) {
-        c.inc(double(now - seen));
-        seen = now;
-      }
-    };
-    advance(metrics.prefix_cache_queries, s.prefix_query_tokens, seen_queries);
-    advance(metrics.prefix_cache_hits, s.prefix_hit_tokens, seen_hits);
-    advance(metrics.requests_admitted, s.admitted, seen_admitted);
-    advance(metrics.preemptions, s.preemptions, seen_preemptions);
-    advance(metrics.spec_drafted, s.spec_drafted, seen_spec_drafted);
-    advance(metrics.spec_accepted, s.spec_accepted, seen_spec_accepted);
-    const engine::kvdisk::DiskStats& d = s.kv_disk_stats;
-    metrics.kv_disk_blocks.set(static_cast<double>(d.kv_files));
-    metrics.kv_disk_snapshots.set(static_cast<double>(d.state_files));
-    metrics.kv_disk_bytes.set(static_cast<double>(d.bytes_on_disk));
-    metrics.kv_disk_disabled.set(d.disabled ? 1 : 0);
-    advance(metrics.kv_disk_hits, d.files_read, seen_disk_hits);
-    advance(metrics.kv_disk_read_bytes, d.bytes_read, seen_disk_read);
-    advance(metrics.kv_disk_written_bytes, d.bytes_written, seen_disk_written);
-    advance(metrics.kv_disk_writes, d.files_written, seen_disk_writes);
-    advance(metrics.kv_disk_writes_dropped, d.writes_dropped, seen_disk_dropped);
-    advance(metrics.kv_disk_rejected, d.files_rejected, seen_disk_rejected);
-    const engine::SwapStats& w = s.kv_swap;
-    advance(metrics.kv_swap_out, w.swapped_out, seen_swap.swapped_out);
-    advance(metrics.kv_swap_in, w.swapped_in, seen_swap.swapped_in);
-    advance(metrics.kv_swap_out_bytes, w.bytes_out, seen_swap.bytes_out);
-    advance(metrics.kv_swap_in_bytes, w.bytes_in, seen_swap.bytes_in);
-    advance(metrics.kv_preempt_recomputed, w.recomputed, seen_swap.recomputed);
-    advance(metrics.kv_swap_no_room, w.recompute_no_room, seen_swap.recompute_no_room);
-    advance(metrics.kv_swap_cheaper, w.recompute_cheaper, seen_swap.recompute_cheaper);
-    if (w.seconds > seen_swap.seconds) {
-      metrics.kv_swap_seconds.inc(w.seconds - seen_swap.seconds);
-      seen_swap.seconds = w.seconds;
-    }
-    metrics.kv_swap_bytes.set(static_cast<double>(w.bytes_held));
-    metrics.kv_swap_capacity.set(static_cast<double>(w.capacity));
-    metrics.kv_swap_bandwidth.set(w.copy_bytes_per_s);
-    metrics.kv_swap_prefill_speed.set(w.prefill_tokens_per_s);
-    advance(metrics.kv_swap_disk_out, w.disk_out, seen_swap.disk_out);
-    advance(metrics.kv_swap_disk_in, w.disk_in, seen_swap.disk_in);
-    advance(metrics.kv_swap_disk_out_bytes, w.disk_bytes_out, seen_swap.disk_bytes_out);
-    advance(metrics.kv_swap_disk_in_bytes, w.disk_bytes_in, seen_swap.disk_bytes_in);
-    advance(metrics.kv_swap_disk_fallbacks, w.disk_fallbacks, seen_swap.disk_fallbacks);
-    metrics.kv_swap_disk_bytes.set(static_cast<double>(w.disk_bytes_held));
-    metrics.kv_swap_disk_capacity.set(static_cast<double>(w.disk_capacity));
-    metrics.kv_swap_disk_read_speed.set(w.disk_read_bytes_per_s);
+    engine_sync.apply(metrics, models.total_stats());
     if (model_metrics.empty()) return;
     const std::vector<ModelStatus> st = models.status();
     for (size_t i = 0; i < st.size() && i < model_metrics.size(); ++i) model_metrics[i]->update(st[i]);
