@@ -77,7 +77,9 @@ def main():
         finally:
             s.stop(timeout=300)
         # The server's own split of the disk hit (read by the tier's threads, copy into the pool).
-        hit_log = [ln for ln in s.stderr().splitlines() if "kv-disk:" in ln and " read in " in ln]
+        # (with --server-args "--tune engine.timing=each": its steps and its time to the first token too)
+        hit_log = [ln for ln in s.stderr().splitlines()
+                   if ("kv-disk:" in ln and " read in " in ln) or "hearth: step of" in ln or "first token" in ln]
         size = sum(f.stat().st_size for f in pathlib.Path(a.dir).rglob("*.kv"))
         dropped = ""
         if a.drop_cache:

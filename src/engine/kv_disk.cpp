@@ -269,26 +269,50 @@ void KvDiskTier::reader_loop() {
       if (fn) fn();
       continue;
     }
-    ReadResult r = read_one(job);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      note_read_speed(r.bytes, r.seconds);
-      ++stats_.reads;
-      stats_.read_seconds += r.seconds;
-      stats_.files_read += r.items.size();
-      stats_.bytes_read += r.bytes;
-      done_.push_back(std::move(r));
-      fn = on_done_;
-    }
-    if (fn) fn();
+    read_prefix(job);
   }
 }
 
-ReadResult KvDiskTier::read_one(const ReadJob& job) {
+void KvDiskTier::deliver(ReadResult r) {
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.files_read += r.items.size();
+    stats_.bytes_read += r.bytes;
+    job_bytes_ += r.bytes;
+    if (r.last) {
+      note_read_speed(job_bytes_, r.seconds);
+      ++stats_.reads;
+      stats_.read_seconds += r.seconds;
+      job_bytes_ = 0;
+    }
+    done_.push_back(std::move(r));
+    fn = on_done_;
+  }
+  if (fn) fn();
+}
+
+namespace {
+
+// A prefix job's files in one region: item i's file in slot i (each slot the expected file
+// size plus one byte, 64-byte aligned), huge pages where they can be mapped.
+struct JobMemory {
+  HugeRegion region;
+  std::unique_ptr<uint8_t[]> heap;
+  uint8_t* base = nullptr;
+  explicit JobMemory(size_t bytes) : region(HugeRegion::map(std::max<size_t>(bytes, 1))) {
+    base = region.data();
+    if (base == nullptr) {
+      heap.reset(new uint8_t[std::max<size_t>(bytes, 1)]);
+      base = heap.get();
+    }
+  }
+};
+
+}  // namespace
+
+void KvDiskTier::read_prefix(const ReadJob& job) {
   const auto t0 = std::chrono::steady_clock::now();
-  ReadResult r;
-  r.seq_id = job.seq_id;
-  r.tokens = job.tokens;
   const uint32_t bs = config_.block_size;
   // The items that fit the job's tokens (a plan never asks past them; a short one stops there).
   size_t n_items = 0;
@@ -299,78 +323,124 @@ ReadResult KvDiskTier::read_one(const ReadJob& job) {
   // Read and checked by several threads at once: one thread reading, checking (crc32)
   // and copying measured 0.2-0.4 GB/s, where a 16k-token prefix of a 9B model is 0.5 GB;
   // parallel reads also keep a device with a high latency per request busy. Each worker
-  // takes the next item; before its read it tells the kernel about the few after it
-  // (readahead). KV items past one that failed are skipped, and the results are taken in
-  // order: KV items stop at the first that failed (the blocks after it are unreachable).
-  // Item i's file goes to slot i of one region (each slot the expected file size plus
-  // one byte, 64-byte aligned).
+  // takes the next item; before its read it opens the file a few items ahead and tells the
+  // kernel about it (readahead from a cold device), leaving that descriptor for the worker
+  // that reads it. KV items past one that failed are skipped: KV items stop at the first
+  // that failed (the blocks after it are unreachable). Whenever the items read in order
+  // since the last piece reach piece_bytes, they go to the engine as the next piece, so
+  // that putting them into the pool overlaps with reading the rest.
   auto slot_bytes = [&](const ReadItem& item) {
     const uint64_t want = payload_offset(bs) + (item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes);
     return static_cast<size_t>((want + 1 + 63) & ~uint64_t{63});
   };
   std::vector<size_t> slot_at(n_items + 1, 0);
   for (size_t i = 0; i < n_items; ++i) slot_at[i + 1] = slot_at[i] + slot_bytes(job.items[i]);
-  r.memory = HugeRegion::map(std::max<size_t>(slot_at[n_items], 1));
-  uint8_t* base = r.memory.data();
-  if (base == nullptr) {
-    r.heap.reset(new uint8_t[std::max<size_t>(slot_at[n_items], 1)]);
-    base = r.heap.get();
-  }
+  auto memory = std::make_shared<JobMemory>(slot_at[n_items]);
+  uint8_t* base = memory->base;
+  auto tokens = std::make_shared<const std::vector<int32_t>>(job.tokens);
   std::vector<size_t> got(n_items, 0);
-  std::vector<char> ok(n_items, 0);
+  enum : uint8_t { kPending = 0, kOk = 1, kFailed = 2 };
+  std::unique_ptr<std::atomic<uint8_t>[]> state(new std::atomic<uint8_t>[std::max<size_t>(n_items, 1)]);
+  std::unique_ptr<std::atomic<int>[]> fds(new std::atomic<int>[std::max<size_t>(n_items, 1)]);
+  for (size_t i = 0; i < n_items; ++i) {
+    state[i].store(kPending);
+    fds[i].store(-1);
+  }
   std::atomic<size_t> next{0};
-  // The first KV item that failed: KV items after it are not read (unreachable), as
-  // when read one by one (only those already being read by other threads finish).
-  std::atomic<size_t> first_bad{n_items};
-  auto work = [&] {
-    constexpr size_t kAhead = 8;
-    for (size_t i; (i = next.fetch_add(1)) < n_items;) {
-      if (!enabled()) return;
-      if (job.items[i].kind == Kind::kKv && i > first_bad.load()) continue;
-      for (size_t h = i + 1; h < n_items && h <= i + kAhead; ++h) {
-        const int fd = ::open(path_of(Key{job.items[h].hash, job.items[h].kind}).c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;  // found out (and reported) when its turn comes
-        ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-        ::close(fd);
-      }
-      const ReadItem& item = job.items[i];
-      const size_t first = static_cast<size_t>(item.block) * bs;
-      const std::span<uint8_t> slot(base + slot_at[i], slot_at[i + 1] - slot_at[i]);
-      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i])) {
-        ok[i] = 1;
-      } else if (item.kind == Kind::kKv) {
-        size_t seen = first_bad.load();
-        while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
-        }
-      }
+  std::atomic<size_t> first_bad{n_items};  // the first KV item that failed
+
+  std::mutex pub_mu;  // guards what follows
+  size_t published = 0;
+  bool kv_broken = false;
+  bool delivered_last = false;
+  // Hands the items read in order since the last piece to the engine when they are
+  // piece_bytes or more, or all of them when `all` (every item is settled by then).
+  auto publish = [&](bool all) {
+    std::lock_guard<std::mutex> lock(pub_mu);
+    if (delivered_last) return;
+    size_t frontier = published;
+    uint64_t ready = 0;
+    while (frontier < n_items && state[frontier].load(std::memory_order_acquire) != kPending) {
+      ready += got[frontier];
+      ++frontier;
     }
+    const bool last = frontier == n_items;
+    if (!all && !last && (frontier == published || ready < config_.piece_bytes)) return;
+    ReadResult r;
+    r.seq_id = job.seq_id;
+    r.job_tokens = tokens;
+    r.memory = memory;
+    r.payload_at = payload_offset(bs);  // the header and tokens were checked
+    for (size_t i = published; i < frontier; ++i) {
+      const ReadItem& item = job.items[i];
+      if (item.kind == Kind::kKv && kv_broken) continue;
+      if (state[i].load() != kOk) {
+        if (item.kind == Kind::kKv) kv_broken = true;
+        continue;
+      }
+      r.bytes += got[i];
+      r.items.push_back(item);
+      r.files.emplace_back(base + slot_at[i], got[i]);
+    }
+    published = frontier;
+    r.last = last;
+    delivered_last = last;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    deliver(std::move(r));
   };
   const size_t n_workers = std::min<size_t>(read_threads_, std::max<size_t>(1, n_items / 8));
+  auto work = [&] {
+    const size_t ahead = 2 * n_workers;
+    for (size_t i; (i = next.fetch_add(1)) < n_items;) {
+      const ReadItem& item = job.items[i];
+      if (!enabled() || (item.kind == Kind::kKv && i > first_bad.load())) {
+        state[i].store(kFailed, std::memory_order_release);
+        continue;
+      }
+      if (const size_t h = i + ahead; h < n_items) {
+        const int fd = ::open(path_of(Key{job.items[h].hash, job.items[h].kind}).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+          ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+          int none = -1;
+          if (!fds[h].compare_exchange_strong(none, fd)) ::close(fd);
+        }
+      }
+      const size_t first = static_cast<size_t>(item.block) * bs;
+      const std::span<uint8_t> slot(base + slot_at[i], slot_at[i + 1] - slot_at[i]);
+      const int fd = fds[i].exchange(-2);  // -2: a late readahead open closes its own
+      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i], fd)) {
+        state[i].store(kOk, std::memory_order_release);
+      } else {
+        if (item.kind == Kind::kKv) {
+          size_t seen = first_bad.load();
+          while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+          }
+        }
+        state[i].store(kFailed, std::memory_order_release);
+      }
+      publish(false);
+    }
+  };
   std::vector<std::thread> workers;
   for (size_t w = 1; w < n_workers; ++w) workers.emplace_back(work);
   work();
   for (std::thread& t : workers) t.join();
-  bool kv_broken = false;
   for (size_t i = 0; i < n_items; ++i) {
-    const ReadItem& item = job.items[i];
-    if (item.kind == Kind::kKv && kv_broken) continue;
-    if (!ok[i]) {
-      if (item.kind == Kind::kKv) kv_broken = true;
-      continue;
-    }
-    r.bytes += got[i];
-    r.items.push_back(item);
-    r.files.emplace_back(base + slot_at[i], got[i]);
+    if (const int fd = fds[i].exchange(-2); fd >= 0) ::close(fd);  // opened ahead for an item skipped
   }
-  r.payload_at = payload_offset(bs);  // the header and tokens were checked
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  publish(true);
+  // The files used become the most recent, here (read_file) and in the order a restart
+  // sees (their times): after the engine has them, off the request's path.
+  for (size_t i = 0; i < n_items; ++i) {
+    if (state[i].load() == kOk) ::utimensat(AT_FDCWD, path_of(Key{job.items[i].hash, job.items[i].kind}).c_str(), nullptr, 0);
+  }
 }
 
-bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got) {
+bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got,
+                           int fd) {
   const Key key{item.hash, item.kind};
   const std::string path = path_of(key);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     index_.erase(key);
@@ -396,10 +466,6 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
       }
       if (n == 0) break;
       got += static_cast<size_t>(n);
-    }
-    if (err == 0) {
-      // The file was used: it becomes the most recent, here and in the order a restart sees.
-      ::futimens(fd, nullptr);
     }
   }
   ::close(fd);

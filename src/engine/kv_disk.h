@@ -54,6 +54,7 @@ struct DiskConfig {
   uint64_t kv_payload_bytes = 0;     // of one KV block
   uint64_t state_payload_bytes = 0;  // of one state snapshot (0: not a hybrid model)
   uint64_t queue_bytes = 256ull << 20;  // payloads waiting for the writer, at most
+  uint64_t piece_bytes = 32ull << 20;   // a read job comes back in pieces of about this many bytes
 };
 
 struct WriteJob {
@@ -90,10 +91,14 @@ struct SwapResult {
 };
 
 // What came back: the items read and checked (KV items stop at the first that failed:
-// the blocks after it are unreachable), each with its payload.
+// the blocks after it are unreachable), each with its payload. A large job comes back in
+// pieces, in item order, as its files are read (the engine puts one piece into the pool
+// while the next is read); `last` marks the job's final piece (maybe with no items),
+// after which nothing more of that job comes.
 struct ReadResult {
   uint64_t seq_id = 0;
-  std::vector<int32_t> tokens;
+  std::shared_ptr<const std::vector<int32_t>> job_tokens;  // the job's tokens (shared by its pieces)
+  const std::vector<int32_t>& tokens() const { return *job_tokens; }
   std::vector<ReadItem> items;
   // Each item's whole file as read (header, tokens, payload), in `memory`: the payload
   // starts at payload_at, so the read never moves half a gigabyte to drop a header.
@@ -101,13 +106,13 @@ struct ReadResult {
   size_t payload_at = 0;
   std::span<const uint8_t> payload(size_t i) const { return files[i].subspan(payload_at); }
   std::span<uint8_t> payload(size_t i) { return files[i].subspan(payload_at); }
-  // One region for the whole job's files (huge pages where the system gives them: a
-  // 16k-token prefix of a 9B model is 0.5 GB, whose first touch in 4 KiB pages cost more
-  // than reading and checking it), or the heap where it cannot be mapped.
-  HugeRegion memory;
-  std::unique_ptr<uint8_t[]> heap;
-  double seconds = 0;  // reading and checking the job's files
-  uint64_t bytes = 0;
+  // One region for the whole job's files, shared by its pieces (huge pages where the
+  // system gives them: a 16k-token prefix of a 9B model is 0.5 GB, whose first touch in
+  // 4 KiB pages cost more than reading and checking it; else the heap).
+  std::shared_ptr<void> memory;
+  bool last = true;
+  double seconds = 0;  // from the job's start to this piece's delivery
+  uint64_t bytes = 0;  // this piece's
 };
 
 struct DiskStats {
@@ -154,7 +159,7 @@ class KvDiskTier {
 
   void read(ReadJob job);
   std::vector<ReadResult> take_done();
-  // Called (on the reader thread) after each finished read job, e.g. to wake the engine.
+  // Called (on the reader thread) after each piece of a read job, e.g. to wake the engine.
   void set_on_done(std::function<void()> fn);
 
   DiskStats stats() const;
@@ -181,11 +186,16 @@ class KvDiskTier {
   void writer_loop();
   void reader_loop();
   void write_one(const WriteJob& job);
-  ReadResult read_one(const ReadJob& job);
+  // Reads a prefix job's files on several threads, handing each piece to deliver() as
+  // soon as the items before it are read.
+  void read_prefix(const ReadJob& job);
+  void deliver(ReadResult r);
   // Reads one file; "" and `out` filled when it is the file asked for.
   // Reads the item's file into out (its capacity: one byte more than the expected size,
   // so a file grown past it is seen); got: the bytes read. Checked as read_one says.
-  bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got);
+  // fd: the file already opened (by the readahead), else -1.
+  bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got,
+                 int fd = -1);
   void remove_file(Key key, const std::string& why);
   std::string path_of(Key key) const;
   // Swap files (kv_disk_swap.cpp).
@@ -215,6 +225,7 @@ class KvDiskTier {
   std::string swap_folder_;           // "" when it could not be made (no disk swapping)
   std::vector<SwapResult> swap_done_;
   double read_bps_ = 0;
+  uint64_t job_bytes_ = 0;  // the pieces of the prefix job being read so far
 
   std::thread writer_, reader_;
 };

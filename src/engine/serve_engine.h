@@ -315,6 +315,14 @@ class ServeEngine {
   uint64_t disk_part_bytes_ = 0;   // one block of one layer's K (or V) in the pool
   int64_t disk_layer_floats_ = 0;  // one layer's K (or V) buffer, in floats
   bool disk_ready_ = false;        // a read finished (guarded by mu_): wakes the loop
+  // A disk hit being put into the pool piece by piece, for its one log line.
+  struct DiskHit {
+    size_t blocks = 0;
+    uint64_t bytes = 0;
+    int pieces = 0;
+    double install_s = 0;
+  };
+  std::unordered_map<uint64_t, DiskHit> disk_hits_;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
   std::list<Encoding> encoding_;  // requests whose images are being encoded
   double step_ms_ = 0;            // the last step's time (the encoder's slice)

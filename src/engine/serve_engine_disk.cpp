@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/kv_disk_fingerprint.h"
 #include "engine/serve_engine.h"
+#include "engine/serve_engine_live.h"
 
 namespace hearth::engine {
 namespace {
@@ -246,13 +247,16 @@ void ServeEngine::disk_install() {
   }
   std::vector<kvdisk::ReadResult> done = disk_->take_done();
   const int64_t bs = config_.block_size;
+  // A job comes in pieces (kv_disk.h): each is put into the pool as it comes, after the
+  // blocks of the pieces before it, while the reader reads the next; the sequence waits
+  // (gated) until the last.
   for (kvdisk::ReadResult& r : done) {
     const auto t_install = std::chrono::steady_clock::now();
-    if (observer_ != nullptr) observer_->on_disk_read(r.seconds);
-    const auto n_blocks = static_cast<int32_t>(static_cast<int64_t>(r.tokens.size()) / bs);
-    // The chain so far in memory is held while blocks are put after it (an allocation
-    // could otherwise evict its head).
-    PrefixMatch held = blocks_.match_prefix(r.tokens, n_blocks, false);
+    const std::vector<int32_t>& tokens = r.tokens();
+    const auto n_blocks = static_cast<int32_t>(static_cast<int64_t>(tokens.size()) / bs);
+    // The chain so far in memory (with the earlier pieces' blocks) is held while blocks
+    // are put after it (an allocation could otherwise evict its head).
+    PrefixMatch held = blocks_.match_prefix(tokens, n_blocks, false);
     std::vector<BlockId> chain = held.blocks;
     std::vector<uint64_t> hashes = held.hashes;
     bool kv_stopped = false;
@@ -277,7 +281,7 @@ void ServeEngine::disk_install() {
         // Copied in one batch below: nothing runs on the pool before (the chain is held).
         pending_ids.push_back(id);
         pending_src.push_back(r.payload(i).data());
-        const std::span<const int32_t> toks(r.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
+        const std::span<const int32_t> toks(tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
         hashes.push_back(blocks_.commit_full(id, parent, toks));
         chain.push_back(id);
       } else {
@@ -289,13 +293,31 @@ void ServeEngine::disk_install() {
       }
     }
     write_blocks_from(pending_ids.data(), static_cast<int64_t>(pending_ids.size()), pending_src.data());
-    // Where a disk hit's time goes (the read by the tier's threads, then the copies into the
-    // pool on the engine thread); the prompt's remaining tokens are then computed as usual.
-    std::fprintf(stderr, "hearth: kv-disk: %zu blocks (%.1f MiB) read in %.3f s, put into the pool in %.3f s\n",
-                 pending_ids.size(), static_cast<double>(r.bytes) / (1 << 20), r.seconds,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_install).count());
     // Released last first, like a finished sequence: the head stays cached longest.
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) blocks_.release(*it);
+    const double install_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_install).count();
+    DiskHit& hit = disk_hits_[r.seq_id];
+    hit.blocks += pending_ids.size();
+    hit.bytes += r.bytes;
+    hit.install_s += install_s;
+    ++hit.pieces;
+    if (!r.last) continue;
+    if (observer_ != nullptr) observer_->on_disk_read(r.seconds);
+    // Where a disk hit's time goes: the read by the tier's threads, the copies into the
+    // pool on the engine thread (overlapped with the read but for the last piece's), and
+    // before the read, the request's wait for it; the prompt's remaining tokens are then
+    // computed as usual.
+    double before_ms = -1;  // from the request's arrival to the read's start
+    if (auto it = live_.find(r.seq_id); it != live_.end()) {
+      before_ms = std::chrono::duration<double, std::milli>(t_install - it->second->channel->created).count() -
+                  r.seconds * 1e3;
+    }
+    std::fprintf(stderr,
+                 "hearth: kv-disk: %zu blocks (%.1f MiB) read in %.3f s, put into the pool in %.3f s (%d pieces; "
+                 "the last %.3f s after the read), %.1f ms after the request arrived\n",
+                 hit.blocks, static_cast<double>(hit.bytes) / (1 << 20), r.seconds, hit.install_s, hit.pieces, install_s,
+                 before_ms);
+    disk_hits_.erase(r.seq_id);
     if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
   }
 }

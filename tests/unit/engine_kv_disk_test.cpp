@@ -262,6 +262,100 @@ TEST(KvDiskTier, WritesReadBackAfterARestartAndBadFilesAreRemoved) {
   EXPECT_FALSE(tier.stats().disabled);  // bad files are not the folder's fault
 }
 
+// A large job comes back in pieces, in block order, each as soon as the blocks before it
+// are read (the engine puts one into the pool while the next is read); only the final
+// piece is `last`; a damaged block stops the KV items there across pieces, and the state
+// item still comes in the final piece.
+TEST(KvDiskTier, ALargeReadComesBackInOrderedPiecesAndStopsAtADamagedBlock) {
+  TempDir dir;
+  constexpr int kBlocks = 64;
+  std::vector<int32_t> all;
+  DiskConfig c = config_in(dir.path());
+  c.piece_bytes = 5 * (payload_offset(16) + 4096);  // about five files a piece
+  {
+    KvDiskTier tier(c);
+    for (int b = 0; b < kBlocks; ++b) {
+      auto t = tokens_of(b + 1);
+      all.insert(all.end(), t.begin(), t.end());
+      tier.put(WriteJob{Kind::kKv, 1000u + static_cast<uint64_t>(b), b == 0 ? 0u : 999u + static_cast<uint64_t>(b),
+                        tokens_of(b + 1), payload_of(b, 4096)});
+    }
+    tier.put(WriteJob{Kind::kState, 1000u + kBlocks - 1, 1000u + kBlocks - 2, tokens_of(kBlocks), payload_of(77, 512)});
+    tier.drain();
+  }
+  ReadJob job;
+  job.seq_id = 9;
+  job.tokens = all;
+  for (int b = 0; b < kBlocks; ++b) {
+    job.items.push_back({Kind::kKv, b, 1000u + static_cast<uint64_t>(b), b == 0 ? 0u : 999u + static_cast<uint64_t>(b)});
+  }
+  job.items.push_back({Kind::kState, kBlocks - 1, 1000u + kBlocks - 1, 1000u + kBlocks - 2});
+  auto read_pieces = [&](KvDiskTier& tier) {
+    tier.read(job);
+    std::vector<ReadResult> pieces;
+    for (int i = 0; i < 4000 && (pieces.empty() || !pieces.back().last); ++i) {
+      std::vector<ReadResult> done = tier.take_done();
+      for (ReadResult& r : done) pieces.push_back(std::move(r));
+      if (done.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return pieces;
+  };
+  {
+    KvDiskTier tier(c);
+    std::vector<ReadResult> pieces = read_pieces(tier);
+    ASSERT_FALSE(pieces.empty());
+    EXPECT_GT(pieces.size(), 3u);
+    int next_block = 0;
+    bool state_seen = false;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      EXPECT_EQ(pieces[p].last, p + 1 == pieces.size());
+      EXPECT_EQ(pieces[p].seq_id, 9u);
+      EXPECT_EQ(pieces[p].tokens(), all);
+      for (size_t i = 0; i < pieces[p].items.size(); ++i) {
+        const ReadItem& it = pieces[p].items[i];
+        const std::vector<uint8_t> got(pieces[p].payload(i).begin(), pieces[p].payload(i).end());
+        if (it.kind == Kind::kState) {
+          EXPECT_EQ(p + 1, pieces.size());
+          EXPECT_EQ(got, payload_of(77, 512));
+          state_seen = true;
+          continue;
+        }
+        EXPECT_EQ(it.block, next_block);
+        EXPECT_EQ(got, payload_of(next_block, 4096));
+        ++next_block;
+      }
+    }
+    EXPECT_EQ(next_block, kBlocks);
+    EXPECT_TRUE(state_seen);
+    EXPECT_EQ(tier.stats().reads, 1u);
+    EXPECT_EQ(tier.stats().files_read, static_cast<uint64_t>(kBlocks + 1));
+  }
+  // Block 40 damaged: blocks 0-39 and the state come back, nothing after 39.
+  const fs::path folder = dir.path() / hex64(0xfeed);
+  auto bytes = read_all(folder / file_name(1040, Kind::kKv));
+  bytes[bytes.size() / 2] ^= 4;
+  write_all(folder / file_name(1040, Kind::kKv), bytes);
+  KvDiskTier tier(c);
+  std::vector<ReadResult> pieces = read_pieces(tier);
+  ASSERT_FALSE(pieces.empty());
+  EXPECT_TRUE(pieces.back().last);
+  int n_kv = 0, n_state = 0, max_block = -1;
+  for (const ReadResult& r : pieces) {
+    for (const ReadItem& it : r.items) {
+      if (it.kind == Kind::kKv) {
+        ++n_kv;
+        max_block = std::max(max_block, it.block);
+      } else {
+        ++n_state;
+      }
+    }
+  }
+  EXPECT_EQ(n_kv, 40);
+  EXPECT_EQ(max_block, 39);
+  EXPECT_EQ(n_state, 1);
+  EXPECT_EQ(tier.stats().files_rejected, 1u);
+}
+
 TEST(KvDiskTier, TheBudgetRemovesTheLeastRecentlyUsedFiles) {
   TempDir dir;
   const uint64_t file = payload_offset(16) + 4096;
