@@ -2,6 +2,7 @@
 #include "engine/kv_disk_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,6 +243,15 @@ std::vector<ReadResult> KvDiskTier::take_done() {
   return out;
 }
 
+void KvDiskTier::release(std::shared_ptr<void> memory) {
+  if (!memory) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spent_.push_back(std::move(memory));
+  }
+  cv_read_.notify_one();
+}
+
 void KvDiskTier::set_on_done(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   on_done_ = std::move(fn);
@@ -252,8 +262,15 @@ void KvDiskTier::reader_loop() {
     ReadJob job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_read_.wait(lock, [&] { return stop_ || !reads_.empty(); });
+      cv_read_.wait(lock, [&] { return stop_ || !reads_.empty() || !spent_.empty(); });
       if (stop_) return;
+      if (!spent_.empty()) {
+        std::vector<std::shared_ptr<void>> spent;
+        spent.swap(spent_);
+        lock.unlock();
+        spent.clear();  // unmapped (or freed) here, off the engine's thread
+        continue;
+      }
       job = std::move(reads_.front());
       reads_.pop_front();
     }
@@ -295,19 +312,43 @@ void KvDiskTier::deliver(ReadResult r) {
 namespace {
 
 // A prefix job's files in one region: item i's file in slot i (each slot the expected file
-// size plus one byte, 64-byte aligned), huge pages where they can be mapped.
+// size plus one byte, page-aligned), huge pages where they can be mapped. With map_files,
+// an address range is reserved instead and each file is mapped over its slot; one munmap
+// at the end drops them all.
 struct JobMemory {
   HugeRegion region;
   std::unique_ptr<uint8_t[]> heap;
+  void* reserved = nullptr;
+  size_t reserved_bytes = 0;
   uint8_t* base = nullptr;
-  explicit JobMemory(size_t bytes) : region(HugeRegion::map(std::max<size_t>(bytes, 1))) {
+  JobMemory(size_t bytes, bool map_files) {
+    bytes = std::max<size_t>(bytes, 1);
+    if (map_files) {
+      void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) {
+        reserved = p;
+        reserved_bytes = bytes;
+        base = static_cast<uint8_t*>(p);
+        return;
+      }
+    }
+    region = HugeRegion::map(bytes);
     base = region.data();
     if (base == nullptr) {
-      heap.reset(new uint8_t[std::max<size_t>(bytes, 1)]);
+      heap.reset(new uint8_t[bytes]);
       base = heap.get();
     }
   }
+  ~JobMemory() {
+    if (reserved != nullptr) ::munmap(reserved, reserved_bytes);
+  }
+  JobMemory(const JobMemory&) = delete;
+  JobMemory& operator=(const JobMemory&) = delete;
 };
+
+int64_t ns_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count();
+}
 
 }  // namespace
 
@@ -331,12 +372,13 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
   // that putting them into the pool overlaps with reading the rest.
   auto slot_bytes = [&](const ReadItem& item) {
     const uint64_t want = payload_offset(bs) + (item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes);
-    return static_cast<size_t>((want + 1 + 63) & ~uint64_t{63});
+    return static_cast<size_t>((want + 1 + 4095) & ~uint64_t{4095});
   };
   std::vector<size_t> slot_at(n_items + 1, 0);
   for (size_t i = 0; i < n_items; ++i) slot_at[i + 1] = slot_at[i] + slot_bytes(job.items[i]);
-  auto memory = std::make_shared<JobMemory>(slot_at[n_items]);
+  auto memory = std::make_shared<JobMemory>(slot_at[n_items], config_.map_files);
   uint8_t* base = memory->base;
+  std::atomic<int64_t> times[3] = {0, 0, 0};  // ns opening, reading, checking
   auto tokens = std::make_shared<const std::vector<int32_t>>(job.tokens);
   std::vector<size_t> got(n_items, 0);
   enum : uint8_t { kPending = 0, kOk = 1, kFailed = 2 };
@@ -349,6 +391,7 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
   std::atomic<size_t> next{0};
   std::atomic<size_t> first_bad{n_items};  // the first KV item that failed
 
+  const size_t n_workers = std::min<size_t>(read_threads_, std::max<size_t>(1, n_items / 8));
   std::mutex pub_mu;  // guards what follows
   size_t published = 0;
   bool kv_broken = false;
@@ -385,10 +428,15 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
     published = frontier;
     r.last = last;
     delivered_last = last;
+    if (last) {
+      r.threads = n_workers;
+      r.open_s = static_cast<double>(times[0].load()) * 1e-9;
+      r.read_s = static_cast<double>(times[1].load()) * 1e-9;
+      r.check_s = static_cast<double>(times[2].load()) * 1e-9;
+    }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     deliver(std::move(r));
   };
-  const size_t n_workers = std::min<size_t>(read_threads_, std::max<size_t>(1, n_items / 8));
   auto work = [&] {
     const size_t ahead = 2 * n_workers;
     for (size_t i; (i = next.fetch_add(1)) < n_items;) {
@@ -398,17 +446,19 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
         continue;
       }
       if (const size_t h = i + ahead; h < n_items) {
+        const auto t_open = std::chrono::steady_clock::now();
         const int fd = ::open(path_of(Key{job.items[h].hash, job.items[h].kind}).c_str(), O_RDONLY | O_CLOEXEC);
         if (fd >= 0) {
           ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
           int none = -1;
           if (!fds[h].compare_exchange_strong(none, fd)) ::close(fd);
         }
+        times[0] += ns_since(t_open);
       }
       const size_t first = static_cast<size_t>(item.block) * bs;
       const std::span<uint8_t> slot(base + slot_at[i], slot_at[i + 1] - slot_at[i]);
       const int fd = fds[i].exchange(-2);  // -2: a late readahead open closes its own
-      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i], fd)) {
+      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i], fd, times)) {
         state[i].store(kOk, std::memory_order_release);
       } else {
         if (item.kind == Kind::kKv) {
@@ -437,9 +487,10 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
 }
 
 bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got,
-                           int fd) {
+                           int fd, std::atomic<int64_t>* times) {
   const Key key{item.hash, item.kind};
   const std::string path = path_of(key);
+  auto t = std::chrono::steady_clock::now();
   if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
@@ -448,11 +499,27 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
     if (e != ENOENT) disable("cannot open " + path + ": " + errno_text(e));
     return false;
   }
+  if (times != nullptr) times[0] += ns_since(t);
+  t = std::chrono::steady_clock::now();
   struct stat st {};
   int err = ::fstat(fd, &st) != 0 ? errno : 0;
   const uint64_t want_size = payload_offset(config_.block_size) +
                              (item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes);
-  if (err == 0) {
+  std::string wrong_size;
+  if (err == 0 && config_.map_files) {
+    // Mapped over its slot (the page cache's pages, no copy). Only a file of exactly the
+    // expected size is mapped (a shorter one would fault past its end); the tier's files
+    // are replaced by rename, never rewritten in place, so a mapped file keeps its bytes.
+    const auto size = static_cast<uint64_t>(st.st_size);
+    got = 0;
+    if (size != want_size || size > out.size()) {
+      wrong_size = "size " + std::to_string(size) + " bytes, expected " + std::to_string(want_size) + " (torn or foreign)";
+    } else if (::mmap(out.data(), size, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0) == MAP_FAILED) {
+      err = errno;
+    } else {
+      got = size;
+    }
+  } else if (err == 0) {
     // Never more than the expected size is read (a file grown huge is simply wrong).
     const auto size = static_cast<uint64_t>(st.st_size);
     const auto cap = static_cast<size_t>(std::min<uint64_t>({size, want_size + 1, out.size()}));
@@ -469,11 +536,17 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
     }
   }
   ::close(fd);
+  if (times != nullptr) times[1] += ns_since(t);
   if (err != 0) {
     index_.erase(key);
     disable("cannot read " + path + ": " + errno_text(err));
     return false;
   }
+  if (!wrong_size.empty()) {
+    remove_file(key, wrong_size);
+    return false;
+  }
+  t = std::chrono::steady_clock::now();
   Expect want;
   want.kind = item.kind;
   want.fingerprint = config_.fingerprint;
@@ -482,6 +555,7 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
   want.tokens = tokens;
   want.payload_bytes = item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes;
   const std::string why = check_file(out.first(got), want);
+  if (times != nullptr) times[2] += ns_since(t);
   if (!why.empty()) {
     remove_file(key, why);
     return false;

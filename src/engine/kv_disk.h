@@ -55,6 +55,8 @@ struct DiskConfig {
   uint64_t state_payload_bytes = 0;  // of one state snapshot (0: not a hybrid model)
   uint64_t queue_bytes = 256ull << 20;  // payloads waiting for the writer, at most
   uint64_t piece_bytes = 32ull << 20;   // a read job comes back in pieces of about this many bytes
+  size_t read_threads = 0;              // threads of one prefix read job (0: half the cores, 1 to 8)
+  bool map_files = false;               // map a prefix hit's files instead of reading them into memory
 };
 
 struct WriteJob {
@@ -113,6 +115,10 @@ struct ReadResult {
   bool last = true;
   double seconds = 0;  // from the job's start to this piece's delivery
   uint64_t bytes = 0;  // this piece's
+  // The last piece's: the job's threads and their summed time opening, reading (or
+  // mapping) and checking files.
+  size_t threads = 0;
+  double open_s = 0, read_s = 0, check_s = 0;
 };
 
 struct DiskStats {
@@ -159,6 +165,9 @@ class KvDiskTier {
 
   void read(ReadJob job);
   std::vector<ReadResult> take_done();
+  // Hands a result's memory back when the caller is done with it: the reader thread frees
+  // it (unmapping half a gigabyte of files is not for the engine's thread).
+  void release(std::shared_ptr<void> memory);
   // Called (on the reader thread) after each piece of a read job, e.g. to wake the engine.
   void set_on_done(std::function<void()> fn);
 
@@ -193,9 +202,11 @@ class KvDiskTier {
   // Reads one file; "" and `out` filled when it is the file asked for.
   // Reads the item's file into out (its capacity: one byte more than the expected size,
   // so a file grown past it is seen); got: the bytes read. Checked as read_one says.
-  // fd: the file already opened (by the readahead), else -1.
+  // fd: the file already opened (by the readahead), else -1. With map_files the file is
+  // mapped over `out` (page-aligned, in a reserved region) instead of read into it.
+  // times: nanoseconds spent opening, reading and checking, added to.
   bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got,
-                 int fd = -1);
+                 int fd = -1, std::atomic<int64_t>* times = nullptr);
   void remove_file(Key key, const std::string& why);
   std::string path_of(Key key) const;
   // Swap files (kv_disk_swap.cpp).
@@ -205,8 +216,9 @@ class KvDiskTier {
   void note_read_speed(uint64_t bytes, double seconds);  // mu_ held
 
   DiskConfig config_;
-  // Threads a prefix read job uses (read_one): half the cores, 1 to 8.
-  size_t read_threads_ = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+  // Threads a prefix read job uses (read_prefix): half the cores, 1 to 8, unless configured.
+  size_t read_threads_ = config_.read_threads > 0 ? config_.read_threads
+                                                  : std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
   std::string folder_;
   DiskIndex index_;
   std::atomic<bool> disabled_{false};
@@ -219,6 +231,7 @@ class KvDiskTier {
   bool writing_ = false;  // the writer holds a job it took from the queue
   std::deque<ReadJob> reads_;
   std::vector<ReadResult> done_;
+  std::vector<std::shared_ptr<void>> spent_;  // results' memory to free (release)
   std::function<void()> on_done_;
   bool stop_ = false;
   DiskStats stats_;

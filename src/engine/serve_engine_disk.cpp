@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/tune.h"
 #include "engine/kv_disk_fingerprint.h"
 #include "engine/serve_engine.h"
 #include "engine/serve_engine_live.h"
@@ -79,6 +80,8 @@ void ServeEngine::disk_init() {
   dc.block_size = static_cast<uint32_t>(config_.block_size);
   dc.kv_payload_bytes = block_bytes;
   dc.state_payload_bytes = fp.state_bytes;
+  dc.read_threads = static_cast<size_t>(tune::get(tune::kKvDiskThreads));
+  dc.map_files = tune::get(tune::kKvDiskRead) == 1;
   disk_ = std::make_unique<kvdisk::KvDiskTier>(std::move(dc));
   disk_->set_on_done([this] {
     {
@@ -296,6 +299,7 @@ void ServeEngine::disk_install() {
     // Released last first, like a finished sequence: the head stays cached longest.
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) blocks_.release(*it);
     const double install_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_install).count();
+    disk_->release(std::move(r.memory));  // the copies above are done with it
     DiskHit& hit = disk_hits_[r.seq_id];
     hit.blocks += pending_ids.size();
     hit.bytes += r.bytes;
@@ -314,9 +318,10 @@ void ServeEngine::disk_install() {
     }
     std::fprintf(stderr,
                  "hearth: kv-disk: %zu blocks (%.1f MiB) read in %.3f s, put into the pool in %.3f s (%d pieces; "
-                 "the last %.3f s after the read), %.1f ms after the request arrived\n",
+                 "the last %.3f s after the read), %.1f ms after the request arrived; %zu threads spent %.3f s "
+                 "opening, %.3f s %s, %.3f s checking\n",
                  hit.blocks, static_cast<double>(hit.bytes) / (1 << 20), r.seconds, hit.install_s, hit.pieces, install_s,
-                 before_ms);
+                 before_ms, r.threads, r.open_s, r.read_s, disk_->config().map_files ? "mapping" : "reading", r.check_s);
     disk_hits_.erase(r.seq_id);
     if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
   }

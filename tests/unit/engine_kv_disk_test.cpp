@@ -266,11 +266,13 @@ TEST(KvDiskTier, WritesReadBackAfterARestartAndBadFilesAreRemoved) {
 // are read (the engine puts one into the pool while the next is read); only the final
 // piece is `last`; a damaged block stops the KV items there across pieces, and the state
 // item still comes in the final piece.
-TEST(KvDiskTier, ALargeReadComesBackInOrderedPiecesAndStopsAtADamagedBlock) {
+void pieces_case(bool map_files) {
   TempDir dir;
   constexpr int kBlocks = 64;
   std::vector<int32_t> all;
   DiskConfig c = config_in(dir.path());
+  c.map_files = map_files;
+  c.read_threads = 3;
   c.piece_bytes = 5 * (payload_offset(16) + 4096);  // about five files a piece
   {
     KvDiskTier tier(c);
@@ -354,7 +356,23 @@ TEST(KvDiskTier, ALargeReadComesBackInOrderedPiecesAndStopsAtADamagedBlock) {
   EXPECT_EQ(max_block, 39);
   EXPECT_EQ(n_state, 1);
   EXPECT_EQ(tier.stats().files_rejected, 1u);
+  EXPECT_EQ(pieces.back().threads, 3u);
+  EXPECT_FALSE(fs::exists(folder / file_name(1040, Kind::kKv)));
+  // Torn (cut short): refused and removed the same way, read or mapped.
+  auto b20 = read_all(folder / file_name(1020, Kind::kKv));
+  write_all(folder / file_name(1020, Kind::kKv), std::vector<uint8_t>(b20.begin(), b20.begin() + 3000));
+  pieces = read_pieces(tier);
+  n_kv = 0;
+  for (const ReadResult& r : pieces) {
+    for (const ReadItem& it : r.items) n_kv += it.kind == Kind::kKv;
+  }
+  EXPECT_EQ(n_kv, 20);
+  EXPECT_EQ(tier.stats().files_rejected, 2u);
+  EXPECT_FALSE(fs::exists(folder / file_name(1020, Kind::kKv)));
 }
+
+TEST(KvDiskTier, ALargeReadComesBackInOrderedPiecesAndStopsAtADamagedBlock) { pieces_case(false); }
+TEST(KvDiskTier, MappedFilesComeBackLikeReadOnes) { pieces_case(true); }
 
 TEST(KvDiskTier, TheBudgetRemovesTheLeastRecentlyUsedFiles) {
   TempDir dir;

@@ -707,13 +707,16 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     // Key ranges: as many as fill the GPU's resident blocks once (one wave; measured on the
     // H200: a single 32k row of the 8B in 32 ranges 52 us against 68 in 64, 64 rows of 640
     // keys unsplit 63-72 us against 74-127 in 2 ranges), none shorter than
-    // tc_decode_range_keys_. (HEARTH_CUDA_TC_DECODE_BLOCKS sets the wave instead.)
+    // tc_decode_range_keys_. (--tune cuda.tc_decode_blocks=N sets the wave instead.)
     const int mode = group <= kTcDecodeGroup ? tc_decode_mode_ : 0;
     // q8_0 in the decode variant: raw copies in flight (cuda_attention_tc.cu), 0: staged.
     const int q8_raw = q8 && mode > 0 ? tc_decode_q8_raw_stages(head_dim, cache.n_kv_dim, mode) : 0;
+    // The wave is the staged variant's also when the raw one runs: the key ranges, and so
+    // the order the partial results are combined in, must not depend on the variant (raw
+    // and staged give the same bits; with head size 64 their residency differs).
     const int64_t wave =
         tc_decode_blocks_ > 0 ? tc_decode_blocks_
-        : mode > 0            ? tc_decode_resident_blocks(static_cast<int>(head_dim), mode, q8_raw)
+        : mode > 0            ? tc_decode_resident_blocks(static_cast<int>(head_dim), mode, 0)
                               : 1024;
     const int64_t want = std::max<int64_t>(1, wave / (n_tiles * n_head_kv));
     const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
