@@ -378,6 +378,7 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
   for (size_t i = 0; i < n_items; ++i) slot_at[i + 1] = slot_at[i] + slot_bytes(job.items[i]);
   auto memory = std::make_shared<JobMemory>(slot_at[n_items], config_.map_files);
   uint8_t* base = memory->base;
+  const bool mapped = memory->reserved != nullptr;
   std::atomic<int64_t> times[3] = {0, 0, 0};  // ns opening, reading, checking
   auto tokens = std::make_shared<const std::vector<int32_t>>(job.tokens);
   std::vector<size_t> got(n_items, 0);
@@ -430,6 +431,7 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
     delivered_last = last;
     if (last) {
       r.threads = n_workers;
+      r.mapped = mapped;
       r.open_s = static_cast<double>(times[0].load()) * 1e-9;
       r.read_s = static_cast<double>(times[1].load()) * 1e-9;
       r.check_s = static_cast<double>(times[2].load()) * 1e-9;
@@ -458,7 +460,7 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
       const size_t first = static_cast<size_t>(item.block) * bs;
       const std::span<uint8_t> slot(base + slot_at[i], slot_at[i + 1] - slot_at[i]);
       const int fd = fds[i].exchange(-2);  // -2: a late readahead open closes its own
-      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i], fd, times)) {
+      if (read_file(item, std::span<const int32_t>(job.tokens).subspan(first, bs), slot, got[i], fd, times, mapped)) {
         state[i].store(kOk, std::memory_order_release);
       } else {
         if (item.kind == Kind::kKv) {
@@ -487,7 +489,7 @@ void KvDiskTier::read_prefix(const ReadJob& job) {
 }
 
 bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got,
-                           int fd, std::atomic<int64_t>* times) {
+                           int fd, std::atomic<int64_t>* times, bool map) {
   const Key key{item.hash, item.kind};
   const std::string path = path_of(key);
   auto t = std::chrono::steady_clock::now();
@@ -505,34 +507,39 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
   int err = ::fstat(fd, &st) != 0 ? errno : 0;
   const uint64_t want_size = payload_offset(config_.block_size) +
                              (item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes);
-  std::string wrong_size;
-  if (err == 0 && config_.map_files) {
-    // Mapped over its slot (the page cache's pages, no copy). Only a file of exactly the
-    // expected size is mapped (a shorter one would fault past its end); the tier's files
-    // are replaced by rename, never rewritten in place, so a mapped file keeps its bytes.
+  // Mapped over its slot (the page cache's pages, no copy) when it has exactly the
+  // expected size (a shorter one would fault past its end); the tier's files are replaced
+  // by rename, never rewritten in place, so a mapped file keeps its bytes. A file of
+  // another size is read into memory of its own instead, for check_file to name what is
+  // wrong with it.
+  std::vector<uint8_t> odd;
+  std::span<uint8_t> bytes = out;
+  if (err == 0) {
     const auto size = static_cast<uint64_t>(st.st_size);
     got = 0;
-    if (size != want_size || size > out.size()) {
-      wrong_size = "size " + std::to_string(size) + " bytes, expected " + std::to_string(want_size) + " (torn or foreign)";
-    } else if (::mmap(out.data(), size, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0) == MAP_FAILED) {
-      err = errno;
-    } else {
-      got = size;
-    }
-  } else if (err == 0) {
-    // Never more than the expected size is read (a file grown huge is simply wrong).
-    const auto size = static_cast<uint64_t>(st.st_size);
-    const auto cap = static_cast<size_t>(std::min<uint64_t>({size, want_size + 1, out.size()}));
-    got = 0;
-    while (got < cap) {
-      const ssize_t n = ::pread(fd, out.data() + got, cap - got, static_cast<off_t>(got));
-      if (n < 0) {
-        if (errno == EINTR) continue;
+    if (map && size == want_size && size <= out.size()) {
+      if (::mmap(out.data(), size, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0) == MAP_FAILED) {
         err = errno;
-        break;
+      } else {
+        got = size;
       }
-      if (n == 0) break;
-      got += static_cast<size_t>(n);
+    } else {
+      if (map) {
+        odd.resize(static_cast<size_t>(std::min<uint64_t>(size, want_size + 1)));
+        bytes = odd;
+      }
+      // Never more than the expected size is read (a file grown huge is simply wrong).
+      const auto cap = static_cast<size_t>(std::min<uint64_t>({size, want_size + 1, bytes.size()}));
+      while (got < cap) {
+        const ssize_t n = ::pread(fd, bytes.data() + got, cap - got, static_cast<off_t>(got));
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          err = errno;
+          break;
+        }
+        if (n == 0) break;
+        got += static_cast<size_t>(n);
+      }
     }
   }
   ::close(fd);
@@ -540,10 +547,6 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
   if (err != 0) {
     index_.erase(key);
     disable("cannot read " + path + ": " + errno_text(err));
-    return false;
-  }
-  if (!wrong_size.empty()) {
-    remove_file(key, wrong_size);
     return false;
   }
   t = std::chrono::steady_clock::now();
@@ -554,7 +557,8 @@ bool KvDiskTier::read_file(const ReadItem& item, std::span<const int32_t> tokens
   want.parent_hash = item.parent_hash;
   want.tokens = tokens;
   want.payload_bytes = item.kind == Kind::kKv ? config_.kv_payload_bytes : config_.state_payload_bytes;
-  const std::string why = check_file(out.first(got), want);
+  std::string why = check_file(bytes.first(got), want);
+  if (why.empty() && !odd.empty()) why = "size " + std::to_string(got) + " bytes, expected " + std::to_string(want_size);
   if (times != nullptr) times[2] += ns_since(t);
   if (!why.empty()) {
     remove_file(key, why);

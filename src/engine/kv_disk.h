@@ -56,7 +56,11 @@ struct DiskConfig {
   uint64_t queue_bytes = 256ull << 20;  // payloads waiting for the writer, at most
   uint64_t piece_bytes = 32ull << 20;   // a read job comes back in pieces of about this many bytes
   size_t read_threads = 0;              // threads of one prefix read job (0: half the cores, 1 to 8)
-  bool map_files = false;               // map a prefix hit's files instead of reading them into memory
+  // A prefix hit's files are mapped from the page cache (no copy): on the H100 machine a
+  // 16k-token 9B prefix (548 MiB, 995 files, 8 threads) read in 45-48 ms mapped against 94 ms
+  // read into fresh memory. false: read (pread), also where the address range cannot be
+  // reserved.
+  bool map_files = true;
 };
 
 struct WriteJob {
@@ -118,6 +122,7 @@ struct ReadResult {
   // The last piece's: the job's threads and their summed time opening, reading (or
   // mapping) and checking files.
   size_t threads = 0;
+  bool mapped = false;  // the files were mapped (else read)
   double open_s = 0, read_s = 0, check_s = 0;
 };
 
@@ -202,11 +207,11 @@ class KvDiskTier {
   // Reads one file; "" and `out` filled when it is the file asked for.
   // Reads the item's file into out (its capacity: one byte more than the expected size,
   // so a file grown past it is seen); got: the bytes read. Checked as read_one says.
-  // fd: the file already opened (by the readahead), else -1. With map_files the file is
-  // mapped over `out` (page-aligned, in a reserved region) instead of read into it.
+  // fd: the file already opened (by the readahead), else -1. map: the file is mapped over
+  // `out` (page-aligned, in a reserved address range) instead of read into it.
   // times: nanoseconds spent opening, reading and checking, added to.
   bool read_file(const ReadItem& item, std::span<const int32_t> tokens, std::span<uint8_t> out, size_t& got,
-                 int fd = -1, std::atomic<int64_t>* times = nullptr);
+                 int fd = -1, std::atomic<int64_t>* times = nullptr, bool map = false);
   void remove_file(Key key, const std::string& why);
   std::string path_of(Key key) const;
   // Swap files (kv_disk_swap.cpp).

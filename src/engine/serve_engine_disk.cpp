@@ -81,7 +81,6 @@ void ServeEngine::disk_init() {
   dc.kv_payload_bytes = block_bytes;
   dc.state_payload_bytes = fp.state_bytes;
   dc.read_threads = static_cast<size_t>(tune::get(tune::kKvDiskThreads));
-  dc.map_files = tune::get(tune::kKvDiskRead) == 1;
   disk_ = std::make_unique<kvdisk::KvDiskTier>(std::move(dc));
   disk_->set_on_done([this] {
     {
@@ -321,7 +320,7 @@ void ServeEngine::disk_install() {
                  "the last %.3f s after the read), %.1f ms after the request arrived; %zu threads spent %.3f s "
                  "opening, %.3f s %s, %.3f s checking\n",
                  hit.blocks, static_cast<double>(hit.bytes) / (1 << 20), r.seconds, hit.install_s, hit.pieces, install_s,
-                 before_ms, r.threads, r.open_s, r.read_s, disk_->config().map_files ? "mapping" : "reading", r.check_s);
+                 before_ms, r.threads, r.open_s, r.read_s, r.mapped ? "mapping" : "reading", r.check_s);
     disk_hits_.erase(r.seq_id);
     if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
   }
