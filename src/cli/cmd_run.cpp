@@ -128,7 +128,9 @@ void run(RunOptions o) {
   model::CausalLm& model = *loaded;
   log_device_memory(backend, device);
   if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
-  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
+  // Hybrid models with speculation: a state checkpoint per drafted row (generator.cpp).
+  const bool spec_on = engine::parse_spec_mode(o.spec) != engine::SpecMode::kOff;
+  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type, spec_on ? std::max(0, o.spec_max) : 0);
 
   // Images: decoded, preprocessed and encoded by the model's vision tower, their rows in the prompt.
   std::optional<gguf::File> proj;

@@ -87,6 +87,7 @@ struct Plan {
   ops::KvType kv_type = ops::KvType::F16;
   int64_t block_size = 16;
   uint64_t block_bytes = 0, state_bytes = 0;
+  int64_t spec_slots = 0;  // hybrid models: speculation checkpoint state slots (counted in state_bytes)
   int64_t n_blocks = 0;
   uint64_t need = 0;  // weights + KV + states (+ the device reserve)
   backends::Device device;
@@ -110,10 +111,15 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   const int64_t block_size = p.block_size;
   const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, p.kv_type, block_size);
   p.block_bytes = block_bytes;
-  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV.
+  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV;
+  // with speculative decoding also --spec-max checkpoints per running sequence (the state
+  // after each verified row, to roll back to: engine/serve_engine_spec.cpp).
+  p.spec_slots = engine::parse_spec_mode(o.spec) != engine::SpecMode::kOff && o.spec_max > 0
+                     ? static_cast<int64_t>(p.max_seqs) * o.spec_max
+                     : 0;
   const uint64_t state_bytes = hp.n_recurrent_layers() > 0
                                    ? model::KvPool::bytes_per_state(hp) *
-                                         static_cast<uint64_t>(p.max_seqs + o.state_snapshots)
+                                         static_cast<uint64_t>(p.max_seqs + o.state_snapshots + p.spec_slots)
                                    : 0;
   p.state_bytes = state_bytes;
   const uint64_t full_budget = static_cast<uint64_t>(p.max_seqs) *
@@ -338,11 +344,12 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
     std::fprintf(stderr,
                  "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB "
                  "of state per "
-                 "sequence; %d running + %d snapshot slots (%.1f MiB)\n",
+                 "sequence; %d running + %d snapshot + %lld speculation checkpoint slots (%.1f MiB)\n",
                  static_cast<long long>(hp.n_recurrent_layers()),
                  static_cast<long long>(hp.n_layer),
                  static_cast<double>(model::KvPool::bytes_per_state(hp)) / (1 << 20), plan.max_seqs,
-                 o.state_snapshots, static_cast<double>(plan.state_bytes) / (1 << 20));
+                 o.state_snapshots, static_cast<long long>(plan.spec_slots),
+                 static_cast<double>(plan.state_bytes) / (1 << 20));
   }
   server::ModelMetrics* mm = nullptr;
   {

@@ -102,6 +102,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                     options.media == nullptr && spec_unsupported(model).empty();
   NgramDrafter drafter;
   StepCost cost(options.spec.max_draft + 1);
+  // Hybrid models: drafts no longer than the cache's spare state slots (per-row checkpoints).
+  const int32_t state_slot = cache.seq().state_slot;
+  const int64_t spare_slots = state_slot >= 0 ? cache.pool().n_state_slots() - 1 : options.spec.max_draft;
   Acceptance acceptance;
   std::vector<int32_t> verified;
   size_t n_verified = 0;
@@ -184,7 +187,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                                                ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft)
                                                : options.spec.max_draft,
                                            options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
-                                           cache.n_ctx() - cache.n_past() - 1});
+                                           cache.n_ctx() - cache.n_past() - 1, spare_slots});
       std::vector<int32_t> draft = k > 0 ? drafter.draft(history, static_cast<int32_t>(k)) : std::vector<int32_t>{};
       if (k <= 0) acceptance.idle();
       if (!draft.empty()) {
@@ -196,6 +199,13 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         model::BatchSeq b{&cache.seq(), in.data(), static_cast<int64_t>(in.size()), true, true};
         b.n_logits = b.n_tokens;
         b.decode_rows = true;
+        // Hybrid models: the state after each row but the last, in spare slots 1 .. (the
+        // recurrence runs a row per pass: the one-token step's arithmetic).
+        if (state_slot >= 0) {
+          for (size_t j = 0; j < draft.size(); ++j) {
+            b.snaps.push_back({static_cast<int32_t>(j + 1), static_cast<int32_t>(j + 1)});
+          }
+        }
         model.forward_batch(cache.pool(), {b}, logits);
         cost.note(b.n_tokens, seconds(t_step, Clock::now()));
         const auto& rows = model.picks();  // the argmax of each row, where the back-end reduced them
@@ -218,6 +228,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         r.accepted += accepted;
         acceptance.note(static_cast<int32_t>(draft.size()), accepted);
         cache.seq().n_past = n_past + 1 + accepted;  // the rejected rows are written over later
+        if (state_slot >= 0 && static_cast<size_t>(accepted) < draft.size()) {
+          cache.pool().copy_state(1 + accepted, state_slot);  // the state at the last accepted token
+        }
         continue;
       }
     }

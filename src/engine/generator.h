@@ -33,7 +33,9 @@ struct GenerateOptions {
   int64_t prefill_chunk = 2048;
   // Speculative decoding (--spec): drafts verified a step at a time, for greedy runs with
   // nothing else reading the logits (no penalties, log-probabilities, constraint or
-  // images) on models without recurrent state; the output is the same as without.
+  // images); the output is the same as without. Hybrid models draft at most the cache's
+  // spare state slots (KvCache's spare_state_slots: the state after each drafted row's
+  // predecessor is kept there, and the one at the last accepted token restored).
   SpecOptions spec;
 };
 

@@ -196,7 +196,7 @@ StepPlan Scheduler::plan() {
     if (n <= 0) continue;  // prefill budget spent: continues next step
     // A draft runs only where its blocks come free without preempting anything.
     int32_t n_draft = 0;
-    if (decoding && !seq.draft.empty() && !config_.recurrent) {
+    if (decoding && !seq.draft.empty()) {
       const auto d = static_cast<int64_t>(seq.draft.size());
       if (ensure_blocks(seq, seq.kv.n_past + 1 + d)) {
         n_draft = static_cast<int32_t>(d);
@@ -365,7 +365,10 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
       if (!attach_snapshot(seq, p, sn.slot)) free_snap_.push_back(sn.slot);
     }
     // A snapshot of the state at this block boundary, if it is a snapshot point (or
-    // the sequence is past its prompt: the rolling decode snapshot).
+    // the sequence is past its prompt: the rolling decode snapshot). Not after a verified
+    // draft: the live state is at its last drafted row, which may be rejected (the
+    // engine rolls the state back to the last accepted token).
+    if (item.n_draft > 0) continue;
     const int64_t p = seq.kv.n_past;
     if (p == 0 || p % bs != 0 || seq.kv.state_slot < 0) continue;
     const auto idx = static_cast<size_t>(p / bs - 1);

@@ -34,7 +34,10 @@
 // Speculative decoding: a decoding sequence with a draft (SeqSlot::draft) runs it after
 // its pending token when blocks for it can be had without preempting anything (else the
 // draft is dropped for the step). commit() hashes only blocks of known tokens, never
-// drafted ones; rollback() then forgets the rejected rows and their blocks.
+// drafted ones, and takes no state snapshot after a step with a draft (the live state is
+// then at the last drafted row; the engine rolls it back to the last accepted one from
+// its own per-row checkpoints, serve_engine_spec.cpp); rollback() then forgets the
+// rejected rows and their blocks.
 //
 // Swapping (set_swap_policy): a preempted sequence the policy accepts keeps its KV
 // (and, hybrid models, its live recurrent state) in the engine's host swap space

@@ -260,6 +260,13 @@ class ServeEngine {
   void spec_draft();
   RowEnd spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first, RowEnd end,
                      std::string& error);
+  // Hybrid models: per-row checkpoints of a verified draft's recurrent state, in state
+  // slots of their own after the snapshot slots (max_draft per live slot): the model copies
+  // the state after each drafted row's predecessor there (BatchSeq::snaps), and spec_verify
+  // copies the one at the last accepted token back into the live slot.
+  static int64_t spec_state_slots(model::CausalLm& model, const EngineConfig& config);
+  std::vector<model::StateSnap> spec_checkpoints(const SeqSlot& seq, int32_t n_draft) const;
+  int32_t spec_slot(int32_t live_slot, int32_t j) const;
   bool spec_on_ = false;
   NgramDrafter drafter_;
   StepCost spec_cost_{1};

@@ -10,11 +10,18 @@
 // max_tokens, the reasoning budget), and the KV rows after the last accepted token are
 // rolled back (Scheduler::rollback); prefix-cache hashes only ever cover known tokens.
 //
+// Hybrid models: a verified sequence's Gated DeltaNet recurrence runs a row per pass (the
+// one-token recurrent step, so bit for bit what decoding gives), and after each row but
+// the last the model copies the state (conv and delta rule, every layer) into a checkpoint
+// slot of the sequence's own (spec_checkpoints); a partial acceptance copies the
+// checkpoint at the last accepted token back into the live slot. The scheduler takes no
+// prefix-cache snapshot after a drafted step, so snapshots only ever hold states at
+// accepted tokens. (The other way, keeping the state before the step and re-running the
+// accepted rows, is measured against this one in docs/bench/spec.md.)
+//
 // This part drafts for greedy requests with nothing else reading their rows: not for
 // sampled ones (no rejection sampling yet), nor with penalties, log-probabilities, an
-// output constraint, images or an injected fault; and not on hybrid models, whose Gated
-// DeltaNet state cannot be rolled back yet (the state after a rejected token would need a
-// checkpoint per drafted row or a re-run of the accepted ones), nor on the CUDA back-end
+// output constraint, images or an injected fault; nor on the CUDA back-end
 // (spec_unsupported).
 #include <algorithm>
 #include <cstdio>
@@ -23,6 +30,22 @@
 #include "engine/serve_engine_live.h"
 
 namespace hearth::engine {
+
+int64_t ServeEngine::spec_state_slots(model::CausalLm& model, const EngineConfig& config) {
+  const SpecOptions& o = config.spec;
+  if (!recurrent(model) || o.mode == SpecMode::kOff || o.max_draft <= 0 || !spec_unsupported(model).empty()) return 0;
+  return static_cast<int64_t>(config.max_seqs) * o.max_draft;
+}
+
+int32_t ServeEngine::spec_slot(int32_t live_slot, int32_t j) const {
+  return config_.max_seqs + config_.n_snapshots + live_slot * config_.spec.max_draft + j;
+}
+
+std::vector<model::StateSnap> ServeEngine::spec_checkpoints(const SeqSlot& seq, int32_t n_draft) const {
+  std::vector<model::StateSnap> snaps;
+  for (int32_t j = 0; j < n_draft; ++j) snaps.push_back({j + 1, spec_slot(seq.kv.state_slot, j)});
+  return snaps;
+}
 
 void ServeEngine::spec_init() {
   spec_on_ = config_.spec.mode != SpecMode::kOff && config_.spec.max_draft > 0;
@@ -104,7 +127,12 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
   seq.draft.clear();
   // A sequence that goes on keeps the KV of its pending token and of the accepted drafted
   // ones (one that ends gives all its blocks back).
-  if (end == RowEnd::kNone) scheduler_.rollback(seq, n_past0 + 1 + accepted);
+  if (end == RowEnd::kNone) {
+    scheduler_.rollback(seq, n_past0 + 1 + accepted);
+    // A hybrid model's state: the checkpoint after the last accepted token's row (the live
+    // slot holds the state after the last drafted row, right only when all were accepted).
+    if (seq.kv.state_slot >= 0 && accepted < n_draft) pool_.copy_state(spec_slot(seq.kv.state_slot, accepted), seq.kv.state_slot);
+  }
   return end;
 }
 

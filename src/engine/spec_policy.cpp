@@ -20,9 +20,6 @@ SpecMode parse_spec_mode(const std::string& s) {
 }
 
 std::string spec_unsupported(model::CausalLm& model) {
-  if (model.hparams().n_recurrent_layers() > 0) {
-    return "its recurrent (Gated DeltaNet) state cannot be rolled back to the last accepted token yet";
-  }
   if (model.backend().name().rfind("cpu", 0) != 0) return "drafts are verified on the CPU back-end only so far";
   return {};
 }

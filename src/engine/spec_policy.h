@@ -39,9 +39,9 @@ struct SpecOptions {
 SpecMode parse_spec_mode(const std::string& s);
 
 // Why speculative decoding is off for this model (empty: it is not). This part verifies on
-// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come) and
-// for models without recurrent state (a hybrid model's Gated DeltaNet state would have to
-// be rolled back to the last accepted token).
+// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come). A
+// hybrid model's Gated DeltaNet state is checkpointed after each verified row and rolled
+// back to the last accepted token (serve_engine_spec.cpp).
 std::string spec_unsupported(model::CausalLm& model);
 
 class StepCost {
