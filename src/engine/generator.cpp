@@ -98,8 +98,11 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   Clock::time_point t_first{}, t_last{};
   r.stop_reason = "length";
   // Speculative decoding: the tokens a verification step gave, taken one per turn below.
-  const bool spec = options.spec.mode != SpecMode::kOff && plain && sampler.plain_greedy() &&
-                    options.media == nullptr && spec_unsupported(model).empty();
+  // Greedy or sampled alike: a row's token is the sampler's pick (its draw, a uniform number
+  // per token: rejection sampling for a point-mass draft, serve_engine_spec.cpp).
+  const bool spec = options.spec.mode != SpecMode::kOff && plain && options.media == nullptr &&
+                    spec_unsupported(model).empty();
+  const bool greedy = sampler.plain_greedy();
   NgramDrafter drafter;
   StepCost cost(options.spec.max_draft + 1);
   // Hybrid models: drafts no longer than the cache's spare state slots (per-row checkpoints).
@@ -196,7 +199,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         const int64_t n_past = cache.n_past();
         const auto t_step = Clock::now();
         // Each row attends as a one-token step would (BatchSeq::decode_rows): the same logits.
-        model::BatchSeq b{&cache.seq(), in.data(), static_cast<int64_t>(in.size()), true, true};
+        model::BatchSeq b{&cache.seq(), in.data(), static_cast<int64_t>(in.size()), true, greedy};
         b.n_logits = b.n_tokens;
         b.decode_rows = true;
         // Hybrid models: the state after each row but the last, in spare slots 1 .. (the
@@ -208,10 +211,12 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         }
         model.forward_batch(cache.pool(), {b}, logits);
         cost.note(b.n_tokens, seconds(t_step, Clock::now()));
-        const auto& rows = model.picks();  // the argmax of each row, where the back-end reduced them
+        // The argmax of each row, where the back-end reduced greedy rows; else rows copied.
+        const auto& rows = greedy ? model.picks() : std::vector<ops::ArgmaxRow>{};
         const auto n_vocab = static_cast<size_t>(model.hparams().n_vocab);
         verified.clear();
         n_verified = 0;
+        std::vector<int32_t> seen = history;  // row i's history: with the i tokens accepted before it
         for (size_t i = 0; i < in.size(); ++i) {
           if (rows.size() == in.size() && rows[i].bad >= 0) {
             fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
@@ -220,8 +225,9 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
           }
           verified.push_back(rows.size() == in.size()
                                  ? rows[i].argmax
-                                 : sampler.sample(std::span<float>(logits.data() + i * n_vocab, n_vocab), history));
+                                 : sampler.sample(std::span<float>(logits.data() + i * n_vocab, n_vocab), seen));
           if (i == draft.size() || verified.back() != draft[i]) break;
+          seen.push_back(verified.back());
         }
         const auto accepted = static_cast<int32_t>(verified.size() - 1);
         r.drafted += static_cast<int32_t>(draft.size());

@@ -473,7 +473,9 @@ void ServeEngine::step() {
       // Temperature draws and penalized greedy rows likewise (a draw's one uniform number
       // is taken now; a back-end that does not reduce the row leaves it to the host
       // sampler with it).
-      if (plain && !argmax) {
+      // (Not a verified draft's rows: copied whole, each drawn on the host with a uniform
+      // number of its own, serve_engine_spec.cpp.)
+      if (plain && !argmax && item.n_draft == 0) {
         model::BatchSeq& b = batch_.back();
         b.draw = offered_row(lv.sampler, item.seq->tokens, b.penalties, !lv.reasoning.would_force());
       }

@@ -19,10 +19,28 @@
 // accepted tokens. (The other way, keeping the state before the step and re-running the
 // accepted rows, is measured against this one in docs/bench/spec.md.)
 //
-// This part drafts for greedy requests with nothing else reading their rows: not for
-// sampled ones (no rejection sampling yet), nor with penalties, log-probabilities, an
-// output constraint, images or an injected fault; nor on the CUDA back-end
-// (spec_unsupported).
+// Sampled requests (temperature > 0, with top-k / top-p / min-p and penalties as the
+// sampler applies them): rejection sampling as in the speculative-sampling literature
+// (Leviathan et al. 2023, Chen et al. 2023) accepts a drafted token x with probability
+// min(1, p(x) / q(x)) and on rejection draws from the normalised max(0, p - q). The
+// prompt-lookup draft is a point mass (q(x) = 1), so x is accepted with probability p(x)
+// and a rejection draws from p without x, renormalised. Both come from the one uniform
+// number u the sampler takes for the row: the sampler's draw is the inverse of p's
+// cumulative distribution at u (its final distribution, after penalties, top-k, top-p,
+// min-p and temperature), x is accepted when that draw is x (u falls in x's interval:
+// probability p(x)), and otherwise the draw is the inverse cumulative distribution of p
+// restricted to the other tokens at a u that is uniform outside x's interval: exactly the
+// residual. So verification is the greedy loop above with the sampler's draw in place of
+// the argmax: row by row, one uniform number per generated token, accepted while the draw
+// is the drafted token. A seeded request then takes the same uniform number for each
+// token with speculation as without, and gives the same tokens (whatever the drafts and
+// their lengths, which follow measured timings), as engine_spec_sampling_test checks,
+// with a statistical test of the rule itself. (A draft model's q is not a point mass:
+// that needs the general rule with its two numbers, not this part.)
+//
+// This part drafts for requests with nothing else reading their rows: not with
+// log-probabilities, an output constraint, images or an injected fault; nor on the CUDA
+// back-end (spec_unsupported).
 #include <algorithm>
 #include <cstdio>
 
@@ -59,8 +77,8 @@ void ServeEngine::spec_init() {
 
 bool ServeEngine::spec_eligible(const SeqSlot& seq, const Live& live) const {
   const GenRequest& r = live.request;
-  return r.speculative && live.sampler.plain_greedy() && r.top_logprobs < 0 && !live.matcher && !live.fault &&
-         r.images.empty() && seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
+  return r.speculative && r.top_logprobs < 0 && !live.matcher && !live.fault && r.images.empty() &&
+         seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
 }
 
 void ServeEngine::spec_draft() {
@@ -109,8 +127,11 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
     ++accepted;
     const size_t row = row0 + static_cast<size_t>(accepted);
     RowPick pick;
+    // Greedy rows may have been reduced to their argmax where the logits are; sampled
+    // (and penalized) rows were copied whole and are drawn here, a uniform number each.
+    const bool reduced = !device_picks.empty() && live.sampler.plain_greedy();
     pick_row(seq, live, std::span<float>(logits_.data() + row * n_vocab, n_vocab),
-             device_picks.empty() ? nullptr : &device_picks[row], -1.0, pick);
+             reduced ? &device_picks[row] : nullptr, -1.0, pick);
     if (!pick.error.empty()) {
       error = std::move(pick.error);
       end = RowEnd::kError;

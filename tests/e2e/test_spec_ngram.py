@@ -120,6 +120,51 @@ def test_greedy_answers_with_ngram_speculation_are_the_answers_without(hearth_bi
     assert rc == 0
 
 
+def test_seeded_sampled_answers_with_speculation_are_the_answers_without(hearth_bin, default_model, run_hearth):
+    """Sampled requests speculate too (rejection sampling done with the sampler's own random number
+    per token): with a seed, the same text with and without speculation, alone and concurrently,
+    with drafts accepted; another seed gives another text. `hearth run --temp --seed` likewise."""
+    samplings = [dict(temperature=0.7, seed=1), dict(temperature=1.0, seed=2, top_p=0.9),
+                 dict(temperature=0.5, seed=3, extra_body={"min_p": 0.1, "top_k": 20}),
+                 dict(temperature=0.8, seed=4, presence_penalty=0.3)]
+
+    def answers(*extra):
+        s = Server(hearth_bin, default_model, *ARGS, *extra)
+        try:
+            c = client_for(s)
+
+            def one(i):
+                r = c.chat.completions.create(model="default", messages=[{"role": "user", "content": CHAT[i % 2]}],
+                                              max_tokens=MAX_TOKENS, **samplings[i])
+                return r.choices[0].message.content, r.model_extra.get("timings", {})
+            alone = [one(i) for i in range(len(samplings))]
+            with concurrent.futures.ThreadPoolExecutor(len(samplings)) as ex:
+                together = list(ex.map(one, range(len(samplings))))
+            other = c.chat.completions.create(model="default", messages=[{"role": "user", "content": CHAT[1]}],
+                                              max_tokens=MAX_TOKENS, temperature=1.0, seed=77, top_p=0.9)
+        finally:
+            rc, _ = s.stop()
+        assert rc == 0
+        return alone, together, other.choices[0].message.content
+
+    ref, ref_together, _ = answers()
+    alone, together, other = answers("--spec", "ngram", "--spec-max", "6")
+    assert [a for a, _ in alone] == [a for a, _ in ref]
+    assert [a for a, _ in together] == [a for a, _ in ref]
+    assert [a for a, _ in ref_together] == [a for a, _ in ref]
+    assert sum(t["accepted_n"] for _, t in alone + together) > 0
+    assert other != ref[1][0]
+
+    def run(*extra):
+        r = run_hearth("run", "-m", default_model, "-p", CHAT[0], "-n", "48", "--temp", "0.7", "--seed", "9",
+                       "--json", "--threads", "2", *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    off, on = run(), run("--spec", "ngram")
+    assert on["tokens"] == off["tokens"]
+    assert on["accepted_tokens"] > 0
+
+
 def test_bad_spec_options_are_refused(run_hearth, default_model):
     r = run_hearth("serve", "-m", default_model, "--port", "0", "--spec", "medusa")
     assert r.returncode != 0

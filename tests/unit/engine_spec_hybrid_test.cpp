@@ -5,7 +5,7 @@
 //     for bit the logits of one-token steps, and each checkpoint holds bit for bit the
 //     recurrent state those steps leave (so a rollback to any accepted token is exact);
 //   - greedy output through ServeEngine with --spec ngram is the output without it, alone,
-//     in a batch, under preemption, and across a follow-up request that resumes from the
+//     in a batch, under preemption, sampled with seeds, and across a follow-up request that resumes from the
 //     prefix cache's state snapshots (which must only hold states at accepted tokens);
 //   - engine::generate (hearth run) likewise, with the cache's spare state slots.
 // Each comparison also checks that drafts were accepted and rejected, so the rollback ran.
@@ -132,12 +132,18 @@ struct Served {
   engine::EngineStats stats;
 };
 
-Served serve(Loaded& l, const engine::EngineConfig& cfg, const std::vector<std::vector<int32_t>>& ps, int32_t n) {
+// temperature > 0: sampled, seeded per request (rejection sampling; the same tokens with
+// speculation as without).
+Served serve(Loaded& l, const engine::EngineConfig& cfg, const std::vector<std::vector<int32_t>>& ps, int32_t n,
+             float temperature = 0.0f) {
   engine::ServeEngine eng(*l.model, l.tok, cfg);
   std::vector<std::shared_ptr<engine::RequestChannel>> chans;
-  for (const auto& p : ps) {
+  for (size_t i = 0; i < ps.size(); ++i) {
     chans.push_back(std::make_shared<engine::RequestChannel>());
-    EXPECT_EQ(eng.submit(greedy(p, n), chans.back()), engine::ServeEngine::Admit::kOk);
+    engine::GenRequest r = greedy(ps[i], n);
+    r.sampler.temperature = temperature;
+    r.sampler.seed = 100 + i;
+    EXPECT_EQ(eng.submit(r, chans.back()), engine::ServeEngine::Admit::kOk);
   }
   eng.start();
   Served s;
@@ -224,6 +230,11 @@ TEST_P(SpecHybrid, GreedyAloneAndInBatchesIsTheOutputWithoutSpeculation) {
   expect_same(on_small, off_small, GetParam() + " small pool");
   EXPECT_GT(on_small.stats.preemptions, 0u);
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(on_small.out[i].tokens, off.out[i].tokens) << "request " << i;
+  // Sampled with seeds: the same tokens too.
+  const Served off_sampled = serve(l, config(false), ps, 40, 0.9f);
+  const Served on_sampled = serve(l, config(true), ps, 40, 0.9f);
+  expect_same(on_sampled, off_sampled, GetParam() + " sampled");
+  EXPECT_NE(on_sampled.out[0].tokens, off.out[0].tokens);  // (sampled indeed)
 }
 
 TEST_P(SpecHybrid, AFollowUpResumesFromSnapshotsAtAcceptedTokens) {

@@ -298,11 +298,11 @@ TEST(SpecEngine, GreedyBatchIsTheOutputWithoutSpeculation) {
   EXPECT_EQ(on_stats.kv_blocks_used, 0);
 }
 
-TEST(SpecEngine, SampledAndLogprobRequestsDoNotDraft) {
+// (Sampled requests draft, with rejection sampling: engine_spec_sampling_test.)
+TEST(SpecEngine, LogprobRequestsDoNotDraft) {
   if (!loaded()) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
   std::vector<engine::GenRequest> reqs = {greedy(kRepeat, 24), greedy(kRepeat, 24)};
-  reqs[0].sampler.temperature = 0.7f;
-  reqs[0].sampler.seed = 7;
+  reqs[0].top_logprobs = 0;
   reqs[1].top_logprobs = 2;
   engine::EngineStats off_stats, on_stats;
   const auto off = serve(config(false, 2), reqs, off_stats);
