@@ -11,7 +11,7 @@ import subprocess
 import openai
 import pytest
 
-from serve_util import Server, metrics, tiny_hybrid_gguf, tiny_hybrid_hf
+from serve_util import Server, http_post, metrics, tiny_hybrid_gguf, tiny_hybrid_hf
 
 
 CODE = """def merge(a, b):
@@ -181,6 +181,36 @@ def test_speculative_field_must_be_a_boolean(hearth_bin, default_model):
         with pytest.raises(openai.BadRequestError) as e:
             ask(c, "chat", "hi", speculative="no")
         assert "speculative" in str(e.value)
+    finally:
+        rc, _ = s.stop()
+    assert rc == 0
+
+
+def test_speculative_false_on_every_route(hearth_bin, default_model):
+    """Hearth's "speculative" request field works on the Anthropic Messages and Responses routes as
+    on chat / completions: false drafts nothing for that request (the metrics' drafted total does
+    not move), true (the default) drafts; a value that is not a boolean is a 400 naming it."""
+    s = Server(hearth_bin, default_model, *ARGS, "--spec", "ngram", "--spec-max", "6")
+    prompt = CHAT[1]
+    bodies = {
+        "/v1/messages": {"model": "default", "max_tokens": 48, "temperature": 0,
+                         "messages": [{"role": "user", "content": prompt}]},
+        "/v1/responses": {"model": "default", "max_output_tokens": 48, "temperature": 0, "input": prompt},
+        "/v1/chat/completions": {"model": "default", "max_tokens": 48, "temperature": 0,
+                                 "messages": [{"role": "user", "content": prompt}]},
+    }
+    try:
+        for path, body in bodies.items():
+            before = metrics(s).get("hearth_spec_drafted_tokens_total", 0)
+            r = http_post(s.url + path, json={**body, "speculative": False}, timeout=300)
+            assert r.status_code == 200, (path, r.text)
+            assert metrics(s).get("hearth_spec_drafted_tokens_total", 0) == before, path
+            r = http_post(s.url + path, json=body, timeout=300)
+            assert r.status_code == 200, (path, r.text)
+            assert metrics(s).get("hearth_spec_drafted_tokens_total", 0) > before, path
+            r = http_post(s.url + path, json={**body, "speculative": "no"}, timeout=60)
+            assert r.status_code == 400, (path, r.text)
+            assert "speculative" in r.text, (path, r.text)
     finally:
         rc, _ = s.stop()
     assert rc == 0
