@@ -14,6 +14,7 @@
 #include "convert/hf_vision.h"
 #include "engine/chat_prompt.h"
 #include "engine/kv_disk_fingerprint.h"
+#include "engine/model_drafter.h"
 #include "engine/serve_engine.h"
 #include "model/vision_encoder.h"
 #include "server/image_tokens.h"
@@ -61,6 +62,8 @@ struct Loaded final : server::LoadedModel {
   std::optional<tokenizer::Tokenizer> tok;
   std::unique_ptr<ops::Backend> backend;
   std::unique_ptr<model::CausalLm> model;
+  std::optional<gguf::File> draft_file;          // --spec draft: the draft model (on the same back-end)
+  std::unique_ptr<model::CausalLm> draft_model;
   std::optional<gguf::File> projector;           // the vision tower's file (models that take images)
   std::unique_ptr<model::VisionEncoder> vision;  // used by the engine: built before it, freed after
   std::optional<engine::ChatPrompt> chat;
@@ -321,6 +324,18 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ec.commit_kv = o.kv_commit;
   ec.spec.mode = engine::parse_spec_mode(o.spec);
   ec.spec.max_draft = o.spec_max;
+  if (ec.spec.mode == engine::SpecMode::kDraft) {
+    if (o.draft_model.empty()) fail(ErrorKind::kInvalidInput, "serve", "--spec draft needs --draft-model");
+    m->draft_file.emplace(open_model_arg(o.draft_model));
+    m->draft_model = model::load_causal_lm(*m->draft_file, backend);
+    if (const std::string why = engine::ModelDrafter::unsuitable(*m->draft_model, m->model->hparams().n_vocab); !why.empty())
+      fail(ErrorKind::kInvalidInput, "serve", o.draft_model + ": " + why);
+    ec.spec.draft = m->draft_model.get();
+    std::fprintf(stderr, "hearth: %s: draft model %s (%.1f MB)\n", spec.name.c_str(), o.draft_model.c_str(),
+                 static_cast<double>(m->draft_file->file_size()) / 1e6);
+  } else if (!o.draft_model.empty()) {
+    fail(ErrorKind::kInvalidInput, "serve", "--draft-model is for --spec draft");
+  }
   if (!o.kv_disk.empty()) {
     ec.kv_disk_dir = o.kv_disk;
     ec.kv_disk_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 #include "core/error.h"
+#include "engine/model_drafter.h"
 #include "engine/ngram_drafter.h"
 #include "engine/row_reduce.h"
 
@@ -104,6 +106,13 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                     spec_unsupported(model).empty();
   const bool greedy = sampler.plain_greedy();
   NgramDrafter drafter;
+  // --spec draft: the draft model's own KV for this one sequence (model_drafter.h).
+  std::unique_ptr<ModelDrafter> model_drafter;
+  if (spec && options.spec.mode == SpecMode::kDraft) {
+    if (options.spec.draft == nullptr) fail(ErrorKind::kInvalidInput, "spec", "--spec draft needs --draft-model");
+    model_drafter = std::make_unique<ModelDrafter>(*options.spec.draft, model.hparams().n_vocab, cache.n_ctx(), 1,
+                                                   ops::KvType::F16, std::max<int64_t>(chunk, 1));
+  }
   StepCost cost(options.spec.max_draft + 1);
   // Hybrid models: drafts no longer than the cache's spare state slots (per-row checkpoints).
   const int32_t state_slot = cache.seq().state_slot;
@@ -191,7 +200,14 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                                                : options.spec.max_draft,
                                            options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
                                            cache.n_ctx() - cache.n_past() - 1, spare_slots});
-      std::vector<int32_t> draft = k > 0 ? drafter.draft(history, static_cast<int32_t>(k)) : std::vector<int32_t>{};
+      std::vector<int32_t> draft;
+      if (k > 0 && model_drafter) {
+        std::vector<ModelDrafter::Job> job{{0, history, static_cast<int32_t>(k), {}}};
+        model_drafter->draft(job);
+        draft = std::move(job[0].out);
+      } else if (k > 0) {
+        draft = drafter.draft(history, static_cast<int32_t>(k));
+      }
       if (k <= 0) acceptance.idle();
       if (!draft.empty()) {
         std::vector<int32_t> in(1, next);

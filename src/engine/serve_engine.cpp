@@ -348,6 +348,7 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   // A failed sequence's blocks are not kept for prefix reuse: what it computed is suspect.
   std::unique_ptr<SeqSlot> seq = scheduler_.finish(id, reason == "error");
   swap_drop(id);
+  if (model_drafter_) model_drafter_->forget(id);
   Final f;
   f.finish_reason = reason;
   f.error = error;

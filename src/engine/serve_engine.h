@@ -21,6 +21,7 @@
 #include "engine/fault_inject.h"
 #include "engine/kv_disk.h"
 #include "engine/mask_worker.h"
+#include "engine/model_drafter.h"
 #include "engine/ngram_drafter.h"
 #include "engine/spec_policy.h"
 #include "grammar/constraint.h"
@@ -269,6 +270,7 @@ class ServeEngine {
   int32_t spec_slot(int32_t live_slot, int32_t j) const;
   bool spec_on_ = false;
   NgramDrafter drafter_;
+  std::unique_ptr<ModelDrafter> model_drafter_;  // --spec draft
   StepCost spec_cost_{1};
   std::vector<std::vector<int32_t>> spec_in_;  // per step item: its pending token and draft
   uint64_t spec_drafted_ = 0, spec_accepted_ = 0;

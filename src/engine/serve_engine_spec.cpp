@@ -1,6 +1,7 @@
 // Speculative decoding inside continuous batching (ServeEngine): before each step the
-// sequences that decode get a draft from the prompt-lookup drafter (ngram_drafter.h),
-// as long as spec_policy.h says it pays; the scheduler runs each draft after its
+// sequences that decode get a draft from the prompt-lookup drafter (ngram_drafter.h) or a
+// draft model (model_drafter.h: its greedy continuation, all sequences' drafts in batched
+// passes), as long as spec_policy.h says it pays; the scheduler runs each draft after its
 // sequence's pending token in the same forward pass as every other sequence's rows, with
 // a logits row per drafted token. Greedy acceptance: a drafted token is accepted while it
 // is the token the target model picks at that row, and the target's own pick at the first
@@ -35,8 +36,9 @@
 // is the drafted token. A seeded request then takes the same uniform number for each
 // token with speculation as without, and gives the same tokens (whatever the drafts and
 // their lengths, which follow measured timings), as engine_spec_sampling_test checks,
-// with a statistical test of the rule itself. (A draft model's q is not a point mass:
-// that needs the general rule with its two numbers, not this part.)
+// with a statistical test of the rule itself. A draft model drafts greedily, so its q is
+// a point mass too. (A draft sampled from the draft model's distribution would need the
+// general rule, with numbers of its own.)
 //
 // This part drafts for requests with nothing else reading their rows: not with
 // log-probabilities, an output constraint, images or an injected fault; nor on the CUDA
@@ -44,6 +46,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/error.h"
 #include "engine/serve_engine.h"
 #include "engine/serve_engine_live.h"
 
@@ -71,6 +74,11 @@ void ServeEngine::spec_init() {
     std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
     spec_on_ = false;
   }
+  if (spec_on_ && config_.spec.mode == SpecMode::kDraft) {
+    if (config_.spec.draft == nullptr) fail(ErrorKind::kInvalidInput, "spec", "--spec draft needs --draft-model");
+    model_drafter_ = std::make_unique<ModelDrafter>(*config_.spec.draft, model_.hparams().n_vocab, max_seq_tokens_,
+                                                    config_.max_seqs, config_.kv_type, config_.prefill_chunk);
+  }
   // Steps of decode size are the ones the drafting decision is about.
   spec_cost_ = StepCost(static_cast<int64_t>(config_.max_seqs) * (config_.spec.max_draft + 1));
 }
@@ -95,6 +103,8 @@ void ServeEngine::spec_draft() {
     }
   }
   const int64_t rows = n_decode + std::min<int64_t>(prefill, config_.prefill_chunk);
+  std::vector<ModelDrafter::Job> jobs;  // --spec draft: every sequence's draft in batched passes
+  std::vector<SeqSlot*> job_seq;
   for (const auto& s : scheduler_.running()) {
     SeqSlot& seq = *s;
     seq.draft.clear();
@@ -111,8 +121,16 @@ void ServeEngine::spec_draft() {
       live.acceptance.idle();
       continue;
     }
-    seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
+    if (model_drafter_) {
+      jobs.push_back(ModelDrafter::Job{seq.id, seq.tokens, static_cast<int32_t>(k), {}});
+      job_seq.push_back(&seq);
+    } else {
+      seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
+    }
   }
+  if (jobs.empty()) return;
+  model_drafter_->draft(jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) job_seq[i]->draft = std::move(jobs[i].out);
 }
 
 ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first,

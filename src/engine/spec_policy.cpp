@@ -16,7 +16,8 @@ constexpr double kForget = 0.98;
 SpecMode parse_spec_mode(const std::string& s) {
   if (s == "off") return SpecMode::kOff;
   if (s == "ngram") return SpecMode::kNgram;
-  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram or off)");
+  if (s == "draft") return SpecMode::kDraft;
+  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram, draft or off)");
 }
 
 std::string spec_unsupported(model::CausalLm& model) {

@@ -22,9 +22,9 @@
 
 namespace hearth::engine {
 
-// What speculative decoding drafts with (--spec): nothing, or prompt lookup
-// (ngram_drafter.h).
-enum class SpecMode { kOff, kNgram };
+// What speculative decoding drafts with (--spec): nothing, prompt lookup
+// (ngram_drafter.h), or a draft model (model_drafter.h; SpecOptions::draft).
+enum class SpecMode { kOff, kNgram, kDraft };
 
 struct SpecOptions {
   SpecMode mode = SpecMode::kOff;
@@ -33,9 +33,12 @@ struct SpecOptions {
   // always max_draft where the drafter has that many (tests whose acceptance must not
   // depend on a loaded machine's timings).
   bool adaptive = true;
+  // kDraft: the draft model (--draft-model; attention-only, the target's vocabulary). Not
+  // owned; may be the target model itself (the exactness test: it drafts what it decodes).
+  model::CausalLm* draft = nullptr;
 };
 
-// Parses "off" / "ngram" (throws Error(kInvalidInput) naming the value otherwise).
+// Parses "off" / "ngram" / "draft" (throws Error(kInvalidInput) naming the value otherwise).
 SpecMode parse_spec_mode(const std::string& s);
 
 // Why speculative decoding is off for this model (empty: it is not). This part verifies on

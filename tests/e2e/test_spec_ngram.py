@@ -165,6 +165,37 @@ def test_seeded_sampled_answers_with_speculation_are_the_answers_without(hearth_
     assert on["accepted_tokens"] > 0
 
 
+def test_a_model_drafting_for_itself_gives_the_answers_without(hearth_bin, default_model, reference, run_hearth):
+    """--spec draft --draft-model: the default model drafting for itself (the exactness test of a draft
+    model: it proposes what it decodes) gives the answers without speculation, alone and concurrently,
+    with nearly every drafted token accepted; `hearth run` likewise."""
+    s = Server(hearth_bin, default_model, *ARGS, "--spec", "draft", "--draft-model", default_model, "--spec-max", "4")
+    try:
+        c = client_for(s)
+        alone = [ask(c, k, p) for k, p in REQUESTS]
+        for i, (text, _) in enumerate(alone):
+            assert text == reference[i], f"request {i} alone"
+        with concurrent.futures.ThreadPoolExecutor(len(REQUESTS)) as ex:
+            together = list(ex.map(lambda kp: ask(c, *kp), REQUESTS))
+        for i, (text, _) in enumerate(together):
+            assert text == reference[i], f"request {i} in the batch"
+        m = metrics(s)
+        assert m["hearth_spec_drafted_tokens_total"] > 50
+        assert m["hearth_spec_accepted_tokens_total"] >= 0.9 * m["hearth_spec_drafted_tokens_total"]
+    finally:
+        rc, _ = s.stop()
+    assert rc == 0
+    assert "draft model" in s.stderr()
+
+    def run(*extra):
+        r = run_hearth("run", "-m", default_model, "-p", CHAT[2], "-n", "32", "--json", "--threads", "2", *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    off, on = run(), run("--spec", "draft", "--draft-model", default_model)
+    assert on["tokens"] == off["tokens"]
+    assert on["accepted_tokens"] >= 0.9 * on["drafted_tokens"] > 0
+
+
 def test_bad_spec_options_are_refused(run_hearth, default_model):
     r = run_hearth("serve", "-m", default_model, "--port", "0", "--spec", "medusa")
     assert r.returncode != 0
@@ -172,6 +203,11 @@ def test_bad_spec_options_are_refused(run_hearth, default_model):
     r = run_hearth("run", "-m", default_model, "-p", "hi", "--spec", "ngram", "--spec-max", "0")
     assert r.returncode != 0
     assert "--spec-max" in r.stderr
+    for cmd in (["run", "-p", "hi"], ["serve", "--port", "0"]):
+        r = run_hearth(cmd[0], "-m", default_model, *cmd[1:], "--spec", "draft")
+        assert r.returncode != 0 and "--draft-model" in r.stderr, r.stderr
+        r = run_hearth(cmd[0], "-m", default_model, *cmd[1:], "--spec", "ngram", "--draft-model", default_model)
+        assert r.returncode != 0 and "--draft-model" in r.stderr, r.stderr
 
 
 def test_speculative_field_must_be_a_boolean(hearth_bin, default_model):
@@ -276,3 +312,13 @@ def test_hybrid_models_speculate_with_the_output_without_it(hearth_bin, tiny_hyb
     assert m.get("hearth_spec_accepted_tokens_total", 0) > 0
     assert "speculation checkpoint slots" in err
     assert "speculative decoding is off" not in err
+
+
+def test_an_unsuitable_draft_model_is_refused(run_hearth, default_model, tiny_hybrid):
+    """A draft model with recurrent layers (or another vocabulary) is refused at start, naming why."""
+    r = run_hearth("run", "-m", default_model, "-p", "hi", "--spec", "draft", "--draft-model", tiny_hybrid)
+    assert r.returncode != 0
+    assert "recurrent" in r.stderr, r.stderr
+    r = run_hearth("run", "-m", tiny_hybrid, "-p", "hi", "--spec", "draft", "--draft-model", default_model)
+    assert r.returncode != 0
+    assert "vocabulary" in r.stderr, r.stderr
