@@ -16,8 +16,10 @@
 // the last the model copies the state (conv and delta rule, every layer) into a checkpoint
 // slot of the sequence's own (spec_checkpoints); a partial acceptance copies the
 // checkpoint at the last accepted token back into the live slot. The scheduler takes no
-// prefix-cache snapshot after a drafted step, so snapshots only ever hold states at
-// accepted tokens. (The other way, keeping the state before the step and re-running the
+// prefix-cache snapshot in a drafted step's commit; after the verification, when the
+// accepted tokens crossed a block boundary, the rolling decode snapshot moves there, copied
+// from that row's checkpoint (Scheduler::accepted_snapshot). So snapshots only ever hold
+// states at accepted tokens, the same ones as without speculation. (The other way, keeping the state before the step and re-running the
 // accepted rows, is measured against this one in docs/bench/spec.md.)
 //
 // Sampled requests (temperature > 0, with top-k / top-p / min-p and penalties as the
@@ -171,6 +173,14 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
     // A hybrid model's state: the checkpoint after the last accepted token's row (the live
     // slot holds the state after the last drafted row, right only when all were accepted).
     if (seq.kv.state_slot >= 0 && accepted < n_draft) pool_.copy_state(spec_slot(seq.kv.state_slot, accepted), seq.kv.state_slot);
+    // The rolling decode snapshot at a block boundary the accepted tokens crossed: the
+    // state after that boundary's row (its checkpoint, or the live state at the last).
+    if (const int32_t slot = scheduler_.accepted_snapshot(seq, n_past0); slot >= 0) {
+      const int64_t rows = seq.kv.n_past / blocks_.block_size() * blocks_.block_size() - n_past0;
+      spill_pending();  // the snapshot whose slot this was, to the disk tier
+      pool_.copy_state(rows == 1 + accepted ? seq.kv.state_slot : spec_slot(seq.kv.state_slot, static_cast<int32_t>(rows - 1)),
+                       slot);
+    }
   }
   return end;
 }
