@@ -20,6 +20,7 @@
 #include "convert/hf_import.h"
 #include "convert/hf_vision.h"
 #include "core/error.h"
+#include "core/tune.h"
 #include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
 #include "engine/generator.h"
@@ -174,6 +175,7 @@ void run(RunOptions o) {
   go.prefill_chunk = o.prefill_chunk;
   go.spec.mode = engine::parse_spec_mode(o.spec);
   go.spec.max_draft = o.spec_max;
+  go.spec.adaptive = tune::get(tune::kSpecAdaptive) != 0;
   // --spec draft: the draft model, on the same back-end (it outlives generate below).
   std::optional<gguf::File> draft_file;
   std::unique_ptr<model::CausalLm> draft_model;

@@ -11,6 +11,7 @@
 #include "cli/model_ref.h"
 #include "convert/hf_import.h"
 #include "core/error.h"
+#include "core/tune.h"
 #include "convert/hf_vision.h"
 #include "engine/chat_prompt.h"
 #include "engine/kv_disk_fingerprint.h"
@@ -324,6 +325,7 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ec.commit_kv = o.kv_commit;
   ec.spec.mode = engine::parse_spec_mode(o.spec);
   ec.spec.max_draft = o.spec_max;
+  ec.spec.adaptive = tune::get(tune::kSpecAdaptive) != 0;
   if (ec.spec.mode == engine::SpecMode::kDraft) {
     if (o.draft_model.empty()) fail(ErrorKind::kInvalidInput, "serve", "--spec draft needs --draft-model");
     m->draft_file.emplace(open_model_arg(o.draft_model));

@@ -19,6 +19,8 @@
     "microseconds a waiting pool thread spins before it sleeps (0: sleep at once)")                                \
   X(kEngineTiming, "engine.timing", Enum, Debug, 0, 0, 2, "off|steps|each",                                        \
     "serve: where the engine's steps spend their time (steps: totals at stop; each: also per step and request)")   \
+  X(kSpecAdaptive, "spec.adaptive", Bool, Kill, 1, 0, 1, "",                                                         \
+    "--spec: draft lengths from measured step times and acceptance (0: always --spec-max where the drafter has it)") \
   /* The CPU back-end. */                                                                                          \
   X(kCpuRepack, "cpu.repack", Bool, Kill, 1, 0, 1, "",                                                             \
     "repack quantized weights for the packed (AVX-512 VNNI) kernels where the CPU has them")                       \

@@ -114,6 +114,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                                                    ops::KvType::F16, std::max<int64_t>(chunk, 1));
   }
   StepCost cost(options.spec.max_draft + 1);
+  double draft_s = 0;  // --spec draft: measured seconds per drafted token
   // Hybrid models: drafts no longer than the cache's spare state slots (per-row checkpoints).
   const int32_t state_slot = cache.seq().state_slot;
   const int64_t spare_slots = state_slot >= 0 ? cache.pool().n_state_slots() - 1 : options.spec.max_draft;
@@ -196,19 +197,28 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       // Drafted tokens after `next`, each with a row of logits; the target's greedy pick
       // at each row is the next token as long as the draft agreed up to it.
       const int64_t k = std::min<int64_t>({options.spec.adaptive
-                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft)
+                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft,
+                                                              draft_s)
                                                : options.spec.max_draft,
                                            options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
                                            cache.n_ctx() - cache.n_past() - 1, spare_slots});
       std::vector<int32_t> draft;
       if (k > 0 && model_drafter) {
         std::vector<ModelDrafter::Job> job{{0, history, static_cast<int32_t>(k), {}}};
+        const auto t_draft = Clock::now();
         model_drafter->draft(job);
         draft = std::move(job[0].out);
+        if (!draft.empty()) {  // seconds per drafted token, forgetting geometrically
+          const double s = seconds(t_draft, Clock::now()) / static_cast<double>(draft.size());
+          draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
+        }
       } else if (k > 0) {
         draft = drafter.draft(history, static_cast<int32_t>(k));
       }
-      if (k <= 0) acceptance.idle();
+      if (k <= 0) {
+        acceptance.idle();
+        draft_s *= 0.98;  // (a dear draft model is tried again later)
+      }
       if (!draft.empty()) {
         std::vector<int32_t> in(1, next);
         in.insert(in.end(), draft.begin(), draft.end());

@@ -271,6 +271,7 @@ class ServeEngine {
   bool spec_on_ = false;
   NgramDrafter drafter_;
   std::unique_ptr<ModelDrafter> model_drafter_;  // --spec draft
+  double draft_s_ = 0;  // --spec draft: measured seconds per drafted token (draft_length counts it)
   StepCost spec_cost_{1};
   std::vector<std::vector<int32_t>> spec_in_;  // per step item: its pending token and draft
   uint64_t spec_drafted_ = 0, spec_accepted_ = 0;

@@ -46,6 +46,7 @@
 // log-probabilities, an output constraint, images or an injected fault; nor on the CUDA
 // back-end (spec_unsupported).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
@@ -115,7 +116,8 @@ void ServeEngine::spec_draft() {
     Live& live = *it->second;
     // No further than max_tokens (the step's own token is one) and the context.
     int64_t k = config_.spec.adaptive
-                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft)
+                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft,
+                                   model_drafter_ ? draft_s_ : 0.0)
                     : config_.spec.max_draft;
     k = std::min<int64_t>(k, live.request.max_tokens - live.n_generated - 1);
     k = std::min<int64_t>(k, max_seq_tokens_ - static_cast<int64_t>(seq.tokens.size()));
@@ -130,9 +132,22 @@ void ServeEngine::spec_draft() {
       seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
     }
   }
-  if (jobs.empty()) return;
+  if (jobs.empty()) {
+    // Nothing drafted: the cost drifts down, so that a policy that stopped drafting for a
+    // dear draft (or one slow measurement) tries again later.
+    if (model_drafter_) draft_s_ *= 0.98;
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   model_drafter_->draft(jobs);
-  for (size_t i = 0; i < jobs.size(); ++i) job_seq[i]->draft = std::move(jobs[i].out);
+  size_t n = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    n += jobs[i].out.size();
+    job_seq[i]->draft = std::move(jobs[i].out);
+  }
+  // The seconds per drafted token (forgetting geometrically), which draft_length counts.
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (n > 0) draft_s_ = draft_s_ > 0 ? 0.9 * draft_s_ + 0.1 * s / static_cast<double>(n) : s / static_cast<double>(n);
 }
 
 ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first,

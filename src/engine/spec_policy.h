@@ -81,7 +81,10 @@ class Acceptance {
 
 // Drafted tokens for one sequence (0 .. max_draft): the largest k with p^k above the
 // cost of a row in tokens (see above; a tenth of a token while the costs are unknown). rows: the
-// step's rows without drafts; n_decode: its sequences that sample.
-int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft);
+// step's rows without drafts; n_decode: its sequences that sample. draft_s: the measured
+// seconds it takes to make one drafted token (a draft model's share of its passes; 0 for
+// prompt lookup), counted like a row's cost.
+int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft,
+                     double draft_s = 0.0);
 
 }  // namespace hearth::engine

@@ -240,7 +240,9 @@ TEST(SpecDraftGenerate, SelfDraftingGivesTheOutputWithoutSpeculation) {
     }
     EXPECT_EQ(r[1].tokens, r[0].tokens) << "temperature " << temp;
     EXPECT_GT(r[1].accepted, 0);
-    if (temp == 0.0f) EXPECT_GE(r[1].accepted * 10, r[1].drafted * 9);
+    if (temp == 0.0f) {
+      EXPECT_GE(r[1].accepted * 10, r[1].drafted * 9);
+    }
   }
   // --spec draft without a draft model is refused.
   model::KvCache cache(m.backend, m.model.hparams(), 128, hearth::ops::KvType::F16);

@@ -142,6 +142,11 @@ TEST(SpecPolicy, DraftsLongWhileRowsAreCheapAndStopsForLargeBatches) {
   const int32_t lo = engine::draft_length(memory_bound, 16, 16, 0.3, 8);
   EXPECT_GT(hi, lo);
   EXPECT_EQ(engine::draft_length(memory_bound, 1, 1, 0.0, 8), 0);
+  // A draft model's cost per drafted token counts like a row's: as dear as 30 % of the
+  // step (the step is about 20 ms), fewer tokens; as dear as the whole step, none.
+  EXPECT_LT(engine::draft_length(memory_bound, 1, 1, 0.8, 8, 0.006), 8);
+  EXPECT_GT(engine::draft_length(memory_bound, 1, 1, 0.8, 8, 0.006), 0);
+  EXPECT_EQ(engine::draft_length(memory_bound, 1, 1, 0.8, 8, 0.03), 0);
   EXPECT_EQ(engine::draft_length(memory_bound, 1, 0, 0.9, 8), 0);
 }
 
