@@ -331,12 +331,14 @@ std::vector<Outcome> serve(const engine::EngineConfig& cfg, const std::vector<en
 TEST(SpecSampledEngine, SeededRequestsGiveTheTokensWithoutSpeculation) {
   if (!loaded()) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
   std::vector<engine::GenRequest> reqs = {sampled(kRepeat, 48, 0.7f, 11), sampled(kCount, 40, 1.0f, 12),
-                                          sampled(kRepeat, 40, 0.4f, 13), sampled(kCount, 40, 0.8f, 14)};
+                                          sampled(kRepeat, 40, 0.4f, 13), sampled(kCount, 40, 0.8f, 14),
+                                          sampled(kRepeat, 40, 0.0f, 15)};
   reqs[1].sampler.top_k = 0;
   reqs[1].sampler.top_p = 0.9f;
   reqs[2].sampler.min_p = 0.2f;
   reqs[3].sampler.repeat_penalty = 1.1f;  // penalties: each row's history has the tokens accepted before it
   reqs[3].sampler.presence_penalty = 0.2f;
+  reqs[4].sampler.repeat_penalty = 1.3f;  // greedy with a penalty: rows copied, penalized on the host
   engine::EngineStats off_stats, on_stats, alone_stats;
   const auto off = serve(config(false), reqs, off_stats);
   // Batched, with the measured drafting policy (draft lengths vary with timings: the
