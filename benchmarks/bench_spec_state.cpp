@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
                 argv[1], static_cast<long long>(hp.n_recurrent_layers()), static_cast<long long>(hp.n_layer), mib, k,
                 threads, reps);
     std::printf("one-token step                 %8.3f ms\n", median(t_one));
-    std::printf("verification, 1+%d rows (b)     %8.3f ms (includes its %d checkpoint copies)\n", k, median(t_verify), k);
+    std::printf("verification, 1+%d rows (b)     %8.3f ms (includes its %d checkpoint copies)\n", k, median(t_verify),
+                k);
     std::printf("%d state copies alone           %8.3f ms\n", k, median(t_copies));
     std::printf("1 state copy                   %8.3f ms\n", median(t_copy));
     std::printf("re-run of 1+%d rows (a)         %8.3f ms\n", a, median(t_rerun));

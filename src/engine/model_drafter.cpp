@@ -10,7 +10,9 @@ namespace hearth::engine {
 
 std::string ModelDrafter::unsuitable(model::CausalLm& draft, int64_t n_vocab) {
   const model::Hparams& hp = draft.hparams();
-  if (hp.n_recurrent_layers() > 0) return "the draft model has recurrent (Gated DeltaNet) layers; it must be attention-only";
+  if (hp.n_recurrent_layers() > 0) {
+    return "the draft model has recurrent (Gated DeltaNet) layers; it must be attention-only";
+  }
   if (hp.n_vocab != n_vocab) {
     return "the draft model's vocabulary has " + std::to_string(hp.n_vocab) + " tokens, the model's " +
            std::to_string(n_vocab) + " (they must be the same vocabulary)";
@@ -27,7 +29,8 @@ ModelDrafter::ModelDrafter(model::CausalLm& draft, int64_t n_vocab, int64_t n_ct
   pool_ = std::make_unique<model::KvPool>(draft.backend(), draft.hparams(), kv_type, bs, per * n_slots);
   slots_.resize(static_cast<size_t>(n_slots));
   for (int32_t s = 0; s < n_slots; ++s) {
-    for (int64_t b = 0; b < per; ++b) slots_[static_cast<size_t>(s)].kv.blocks.push_back(static_cast<int32_t>(s * per + b));
+    std::vector<int32_t>& blocks = slots_[static_cast<size_t>(s)].kv.blocks;
+    for (int64_t b = 0; b < per; ++b) blocks.push_back(static_cast<int32_t>(s * per + b));
   }
 }
 
@@ -99,7 +102,8 @@ void ModelDrafter::draft(std::vector<Job>& jobs) {
       if (have < static_cast<int64_t>(t.size())) {  // catching up
         const int64_t n = std::min<int64_t>(chunk_, static_cast<int64_t>(t.size()) - have);
         input[i].assign(t.begin() + have, t.begin() + have + n);
-        batch.push_back(model::BatchSeq{&at[i]->kv, input[i].data(), n, have + n == static_cast<int64_t>(t.size()), true});
+        const bool last = have + n == static_cast<int64_t>(t.size());
+        batch.push_back(model::BatchSeq{&at[i]->kv, input[i].data(), n, last, true});
       } else {  // the next drafted token's step (a job with all its tokens left the loop)
         input[i].assign(1, jobs[i].out.back());
         batch.push_back(model::BatchSeq{&at[i]->kv, input[i].data(), 1, true, true});

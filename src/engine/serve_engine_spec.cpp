@@ -19,8 +19,9 @@
 // prefix-cache snapshot in a drafted step's commit; after the verification, when the
 // accepted tokens crossed a block boundary, the rolling decode snapshot moves there, copied
 // from that row's checkpoint (Scheduler::accepted_snapshot). So snapshots only ever hold
-// states at accepted tokens, the same ones as without speculation. (The other way, keeping the state before the step and re-running the
-// accepted rows, is measured against this one in docs/bench/spec.md.)
+// states at accepted tokens, the same ones as without speculation. (The other way, keeping
+// the state before the step and re-running the accepted rows, is measured against this one
+// in docs/bench/spec.md.)
 //
 // Sampled requests (temperature > 0, with top-k / top-p / min-p and penalties as the
 // sampler applies them): rejection sampling as in the speculative-sampling literature
@@ -187,14 +188,14 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
     scheduler_.rollback(seq, n_past0 + 1 + accepted);
     // A hybrid model's state: the checkpoint after the last accepted token's row (the live
     // slot holds the state after the last drafted row, right only when all were accepted).
-    if (seq.kv.state_slot >= 0 && accepted < n_draft) pool_.copy_state(spec_slot(seq.kv.state_slot, accepted), seq.kv.state_slot);
+    const int32_t live_slot = seq.kv.state_slot;
+    if (live_slot >= 0 && accepted < n_draft) pool_.copy_state(spec_slot(live_slot, accepted), live_slot);
     // The rolling decode snapshot at a block boundary the accepted tokens crossed: the
     // state after that boundary's row (its checkpoint, or the live state at the last).
     if (const int32_t slot = scheduler_.accepted_snapshot(seq, n_past0); slot >= 0) {
       const int64_t rows = seq.kv.n_past / blocks_.block_size() * blocks_.block_size() - n_past0;
       spill_pending();  // the snapshot whose slot this was, to the disk tier
-      pool_.copy_state(rows == 1 + accepted ? seq.kv.state_slot : spec_slot(seq.kv.state_slot, static_cast<int32_t>(rows - 1)),
-                       slot);
+      pool_.copy_state(rows == 1 + accepted ? live_slot : spec_slot(live_slot, static_cast<int32_t>(rows - 1)), slot);
     }
   }
   return end;

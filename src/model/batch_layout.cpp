@@ -126,7 +126,9 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     if (b.decode_rows && b.n_tokens > 1) {
       // With recurrent state: a snapshot after every row (the recurrence runs a row per pass).
       bool every_row = static_cast<int64_t>(b.snaps.size()) == b.n_tokens - 1;
-      for (size_t i = 0; every_row && i < b.snaps.size(); ++i) every_row = b.snaps[i].after == static_cast<int32_t>(i + 1);
+      for (size_t i = 0; every_row && i < b.snaps.size(); ++i) {
+        every_row = b.snaps[i].after == static_cast<int32_t>(i + 1);
+      }
       if ((kv.state_slot >= 0 ? !every_row : !b.snaps.empty()) || b.media != nullptr) {
         fail(ErrorKind::kInternal, "model",
              "rows attended one by one in a sequence with images, or with recurrent state but not a snapshot after "

@@ -43,7 +43,9 @@ struct Loaded {
   model::LlamaModel model;
   hearth::tokenizer::Tokenizer tok;
   explicit Loaded(const std::string& path)
-      : file(hearth::gguf::File::open(path)), model(file, backend), tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
+      : file(hearth::gguf::File::open(path)),
+        model(file, backend),
+        tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
 };
 
 std::unique_ptr<Loaded>& loaded() {
@@ -105,7 +107,8 @@ TEST(ModelDrafter, DraftsTheGreedyContinuationAndFollowsRollbacks) {
   EXPECT_NE(engine::ModelDrafter::unsuitable(m.model, m.model.hparams().n_vocab + 1).find("vocabulary"),
             std::string::npos);
   EXPECT_THROW(engine::ModelDrafter(m.model, 1000, 256, 1, hearth::ops::KvType::F16, 64), hearth::Error);
-  hearth::gguf::File hybrid_file = hearth::convert::open_model(std::string(HEARTH_SOURCE_DIR) + "/tests/data/qwen35/dense");
+  hearth::gguf::File hybrid_file =
+      hearth::convert::open_model(std::string(HEARTH_SOURCE_DIR) + "/tests/data/qwen35/dense");
   hearth::cpu::CpuBackend be(1);
   const std::unique_ptr<model::CausalLm> hybrid = model::load_causal_lm(hybrid_file, be);
   EXPECT_NE(engine::ModelDrafter::unsuitable(*hybrid, hybrid->hparams().n_vocab).find("recurrent"), std::string::npos);

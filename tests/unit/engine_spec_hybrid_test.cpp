@@ -200,7 +200,8 @@ TEST_P(SpecHybrid, VerifiedRowsAndCheckpointsEqualOneTokenSteps) {
     EXPECT_EQ(std::memcmp(row.data(), all.data() + static_cast<size_t>(i) * n_vocab, n_vocab * sizeof(float)), 0)
         << GetParam() << " row " << i;
     // After i + 1 tokens: checkpoint i + 1, or the live slot after the last row.
-    EXPECT_TRUE(same_state(one.pool(), 0, many.pool(), i + 1 < n ? i + 1 : 0)) << GetParam() << " state after row " << i;
+    EXPECT_TRUE(same_state(one.pool(), 0, many.pool(), i + 1 < n ? i + 1 : 0))
+        << GetParam() << " state after row " << i;
   }
   // A checkpoint that does not cover every row is refused (the recurrence must run a row
   // per pass to give the one-token arithmetic).

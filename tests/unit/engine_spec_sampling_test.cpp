@@ -55,7 +55,8 @@ std::vector<double> exact(const std::vector<float>& logits, const engine::Sample
   const size_t V = logits.size();
   std::vector<int32_t> rank(V);
   std::iota(rank.begin(), rank.end(), 0);
-  std::sort(rank.begin(), rank.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::sort(rank.begin(), rank.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   const double mx = logits[static_cast<size_t>(rank[0])];
   size_t n = V;
   if (sp.top_k > 0) n = std::min(n, static_cast<size_t>(sp.top_k));
@@ -78,7 +79,10 @@ std::vector<double> exact(const std::vector<float>& logits, const engine::Sample
   }
   std::vector<double> p(V, 0.0);
   double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += p[static_cast<size_t>(rank[i])] = std::exp((logits[static_cast<size_t>(rank[i])] - mx) / sp.temperature);
+  for (size_t i = 0; i < n; ++i) {
+    const auto t = static_cast<size_t>(rank[i]);
+    sum += p[t] = std::exp((logits[t] - mx) / sp.temperature);
+  }
   for (double& v : p) v /= sum;
   return p;
 }
@@ -163,7 +167,9 @@ Verdict check(const Rule& rule, const std::vector<float>& logits, const engine::
 std::vector<float> test_logits() {
   // 64 tokens, logits spread over ~9 nats without ties near the cuts.
   std::vector<float> l(64);
-  for (size_t i = 0; i < l.size(); ++i) l[i] = 3.0f - 0.14f * static_cast<float>((i * 23) % 64) + 0.01f * static_cast<float>(i % 7);
+  for (size_t i = 0; i < l.size(); ++i) {
+    l[i] = 3.0f - 0.14f * static_cast<float>((i * 23) % 64) + 0.01f * static_cast<float>(i % 7);
+  }
   return l;
 }
 
@@ -248,7 +254,9 @@ struct Loaded {
   model::LlamaModel model;
   hearth::tokenizer::Tokenizer tok;
   explicit Loaded(const std::string& path)
-      : file(hearth::gguf::File::open(path)), model(file, backend), tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
+      : file(hearth::gguf::File::open(path)),
+        model(file, backend),
+        tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
 };
 
 std::unique_ptr<Loaded>& loaded() {
