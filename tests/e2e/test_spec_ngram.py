@@ -148,7 +148,7 @@ def test_seeded_sampled_answers_with_speculation_are_the_answers_without(hearth_
         return alone, together, other.choices[0].message.content
 
     ref, ref_together, _ = answers()
-    alone, together, other = answers("--spec", "ngram", "--spec-max", "6")
+    alone, together, other = answers("--spec", "ngram", "--spec-max", "6", "--tune", "spec.adaptive=0")
     assert [a for a, _ in alone] == [a for a, _ in ref]
     assert [a for a, _ in together] == [a for a, _ in ref]
     assert [a for a, _ in ref_together] == [a for a, _ in ref]
@@ -232,8 +232,9 @@ def test_speculative_field_must_be_a_boolean(hearth_bin, default_model):
 def test_speculative_false_on_every_route(hearth_bin, default_model):
     """Hearth's "speculative" request field works on the Anthropic Messages and Responses routes as
     on chat / completions: false drafts nothing for that request (the metrics' drafted total does
-    not move), true (the default) drafts; a value that is not a boolean is a 400 naming it."""
-    s = Server(hearth_bin, default_model, *ARGS, "--spec", "ngram", "--spec-max", "6")
+    not move), true (the default) drafts; a value that is not a boolean is a 400 naming it.
+    (--tune spec.adaptive=0: whether a request drafts must not depend on the machine's step times.)"""
+    s = Server(hearth_bin, default_model, *ARGS, "--spec", "ngram", "--spec-max", "6", "--tune", "spec.adaptive=0")
     prompt = CHAT[1]
     bodies = {
         "/v1/messages": {"model": "default", "max_tokens": 48, "temperature": 0,
