@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 struct AgentCliOptions {
   std::vector<std::string> models;  // -m: REF, or NAME=REF (repeatable) for the server it starts
   std::string url, prompt, kv_cache_bytes, device, log_dir, resume, tool_choice = "auto",
-                                                                           system_prompt, spec;
+                                                                           system_prompt, spec, draft_model;
   int spec_max = 0;
   bool no_server = false, think = false, no_think = false, yes = false;
   int max_steps = 15, threads = 0;
@@ -87,7 +87,8 @@ void check(const AgentCliOptions& o) {
           {"--device", !o.device.empty()},
           {"--threads", o.threads != 0},
           {"--spec", !o.spec.empty()},
-          {"--spec-max", o.spec_max != 0}})
+          {"--spec-max", o.spec_max != 0},
+          {"--draft-model", !o.draft_model.empty()}})
       if (set)
         bad(std::string(flag) +
             " applies to the server the agent starts; not with --url / --no-server");
@@ -136,6 +137,7 @@ int run_agent(AgentCliOptions o) {
     // turns them into drafted tokens; the server checks the values.
     if (!o.spec.empty()) args.insert(args.end(), {"--spec", o.spec});
     if (o.spec_max > 0) args.insert(args.end(), {"--spec-max", std::to_string(o.spec_max)});
+    if (!o.draft_model.empty()) args.insert(args.end(), {"--draft-model", o.draft_model});
     server = std::make_unique<agent::ServerSupervisor>(args, o.log_dir + "/server-" + id + ".log");
     std::fprintf(stderr, "hearth agent: starting the server (log: %s)\n",
                  server->log_path().c_str());
@@ -279,7 +281,9 @@ void add_agent_command(CLI::App& app) {
                   "Context window in tokens (for the server it starts, and for trimming)");
   cmd->add_option("--device", o->device, "Device of the server it starts: cpu, cuda, cuda:N, auto");
   cmd->add_option("-t,--threads", o->threads, "Compute threads of the server it starts");
-  cmd->add_option("--spec", o->spec, "Speculative decoding of the server it starts: ngram or off (see hearth serve)");
+  cmd->add_option("--spec", o->spec,
+                  "Speculative decoding of the server it starts: ngram, draft or off (see hearth serve)");
+  cmd->add_option("--draft-model", o->draft_model, "--spec draft: the draft model of the server it starts");
   cmd->add_option("--spec-max", o->spec_max, "Drafted tokens per step at most, for the server it starts");
   cmd->add_option("--tool-output-chars", o->tool_output_chars,
                   "Cap on each tool result sent to the model")

@@ -20,9 +20,11 @@
 #include "convert/hf_import.h"
 #include "convert/hf_vision.h"
 #include "core/error.h"
+#include "core/tune.h"
 #include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
 #include "engine/generator.h"
+#include "engine/model_drafter.h"
 #include "engine/prompt_images.h"
 #include "format/gguf.h"
 #include "grammar/constraint.h"
@@ -60,6 +62,7 @@ struct RunOptions {
   int64_t max_image_pixels = 64LL << 20;
   std::string spec = "off";  // --spec
   int32_t spec_max = 8;      // --spec-max
+  std::string draft_model;   // --draft-model (--spec draft)
 };
 
 std::string build_prompt(const RunOptions& o, const gguf::File& file, const engine::ChatPrompt& chat) {
@@ -128,7 +131,9 @@ void run(RunOptions o) {
   model::CausalLm& model = *loaded;
   log_device_memory(backend, device);
   if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
-  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type);
+  // Hybrid models with speculation: a state checkpoint per drafted row (generator.cpp).
+  const bool spec_on = engine::parse_spec_mode(o.spec) != engine::SpecMode::kOff;
+  model::KvCache cache(backend, model.hparams(), n_ctx, kv_type, spec_on ? std::max(0, o.spec_max) : 0);
 
   // Images: decoded, preprocessed and encoded by the model's vision tower, their rows in the prompt.
   std::optional<gguf::File> proj;
@@ -170,6 +175,20 @@ void run(RunOptions o) {
   go.prefill_chunk = o.prefill_chunk;
   go.spec.mode = engine::parse_spec_mode(o.spec);
   go.spec.max_draft = o.spec_max;
+  go.spec.adaptive = tune::get(tune::kSpecAdaptive) != 0;
+  // --spec draft: the draft model, on the same back-end (it outlives generate below).
+  std::optional<gguf::File> draft_file;
+  std::unique_ptr<model::CausalLm> draft_model;
+  if (go.spec.mode == engine::SpecMode::kDraft) {
+    if (o.draft_model.empty()) fail(ErrorKind::kInvalidInput, "run", "--spec draft needs --draft-model");
+    draft_file.emplace(open_model_arg(o.draft_model));
+    draft_model = model::load_causal_lm(*draft_file, backend);
+    if (const std::string why = engine::ModelDrafter::unsuitable(*draft_model, model.hparams().n_vocab); !why.empty())
+      fail(ErrorKind::kInvalidInput, "run", o.draft_model + ": " + why);
+    go.spec.draft = draft_model.get();
+  } else if (!o.draft_model.empty()) {
+    fail(ErrorKind::kInvalidInput, "run", "--draft-model is for --spec draft");
+  }
   if (const std::string why = engine::spec_unsupported(model); go.spec.mode != engine::SpecMode::kOff && !why.empty()) {
     std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
   }
@@ -297,8 +316,10 @@ void add_run_command(CLI::App& app) {
       ->default_val("auto");
   cmd->add_option("--spec", o->spec,
                   "Speculative decoding: ngram (draft the next tokens from earlier text and verify them in one "
-                  "step; greedy runs on non-hybrid models, same output) or off")
+                  "step; the same output), draft (a draft model proposes them: --draft-model) or off")
       ->default_val("off");
+  cmd->add_option("--draft-model", o->draft_model,
+                  "--spec draft: the draft model (path or store name; attention-only, the same vocabulary)");
   cmd->add_option("--spec-max", o->spec_max, "Drafted tokens per step at most")
       ->default_val(8)
       ->check(CLI::Range(1, 64));

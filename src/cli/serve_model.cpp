@@ -11,9 +11,11 @@
 #include "cli/model_ref.h"
 #include "convert/hf_import.h"
 #include "core/error.h"
+#include "core/tune.h"
 #include "convert/hf_vision.h"
 #include "engine/chat_prompt.h"
 #include "engine/kv_disk_fingerprint.h"
+#include "engine/model_drafter.h"
 #include "engine/serve_engine.h"
 #include "model/vision_encoder.h"
 #include "server/image_tokens.h"
@@ -61,6 +63,8 @@ struct Loaded final : server::LoadedModel {
   std::optional<tokenizer::Tokenizer> tok;
   std::unique_ptr<ops::Backend> backend;
   std::unique_ptr<model::CausalLm> model;
+  std::optional<gguf::File> draft_file;          // --spec draft: the draft model (on the same back-end)
+  std::unique_ptr<model::CausalLm> draft_model;
   std::optional<gguf::File> projector;           // the vision tower's file (models that take images)
   std::unique_ptr<model::VisionEncoder> vision;  // used by the engine: built before it, freed after
   std::optional<engine::ChatPrompt> chat;
@@ -87,6 +91,7 @@ struct Plan {
   ops::KvType kv_type = ops::KvType::F16;
   int64_t block_size = 16;
   uint64_t block_bytes = 0, state_bytes = 0;
+  int64_t spec_slots = 0;  // hybrid models: speculation checkpoint state slots (counted in state_bytes)
   int64_t n_blocks = 0;
   uint64_t need = 0;  // weights + KV + states (+ the device reserve)
   backends::Device device;
@@ -110,10 +115,15 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   const int64_t block_size = p.block_size;
   const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, p.kv_type, block_size);
   p.block_bytes = block_bytes;
-  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV.
+  // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV;
+  // with speculative decoding also --spec-max checkpoints per running sequence (the state
+  // after each verified row, to roll back to: engine/serve_engine_spec.cpp).
+  p.spec_slots = engine::parse_spec_mode(o.spec) != engine::SpecMode::kOff && o.spec_max > 0
+                     ? static_cast<int64_t>(p.max_seqs) * o.spec_max
+                     : 0;
   const uint64_t state_bytes = hp.n_recurrent_layers() > 0
                                    ? model::KvPool::bytes_per_state(hp) *
-                                         static_cast<uint64_t>(p.max_seqs + o.state_snapshots)
+                                         static_cast<uint64_t>(p.max_seqs + o.state_snapshots + p.spec_slots)
                                    : 0;
   p.state_bytes = state_bytes;
   const uint64_t full_budget = static_cast<uint64_t>(p.max_seqs) *
@@ -315,6 +325,19 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ec.commit_kv = o.kv_commit;
   ec.spec.mode = engine::parse_spec_mode(o.spec);
   ec.spec.max_draft = o.spec_max;
+  ec.spec.adaptive = tune::get(tune::kSpecAdaptive) != 0;
+  if (ec.spec.mode == engine::SpecMode::kDraft) {
+    if (o.draft_model.empty()) fail(ErrorKind::kInvalidInput, "serve", "--spec draft needs --draft-model");
+    m->draft_file.emplace(open_model_arg(o.draft_model));
+    m->draft_model = model::load_causal_lm(*m->draft_file, backend);
+    if (const std::string why = engine::ModelDrafter::unsuitable(*m->draft_model, m->model->hparams().n_vocab); !why.empty())
+      fail(ErrorKind::kInvalidInput, "serve", o.draft_model + ": " + why);
+    ec.spec.draft = m->draft_model.get();
+    std::fprintf(stderr, "hearth: %s: draft model %s (%.1f MB)\n", spec.name.c_str(), o.draft_model.c_str(),
+                 static_cast<double>(m->draft_file->file_size()) / 1e6);
+  } else if (!o.draft_model.empty()) {
+    fail(ErrorKind::kInvalidInput, "serve", "--draft-model is for --spec draft");
+  }
   if (!o.kv_disk.empty()) {
     ec.kv_disk_dir = o.kv_disk;
     ec.kv_disk_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
@@ -338,11 +361,12 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
     std::fprintf(stderr,
                  "hearth: hybrid model: %lld of %lld layers recurrent (Gated DeltaNet), %.2f MiB "
                  "of state per "
-                 "sequence; %d running + %d snapshot slots (%.1f MiB)\n",
+                 "sequence; %d running + %d snapshot + %lld speculation checkpoint slots (%.1f MiB)\n",
                  static_cast<long long>(hp.n_recurrent_layers()),
                  static_cast<long long>(hp.n_layer),
                  static_cast<double>(model::KvPool::bytes_per_state(hp)) / (1 << 20), plan.max_seqs,
-                 o.state_snapshots, static_cast<double>(plan.state_bytes) / (1 << 20));
+                 o.state_snapshots, static_cast<long long>(plan.spec_slots),
+                 static_cast<double>(plan.state_bytes) / (1 << 20));
   }
   server::ModelMetrics* mm = nullptr;
   {

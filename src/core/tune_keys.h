@@ -21,6 +21,8 @@
     "serve: where the engine's steps spend their time (steps: totals at stop; each: also per step and request)")   \
   X(kKvDiskThreads, "kvdisk.read_threads", Int, Tune, 0, 0, 64, "",                                                \
     "threads that read and check one prefix hit's files (0: half the cores, 1 to 8)")                              \
+  X(kSpecAdaptive, "spec.adaptive", Bool, Kill, 1, 0, 1, "",                                                         \
+    "--spec: draft lengths from measured step times and acceptance (0: always --spec-max where the drafter has it)") \
   /* The CPU back-end. */                                                                                          \
   X(kCpuRepack, "cpu.repack", Bool, Kill, 1, 0, 1, "",                                                             \
     "repack quantized weights for the packed (AVX-512 VNNI) kernels where the CPU has them")                       \

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 #include "core/error.h"
+#include "engine/model_drafter.h"
 #include "engine/ngram_drafter.h"
 #include "engine/row_reduce.h"
 
@@ -98,10 +100,24 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   Clock::time_point t_first{}, t_last{};
   r.stop_reason = "length";
   // Speculative decoding: the tokens a verification step gave, taken one per turn below.
-  const bool spec = options.spec.mode != SpecMode::kOff && plain && sampler.plain_greedy() &&
-                    options.media == nullptr && spec_unsupported(model).empty();
+  // Greedy or sampled alike: a row's token is the sampler's pick (its draw, a uniform number
+  // per token: rejection sampling for a point-mass draft, serve_engine_spec.cpp).
+  const bool spec = options.spec.mode != SpecMode::kOff && plain && options.media == nullptr &&
+                    spec_unsupported(model).empty();
+  const bool greedy = sampler.plain_greedy();
   NgramDrafter drafter;
+  // --spec draft: the draft model's own KV for this one sequence (model_drafter.h).
+  std::unique_ptr<ModelDrafter> model_drafter;
+  if (spec && options.spec.mode == SpecMode::kDraft) {
+    if (options.spec.draft == nullptr) fail(ErrorKind::kInvalidInput, "spec", "--spec draft needs --draft-model");
+    model_drafter = std::make_unique<ModelDrafter>(*options.spec.draft, model.hparams().n_vocab, cache.n_ctx(), 1,
+                                                   ops::KvType::F16, std::max<int64_t>(chunk, 1));
+  }
   StepCost cost(options.spec.max_draft + 1);
+  double draft_s = 0;  // --spec draft: measured seconds per drafted token
+  // Hybrid models: drafts no longer than the cache's spare state slots (per-row checkpoints).
+  const int32_t state_slot = cache.seq().state_slot;
+  const int64_t spare_slots = state_slot >= 0 ? cache.pool().n_state_slots() - 1 : options.spec.max_draft;
   Acceptance acceptance;
   std::vector<int32_t> verified;
   size_t n_verified = 0;
@@ -181,27 +197,52 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       // Drafted tokens after `next`, each with a row of logits; the target's greedy pick
       // at each row is the next token as long as the draft agreed up to it.
       const int64_t k = std::min<int64_t>({options.spec.adaptive
-                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft)
+                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft,
+                                                              draft_s)
                                                : options.spec.max_draft,
                                            options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
-                                           cache.n_ctx() - cache.n_past() - 1});
-      std::vector<int32_t> draft = k > 0 ? drafter.draft(history, static_cast<int32_t>(k)) : std::vector<int32_t>{};
-      if (k <= 0) acceptance.idle();
+                                           cache.n_ctx() - cache.n_past() - 1, spare_slots});
+      std::vector<int32_t> draft;
+      if (k > 0 && model_drafter) {
+        std::vector<ModelDrafter::Job> job{{0, history, static_cast<int32_t>(k), {}}};
+        const auto t_draft = Clock::now();
+        model_drafter->draft(job);
+        draft = std::move(job[0].out);
+        if (!draft.empty()) {  // seconds per drafted token, forgetting geometrically
+          const double s = seconds(t_draft, Clock::now()) / static_cast<double>(draft.size());
+          draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
+        }
+      } else if (k > 0) {
+        draft = drafter.draft(history, static_cast<int32_t>(k));
+      }
+      if (k <= 0) {
+        acceptance.idle();
+        draft_s *= 0.98;  // (a dear draft model is tried again later)
+      }
       if (!draft.empty()) {
         std::vector<int32_t> in(1, next);
         in.insert(in.end(), draft.begin(), draft.end());
         const int64_t n_past = cache.n_past();
         const auto t_step = Clock::now();
         // Each row attends as a one-token step would (BatchSeq::decode_rows): the same logits.
-        model::BatchSeq b{&cache.seq(), in.data(), static_cast<int64_t>(in.size()), true, true};
+        model::BatchSeq b{&cache.seq(), in.data(), static_cast<int64_t>(in.size()), true, greedy};
         b.n_logits = b.n_tokens;
         b.decode_rows = true;
+        // Hybrid models: the state after each row but the last, in spare slots 1 .. (the
+        // recurrence runs a row per pass: the one-token step's arithmetic).
+        if (state_slot >= 0) {
+          for (size_t j = 0; j < draft.size(); ++j) {
+            b.snaps.push_back({static_cast<int32_t>(j + 1), static_cast<int32_t>(j + 1)});
+          }
+        }
         model.forward_batch(cache.pool(), {b}, logits);
         cost.note(b.n_tokens, seconds(t_step, Clock::now()));
-        const auto& rows = model.picks();  // the argmax of each row, where the back-end reduced them
+        // The argmax of each row, where the back-end reduced greedy rows; else rows copied.
+        const auto& rows = greedy ? model.picks() : std::vector<ops::ArgmaxRow>{};
         const auto n_vocab = static_cast<size_t>(model.hparams().n_vocab);
         verified.clear();
         n_verified = 0;
+        std::vector<int32_t> seen = history;  // row i's history: with the i tokens accepted before it
         for (size_t i = 0; i < in.size(); ++i) {
           if (rows.size() == in.size() && rows[i].bad >= 0) {
             fail(ErrorKind::kInternal, "run", "the model's output is not finite (logit of token " +
@@ -210,14 +251,18 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
           }
           verified.push_back(rows.size() == in.size()
                                  ? rows[i].argmax
-                                 : sampler.sample(std::span<float>(logits.data() + i * n_vocab, n_vocab), history));
+                                 : sampler.sample(std::span<float>(logits.data() + i * n_vocab, n_vocab), seen));
           if (i == draft.size() || verified.back() != draft[i]) break;
+          seen.push_back(verified.back());
         }
         const auto accepted = static_cast<int32_t>(verified.size() - 1);
         r.drafted += static_cast<int32_t>(draft.size());
         r.accepted += accepted;
         acceptance.note(static_cast<int32_t>(draft.size()), accepted);
         cache.seq().n_past = n_past + 1 + accepted;  // the rejected rows are written over later
+        if (state_slot >= 0 && static_cast<size_t>(accepted) < draft.size()) {
+          cache.pool().copy_state(1 + accepted, state_slot);  // the state at the last accepted token
+        }
         continue;
       }
     }

@@ -31,9 +31,12 @@ struct GenerateOptions {
   // differ by float rounding where a chunk boundary changes the order of a sum (the
   // chunked Gated DeltaNet form, the products' token blocks).
   int64_t prefill_chunk = 2048;
-  // Speculative decoding (--spec): drafts verified a step at a time, for greedy runs with
-  // nothing else reading the logits (no penalties, log-probabilities, constraint or
-  // images) on models without recurrent state; the output is the same as without.
+  // Speculative decoding (--spec): drafts verified a step at a time, for runs with nothing
+  // else reading the logits (no log-probabilities, constraint or images); the output is the
+  // same as without, greedy or sampled with the same seed (a sampled row's draw is the
+  // rejection-sampling verdict: serve_engine_spec.cpp). Hybrid models draft at most the cache's
+  // spare state slots (KvCache's spare_state_slots: the state after each drafted row's
+  // predecessor is kept there, and the one at the last accepted token restored).
   SpecOptions spec;
 };
 

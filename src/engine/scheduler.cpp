@@ -196,7 +196,7 @@ StepPlan Scheduler::plan() {
     if (n <= 0) continue;  // prefill budget spent: continues next step
     // A draft runs only where its blocks come free without preempting anything.
     int32_t n_draft = 0;
-    if (decoding && !seq.draft.empty() && !config_.recurrent) {
+    if (decoding && !seq.draft.empty()) {
       const auto d = static_cast<int64_t>(seq.draft.size());
       if (ensure_blocks(seq, seq.kv.n_past + 1 + d)) {
         n_draft = static_cast<int32_t>(d);
@@ -343,21 +343,12 @@ Scheduler::SwapAdmit Scheduler::admit_swapped(SeqSlot& seq, int64_t budget, Step
 }
 
 std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
-  const int64_t bs = blocks_.block_size();
   std::vector<StateOp> ops;
   step_snaps_.clear();  // every planned inside snapshot is attached or given back below
   if (config_.recurrent) reclaim_dropped();
   for (const StepItem& item : plan.items) {
     SeqSlot& seq = *item.seq;
-    // Only blocks of known tokens: a step's drafted rows are not verified yet (their
-    // blocks are hashed at a later commit, once accepted).
-    const int64_t known = std::min<int64_t>(seq.kv.n_past, static_cast<int64_t>(seq.tokens.size()));
-    while (static_cast<int64_t>(seq.hashes.size() + 1) * bs <= known) {
-      const size_t b = seq.hashes.size();
-      const uint64_t parent = b == 0 ? 0 : seq.hashes.back();
-      const std::span<const int32_t> toks(seq.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
-      seq.hashes.push_back(blocks_.commit_full(seq.kv.blocks[b], parent, toks));
-    }
+    hash_known_blocks(seq);
     if (!config_.recurrent) continue;
     // The snapshots the model took inside the chunk (oldest first in the LRU order).
     for (const model::StateSnap& sn : item.snaps) {
@@ -365,33 +356,64 @@ std::vector<StateOp> Scheduler::commit(const StepPlan& plan) {
       if (!attach_snapshot(seq, p, sn.slot)) free_snap_.push_back(sn.slot);
     }
     // A snapshot of the state at this block boundary, if it is a snapshot point (or
-    // the sequence is past its prompt: the rolling decode snapshot).
-    const int64_t p = seq.kv.n_past;
-    if (p == 0 || p % bs != 0 || seq.kv.state_slot < 0) continue;
-    const auto idx = static_cast<size_t>(p / bs - 1);
-    if (idx >= seq.hashes.size()) continue;
-    const BlockId blk = seq.kv.blocks[idx];
-    const BlockMeta& m = blocks_.meta(blk);
-    if (!m.hashed || m.hash != seq.hashes[idx] || m.snapshot >= 0) continue;  // not ours, or kept already
-    const bool decode_point = p >= seq.n_prompt;
-    if (!decode_point && !std::binary_search(seq.snapshot_points.begin(), seq.snapshot_points.end(), p)) continue;
-    if (decode_point && seq.decode_snapshot >= 0) {
-      // Only if the slot still holds that snapshot (it may have been evicted and reused).
-      if (snap_block_[static_cast<size_t>(seq.decode_snapshot - config_.max_seqs)] == seq.decode_block) {
-        drop_snapshot(seq.decode_snapshot);
-      }
-      seq.decode_snapshot = -1;
-    }
-    const int32_t slot = take_snapshot_slot();
-    if (slot < 0) continue;
-    attach_snapshot(seq, p, slot);
-    ops.push_back({seq.kv.state_slot, slot});
-    if (decode_point) {
-      seq.decode_snapshot = slot;
-      seq.decode_block = blk;
-    }
+    // the sequence is past its prompt: the rolling decode snapshot). Not after a verified
+    // draft: the live state is at its last drafted row, which may be rejected (the
+    // engine rolls the state back to the last accepted token).
+    if (item.n_draft > 0) continue;
+    const int32_t slot = boundary_snapshot(seq, seq.kv.n_past);
+    if (slot >= 0) ops.push_back({seq.kv.state_slot, slot});
   }
   return ops;
+}
+
+void Scheduler::hash_known_blocks(SeqSlot& seq) {
+  const int64_t bs = blocks_.block_size();
+  // Only blocks of known tokens: a step's drafted rows are not verified yet (their
+  // blocks are hashed once accepted).
+  const int64_t known = std::min<int64_t>(seq.kv.n_past, static_cast<int64_t>(seq.tokens.size()));
+  while (static_cast<int64_t>(seq.hashes.size() + 1) * bs <= known) {
+    const size_t b = seq.hashes.size();
+    const uint64_t parent = b == 0 ? 0 : seq.hashes.back();
+    const std::span<const int32_t> toks(seq.tokens.data() + b * static_cast<size_t>(bs), static_cast<size_t>(bs));
+    seq.hashes.push_back(blocks_.commit_full(seq.kv.blocks[b], parent, toks));
+  }
+}
+
+int32_t Scheduler::boundary_snapshot(SeqSlot& seq, int64_t p) {
+  const int64_t bs = blocks_.block_size();
+  if (p == 0 || p % bs != 0 || seq.kv.state_slot < 0) return -1;
+  const auto idx = static_cast<size_t>(p / bs - 1);
+  if (idx >= seq.hashes.size()) return -1;
+  const BlockId blk = seq.kv.blocks[idx];
+  const BlockMeta& m = blocks_.meta(blk);
+  if (!m.hashed || m.hash != seq.hashes[idx] || m.snapshot >= 0) return -1;  // not ours, or kept already
+  const bool decode_point = p >= seq.n_prompt;
+  if (!decode_point && !std::binary_search(seq.snapshot_points.begin(), seq.snapshot_points.end(), p)) return -1;
+  if (decode_point && seq.decode_snapshot >= 0) {
+    // Only if the slot still holds that snapshot (it may have been evicted and reused).
+    if (snap_block_[static_cast<size_t>(seq.decode_snapshot - config_.max_seqs)] == seq.decode_block) {
+      drop_snapshot(seq.decode_snapshot);
+    }
+    seq.decode_snapshot = -1;
+  }
+  const int32_t slot = take_snapshot_slot();
+  if (slot < 0) return -1;
+  attach_snapshot(seq, p, slot);
+  if (decode_point) {
+    seq.decode_snapshot = slot;
+    seq.decode_block = blk;
+  }
+  return slot;
+}
+
+int32_t Scheduler::accepted_snapshot(SeqSlot& seq, int64_t from) {
+  hash_known_blocks(seq);
+  if (!config_.recurrent) return -1;
+  const int64_t bs = blocks_.block_size();
+  const int64_t boundary = seq.kv.n_past / bs * bs;
+  if (boundary <= from) return -1;  // no boundary crossed by this step
+  reclaim_dropped();
+  return boundary_snapshot(seq, boundary);
 }
 
 void Scheduler::rollback(SeqSlot& seq, int64_t n_past) {

@@ -34,7 +34,11 @@
 // Speculative decoding: a decoding sequence with a draft (SeqSlot::draft) runs it after
 // its pending token when blocks for it can be had without preempting anything (else the
 // draft is dropped for the step). commit() hashes only blocks of known tokens, never
-// drafted ones; rollback() then forgets the rejected rows and their blocks.
+// drafted ones, and takes no state snapshot after a step with a draft (the live state is
+// then at the last drafted row; the engine rolls it back to the last accepted one from
+// its own per-row checkpoints, serve_engine_spec.cpp); rollback() then forgets the
+// rejected rows and their blocks, and accepted_snapshot() moves the rolling decode
+// snapshot to a boundary the accepted tokens crossed (the engine copies that row's state).
 //
 // Swapping (set_swap_policy): a preempted sequence the policy accepts keeps its KV
 // (and, hybrid models, its live recurrent state) in the engine's host swap space
@@ -169,6 +173,11 @@ class Scheduler {
   // computed; the rows after it held rejected drafted tokens); blocks past the one that
   // position n_past falls in go back to the pool.
   void rollback(SeqSlot& seq, int64_t n_past);
+  // Then (hybrid models): the blocks the accepted tokens filled are registered, and when the
+  // step crossed a block boundary (after `from`, the position before the step) the rolling
+  // decode snapshot moves to the last one crossed: returns the snapshot slot the engine
+  // copies the state at that boundary into now (-1: none).
+  int32_t accepted_snapshot(SeqSlot& seq, int64_t from);
 
   const std::vector<std::unique_ptr<SeqSlot>>& running() const { return running_; }
   const std::deque<std::unique_ptr<SeqSlot>>& waiting() const { return waiting_; }
@@ -210,6 +219,11 @@ class Scheduler {
   // Attaches snapshot slot `slot` (holding the state at position p) to the block ending
   // at p when that block is the sequence's own and has none yet; false otherwise.
   bool attach_snapshot(SeqSlot& seq, int64_t p, int32_t slot);
+  // Registers the full blocks of known tokens the sequence has computed.
+  void hash_known_blocks(SeqSlot& seq);
+  // The snapshot at block boundary p (a snapshot point, or past the prompt: the rolling
+  // decode snapshot), attached to its block: the slot to copy the state into (-1: none).
+  int32_t boundary_snapshot(SeqSlot& seq, int64_t p);
   void resume_from_snapshot(SeqSlot& seq, StepPlan& plan);
   int32_t take_snapshot_slot();
   // spill: the snapshot leaves memory for lack of slots (the disk tier may keep it),

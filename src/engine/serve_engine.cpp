@@ -57,7 +57,7 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
       max_seq_tokens_(std::min(config.n_ctx, config.n_blocks * config.block_size)),
       eog_(end_of_generation_tokens(tok)),
       pool_(model.backend(), model.hparams(), config.kv_type, config.block_size, config.n_blocks,
-            recurrent(model) ? config.max_seqs + config.n_snapshots : 0),
+            recurrent(model) ? config.max_seqs + config.n_snapshots + spec_state_slots(model, config) : 0),
       blocks_(static_cast<int32_t>(config.n_blocks), static_cast<int32_t>(config.block_size)),
       scheduler_(SchedulerConfig{config.max_seqs, config.prefill_chunk, recurrent(model), config.n_snapshots,
                                  config.snapshot_every},
@@ -348,6 +348,7 @@ void ServeEngine::end(uint64_t id, const std::string& reason, const std::string&
   // A failed sequence's blocks are not kept for prefix reuse: what it computed is suspect.
   std::unique_ptr<SeqSlot> seq = scheduler_.finish(id, reason == "error");
   swap_drop(id);
+  if (model_drafter_) model_drafter_->forget(id);
   Final f;
   f.finish_reason = reason;
   f.error = error;
@@ -466,11 +467,16 @@ void ServeEngine::step() {
       batch_.push_back(model::BatchSeq{&item.seq->kv, toks, item.n_tokens, item.logits, argmax, item.snaps});
       batch_.back().n_logits = 1 + item.n_draft;
       batch_.back().decode_rows = item.n_draft > 0;  // bit for bit the logits of one-token steps
+      if (item.n_draft > 0 && item.seq->kv.state_slot >= 0) {
+        batch_.back().snaps = spec_checkpoints(*item.seq, item.n_draft);  // the state after each row
+      }
       if (!lv.media.pos3.empty()) batch_.back().media = &lv.media;
       // Temperature draws and penalized greedy rows likewise (a draw's one uniform number
       // is taken now; a back-end that does not reduce the row leaves it to the host
       // sampler with it).
-      if (plain && !argmax) {
+      // (Not a verified draft's rows: copied whole, each drawn on the host with a uniform
+      // number of its own, serve_engine_spec.cpp.)
+      if (plain && !argmax && item.n_draft == 0) {
         model::BatchSeq& b = batch_.back();
         b.draw = offered_row(lv.sampler, item.seq->tokens, b.penalties, !lv.reasoning.would_force());
       }

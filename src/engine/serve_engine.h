@@ -21,6 +21,7 @@
 #include "engine/fault_inject.h"
 #include "engine/kv_disk.h"
 #include "engine/mask_worker.h"
+#include "engine/model_drafter.h"
 #include "engine/ngram_drafter.h"
 #include "engine/spec_policy.h"
 #include "grammar/constraint.h"
@@ -260,8 +261,17 @@ class ServeEngine {
   void spec_draft();
   RowEnd spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first, RowEnd end,
                      std::string& error);
+  // Hybrid models: per-row checkpoints of a verified draft's recurrent state, in state
+  // slots of their own after the snapshot slots (max_draft per live slot): the model copies
+  // the state after each drafted row's predecessor there (BatchSeq::snaps), and spec_verify
+  // copies the one at the last accepted token back into the live slot.
+  static int64_t spec_state_slots(model::CausalLm& model, const EngineConfig& config);
+  std::vector<model::StateSnap> spec_checkpoints(const SeqSlot& seq, int32_t n_draft) const;
+  int32_t spec_slot(int32_t live_slot, int32_t j) const;
   bool spec_on_ = false;
   NgramDrafter drafter_;
+  std::unique_ptr<ModelDrafter> model_drafter_;  // --spec draft
+  double draft_s_ = 0;  // --spec draft: measured seconds per drafted token (draft_length counts it)
   StepCost spec_cost_{1};
   std::vector<std::vector<int32_t>> spec_in_;  // per step item: its pending token and draft
   uint64_t spec_drafted_ = 0, spec_accepted_ = 0;

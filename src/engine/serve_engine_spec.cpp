@@ -1,6 +1,7 @@
 // Speculative decoding inside continuous batching (ServeEngine): before each step the
-// sequences that decode get a draft from the prompt-lookup drafter (ngram_drafter.h),
-// as long as spec_policy.h says it pays; the scheduler runs each draft after its
+// sequences that decode get a draft from the prompt-lookup drafter (ngram_drafter.h) or a
+// draft model (model_drafter.h: its greedy continuation, all sequences' drafts in batched
+// passes), as long as spec_policy.h says it pays; the scheduler runs each draft after its
 // sequence's pending token in the same forward pass as every other sequence's rows, with
 // a logits row per drafted token. Greedy acceptance: a drafted token is accepted while it
 // is the token the target model picks at that row, and the target's own pick at the first
@@ -10,19 +11,66 @@
 // max_tokens, the reasoning budget), and the KV rows after the last accepted token are
 // rolled back (Scheduler::rollback); prefix-cache hashes only ever cover known tokens.
 //
-// This part drafts for greedy requests with nothing else reading their rows: not for
-// sampled ones (no rejection sampling yet), nor with penalties, log-probabilities, an
-// output constraint, images or an injected fault; and not on hybrid models, whose Gated
-// DeltaNet state cannot be rolled back yet (the state after a rejected token would need a
-// checkpoint per drafted row or a re-run of the accepted ones), nor on the CUDA back-end
-// (spec_unsupported).
+// Hybrid models: a verified sequence's Gated DeltaNet recurrence runs a row per pass (the
+// one-token recurrent step, so bit for bit what decoding gives), and after each row but
+// the last the model copies the state (conv and delta rule, every layer) into a checkpoint
+// slot of the sequence's own (spec_checkpoints); a partial acceptance copies the
+// checkpoint at the last accepted token back into the live slot. The scheduler takes no
+// prefix-cache snapshot in a drafted step's commit; after the verification, when the
+// accepted tokens crossed a block boundary, the rolling decode snapshot moves there, copied
+// from that row's checkpoint (Scheduler::accepted_snapshot). So snapshots only ever hold
+// states at accepted tokens, the same ones as without speculation. (The other way, keeping
+// the state before the step and re-running the accepted rows, is measured against this one
+// in docs/bench/spec.md.)
+//
+// Sampled requests (temperature > 0, with top-k / top-p / min-p and penalties as the
+// sampler applies them): rejection sampling as in the speculative-sampling literature
+// (Leviathan et al. 2023, Chen et al. 2023) accepts a drafted token x with probability
+// min(1, p(x) / q(x)) and on rejection draws from the normalised max(0, p - q). The
+// prompt-lookup draft is a point mass (q(x) = 1), so x is accepted with probability p(x)
+// and a rejection draws from p without x, renormalised. Both come from the one uniform
+// number u the sampler takes for the row: the sampler's draw is the inverse of p's
+// cumulative distribution at u (its final distribution, after penalties, top-k, top-p,
+// min-p and temperature), x is accepted when that draw is x (u falls in x's interval:
+// probability p(x)), and otherwise the draw is the inverse cumulative distribution of p
+// restricted to the other tokens at a u that is uniform outside x's interval: exactly the
+// residual. So verification is the greedy loop above with the sampler's draw in place of
+// the argmax: row by row, one uniform number per generated token, accepted while the draw
+// is the drafted token. A seeded request then takes the same uniform number for each
+// token with speculation as without, and gives the same tokens (whatever the drafts and
+// their lengths, which follow measured timings), as engine_spec_sampling_test checks,
+// with a statistical test of the rule itself. A draft model drafts greedily, so its q is
+// a point mass too. (A draft sampled from the draft model's distribution would need the
+// general rule, with numbers of its own.)
+//
+// This part drafts for requests with nothing else reading their rows: not with
+// log-probabilities, an output constraint, images or an injected fault; nor on the CUDA
+// back-end (spec_unsupported).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
+#include "core/error.h"
 #include "engine/serve_engine.h"
 #include "engine/serve_engine_live.h"
 
 namespace hearth::engine {
+
+int64_t ServeEngine::spec_state_slots(model::CausalLm& model, const EngineConfig& config) {
+  const SpecOptions& o = config.spec;
+  if (!recurrent(model) || o.mode == SpecMode::kOff || o.max_draft <= 0 || !spec_unsupported(model).empty()) return 0;
+  return static_cast<int64_t>(config.max_seqs) * o.max_draft;
+}
+
+int32_t ServeEngine::spec_slot(int32_t live_slot, int32_t j) const {
+  return config_.max_seqs + config_.n_snapshots + live_slot * config_.spec.max_draft + j;
+}
+
+std::vector<model::StateSnap> ServeEngine::spec_checkpoints(const SeqSlot& seq, int32_t n_draft) const {
+  std::vector<model::StateSnap> snaps;
+  for (int32_t j = 0; j < n_draft; ++j) snaps.push_back({j + 1, spec_slot(seq.kv.state_slot, j)});
+  return snaps;
+}
 
 void ServeEngine::spec_init() {
   spec_on_ = config_.spec.mode != SpecMode::kOff && config_.spec.max_draft > 0;
@@ -30,14 +78,19 @@ void ServeEngine::spec_init() {
     std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
     spec_on_ = false;
   }
+  if (spec_on_ && config_.spec.mode == SpecMode::kDraft) {
+    if (config_.spec.draft == nullptr) fail(ErrorKind::kInvalidInput, "spec", "--spec draft needs --draft-model");
+    model_drafter_ = std::make_unique<ModelDrafter>(*config_.spec.draft, model_.hparams().n_vocab, max_seq_tokens_,
+                                                    config_.max_seqs, config_.kv_type, config_.prefill_chunk);
+  }
   // Steps of decode size are the ones the drafting decision is about.
   spec_cost_ = StepCost(static_cast<int64_t>(config_.max_seqs) * (config_.spec.max_draft + 1));
 }
 
 bool ServeEngine::spec_eligible(const SeqSlot& seq, const Live& live) const {
   const GenRequest& r = live.request;
-  return r.speculative && live.sampler.plain_greedy() && r.top_logprobs < 0 && !live.matcher && !live.fault &&
-         r.images.empty() && seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
+  return r.speculative && r.top_logprobs < 0 && !live.matcher && !live.fault && r.images.empty() &&
+         seq.pending() == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.n_prompt;
 }
 
 void ServeEngine::spec_draft() {
@@ -54,6 +107,8 @@ void ServeEngine::spec_draft() {
     }
   }
   const int64_t rows = n_decode + std::min<int64_t>(prefill, config_.prefill_chunk);
+  std::vector<ModelDrafter::Job> jobs;  // --spec draft: every sequence's draft in batched passes
+  std::vector<SeqSlot*> job_seq;
   for (const auto& s : scheduler_.running()) {
     SeqSlot& seq = *s;
     seq.draft.clear();
@@ -62,7 +117,8 @@ void ServeEngine::spec_draft() {
     Live& live = *it->second;
     // No further than max_tokens (the step's own token is one) and the context.
     int64_t k = config_.spec.adaptive
-                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft)
+                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft,
+                                   model_drafter_ ? draft_s_ : 0.0)
                     : config_.spec.max_draft;
     k = std::min<int64_t>(k, live.request.max_tokens - live.n_generated - 1);
     k = std::min<int64_t>(k, max_seq_tokens_ - static_cast<int64_t>(seq.tokens.size()));
@@ -70,8 +126,29 @@ void ServeEngine::spec_draft() {
       live.acceptance.idle();
       continue;
     }
-    seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
+    if (model_drafter_) {
+      jobs.push_back(ModelDrafter::Job{seq.id, seq.tokens, static_cast<int32_t>(k), {}});
+      job_seq.push_back(&seq);
+    } else {
+      seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
+    }
   }
+  if (jobs.empty()) {
+    // Nothing drafted: the cost drifts down, so that a policy that stopped drafting for a
+    // dear draft (or one slow measurement) tries again later.
+    if (model_drafter_) draft_s_ *= 0.98;
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  model_drafter_->draft(jobs);
+  size_t n = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    n += jobs[i].out.size();
+    job_seq[i]->draft = std::move(jobs[i].out);
+  }
+  // The seconds per drafted token (forgetting geometrically), which draft_length counts.
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (n > 0) draft_s_ = draft_s_ > 0 ? 0.9 * draft_s_ + 0.1 * s / static_cast<double>(n) : s / static_cast<double>(n);
 }
 
 ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first,
@@ -86,8 +163,11 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
     ++accepted;
     const size_t row = row0 + static_cast<size_t>(accepted);
     RowPick pick;
+    // Greedy rows may have been reduced to their argmax where the logits are; sampled
+    // (and penalized) rows were copied whole and are drawn here, a uniform number each.
+    const bool reduced = !device_picks.empty() && live.sampler.plain_greedy();
     pick_row(seq, live, std::span<float>(logits_.data() + row * n_vocab, n_vocab),
-             device_picks.empty() ? nullptr : &device_picks[row], -1.0, pick);
+             reduced ? &device_picks[row] : nullptr, -1.0, pick);
     if (!pick.error.empty()) {
       error = std::move(pick.error);
       end = RowEnd::kError;
@@ -104,7 +184,20 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
   seq.draft.clear();
   // A sequence that goes on keeps the KV of its pending token and of the accepted drafted
   // ones (one that ends gives all its blocks back).
-  if (end == RowEnd::kNone) scheduler_.rollback(seq, n_past0 + 1 + accepted);
+  if (end == RowEnd::kNone) {
+    scheduler_.rollback(seq, n_past0 + 1 + accepted);
+    // A hybrid model's state: the checkpoint after the last accepted token's row (the live
+    // slot holds the state after the last drafted row, right only when all were accepted).
+    const int32_t live_slot = seq.kv.state_slot;
+    if (live_slot >= 0 && accepted < n_draft) pool_.copy_state(spec_slot(live_slot, accepted), live_slot);
+    // The rolling decode snapshot at a block boundary the accepted tokens crossed: the
+    // state after that boundary's row (its checkpoint, or the live state at the last).
+    if (const int32_t slot = scheduler_.accepted_snapshot(seq, n_past0); slot >= 0) {
+      const int64_t rows = seq.kv.n_past / blocks_.block_size() * blocks_.block_size() - n_past0;
+      spill_pending();  // the snapshot whose slot this was, to the disk tier
+      pool_.copy_state(rows == 1 + accepted ? live_slot : spec_slot(live_slot, static_cast<int32_t>(rows - 1)), slot);
+    }
+  }
   return end;
 }
 

@@ -16,13 +16,11 @@ constexpr double kForget = 0.98;
 SpecMode parse_spec_mode(const std::string& s) {
   if (s == "off") return SpecMode::kOff;
   if (s == "ngram") return SpecMode::kNgram;
-  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram or off)");
+  if (s == "draft") return SpecMode::kDraft;
+  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram, draft or off)");
 }
 
 std::string spec_unsupported(model::CausalLm& model) {
-  if (model.hparams().n_recurrent_layers() > 0) {
-    return "its recurrent (Gated DeltaNet) state cannot be rolled back to the last accepted token yet";
-  }
   if (model.backend().name().rfind("cpu", 0) != 0) return "drafts are verified on the CPU back-end only so far";
   return {};
 }
@@ -65,13 +63,15 @@ void Acceptance::idle() {
   rejected_ = rejected_ * kForget + (1 - kForget);
 }
 
-int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft) {
+int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft,
+                     double draft_s) {
   if (max_draft <= 0 || n_decode <= 0) return 0;
   // Until the steps tell the costs apart: a row is taken to cost a tenth of a token (a
   // memory-bound decode step), which gives drafts of several lengths to measure.
   double row_cost = 0.1;
   const double t = cost.time(std::max<int64_t>(rows, 1));
   if (cost.known() && t > 0) row_cost = cost.per_row() * n_decode / t;  // in tokens
+  if (t > 0) row_cost += std::max(0.0, draft_s) * n_decode / t;  // making the drafted token (a draft model)
   int32_t k = 0;
   double gain = 1;
   while (k < max_draft) {

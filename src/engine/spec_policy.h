@@ -22,9 +22,9 @@
 
 namespace hearth::engine {
 
-// What speculative decoding drafts with (--spec): nothing, or prompt lookup
-// (ngram_drafter.h).
-enum class SpecMode { kOff, kNgram };
+// What speculative decoding drafts with (--spec): nothing, prompt lookup
+// (ngram_drafter.h), or a draft model (model_drafter.h; SpecOptions::draft).
+enum class SpecMode { kOff, kNgram, kDraft };
 
 struct SpecOptions {
   SpecMode mode = SpecMode::kOff;
@@ -33,15 +33,18 @@ struct SpecOptions {
   // always max_draft where the drafter has that many (tests whose acceptance must not
   // depend on a loaded machine's timings).
   bool adaptive = true;
+  // kDraft: the draft model (--draft-model; attention-only, the target's vocabulary). Not
+  // owned; may be the target model itself (the exactness test: it drafts what it decodes).
+  model::CausalLm* draft = nullptr;
 };
 
-// Parses "off" / "ngram" (throws Error(kInvalidInput) naming the value otherwise).
+// Parses "off" / "ngram" / "draft" (throws Error(kInvalidInput) naming the value otherwise).
 SpecMode parse_spec_mode(const std::string& s);
 
 // Why speculative decoding is off for this model (empty: it is not). This part verifies on
-// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come) and
-// for models without recurrent state (a hybrid model's Gated DeltaNet state would have to
-// be rolled back to the last accepted token).
+// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come). A
+// hybrid model's Gated DeltaNet state is checkpointed after each verified row and rolled
+// back to the last accepted token (serve_engine_spec.cpp).
 std::string spec_unsupported(model::CausalLm& model);
 
 class StepCost {
@@ -78,7 +81,10 @@ class Acceptance {
 
 // Drafted tokens for one sequence (0 .. max_draft): the largest k with p^k above the
 // cost of a row in tokens (see above; a tenth of a token while the costs are unknown). rows: the
-// step's rows without drafts; n_decode: its sequences that sample.
-int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft);
+// step's rows without drafts; n_decode: its sequences that sample. draft_s: the measured
+// seconds it takes to make one drafted token (a draft model's share of its passes; 0 for
+// prompt lookup), counted like a row's cost.
+int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft,
+                     double draft_s = 0.0);
 
 }  // namespace hearth::engine

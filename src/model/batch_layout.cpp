@@ -60,8 +60,8 @@ void BatchLayout::fill_desc(const KvPool& pool) {
   // The launch key: the pool (its KV layers' and states' addresses), and the snapshots'
   // points and slots (the copies between the passes name them).
   uint64_t key = reinterpret_cast<uintptr_t>(&pool);
-  for (size_t s = 0; s < snaps.size(); ++s) {
-    for (const StateSnap& sn : snaps[s]) {
+  for (size_t s = 0; s < rec.size(); ++s) {
+    for (const StateSnap& sn : rec[s].snaps) {
       for (const uint64_t v : {static_cast<uint64_t>(s), static_cast<uint64_t>(sn.after), static_cast<uint64_t>(sn.slot)})
         key = (key ^ v) * 0x100000001b3ull;
     }
@@ -82,7 +82,7 @@ void BatchLayout::single(KvCache& cache, const std::vector<int32_t>& new_tokens,
   tokens.assign(new_tokens.begin(), new_tokens.end());
   attn_seqs.assign(1, ops::AttentionSeq{0, n, seq.n_past, seq.blocks.data()});
   state_slots.assign(1, seq.state_slot);
-  snaps.assign(1, {});
+  rec.assign(1, RecSeq{0, n, seq.state_slot, {}});
   has_snaps = false;
   positions.resize(static_cast<size_t>(n));
   slots.resize(static_cast<size_t>(n));
@@ -111,7 +111,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
   penalties.clear();
   attn_seqs.clear();
   state_slots.clear();
-  snaps.clear();
+  rec.clear();
   has_snaps = false;
   embd_rows.clear();
   for (const BatchSeq& b : seqs) {
@@ -124,13 +124,19 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
     }
     const auto first = static_cast<int64_t>(tokens.size());
     if (b.decode_rows && b.n_tokens > 1) {
-      if (kv.state_slot >= 0 || !b.snaps.empty() || b.media != nullptr) {
-        fail(ErrorKind::kInternal, "model", "rows attended one by one in a sequence with recurrent state or images");
+      // With recurrent state: a snapshot after every row (the recurrence runs a row per pass).
+      bool every_row = static_cast<int64_t>(b.snaps.size()) == b.n_tokens - 1;
+      for (size_t i = 0; every_row && i < b.snaps.size(); ++i) {
+        every_row = b.snaps[i].after == static_cast<int32_t>(i + 1);
+      }
+      if ((kv.state_slot >= 0 ? !every_row : !b.snaps.empty()) || b.media != nullptr) {
+        fail(ErrorKind::kInternal, "model",
+             "rows attended one by one in a sequence with images, or with recurrent state but not a snapshot after "
+             "every row");
       }
       for (int64_t i = 0; i + 1 < b.n_tokens; ++i) {
         attn_seqs.push_back(ops::AttentionSeq{first + i, 1, kv.n_past + i, kv.blocks.data()});
-        state_slots.push_back(-1);
-        snaps.emplace_back();
+        state_slots.push_back(-1);  // (the recurrence reads `rec`, never these)
       }
       attn_seqs.push_back(ops::AttentionSeq{first + b.n_tokens - 1, 1, kv.n_past + b.n_tokens - 1, kv.blocks.data()});
     } else {
@@ -146,7 +152,7 @@ void BatchLayout::batch(const KvPool& pool, const std::vector<BatchSeq>& seqs) {
       }
       prev = sn.after;
     }
-    snaps.push_back(b.snaps);
+    rec.push_back(RecSeq{first, b.n_tokens, kv.state_slot, b.snaps});
     has_snaps = has_snaps || !b.snaps.empty();
     const BlockMapHost map{kv.blocks.data(), pool.block_size()};
     for (int64_t i = 0; i < b.n_tokens; ++i) {

@@ -66,7 +66,11 @@ struct BatchSeq {
   // keys up to it (those of this step's earlier rows included): the arithmetic of
   // decoding the tokens one step at a time, so a speculative verification's rows give bit
   // for bit the logits those steps would (a multi-row sequence may take a blocked
-  // attention kernel that sums in another order). Not for sequences with recurrent state.
+  // attention kernel that sums in another order). A sequence with recurrent state must
+  // then snapshot it after every row (snaps after 1, 2, .. n_tokens - 1): its recurrence
+  // runs a row per pass, the one-token recurrent step (a several-token sequence may take
+  // the chunked form, which sums in another order), and the snapshots are the states at
+  // each row, to roll back to.
   bool decode_rows = false;
 };
 
@@ -84,7 +88,15 @@ struct BatchLayout {
   std::vector<EmbdRows> embd_rows;
   std::vector<ops::AttentionSeq> attn_seqs;
   std::vector<int32_t> state_slots;  // per attention sequence (-1: none)
-  std::vector<std::vector<StateSnap>> snaps;  // per attention sequence (hybrid models)
+  // The recurrence's view (hybrid models): one per sequence of the step, its rows, state
+  // slot and snapshots inside the step (a decode_rows sequence is one here though its
+  // rows are attention sequences of their own).
+  struct RecSeq {
+    int64_t first_row = 0, n_tokens = 0;
+    int32_t slot = -1;
+    std::vector<StateSnap> snaps;
+  };
+  std::vector<RecSeq> rec;
   bool has_snaps = false;
   // Per output row: how the back-end returns it (copy, argmax, draw); after the step, picks holds those
   // rows' argmax (ops::Backend::fetch_rows) when the back-end computed them, else it is

@@ -175,7 +175,8 @@ void HybridModel::reserve(int64_t n, int64_t logits_rows) {
 void HybridModel::run(KvPool& pool, std::vector<float>& out) {
   const BatchLayout& lay = lay_;
   const int64_t n = lay.n_tokens(), E = hp_.n_embd;
-  for (int32_t slot : lay.state_slots) {
+  for (const BatchLayout::RecSeq& r : lay.rec) {
+    const int32_t slot = r.slot;
     if (slot < 0 || slot >= pool.n_state_slots()) {
       fail(ErrorKind::kInternal, "model", "a sequence of a hybrid model has no recurrent state slot (slot " +
                                               std::to_string(slot) + " of " + std::to_string(pool.n_state_slots()) +
@@ -226,7 +227,7 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
   // other op of the layer runs once over all rows.
   size_t n_passes = 1;
   if (lay.has_snaps) {
-    for (const auto& sn : lay.snaps) n_passes = std::max(n_passes, sn.size() + 1);
+    for (const auto& r : lay.rec) n_passes = std::max(n_passes, r.snaps.size() + 1);
   }
   // One pass (every step without snapshots): the sequences' rows and state slots as the
   // step description holds them (on the device where the back-end uploaded it; a
@@ -237,15 +238,13 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
     auto ns = static_cast<int64_t>(lay.attn_seqs.size());
     if (n_passes > 1) {
       s_.gdn_seqs.clear();
-      for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
-        const std::vector<StateSnap>& sn = lay.snaps[i];
+      for (const BatchLayout::RecSeq& r : lay.rec) {
+        const std::vector<StateSnap>& sn = r.snaps;
         const size_t k = sn.size();
         if (pass > k) continue;  // done in an earlier pass
-        const int64_t n_i = lay.attn_seqs[i].n_tokens;
         const int64_t from = pass == 0 ? 0 : sn[pass - 1].after;
-        const int64_t to = pass < k ? sn[pass].after : n_i;
-        s_.gdn_seqs.push_back(
-            {static_cast<int32_t>(lay.attn_seqs[i].first_row + from), static_cast<int32_t>(to - from), lay.state_slots[i]});
+        const int64_t to = pass < k ? sn[pass].after : r.n_tokens;
+        s_.gdn_seqs.push_back({static_cast<int32_t>(r.first_row + from), static_cast<int32_t>(to - from), r.slot});
       }
       seqs = s_.gdn_seqs.data();
       ns = static_cast<int64_t>(s_.gdn_seqs.size());
@@ -253,8 +252,8 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
     be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, states, seqs, ns, s_.conv->data());
     be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, states, seqs, ns, s_.o->data());
     if (pass + 1 == n_passes) break;
-    for (size_t i = 0; i < lay.attn_seqs.size(); ++i) {
-      if (pass < lay.snaps[i].size()) pool.copy_layer_state(lay.state_slots[i], lay.snaps[i][pass].slot, L.index);
+    for (const BatchLayout::RecSeq& r : lay.rec) {
+      if (pass < r.snaps.size()) pool.copy_layer_state(r.slot, r.snaps[pass].slot, L.index);
     }
   }
   be.gated_rms_norm(s_.o->data(), s_.z->data(), g.norm, n * sh.n_v_heads, sh.d_v, hp_.rms_eps, sh.n_v_heads);

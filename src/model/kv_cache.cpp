@@ -94,8 +94,9 @@ namespace {
 int64_t blocks_for(int64_t n_ctx) { return (n_ctx + KvCache::kBlockSize - 1) / KvCache::kBlockSize; }
 }  // namespace
 
-KvCache::KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx, ops::KvType type)
-    : n_ctx_(n_ctx), pool_(backend, hp, type, kBlockSize, blocks_for(n_ctx), hp.n_recurrent_layers() > 0 ? 1 : 0) {
+KvCache::KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx, ops::KvType type, int64_t spare_state_slots)
+    : n_ctx_(n_ctx),
+      pool_(backend, hp, type, kBlockSize, blocks_for(n_ctx), hp.n_recurrent_layers() > 0 ? 1 + spare_state_slots : 0) {
   seq_.blocks.resize(static_cast<size_t>(blocks_for(n_ctx)));
   for (size_t i = 0; i < seq_.blocks.size(); ++i) seq_.blocks[i] = static_cast<int32_t>(i);
   if (pool_.n_state_slots() > 0) seq_.state_slot = 0;

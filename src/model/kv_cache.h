@@ -87,7 +87,10 @@ struct BlockMapHost {
 // tests): its block table is simply 0, 1, 2, ...
 class KvCache {
  public:
-  KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx, ops::KvType type = ops::KvType::F32);
+  // Hybrid models: the sequence's state is slot 0; spare_state_slots more (1 ..) are for
+  // the caller (speculative decoding's per-row checkpoints, engine/generator.cpp).
+  KvCache(ops::Backend& backend, const Hparams& hp, int64_t n_ctx, ops::KvType type = ops::KvType::F32,
+          int64_t spare_state_slots = 0);
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return seq_.n_past; }
   void clear();  // forgets every position (and zeroes the recurrent state)

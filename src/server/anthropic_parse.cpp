@@ -426,6 +426,7 @@ void parse_sampling(const json& j, AnthropicRequest& r, AnthropicEndpoint endpoi
     }
   }
   if (const json* v = field(j, "stream")) r.stream = get_bool(*v, "stream");
+  if (const json* v = field(j, "speculative")) r.speculative = get_bool(*v, "speculative");
 }
 
 // Anthropic's rule: no `thinking` field is no thinking (a template that thinks by default,

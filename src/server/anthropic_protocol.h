@@ -68,6 +68,7 @@ struct AnthropicRequest {
   engine::SamplerParams sampler = server_sampler_defaults();  // seed left 0
   std::vector<std::string> stop_sequences;                    // non-empty strings
   bool stream = false;
+  bool speculative = true;  // Hearth's "speculative": false turns speculative decoding off (as on /v1/chat/completions)
   // {"enable_thinking": bool}: true for thinking enabled / adaptive, false when disabled
   // or absent (Anthropic's default is no thinking, whatever the template's default).
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();

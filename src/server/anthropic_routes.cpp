@@ -112,6 +112,7 @@ void AnthropicRoutes::messages(const httplib::Request& req, httplib::Response& r
     g.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, limit - n_prompt));
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();
+    g.speculative = r.speculative;
     g.stop = r.stop_sequences;
     g.reasoning = reasoning_limit(p.prepared, *m->settings, *m->tok);
     // tool_choice any / tool: a grammar makes the answer a call with valid input;

@@ -349,6 +349,7 @@ ResponsesRequest parse_responses_request(std::string_view body) {
   if (const json* v = field(j, "text")) parse_text(*v, r);
   if (const json* v = field(j, "reasoning")) parse_reasoning(*v, r);
   if (const json* v = field(j, "stream")) r.stream = get_bool(*v, "stream");
+  if (const json* v = field(j, "speculative")) r.speculative = get_bool(*v, "speculative");
   if (const json* v = field(j, "store")) r.store = get_bool(*v, "store");
   if (const json* v = field(j, "metadata")) {
     if (!v->is_object()) bad_type("metadata", "an object of strings", *v);

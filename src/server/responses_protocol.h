@@ -60,6 +60,7 @@ struct ResponsesRequest {
   int32_t reasoning_budget = -1;
   nlohmann::ordered_json reasoning_echo;  // {"effort", "summary"} or null
   bool stream = false;
+  bool speculative = true;  // Hearth's "speculative": false turns speculative decoding off (as on /v1/chat/completions)
   bool store = false;  // stateless unless asked
   std::optional<std::string> previous_response_id;
   nlohmann::ordered_json metadata = nlohmann::ordered_json::object();

@@ -105,6 +105,7 @@ void ResponsesRoutes::create(const httplib::Request& req, httplib::Response& res
     g.max_tokens = static_cast<int32_t>(max_tokens);
     g.sampler = r.sampler;
     g.sampler.seed = std::random_device{}();
+    g.speculative = r.speculative;
     g.reasoning = reasoning_limit(prepared, *m->settings, *m->tok);
     // tool_choice required / a named function: a grammar makes the answer a call with valid
     // arguments (it wins over text.format); text.format json_*: the answer follows the schema.

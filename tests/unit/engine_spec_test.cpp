@@ -142,6 +142,11 @@ TEST(SpecPolicy, DraftsLongWhileRowsAreCheapAndStopsForLargeBatches) {
   const int32_t lo = engine::draft_length(memory_bound, 16, 16, 0.3, 8);
   EXPECT_GT(hi, lo);
   EXPECT_EQ(engine::draft_length(memory_bound, 1, 1, 0.0, 8), 0);
+  // A draft model's cost per drafted token counts like a row's: as dear as 30 % of the
+  // step (the step is about 20 ms), fewer tokens; as dear as the whole step, none.
+  EXPECT_LT(engine::draft_length(memory_bound, 1, 1, 0.8, 8, 0.006), 8);
+  EXPECT_GT(engine::draft_length(memory_bound, 1, 1, 0.8, 8, 0.006), 0);
+  EXPECT_EQ(engine::draft_length(memory_bound, 1, 1, 0.8, 8, 0.03), 0);
   EXPECT_EQ(engine::draft_length(memory_bound, 1, 0, 0.9, 8), 0);
 }
 
@@ -298,11 +303,11 @@ TEST(SpecEngine, GreedyBatchIsTheOutputWithoutSpeculation) {
   EXPECT_EQ(on_stats.kv_blocks_used, 0);
 }
 
-TEST(SpecEngine, SampledAndLogprobRequestsDoNotDraft) {
+// (Sampled requests draft, with rejection sampling: engine_spec_sampling_test.)
+TEST(SpecEngine, LogprobRequestsDoNotDraft) {
   if (!loaded()) GTEST_SKIP() << "HEARTH_DEFAULT_MODEL is not set";
   std::vector<engine::GenRequest> reqs = {greedy(kRepeat, 24), greedy(kRepeat, 24)};
-  reqs[0].sampler.temperature = 0.7f;
-  reqs[0].sampler.seed = 7;
+  reqs[0].top_logprobs = 0;
   reqs[1].top_logprobs = 2;
   engine::EngineStats off_stats, on_stats;
   const auto off = serve(config(false, 2), reqs, off_stats);
