@@ -34,9 +34,11 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<?", U64: "<Q",
           I64: "<q", F64: "<d"}
 # ggml tensor types: id, block elements, block bytes.
-T_F32, T_F16, T_Q4_0, T_Q4_1, T_Q8_0, T_Q4_K, T_Q6_K = 0, 1, 2, 3, 8, 12, 14
-BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_0: (32, 18), T_Q4_1: (32, 20), T_Q8_0: (32, 34), T_Q4_K: (256, 144),
-         T_Q6_K: (256, 210)}
+T_F32, T_F16, T_Q4_0, T_Q4_1, T_Q8_0, T_Q3_K, T_Q4_K, T_Q6_K = 0, 1, 2, 3, 8, 11, 12, 14
+BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_0: (32, 18), T_Q4_1: (32, 20), T_Q8_0: (32, 34), T_Q3_K: (256, 110),
+         T_Q4_K: (256, 144), T_Q6_K: (256, 210)}
+# --mix: the types of the bulk (t) and of attn_v / ffn_down (t6) in place of the shape's Q4_K / Q6_K
+MIXES = {"q4_k_m": None, "q3_k_m": (T_Q3_K, T_Q4_K)}
 
 
 class Reader:
@@ -180,6 +182,8 @@ def quant_random(ttype, nbytes, dims, pool):
     if ttype == T_Q4_K:  # d, dmin, 12 bytes of 6-bit scales / mins, 128 bytes of nibbles
         blocks[:, 0:2] = f16(1.0e-4)
         blocks[:, 2:4] = f16(7.5e-4)
+    elif ttype == T_Q3_K:  # hmask[32], qs[64], 12 bytes of 6-bit scales (offset 32), d
+        blocks[:, 108:110] = f16(5.0e-4)
     elif ttype == T_Q6_K:  # ql[128], qh[64], int8 scales[16], d
         blocks[:, 192:208] &= 0x1F  # scales 0..31
         blocks[:, 208:210] = f16(8.0e-5)
@@ -228,8 +232,12 @@ SHAPES = {
 }
 
 
-def build(shape, tok_kv, layers=None):
+def build(shape, tok_kv, layers=None, mix="q4_k_m", vocab=None):
     s = dict(SHAPES[shape])
+    if vocab:
+        s["vocab"] = vocab
+    if MIXES[mix] is not None and s["t"] == T_Q4_K:
+        s["t"], s["t6"] = MIXES[mix]
     if layers:
         s["layers"] = layers
     a = s["arch"]
@@ -348,6 +356,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, help="fewer blocks than the published shape (each block keeps its shape): "
                     "a machine with less memory can time per-layer work, e.g. qwen35-35b-a3b with 8 blocks, ~4.6 GB")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="q4_k_m",
+                    help="q3_k_m: Q3_K for the bulk, Q4_K for attn_v / ffn_down (Q6_K output), as llama.cpp's Q3_K_M roughly")
+    ap.add_argument("--vocab", type=int, help="another vocabulary size than the shape's (e.g. a small draft model "
+                    "for a larger one: the same donor tokenizer padded to the same size gives the same vocabulary)")
     a = ap.parse_args()
     t0 = time.time()
     if a.extract_tokenizer:
@@ -361,7 +373,7 @@ def main():
         return
     if not a.shape or not a.tokenizer:
         ap.error("--shape and --tokenizer are needed")
-    w = build(a.shape, read_kv(a.tokenizer), a.layers)
+    w = build(a.shape, read_kv(a.tokenizer), a.layers, a.mix, a.vocab)
     pool = Pool(256 << 20, a.seed)
     size = w.write(a.out, pool)
     print(f"wrote {a.out}: {a.shape}, {len(w.tensors)} tensors, {size / 2**30:.2f} GiB in {time.time() - t0:.1f} s")

@@ -115,6 +115,11 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   const int64_t block_size = p.block_size;
   const uint64_t block_bytes = model::KvPool::bytes_per_block(hp, p.kv_type, block_size);
   p.block_bytes = block_bytes;
+  if (block_bytes == 0) {
+    fail(ErrorKind::kUnsupported, "serve",
+         what + ": the model has no attention layers (" + std::to_string(hp.n_layer) +
+             " layers, all recurrent); hearth serve's paged KV cache needs at least one (hearth run works)");
+  }
   // Hybrid models: a recurrent state per running sequence and per snapshot, besides the KV;
   // with speculative decoding also --spec-max checkpoints per running sequence (the state
   // after each verified row, to roll back to: engine/serve_engine_spec.cpp).

@@ -41,8 +41,9 @@ struct SpecOptions {
 // Parses "off" / "ngram" / "draft" (throws Error(kInvalidInput) naming the value otherwise).
 SpecMode parse_spec_mode(const std::string& s);
 
-// Why speculative decoding is off for this model (empty: it is not). This part verifies on
-// the CPU back-end (bit for bit the output without drafts; the CUDA part is to come). A
+// Why speculative decoding is off for this model (empty: it is not; nothing turns it off
+// today). Greedy output is bit for bit the output without drafts on the CPU back-end and
+// on CUDA under --deterministic (otherwise up to the GPU's batch invariance). A
 // hybrid model's Gated DeltaNet state is checkpointed after each verified row and rolled
 // back to the last accepted token (serve_engine_spec.cpp).
 std::string spec_unsupported(model::CausalLm& model);

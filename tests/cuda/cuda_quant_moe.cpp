@@ -262,6 +262,9 @@ void run_moe_group_cases(std::mt19937_64& rng, cudaStream_t stream, Failures& fa
       {GgmlType::Q8_0, GgmlType::Q4_0, 512, 256, 300, 33, 6, false},  // more than 256 experts
       {GgmlType::Q4_1, GgmlType::Q5_0, 1024, 512, 32, 64, 32, false}, // 2,048 pairs
       {GgmlType::Q4_K, GgmlType::Q6_K, 2048, 512, 512, 1, 8, false},
+      // A Q3_K_M-like file's experts (Q3_K gate / up, Q4_K down) and Q2_K.
+      {GgmlType::Q3_K, GgmlType::Q4_K, 2048, 512, 256, 64, 8, false},
+      {GgmlType::Q2_K, GgmlType::Q3_K, 2048, 512, 64, 24, 8, false},
       // The tensor-core expert kernels' other forms: Q4_K down rows (whole row tiles), Q6_K
       // gate / up, down rows too long for a whole tile (step by step).
       {GgmlType::Q4_K, GgmlType::Q4_K, 2048, 512, 64, 24, 8, true},

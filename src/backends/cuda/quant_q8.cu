@@ -427,6 +427,8 @@ bool layout(GgmlType t, int* block_elems, int* block_bytes, int* align) {
     case GgmlType::Q4_K: *block_elems = 256, *block_bytes = 144, *align = 16; return true;
     case GgmlType::Q5_K: *block_elems = 256, *block_bytes = 176, *align = 16; return true;
     case GgmlType::Q6_K: *block_elems = 256, *block_bytes = 210, *align = 2; return true;
+    case GgmlType::Q2_K: *block_elems = 256, *block_bytes = 84, *align = 4; return true;
+    case GgmlType::Q3_K: *block_elems = 256, *block_bytes = 110, *align = 2; return true;
     default: return false;
   }
 }
@@ -444,6 +446,8 @@ void launch_type(const DeviceWeight* ws, float* const* ys, int n, int64_t nt, co
     case GgmlType::Q4_K: launch<Q8Wide<GgmlType::Q4_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q5_K: launch<Q8Wide<GgmlType::Q5_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     case GgmlType::Q6_K: launch<Q8Wide<GgmlType::Q6_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q2_K: launch<Q8Wide<GgmlType::Q2_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
+    case GgmlType::Q3_K: launch<Q8Wide<GgmlType::Q3_K>>(ws, ys, n, nt, xq, xd, stream, swiglu); break;
     default: break;
   }
 }

@@ -289,6 +289,8 @@ void launch_expert_type(GgmlType type, ExpertArgs a, int64_t n_pairs, int max_ru
     case GgmlType::Q4_K: HEARTH_Q8_EXPERT(Q8Wide, Q4_K); break;
     case GgmlType::Q5_K: HEARTH_Q8_EXPERT(Q8Wide, Q5_K); break;
     case GgmlType::Q6_K: HEARTH_Q8_EXPERT(Q8Wide, Q6_K); break;
+    case GgmlType::Q2_K: HEARTH_Q8_EXPERT(Q8Wide, Q2_K); break;
+    case GgmlType::Q3_K: HEARTH_Q8_EXPERT(Q8Wide, Q3_K); break;
     default: break;
   }
 #undef HEARTH_Q8_EXPERT

@@ -139,4 +139,106 @@ struct Q8Wide<GgmlType::Q6_K> {
   }
 };
 
+// Q2_K / Q3_K: the 2-bit planes of 32 bytes per 128 elements (the reference's order: half
+// n, plane j, part p holds elements 128 n + 32 j + 16 p + l of byte 32 n + 16 p + l, bits
+// 2 j); 16 sub-blocks of 16 elements, sub 8 n + 2 j + p. Unit u (0..3): half n = u / 2,
+// planes j0 = 2 (u % 2) and j0 + 1, i.e. the 32-element chunks 4 n + j0 and 4 n + j0 + 1
+// (lo: plane j0, hi: plane j0 + 1), 8 words of quants each.
+__device__ __forceinline__ int sum16(const int4 x) {
+  constexpr int k1 = 0x01010101;
+  return __dp4a(k1, x.w, __dp4a(k1, x.z, __dp4a(k1, x.y, __dp4a(k1, x.x, 0))));
+}
+
+// Q2_K: uint8 scales[16] (low nibble scale, high nibble min), qs[64], half d, dmin
+// (84 bytes, 4-byte aligned); element = d sc q - dmin m with q in 0..3. The mins meet the
+// sums of 16 activations (two halves of a chunk have their own), summed by dp4a with ones.
+template <>
+struct Q8Wide<GgmlType::Q2_K> {
+  static constexpr int kElems = 256, kBytes = 84, kUnits = 4;
+  struct Dec {
+    float dl[4], ml[4];
+    int lo[8], hi[8];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int u) {
+    const int n = u >> 1, j0 = 2 * (u & 1);
+    int q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = ld4(blk + 16 + 32 * n + 4 * i);
+    const auto sc = static_cast<uint32_t>(ld4(blk + 8 * n + 2 * j0));  // subs 8 n + 2 j0 .. + 3
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(blk + 80));
+    Dec r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t b = (sc >> (8 * k)) & 0xffu;
+      r.dl[k] = dm.x * static_cast<float>(b & 0xfu);
+      r.ml[k] = dm.y * static_cast<float>(b >> 4);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      r.lo[i] = (q[i] >> (2 * j0)) & 0x03030303;
+      r.hi[i] = (q[i] >> (2 * j0 + 2)) & 0x03030303;
+    }
+    return r;
+  }
+  // x = xd.x xq: a sub's sum is xd.x (dl (q . xq) - ml sum xq).
+  template <class X>
+  __device__ static float dot(const Dec& w, int u, const X& x, const float2* xd) {
+    const int n = u >> 1, j0 = 2 * (u & 1);
+    const int o = 128 * n + 32 * j0;
+    const int4 x0 = x.ld(o), x1 = x.ld(o + 16), x2 = x.ld(o + 32), x3 = x.ld(o + 48);
+    const float lo = w.dl[0] * static_cast<float>(dot16(w.lo, x0)) - w.ml[0] * static_cast<float>(sum16(x0)) +
+                     w.dl[1] * static_cast<float>(dot16(w.lo + 4, x1)) - w.ml[1] * static_cast<float>(sum16(x1));
+    const float hi = w.dl[2] * static_cast<float>(dot16(w.hi, x2)) - w.ml[2] * static_cast<float>(sum16(x2)) +
+                     w.dl[3] * static_cast<float>(dot16(w.hi + 4, x3)) - w.ml[3] * static_cast<float>(sum16(x3));
+    return xd[4 * n + j0].x * lo + xd[4 * n + j0 + 1].x * hi;
+  }
+};
+
+// Q3_K: hmask[32] (the high bit of element 128 n + 32 j + l at bit 4 n + j of hmask[l]),
+// qs[64], 12 bytes of 6-bit scales (offset by 32), half d (110 bytes, 2-byte aligned);
+// element = d sc (q - 4 + 4 h) with q in 0..3: the quant with its high bit as a signed
+// byte (-4..3).
+template <>
+struct Q8Wide<GgmlType::Q3_K> {
+  static constexpr int kElems = 256, kBytes = 110, kUnits = 4;
+  struct Dec {
+    float dl[4];
+    int lo[8], hi[8];
+  };
+  __device__ static Dec decode(const uint8_t* blk, int u) {
+    const int n = u >> 1, j0 = 2 * (u & 1);
+    int q[8], h[8];
+    ld32_a2(blk + 32 + 32 * n, q);
+    ld32_a2(blk, h);
+    const float d = half_at(blk + 108);
+    const uint8_t* sc = blk + 96;
+    Dec r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      // Sub 8 n + 2 j0 + k: low 4 bits from byte 2 j0 + k (nibble n), high 2 bits from
+      // byte 8 + k (bits 2 (2 n + u % 2)).
+      const int low = (sc[2 * j0 + k] >> (4 * n)) & 0xf;
+      const int high = (sc[8 + k] >> (2 * (2 * n + (u & 1)))) & 3;
+      r.dl[k] = d * static_cast<float>((low | (high << 4)) - 32);
+    }
+    const int hb = 4 * n + j0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      r.lo[i] = __vsub4(((q[i] >> (2 * j0)) & 0x03030303) | (((h[i] >> hb) & 0x01010101) << 2), 0x04040404);
+      r.hi[i] = __vsub4(((q[i] >> (2 * j0 + 2)) & 0x03030303) | (((h[i] >> (hb + 1)) & 0x01010101) << 2), 0x04040404);
+    }
+    return r;
+  }
+  template <class X>
+  __device__ static float dot(const Dec& w, int u, const X& x, const float2* xd) {
+    const int n = u >> 1, j0 = 2 * (u & 1);
+    const int o = 128 * n + 32 * j0;
+    const float lo = w.dl[0] * static_cast<float>(dot16(w.lo, x.ld(o))) +
+                     w.dl[1] * static_cast<float>(dot16(w.lo + 4, x.ld(o + 16)));
+    const float hi = w.dl[2] * static_cast<float>(dot16(w.hi, x.ld(o + 32))) +
+                     w.dl[3] * static_cast<float>(dot16(w.hi + 4, x.ld(o + 48)));
+    return xd[4 * n + j0].x * lo + xd[4 * n + j0 + 1].x * hi;
+  }
+};
+
 }  // namespace hearth::cuda::q8
