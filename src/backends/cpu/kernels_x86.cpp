@@ -10,8 +10,10 @@
 namespace hearth::cpu {
 namespace {
 
+// Head dims that are multiples of 64 read f16 and q8_0 cache rows in attend_rows_avx2's
+// loads (decode: no conversion pass over the cache first).
 const KernelTable kAvx2{
-    "avx2",         f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx2, 0,         nullptr,
+    "avx2",         f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx2, 64,        nullptr,
     swiglu_avx2,    silu_row_avx2,       gdn_recurrent_avx2,  chunked_head_avx2, gelu_avx2, full_items_avx2,
     dot_rows_f32_avx2};
 
