@@ -330,7 +330,7 @@ TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
 
 }  // namespace
 
-// Not a check: one thread's speed of the packed kernels on 1, 4 and 8 tokens, 4,096 x 2,048
+// Not a check: one thread's speed of the packed kernels on 1, 4, 8 and 64 tokens, 4,096 x 2,048
 // weights (from L3; PACKED_SPEED_ROWS=32768 for weights from memory; PACKED_SPEED_ISA=avx2), by
 // backend_packed_test --gtest_also_run_disabled_tests --gtest_filter=*PackedSpeed*.
 TEST(Packed, DISABLED_PackedSpeed) {
@@ -345,7 +345,7 @@ TEST(Packed, DISABLED_PackedSpeed) {
     const int64_t n_rows = std::getenv("PACKED_SPEED_ROWS") ? std::atoll(std::getenv("PACKED_SPEED_ROWS")) : 4096, n = 2048;
     const auto w = make_weight(type, n_rows, n, 5);
     const auto p = cpu::pack_weight(w.view);
-    for (const int64_t n_tok : {1, 4, 8}) {
+    for (const int64_t n_tok : {1, 4, 8, 64}) {
       const auto acts = make_acts(type, n_tok, n, 6);
       std::vector<float> y(static_cast<size_t>(n_tok * n_rows));
       const int reps = n_tok == 1 ? 200 : 50;
