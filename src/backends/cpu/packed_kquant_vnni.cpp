@@ -109,6 +109,21 @@ HEARTH_VNNI inline void quarter_k4(const uint8_t* blk, const uint8_t* scales, co
   }
 }
 
+// Q4_K quarter P in floats: f += sc[2P] s0 + sc[2P + 1] s1 by fma. Exact: |s| <= 32 x 15 x
+// 128 = 61,440 and sc <= 63, so a product is at most 3,870,720 and a sum of four (two
+// quarters) at most 15,482,880 < 2^24, integers a float holds exactly, in any order; so
+// fa + fb (quarters 0-1, 2-3) is float(sumi) rounded once, as to_float(sumi) rounds it.
+// One conversion (and an fma, on either FMA port) per sum instead of vpmulld's two uops
+// on port 0, the port every vpdpbusd needs. (Q5_K's sums are twice as large: not there.)
+template <int T, int P>
+HEARTH_VNNI inline void quarter_q4f(const uint8_t* blk, const uint8_t* scales, const uint8_t* const* xq, __m512* f) {
+  __m512i s0[T], s1[T];
+  quarter_sums<GgmlType::Q4_K, T, P, 0, 8>(blk, xq, s0, s1);
+  const __m512i sc = _mm512_cvtepu8_epi16(load32(scales + 32 * P));
+  const __m512 sc0 = to_float(even16(sc)), sc1 = to_float(odd16(sc));
+  for (int t = 0; t < T; ++t) f[t] = _mm512_fmadd_ps(to_float(s1[t]), sc1, _mm512_fmadd_ps(to_float(s0[t]), sc0, f[t]));
+}
+
 // Q6_K quarter P (sub-blocks of 16: 4P, 4P + 1 low, 4P + 2, 4P + 3 high): the scaled
 // sums of the unsigned values, and corr += sum of scale * bsum over those sub-blocks.
 template <int T, int P>
@@ -159,6 +174,7 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
     const uint8_t* xq[T];
     const uint8_t* bsums[T];
     __m512i sumi[T], aux[T];  // aux: the mins sum (Q4_K / Q5_K) or the Q6_K correction
+    __m512 sumf[T];           // Q4_K / Q5_K: float(sumi)
     for (int t = 0; t < T; ++t) {
       const uint8_t* xb = a.xq + (t0 + t) * a.row_bytes + b * kQ8KBytes;
       xq[t] = xb + 4;
@@ -170,12 +186,22 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
       quarter_q6<T, 1>(blk, xq, bsums, sumi, aux);
       quarter_q6<T, 2>(blk, xq, bsums, sumi, aux);
       quarter_q6<T, 3>(blk, xq, bsums, sumi, aux);
+    } else if constexpr (kType == GgmlType::Q4_K) {
+      const uint8_t* scales = blk + kD + layout::kScales;
+      __m512 fa[T], fb[T];
+      for (int t = 0; t < T; ++t) fa[t] = fb[t] = _mm512_setzero_ps();
+      quarter_q4f<T, 0>(blk, scales, xq, fa);
+      quarter_q4f<T, 1>(blk, scales, xq, fa);
+      quarter_q4f<T, 2>(blk, scales, xq, fb);
+      quarter_q4f<T, 3>(blk, scales, xq, fb);
+      for (int t = 0; t < T; ++t) sumf[t] = _mm512_add_ps(fa[t], fb[t]);
     } else {
       const uint8_t* scales = blk + kD + layout::kScales;
       quarter_k4<kType, T, 0>(blk, scales, xq, sumi);
       quarter_k4<kType, T, 1>(blk, scales, xq, sumi);
       quarter_k4<kType, T, 2>(blk, scales, xq, sumi);
       quarter_k4<kType, T, 3>(blk, scales, xq, sumi);
+      for (int t = 0; t < T; ++t) sumf[t] = to_float(sumi[t]);
     }
     // vec_dot's expression, each product rounded (the build does not contract).
     const __m512 dw = load_half16(blk + kD);
@@ -194,7 +220,7 @@ HEARTH_VNNI void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
         acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dw, dx), to_float(v)));
       } else {
         const __m512 dm = load_half16(blk + kD + layout::kDmin);
-        const __m512 tw = _mm512_mul_ps(_mm512_mul_ps(dw, dx), to_float(sumi[t]));
+        const __m512 tw = _mm512_mul_ps(_mm512_mul_ps(dw, dx), sumf[t]);
         const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(dm, dx), to_float(aux[t]));
         acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(tw, tm));
       }
