@@ -460,8 +460,20 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
     });
     return;
   }
+  // ref::rope, each token's heads rotated by the kernel table's build.
+  const auto rotate = kernels_->rope_heads;
   pool_.parallel_for(n_tokens, 8, [&](int64_t begin, int64_t end, int) {
-    ref::rope(x + begin * n_heads * head_dim, end - begin, n_heads, head_dim, positions + begin, p);
+    float cos_sin[2 * 512];
+    std::vector<float> big;
+    float* cs = cos_sin;
+    if (p.n_rot > 1024) {
+      big.resize(static_cast<size_t>(p.n_rot));
+      cs = big.data();
+    }
+    for (int64_t t = begin; t < end; ++t) {
+      ref::rope_angles(static_cast<float>(positions[t]), p, cs);
+      rotate(x + t * n_heads * head_dim, n_heads, head_dim, cs, p);
+    }
   });
 }
 
