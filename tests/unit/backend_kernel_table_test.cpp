@@ -136,4 +136,23 @@ TEST(KernelTable, RopeHeadsEqualPlainBitForBit) {
   }
 }
 
+// RMS norm rows (eight at a time in the AVX-512 build, the rest one by one): row counts
+// around multiples of eight, widths of the models' hidden sizes and head dims and odd ones,
+// values up to 3e4 (outlier activations), against the plain entry (ref::rms_norm_row); 2,000
+// rows so that a sum of exact squares (an fma) instead of rounded ones would show.
+TEST(KernelTable, RmsNormRowsEqualPlainBitForBit) {
+  const cpu::KernelTable &k = cpu::cpu_kernels(false), &p = cpu::plain_kernels();
+  for (const int64_t n : {64, 100, 128, 576, 2048}) {
+    const auto w = random_floats(static_cast<size_t>(n), 61, 2.0f);
+    for (const int64_t rows : {1, 7, 8, 9, 16, 37, 2000}) {
+      auto x = random_floats(static_cast<size_t>(rows * n), 62 + rows, 3.0f);
+      for (size_t i = 0; i < x.size(); i += 97) x[i] = 3.0e4f;
+      std::vector<float> a(x.size()), b(x.size());
+      k.rms_norm_rows(x.data(), w.data(), rows, n, 1e-6f, a.data());
+      p.rms_norm_rows(x.data(), w.data(), rows, n, 1e-6f, b.data());
+      EXPECT_TRUE(same_bits(a, b)) << "n " << n << " rows " << rows;
+    }
+  }
+}
+
 }  // namespace

@@ -441,9 +441,14 @@ void CpuBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_token
 void CpuBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                           float* y) {
   const OpScope timer(op_times_.get(), "rms_norm");
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  // Chunks of whole 8-row groups where there are many rows (the AVX-512 build takes eight at a time).
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  if (n_rows >= 64) grain = (grain + 7) / 8 * 8;
+  const auto norm = kernels_->rms_norm_rows;
   pool_.parallel_for(n_rows, grain, [&](int64_t begin, int64_t end, int) {
-    ref::rms_norm(x + begin * n, weight, end - begin, n, eps, y + begin * n);
+    std::vector<float> w(static_cast<size_t>(n));
+    ref::dequantize_row(weight, 0, w.data());
+    norm(x + begin * n, w.data(), end - begin, n, eps, y + begin * n);
   });
 }
 

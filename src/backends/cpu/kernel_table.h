@@ -65,6 +65,9 @@ struct KernelTable {
   // Rotary embedding of one token's n_heads heads (x: [n_heads, head_dim]) by angles of
   // ref::rope_angles: ref::rope_rotate on each head, bit for bit.
   void (*rope_heads)(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, const ops::RopeParams& p);
+  // RMS norm of n_rows rows of n (w: the n weights as floats): ref::rms_norm's rounding
+  // (squares rounded to float, summed in double in order), bit for bit.
+  void (*rms_norm_rows)(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
 };
 
 // The plain builds (kernel_table.cpp and the shared files), for every CPU.
@@ -84,6 +87,7 @@ void gdn_recurrent_plain(const gdn::HeadTask& t, std::vector<float>& tmp);
 void gelu_plain(float* x, int64_t n, bool tanh_approx);
 void full_items_plain(const vision::FullArgs& a, const FullAttnItem* items, int64_t begin, int64_t end);
 void rope_heads_plain(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, const ops::RopeParams& p);
+void rms_norm_rows_plain(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
 
 // Flushes subnormal floats to zero (inputs and results) on this thread from the
 // constructor to the destructor, where the architecture has such a mode that its

@@ -2,7 +2,8 @@
 // NeoX layout (pairs i, i + n_rot / 2) eight pairs at a time, the normal layout (pairs 2i,
 // 2i + 1) four; each value the two operations of ref::rope_rotate (x0 c - rounded(x1 s),
 // x0 s + rounded(x1 c), one fma each, the product negated after it is rounded), so the
-// same bits, NaN signs included. Other widths: ref::rope_rotate itself.
+// same bits, NaN signs included. Other widths: ref::rope_rotate itself. And the RMS norm's
+// rows (kernel_table.h's rms_norm_rows), eight at a time with AVX-512.
 #include <immintrin.h>
 
 #include <cmath>
@@ -56,6 +57,36 @@ HEARTH_SIMD void rope_heads_avx2(float* x, int64_t n_heads, int64_t head_dim, co
       _mm256_storeu_ps(v + i + half, b);
     }
   }
+}
+
+// Eight rows at a time, one row per double lane: element i of the eight rows gathered,
+// squared in float (the reference's rounding), widened exactly and added to its row's
+// double sum, in order of i; so every row's sum, scale and output are ref::rms_norm_row's.
+// Left-over rows: the reference.
+HEARTH_AVX512 void rms_norm_rows_avx512(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+                                        float* y) {
+  int64_t r = 0;
+  if (n <= (int64_t{1} << 27)) {  // 32-bit element offsets
+    const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(static_cast<int32_t>(n)));
+    for (; r + 8 <= n_rows; r += 8) {
+      const float* xr = x + r * n;
+      __m512d sum = _mm512_setzero_pd();
+      for (int64_t i = 0; i < n; ++i) {
+        const __m256 v = _mm256_i32gather_ps(xr + i, offs, 4);
+        sum = _mm512_add_pd(sum, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+      }
+      alignas(64) double s[8];
+      _mm512_store_pd(s, sum);
+      for (int k = 0; k < 8; ++k) {
+        const float scale = ref::rms_scale(s[k], n, eps);
+        const float* a = xr + k * n;
+        float* o = y + (r + k) * n;
+        for (int64_t i = 0; i < n; ++i) o[i] = a[i] * scale * w[i];
+      }
+    }
+  }
+  for (; r < n_rows; ++r) ref::rms_norm_row(x + r * n, w, n, eps, y + r * n);
 }
 
 }  // namespace hearth::cpu
