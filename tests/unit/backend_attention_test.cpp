@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -12,8 +14,11 @@
 
 #include "backend_test_data.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernel_table.h"
 #include "backends/cpu/kernels_ref.h"
 #include "core/half.h"
+#include "core/tune.h"
 
 namespace {
 
@@ -191,4 +196,85 @@ TEST(PagedAttention, BlockedKernelEqualsPerQuery) {
   }
 }
 
+// The AVX2 kernel table (cpu.isa=avx2, so also on AVX-512 machines): its per-query kernel
+// reads f16 and q8_0 rows in its loads for head dims that are multiples of 64 (decode),
+// and attends f32 rows (prompts over a converted cache); every output equals the plain
+// reference bit for bit. Decode rows of several sequences, a prompt after a prefix, GQA
+// ratios 1 and 3, head dims 64, 128, 256 and 32 (the generic path), shuffled tables,
+// large queries (softmax terms far below the max).
+TEST(PagedAttention, Avx2KernelEqualsReference) {
+  const hearth::tune::Override isa(hearth::tune::kCpuIsa, 1);
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2";
+  cpu::CpuBackend be(2);
+  ASSERT_STREQ(cpu::cpu_kernels(false).isa, "avx2");
+  for (const ops::KvType type : {ops::KvType::F32, ops::KvType::F16, ops::KvType::Q8_0}) {
+    for (const int64_t head_dim : {32, 64, 128, 256}) {
+      for (const int64_t ratio : {1, 3}) {
+        const int64_t n_head_kv = 2, n_head = n_head_kv * ratio, dim = n_head_kv * head_dim, bs = 16;
+        // decode rows of three sequences (one of them alone below), then a prompt after a prefix
+        const std::vector<std::pair<int64_t, int64_t>> shape = {{300, 1}, {0, 1}, {77, 1}, {40, 37}};
+        int64_t n_blocks = 0;
+        for (const auto& [p0, n] : shape) n_blocks += (p0 + n + bs - 1) / bs;
+        Pool pool(type, bs, n_blocks, dim);
+        const auto perm = shuffled_table(n_blocks, 90 + static_cast<uint32_t>(head_dim + ratio));
+        std::vector<std::vector<int32_t>> tables;
+        int64_t used = 0;
+        for (size_t s = 0; s < shape.size(); ++s) {
+          const auto [p0, n] = shape[s];
+          const int64_t nb = (p0 + n + bs - 1) / bs;
+          tables.emplace_back(perm.begin() + used, perm.begin() + used + nb);
+          used += nb;
+          fill(be, pool, tables.back(), random_floats((p0 + n) * dim, 80 + s, 1.5f), random_floats((p0 + n) * dim, 85 + s),
+               p0 + n);
+        }
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        const std::string what = std::string(ops::kv_type_name(type)) + " head_dim " + std::to_string(head_dim) +
+                                 " ratio " + std::to_string(ratio);
+        // the decode rows together, then the prompt alone
+        std::vector<ops::AttentionSeq> dec;
+        for (int64_t s = 0; s < 3; ++s) dec.push_back({s, 1, shape[s].first, tables[s].data()});
+        for (const float qs : {0.3f, 12.0f}) {
+          const auto q = random_floats(3 * n_head * head_dim, 95, qs);
+          std::vector<float> a(q.size()), r(q.size());
+          be.attention(q.data(), pool.layer(), dec.data(), 3, n_head, n_head_kv, head_dim, scale, a.data());
+          cpu::ref::attention(q.data(), pool.layer(), dec.data(), 3, n_head, n_head_kv, head_dim, scale, r.data());
+          ASSERT_EQ(a, r) << what << " decode, query scale " << qs;
+          const ops::AttentionSeq prompt{0, shape[3].second, shape[3].first, tables[3].data()};
+          const auto qp = random_floats(shape[3].second * n_head * head_dim, 96, qs);
+          std::vector<float> b(qp.size()), rb(qp.size());
+          be.attention(qp.data(), pool.layer(), &prompt, 1, n_head, n_head_kv, head_dim, scale, b.data());
+          cpu::ref::attention(qp.data(), pool.layer(), &prompt, 1, n_head, n_head_kv, head_dim, scale, rb.data());
+          ASSERT_EQ(b, rb) << what << " prompt, query scale " << qs;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+// Not a check: the time of one prompt's attention (the 1.7B shape's layer: 16 query heads,
+// 8 KV heads, head_dim 128, f16 cache, 512 tokens from position 0) on 1 and 2 threads, best
+// of 5, by backend_attention_test --gtest_also_run_disabled_tests --gtest_filter=*AttentionSpeed*.
+TEST(PagedAttention, DISABLED_AttentionSpeed) {
+  const int64_t n_head = 16, n_head_kv = 8, head_dim = 128, dim = n_head_kv * head_dim, bs = 32, n = 512;
+  cpu::CpuBackend be1(1), be2(2);
+  Pool pool(ops::KvType::F16, bs, n / bs, dim);
+  std::vector<int32_t> table(static_cast<size_t>(n / bs));
+  std::iota(table.begin(), table.end(), 0);
+  fill(be1, pool, table, random_floats(n * dim, 1, 1.5f), random_floats(n * dim, 2), n);
+  const auto q = random_floats(n * n_head * head_dim, 3, 0.5f);
+  std::vector<float> out(q.size());
+  const ops::AttentionSeq seq{0, n, 0, table.data()};
+  for (cpu::CpuBackend* be : {&be1, &be2}) {
+    double best = 1e9;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      be->attention(q.data(), pool.layer(), &seq, 1, n_head, n_head_kv, head_dim, 0.088f, out.data());
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double macs = 2.0 * n_head * head_dim * (n * (n + 1) / 2.0);
+    std::printf("%d thread(s): %.2f ms, %.1f GMAC/s\n", be->n_threads(), best * 1e3, macs / best / 1e9);
+  }
+}

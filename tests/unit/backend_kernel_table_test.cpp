@@ -19,6 +19,8 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernel_table.h"
+#include "backends/cpu/kernels_ref.h"
+#include "ops/backend.h"
 
 namespace {
 
@@ -105,6 +107,52 @@ TEST(KernelTable, F16RowsEqualPlainBitForBit) {
   k.f32_to_f16(x.data(), c.data(), static_cast<int64_t>(x.size()));
   p.f32_to_f16(x.data(), d.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(c, d);
+}
+
+// Rotary embedding of a token's heads: NeoX and normal layouts, rotating all of a head or
+// part of it, head dims the vectors do and do not cover, positions up to 40,000 (large
+// angles), against the plain entry (ref::rope_rotate per head).
+TEST(KernelTable, RopeHeadsEqualPlainBitForBit) {
+  const cpu::KernelTable &k = cpu::cpu_kernels(false), &p = cpu::plain_kernels();
+  for (const bool neox : {true, false}) {
+    for (const auto& [head_dim, n_rot] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}, {64, 64}, {80, 80},
+                                          {256, 64}, {96, 48}, {64, 32}, {72, 72}, {68, 68}}) {
+      hearth::ops::RopeParams rp;
+      rp.n_rot = n_rot;
+      rp.freq_base = 1000000.0f;
+      rp.neox = neox;
+      const int64_t n_heads = 5;
+      for (const int32_t pos : {0, 1, 17, 511, 40000}) {
+        std::vector<float> cs(static_cast<size_t>(n_rot));
+        cpu::ref::rope_angles(static_cast<float>(pos), rp, cs.data());
+        auto a = with_edges(random_floats(static_cast<size_t>(n_heads * head_dim), 30 + pos, 50.0f));
+        auto b = a;
+        k.rope_heads(a.data(), n_heads, head_dim, cs.data(), rp);
+        p.rope_heads(b.data(), n_heads, head_dim, cs.data(), rp);
+        EXPECT_TRUE(same_bits(a, b)) << "neox " << neox << " head_dim " << head_dim << " n_rot " << n_rot << " pos "
+                                     << pos;
+      }
+    }
+  }
+}
+
+// RMS norm rows (eight at a time in the AVX-512 build, the rest one by one): row counts
+// around multiples of eight, widths of the models' hidden sizes and head dims and odd ones,
+// values up to 3e4 (outlier activations), against the plain entry (ref::rms_norm_row); 2,000
+// rows so that a sum of exact squares (an fma) instead of rounded ones would show.
+TEST(KernelTable, RmsNormRowsEqualPlainBitForBit) {
+  const cpu::KernelTable &k = cpu::cpu_kernels(false), &p = cpu::plain_kernels();
+  for (const int64_t n : {64, 100, 128, 576, 2048}) {
+    const auto w = random_floats(static_cast<size_t>(n), 61, 2.0f);
+    for (const int64_t rows : {1, 7, 8, 9, 16, 37, 2000}) {
+      auto x = random_floats(static_cast<size_t>(rows * n), 62 + rows, 3.0f);
+      for (size_t i = 0; i < x.size(); i += 97) x[i] = 3.0e4f;
+      std::vector<float> a(x.size()), b(x.size());
+      k.rms_norm_rows(x.data(), w.data(), rows, n, 1e-6f, a.data());
+      p.rms_norm_rows(x.data(), w.data(), rows, n, 1e-6f, b.data());
+      EXPECT_TRUE(same_bits(a, b)) << "n " << n << " rows " << rows;
+    }
+  }
 }
 
 }  // namespace

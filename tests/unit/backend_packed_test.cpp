@@ -212,6 +212,41 @@ TEST(Packed, ReferenceEqualsVecDotBitForBit) {
   }
 }
 
+// Packed K-type weights of different types and one width in one matmul_multi (the Q4_K
+// q / k and Q6_K v of a Q4_K_M model): one pass over all of them, activations quantized
+// once; every output has the bits of that weight's own matmul (= vec_dot, above).
+TEST_P(PackedBlocks, MixedKTypesInOneMatmulMultiEqualEachAlone) {
+  cpu::CpuBackend be(2);
+  if (!be.repack()) GTEST_SKIP() << "no packed kernels on this CPU (or cpu.repack=0)";
+  const int64_t n = 2 * 256;
+  const GgmlType types[4] = {GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q4_K};  // Q6_K first: its scales alone would not do
+  const int64_t rows[4] = {48, 24, 17, 32};
+  std::vector<decltype(make_weight(GgmlType::Q4_K, 1, n, 1))> w;
+  std::vector<WeightView> p;
+  for (int i = 0; i < 4; ++i) w.push_back(make_weight(types[i], rows[i], n, 40 + static_cast<uint32_t>(i)));
+  for (int i = 0; i < 4; ++i) {
+    p.push_back(be.prepare_weight(w[static_cast<size_t>(i)].view));
+    ASSERT_NE(p.back().backend_data, nullptr) << name(types[i]);
+  }
+  for (const int64_t n_tok : {1, 9, 37}) {
+    const auto x = make_x(n_tok, n, 8);
+    std::vector<std::vector<float>> ys(4);
+    const WeightView* ws[4];
+    float* yp[4];
+    for (int i = 0; i < 4; ++i) {
+      ys[static_cast<size_t>(i)].resize(static_cast<size_t>(n_tok * rows[i]));
+      ws[i] = &p[static_cast<size_t>(i)];
+      yp[i] = ys[static_cast<size_t>(i)].data();
+    }
+    be.matmul_multi(ws, 4, x.data(), n_tok, yp);
+    for (int i = 0; i < 4; ++i) {
+      std::vector<float> one(static_cast<size_t>(n_tok * rows[i]));
+      be.matmul(*ws[i], x.data(), n_tok, one.data());
+      ASSERT_EQ(ys[static_cast<size_t>(i)], one) << name(types[i]) << " weight " << i << " tokens " << n_tok;
+    }
+  }
+}
+
 TEST_P(PackedBlocks, BackendMatmulPackedEqualsVecDotAndBatchEqualsAlone) {
   cpu::CpuBackend be(2);
   if (!be.repack()) GTEST_SKIP() << "no packed kernels on this CPU (or cpu.repack=0)";
@@ -330,7 +365,7 @@ TEST(Packed, ReferenceBackendDoesNotPackAndSourcesAreNotReused) {
 
 }  // namespace
 
-// Not a check: one thread's speed of the packed kernels on 1, 4 and 8 tokens, 4,096 x 2,048
+// Not a check: one thread's speed of the packed kernels on 1, 4, 8 and 64 tokens, 4,096 x 2,048
 // weights (from L3; PACKED_SPEED_ROWS=32768 for weights from memory; PACKED_SPEED_ISA=avx2), by
 // backend_packed_test --gtest_also_run_disabled_tests --gtest_filter=*PackedSpeed*.
 TEST(Packed, DISABLED_PackedSpeed) {
@@ -345,7 +380,7 @@ TEST(Packed, DISABLED_PackedSpeed) {
     const int64_t n_rows = std::getenv("PACKED_SPEED_ROWS") ? std::atoll(std::getenv("PACKED_SPEED_ROWS")) : 4096, n = 2048;
     const auto w = make_weight(type, n_rows, n, 5);
     const auto p = cpu::pack_weight(w.view);
-    for (const int64_t n_tok : {1, 4, 8}) {
+    for (const int64_t n_tok : {1, 4, 8, 64}) {
       const auto acts = make_acts(type, n_tok, n, 6);
       std::vector<float> y(static_cast<size_t>(n_tok * n_rows));
       const int reps = n_tok == 1 ? 200 : 50;

@@ -105,6 +105,50 @@ HEARTH_AVX512 inline __m512 score_tile16(const float* q, const float* const* row
   return _mm512_maskz_max_ps(0xFFFF, scores, running_max);
 }
 
+// One key's 4 x 16-lane fma sums against a query held in registers (qr: head_dim / 64 x 4
+// registers, NI = head_dim / 64), combined (0+2) + (1+3): score_tile16's u[k], the same
+// fmas in the same order.
+template <int NI>
+HEARTH_AVX512 inline __m512 key_sum(const __m512* qr, const float* row) {
+  __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int i = 0; i < NI; ++i) {
+    for (int a = 0; a < 4; ++a) c[a] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 64 * i + 16 * a), qr[4 * i + a], c[a]);
+  }
+  return _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+}
+
+// score_tile16 for head_dim = 64 NI with the query in registers (one load per fma instead
+// of two) and the first two levels of the network taken as the keys come (four keys per
+// h4 register), so that the live registers fit: every addition pairs the same two values.
+template <int NI>
+HEARTH_AVX512 inline __m512 score_tile16_q(const float* q, const float* const* rows, __m512 scale, float* sc,
+                                          __m512 running_max) {
+  __m512 qr[4 * NI];
+  for (int i = 0; i < 4 * NI; ++i) qr[i] = _mm512_loadu_ps(q + 16 * i);
+  __m512 h4[4];
+  for (int n = 0; n < 4; ++n) {
+    __m512 h8[2];
+    for (int m2 = 0; m2 < 2; ++m2) {
+      const int m = 2 * n + m2;
+      const __m512 u0 = key_sum<NI>(qr, rows[2 * m]), u1 = key_sum<NI>(qr, rows[2 * m + 1]);
+      h8[m2] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, u0, u1, 0x44), _mm512_maskz_shuffle_f32x4(0xFFFF, u0, u1, 0xEE));
+    }
+    h4[n] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, h8[0], h8[1], 0x88),
+                          _mm512_maskz_shuffle_f32x4(0xFFFF, h8[0], h8[1], 0xDD));
+  }
+  __m512 h2[2];
+  for (int p = 0; p < 2; ++p) {
+    h2[p] = _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, h4[2 * p], h4[2 * p + 1], 0x44),
+                          _mm512_maskz_shuffle_ps(0xFFFF, h4[2 * p], h4[2 * p + 1], 0xEE));
+  }
+  const __m512 h1 = _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, h2[0], h2[1], 0x88),
+                                    _mm512_maskz_shuffle_ps(0xFFFF, h2[0], h2[1], 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 scores = _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, order, h1), scale);
+  _mm512_storeu_ps(sc, scores);
+  return _mm512_maskz_max_ps(0xFFFF, scores, running_max);
+}
+
 // Key rows j0 .. j0 + 15 as f32 rows: an f32 cache's own rows, an f16 or q8_0 cache's
 // converted into tile (exactly, as load16 does).
 HEARTH_AVX512 inline void key_tile(const KvRowsOffF32& kr, int64_t j0, int64_t, float*, const float** rows) {
@@ -146,37 +190,52 @@ HEARTH_AVX512 inline void score_key(const float* q, KP kj, int64_t head_dim, flo
   }
 }
 
-// Adds keys [j0, j1) (j0 a multiple of n_lanes) to the lane accumulators of NG queries
-// (query g: probabilities p + g * p_stride, accumulators acc + g * acc_stride). The
-// first chunk (j0 == 0) starts every lane from zero in registers, and writes zeros for
-// lanes without a key, so the buffer needs no clearing beforehand.
-template <int NG, class V>
-HEARTH_AVX512 inline void add_values(const V& vrow, int64_t j0, int64_t j1, int64_t n_lanes, int64_t head_dim,
-                                     const float* p, int64_t p_stride, float* acc, int64_t acc_stride) {
+// Adds keys [j0, j1) (j0 a multiple of n_lanes) to the lane accumulators of QT queries
+// that all see them (pt[8 (j - j0) + g]: query g's probability of key j, the tile's
+// probabilities key by key so that one register addresses them; qa[g]: query g's
+// accumulators), 32 dims per
+// pass, each value register loaded once for all QT queries. The first chunk (j0 == 0)
+// starts every lane from zero in registers, and writes zeros for lanes without a key, so
+// the buffer needs no clearing beforehand. Per (query, lane, dim) the fmas of
+// attend_one_avx512 in the same key order, so the same bits.
+template <int QT, class V>
+HEARTH_AVX512 inline void add_values_q(const V& vrow, int64_t j0, int64_t j1, int64_t n_lanes, int64_t head_dim,
+                                       const float* pt, float* const* qa) {
   const bool first = j0 == 0;
-  for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
+  for (int64_t d0 = 0; d0 < head_dim; d0 += 32) {
     for (int64_t l = 0; l < n_lanes; ++l) {
       if (j0 + l >= j1 && !first) break;  // later chunks: the lanes past the keys keep their sums
-      __m512 r[NG][4];
-      for (int g = 0; g < NG; ++g) {
-        for (int b = 0; b < 4; ++b) {
-          r[g][b] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + g * acc_stride + l * head_dim + d0 + 16 * b);
+      __m512 r[QT][2];
+      for (int g = 0; g < QT; ++g) {
+        for (int b = 0; b < 2; ++b) {
+          r[g][b] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(qa[g] + l * head_dim + d0 + 16 * b);
         }
       }
       for (int64_t j = j0 + l; j < j1; j += n_lanes) {
         const auto vj = vrow(j, nullptr) + d0;
-        __m512 v[4];
-        for (int b = 0; b < 4; ++b) v[b] = load16(vj + 16 * b);
-        for (int g = 0; g < NG; ++g) {
-          const __m512 pj = _mm512_set1_ps(p[g * p_stride + j]);
-          for (int b = 0; b < 4; ++b) r[g][b] = _mm512_fmadd_ps(v[b], pj, r[g][b]);
+        const __m512 v0 = load16(vj), v1 = load16(vj + 16);
+        for (int g = 0; g < QT; ++g) {
+          const __m512 pj = _mm512_set1_ps(pt[8 * (j - j0) + g]);
+          r[g][0] = _mm512_fmadd_ps(v0, pj, r[g][0]);
+          r[g][1] = _mm512_fmadd_ps(v1, pj, r[g][1]);
         }
       }
-      for (int g = 0; g < NG; ++g) {
-        for (int b = 0; b < 4; ++b) _mm512_storeu_ps(acc + g * acc_stride + l * head_dim + d0 + 16 * b, r[g][b]);
+      for (int g = 0; g < QT; ++g) {
+        for (int b = 0; b < 2; ++b) _mm512_storeu_ps(qa[g] + l * head_dim + d0 + 16 * b, r[g][b]);
       }
     }
   }
+}
+
+// One key j (any j, lane j % n_lanes) added to one query's lane accumulator: the keys of
+// a prompt block's causal triangle, after all the keys below them.
+template <class V>
+HEARTH_AVX512 inline void add_value_one(const V& vrow, int64_t j, int64_t n_lanes, int64_t head_dim, float p,
+                                        float* acc) {
+  const auto vj = vrow(j, nullptr);
+  float* a = acc + (j % n_lanes) * head_dim;
+  const __m512 pj = _mm512_set1_ps(p);
+  for (int64_t d = 0; d < head_dim; d += 16) _mm512_storeu_ps(a + d, _mm512_fmadd_ps(load16(vj + d), pj, _mm512_loadu_ps(a + d)));
 }
 
 // attend_one_avx512's softmax over scores[0, n_keys) with their max (pads to 16 with
@@ -202,7 +261,7 @@ HEARTH_AVX512 inline void softmax(float* scores, int64_t n_keys, float max_s) {
 }
 
 struct Scratch {
-  std::vector<float> scores, acc, max_s, ktile, run;
+  std::vector<float> scores, acc, max_s, ktile, run, ptile;
   int64_t sc_stride = 0, acc_stride = 0;
 };
 
@@ -239,7 +298,15 @@ HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const K
       key_tile(kr, j_tiled, hd, s.ktile.data(), rows);
       for (int64_t i = 0; i < nq; ++i) {
         const float* q = q_block + (i / nh) * a.n_head * hd + (i % nh) * hd;
-        const __m512 m = score_tile16(q, rows, hd, scale, scores + i * scs + j_tiled, _mm512_loadu_ps(run + 16 * i));
+        float* sc = scores + i * scs + j_tiled;
+        const __m512 r = _mm512_loadu_ps(run + 16 * i);
+        __m512 m;
+        switch (hd) {
+          case 64: m = score_tile16_q<1>(q, rows, scale, sc, r); break;
+          case 128: m = score_tile16_q<2>(q, rows, scale, sc, r); break;
+          case 256: m = score_tile16_q<4>(q, rows, scale, sc, r); break;
+          default: m = score_tile16(q, rows, hd, scale, sc, r); break;
+        }
         _mm512_storeu_ps(run + 16 * i, m);
       }
     }
@@ -271,23 +338,35 @@ HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const K
   for (int64_t i = 0; i < nq; ++i) softmax(scores + i * scs, nk0 + i / nh, mx[i]);
 
   // A lone query gains nothing from chunks: one pass, as attend_one_avx512 does it.
-  const int64_t chunk = nq == 1 ? nk_last : kValueChunk;
-  for (int64_t j0 = 0; j0 < nk_last; j0 += chunk) {
-    for (int64_t r = 0; r < b.n_rows; ++r) {
-      const int64_t j1 = std::min(j0 + chunk, nk0 + r);
-      if (j1 <= j0) continue;
-      for (int64_t g = 0; g < nh; g += kMaxGroup) {
-        const int64_t qi = r * nh + g;
-        const float* p = scores + qi * scs;
-        float* ac = acc + qi * accs;
-        switch (std::min<int64_t>(kMaxGroup, nh - g)) {
-          case 4: add_values<4>(vr, j0, j1, n_lanes, hd, p, scs, ac, accs); break;
-          case 3: add_values<3>(vr, j0, j1, n_lanes, hd, p, scs, ac, accs); break;
-          case 2: add_values<2>(vr, j0, j1, n_lanes, hd, p, scs, ac, accs); break;
-          default: add_values<1>(vr, j0, j1, n_lanes, hd, p, scs, ac, accs); break;
-        }
+  // The keys every row sees (j < nk0) go to all the block's queries together, up to 8 at
+  // a time (add_values_q); then each row's keys of the causal triangle (nk0 <= j < nk0 + r),
+  // in order after them.
+  const int64_t chunk = nq == 1 ? nk0 : kValueChunk;
+  float* pt = s.ptile.data();
+  float* qa[8];
+  for (int64_t j0 = 0; j0 < nk0; j0 += chunk) {
+    const int64_t j1 = std::min(j0 + chunk, nk0);
+    for (int64_t i0 = 0; i0 < nq; i0 += 8) {
+      const int64_t qt = std::min<int64_t>(8, nq - i0);
+      for (int64_t g = 0; g < qt; ++g) {
+        const float* p = scores + (i0 + g) * scs;
+        for (int64_t j = j0; j < j1; ++j) pt[8 * (j - j0) + g] = p[j];
+        qa[g] = acc + (i0 + g) * accs;
+      }
+      switch (qt) {
+        case 8: add_values_q<8>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        case 7: add_values_q<7>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        case 6: add_values_q<6>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        case 5: add_values_q<5>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        case 4: add_values_q<4>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        case 3: add_values_q<3>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        case 2: add_values_q<2>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+        default: add_values_q<1>(vr, j0, j1, n_lanes, hd, pt, qa); break;
       }
     }
+  }
+  for (int64_t j = nk0; j < nk_last; ++j) {
+    for (int64_t i = (j - nk0 + 1) * nh; i < nq; ++i) add_value_one(vr, j, n_lanes, hd, scores[i * scs + j], acc + i * accs);
   }
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t r = i / nh, g = i % nh;
@@ -309,6 +388,7 @@ HEARTH_AVX512 __attribute__((flatten)) void attend_blocks_avx512(const AttendArg
   s.max_s.resize(static_cast<size_t>(max_q));
   s.ktile.resize(static_cast<size_t>(16 * a.head_dim));
   s.run.resize(static_cast<size_t>(16 * max_q));
+  s.ptile.resize(static_cast<size_t>(8 * std::max<int64_t>(kValueChunk, a.max_keys)));
   const ops::KvLayer& c = *a.cache;
   const int64_t group = a.n_head / a.n_head_kv;
   for (int64_t i = begin; i < end; ++i) {

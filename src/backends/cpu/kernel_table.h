@@ -16,6 +16,10 @@
 
 #include "backends/cpu/cpu_features.h"
 
+namespace hearth::ops {
+struct RopeParams;    // ops/backend.h
+}
+
 namespace hearth::cpu {
 
 struct AttendArgs;    // attention.h
@@ -58,6 +62,12 @@ struct KernelTable {
   // Float-row products (matmul_f32.h): ref::dot16 bit for bit.
   void (*dot_rows_f32)(const float* const* rows, int64_t n_rows, const float* x, int64_t n_tokens, int64_t n,
                        float* y, int64_t y_stride);
+  // Rotary embedding of one token's n_heads heads (x: [n_heads, head_dim]) by angles of
+  // ref::rope_angles: ref::rope_rotate on each head, bit for bit.
+  void (*rope_heads)(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, const ops::RopeParams& p);
+  // RMS norm of n_rows rows of n (w: the n weights as floats): ref::rms_norm's rounding
+  // (squares rounded to float, summed in double in order), bit for bit.
+  void (*rms_norm_rows)(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
 };
 
 // The plain builds (kernel_table.cpp and the shared files), for every CPU.
@@ -76,6 +86,8 @@ void silu_row_plain(float* x, int64_t n);
 void gdn_recurrent_plain(const gdn::HeadTask& t, std::vector<float>& tmp);
 void gelu_plain(float* x, int64_t n, bool tanh_approx);
 void full_items_plain(const vision::FullArgs& a, const FullAttnItem* items, int64_t begin, int64_t end);
+void rope_heads_plain(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, const ops::RopeParams& p);
+void rms_norm_rows_plain(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
 
 // Flushes subnormal floats to zero (inputs and results) on this thread from the
 // constructor to the destructor, where the architecture has such a mode that its

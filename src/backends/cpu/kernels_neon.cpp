@@ -14,7 +14,7 @@ namespace {
 const KernelTable kNeon{
     "neon",       f16_to_f32_row_neon, f32_to_f16_row_neon, attend_rows_neon, 64,     nullptr,
     swiglu_neon,  silu_row_neon,  gdn_recurrent_plain, chunked_head_neon, gelu_plain, full_items_plain,
-    dot_rows_f32_neon};
+    dot_rows_f32_neon, rope_heads_plain, rms_norm_rows_plain};
 
 }  // namespace
 

@@ -72,18 +72,21 @@ void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
   }
 }
 
+float rms_scale(double sum, int64_t n, float eps) { return 1.0f / std::sqrt(static_cast<float>(sum / n) + eps); }
+
+void rms_norm_row(const float* xr, const float* w, int64_t n, float eps, float* yr) {
+  double sum = 0.0;
+  // Squares rounded to float, summed in double: ggml's order, so that the scale
+  // (and the 8-bit activations quantized from y) match llama.cpp bit for bit.
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+  const float scale = rms_scale(sum, n, eps);
+  for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
+}
+
 void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps, float* y) {
   std::vector<float> w(static_cast<size_t>(n));
   dequantize_row(weight, 0, w.data());
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* xr = x + r * n;
-    double sum = 0.0;
-    // Squares rounded to float, summed in double: ggml's order, so that the scale
-    // (and the 8-bit activations quantized from y) match llama.cpp bit for bit.
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] = xr[i] * scale * w[i];
-  }
+  for (int64_t r = 0; r < n_rows; ++r) rms_norm_row(x + r * n, w.data(), n, eps, y + r * n);
 }
 
 void rope_angles(float pos, const ops::RopeParams& p, float* cos_sin) {

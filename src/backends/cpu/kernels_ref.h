@@ -12,6 +12,9 @@ namespace hearth::cpu::ref {
 void get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out);
 void matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
 void add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens);
+// One row of rms_norm with the weights as floats; rms_scale: its 1 / sqrt(sum / n + eps).
+void rms_norm_row(const float* xr, const float* w, int64_t n, float eps, float* yr);
+float rms_scale(double sum, int64_t n, float eps);
 void rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps, float* y);
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const ops::RopeParams& p);

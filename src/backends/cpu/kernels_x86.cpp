@@ -10,10 +10,12 @@
 namespace hearth::cpu {
 namespace {
 
+// Head dims that are multiples of 64 read f16 and q8_0 cache rows in attend_rows_avx2's
+// loads (decode: no conversion pass over the cache first).
 const KernelTable kAvx2{
-    "avx2",         f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx2, 0,         nullptr,
+    "avx2",         f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx2, 64,        nullptr,
     swiglu_avx2,    silu_row_avx2,       gdn_recurrent_avx2,  chunked_head_avx2, gelu_avx2, full_items_avx2,
-    dot_rows_f32_avx2};
+    dot_rows_f32_avx2, rope_heads_avx2, rms_norm_rows_plain};
 
 // The AVX-512 builds where there are any; GELU and the recurrent step keep AVX2's
 // (memory-bound). Head dims that are multiples of 64 read f16 and q8_0 cache rows in the
@@ -21,7 +23,7 @@ const KernelTable kAvx2{
 const KernelTable kAvx512{
     "avx512",        f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx512,  64,        attend_blocks_avx512,
     swiglu_avx512,   silu_row_avx512,     gdn_recurrent_avx2,  chunked_head_avx512, gelu_avx2, full_items_avx512,
-    dot_rows_f32_avx512};
+    dot_rows_f32_avx512, rope_heads_avx2, rms_norm_rows_avx512};
 
 }  // namespace
 

@@ -24,6 +24,10 @@ void silu_row_avx512(float* x, int64_t n);
 void gdn_recurrent_avx2(const gdn::HeadTask& t, std::vector<float>& tmp);
 void chunked_head_avx2(const gdn::HeadTask& t, int64_t y0, int64_t y1, std::vector<float>& buf);
 void chunked_head_avx512(const gdn::HeadTask& t, int64_t y0, int64_t y1, std::vector<float>& buf);
+// Rotary embedding of a token's heads (rope_norm_x86.cpp).
+void rope_heads_avx2(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, const ops::RopeParams& p);
+// RMS norm, eight rows at a time (rope_norm_x86.cpp).
+void rms_norm_rows_avx512(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
 // The vision tower (vision_x86.cpp).
 void gelu_avx2(float* x, int64_t n, bool tanh_approx);
 void full_items_avx2(const vision::FullArgs& a, const FullAttnItem* items, int64_t begin, int64_t end);

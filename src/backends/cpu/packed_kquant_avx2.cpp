@@ -189,14 +189,14 @@ HEARTH_AVX2 inline void store_rows(float* dst, __m256 v, int64_t valid) {
 
 // One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 4: 16 vector registers), both
 // halves per super-block so that the weights' lines are read once.
+// ahead: the prefetch distance (prefetch.h), 0 for none.
 template <GgmlType kType, int T>
 HEARTH_AVX2 void group_tokens(const PackedWeight& w, int64_t g, const PackedAct& a, int64_t t0, float* y,
-                              int64_t ys) {
+                              int64_t ys, int64_t ahead) {
   const int64_t nb = w.nb;
   const uint8_t* base = w.group(g);
   __m256 acc0[T], acc1[T];
   for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
-  const int64_t ahead = prefetch_distance(w.block_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = base + b * w.block_bytes;
     // The weights' lines 32 KiB ahead, into L2 (prefetch.h; measured in packed_kquant_vnni.cpp).
@@ -222,15 +222,16 @@ HEARTH_AVX2 void group_tokens(const PackedWeight& w, int64_t g, const PackedAct&
   }
 }
 
-// Tokens [t0, t1) against group g: tiles of four, then the rest.
+// Tokens [t0, t1) against group g: tiles of four, then the rest. Only the first tile
+// prefetches the lines ahead (packed_kquant_vnni.cpp: the later tiles would ask again).
 template <GgmlType kType>
 HEARTH_AVX2 void group_range(const PackedWeight& w, int64_t g, const PackedAct& a, int64_t t0, int64_t t1,
-                             float* y, int64_t ys) {
-  for (; t0 + 4 <= t1; t0 += 4) group_tokens<kType, 4>(w, g, a, t0, y, ys);
+                             int64_t ahead, float* y, int64_t ys) {
+  for (; t0 + 4 <= t1; t0 += 4, ahead = 0) group_tokens<kType, 4>(w, g, a, t0, y, ys, ahead);
   switch (t1 - t0) {
-    case 3: group_tokens<kType, 3>(w, g, a, t0, y, ys); break;
-    case 2: group_tokens<kType, 2>(w, g, a, t0, y, ys); break;
-    case 1: group_tokens<kType, 1>(w, g, a, t0, y, ys); break;
+    case 3: group_tokens<kType, 3>(w, g, a, t0, y, ys, ahead); break;
+    case 2: group_tokens<kType, 2>(w, g, a, t0, y, ys, ahead); break;
+    case 1: group_tokens<kType, 1>(w, g, a, t0, y, ys, ahead); break;
     default: break;
   }
 }
@@ -242,13 +243,14 @@ template <GgmlType kType>
 HEARTH_AVX2 void packed_matmul(const PackedWeight& w, int64_t g0, int64_t g1, const PackedAct& a, int64_t n_tokens,
                                float* y, int64_t ys) {
   const int64_t tb = tuned_token_block(tune::kCpuTokenBlock);
+  const int64_t ahead = prefetch_distance(w.block_bytes);
   if (tb == 0 || n_tokens <= tb || g1 - g0 < 2) {
-    for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, 0, n_tokens, y, ys);
+    for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, 0, n_tokens, ahead, y, ys);
     return;
   }
   for (int64_t t0 = 0; t0 < n_tokens; t0 += tb) {
     const int64_t t1 = std::min(n_tokens, t0 + tb);
-    for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, t0, t1, y, ys);
+    for (int64_t g = g0; g < g1; ++g) group_range<kType>(w, g, a, t0, t1, ahead, y, ys);
   }
 }
 
