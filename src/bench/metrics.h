@@ -29,6 +29,10 @@ struct RequestResult {
   int64_t prompt_tokens = -1;
   int64_t completion_tokens = -1;
   int64_t cached_tokens = -1;  // prompt_tokens_details.cached_tokens; -1: not reported
+  // Speculative decoding, from the server's `timings` (Hearth: drafted_n / accepted_n;
+  // llama-server: draft_n / draft_n_accepted); -1: not reported.
+  int64_t drafted_tokens = -1;
+  int64_t accepted_tokens = -1;
   std::string finish_reason;
 };
 

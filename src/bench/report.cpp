@@ -28,7 +28,8 @@ json sample_json(const Sample& s) {
             {"t_start", r.t_start}, {"t_first", r.t_first}, {"t_last", r.t_last}, {"t_end", r.t_end},
             {"chunks", r.chunks}, {"chars", r.chars}, {"usage_reported", r.has_usage},
             {"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
-            {"cached_tokens", r.cached_tokens}, {"finish_reason", r.finish_reason}, {"token_times", times}};
+            {"cached_tokens", r.cached_tokens}, {"drafted_tokens", r.drafted_tokens},
+            {"accepted_tokens", r.accepted_tokens}, {"finish_reason", r.finish_reason}, {"token_times", times}};
   if (!s.role.empty()) j["role"] = s.role;
   if (!r.error.empty()) j["error"] = r.error;
   const auto opt = [](std::optional<double> v) { return v ? json(*v) : json(nullptr); };
@@ -79,7 +80,7 @@ const std::vector<ScenarioView>& views() {
       {"single", "Single stream", "length", "decode_tps",
        {{"prompt_tokens", "prompt tok"}, {"ttft_ms", "TTFT ms"}, {"decode_tps", "decode tok/s"},
         {"wall_tps", "wall tok/s"}, {"itl_p50_ms", "ITL p50 ms"}, {"itl_p99_ms", "ITL p99 ms"},
-        {"completion_tokens", "completion tok"}}},
+        {"completion_tokens", "completion tok"}, {"draft_accept_pct", "drafts accepted %"}}},
       {"prefill", "Prefill: time to first token vs prompt length", "length", "ttft_ms",
        {{"prompt_tokens", "prompt tok"}, {"cached_tokens", "cached tok"}, {"ttft_ms", "TTFT ms"}}},
       {"decode-vs-input", "Decode speed vs prompt length", "length", "decode_tps",
@@ -90,7 +91,7 @@ const std::vector<ScenarioView>& views() {
         {"aggregate_tps", "aggregate tok/s"}, {"speedup", "speedup"}}},
       {"concurrency", "Concurrent streams", "streams", "aggregate_tps",
        {{"ttft_ms", "TTFT ms"}, {"decode_tps", "decode tok/s (each)"}, {"wall_tps", "wall tok/s (each)"},
-        {"aggregate_tps", "aggregate tok/s"}, {"itl_p99_ms", "ITL p99 ms"}}},
+        {"aggregate_tps", "aggregate tok/s"}, {"itl_p99_ms", "ITL p99 ms"}, {"draft_accept_pct", "drafts accepted %"}}},
       {"agent", "Agent conversation: TTFT per turn", "turn", "ttft_ms",
        {{"prompt_tokens", "prompt tok"}, {"cached_tokens", "cached tok"}, {"ttft_ms", "TTFT ms"},
         {"decode_tps", "decode tok/s"}}},
@@ -207,15 +208,22 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
       if (r.scenario == v.name) sr.push_back(&r);
     if (sr.empty()) continue;
     md += std::string("\n## ") + v.title + " (`" + v.name + "`)\n\n| " + v.x_name + " | target |";
-    for (auto& [m, h] : v.columns) md += std::string(" ") + h + " |";
+    // The drafts column only where some server reported speculative decoding.
+    std::vector<std::pair<const char*, const char*>> columns;
+    for (const auto& c : v.columns) {
+      const bool optional = std::string(c.first) == "draft_accept_pct";
+      if (!optional || std::any_of(sr.begin(), sr.end(), [&](const SummaryRow* r) { return median_of(r, c.first) >= 0; }))
+        columns.push_back(c);
+    }
+    for (auto& [m, h] : columns) md += std::string(" ") + h + " |";
     const bool ratio = res.targets.size() > 1;
     if (ratio) md += std::string(" ") + v.headline + " vs " + first + " |";
     md += " failed / requests |\n|---|---|";
-    for (size_t i = 0; i < v.columns.size() + (ratio ? 2 : 1); ++i) md += "---|";
+    for (size_t i = 0; i < columns.size() + (ratio ? 2 : 1); ++i) md += "---|";
     md += "\n";
     for (const SummaryRow* r : sr) {
       md += "| " + fmt(shown_x(v.name, r->x)) + " | " + r->target + (r->trusted ? "" : " (untrusted)") + " |";
-      for (auto& [m, h] : v.columns) {
+      for (auto& [m, h] : columns) {
         md += ' ';
         md += cell(*r, m);
         md += " |";

@@ -133,6 +133,18 @@ bool apply_event(const std::string& payload, double t, RequestResult& r) {
       r.cached_tokens = num(u["prompt_tokens_details"], "cached_tokens");
     if (r.completion_tokens < 0) r.has_usage = false;
   }
+  if (j.contains("timings") && j["timings"].is_object()) {
+    const json& tm = j["timings"];
+    const auto num = [&](const char* k) -> int64_t {
+      return tm.contains(k) && tm[k].is_number_integer() ? tm[k].get<int64_t>() : -1;
+    };
+    const int64_t drafted = tm.contains("drafted_n") ? num("drafted_n") : num("draft_n");
+    const int64_t accepted = tm.contains("accepted_n") ? num("accepted_n") : num("draft_n_accepted");
+    if (drafted >= 0 && accepted >= 0 && accepted <= drafted) {
+      r.drafted_tokens = drafted;
+      r.accepted_tokens = accepted;
+    }
+  }
   return false;
 }
 

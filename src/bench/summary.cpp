@@ -56,6 +56,11 @@ std::vector<SummaryRow> summarize_rows(const BenchResults& res) {
           }
           if (r.prompt_tokens >= 0) v["prompt_tokens"].push_back(static_cast<double>(r.prompt_tokens));
           if (r.cached_tokens >= 0) v["cached_tokens"].push_back(static_cast<double>(r.cached_tokens));
+          // Speculative decoding (a server that reports it): the share of drafted tokens accepted.
+          if (r.drafted_tokens > 0) {
+            v["draft_accept_pct"].push_back(100.0 * static_cast<double>(r.accepted_tokens) /
+                                            static_cast<double>(r.drafted_tokens));
+          }
           v["completion_tokens"].push_back(static_cast<double>(completion_tokens(r)));
         }
         if (row.requests == 0) continue;

@@ -82,8 +82,13 @@ class Scripted(BaseHTTPRequestHandler):
         self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         completion = n + 5 if mode == "disagree" and n > 1 else n
         if mode != "nousage":
-            self._event({"choices": [], "usage": {"prompt_tokens": words + 10, "completion_tokens": completion,
-                                                  "total_tokens": words + 10 + completion}})
+            last = {"choices": [], "usage": {"prompt_tokens": words + 10, "completion_tokens": completion,
+                                             "total_tokens": words + 10 + completion}}
+            if mode == "good":  # as Hearth reports speculative decoding
+                last["timings"] = {"drafted_n": 6, "accepted_n": 4}
+            elif mode == "packed":  # as llama-server does
+                last["timings"] = {"draft_n": 8, "draft_n_accepted": 2}
+            self._event(last)
         self._event("[DONE]")
         self._chunk("")
 
@@ -146,9 +151,15 @@ def test_scripted_arithmetic_and_flags(run_hearth, scripted, tmp_path):
     # Every raw sample is kept, with its token times.
     good_samples = [s for s in res["samples"] if s["target"] == "good"]
     assert len(good_samples) == 2 and len(good_samples[0]["token_times"]) == 10
+    # Speculative decoding as the servers report it (Hearth's and llama-server's field names).
+    assert all(s["drafted_tokens"] == 6 and s["accepted_tokens"] == 4 for s in good_samples)
+    assert abs(good["metrics"]["draft_accept_pct"]["median"] - 100 * 4 / 6) < 1e-6
+    assert abs(rows(res, "single", "packed")[0]["metrics"]["draft_accept_pct"]["median"] - 25) < 1e-6
+    assert "draft_accept_pct" not in rows(res, "single", "disagree")[0]["metrics"]
 
     report = (out / "report.md").read_text()
     assert "untrusted" in report and "did not run" in report and "packs about" in report
+    assert "drafts accepted %" in report
     assert "UNTRUSTED" in p.stdout and "good" in p.stdout
     assert (out / "decode_vs_input.svg").read_text().startswith("<svg")
 
