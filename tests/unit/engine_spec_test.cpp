@@ -24,30 +24,17 @@
 #include "model/kv_cache.h"
 #include "model/llama_model.h"
 #include "tokenizer/tokenizer.h"
+#include "spec_test_util.h"
 
 namespace engine = hearth::engine;
 namespace model = hearth::model;
+using spec_test::Loaded;
+using spec_test::loaded;
+using spec_test::Outcome;
+using spec_test::serve;
 
 namespace {
 
-struct Loaded {
-  hearth::gguf::File file;
-  hearth::cpu::CpuBackend backend{1};
-  model::LlamaModel model;
-  hearth::tokenizer::Tokenizer tok;
-  explicit Loaded(const std::string& path)
-      : file(hearth::gguf::File::open(path)),
-        model(file, backend),
-        tok(hearth::tokenizer::Tokenizer::from_gguf(file)) {}
-};
-
-std::unique_ptr<Loaded>& loaded() {
-  static std::unique_ptr<Loaded> l = [] {
-    const char* p = std::getenv("HEARTH_DEFAULT_MODEL");
-    return p != nullptr && *p != '\0' ? std::make_unique<Loaded>(p) : nullptr;
-  }();
-  return l;
-}
 
 }  // namespace
 
@@ -169,51 +156,7 @@ TEST(SpecPolicy, AcceptanceFollowsVerificationsAndDriftsBack) {
 
 namespace {
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::string text;
-  engine::Final fin;
-};
 
-// Runs the requests through a ServeEngine (submitted together before it starts) and
-// returns each one's tokens, text and Final; `stats` gets the engine's counters.
-std::vector<Outcome> serve(const engine::EngineConfig& cfg, const std::vector<engine::GenRequest>& reqs,
-                           engine::EngineStats& stats) {
-  Loaded& m = *loaded();
-  engine::ServeEngine eng(m.model, m.tok, cfg);
-  std::vector<std::shared_ptr<engine::RequestChannel>> chans;
-  for (const auto& r : reqs) {
-    chans.push_back(std::make_shared<engine::RequestChannel>());
-    EXPECT_EQ(eng.submit(r, chans.back()), engine::ServeEngine::Admit::kOk);
-  }
-  eng.start();
-  std::vector<Outcome> out(reqs.size());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (size_t i = 0; i < chans.size(); ++i) {
-    for (;;) {
-      std::vector<engine::Delta> ds;
-      std::optional<engine::Final> fin;
-      chans[i]->wait(ds, fin, std::chrono::milliseconds(20));
-      for (auto& d : ds) {
-        out[i].text += d.text;
-        for (const auto& t : d.tokens) out[i].tokens.push_back(t.token);
-      }
-      if (fin) {
-        out[i].fin = *fin;
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "request " << i << " did not finish";
-        break;
-      }
-    }
-  }
-  for (int k = 0; k < 200 && eng.stats().kv_blocks_used != 0; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  stats = eng.stats();
-  return out;
-}
 
 engine::GenRequest greedy(const std::string& text, int32_t max_tokens) {
   engine::GenRequest r;
@@ -280,7 +223,9 @@ TEST(SpecEngine, GreedyAloneIsTheOutputWithoutSpeculation) {
     o.spec.adaptive = false;
     const auto g = engine::generate(m.model, cache, m.tok, reqs[0].prompt, o, nullptr);
     EXPECT_EQ(g.tokens, off[0].tokens) << "generate, spec " << spec;
-    if (spec) EXPECT_GT(g.accepted, 0);
+    if (spec) {
+      EXPECT_GT(g.accepted, 0);
+    }
   }
 }
 
