@@ -189,9 +189,6 @@ void run(RunOptions o) {
   } else if (!o.draft_model.empty()) {
     fail(ErrorKind::kInvalidInput, "run", "--draft-model is for --spec draft");
   }
-  if (const std::string why = engine::spec_unsupported(model); go.spec.mode != engine::SpecMode::kOff && !why.empty()) {
-    std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
-  }
   if (!media.pos3.empty()) go.media = &media;
   if (!o.json_schema_file.empty() || o.json_object) {
     if (!o.json_schema_file.empty() && o.json_object) {

@@ -102,8 +102,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   // Speculative decoding: the tokens a verification step gave, taken one per turn below.
   // Greedy or sampled alike: a row's token is the sampler's pick (its draw, a uniform number
   // per token: rejection sampling for a point-mass draft, serve_engine_spec.cpp).
-  const bool spec = options.spec.mode != SpecMode::kOff && plain && options.media == nullptr &&
-                    spec_unsupported(model).empty();
+  const bool spec = options.spec.mode != SpecMode::kOff && plain && options.media == nullptr;
   const bool greedy = sampler.plain_greedy();
   NgramDrafter drafter;
   // --spec draft: the draft model's own KV for this one sequence (model_drafter.h).

@@ -44,8 +44,7 @@
 // general rule, with numbers of its own.)
 //
 // This part drafts for requests with nothing else reading their rows: not with
-// log-probabilities, an output constraint, images or an injected fault; nor on the CUDA
-// back-end (spec_unsupported).
+// log-probabilities, an output constraint, images or an injected fault.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,7 +57,7 @@ namespace hearth::engine {
 
 int64_t ServeEngine::spec_state_slots(model::CausalLm& model, const EngineConfig& config) {
   const SpecOptions& o = config.spec;
-  if (!recurrent(model) || o.mode == SpecMode::kOff || o.max_draft <= 0 || !spec_unsupported(model).empty()) return 0;
+  if (!recurrent(model) || o.mode == SpecMode::kOff || o.max_draft <= 0) return 0;
   return static_cast<int64_t>(config.max_seqs) * o.max_draft;
 }
 
@@ -74,10 +73,6 @@ std::vector<model::StateSnap> ServeEngine::spec_checkpoints(const SeqSlot& seq, 
 
 void ServeEngine::spec_init() {
   spec_on_ = config_.spec.mode != SpecMode::kOff && config_.spec.max_draft > 0;
-  if (const std::string why = spec_unsupported(model_); spec_on_ && !why.empty()) {
-    std::fprintf(stderr, "hearth: speculative decoding is off for this model: %s\n", why.c_str());
-    spec_on_ = false;
-  }
   if (spec_on_ && config_.spec.mode == SpecMode::kDraft) {
     if (config_.spec.draft == nullptr) fail(ErrorKind::kInvalidInput, "spec", "--spec draft needs --draft-model");
     model_drafter_ = std::make_unique<ModelDrafter>(*config_.spec.draft, model_.hparams().n_vocab, max_seq_tokens_,

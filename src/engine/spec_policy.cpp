@@ -20,12 +20,6 @@ SpecMode parse_spec_mode(const std::string& s) {
   fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram, draft or off)");
 }
 
-std::string spec_unsupported(model::CausalLm&) {
-  // Every back-end verifies through the same ops (scripts/spec_device_check.py checks CUDA:
-  // bit for bit the output without drafts under --deterministic).
-  return {};
-}
-
 void StepCost::note(int64_t rows, double seconds) {
   if (rows < 1 || rows > max_rows_ || !(seconds > 0)) return;
   const auto x = static_cast<double>(rows);

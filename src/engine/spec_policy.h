@@ -41,12 +41,11 @@ struct SpecOptions {
 // Parses "off" / "ngram" / "draft" (throws Error(kInvalidInput) naming the value otherwise).
 SpecMode parse_spec_mode(const std::string& s);
 
-// Why speculative decoding is off for this model (empty: it is not; nothing turns it off
-// today). Greedy output is bit for bit the output without drafts on the CPU back-end and
-// on CUDA under --deterministic (otherwise up to the GPU's batch invariance). A
-// hybrid model's Gated DeltaNet state is checkpointed after each verified row and rolled
-// back to the last accepted token (serve_engine_spec.cpp).
-std::string spec_unsupported(model::CausalLm& model);
+// Every back-end verifies drafts through the same ops: greedy output is bit for bit the
+// output without drafts on the CPU back-end and on CUDA under --deterministic (otherwise up
+// to the GPU's batch invariance; scripts/spec_device_check.py). A hybrid model's Gated
+// DeltaNet state is checkpointed after each verified row and rolled back to the last
+// accepted token (serve_engine_spec.cpp).
 
 class StepCost {
  public:
