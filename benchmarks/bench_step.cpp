@@ -7,6 +7,7 @@
 // Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
 //                             [--prompt P] [--kv f16|f32|q8_0] [--prefill L1,L2,...] [--chunk C]
 //                             [--device cpu|cuda[:N]] [--deterministic 1] [--tune key=value,...]
+//                             [--verify K1,K2,...]
 // Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
 // step) and that speed over the first batch size's; the first steps after load (before
 // anything else ran on the weights but the prompts) against the warm median; and with
@@ -17,7 +18,11 @@
 // decode steps and of each prefill length goes to stderr. On a GPU (--device cuda) each
 // sequence asks for its next token's argmax only, as a greedy request of `hearth serve`
 // does (the row is reduced on the device when the back-end can), and a step's time runs
-// until its picks are on the host.
+// until its picks are on the host. With --verify, each batch size also runs speculative
+// verification steps: every sequence feeds 1 + K tokens whose rows attend as one-token
+// steps (BatchSeq::decode_rows) and are all reduced, a hybrid model's recurrent state
+// checkpointed after each row but the last, as the engine verifies K drafted tokens; the
+// table gives that step's median against the one-token step's of the same batch size.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,14 +60,14 @@ int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
                          "[--prompt P] [--kv f16|f32|q8_0] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]] "
-                         "[--deterministic 1] [--tune key=value,...]\n");
+                         "[--deterministic 1] [--tune key=value,...] [--verify K1,...]\n");
     return 2;
   }
   const std::string model_path = argv[1];
   int threads = hearth::physical_core_count(), reps = 10, steps = 16, prompt = 64;
   std::vector<int> batches = {1, 2, 4, 8};
   hearth::ops::KvType kv_type = hearth::ops::KvType::F16;
-  std::vector<int> prefills;
+  std::vector<int> prefills, verifies;
   int chunk = 0;
   std::string device = "cpu";
   bool deterministic = false;
@@ -80,6 +85,7 @@ int run(int argc, char** argv) {
                 : v == "q8_0" ? hearth::ops::KvType::Q8_0
                               : hearth::ops::KvType::F16;
     else if (a == "--prefill") prefills = parse_list(v);
+    else if (a == "--verify") verifies = parse_list(v);
     else if (a == "--chunk") chunk = std::atoi(v.c_str());
     else if (a == "--device") device = v;
     else if (a == "--deterministic") deterministic = v == "1";
@@ -98,12 +104,14 @@ int run(int argc, char** argv) {
   const hearth::model::Hparams& hp = model->hparams();
   const int max_b = *std::max_element(batches.begin(), batches.end());
   constexpr int64_t kBlock = 16;
-  const int64_t blocks_per_seq = (prompt + steps + kBlock - 1) / kBlock;
+  const int max_k = verifies.empty() ? 0 : *std::max_element(verifies.begin(), verifies.end());
+  const int64_t blocks_per_seq = (prompt + steps * (1 + max_k) + kBlock - 1) / kBlock;
   const int max_prefill = prefills.empty() ? 0 : *std::max_element(prefills.begin(), prefills.end());
   const int64_t prefill_blocks = (max_prefill + kBlock - 1) / kBlock;
   const bool recurrent = hp.n_recurrent_layers() > 0;
+  // State slots: one a sequence, the prefill's, and max_k checkpoints a sequence for --verify.
   hearth::model::KvPool pool(backend, hp, kv_type, kBlock, blocks_per_seq * max_b + prefill_blocks,
-                             recurrent ? max_b + 1 : 0);
+                             recurrent ? max_b + 1 + max_b * max_k : 0);
 
   // Each sequence gets its own prompt (no shared prefix), processed once; every
   // repetition then decodes from the end of it again (positions are simply reused).
@@ -156,6 +164,49 @@ int run(int argc, char** argv) {
     if (b == batches[0]) {
       std::printf("          first %zu steps after load: median %7.2f ms (%.2fx the warm median)\n", cold.size(),
                   cold[cold.size() / 2], cold[cold.size() / 2] / med);
+    }
+  }
+
+  // Verification steps of 1 + K rows a sequence, batch sizes and K interleaved per rep.
+  if (!verifies.empty()) {
+    std::map<std::pair<int, int>, std::vector<double>> vms;
+    for (int r = 0; r < reps; ++r) {
+      for (const int b : batches) {
+        for (const int k : verifies) {
+          std::vector<int32_t> tok(static_cast<size_t>(b * (1 + k)));
+          for (int s = 0; s < b; ++s) seqs[s].n_past = prompt;
+          for (int st = 0; st < steps; ++st) {
+            std::vector<hearth::model::BatchSeq> batch;
+            for (int s = 0; s < b; ++s) {
+              int32_t* t = tok.data() + s * (1 + k);
+              for (int j = 0; j <= k; ++j) t[j] = 100 + (st * 31 + s * 17 + j * 7 + r) % 5000;
+              hearth::model::BatchSeq q{&seqs[s], t, 1 + k, true, argmax_only};
+              q.n_logits = 1 + k;
+              q.decode_rows = true;
+              if (recurrent) {
+                for (int j = 0; j < k; ++j) q.snaps.push_back({j + 1, max_b + 1 + s * max_k + j});
+              }
+              batch.push_back(std::move(q));
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            model->forward_batch(pool, batch, logits);
+            vms[{b, k}].push_back(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+        }
+      }
+    }
+    for (const int b : batches) {
+      std::vector<double> one = ms[b];  // (sorted above)
+      const double one_med = one[one.size() / 2];
+      for (const int k : verifies) {
+        std::vector<double>& t = vms[{b, k}];
+        std::sort(t.begin(), t.end());
+        const double med = t[t.size() / 2];
+        std::printf("batch %2d: verify %d drafts (%d rows a sequence): step median %7.2f ms (p10 %7.2f)  %.2fx the "
+                    "one-token step\n",
+                    b, k, 1 + k, med, t[t.size() / 10], med / one_med);
+      }
     }
   }
 
