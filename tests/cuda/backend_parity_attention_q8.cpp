@@ -6,8 +6,9 @@
 // Tolerances: the two GPU paths put the same f16 values into shared memory (d * q, exact
 // in f32 and f16 arithmetic alike, rounded once to f16) and run the same arithmetic on
 // them in the same order, so their outputs must be equal bit for bit: no tolerance. The
-// CPU reads the q8_0 values in f32 (no f16 rounding: 2^-11 of each value) and sums in
-// another order: 3e-3 of the largest output, as the q8_0 rows of
+// CPU reads the q8_0 values in f32 (no f16 rounding: 2^-11 of each value), keeps q and the
+// softmax weights in f32 where the GPU rounds them to f16 once (over q8_0 caches only), and
+// sums in another order: 3e-3 of the largest output, as the q8_0 rows of
 // CudaParity.AttentionDecodeAndPrefill.
 //
 // CudaPerf.DecodeAttentionQ8VsF16 (HEARTH_PARITY_PERF=1; skipped otherwise) times one

@@ -9,7 +9,9 @@
 // Precision: the cache holds f16, so K and V are exact operands; q (scaled) and the
 // softmax weights are f32 and enter as two f16 values each, x = hi + lo with hi = f16(x)
 // and lo = f16(x - hi), one MMA per half: the products are exact and the sums f32, so
-// scores and outputs stay within f32 rounding of the CUDA scalar kernel.
+// scores and outputs stay within f32 rounding of the CUDA scalar kernel. Over a q8_0
+// cache q and the weights enter as hi only (one MMA, not two): f16's rounding of them is
+// a twentieth of the cache's own quantization step.
 //
 // Decode rows of long contexts (kDecode: one row a tile, at most 16 query vectors, the
 // keys split over blocks by the caller): the four warps share the 16 query vectors and
@@ -99,6 +101,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int KI = kDecode ? kWarps * 16 : kKeys;    // keys staged per iteration
   constexpr int KW = kDecode ? 16 : kKeys;             // keys a warp scores per iteration
   static_assert(!kRaw || (kDecode && std::is_same_v<KT, KvQ8Block> && NSTG >= 2), "raw q8_0 staging: decode");
+  // f16 caches: q and the softmax weights enter as hi + lo (exact products). q8_0 caches:
+  // as one f16 value each (hi only): their rounding (2^-12 of a value at most) is a
+  // twentieth of the cache's own (a block's step d / 2 = max |x| / 254), and it halves the
+  // tensor-core work, which bounds these kernels (see the header).
+  constexpr bool kLo = !std::is_same_v<KT, KvQ8Block>;
   constexpr int NF = kRaw ? 1 : NSTG;  // f16 K / V buffers
   extern __shared__ __align__(16) __half sm[];
   __half* qh = sm;                  // [QR][DS]
@@ -130,7 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     unsigned hi, lo;
     split_pair(x.x, x.y, hi, lo);
     *reinterpret_cast<unsigned*>(qh + v * DS + d) = hi;
-    *reinterpret_cast<unsigned*>(ql + v * DS + d) = lo;
+    if constexpr (kLo) *reinterpret_cast<unsigned*>(ql + v * DS + d) = lo;
   }
   // This thread's two query vectors (rows gid and gid + 8 of the warp's 16) see keys below
   // their limits; the warp's last vector sees the most.
@@ -289,20 +296,48 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     float s[NS][4];
 #pragma unroll
     for (int n = 0; n < NS; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    if constexpr (kLo) {
 #pragma unroll
-    for (int k0 = 0; k0 < D; k0 += 16) {
-      unsigned ah[4], al[4];
-      const int qoff = (qw + (lane & 15)) * DS + k0 + (lane >> 4) * 8;
-      ldsm_x4(ah, qh + qoff);
-      ldsm_x4(al, ql + qoff);
+      for (int k0 = 0; k0 < D; k0 += 16) {
+        unsigned ah[4], al[4];
+        const int qoff = (qw + (lane & 15)) * DS + k0 + (lane >> 4) * 8;
+        ldsm_x4(ah, qh + qoff);
+        ldsm_x4(al, ql + qoff);
 #pragma unroll
-      for (int np = 0; np < NS / 2; ++np) {
-        unsigned b[4];
-        ldsm_x4(b, kb + (kw + 16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
-        mma_f16(s[2 * np], ah, b[0], b[1]);
-        mma_f16(s[2 * np], al, b[0], b[1]);
-        mma_f16(s[2 * np + 1], ah, b[2], b[3]);
-        mma_f16(s[2 * np + 1], al, b[2], b[3]);
+        for (int np = 0; np < NS / 2; ++np) {
+          unsigned b[4];
+          ldsm_x4(b, kb + (kw + 16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + ((lane >> 3) & 1) * 8);
+          mma_f16(s[2 * np], ah, b[0], b[1]);
+          mma_f16(s[2 * np], al, b[0], b[1]);
+          mma_f16(s[2 * np + 1], ah, b[2], b[3]);
+          mma_f16(s[2 * np + 1], al, b[2], b[3]);
+        }
+      }
+    } else {
+      // One product a tile and 16 dimensions, the even and odd 16s into two sums (half
+      // the dependent chain of tensor-core operations), added at the end.
+      float s2[NS][4];
+#pragma unroll
+      for (int n = 0; n < NS; ++n) s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.0f;
+#pragma unroll
+      for (int k0 = 0; k0 < D; k0 += 32) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          unsigned ah[4];
+          ldsm_x4(ah, qh + (qw + (lane & 15)) * DS + k0 + 16 * h + (lane >> 4) * 8);
+#pragma unroll
+          for (int np = 0; np < NS / 2; ++np) {
+            unsigned b[4];
+            ldsm_x4(b, kb + (kw + 16 * np + (lane & 7) + (lane >> 4) * 8) * DS + k0 + 16 * h + ((lane >> 3) & 1) * 8);
+            mma_f16(h ? s2[2 * np] : s[2 * np], ah, b[0], b[1]);
+            mma_f16(h ? s2[2 * np + 1] : s[2 * np + 1], ah, b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] += s2[n][e];
       }
     }
     // Causal mask and the online softmax of rows v0 (entries 0, 1) and v1 (entries 2, 3).
@@ -364,9 +399,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         unsigned b[4];
         ldsm_x4_trans(b, vb + (kw + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + 16 * dp + (lane >> 4) * 8);
         mma_f16(o[2 * dp], ph, b[0], b[1]);
-        mma_f16(o[2 * dp], pl, b[0], b[1]);
+        if constexpr (kLo) mma_f16(o[2 * dp], pl, b[0], b[1]);
         mma_f16(o[2 * dp + 1], ph, b[2], b[3]);
-        mma_f16(o[2 * dp + 1], pl, b[2], b[3]);
+        if constexpr (kLo) mma_f16(o[2 * dp + 1], pl, b[2], b[3]);
       }
     }
   }
