@@ -19,6 +19,12 @@ with a random Qwen3.5 vision tower (--vision-hidden, --vision-heads, --vision-ff
 2x2 merger to the text width; LayerNorm weights 1, biases 0, position table normal * std)
 and a preprocessor_config.json (--min-pixels / --max-pixels).
 
+With --mtp the checkpoint also carries Qwen3.5's multi-token-prediction head as the real
+ones do (config `mtp_num_hidden_layers: 1`, weights mtp.*: fc [H, 2H], the three MTP norms,
+and one full-attention decoder layer mtp.layers.0.*). Its norms are random here (normal * std,
+not 0) so that a conversion that forgot their +1 would show. The mtp.* names sort after
+model.*, so the model's own weights are the same with and without it for one seed.
+
 Usage: python3 benchmarks/make_qwen35_model.py OUT_DIR [--hidden 512] [--layers 8]
        [--intermediate 3*hidden] [--heads 4] [--kv-heads 2] [--head-dim 64]
        [--linear-key-heads 4] [--linear-value-heads 2*key] [--linear-key-dim 64]
@@ -126,7 +132,7 @@ def vision_specs(a):
 
 def tensor_specs(a, vocab):
     """(name, shape, init) in transformers' order (sorted names, as save_pretrained writes)."""
-    out = text_specs(a, vocab)
+    out = text_specs(a, vocab) + (mtp_specs(a) if a.mtp else [])
     if a.vision_depth > 0:
         out = [(n.replace("model.", "model.language_model.", 1), s, k) for n, s, k in out] + vision_specs(a)
     return sorted(out)
@@ -164,6 +170,28 @@ def text_specs(a, vocab):
                     (p + "linear_attn.norm.weight", (dv,), "ones"),  # RMSNormGated: x * w
                     (p + "linear_attn.out_proj.weight", (H, nv * dv), "normal")]
     return out
+
+
+def mtp_specs(a):
+    """Qwen3.5's MTP head (mtp_num_hidden_layers 1): names as the released checkpoints have them."""
+    H, I = a.hidden, a.intermediate
+    q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    p = "mtp.layers.0."
+    return [("mtp.fc.weight", (H, 2 * H), "normal"),
+            ("mtp.norm.weight", (H,), "normal"),
+            ("mtp.pre_fc_norm_embedding.weight", (H,), "normal"),
+            ("mtp.pre_fc_norm_hidden.weight", (H,), "normal"),
+            (p + "input_layernorm.weight", (H,), "normal"),
+            (p + "post_attention_layernorm.weight", (H,), "normal"),
+            (p + "mlp.gate_proj.weight", (I, H), "normal"),
+            (p + "mlp.up_proj.weight", (I, H), "normal"),
+            (p + "mlp.down_proj.weight", (H, I), "normal"),
+            (p + "self_attn.q_proj.weight", (2 * q, H), "normal"),
+            (p + "self_attn.k_proj.weight", (kv, H), "normal"),
+            (p + "self_attn.v_proj.weight", (kv, H), "normal"),
+            (p + "self_attn.o_proj.weight", (H, q), "normal"),
+            (p + "self_attn.q_norm.weight", (a.head_dim,), "normal"),
+            (p + "self_attn.k_norm.weight", (a.head_dim,), "normal")]
 
 
 def init_tensor(rng, shape, kind, std):
@@ -227,6 +255,7 @@ def main():
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mtp", action="store_true", help="add the multi-token-prediction head (mtp.*)")
     ap.add_argument("--vision-depth", type=int, default=0, help="> 0: add a vision tower of this many blocks")
     ap.add_argument("--vision-hidden", type=int, default=64)
     ap.add_argument("--vision-heads", type=int, default=2)
@@ -248,6 +277,9 @@ def main():
     chat_template = a.shared / "chat-templates/Qwen3.5-4B.jinja"
     vocab = vocab_size_of(tokenizer_dir / "tokenizer.json")
     cfg = make_config(a, vocab)
+    if a.mtp:
+        cfg["mtp_num_hidden_layers"] = 1
+        cfg["mtp_use_dedicated_embeddings"] = False
     a.vision_ff = a.vision_ff or 4 * a.vision_hidden
     if a.vision_depth > 0:
         text = dict(cfg, model_type="qwen3_5_text")

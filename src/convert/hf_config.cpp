@@ -157,7 +157,8 @@ void write_hparams(const HfConfig& c, gguf::Writer& w) {
   if (c.n_ctx > 0) u32("context_length", c.n_ctx);
   u32("embedding_length", c.hidden);
   if (c.ff > 0) u32("feed_forward_length", c.ff);
-  u32("block_count", c.n_layer);
+  u32("block_count", c.n_layer + c.n_mtp);
+  if (c.n_mtp > 0) u32("nextn_predict_layers", c.n_mtp);
   u32("attention.head_count", c.n_head);
   u32("attention.head_count_kv", c.n_head_kv);
   w.set_f32(p + "rope.freq_base", static_cast<float>(c.rope_theta));

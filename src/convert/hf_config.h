@@ -37,6 +37,9 @@ struct HfConfig {
   std::vector<int32_t> mrope_sections;  // qwen35*: padded to 4
   // MoE.
   int64_t n_expert = 0, n_expert_used = 0, expert_ff = 0, shared_ff = 0;
+  // Multi-token-prediction blocks the checkpoint holds (mtp.layers.N.*; hybrid families):
+  // written after the model's layers as blk.{n_layer + i}, llama.cpp's nextn layout.
+  int64_t n_mtp = 0;
 
   bool hybrid() const { return family == Family::kQwen35 || family == Family::kQwen35Moe || family == Family::kQwen3Next; }
   bool moe() const { return family == Family::kQwen35Moe || family == Family::kQwen3Next; }

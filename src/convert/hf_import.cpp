@@ -82,11 +82,12 @@ bool is_hf_folder(const std::string& path) {
 }
 
 gguf::Writer hf_folder_to_gguf(const std::string& dir, const ConvertOptions& opt, ConvertSummary* summary) {
-  const HfConfig cfg = read_hf_config(dir);
+  HfConfig cfg = read_hf_config(dir);
   if (opt.type && !(*opt.type == GgmlType::F32 || *opt.type == GgmlType::F16 || *opt.type == GgmlType::BF16 ||
                     *opt.type == GgmlType::Q8_0 || *opt.type == GgmlType::Q4_K || *opt.type == GgmlType::Q6_K))
     fail(ErrorKind::kUnsupported, "convert", std::string("output type ") + std::string(ggml_type_name(*opt.type)) + " is not supported");
   const HfCheckpoint ckpt(dir);
+  cfg.n_mtp = count_mtp_layers(cfg, ckpt);
 
   gguf::Writer w;
   write_hparams(cfg, w);
@@ -133,8 +134,9 @@ gguf::Writer hf_folder_to_gguf(const std::string& dir, const ConvertOptions& opt
         " tensors, model.visual.*) goes to its own projector file (hearth convert writes mmproj-*.gguf beside the model)");
   else if (cfg.has_vision)
     log("config.json has a vision_config but the weights have no model.visual.* tensors; text only");
-  if (clog.skipped_mtp)
-    log("skipping the multi-token-prediction head (" + std::to_string(clog.skipped_mtp) + " tensors, mtp.*)");
+  if (clog.mtp_tensors)
+    log("kept the multi-token-prediction head (" + std::to_string(clog.mtp_tensors) + " tensors, mtp.*) as blk." +
+        std::to_string(cfg.n_layer) + ".nextn.* (`--spec mtp` drafts with it)");
   if (summary) *summary = sum;
   return w;
 }

@@ -139,6 +139,7 @@ class Converter {
     index_names();
     emit("token_embd.weight", need("embed_tokens.weight", {c_.vocab, c_.hidden}), {});
     for (int64_t i = 0; i < c_.n_layer; ++i) layer(i);
+    mtp_blocks();
     emit("output_norm.weight", need("norm.weight", {c_.hidden}), {.plus_one = c_.hybrid()});
     if (!c_.tied) {
       emit("output.weight", need("lm_head.weight", {c_.vocab, c_.hidden}), {});
@@ -176,7 +177,9 @@ class Converter {
         continue;
       }
       if (starts_with(n, "mtp.") || starts_with(n, "model.mtp.")) {
-        ++log_.skipped_mtp;
+        // Kept under their own name (converted by mtp_blocks); skipped where the
+        // conversion has no MTP blocks (a family without them).
+        if (c_.n_mtp > 0) names_.emplace(starts_with(n, "model.") ? n.substr(6) : n, e);
         continue;
       }
       if (ends_with(n, "rotary_emb.inv_freq")) continue;
@@ -187,7 +190,7 @@ class Converter {
   }
 
   std::string full_name(const std::string& norm) const {
-    return norm == "lm_head.weight" ? norm : prefix_ + norm;
+    return norm == "lm_head.weight" || starts_with(norm, "mtp.") ? norm : prefix_ + norm;
   }
 
   bool has(const std::string& norm) const { return names_.count(norm) != 0; }
@@ -249,12 +252,34 @@ class Converter {
     emit(name, std::move(s), {});
   }
 
-  void layer(int64_t i) {
-    const std::string hf = "layers." + std::to_string(i) + ".";
+  // The MTP blocks as llama.cpp writes them: block n_layer + i is a full-attention
+  // decoder layer (mtp.layers.i.*) plus blk.N.nextn.{eh_proj, enorm, hnorm,
+  // shared_head_norm} from mtp.fc and the three MTP norms (norms + 1, as every model norm).
+  void mtp_blocks() {
+    const int64_t H = c_.hidden;
+    if (c_.n_mtp > 1)
+      fail(ErrorKind::kUnsupported, "convert",
+           k_.dir() + ": " + std::to_string(c_.n_mtp) + " multi-token-prediction layers (mtp.layers.*); Qwen3.5 has one, "
+           "and only one is supported");
+    for (int64_t i = 0; i < c_.n_mtp; ++i) {
+      const std::string gg = "blk." + std::to_string(c_.n_layer + i) + ".";
+      const size_t before = used_.size();
+      layer(c_.n_layer + i, "mtp.layers." + std::to_string(i) + ".", false);
+      if (i == 0) {
+        emit(gg + "nextn.eh_proj.weight", need("mtp.fc.weight", {H, 2 * H}), {});
+        emit(gg + "nextn.enorm.weight", need("mtp.pre_fc_norm_embedding.weight", {H}), {.plus_one = true});
+        emit(gg + "nextn.hnorm.weight", need("mtp.pre_fc_norm_hidden.weight", {H}), {.plus_one = true});
+        emit(gg + "nextn.shared_head_norm.weight", need("mtp.norm.weight", {H}), {.plus_one = true});
+      }
+      log_.mtp_tensors += used_.size() - before;
+    }
+  }
+
+  void layer(int64_t i) { layer(i, "layers." + std::to_string(i) + ".", c_.hybrid() && c_.recurrent[i]); }
+  void layer(int64_t i, const std::string& hf, bool recurrent) {
     const std::string gg = "blk." + std::to_string(i) + ".";
     const int64_t H = c_.hidden;
     emit(gg + "attn_norm.weight", need(hf + "input_layernorm.weight", {H}), {.plus_one = c_.hybrid()});
-    const bool recurrent = c_.hybrid() && c_.recurrent[i];
     if (recurrent) {
       linear_attn(hf + "linear_attn.", gg);
     } else {
@@ -418,6 +443,22 @@ class Converter {
 };
 
 }  // namespace
+
+int64_t count_mtp_layers(const HfConfig& cfg, const HfCheckpoint& ckpt) {
+  if (!cfg.hybrid()) return 0;
+  int64_t n = 0;
+  for (const auto& [name, e] : ckpt.tensors()) {
+    std::string_view s = name;
+    if (s.starts_with("model.")) s.remove_prefix(6);
+    if (!s.starts_with("mtp.layers.")) continue;
+    s.remove_prefix(11);
+    int64_t i = 0;
+    size_t k = 0;
+    for (; k < s.size() && k < 4 && s[k] >= '0' && s[k] <= '9'; ++k) i = i * 10 + (s[k] - '0');
+    if (k > 0 && k < s.size() && s[k] == '.') n = std::max(n, i + 1);
+  }
+  return n;
+}
 
 ConvertLog convert_tensors(const HfConfig& cfg, const HfCheckpoint& ckpt, const std::function<void(OutTensor&&)>& emit) {
   return Converter(cfg, ckpt, emit).run();

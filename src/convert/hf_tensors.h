@@ -53,12 +53,16 @@ class HfCheckpoint {
   std::map<std::string, Entry> tensors_;
 };
 
+// The multi-token-prediction blocks of a hybrid checkpoint: 1 + the largest N of its
+// mtp.layers.N.* tensors (0 when it has none, or for other families).
+int64_t count_mtp_layers(const HfConfig& cfg, const HfCheckpoint& ckpt);
+
 // Values of a floating-point safetensors tensor as f32. Throws Error(kUnsupported)
 // naming the file and tensor for an integer or bool dtype.
 std::vector<float> tensor_to_f32(const safetensors::File& file, const safetensors::TensorInfo& t);
 
 struct ConvertLog {
-  size_t skipped_vision = 0, skipped_mtp = 0;
+  size_t skipped_vision = 0, mtp_tensors = 0;
 };
 
 // Converts every tensor the config calls for, handing each to `emit` in GGUF order.

@@ -53,11 +53,15 @@ void read_hybrid(const gguf::File& f, const std::string& p, Hparams& hp) {
   hp.recurrent.assign(static_cast<size_t>(hp.n_layer), 0);
   if (const gguf::Value* v = f.find(p + "attention.recurrent_layers")) {
     const auto& arr = v->as_array(p + "attention.recurrent_layers");
-    if (static_cast<int64_t>(arr.size()) != hp.n_layer) {
+    // (one entry per block, the MTP blocks' included, or per layer of the model)
+    const auto n = static_cast<int64_t>(arr.size());
+    if (n != hp.n_layer && n != hp.n_layer + hp.n_nextn) {
       bad(f, p + "attention.recurrent_layers", "has " + std::to_string(arr.size()) + " entries for " +
                                                    std::to_string(hp.n_layer) + " layers");
     }
-    for (size_t i = 0; i < arr.size(); ++i) hp.recurrent[i] = arr[i].as_bool(p + "attention.recurrent_layers") ? 1 : 0;
+    for (int64_t i = 0; i < hp.n_layer; ++i) {
+      hp.recurrent[static_cast<size_t>(i)] = arr[static_cast<size_t>(i)].as_bool(p + "attention.recurrent_layers") ? 1 : 0;
+    }
   } else {
     const int64_t every = f.find_int(p + "full_attention_interval").value_or(4);
     if (every <= 0) bad(f, p + "full_attention_interval", "must be positive, got " + std::to_string(every));
@@ -93,6 +97,14 @@ Hparams read_hparams(const gguf::File& f) {
   hp.n_ctx_train = positive(f, p + "context_length");
   hp.n_embd = positive(f, p + "embedding_length");
   hp.n_layer = positive(f, p + "block_count");
+  if (const auto nextn = f.find_int(p + "nextn_predict_layers")) {
+    if (*nextn < 0 || *nextn >= hp.n_layer) {
+      bad(f, p + "nextn_predict_layers", "must be at least 0 and less than block_count " + std::to_string(hp.n_layer) +
+                                             ", got " + std::to_string(*nextn));
+    }
+    hp.n_nextn = *nextn;
+    hp.n_layer -= hp.n_nextn;  // the MTP blocks follow the model's layers
+  }
   hp.n_head = positive(f, p + "attention.head_count");
   hp.n_head_kv = f.find_int(p + "attention.head_count_kv").value_or(hp.n_head);
   if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
@@ -148,8 +160,14 @@ Hparams read_hparams(const gguf::File& f) {
 }
 
 int64_t Hparams::n_kv_layers() const {
-  int64_t n = 0;
+  int64_t n = mtp_kv ? 1 : 0;
   for (int64_t l = 0; l < n_layer; ++l) n += is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+int64_t Hparams::n_recurrent_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; ++l) n += is_recurrent(l) ? 1 : 0;
   return n;
 }
 

@@ -51,11 +51,19 @@ struct Hparams {
   std::vector<uint8_t> recurrent;  // per layer, 1 = Gated DeltaNet
   ops::GdnShape gdn;
 
+  // Multi-token-prediction blocks ({arch}.nextn_predict_layers, llama.cpp's layout): the
+  // file's block_count counts them after the n_layer layers of the model itself
+  // (blk.{n_layer}.nextn.*). mtp_kv: the KV pool also holds the MTP block's attention
+  // (one more KV layer, the last), set by the model when its MTP drafter is used.
+  int64_t n_nextn = 0;
+  bool mtp_kv = false;
+
   bool is_recurrent(int64_t l) const { return !recurrent.empty() && recurrent[static_cast<size_t>(l)] != 0; }
-  // Layers with a KV cache, and the KV-cache index of layer l (-1 for a recurrent one).
+  // Layers with a KV cache (the MTP block's with mtp_kv), and the KV-cache index of layer
+  // l (-1 for a recurrent one).
   int64_t n_kv_layers() const;
   int64_t kv_index(int64_t l) const;
-  int64_t n_recurrent_layers() const { return n_layer - n_kv_layers(); }
+  int64_t n_recurrent_layers() const;
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
