@@ -132,7 +132,16 @@ void run(RunOptions o) {
   log_device_memory(backend, device);
   if (device.cuda && !o.no_warmup) log_warm_up(model, backend, n_ctx, kv_type);
   // Hybrid models with speculation: a state checkpoint per drafted row (generator.cpp).
-  const bool spec_on = engine::parse_spec_mode(o.spec) != engine::SpecMode::kOff;
+  const engine::SpecMode spec_mode = engine::parse_spec_mode(o.spec);
+  const bool spec_on = spec_mode != engine::SpecMode::kOff;
+  if (spec_mode == engine::SpecMode::kMtp) {
+    if (device.cuda) {
+      fail(ErrorKind::kUnsupported, "run",
+           "--spec mtp runs on the CPU back-end for now (its CUDA path has not been verified on a GPU); "
+           "use --spec ngram or --spec draft there");
+    }
+    model.enable_mtp();  // before the KV cache: it holds the MTP block's attention too
+  }
   model::KvCache cache(backend, model.hparams(), n_ctx, kv_type, spec_on ? std::max(0, o.spec_max) : 0);
 
   // Images: decoded, preprocessed and encoded by the model's vision tower, their rows in the prompt.
@@ -313,7 +322,8 @@ void add_run_command(CLI::App& app) {
       ->default_val("auto");
   cmd->add_option("--spec", o->spec,
                   "Speculative decoding: ngram (draft the next tokens from earlier text and verify them in one "
-                  "step; the same output), draft (a draft model proposes them: --draft-model) or off")
+                  "step; the same output), draft (a draft model proposes them: --draft-model), mtp (the model's own "
+                  "multi-token-prediction head: Qwen3.5 files that keep it; CPU for now) or off")
       ->default_val("off");
   cmd->add_option("--draft-model", o->draft_model,
                   "--spec draft: the draft model (path or store name; attention-only, the same vocabulary)");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -18,6 +19,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Output row i's argmax: the back-end's pick where it reduced the row, else over its logits
+// (-1 for a row that is not finite).
+int32_t row_argmax(const std::vector<ops::ArgmaxRow>& picks, const std::vector<float>& logits, size_t i,
+                   size_t n_vocab) {
+  if (i < picks.size()) return picks[i].bad >= 0 ? -1 : picks[i].argmax;
+  if (logits.size() < (i + 1) * n_vocab || n_vocab == 0) return -1;
+  int32_t best = -1;
+  float best_v = 0;
+  for (size_t t = 0; t < n_vocab; ++t) {
+    const float v = logits[i * n_vocab + t];
+    if (!std::isfinite(v)) return -1;
+    if (best < 0 || v > best_v) best = static_cast<int32_t>(t), best_v = v;
+  }
+  return best;
+}
 
 constexpr std::array<std::string_view, 12> kEndOfTurnTexts = {
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",  "<end_of_turn>", "<|endoftext|>",
@@ -82,6 +99,24 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
   offer();
   const auto n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t chunk = options.prefill_chunk > 0 ? options.prefill_chunk : n_prompt;
+  // --spec mtp: the model's MTP block runs after each step of the model over the positions
+  // whose next token is known (its row at position t takes h_t and token t + 1), so its KV
+  // follows the sequence; mtp_pos: the positions it has run, hid_pos0: the position of
+  // the first row of the model's last step (whose hidden states it reads).
+  const bool mtp = options.spec.mode == SpecMode::kMtp && plain && options.media == nullptr;
+  if (mtp && !model.mtp_enabled()) fail(ErrorKind::kInternal, "run", "--spec mtp without the model's MTP block on");
+  int64_t mtp_pos = 0, hid_pos0 = 0;
+  std::vector<float> mtp_logits;
+  // Runs the MTP block over positions mtp_pos .. upto - 1 (their next tokens in history);
+  // with `draft`, its last row's argmax comes back (else -1).
+  auto mtp_catch_up = [&](int64_t upto, bool draft) -> int32_t {
+    if (upto <= mtp_pos) return -1;
+    model::MtpSeq q{&cache.seq(), mtp_pos, history.data() + mtp_pos + 1, upto - mtp_pos, model::MtpSeq::From::kMain,
+                    mtp_pos - hid_pos0, draft, draft};
+    model.forward_mtp(cache.pool(), {q}, mtp_logits);
+    mtp_pos = upto;
+    return draft ? row_argmax(model.picks(), mtp_logits, 0, static_cast<size_t>(model.hparams().n_vocab)) : -1;
+  };
   std::vector<int32_t> part;
   for (int64_t at = 0; at < n_prompt; at += chunk) {
     const int64_t end = std::min(n_prompt, at + chunk);
@@ -93,6 +128,12 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
       // reduced to an argmax where the back-end can (nothing crosses to the host).
       part.assign(prompt.begin() + at, prompt.begin() + end);
       model.forward(cache, part, false, logits, ops::RowReduce{ops::RowKind::kArgmax}, {}, options.media);
+    }
+    if (mtp) {
+      hid_pos0 = at;
+      // (The last chunk's rows wait for the first draft, after its last row is sampled:
+      // that row's token is the sampled one, and the pass would replace its picks.)
+      if (end < n_prompt) mtp_catch_up(end, false);
     }
   }
   const auto t_prefill = Clock::now();
@@ -211,6 +252,27 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
           const double s = seconds(t_draft, Clock::now()) / static_cast<double>(draft.size());
           draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
         }
+      } else if (k > 0 && mtp) {
+        // The MTP block's own rows up to `next` (the last takes it), then one pass a draft:
+        // each on the block's output state and the draft before it.
+        const auto t_draft = Clock::now();
+        const int64_t n_past = cache.n_past();
+        const int64_t rows = n_past - mtp_pos;
+        int32_t d = mtp_catch_up(n_past, true);
+        int64_t prev_row = rows - 1;
+        while (d >= 0) {
+          draft.push_back(d);
+          if (static_cast<int64_t>(draft.size()) >= k) break;
+          model::MtpSeq q{&cache.seq(), n_past + static_cast<int64_t>(draft.size()) - 1, &draft.back(), 1,
+                          model::MtpSeq::From::kMtp, prev_row, true, true};
+          model.forward_mtp(cache.pool(), {q}, mtp_logits);
+          prev_row = 0;
+          d = row_argmax(model.picks(), mtp_logits, 0, static_cast<size_t>(model.hparams().n_vocab));
+        }
+        if (!draft.empty()) {
+          const double s = seconds(t_draft, Clock::now()) / static_cast<double>(draft.size());
+          draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
+        }
       } else if (k > 0) {
         draft = drafter.draft(history, static_cast<int32_t>(k));
       }
@@ -235,6 +297,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
           }
         }
         model.forward_batch(cache.pool(), {b}, logits);
+        hid_pos0 = n_past;
         cost.note(b.n_tokens, seconds(t_step, Clock::now()));
         // The argmax of each row, where the back-end reduced greedy rows; else rows copied.
         const auto& rows = greedy ? model.picks() : std::vector<ops::ArgmaxRow>{};
@@ -264,6 +327,10 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         }
         continue;
       }
+    }
+    if (mtp) {  // the MTP block's rows before this step's (whose hidden states it replaces)
+      mtp_catch_up(cache.n_past(), false);
+      hid_pos0 = cache.n_past();
     }
     step[0] = next;
     offer();

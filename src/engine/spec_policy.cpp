@@ -17,7 +17,8 @@ SpecMode parse_spec_mode(const std::string& s) {
   if (s == "off") return SpecMode::kOff;
   if (s == "ngram") return SpecMode::kNgram;
   if (s == "draft") return SpecMode::kDraft;
-  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram, draft or off)");
+  if (s == "mtp") return SpecMode::kMtp;
+  fail(ErrorKind::kInvalidInput, "spec", "unknown --spec '" + s + "' (expected ngram, draft, mtp or off)");
 }
 
 void StepCost::note(int64_t rows, double seconds) {

@@ -23,8 +23,9 @@
 namespace hearth::engine {
 
 // What speculative decoding drafts with (--spec): nothing, prompt lookup
-// (ngram_drafter.h), or a draft model (model_drafter.h; SpecOptions::draft).
-enum class SpecMode { kOff, kNgram, kDraft };
+// (ngram_drafter.h), a draft model (model_drafter.h; SpecOptions::draft), or the model's
+// own multi-token-prediction block (Qwen3.5's MTP head: CausalLm::forward_mtp).
+enum class SpecMode { kOff, kNgram, kDraft, kMtp };
 
 struct SpecOptions {
   SpecMode mode = SpecMode::kOff;
@@ -38,7 +39,7 @@ struct SpecOptions {
   model::CausalLm* draft = nullptr;
 };
 
-// Parses "off" / "ngram" / "draft" (throws Error(kInvalidInput) naming the value otherwise).
+// Parses "off" / "ngram" / "draft" / "mtp" (throws Error(kInvalidInput) naming the value otherwise).
 SpecMode parse_spec_mode(const std::string& s);
 
 // Every back-end verifies drafts through the same ops: greedy output is bit for bit the

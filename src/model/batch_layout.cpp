@@ -60,6 +60,7 @@ void BatchLayout::fill_desc(const KvPool& pool) {
   // The launch key: the pool (its KV layers' and states' addresses), and the snapshots'
   // points and slots (the copies between the passes name them).
   uint64_t key = reinterpret_cast<uintptr_t>(&pool);
+  if (key_salt != 0) key = (key ^ key_salt) * 0x100000001b3ull;
   for (size_t s = 0; s < rec.size(); ++s) {
     for (const StateSnap& sn : rec[s].snaps) {
       for (const uint64_t v : {static_cast<uint64_t>(s), static_cast<uint64_t>(sn.after), static_cast<uint64_t>(sn.slot)})

@@ -108,6 +108,9 @@ struct BatchLayout {
   // passes it to Backend::begin_step and hands the operations its pointers, which a
   // back-end with device memory reads where it uploaded the arena.
   ops::StepDesc desc;
+  // Mixed into the step's launch key by fill_desc: a pass of another part of the model
+  // (the MTP block) must not replay a recording of the model's own step of the same shape.
+  uint64_t key_salt = 0;
 
   // One sequence with its own cache. Throws Error when the context would overflow.
   // last: how its last row is returned (ignored with all_logits: every row copied), with

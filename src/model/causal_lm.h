@@ -16,6 +16,22 @@
 
 namespace hearth::model {
 
+// One sequence of a pass of the MTP block (CausalLm::forward_mtp): n rows at positions
+// pos0 .. pos0 + n - 1 of kv's block table (its own KV layer), row i taking the token
+// after position pos0 + i and the final hidden state at that position: rows hid_row0 ..
+// of the last forward (kMain: all its rows are kept while MTP is on) or of the last
+// forward_mtp's output (kMtp: chaining a draft on the one before).
+struct MtpSeq {
+  const SeqKv* kv = nullptr;
+  int64_t pos0 = 0;
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  enum class From { kMain, kMtp } from = From::kMain;
+  int64_t hid_row0 = 0;
+  bool logits = false;       // its last row's logits (as forward_batch returns them)
+  bool argmax_only = false;  // ... only their argmax (picks())
+};
+
 class CausalLm {
  public:
   virtual ~CausalLm() = default;
@@ -51,13 +67,32 @@ class CausalLm {
   // rows on the device (their logits rows were not written), else empty.
   const std::vector<ops::ArgmaxRow>& picks() const { return lay_.picks; }
 
+  // Multi-token prediction with the model's own MTP block (Qwen3.5's, where the file has
+  // one: Hparams::n_nextn). enable_mtp() binds it (its weights are not loaded before) and
+  // must come before any KV pool is made for the model: pools then hold its attention as
+  // one more KV layer (Hparams::mtp_kv), and every forward keeps the final hidden state of
+  // all its rows for forward_mtp. Throws Error(kUnsupported) naming the file without one.
+  virtual bool has_mtp() const { return false; }
+  virtual void enable_mtp();
+  bool mtp_enabled() const { return hparams().mtp_kv; }
+  // A pass of the MTP block over the sequences: logits (or picks) of those asking, in
+  // order, as forward_batch's. Writes their rows of the MTP KV layer; positions do not
+  // advance (the caller keeps the MTP block's own count).
+  void forward_mtp(KvPool& pool, const std::vector<MtpSeq>& seqs, std::vector<float>& logits);
+  // Rows row0 .. row0 + n - 1 of the final hidden states kept (MtpSeq's sources: the last
+  // forward's with kMain, the last forward_mtp's with kMtp) to host memory ([n, n_embd]).
+  virtual void copy_hidden(MtpSeq::From from, int64_t row0, int64_t n, float* out);
+
  protected:
   // The layers over the step laid out in lay_ (at least one token); writes the logits of
   // its output rows to `out`. Positions advance in the callers above.
   virtual void run(KvPool& pool, std::vector<float>& out) = 0;
-  // run() as one back-end step (Backend::begin_step), again if the back-end asks.
-  void run_step(KvPool& pool, std::vector<float>& out);
+  // The MTP block over the step laid out in lay_ (forward_mtp).
+  virtual void run_mtp(KvPool& pool, const std::vector<MtpSeq>& seqs, std::vector<float>& out);
+  // run() (or run_mtp()) as one back-end step (Backend::begin_step), again if the back-end asks.
+  void run_step(KvPool& pool, std::vector<float>& out, const std::vector<MtpSeq>* mtp = nullptr);
   BatchLayout lay_;
+  std::vector<SeqKv> mtp_kv_;  // forward_mtp's sequences at their MTP positions
 };
 
 // The model for `file`'s architecture (which must outlive it), bound for `backend`.

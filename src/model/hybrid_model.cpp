@@ -206,6 +206,11 @@ void HybridModel::run(KvPool& pool, std::vector<float>& out) {
       be.add(s_.x->data(), y, n * E);
     }
   }
+  if (hp_.mtp_kv) {  // every row's final hidden state, for the MTP block's next pass
+    reserve_rows(hid_, hid_cap_, n);
+    be.rms_norm(s_.x->data(), output_norm_, n, E, hp_.rms_eps, hid_->data());
+    hid_rows_ = n;
+  }
   output_logits(be, lay_, s_.x->data(), s_.cur->data(), output_norm_, output_, hp_.rms_eps, E, hp_.n_vocab,
                 s_.logits.get(), out);
 }

@@ -29,6 +29,9 @@ class HybridModel final : public CausalLm {
   const Hparams& hparams() const override { return hp_; }
   ops::Backend& backend() override { return backend_; }
   bool takes_images() const override { return true; }
+  bool has_mtp() const override;
+  void enable_mtp() override;
+  void copy_hidden(MtpSeq::From from, int64_t row0, int64_t n, float* out) override;
 
  private:
   struct Gdn {
@@ -64,6 +67,16 @@ class HybridModel final : public CausalLm {
   // the residual add, into s_.cur): then it returns null.
   float* run_ffn(const Layer& L, int64_t n, const ops::WeightView* next_norm);
   SharedExpert shared_expert(const Ffn& f) const;
+  // The MTP block (hybrid_mtp.cpp): llama.cpp's blk.{n_layer}.nextn.* and the full-attention
+  // decoder layer beside them. x = fc([enorm(embed(token)), hnorm(h)]) as two products
+  // (fc's column halves), the layer, then the shared head: head_norm and the output.
+  struct Mtp {
+    ops::WeightView enorm, hnorm, fc_e, fc_h, head_norm, head, embd;
+    Layer block;
+  };
+  void run_mtp(KvPool& pool, const std::vector<MtpSeq>& seqs, std::vector<float>& out) override;
+  // Grows b (kept across reserve(): it holds rows between passes) to n rows of n_embd.
+  void reserve_rows(std::unique_ptr<ops::Buffer>& b, int64_t& rows, int64_t n);
 
   const gguf::File& file_;
   ops::Backend& backend_;
@@ -72,6 +85,11 @@ class HybridModel final : public CausalLm {
   ops::WeightView tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
   int64_t n_ff_max_ = 0;
+  std::unique_ptr<Mtp> mtp_;
+  // MTP on: the final hidden state of every row of the last forward (hid) and of the last
+  // forward_mtp (mtp_hid), and how many rows each holds.
+  std::unique_ptr<ops::Buffer> hid_, mtp_hid_;
+  int64_t hid_cap_ = 0, mtp_hid_cap_ = 0, hid_rows_ = 0, mtp_hid_rows_ = 0;
 
   struct Scratch {
     int64_t n = 0;

@@ -66,6 +66,34 @@ ops::WeightView OwnedWeights::f32(const gguf::File& file, ops::Backend& be, cons
   return be.prepare_weight(w);
 }
 
+ops::WeightView OwnedWeights::cols(ops::Backend& be, const ops::WeightView& w, int64_t col0, int64_t n_cols,
+                                   const std::string& name) {
+  const auto skip = ggml_row_bytes(w.type, static_cast<uint64_t>(col0));
+  const auto take = ggml_row_bytes(w.type, static_cast<uint64_t>(n_cols));
+  if (col0 < 0 || n_cols <= 0 || col0 + n_cols > w.n_cols || !skip || !take || *skip + *take > w.row_bytes) {
+    fail(ErrorKind::kInvalidInput, "model", "'" + w.name + "': columns " + std::to_string(col0) + " .. " +
+                                                std::to_string(col0 + n_cols) + " of " + std::to_string(w.n_cols) +
+                                                " are not whole " + std::string(ggml_type_name(w.type)) + " blocks");
+  }
+  std::vector<uint8_t>& buf = store_.emplace_back(static_cast<size_t>(w.n_rows) * *take);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < w.n_rows; ++r) {
+    std::memcpy(buf.data() + static_cast<uint64_t>(r) * *take, src + static_cast<uint64_t>(r) * w.row_bytes + *skip, *take);
+  }
+  ops::WeightView out = w;
+  out.name = name;
+  out.data = buf.data();
+  out.n_cols = n_cols;
+  out.row_bytes = *take;
+  out.backend_data = nullptr;
+  out = be.prepare_weight(out);
+  if (out.backend_data != nullptr) {
+    std::vector<uint8_t>().swap(buf);
+    out.data = nullptr;
+  }
+  return out;
+}
+
 ops::WeightView OwnedWeights::rows(ops::Backend& be, const ops::WeightView& w, const std::vector<int64_t>& rows,
                                    const std::string& name) {
   std::vector<uint8_t>& buf = store_.emplace_back(rows.size() * w.row_bytes);

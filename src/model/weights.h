@@ -37,6 +37,10 @@ class OwnedWeights {
   // back-end keeps its own copy (backend_data), the model's is freed and data is null.
   ops::WeightView rows(ops::Backend& be, const ops::WeightView& w, const std::vector<int64_t>& rows,
                        const std::string& name);
+  // Columns col0 .. col0 + n_cols of every row of w (raw bytes: both must be whole blocks
+  // of its type; throws Error naming w otherwise), as rows() keeps them.
+  ops::WeightView cols(ops::Backend& be, const ops::WeightView& w, int64_t col0, int64_t n_cols,
+                       const std::string& name);
 
  private:
   std::deque<std::vector<uint8_t>> store_;
