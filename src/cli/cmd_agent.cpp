@@ -282,7 +282,7 @@ void add_agent_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "Device of the server it starts: cpu, cuda, cuda:N, auto");
   cmd->add_option("-t,--threads", o->threads, "Compute threads of the server it starts");
   cmd->add_option("--spec", o->spec,
-                  "Speculative decoding of the server it starts: ngram, draft or off (see hearth serve)");
+                  "Speculative decoding of the server it starts: ngram, draft, mtp or off (see hearth serve)");
   cmd->add_option("--draft-model", o->draft_model, "--spec draft: the draft model of the server it starts");
   cmd->add_option("--spec-max", o->spec_max, "Drafted tokens per step at most, for the server it starts");
   cmd->add_option("--tool-output-chars", o->tool_output_chars,

@@ -273,8 +273,8 @@ void add_serve_command(CLI::App& app) {
                   "cheaper (0: off; default: a quarter of --kv-disk-bytes; prefix files get the rest)");
   cmd->add_option("--spec", o->spec,
                   "Speculative decoding: ngram (draft the next tokens from earlier text of the same sequence and "
-                  "verify them in one step; the same output), draft (a draft model proposes them: --draft-model) "
-                  "or off")
+                  "verify them in one step; the same output), draft (a draft model proposes them: --draft-model), "
+                  "mtp (the model's own multi-token-prediction head: Qwen3.5 files that keep it; CPU for now) or off")
       ->default_val("off");
   cmd->add_option("--draft-model", o->draft_model,
                   "--spec draft: the draft model (path or store name; attention-only, the served model's "

@@ -103,6 +103,8 @@ Plan plan_model(const ServeOptions& o, const server::ModelSpec& spec,
   p.file.emplace(open_model_entry(entry));
   const gguf::File& file = *p.file;
   p.hp = model::read_hparams(file);
+  // --spec mtp: the pool also holds the MTP block's attention (one more KV layer a block).
+  p.hp.mtp_kv = engine::parse_spec_mode(o.spec) == engine::SpecMode::kMtp;
   const model::Hparams& hp = p.hp;
   p.max_seqs = spec.max_seqs.value_or(o.max_seqs);
   const int64_t ctx = spec.ctx.value_or(o.ctx);
@@ -288,6 +290,14 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   ops::Backend& backend = *m->backend;
   apply_deterministic(backend, o.deterministic);
   m->model = model::load_causal_lm(file, backend);
+  if (engine::parse_spec_mode(o.spec) == engine::SpecMode::kMtp) {
+    if (device.cuda) {
+      fail(ErrorKind::kUnsupported, "serve",
+           "--spec mtp runs on the CPU back-end for now (its CUDA path has not been verified on a GPU); "
+           "use --spec ngram or --spec draft there");
+    }
+    m->model->enable_mtp();  // before the engine's pool: it holds the MTP block's attention too
+  }
   std::optional<std::string> template_source;
   const std::string chat_template = spec.chat_template.value_or(o.chat_template);
   if (!chat_template.empty()) template_source = load_chat_template(chat_template);

@@ -66,7 +66,7 @@ struct ServeOptions {
   std::string mmproj;           // --mmproj: the vision projector (default: found beside the model)
   int64_t max_image_pixels = 64LL << 20;  // --max-image-pixels
   std::string test_fault_inject;  // hidden, test only: engine::parse_fault_spec
-  std::string spec = "off";       // --spec: speculative decoding's drafter (ngram, draft, off)
+  std::string spec = "off";       // --spec: speculative decoding's drafter (ngram, draft, mtp, off)
   int32_t spec_max = 8;           // --spec-max: drafted tokens per step at most
   std::string draft_model;        // --draft-model: --spec draft's model (each served model gets its own copy)
 };

@@ -516,6 +516,17 @@ void ServeEngine::step() {
     apply(plan.state_before);
     if (engine_fault) fail(ErrorKind::kInternal, "forward", "injected engine fault (test only)");
     const auto t_forward = Clock::now();
+    if (config_.spec.mode == SpecMode::kMtp) {  // where each sequence's rows are (spec_draft_mtp)
+      step_rows_.clear();
+      int64_t row = 0;
+      for (const model::BatchSeq& b : batch_) {
+        if (b.n_tokens <= 0) continue;
+        for (const StepItem& item : plan.items) {
+          if (&item.seq->kv == b.kv) step_rows_[item.seq->id] = StepRows{b.kv->n_past, row};
+        }
+        row += b.n_tokens;
+      }
+    }
     model_.forward_batch(pool_, batch_, logits_);
     const auto t_forward_end = Clock::now();
     note_forward(plan.n_tokens(), ms_between(t_forward, t_forward_end) / 1000.0);

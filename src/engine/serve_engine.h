@@ -268,6 +268,15 @@ class ServeEngine {
   static int64_t spec_state_slots(model::CausalLm& model, const EngineConfig& config);
   std::vector<model::StateSnap> spec_checkpoints(const SeqSlot& seq, int32_t n_draft) const;
   int32_t spec_slot(int32_t live_slot, int32_t j) const;
+  // --spec mtp: the MTP block's rows for every sequence of the last step (the positions
+  // whose next token is known, from the hidden states that step kept), with the first
+  // draft of those that want k > 0 (want: sequence id -> k), then one pass a further draft.
+  void spec_draft_mtp(const std::unordered_map<uint64_t, int64_t>& want);
+  struct StepRows {
+    int64_t first_pos = 0, first_row = 0;  // its first row's position, and its row in the step
+  };
+  std::unordered_map<uint64_t, StepRows> step_rows_;  // the last step's sequences
+  std::vector<float> mtp_logits_;
   bool spec_on_ = false;
   NgramDrafter drafter_;
   std::unique_ptr<ModelDrafter> model_drafter_;  // --spec draft

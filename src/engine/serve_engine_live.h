@@ -35,6 +35,8 @@ struct ServeEngine::Live {
   // Speculative decoding: its measured acceptance and its drafted / accepted tokens.
   Acceptance acceptance;
   int32_t drafted = 0, accepted = 0;
+  // --spec mtp: the positions the model's MTP block has run for this sequence (-1: none yet).
+  int64_t mtp_pos = -1;
 
   // The injected fault `kind` is due now (before sampling token n_generated).
   bool fault_due(FaultKind kind) const { return fault && fault->kind == kind && fault->at_token == n_generated; }

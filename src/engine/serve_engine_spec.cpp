@@ -104,6 +104,8 @@ void ServeEngine::spec_draft() {
   const int64_t rows = n_decode + std::min<int64_t>(prefill, config_.prefill_chunk);
   std::vector<ModelDrafter::Job> jobs;  // --spec draft: every sequence's draft in batched passes
   std::vector<SeqSlot*> job_seq;
+  const bool mtp = config_.spec.mode == SpecMode::kMtp;
+  std::unordered_map<uint64_t, int64_t> want;  // --spec mtp: drafts wanted per sequence
   for (const auto& s : scheduler_.running()) {
     SeqSlot& seq = *s;
     seq.draft.clear();
@@ -113,7 +115,7 @@ void ServeEngine::spec_draft() {
     // No further than max_tokens (the step's own token is one) and the context.
     int64_t k = config_.spec.adaptive
                     ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft,
-                                   model_drafter_ ? draft_s_ : 0.0)
+                                   model_drafter_ || mtp ? draft_s_ : 0.0)
                     : config_.spec.max_draft;
     k = std::min<int64_t>(k, live.request.max_tokens - live.n_generated - 1);
     k = std::min<int64_t>(k, max_seq_tokens_ - static_cast<int64_t>(seq.tokens.size()));
@@ -121,12 +123,18 @@ void ServeEngine::spec_draft() {
       live.acceptance.idle();
       continue;
     }
-    if (model_drafter_) {
+    if (mtp) {
+      want[seq.id] = k;
+    } else if (model_drafter_) {
       jobs.push_back(ModelDrafter::Job{seq.id, seq.tokens, static_cast<int32_t>(k), {}});
       job_seq.push_back(&seq);
     } else {
       seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
     }
+  }
+  if (mtp) {
+    spec_draft_mtp(want);  // (its rows run whether or not anyone drafts: its KV follows)
+    return;
   }
   if (jobs.empty()) {
     // Nothing drafted: the cost drifts down, so that a policy that stopped drafting for a
@@ -144,6 +152,81 @@ void ServeEngine::spec_draft() {
   // The seconds per drafted token (forgetting geometrically), which draft_length counts.
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (n > 0) draft_s_ = draft_s_ > 0 ? 0.9 * draft_s_ + 0.1 * s / static_cast<double>(n) : s / static_cast<double>(n);
+}
+
+void ServeEngine::spec_draft_mtp(const std::unordered_map<uint64_t, int64_t>& want) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  struct Job {
+    SeqSlot* seq;
+    int64_t k;
+    int64_t out_row;  // its last row in the pass's output states
+  };
+  std::vector<Job> drafting;
+  std::vector<model::MtpSeq> pass;
+  int64_t out_rows = 0;
+  // The catch-up pass: each sequence of the last step, from where its MTP rows stopped (or
+  // its first row there) to the last position whose next token is known.
+  for (const auto& s : scheduler_.running()) {
+    SeqSlot& seq = *s;
+    auto rows = step_rows_.find(seq.id);
+    auto lit = live_.find(seq.id);
+    if (rows == step_rows_.end() || lit == live_.end()) continue;
+    Live& live = *lit->second;
+    const StepRows& at = rows->second;
+    if (live.mtp_pos < 0 || live.mtp_pos > at.first_pos) live.mtp_pos = at.first_pos;
+    const int64_t upto = std::min<int64_t>(seq.kv.n_past, static_cast<int64_t>(seq.tokens.size()) - 1);
+    if (upto <= live.mtp_pos) continue;
+    auto w = want.find(seq.id);
+    // Drafts chain at positions n_past .. n_past + k - 2 of its blocks: no further than they go.
+    const int64_t k = w == want.end() || upto != seq.kv.n_past
+                          ? 0
+                          : std::min<int64_t>(w->second, seq.kv.capacity(blocks_.block_size()) - seq.kv.n_past + 1);
+    pass.push_back(model::MtpSeq{&seq.kv, live.mtp_pos, seq.tokens.data() + live.mtp_pos + 1, upto - live.mtp_pos,
+                                 model::MtpSeq::From::kMain, at.first_row + (live.mtp_pos - at.first_pos), k > 0, k > 0});
+    out_rows += upto - live.mtp_pos;
+    if (k > 0) drafting.push_back(Job{&seq, k, out_rows - 1});
+    live.mtp_pos = upto;
+  }
+  step_rows_.clear();  // (the next forward keeps other states)
+  if (pass.empty()) return;
+  size_t drafted = 0;
+  std::vector<int32_t> last(drafting.size());
+  while (!pass.empty()) {
+    model_.forward_mtp(pool_, pass, mtp_logits_);
+    const std::vector<ops::ArgmaxRow>& picks = model_.picks();
+    // The drafts of this pass, in order of the sequences asking (their logits rows).
+    std::vector<Job> next;
+    size_t r = 0;
+    for (Job& j : drafting) {
+      int32_t d = -1;
+      if (r < picks.size()) {
+        d = picks[r].bad >= 0 ? -1 : picks[r].argmax;
+      } else if (mtp_logits_.size() >= (r + 1) * n_vocab) {
+        const float* row = mtp_logits_.data() + r * n_vocab;
+        d = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+      }
+      ++r;
+      if (d < 0) continue;
+      j.seq->draft.push_back(d);
+      ++drafted;
+      if (static_cast<int64_t>(j.seq->draft.size()) < j.k) next.push_back(j);
+    }
+    pass.clear();
+    for (size_t i = 0; i < next.size(); ++i) {
+      SeqSlot& seq = *next[i].seq;
+      pass.push_back(model::MtpSeq{&seq.kv, seq.kv.n_past + static_cast<int64_t>(seq.draft.size()) - 1,
+                                   &seq.draft.back(), 1, model::MtpSeq::From::kMtp, next[i].out_row, true, true});
+      next[i].out_row = static_cast<int64_t>(i);
+    }
+    drafting = std::move(next);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (drafted > 0) {
+    draft_s_ = draft_s_ > 0 ? 0.9 * draft_s_ + 0.1 * s / static_cast<double>(drafted) : s / static_cast<double>(drafted);
+  } else {
+    draft_s_ *= 0.98;
+  }
 }
 
 ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first,

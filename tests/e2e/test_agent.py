@@ -407,7 +407,7 @@ def test_spec_reaches_the_server_it_starts(hearth_bin, default_model, tmp_path):
     # A bad value is the server's clear error, shown by the agent.
     p = run_agent(hearth_bin, default_model, tmp_path, "-p", "hi", "--spec", "bogus")
     assert p.returncode != 0
-    assert "unknown --spec 'bogus' (expected ngram, draft or off)" in p.stderr, p.stderr
+    assert "unknown --spec 'bogus' (expected ngram, draft, mtp or off)" in p.stderr, p.stderr
     # Not with a server it does not start.
     p = subprocess.run([str(hearth_bin), "agent", "--url", "http://127.0.0.1:1", "--spec", "ngram"],
                        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)

@@ -75,3 +75,55 @@ def test_a_file_without_the_head_is_refused(hearth_bin, mtp_gguf):
                         "--device", "cpu", "--spec", "mtp"], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert "no multi-token-prediction block" in p.stderr and "plain.gguf" in p.stderr, p.stderr
+
+
+SERVE_ARGS = ["--threads", "2", "--ctx", "512", "--max-seqs", "3", "--prefill-chunk", "16"]
+PROMPTS = ["Tell me about mountains, rivers and the sea.", "Write a list of colours.",
+           "What is the capital of France?", "Count from one to twenty, slowly and carefully, please."]
+
+
+def serve_answers(hearth_bin, model, *extra, concurrent_too=True):
+    """(alone, together, metrics): each prompt's answer alone, then all at once (more prompts
+    than sequences: some wait), greedy and one seeded sampled request."""
+    import concurrent.futures
+
+    import openai
+
+    from serve_util import Server, metrics
+    s = Server(hearth_bin, model, *SERVE_ARGS, *extra)
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=600)
+
+        def one(i):
+            sampled = i == len(PROMPTS) - 1
+            r = c.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPTS[i]}],
+                                          max_tokens=24, temperature=0.8 if sampled else 0, seed=5 if sampled else None)
+            return r.choices[0].message.content, r.model_extra.get("timings", {})
+        alone = [one(i) for i in range(len(PROMPTS))]
+        together = []
+        if concurrent_too:
+            with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+                together = list(ex.map(one, range(len(PROMPTS))))
+        m = metrics(s)
+    finally:
+        rc, _ = s.stop()
+    assert rc == 0
+    return alone, together, m
+
+
+def test_serve_with_mtp_drafts_answers_as_without(hearth_bin, mtp_gguf):
+    ref, _, m0 = serve_answers(hearth_bin, mtp_gguf["mtp"], concurrent_too=False)
+    assert m0.get("hearth_spec_drafted_tokens_total", 0) == 0
+    alone, together, m = serve_answers(hearth_bin, mtp_gguf["mtp"], "--spec", "mtp", "--spec-max", "3",
+                                       "--tune", "spec.adaptive=0")
+    assert [a for a, _ in alone] == [a for a, _ in ref]
+    assert [a for a, _ in together] == [a for a, _ in ref]
+    assert all(t["drafted_n"] > 0 for _, t in alone), alone
+    assert m["hearth_spec_drafted_tokens_total"] >= sum(t["drafted_n"] for _, t in alone)
+
+
+def test_serve_refuses_mtp_without_the_head(hearth_bin, mtp_gguf):
+    p = subprocess.run([str(hearth_bin), "serve", "-m", str(mtp_gguf["plain"]), "--port", "0", "--device", "cpu",
+                        "--spec", "mtp"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "no multi-token-prediction block" in p.stderr, p.stderr
