@@ -10,7 +10,9 @@
 //     the head norm and the tied output), fed the model's own final hidden states
 //     (copy_hidden): a first pass of several rows, a later pass that attends to it, and a
 //     chained draft on the block's own output state;
-//   - enable_mtp on a file without the block fails naming the file.
+//   - enable_mtp on a file without the block fails naming the file;
+//   - on the MoE fixture (the block's FFN routed and shared experts) the model is the same
+//     with the block on, and its passes give finite logits that follow their inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,10 +37,6 @@ using hearth::GgmlType;
 
 namespace {
 
-gguf::File dense() {
-  return hearth::convert::open_model(std::string(HEARTH_SOURCE_DIR) + "/tests/data/qwen35/dense");
-}
-
 // A row-major f32 matrix of the file ([rows][cols]; GGUF shape {cols, rows}).
 struct Mat {
   int64_t rows = 0, cols = 0;
@@ -57,17 +55,19 @@ Mat tensor(const gguf::File& f, const std::string& name) {
   return m;
 }
 
-// The dense fixture plus a random MTP block (normal * 0.3; norms 1 + normal * 0.3).
+// A fixture (tests/data/qwen35/NAME) plus a random MTP block: blk.{n_layer} holds a decoder
+// layer shaped as the fixture's first full-attention layer (blk.3: dense FFN, or experts and
+// a shared expert) and the nextn tensors; values normal * 0.3, norms 1 + normal * 0.3.
 struct WithMtp {
-  gguf::File base = dense();
+  gguf::File base;
   std::shared_ptr<const std::vector<uint8_t>> bytes;
   std::unique_ptr<gguf::File> file;
 
-  WithMtp() {
+  explicit WithMtp(const std::string& name = "dense")
+      : base(hearth::convert::open_model(std::string(HEARTH_SOURCE_DIR) + "/tests/data/qwen35/" + name)) {
     const std::string a = base.get_string("general.architecture") + ".";
-    const int64_t n_layer = base.get_int(a + "block_count"), E = base.get_int(a + "embedding_length");
-    const int64_t H = base.get_int(a + "attention.head_count"), HKV = base.get_int(a + "attention.head_count_kv");
-    const int64_t D = base.get_int(a + "attention.key_length"), F = base.get_int(a + "feed_forward_length");
+    const int64_t n_layer = base.get_int(a + "block_count");
+    const auto e = static_cast<uint64_t>(base.get_int(a + "embedding_length"));
     gguf::Writer w;
     for (const gguf::KeyValue& kv : base.metadata()) w.set_value(kv.key, kv.value);
     w.remove(a + "block_count");
@@ -76,7 +76,8 @@ struct WithMtp {
     for (const gguf::TensorInfo& t : base.tensors()) w.add_tensor(t.name, t.type, t.shape, {t.data, t.n_bytes});
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 0.3f);
-    auto add = [&](const std::string& name, std::vector<uint64_t> shape, bool norm) {
+    auto add = [&](const std::string& name, std::vector<uint64_t> shape) {
+      const bool norm = name.find("norm") != std::string::npos;
       uint64_t n = 1;
       for (uint64_t s : shape) n *= s;
       std::vector<float> v(n);
@@ -84,24 +85,15 @@ struct WithMtp {
       w.add_tensor_f32(name, shape, v);
     };
     const std::string p = "blk." + std::to_string(n_layer) + ".";
-    const auto e = static_cast<uint64_t>(E), q = static_cast<uint64_t>(H * D), kv = static_cast<uint64_t>(HKV * D);
-    add(p + "nextn.eh_proj.weight", {2 * e, e}, false);
-    add(p + "nextn.enorm.weight", {e}, true);
-    add(p + "nextn.hnorm.weight", {e}, true);
-    add(p + "nextn.shared_head_norm.weight", {e}, true);
-    add(p + "attn_norm.weight", {e}, true);
-    add(p + "post_attention_norm.weight", {e}, true);
-    add(p + "attn_q.weight", {e, 2 * q}, false);
-    add(p + "attn_k.weight", {e, kv}, false);
-    add(p + "attn_v.weight", {e, kv}, false);
-    add(p + "attn_output.weight", {q, e}, false);
-    add(p + "attn_q_norm.weight", {static_cast<uint64_t>(D)}, true);
-    add(p + "attn_k_norm.weight", {static_cast<uint64_t>(D)}, true);
-    add(p + "ffn_gate.weight", {e, static_cast<uint64_t>(F)}, false);
-    add(p + "ffn_up.weight", {e, static_cast<uint64_t>(F)}, false);
-    add(p + "ffn_down.weight", {static_cast<uint64_t>(F), e}, false);
+    for (const gguf::TensorInfo& t : base.tensors()) {
+      if (t.name.rfind("blk.3.", 0) == 0) add(p + t.name.substr(6), t.shape);
+    }
+    add(p + "nextn.eh_proj.weight", {2 * e, e});
+    add(p + "nextn.enorm.weight", {e});
+    add(p + "nextn.hnorm.weight", {e});
+    add(p + "nextn.shared_head_norm.weight", {e});
     bytes = std::make_shared<const std::vector<uint8_t>>(std::move(w).take_bytes());
-    file = std::make_unique<gguf::File>(gguf::File::parse_owned(bytes, "dense+mtp"));
+    file = std::make_unique<gguf::File>(gguf::File::parse_owned(bytes, name + "+mtp"));
   }
 };
 
@@ -291,4 +283,30 @@ TEST(ModelMtp, PassesEqualThePlainReference) {
   m->forward_mtp(cache.pool(), {{&cache.seq(), 5, prompt.data() + 6, 2, From::kMain, 5, false, false}}, got);
   m->forward_mtp(cache.pool(), {{&cache.seq(), 7, &drafted, 1, From::kMtp, 1, true, false}}, got);
   expect_close(got, want, "chained draft, position 7");
+}
+
+TEST(ModelMtp, MoeBlockRunsBesideTheSameModel) {
+  // A Qwen3.5-MoE fixture's MTP block (routed and shared experts in its FFN): the model is the
+  // same with it, and its passes give finite logits that follow its inputs.
+  WithMtp f("moe");
+  hearth::cpu::CpuBackend be(2);
+  const auto plain = model::load_causal_lm(f.base, be);
+  const auto m = model::load_causal_lm(*f.file, be);
+  const std::vector<int32_t> prompt = {5, 17, 200, 42, 9, 100};
+  model::KvCache c1(be, plain->hparams(), 32);
+  const auto a = plain->forward(c1, prompt, true);
+  m->enable_mtp();
+  model::KvCache c2(be, m->hparams(), 32, hearth::ops::KvType::F32);
+  std::vector<float> b;
+  m->forward(c2, prompt, true, b);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  using From = model::MtpSeq::From;
+  std::vector<float> x, y;
+  m->forward_mtp(c2.pool(), {{&c2.seq(), 0, prompt.data() + 1, 5, From::kMain, 0, true, false}}, x);
+  ASSERT_EQ(static_cast<int64_t>(x.size()), m->hparams().n_vocab);
+  for (float v : x) ASSERT_TRUE(std::isfinite(v));
+  const int32_t other = 77;
+  m->forward_mtp(c2.pool(), {{&c2.seq(), 4, &other, 1, From::kMain, 4, true, false}}, y);
+  EXPECT_NE(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)));
 }
