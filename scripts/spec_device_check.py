@@ -1,7 +1,7 @@
 """Speculative decoding on a GPU (issue 41): greedy answers with drafts against without, through
 `hearth serve --device cuda --deterministic` (bit for bit there), and the same without
 --deterministic (reported, not required to match). Drafts by prompt lookup, or with --draft
-FILE by a draft model (FILE may be the model itself: every draft is then the model's own
+FILE by a draft model, or with --mtp by the model's own MTP head (FILE may be the model itself: every draft is then the model's own
 continuation; a random-weight model's output rarely repeats, so prompt lookup may draft
 nothing, which the summary says). Standard library only (runs on the device machine):
   python3 scripts/spec_device_check.py --hearth build-cuda/hearth --model MODEL.gguf [--draft FILE]
@@ -47,9 +47,11 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--draft", help="a draft model (--spec draft) instead of prompt lookup")
+    ap.add_argument("--mtp", action="store_true", help="the model's own MTP head (--spec mtp) instead")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
-    spec = (["--spec", "draft", "--draft-model", a.draft] if a.draft else ["--spec", "ngram"]) + \
+    spec = (["--spec", "draft", "--draft-model", a.draft] if a.draft else
+            ["--spec", "mtp"] if a.mtp else ["--spec", "ngram"]) + \
         ["--spec-max", "4", "--tune", "spec.adaptive=0"]
     bad = 0
     for label, det in (("--deterministic", ["--deterministic"]), ("default", [])):
