@@ -15,12 +15,25 @@
 
 namespace hearth::cpu {
 
-// SwiGLU: AVX2's is the scalar code compiled for AVX2 + FMA (GCC vectorises it).
-HEARTH_SIMD __attribute__((flatten)) void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
+// SwiGLU 8 / 16 at a time where exp8 / exp16 applies (the same exp_approx bits; negation,
+// division, the + 1 and the product are single exact / IEEE operations either way), else
+// the scalar code. (AVX2's was the scalar code compiled for AVX2 + FMA, which GCC does not
+// vectorise: 1.2-1.5 % of the 8B shape's prompt.)
+HEARTH_SIMD void swiglu_avx2(const float* g, const float* u, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    __m256 e;
+    if (exp8(_mm256_xor_ps(gv, sign), e)) {
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+      continue;
+    }
+    for (int64_t k = i; k < i + 8; ++k) out[k] = ggml_order::swiglu_one(g[k], u[k]);
+  }
+  for (; i < n; ++i) out[i] = ggml_order::swiglu_one(g[i], u[i]);
 }
-// 16 at a time where exp16 applies (the same exp_approx bits; negation, division, the + 1
-// and the product are single exact / IEEE operations either way), else the scalar code.
 HEARTH_AVX512 __attribute__((flatten)) void swiglu_avx512(const float* g, const float* u, int64_t n, float* out) {
   const __m512 one = _mm512_set1_ps(1.0f);
   int64_t i = 0;
