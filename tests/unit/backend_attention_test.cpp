@@ -305,4 +305,16 @@ TEST(PagedAttention, DISABLED_AttentionSpeed) {
     std::printf("%s, %d thread(s): %.2f ms, %.1f GMAC/s\n", be == &pq1 ? "per query" : "blocked", be->n_threads(),
                 best * 1e3, macs / best / 1e9);
   }
+  // One decode row after the 511 keys (the time of a decode step's attention in this layer).
+  const ops::AttentionSeq dec{0, 1, n - 1, table.data()};
+  for (cpu::CpuBackend* be : {&pq1, &be1}) {
+    double best = 1e9;
+    for (int r = 0; r < 200; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      be->attention(q.data(), pool.layer(), &dec, 1, n_head, n_head_kv, head_dim, 0.088f, out.data());
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::printf("decode row at %lld keys, %s, 1 thread: %.1f us\n", static_cast<long long>(n),
+                be == &pq1 ? "per query" : "blocked", best * 1e6);
+  }
 }
