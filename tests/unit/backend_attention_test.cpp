@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -131,19 +132,20 @@ TEST(PagedAttention, F16CacheRoundsAndStaysClose) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-3) << i;
 }
 
-// The blocked AVX-512 kernel (queries of one KV head over a few rows share each key and
-// value chunk) gives every query the bits of the per-query kernel and of the reference:
-// prompts spanning several value chunks (256 keys) and row blocks, decode rows next to
-// prefill rows, GQA ratios 1, 2 and 4, head_dim 64 and 256, f16 and f32 caches,
-// shuffled block tables, scores near the max and far below it. And a sequence's result
+// The blocked kernel of the kernel table in use (queries of one KV head over a few rows
+// share each key and value chunk) gives every query the bits of the per-query kernel and
+// of the reference (head dims up to 128; the scalar reference is slow): prompts spanning
+// several value chunks (256 keys) and row blocks, decode rows next to prefill rows, the
+// caches, head dims and GQA ratios given, shuffled block tables, scores near the max and far below it. And a sequence's result
 // does not depend on what else runs with it (alone, the blocks are split differently)
 // or on the thread count.
-TEST(PagedAttention, BlockedKernelEqualsPerQuery) {
+void check_blocked_kernel(const std::vector<ops::KvType>& types, const std::vector<int64_t>& head_dims,
+                          const std::vector<int64_t>& ratios) {
   cpu::CpuBackend blocked(3), per_query(3), one_thread(1);
   per_query.set_attention_blocks(false);
-  for (const ops::KvType type : {ops::KvType::F32, ops::KvType::F16}) {
-    for (const int64_t head_dim : {64, 256}) {
-      for (const int64_t ratio : {1, 2, 4}) {
+  for (const ops::KvType type : types) {
+    for (const int64_t head_dim : head_dims) {
+      for (const int64_t ratio : ratios) {
         const int64_t n_head_kv = 2, n_head = n_head_kv * ratio, dim = n_head_kv * head_dim, bs = 32;
         // (pos0, n_tokens): long prefill from 0, prefill after a long prefix, decode rows, a short prefill
         const std::vector<std::pair<int64_t, int64_t>> shape = {{0, 290}, {537, 45}, {700, 1}, {130, 1}, {261, 3}};
@@ -179,7 +181,7 @@ TEST(PagedAttention, BlockedKernelEqualsPerQuery) {
                                  " ratio " + std::to_string(ratio);
         ASSERT_EQ(a, b) << what;
         ASSERT_EQ(a, c) << what;
-        if (head_dim == 64) {  // the scalar reference is slow
+        if (head_dim <= 128) {  // the scalar reference is slow
           cpu::ref::attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, r.data());
           ASSERT_EQ(a, r) << what;
         }
@@ -194,6 +196,24 @@ TEST(PagedAttention, BlockedKernelEqualsPerQuery) {
       }
     }
   }
+}
+
+// The AVX-512 kernel where the machine has it.
+TEST(PagedAttention, BlockedKernelEqualsPerQuery) {
+  check_blocked_kernel({ops::KvType::F32, ops::KvType::F16}, {64, 256}, {1, 2, 4});
+}
+
+// The blocked AVX2 kernel (attention_avx2.cpp; cpu.isa=avx2, so also on AVX-512 machines)
+// under the same checks: the bits of the per-query AVX2 kernel and of the reference, on
+// f32, f16 and q8_0 caches, head dims 64, 128 (the 8B shape's) and 192 (no unrolled
+// form), GQA ratios 1, 3 and 4 (four and three queries per pass over a key row, and a
+// remainder of the value passes' six).
+TEST(PagedAttention, Avx2BlockedKernelEqualsPerQuery) {
+  const hearth::tune::Override isa(hearth::tune::kCpuIsa, 1);
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2";
+  ASSERT_STREQ(cpu::cpu_kernels(false).isa, "avx2");
+  check_blocked_kernel({ops::KvType::F32, ops::KvType::F16, ops::KvType::Q8_0}, {64, 128, 192}, {1, 3, 4});
 }
 
 // The AVX2 kernel table (cpu.isa=avx2, so also on AVX-512 machines): its per-query kernel
@@ -256,10 +276,17 @@ TEST(PagedAttention, Avx2KernelEqualsReference) {
 
 // Not a check: the time of one prompt's attention (the 1.7B shape's layer: 16 query heads,
 // 8 KV heads, head_dim 128, f16 cache, 512 tokens from position 0) on 1 and 2 threads, best
-// of 5, by backend_attention_test --gtest_also_run_disabled_tests --gtest_filter=*AttentionSpeed*.
+// of 5, blocked and per query, by backend_attention_test --gtest_also_run_disabled_tests
+// --gtest_filter=*AttentionSpeed* (ATTENTION_SPEED_ISA=avx2: the AVX2 kernels on an
+// AVX-512 machine; ATTENTION_SPEED_HEADS=32: the 8B shape's 32 query heads).
 TEST(PagedAttention, DISABLED_AttentionSpeed) {
-  const int64_t n_head = 16, n_head_kv = 8, head_dim = 128, dim = n_head_kv * head_dim, bs = 32, n = 512;
-  cpu::CpuBackend be1(1), be2(2);
+  if (const char* isa = std::getenv("ATTENTION_SPEED_ISA")) hearth::tune::set("cpu.isa", isa);
+  const char* heads = std::getenv("ATTENTION_SPEED_HEADS");
+  const int64_t n_head = heads != nullptr ? std::atoi(heads) : 16, n_head_kv = 8, head_dim = 128, dim = n_head_kv * head_dim,
+                bs = 32, n = 512;
+  cpu::CpuBackend be1(1), be2(2), pq1(1);
+  pq1.set_attention_blocks(false);
+  std::printf("kernels: %s\n", cpu::cpu_kernels(false).isa);
   Pool pool(ops::KvType::F16, bs, n / bs, dim);
   std::vector<int32_t> table(static_cast<size_t>(n / bs));
   std::iota(table.begin(), table.end(), 0);
@@ -267,7 +294,7 @@ TEST(PagedAttention, DISABLED_AttentionSpeed) {
   const auto q = random_floats(n * n_head * head_dim, 3, 0.5f);
   std::vector<float> out(q.size());
   const ops::AttentionSeq seq{0, n, 0, table.data()};
-  for (cpu::CpuBackend* be : {&be1, &be2}) {
+  for (cpu::CpuBackend* be : {&pq1, &be1, &be2}) {
     double best = 1e9;
     for (int r = 0; r < 5; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -275,6 +302,19 @@ TEST(PagedAttention, DISABLED_AttentionSpeed) {
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     const double macs = 2.0 * n_head * head_dim * (n * (n + 1) / 2.0);
-    std::printf("%d thread(s): %.2f ms, %.1f GMAC/s\n", be->n_threads(), best * 1e3, macs / best / 1e9);
+    std::printf("%s, %d thread(s): %.2f ms, %.1f GMAC/s\n", be == &pq1 ? "per query" : "blocked", be->n_threads(),
+                best * 1e3, macs / best / 1e9);
+  }
+  // One decode row after the 511 keys (the time of a decode step's attention in this layer).
+  const ops::AttentionSeq dec{0, 1, n - 1, table.data()};
+  for (cpu::CpuBackend* be : {&pq1, &be1}) {
+    double best = 1e9;
+    for (int r = 0; r < 200; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      be->attention(q.data(), pool.layer(), &dec, 1, n_head, n_head_kv, head_dim, 0.088f, out.data());
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::printf("decode row at %lld keys, %s, 1 thread: %.1f us\n", static_cast<long long>(n),
+                be == &pq1 ? "per query" : "blocked", best * 1e6);
   }
 }

@@ -20,6 +20,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernel_table.h"
 #include "backends/cpu/kernels_ref.h"
+#include "core/tune.h"
 #include "ops/backend.h"
 
 namespace {
@@ -65,21 +66,25 @@ TEST(KernelTable, ThisCpuRunsItsArchitecturesTable) {
 #endif
 }
 
+// The machine's table, and AVX2's too where the machine has more (cpu.isa=avx2).
 TEST(KernelTable, SwigluAndSiluEqualPlainBitForBit) {
-  const cpu::KernelTable &k = cpu::cpu_kernels(false), &p = cpu::plain_kernels();
-  for (const int64_t n : {1, 3, 4, 7, 8, 15, 16, 17, 33, 1000, 4099}) {
-    for (const float scale : {1.0f, 8.0f, 60.0f}) {
-      const auto g = with_edges(random_floats(static_cast<size_t>(std::max<int64_t>(n, 2)), 11 + n, scale));
-      const auto u = random_floats(g.size(), 12 + n, 2.0f);
-      const auto m = static_cast<int64_t>(g.size());
-      std::vector<float> a(g.size()), b(g.size());
-      k.swiglu(g.data(), u.data(), m, a.data());
-      p.swiglu(g.data(), u.data(), m, b.data());
-      EXPECT_TRUE(same_bits(a, b)) << "swiglu n " << m << " scale " << scale;
-      auto s1 = g, s2 = g;
-      k.silu_row(s1.data(), m);
-      p.silu_row(s2.data(), m);
-      EXPECT_TRUE(same_bits(s1, s2)) << "silu n " << m << " scale " << scale;
+  for (const int isa : {0, 1}) {
+    const hearth::tune::Override cap(hearth::tune::kCpuIsa, isa);
+    const cpu::KernelTable &k = cpu::cpu_kernels(false), &p = cpu::plain_kernels();
+    for (const int64_t n : {1, 3, 4, 7, 8, 15, 16, 17, 33, 1000, 4099}) {
+      for (const float scale : {1.0f, 8.0f, 60.0f}) {
+        const auto g = with_edges(random_floats(static_cast<size_t>(std::max<int64_t>(n, 2)), 11 + n, scale));
+        const auto u = random_floats(g.size(), 12 + n, 2.0f);
+        const auto m = static_cast<int64_t>(g.size());
+        std::vector<float> a(g.size()), b(g.size());
+        k.swiglu(g.data(), u.data(), m, a.data());
+        p.swiglu(g.data(), u.data(), m, b.data());
+        EXPECT_TRUE(same_bits(a, b)) << k.isa << " swiglu n " << m << " scale " << scale;
+        auto s1 = g, s2 = g;
+        k.silu_row(s1.data(), m);
+        p.silu_row(s2.data(), m);
+        EXPECT_TRUE(same_bits(s1, s2)) << k.isa << " silu n " << m << " scale " << scale;
+      }
     }
   }
 }

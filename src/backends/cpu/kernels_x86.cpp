@@ -3,6 +3,7 @@
 // subnormals for the Gated DeltaNet prompt kernels.
 #include <immintrin.h>
 
+#include "backends/cpu/attention_avx2.h"
 #include "backends/cpu/attention_avx512.h"
 #include "backends/cpu/kernels_x86.h"
 #include "backends/cpu/matmul_f32.h"
@@ -10,10 +11,10 @@
 namespace hearth::cpu {
 namespace {
 
-// Head dims that are multiples of 64 read f16 and q8_0 cache rows in attend_rows_avx2's
-// loads (decode: no conversion pass over the cache first).
+// Head dims that are multiples of 64 read f16 and q8_0 cache rows in the kernels' loads
+// (no conversion pass over the cache first), and run blocked (attention_avx2.cpp).
 const KernelTable kAvx2{
-    "avx2",         f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx2, 64,        nullptr,
+    "avx2",         f16_to_f32_row_f16c, f32_to_f16_row_f16c, attend_rows_avx2, 64,        attend_blocks_avx2,
     swiglu_avx2,    silu_row_avx2,       gdn_recurrent_avx2,  chunked_head_avx2, gelu_avx2, full_items_avx2,
     dot_rows_f32_avx2, rope_heads_avx2, rms_norm_rows_plain};
 

@@ -58,52 +58,51 @@ HEARTH_AVX2 inline __m256i dup_odd(__m256i v) {
 template <GgmlType kType>
 constexpr int kChain = kType == GgmlType::Q4_K ? 8 : kType == GgmlType::Q5_K ? 4 : 2;
 
-// Half H of register k (k in [K0, K1)) of quarter P against the tokens' activations:
-// s += sc0 * (sums of the low-nibble elements 64P + 4k ..) + sc1 * (the high ones
-// 64P + 32 + 4k ..), in 32 bits, through 16-bit chains of kChain registers (one 32-bit
-// sum for both: the integers are exact, so their order does not matter, and 4 registers
-// fewer for four tokens keep the loop out of the stack).
-template <GgmlType kType, int T, int H, int P, int K0, int K1>
-HEARTH_AVX2 inline void quarter_sums(const uint8_t* blk, const uint8_t* const* xq, __m256i sc0, __m256i sc1,
-                                     __m256i* s) {
+// Half H of register k (k in [K0, K1)) of quarter P against the tokens' activations, the
+// low-nibble elements 64P + 4k .. (N = 0) or the high ones 64P + 32 + 4k .. (N = 1):
+// s += sc * (their sums), in 32 bits, through 16-bit chains of kChain registers. One
+// nibble at a time (a chain holds one register per token, four fewer than with both
+// nibbles; one tile of four tokens on one thread, 64 tokens of 4,096 x 2,048 Q4_K
+// weights: 4,976 -> 4,518 us, DISABLED_PackedSpeed). The integers are exact, so the order
+// of the 32-bit additions does not matter.
+template <GgmlType kType, int T, int H, int P, int K0, int K1, int N>
+HEARTH_AVX2 inline void nibble_sums(const uint8_t* blk, const uint8_t* const* xq, __m256i sc, __m256i* s) {
   constexpr int L = kChain<kType>;
   static_assert((K1 - K0) % L == 0);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   for (int k0 = K0; k0 < K1; k0 += L) {
-    __m256i a0[T], a1[T];
-    for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm256_setzero_si256();
+    __m256i a[T];
+    for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_si256();
     for (int k = k0; k < k0 + L; ++k) {
       const __m256i raw = load32(blk + layout::kNib + (8 * P + k) * 64 + 32 * H);
-      __m256i lo = _mm256_and_si256(raw, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      __m256i v = N == 0 ? _mm256_and_si256(raw, low4) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
       if constexpr (kType == GgmlType::Q5_K) {
         // Bit 2P -> bit 4 for the low elements, bit 2P + 1 -> bit 4 for the high ones.
         const __m256i h = load32(blk + layout::kHigh + k * 64 + 32 * H), bit4 = _mm256_set1_epi8(0x10);
-        lo = _mm256_or_si256(lo, _mm256_and_si256(shift16<4 - 2 * P>(h), bit4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(shift16<3 - 2 * P>(h), bit4));
+        v = _mm256_or_si256(v, _mm256_and_si256(shift16<4 - 2 * P - N>(h), bit4));
       } else if constexpr (kType == GgmlType::Q6_K) {
         // Bits 4 (P % 2) .. +1 -> bits 4..5 for the low elements, the next two for the high.
         const __m256i h = load32(blk + layout::kHigh + (8 * (P / 2) + k) * 64 + 32 * H);
-        const __m256i bits45 = _mm256_set1_epi8(0x30);
-        lo = _mm256_or_si256(lo, _mm256_and_si256(shift16<4 - 4 * (P % 2)>(h), bits45));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(shift16<2 - 4 * (P % 2)>(h), bits45));
+        v = _mm256_or_si256(v, _mm256_and_si256(shift16<4 - 4 * (P % 2) - 2 * N>(h), _mm256_set1_epi8(0x30)));
       }
       for (int t = 0; t < T; ++t) {
-        const __m256i p0 = _mm256_maddubs_epi16(lo, bcst4(xq[t] + 64 * P + 4 * k));
-        const __m256i p1 = _mm256_maddubs_epi16(hi, bcst4(xq[t] + 64 * P + 32 + 4 * k));
-        a0[t] = _mm256_add_epi16(a0[t], p0);
-        a1[t] = _mm256_add_epi16(a1[t], p1);
+        a[t] = _mm256_add_epi16(a[t], _mm256_maddubs_epi16(v, bcst4(xq[t] + 64 * P + 32 * N + 4 * k)));
         // Keeps the running sums in registers: without it GCC 12 re-associates the chain,
         // computes every product of the chain first and spills them (2 stack accesses per
         // vpmaddubsw).
-        asm("" : "+x"(a0[t]), "+x"(a1[t]));
+        asm("" : "+x"(a[t]));
       }
     }
-    for (int t = 0; t < T; ++t) {
-      s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(_mm256_madd_epi16(a0[t], sc0), _mm256_madd_epi16(a1[t], sc1)));
-      asm("" : "+x"(s[t]));  // as above
-    }
+    for (int t = 0; t < T; ++t) s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(a[t], sc));
   }
+}
+
+// Both nibbles: s += sc0 * (low sums) + sc1 * (high sums).
+template <GgmlType kType, int T, int H, int P, int K0, int K1>
+HEARTH_AVX2 inline void quarter_sums(const uint8_t* blk, const uint8_t* const* xq, __m256i sc0, __m256i sc1,
+                                     __m256i* s) {
+  nibble_sums<kType, T, H, P, K0, K1, 0>(blk, xq, sc0, s);
+  nibble_sums<kType, T, H, P, K0, K1, 1>(blk, xq, sc1, s);
 }
 
 // Q4_K / Q5_K quarter P (sub-blocks 2P, 2P + 1) of half H: sumi += sc[2P] s0 + sc[2P + 1] s1.
@@ -187,8 +186,8 @@ HEARTH_AVX2 inline void store_rows(float* dst, __m256 v, int64_t valid) {
   }
 }
 
-// One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 4: 16 vector registers), both
-// halves per super-block so that the weights' lines are read once.
+// One group of 16 rows, tokens t0 .. t0 + T - 1 (T <= 4), both halves per super-block so
+// that the weights' lines are read once.
 // ahead: the prefetch distance (prefetch.h), 0 for none.
 template <GgmlType kType, int T>
 HEARTH_AVX2 void group_tokens(const PackedWeight& w, int64_t g, const PackedAct& a, int64_t t0, float* y,
