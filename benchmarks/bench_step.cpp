@@ -4,11 +4,16 @@
 // sizes are interleaved repetition by repetition so machine drift hits all alike; the
 // figures are medians of the per-step times.
 //
-// Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S]
+// Usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--rows 1,...] [--reps R] [--steps S]
 //                             [--prompt P] [--kv f16|f32|q8_0] [--prefill L1,L2,...] [--chunk C]
 //                             [--device cpu|cuda[:N]] [--deterministic 1] [--tune key=value,...]
-// Prints, per batch size: median and 10th-percentile step time, tokens/s (B / median
-// step) and that speed over the first batch size's; the first steps after load (before
+// --rows R1,R2,...: each sequence's step has R rows, each with its logits and attending as
+// a one-token step would (BatchSeq::decode_rows: a speculative verification of R - 1
+// drafted tokens, as `hearth run --spec` and `hearth serve` build it); every (batch, rows)
+// pair is timed, interleaved like the batch sizes. Default 1 (plain decode steps).
+// Prints, per batch size (and row count): median and 10th-percentile step time, tokens/s
+// (B / median step; rows not counted) and that speed over the first's, and with --rows
+// the step time over the first's; the first steps after load (before
 // anything else ran on the weights but the prompts) against the warm median; and with
 // --prefill, prompt processing: a fresh sequence of L tokens fed in chunks of C (default:
 // all at once, as `hearth serve` does up to its --prefill-chunk), median over R reps.
@@ -26,6 +31,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend_factory.h"
@@ -53,7 +59,8 @@ std::vector<int> parse_list(const std::string& s) {
 
 int run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--reps R] [--steps S] "
+    std::fprintf(stderr, "usage: bench_step MODEL.gguf [--threads N] [--batch 1,2,4,8] [--rows 1,...] [--reps R] "
+                         "[--steps S] "
                          "[--prompt P] [--kv f16|f32|q8_0] [--prefill L1,...] [--chunk C] [--device cpu|cuda[:N]] "
                          "[--deterministic 1] [--tune key=value,...]\n");
     return 2;
@@ -61,6 +68,7 @@ int run(int argc, char** argv) {
   const std::string model_path = argv[1];
   int threads = hearth::physical_core_count(), reps = 10, steps = 16, prompt = 64;
   std::vector<int> batches = {1, 2, 4, 8};
+  std::vector<int> rows_list = {1};
   hearth::ops::KvType kv_type = hearth::ops::KvType::F16;
   std::vector<int> prefills;
   int chunk = 0;
@@ -72,6 +80,7 @@ int run(int argc, char** argv) {
     const std::string v = argv[++i];
     if (a == "--threads") threads = std::atoi(v.c_str());
     else if (a == "--batch") batches = parse_list(v);
+    else if (a == "--rows") rows_list = parse_list(v);
     else if (a == "--reps") reps = std::atoi(v.c_str());
     else if (a == "--steps") steps = std::atoi(v.c_str());
     else if (a == "--prompt") prompt = std::atoi(v.c_str());
@@ -97,11 +106,13 @@ int run(int argc, char** argv) {
   const auto model = hearth::model::load_causal_lm(file, backend);
   const hearth::model::Hparams& hp = model->hparams();
   const int max_b = *std::max_element(batches.begin(), batches.end());
+  const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());
   constexpr int64_t kBlock = 16;
-  const int64_t blocks_per_seq = (prompt + steps + kBlock - 1) / kBlock;
+  const int64_t blocks_per_seq = (prompt + static_cast<int64_t>(steps) * max_rows + kBlock - 1) / kBlock;
   const int max_prefill = prefills.empty() ? 0 : *std::max_element(prefills.begin(), prefills.end());
   const int64_t prefill_blocks = (max_prefill + kBlock - 1) / kBlock;
   const bool recurrent = hp.n_recurrent_layers() > 0;
+  if (recurrent && max_rows > 1) throw std::runtime_error("--rows above 1 is for attention-only models");
   hearth::model::KvPool pool(backend, hp, kv_type, kBlock, blocks_per_seq * max_b + prefill_blocks,
                              recurrent ? max_b + 1 : 0);
 
@@ -121,39 +132,58 @@ int run(int argc, char** argv) {
               steps);
   std::printf("backend: %s; %.1f MB of weights repacked\n", backend.name().c_str(),
               cpu != nullptr ? cpu->packed_bytes() / 1e6 : 0.0);
-  std::map<int, std::vector<double>> ms;
+  std::vector<std::pair<int, int>> configs;  // (batch, rows)
+  for (const int b : batches) {
+    for (const int rw : rows_list) configs.emplace_back(b, rw);
+  }
+  std::map<std::pair<int, int>, std::vector<double>> ms;
   if (cpu != nullptr) cpu->reset_op_timing();  // the prompts above are not part of either table
   double decode_wall_ms = 0;
   for (int r = 0; r < reps; ++r) {
-    for (const int b : batches) {
-      std::vector<int32_t> tok(static_cast<size_t>(b));
+    for (const auto& [b, rw] : configs) {
+      std::vector<int32_t> tok(static_cast<size_t>(b) * rw);
       for (int s = 0; s < b; ++s) seqs[s].n_past = prompt;
       for (int st = 0; st < steps; ++st) {
         std::vector<hearth::model::BatchSeq> batch;
         for (int s = 0; s < b; ++s) {
-          tok[s] = 100 + (st * 31 + s * 17 + r) % 5000;
-          batch.push_back({&seqs[s], &tok[s], 1, true, argmax_only});
+          for (int i = 0; i < rw; ++i) tok[s * rw + i] = 100 + (st * 31 + s * 17 + i * 7 + r) % 5000;
+          hearth::model::BatchSeq one{&seqs[s], &tok[s * rw], rw, true, argmax_only};
+          if (rw > 1) {
+            one.n_logits = rw;
+            one.decode_rows = true;
+          }
+          batch.push_back(one);
         }
         const auto t0 = std::chrono::steady_clock::now();
         model->forward_batch(pool, batch, logits);
-        ms[b].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-        decode_wall_ms += ms[b].back();
+        ms[{b, rw}].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        decode_wall_ms += ms[{b, rw}].back();
       }
     }
   }
   if (cpu != nullptr && cpu->op_timing()) cpu->print_op_timing("decode steps, all batch sizes and reps", decode_wall_ms);
-  // The first batch size's first repetition ran right after load (and the prompts).
-  std::vector<double> cold(ms[batches[0]].begin(), ms[batches[0]].begin() + std::min<size_t>(steps, 8));
+  // The first configuration's first repetition ran right after load (and the prompts).
+  const std::vector<double>& first = ms[configs[0]];
+  std::vector<double> cold(first.begin(), first.begin() + std::min<size_t>(steps, 8));
   std::sort(cold.begin(), cold.end());
-  double base = 0;
-  for (const int b : batches) {
-    std::vector<double>& t = ms[b];
+  double base = 0, base_ms = 0;
+  for (const auto& cfg : configs) {
+    std::vector<double>& t = ms[cfg];
     std::sort(t.begin(), t.end());
+    const int b = cfg.first, rw = cfg.second;
     const double med = t[t.size() / 2], tps = b * 1000.0 / med;
-    if (base == 0) base = tps;
-    std::printf("batch %2d: step median %7.2f ms (p10 %7.2f)  %8.1f tok/s  x%.2f\n", b, med, t[t.size() / 10], tps,
-                tps / base);
-    if (b == batches[0]) {
+    if (base == 0) {
+      base = tps;
+      base_ms = med;
+    }
+    if (rows_list.size() > 1 || rw > 1) {
+      std::printf("batch %2d rows %2d: step median %7.2f ms (p10 %7.2f)  %8.1f tok/s  x%.2f  step x%.2f\n", b, rw, med,
+                  t[t.size() / 10], tps, tps / base, med / base_ms);
+    } else {
+      std::printf("batch %2d: step median %7.2f ms (p10 %7.2f)  %8.1f tok/s  x%.2f\n", b, med, t[t.size() / 10], tps,
+                  tps / base);
+    }
+    if (cfg == configs[0]) {
       std::printf("          first %zu steps after load: median %7.2f ms (%.2fx the warm median)\n", cold.size(),
                   cold[cold.size() / 2], cold[cold.size() / 2] / med);
     }
