@@ -8,7 +8,8 @@
 // n_decode sequences sampling in a step of `rows` rows, one extra row costs per_row
 // seconds, which the step would otherwise have spent on per_row * n_decode / t(rows)
 // tokens. A sequence's k-th drafted token is accepted with probability p^k (p: its
-// measured chance that a drafted token is accepted when the ones before it were), so
+// measured chance that a drafted token is accepted when the ones before it were, kept
+// per class of drafts: for prompt lookup, per match length), so
 // it drafts k tokens while p^k is above that cost: a lone stream on a memory-bound
 // device (per_row small next to fixed) drafts long, a large batch on a compute-bound
 // one (per_row * rows near the whole step) stops drafting unless nearly every drafted
