@@ -596,14 +596,6 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }
 
-// Blocks of up to kRows consecutive rows x the query heads of one KV head (rows of a
-// one-token sequence: that row alone). Where that leaves too few items for the threads
-// (short prompts, decode of few sequences), the rows and then the head groups are split
-// (see below), down to one query per block (which is attend_one_avx512's work item).
-// The blocks run heaviest (most keys) first, so the pool's dynamic chunks even out.
-// Eight rows (four before): each key tile is converted and each value line read once
-// for twice the queries (the 1.7B shape's 512-token layer on one thread: 17.2 -> 16.0 ms,
-// DISABLED_AttentionSpeed).
 void decode_runs(const ops::AttentionSeq* seqs, int64_t n_seqs, std::vector<int32_t>& run) {
   run.assign(static_cast<size_t>(n_seqs), 1);
   for (int64_t s = n_seqs - 1; s > 0; --s) {
@@ -616,6 +608,14 @@ void decode_runs(const ops::AttentionSeq* seqs, int64_t n_seqs, std::vector<int3
   }
 }
 
+// Blocks of up to kRows consecutive rows x the query heads of one KV head (rows of a
+// one-token sequence: that row alone). Where that leaves too few items for the threads
+// (short prompts, decode of few sequences), the rows and then the head groups are split
+// (see below), down to one query per block (which is attend_one_avx512's work item).
+// The blocks run heaviest (most keys) first, so the pool's dynamic chunks even out.
+// Eight rows (four before): each key tile is converted and each value line read once
+// for twice the queries (the 1.7B shape's 512-token layer on one thread: 17.2 -> 16.0 ms,
+// DISABLED_AttentionSpeed).
 // A decode run (decode_runs) is taken like a sequence of as many rows, except that each
 // block names the run's one-token sequence of its first row (so its queries keep the
 // one-token arithmetic, see attend_blocks_avx512, and row r of the block sees the keys
