@@ -236,8 +236,12 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
     if (spec) {
       // Drafted tokens after `next`, each with a row of logits; the target's greedy pick
       // at each row is the next token as long as the draft agreed up to it.
+      // Prompt lookup: the match first, whose length picks the acceptance the draft's
+      // length is judged by (a draft model's drafts are all class 0).
+      const NgramMatch match = model_drafter || mtp ? NgramMatch{} : drafter.find(history);
+      const int cls = match.n;
       const int64_t k = std::min<int64_t>({options.spec.adaptive
-                                               ? draft_length(cost, 1, 1, acceptance.p(), options.spec.max_draft,
+                                               ? draft_length(cost, 1, 1, acceptance.p(cls), options.spec.max_draft,
                                                               draft_s)
                                                : options.spec.max_draft,
                                            options.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1,
@@ -274,10 +278,10 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
           draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
         }
       } else if (k > 0) {
-        draft = drafter.draft(history, static_cast<int32_t>(k));
+        draft = NgramDrafter::copy(history, match, static_cast<int32_t>(k));
       }
       if (k <= 0) {
-        acceptance.idle();
+        acceptance.idle(cls);
         draft_s *= 0.98;  // (a dear draft model is tried again later)
       }
       if (!draft.empty()) {
@@ -320,7 +324,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         const auto accepted = static_cast<int32_t>(verified.size() - 1);
         r.drafted += static_cast<int32_t>(draft.size());
         r.accepted += accepted;
-        acceptance.note(static_cast<int32_t>(draft.size()), accepted);
+        acceptance.note(static_cast<int32_t>(draft.size()), accepted, cls);
         cache.seq().n_past = n_past + 1 + accepted;  // the rejected rows are written over later
         if (state_slot >= 0 && static_cast<size_t>(accepted) < draft.size()) {
           cache.pool().copy_state(1 + accepted, state_slot);  // the state at the last accepted token

@@ -12,28 +12,33 @@ NgramDrafter::NgramDrafter(int32_t max_n, int32_t min_n) : max_n_(max_n), min_n_
   }
 }
 
-std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> tokens, int32_t k) const {
+NgramMatch NgramDrafter::find(std::span<const int32_t> tokens) const {
   const auto len = static_cast<int64_t>(tokens.size());
-  if (k <= 0) return {};
   for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_; --n) {
     const int32_t* suffix = tokens.data() + (len - n);
     // Latest start s < len - n whose n tokens equal the suffix (the match ends before the
     // suffix starts or overlaps it; either way tokens follow it).
     for (int64_t s = len - n - 1; s >= 0; --s) {
       if (tokens[static_cast<size_t>(s)] != suffix[0] || !std::equal(suffix, suffix + n, tokens.data() + s)) continue;
-      // Copy from s + n on; past the end of what is known, the draft goes on from its own
-      // start (the sequence is taken to repeat with period len - n - s), so a short loop
-      // still fills k tokens.
-      std::vector<int32_t> out;
-      out.reserve(static_cast<size_t>(k));
-      for (int64_t i = 0; i < k; ++i) {
-        const int64_t p = s + n + i;
-        out.push_back(p < len ? tokens[static_cast<size_t>(p)] : out[static_cast<size_t>(p - len)]);
-      }
-      return out;
+      return NgramMatch{s, static_cast<int32_t>(n)};
     }
   }
   return {};
+}
+
+std::vector<int32_t> NgramDrafter::copy(std::span<const int32_t> tokens, const NgramMatch& m, int32_t k) {
+  if (k <= 0 || m.n <= 0) return {};
+  const auto len = static_cast<int64_t>(tokens.size());
+  // Copy from start + n on; past the end of what is known, the draft goes on from its own
+  // start (the sequence is taken to repeat with period len - n - start), so a short loop
+  // still fills k tokens.
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t p = m.start + m.n + i;
+    out.push_back(p < len ? tokens[static_cast<size_t>(p)] : out[static_cast<size_t>(p - len)]);
+  }
+  return out;
 }
 
 }  // namespace hearth::engine

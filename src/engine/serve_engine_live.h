@@ -32,8 +32,10 @@ struct ServeEngine::Live {
   // Requests with images: the image rows' embeddings and the prompt's 3-D positions.
   std::vector<float> embd;
   model::SeqMedia media;
-  // Speculative decoding: its measured acceptance and its drafted / accepted tokens.
+  // Speculative decoding: its measured acceptance (per class of drafts), the class of the
+  // draft being verified, and its drafted / accepted tokens.
   Acceptance acceptance;
+  int draft_class = 0;
   int32_t drafted = 0, accepted = 0;
   // --spec mtp: the positions the model's MTP block has run for this sequence (-1: none yet).
   int64_t mtp_pos = -1;

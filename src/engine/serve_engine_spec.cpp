@@ -112,15 +112,19 @@ void ServeEngine::spec_draft() {
     auto it = live_.find(seq.id);
     if (it == live_.end() || !spec_eligible(seq, *it->second)) continue;
     Live& live = *it->second;
+    // Prompt lookup: the match first, whose length picks the acceptance the draft's
+    // length is judged by (a draft model's and the MTP head's drafts are all class 0).
+    const NgramMatch match = model_drafter_ || mtp ? NgramMatch{} : drafter_.find(seq.tokens);
+    live.draft_class = match.n;
     // No further than max_tokens (the step's own token is one) and the context.
     int64_t k = config_.spec.adaptive
-                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(), config_.spec.max_draft,
+                    ? draft_length(spec_cost_, rows, n_decode, live.acceptance.p(match.n), config_.spec.max_draft,
                                    model_drafter_ || mtp ? draft_s_ : 0.0)
                     : config_.spec.max_draft;
     k = std::min<int64_t>(k, live.request.max_tokens - live.n_generated - 1);
     k = std::min<int64_t>(k, max_seq_tokens_ - static_cast<int64_t>(seq.tokens.size()));
     if (k <= 0) {
-      live.acceptance.idle();
+      live.acceptance.idle(match.n);
       continue;
     }
     if (mtp) {
@@ -129,7 +133,7 @@ void ServeEngine::spec_draft() {
       jobs.push_back(ModelDrafter::Job{seq.id, seq.tokens, static_cast<int32_t>(k), {}});
       job_seq.push_back(&seq);
     } else {
-      seq.draft = drafter_.draft(seq.tokens, static_cast<int32_t>(k));
+      seq.draft = NgramDrafter::copy(seq.tokens, match, static_cast<int32_t>(k));
     }
   }
   if (mtp) {
@@ -256,7 +260,7 @@ ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n
   }
   live.drafted += n_draft;
   live.accepted += accepted;
-  live.acceptance.note(n_draft, accepted);
+  live.acceptance.note(n_draft, accepted, live.draft_class);
   spec_drafted_ += static_cast<uint64_t>(n_draft);
   spec_accepted_ += static_cast<uint64_t>(accepted);
   seq.draft.clear();

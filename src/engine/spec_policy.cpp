@@ -48,15 +48,22 @@ double StepCost::fixed() const {
   return std::max(0.0, (y_ - per_row() * x_) / w_);
 }
 
-void Acceptance::note(int32_t drafted, int32_t accepted) {
+void Acceptance::note(int32_t drafted, int32_t accepted, int cls) {
   if (drafted <= 0) return;
-  accepted_ = accepted_ * kForget + accepted;
-  rejected_ = rejected_ * kForget + (accepted < drafted ? 1 : 0);
+  const int i = index(cls);
+  accepted_[i] = accepted_[i] * kForget + accepted;
+  rejected_[i] = rejected_[i] * kForget + (accepted < drafted ? 1 : 0);
 }
 
-void Acceptance::idle() {
-  accepted_ = accepted_ * kForget + (1 - kForget);
-  rejected_ = rejected_ * kForget + (1 - kForget);
+void Acceptance::idle(int cls) {
+  const int i = index(cls);
+  accepted_[i] = accepted_[i] * kForget + (1 - kForget);
+  rejected_[i] = rejected_[i] * kForget + (1 - kForget);
+}
+
+double Acceptance::p(int cls) const {
+  const int i = index(cls);
+  return accepted_[i] / (accepted_[i] + rejected_[i]);
 }
 
 int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft,

@@ -8,7 +8,8 @@
 // n_decode sequences sampling in a step of `rows` rows, one extra row costs per_row
 // seconds, which the step would otherwise have spent on per_row * n_decode / t(rows)
 // tokens. A sequence's k-th drafted token is accepted with probability p^k (p: its
-// measured chance that a drafted token is accepted when the ones before it were), so
+// measured chance that a drafted token is accepted when the ones before it were, kept
+// per class of drafts: for prompt lookup, per match length), so
 // it drafts k tokens while p^k is above that cost: a lone stream on a memory-bound
 // device (per_row small next to fixed) drafts long, a large batch on a compute-bound
 // one (per_row * rows near the whole step) stops drafting unless nearly every drafted
@@ -65,19 +66,25 @@ class StepCost {
   double w_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;
 };
 
-// One sequence's acceptance: the geometric model's p from (forgetting) counts of
-// accepted drafted tokens and of verifications that ended at a rejected one, starting
-// from one of each (p = 1/2: a new sequence drafts as long as a short draft pays).
+// One sequence's acceptance, per class of drafts (prompt lookup: the match length, so a
+// draft from a six-token match and one from a one-token match are judged apart; a draft
+// model: class 0): the geometric model's p from (forgetting) counts of accepted drafted
+// tokens and of verifications that ended at a rejected one, starting from one of each
+// (p = 1/2: a new class drafts as long as a short draft pays). Classes past the last
+// share it.
 class Acceptance {
  public:
-  void note(int32_t drafted, int32_t accepted);
-  // A step in which the sequence did not draft: the counts drift back to the prior, so
-  // a sequence that stopped drafting for a low p tries again later.
-  void idle();
-  double p() const { return accepted_ / (accepted_ + rejected_); }
+  static constexpr int kClasses = 8;
+  void note(int32_t drafted, int32_t accepted, int cls = 0);
+  // A step in which the sequence did not draft from this class: its counts drift back to
+  // the prior, so a class that stopped drafting for a low p tries again later.
+  void idle(int cls = 0);
+  double p(int cls = 0) const;
 
  private:
-  double accepted_ = 1, rejected_ = 1;
+  static int index(int cls) { return cls < 0 ? 0 : cls >= kClasses ? kClasses - 1 : cls; }
+  double accepted_[kClasses] = {1, 1, 1, 1, 1, 1, 1, 1};
+  double rejected_[kClasses] = {1, 1, 1, 1, 1, 1, 1, 1};
 };
 
 // Drafted tokens for one sequence (0 .. max_draft): the largest k with p^k above the

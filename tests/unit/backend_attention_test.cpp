@@ -216,6 +216,75 @@ TEST(PagedAttention, Avx2BlockedKernelEqualsPerQuery) {
   check_blocked_kernel({ops::KvType::F32, ops::KvType::F16, ops::KvType::Q8_0}, {64, 128, 192}, {1, 3, 4});
 }
 
+// A speculative verification's rows (BatchSeq::decode_rows): one-token sequences at
+// consecutive rows and positions over one block table, a decode run. The blocked kernel
+// takes a run's rows into shared blocks; every row must still give the bits of its own
+// one-token step (the sequence alone at that position), of the per-query kernel and of the
+// plain reference, on 1 and 3 threads, among other sequences: a decode row of another
+// sequence, a prompt, and a run whose rows are not consecutive in position (no run).
+TEST(PagedAttention, DecodeRunsEqualOneTokenSteps) {
+  cpu::CpuBackend blocked(3), per_query(3), one_thread(1);
+  per_query.set_attention_blocks(false);
+  for (const ops::KvType type : {ops::KvType::F32, ops::KvType::F16, ops::KvType::Q8_0}) {
+    for (const int64_t run_len : {2, 5, 9, 17}) {
+      const int64_t head_dim = 64, n_head_kv = 3, n_head = 9, dim = n_head_kv * head_dim, bs = 16;
+      const int64_t p0 = 411;  // the run's first position: rows see 412 .. 411 + run_len keys
+      const int64_t n_pos = p0 + run_len, other = 300, prompt0 = 37, prompt_n = 6;
+      const int64_t nb_run = (n_pos + bs - 1) / bs, nb_other = (other + 1 + bs - 1) / bs,
+                    nb_prompt = (prompt0 + prompt_n + bs - 1) / bs;
+      Pool pool(type, bs, nb_run + nb_other + nb_prompt, dim);
+      const auto perm = shuffled_table(nb_run + nb_other + nb_prompt, 11 + static_cast<uint32_t>(run_len));
+      const std::vector<int32_t> t_run(perm.begin(), perm.begin() + nb_run),
+          t_other(perm.begin() + nb_run, perm.begin() + nb_run + nb_other),
+          t_prompt(perm.begin() + nb_run + nb_other, perm.end());
+      fill(blocked, pool, t_run, random_floats(n_pos * dim, 80, 1.5f), random_floats(n_pos * dim, 81), n_pos);
+      fill(blocked, pool, t_other, random_floats((other + 1) * dim, 82, 1.5f), random_floats((other + 1) * dim, 83),
+           other + 1);
+      fill(blocked, pool, t_prompt, random_floats((prompt0 + prompt_n) * dim, 84, 1.5f),
+           random_floats((prompt0 + prompt_n) * dim, 85), prompt0 + prompt_n);
+      // Rows: another sequence's decode row, the run, a prompt, then two one-token rows of
+      // the run's table at positions 3 apart (not a run).
+      std::vector<ops::AttentionSeq> seqs;
+      int64_t rows = 0;
+      seqs.push_back({rows++, 1, other, t_other.data()});
+      for (int64_t i = 0; i < run_len; ++i) seqs.push_back({rows++, 1, p0 + i, t_run.data()});
+      seqs.push_back({rows, prompt_n, prompt0, t_prompt.data()});
+      rows += prompt_n;
+      seqs.push_back({rows++, 1, 100, t_run.data()});
+      seqs.push_back({rows++, 1, 103, t_run.data()});
+      const auto n_seqs = static_cast<int64_t>(seqs.size());
+      std::vector<int32_t> run;
+      cpu::decode_runs(seqs.data(), n_seqs, run);
+      ASSERT_EQ(run[0], 1);
+      ASSERT_EQ(run[1], run_len);
+      for (int64_t i = 2; i <= run_len; ++i) ASSERT_EQ(run[static_cast<size_t>(i)], 0);
+      ASSERT_EQ(run[static_cast<size_t>(run_len + 1)], 1);
+      ASSERT_EQ(run[static_cast<size_t>(run_len + 2)], 1);
+      ASSERT_EQ(run[static_cast<size_t>(run_len + 3)], 1);
+
+      const auto q = random_floats(rows * n_head * head_dim, 86, 0.5f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      std::vector<float> a(q.size()), b(q.size()), c(q.size()), r(q.size());
+      blocked.attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, a.data());
+      per_query.attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, b.data());
+      one_thread.attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, c.data());
+      cpu::ref::attention(q.data(), pool.layer(), seqs.data(), n_seqs, n_head, n_head_kv, head_dim, scale, r.data());
+      const std::string what = std::string(ops::kv_type_name(type)) + " run of " + std::to_string(run_len);
+      ASSERT_EQ(a, b) << what;
+      ASSERT_EQ(a, c) << what;
+      ASSERT_EQ(a, r) << what;
+      for (size_t s = 0; s < seqs.size(); ++s) {
+        const int64_t off = seqs[s].first_row * n_head * head_dim, len = seqs[s].n_tokens * n_head * head_dim;
+        ops::AttentionSeq alone = seqs[s];
+        alone.first_row = 0;
+        std::vector<float> one(static_cast<size_t>(len));
+        blocked.attention(q.data() + off, pool.layer(), &alone, 1, n_head, n_head_kv, head_dim, scale, one.data());
+        ASSERT_EQ(one, std::vector<float>(a.begin() + off, a.begin() + off + len)) << what << " sequence " << s;
+      }
+    }
+  }
+}
+
 // The AVX2 kernel table (cpu.isa=avx2, so also on AVX-512 machines): its per-query kernel
 // reads f16 and q8_0 rows in its loads for head dims that are multiples of 64 (decode),
 // and attends f32 rows (prompts over a converted cache); every output equals the plain
@@ -316,5 +385,40 @@ TEST(PagedAttention, DISABLED_AttentionSpeed) {
     }
     std::printf("decode row at %lld keys, %s, 1 thread: %.1f us\n", static_cast<long long>(n),
                 be == &pq1 ? "per query" : "blocked", best * 1e6);
+  }
+}
+
+// Decode runs (speculative verification) on the default model's shape (9 heads, 3 KV heads
+// of 64, f16 cache, 400 keys): a run of R rows against R one-token steps, best of 50.
+TEST(PagedAttention, DISABLED_DecodeRunSpeed) {
+  const int64_t n_head = 9, n_head_kv = 3, head_dim = 64, dim = n_head_kv * head_dim, bs = 16, p0 = 400;
+  for (const int threads : {1, 2}) {
+    cpu::CpuBackend be(threads);
+    Pool pool(ops::KvType::F16, bs, (p0 + 16) / bs + 1, dim);
+    std::vector<int32_t> table(static_cast<size_t>((p0 + 16) / bs + 1));
+    std::iota(table.begin(), table.end(), 0);
+    fill(be, pool, table, random_floats((p0 + 16) * dim, 1, 1.5f), random_floats((p0 + 16) * dim, 2), p0 + 16);
+    const auto q = random_floats(16 * n_head * head_dim, 3, 0.5f);
+    std::vector<float> out(q.size());
+    for (const int64_t rows : {1, 2, 3, 5, 9}) {
+      std::vector<ops::AttentionSeq> seqs;
+      for (int64_t i = 0; i < rows; ++i) seqs.push_back({i, 1, p0 + i, table.data()});
+      double best_run = 1e9, best_steps = 1e9;
+      for (int r = 0; r < 50; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        be.attention(q.data(), pool.layer(), seqs.data(), rows, n_head, n_head_kv, head_dim, 0.125f, out.data());
+        best_run = std::min(best_run, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < rows; ++i) {
+          ops::AttentionSeq one = seqs[static_cast<size_t>(i)];
+          one.first_row = 0;
+          be.attention(q.data() + i * n_head * head_dim, pool.layer(), &one, 1, n_head, n_head_kv, head_dim, 0.125f,
+                       out.data());
+        }
+        best_steps = std::min(best_steps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::printf("%d thread(s), %2lld rows: run %.1f us, %lld one-token steps %.1f us\n", threads,
+                  static_cast<long long>(rows), best_run * 1e6, static_cast<long long>(rows), best_steps * 1e6);
+    }
   }
 }

@@ -82,6 +82,23 @@ TEST(NgramDrafter, CopiesWhatFollowedTheLatestLongestMatch) {
   EXPECT_EQ(only1.draft(u, 1), (std::vector<int32_t>{6}));
 }
 
+TEST(NgramDrafter, FindsTheMatchAndItsLength) {
+  const engine::NgramDrafter d(6, 1);
+  // "5 6 7 8" occurred at 1 .. 4 (then 9); "8" alone later, at 6: the longest match wins.
+  const std::vector<int32_t> t = {4, 5, 6, 7, 8, 9, 8, 3, 5, 6, 7, 8};
+  const engine::NgramMatch m = d.find(t);
+  EXPECT_EQ(m.n, 4);
+  EXPECT_EQ(m.start, 1);
+  EXPECT_EQ(engine::NgramDrafter::copy(t, m, 3), (std::vector<int32_t>{9, 8, 3}));
+  EXPECT_EQ(engine::NgramDrafter::copy(t, m, 0), std::vector<int32_t>{});
+  EXPECT_EQ(engine::NgramDrafter::copy(t, engine::NgramMatch{}, 3), std::vector<int32_t>{});
+  // Capped at max_n: a long repeat matches max_n tokens.
+  const std::vector<int32_t> rep = {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  EXPECT_EQ(d.find(rep).n, 6);
+  EXPECT_EQ(d.find(rep).start, 3);
+  EXPECT_EQ(d.find(std::vector<int32_t>{1, 2, 3}).n, 0);
+}
+
 TEST(NgramDrafter, NothingWithoutAnEarlierMatch) {
   const engine::NgramDrafter d(3, 2);
   EXPECT_TRUE(d.draft(std::vector<int32_t>{1, 2, 3, 4, 5}, 4).empty());
@@ -150,6 +167,25 @@ TEST(SpecPolicy, AcceptanceFollowsVerificationsAndDriftsBack) {
   EXPECT_THROW(engine::parse_spec_mode("medusa"), hearth::Error);
   EXPECT_EQ(engine::parse_spec_mode("ngram"), engine::SpecMode::kNgram);
   EXPECT_EQ(engine::parse_spec_mode("off"), engine::SpecMode::kOff);
+}
+
+TEST(SpecPolicy, AcceptanceIsKeptPerClass) {
+  engine::Acceptance a;
+  for (int i = 0; i < 50; ++i) {
+    a.note(4, 0, 1);  // drafts from one-token matches: rejected at once
+    a.note(4, 4, 5);  // from five-token matches: all accepted
+  }
+  EXPECT_LT(a.p(1), 0.1);
+  EXPECT_GT(a.p(5), 0.95);
+  EXPECT_DOUBLE_EQ(a.p(3), 0.5);  // untouched
+  EXPECT_DOUBLE_EQ(a.p(0), 0.5);
+  // Classes past the last share it; below 0 is class 0.
+  a.note(4, 4, 100);
+  EXPECT_GT(a.p(engine::Acceptance::kClasses - 1), 0.5);
+  EXPECT_DOUBLE_EQ(a.p(-3), a.p(0));
+  for (int i = 0; i < 300; ++i) a.idle(1);
+  EXPECT_GT(a.p(1), 0.3);
+  EXPECT_GT(a.p(5), 0.95);  // idling class 1 leaves class 5 alone
 }
 
 // ---- Exactness through the engine --------------------------------------------------

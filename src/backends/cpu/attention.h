@@ -23,7 +23,8 @@ struct AttendArgs {
 };
 
 // A work item of the blocked kernel: n_rows consecutive query rows of sequence `seq`
-// (starting at global row row0) x the query heads [head0, head0 + n_heads), all of one
+// (starting at global row row0), or of a decode run's one-token sequences from `seq` on
+// (decode_runs, cpu_backend.h), x the query heads [head0, head0 + n_heads), all of one
 // KV head. Every query of the block reads the same keys and values, so they share
 // each key row while it is in registers / L1 and each value chunk while it is in L2.
 struct AttnBlock {

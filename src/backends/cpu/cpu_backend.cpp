@@ -565,15 +565,23 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
     for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq_[static_cast<size_t>(seqs[s].first_row + t)] = static_cast<int32_t>(s);
   }
   // Every sequence's key row offsets, once for all heads and queries (elements; bytes
-  // for q8_0).
+  // for q8_0). The rows of a decode run (decode_runs) share their first's list, made
+  // long enough for its last row: each row's keys are a prefix of it.
+  decode_runs(seqs, n_seqs, run_len_);
   const int64_t row_units =
       cache.type == ops::KvType::Q8_0 ? ops::kv_row_bytes(cache.type, cache.n_kv_dim) : cache.n_kv_dim;
   seq_offs_.resize(static_cast<size_t>(n_seqs));
   key_offs_.clear();
   for (int64_t s = 0; s < n_seqs; ++s) {
+    const int32_t run = run_len_[static_cast<size_t>(s)];
+    if (run == 0) {
+      seq_offs_[static_cast<size_t>(s)] = seq_offs_[static_cast<size_t>(s - 1)];
+      continue;
+    }
     seq_offs_[static_cast<size_t>(s)] = static_cast<int64_t>(key_offs_.size());
     const BlockMap map(seqs[s].block_table, cache.block_size);
-    const int64_t n_keys = seqs[s].pos0 + seqs[s].n_tokens;
+    const ops::AttentionSeq& last = seqs[s + run - 1];
+    const int64_t n_keys = last.pos0 + last.n_tokens;
     for (int64_t j = 0; j < n_keys; ++j) key_offs_.push_back(map.row(j) * row_units);
   }
   const AttendArgs args{q,        &cache,   seqs,      row_seq_.data(), key_offs_.data(), seq_offs_.data(),
@@ -588,6 +596,18 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
   pool_.parallel_for(n_rows * n_head, 1, [&](int64_t begin, int64_t end, int) { attend(args, begin, end); });
 }
 
+void decode_runs(const ops::AttentionSeq* seqs, int64_t n_seqs, std::vector<int32_t>& run) {
+  run.assign(static_cast<size_t>(n_seqs), 1);
+  for (int64_t s = n_seqs - 1; s > 0; --s) {
+    const ops::AttentionSeq &a = seqs[s - 1], &b = seqs[s];
+    if (a.n_tokens == 1 && b.n_tokens == 1 && a.block_table == b.block_table && b.pos0 == a.pos0 + 1 &&
+        b.first_row == a.first_row + 1) {
+      run[static_cast<size_t>(s - 1)] += run[static_cast<size_t>(s)];
+      run[static_cast<size_t>(s)] = 0;
+    }
+  }
+}
+
 // Blocks of up to kRows consecutive rows x the query heads of one KV head (rows of a
 // one-token sequence: that row alone). Where that leaves too few items for the threads
 // (short prompts, decode of few sequences), the rows and then the head groups are split
@@ -596,14 +616,23 @@ void CpuBackend::attention(const float* q, const ops::KvLayer& cache, const ops:
 // Eight rows (four before): each key tile is converted and each value line read once
 // for twice the queries (the 1.7B shape's 512-token layer on one thread: 17.2 -> 16.0 ms,
 // DISABLED_AttentionSpeed).
+// A decode run (decode_runs) is taken like a sequence of as many rows, except that each
+// block names the run's one-token sequence of its first row (so its queries keep the
+// one-token arithmetic, see attend_blocks_avx512, and row r of the block sees the keys
+// up to that sequence's position + r, which are its own).
 void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_seqs, int64_t n_head,
                                        int64_t n_head_kv) {
   constexpr int64_t kRows = 8;
   const int64_t group = n_head / n_head_kv, want = 4 * static_cast<int64_t>(pool_.n_threads());
   int64_t rows = kRows, heads = group;
+  // Rows of the unit starting at sequence s (0: s is inside a run).
+  const auto unit_rows = [&](int64_t s) -> int64_t {
+    const int32_t run = run_len_[static_cast<size_t>(s)];
+    return run > 1 ? run : run == 1 ? seqs[s].n_tokens : 0;
+  };
   const auto count = [&] {
     int64_t n = 0;
-    for (int64_t s = 0; s < n_seqs; ++s) n += (seqs[s].n_tokens + rows - 1) / rows;
+    for (int64_t s = 0; s < n_seqs; ++s) n += (unit_rows(s) + rows - 1) / rows;
     return n * n_head_kv * ((group + heads - 1) / heads);
   };
   // Rows first (a prompt's blocks), down to single rows while there are fewer than 4
@@ -616,12 +645,15 @@ void CpuBackend::make_attention_blocks(const ops::AttentionSeq* seqs, int64_t n_
   attn_blocks_.clear();
   for (int64_t s = 0; s < n_seqs; ++s) {
     const ops::AttentionSeq& sq = seqs[s];
-    for (int64_t t = 0; t < sq.n_tokens; t += rows) {
-      const auto n_rows = static_cast<int32_t>(std::min(rows, sq.n_tokens - t));
+    const int64_t n = unit_rows(s);
+    const bool run = run_len_[static_cast<size_t>(s)] > 1;
+    for (int64_t t = 0; t < n; t += rows) {
+      const auto n_rows = static_cast<int32_t>(std::min(rows, n - t));
+      const auto seq = static_cast<int32_t>(run ? s + t : s);
       for (int64_t kv = 0; kv < n_head_kv; ++kv) {
         for (int64_t g = 0; g < group; g += heads) {
           const auto nh = static_cast<int32_t>(std::min(heads, group - g));
-          attn_blocks_.push_back({sq.first_row + t, static_cast<int32_t>(s), n_rows, static_cast<int32_t>(kv * group + g), nh});
+          attn_blocks_.push_back({sq.first_row + t, seq, n_rows, static_cast<int32_t>(kv * group + g), nh});
         }
       }
     }

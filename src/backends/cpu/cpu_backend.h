@@ -30,6 +30,14 @@ struct FullAttnItem {
   int32_t n_q, head;
 };
 
+// Decode runs: one-token sequences at consecutive rows and positions over the same block
+// table, which is how a speculative verification's rows come (BatchSeq::decode_rows: each
+// row attends as a one-token step would). They read the same keys, so the blocked
+// attention kernel takes a run's rows into the same blocks, each query keeping the
+// one-token arithmetic. run[s]: the length of the run starting at sequence s, 0 for the
+// later sequences of a run (1: a sequence alone).
+void decode_runs(const ops::AttentionSeq* seqs, int64_t n_seqs, std::vector<int32_t>& run);
+
 // Throws Error(kInvalidInput) naming `backend` when p asks for multi-axis RoPE that
 // backend.h does not define (no NeoX layout, no pos3, vision sections not covering
 // n_rot / 2); nothing for plain RoPE (cpu_vision.cpp).
@@ -176,6 +184,7 @@ class CpuBackend final : public ops::Backend {
   bool attention_blocks_ = true;        // blocked attention where the kernel table has it
   std::vector<AttnBlock> attn_blocks_;  // ... its work items
   std::vector<int64_t> key_offs_, seq_offs_;  // attention: key row offsets per sequence
+  std::vector<int32_t> run_len_;              // ... its decode runs (decode_runs)
   std::vector<float> full_kt_;                // attention_full: the keys transposed in blocks
   std::vector<int64_t> full_blocks_;          // ... each block's first row and rows
   std::vector<FullAttnItem> full_items_;      // ... and its work items
