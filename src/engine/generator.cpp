@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -19,22 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Output row i's argmax: the back-end's pick where it reduced the row, else over its logits
-// (-1 for a row that is not finite).
-int32_t row_argmax(const std::vector<ops::ArgmaxRow>& picks, const std::vector<float>& logits, size_t i,
-                   size_t n_vocab) {
-  if (i < picks.size()) return picks[i].bad >= 0 ? -1 : picks[i].argmax;
-  if (logits.size() < (i + 1) * n_vocab || n_vocab == 0) return -1;
-  int32_t best = -1;
-  float best_v = 0;
-  for (size_t t = 0; t < n_vocab; ++t) {
-    const float v = logits[i * n_vocab + t];
-    if (!std::isfinite(v)) return -1;
-    if (best < 0 || v > best_v) best = static_cast<int32_t>(t), best_v = v;
-  }
-  return best;
-}
 
 constexpr std::array<std::string_view, 12> kEndOfTurnTexts = {
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",  "<end_of_turn>", "<|endoftext|>",
@@ -115,7 +98,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                     mtp_pos - hid_pos0, draft, draft};
     model.forward_mtp(cache.pool(), {q}, mtp_logits);
     mtp_pos = upto;
-    return draft ? row_argmax(model.picks(), mtp_logits, 0, static_cast<size_t>(model.hparams().n_vocab)) : -1;
+    return draft ? greedy_pick(model.picks(), mtp_logits, 0, static_cast<size_t>(model.hparams().n_vocab)) : -1;
   };
   std::vector<int32_t> part;
   for (int64_t at = 0; at < n_prompt; at += chunk) {
@@ -252,10 +235,7 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
         const auto t_draft = Clock::now();
         model_drafter->draft(job);
         draft = std::move(job[0].out);
-        if (!draft.empty()) {  // seconds per drafted token, forgetting geometrically
-          const double s = seconds(t_draft, Clock::now()) / static_cast<double>(draft.size());
-          draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
-        }
+        if (!draft.empty()) note_draft_seconds(draft_s, seconds(t_draft, Clock::now()), draft.size());
       } else if (k > 0 && mtp) {
         // The MTP block's own rows up to `next` (the last takes it), then one pass a draft:
         // each on the block's output state and the draft before it.
@@ -271,18 +251,15 @@ GenerateResult generate(model::CausalLm& model, model::KvCache& cache, const tok
                           model::MtpSeq::From::kMtp, prev_row, true, true};
           model.forward_mtp(cache.pool(), {q}, mtp_logits);
           prev_row = 0;
-          d = row_argmax(model.picks(), mtp_logits, 0, static_cast<size_t>(model.hparams().n_vocab));
+          d = greedy_pick(model.picks(), mtp_logits, 0, static_cast<size_t>(model.hparams().n_vocab));
         }
-        if (!draft.empty()) {
-          const double s = seconds(t_draft, Clock::now()) / static_cast<double>(draft.size());
-          draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
-        }
+        if (!draft.empty()) note_draft_seconds(draft_s, seconds(t_draft, Clock::now()), draft.size());
       } else if (k > 0) {
         draft = NgramDrafter::copy(history, match, static_cast<int32_t>(k));
       }
       if (k <= 0) {
         acceptance.idle(cls);
-        draft_s *= 0.98;  // (a dear draft model is tried again later)
+        note_draft_seconds(draft_s, 0, 0);  // (a dear drafter is tried again later)
       }
       if (!draft.empty()) {
         std::vector<int32_t> in(1, next);

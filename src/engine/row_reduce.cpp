@@ -2,7 +2,17 @@
 
 #include <utility>
 
+#include "engine/logit_scan.h"
+
 namespace hearth::engine {
+
+int32_t greedy_pick(const std::vector<ops::ArgmaxRow>& picks, std::span<const float> logits, size_t row,
+                    size_t n_vocab) {
+  if (row < picks.size()) return picks[row].bad >= 0 ? -1 : picks[row].argmax;
+  if (n_vocab == 0 || logits.size() < (row + 1) * n_vocab) return -1;
+  const std::span<const float> r = logits.subspan(row * n_vocab, n_vocab);
+  return first_non_finite(r) >= 0 ? -1 : static_cast<int32_t>(argmax_first(r));
+}
 
 ops::RowReduce offered_row(Sampler& s, std::span<const int32_t> history, std::vector<ops::PenaltyToken>& pens,
                            bool allow_draw) {

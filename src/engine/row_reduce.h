@@ -18,4 +18,10 @@ namespace hearth::engine {
 ops::RowReduce offered_row(Sampler& s, std::span<const int32_t> history, std::vector<ops::PenaltyToken>& pens,
                            bool allow_draw);
 
+// Output row `row` of a step whose rows were asked for as argmax only (a greedy draft):
+// the back-end's pick where it reduced the rows (picks), else the argmax of the row's
+// logits ([rows, n_vocab]); -1 when the row is not finite or not there.
+int32_t greedy_pick(const std::vector<ops::ArgmaxRow>& picks, std::span<const float> logits, size_t row,
+                    size_t n_vocab);
+
 }  // namespace hearth::engine

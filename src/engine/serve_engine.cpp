@@ -519,11 +519,10 @@ void ServeEngine::step() {
     if (config_.spec.mode == SpecMode::kMtp) {  // where each sequence's rows are (spec_draft_mtp)
       step_rows_.clear();
       int64_t row = 0;
-      for (const model::BatchSeq& b : batch_) {
+      for (size_t it = 0; it < plan.items.size(); ++it) {  // (batch_[it] is plan.items[it]'s)
+        const model::BatchSeq& b = batch_[it];
         if (b.n_tokens <= 0) continue;
-        for (const StepItem& item : plan.items) {
-          if (&item.seq->kv == b.kv) step_rows_[item.seq->id] = StepRows{b.kv->n_past, row};
-        }
+        step_rows_[plan.items[it].seq->id] = StepRows{b.kv->n_past, row};
         row += b.n_tokens;
       }
     }

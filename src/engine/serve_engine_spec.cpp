@@ -51,6 +51,7 @@
 
 #include "core/error.h"
 #include "engine/serve_engine.h"
+#include "engine/row_reduce.h"
 #include "engine/serve_engine_live.h"
 
 namespace hearth::engine {
@@ -143,7 +144,7 @@ void ServeEngine::spec_draft() {
   if (jobs.empty()) {
     // Nothing drafted: the cost drifts down, so that a policy that stopped drafting for a
     // dear draft (or one slow measurement) tries again later.
-    if (model_drafter_) draft_s_ *= 0.98;
+    if (model_drafter_) note_draft_seconds(draft_s_, 0, 0);
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -155,7 +156,7 @@ void ServeEngine::spec_draft() {
   }
   // The seconds per drafted token (forgetting geometrically), which draft_length counts.
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (n > 0) draft_s_ = draft_s_ > 0 ? 0.9 * draft_s_ + 0.1 * s / static_cast<double>(n) : s / static_cast<double>(n);
+  if (n > 0) note_draft_seconds(draft_s_, s, n);
 }
 
 void ServeEngine::spec_draft_mtp(const std::unordered_map<uint64_t, int64_t>& want) {
@@ -203,14 +204,7 @@ void ServeEngine::spec_draft_mtp(const std::unordered_map<uint64_t, int64_t>& wa
     std::vector<Job> next;
     size_t r = 0;
     for (Job& j : drafting) {
-      int32_t d = -1;
-      if (r < picks.size()) {
-        d = picks[r].bad >= 0 ? -1 : picks[r].argmax;
-      } else if (mtp_logits_.size() >= (r + 1) * n_vocab) {
-        const float* row = mtp_logits_.data() + r * n_vocab;
-        d = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
-      }
-      ++r;
+      const int32_t d = greedy_pick(picks, mtp_logits_, r++, n_vocab);
       if (d < 0) continue;
       j.seq->draft.push_back(d);
       ++drafted;
@@ -226,11 +220,7 @@ void ServeEngine::spec_draft_mtp(const std::unordered_map<uint64_t, int64_t>& wa
     drafting = std::move(next);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (drafted > 0) {
-    draft_s_ = draft_s_ > 0 ? 0.9 * draft_s_ + 0.1 * s / static_cast<double>(drafted) : s / static_cast<double>(drafted);
-  } else {
-    draft_s_ *= 0.98;
-  }
+  note_draft_seconds(draft_s_, s, drafted);
 }
 
 ServeEngine::RowEnd ServeEngine::spec_verify(SeqSlot& seq, Live& live, int32_t n_draft, size_t row0, int32_t first,

@@ -13,6 +13,15 @@ constexpr double kForget = 0.98;
 
 }  // namespace
 
+void note_draft_seconds(double& draft_s, double seconds, size_t n) {
+  if (n == 0) {
+    draft_s *= 0.98;
+    return;
+  }
+  const double s = seconds / static_cast<double>(n);
+  draft_s = draft_s > 0 ? 0.9 * draft_s + 0.1 * s : s;
+}
+
 SpecMode parse_spec_mode(const std::string& s) {
   if (s == "off") return SpecMode::kOff;
   if (s == "ngram") return SpecMode::kNgram;

@@ -95,4 +95,9 @@ class Acceptance {
 int32_t draft_length(const StepCost& cost, int64_t rows, int32_t n_decode, double p, int32_t max_draft,
                      double draft_s = 0.0);
 
+// draft_s after a drafting pass that made n tokens in `seconds` (forgetting geometrically),
+// or, with n = 0 (nothing drafted), drifting down so that a drafter the policy stopped for
+// being dear (or one slow measurement) is tried again later.
+void note_draft_seconds(double& draft_s, double seconds, size_t n);
+
 }  // namespace hearth::engine
