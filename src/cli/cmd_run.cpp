@@ -135,11 +135,6 @@ void run(RunOptions o) {
   const engine::SpecMode spec_mode = engine::parse_spec_mode(o.spec);
   const bool spec_on = spec_mode != engine::SpecMode::kOff;
   if (spec_mode == engine::SpecMode::kMtp) {
-    if (device.cuda) {
-      fail(ErrorKind::kUnsupported, "run",
-           "--spec mtp runs on the CPU back-end for now (its CUDA path has not been verified on a GPU); "
-           "use --spec ngram or --spec draft there");
-    }
     model.enable_mtp();  // before the KV cache: it holds the MTP block's attention too
   }
   model::KvCache cache(backend, model.hparams(), n_ctx, kv_type, spec_on ? std::max(0, o.spec_max) : 0);

@@ -291,11 +291,6 @@ std::unique_ptr<server::LoadedModel> ServeModelFactory::load(const server::Model
   apply_deterministic(backend, o.deterministic);
   m->model = model::load_causal_lm(file, backend);
   if (engine::parse_spec_mode(o.spec) == engine::SpecMode::kMtp) {
-    if (device.cuda) {
-      fail(ErrorKind::kUnsupported, "serve",
-           "--spec mtp runs on the CPU back-end for now (its CUDA path has not been verified on a GPU); "
-           "use --spec ngram or --spec draft there");
-    }
     m->model->enable_mtp();  // before the engine's pool: it holds the MTP block's attention too
   }
   std::optional<std::string> template_source;

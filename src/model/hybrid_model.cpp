@@ -226,19 +226,36 @@ void HybridModel::run_gdn(const Layer& L, KvPool& pool, int64_t n) {
     be.matmul_multi(ws, 4, cur, n, ys);
   }
   const BatchLayout& lay = lay_;
-  // The recurrence runs in passes when a sequence snapshots its state inside the step:
-  // pass k takes each sequence's rows up to its k-th snapshot point (from the one
-  // before), then the states of the sequences that snapshot there are copied. Every
-  // other op of the layer runs once over all rows.
+  // The recurrence runs in passes when a sequence snapshots its state inside the step
+  // and the back-end cannot write the snapshots itself: pass k takes each sequence's rows
+  // up to its k-th snapshot point (from the one before), then the states of the sequences
+  // that snapshot there are copied. Every other op of the layer runs once over all rows.
+  const bool in_call = lay.has_snaps && be.gdn_snapshots();
   size_t n_passes = 1;
-  if (lay.has_snaps) {
+  if (lay.has_snaps && !in_call) {
     for (const auto& r : lay.rec) n_passes = std::max(n_passes, r.snaps.size() + 1);
   }
   // One pass (every step without snapshots): the sequences' rows and state slots as the
   // step description holds them (on the device where the back-end uploaded it; a
-  // recorded step reads the slots of whichever sequences run). Several passes: their own.
-  const ops::GdnStates states = pool.gdn_states(L.index);
-  for (size_t pass = 0; pass < n_passes; ++pass) {
+  // recorded step reads the slots of whichever sequences run). Snapshots written by the
+  // back-end, or several passes: their own.
+  ops::GdnStates states = pool.gdn_states(L.index);
+  if (in_call) {
+    s_.gdn_seqs.clear();
+    s_.gdn_snaps.clear();
+    for (const BatchLayout::RecSeq& r : lay.rec) {
+      const auto seq = static_cast<int32_t>(s_.gdn_seqs.size());
+      s_.gdn_seqs.push_back({static_cast<int32_t>(r.first_row), static_cast<int32_t>(r.n_tokens), r.slot});
+      for (const StateSnap& sn : r.snaps) s_.gdn_snaps.push_back({seq, sn.after, sn.slot});
+    }
+    states.snaps = s_.gdn_snaps.data();
+    states.n_snaps = static_cast<int64_t>(s_.gdn_snaps.size());
+    const auto ns = static_cast<int64_t>(s_.gdn_seqs.size());
+    be.ssm_conv_silu(s_.mixed->data(), sh.conv_channels(), g.conv, states, s_.gdn_seqs.data(), ns, s_.conv->data());
+    be.gated_delta_net(s_.conv->data(), s_.a->data(), s_.b->data(), g.a, g.dt, sh, states, s_.gdn_seqs.data(), ns,
+                       s_.o->data());
+  }
+  for (size_t pass = 0; pass < n_passes && !in_call; ++pass) {
     const ops::GdnSeq* seqs = lay.desc.gdn_seqs();
     auto ns = static_cast<int64_t>(lay.attn_seqs.size());
     if (n_passes > 1) {

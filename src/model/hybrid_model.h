@@ -97,6 +97,7 @@ class HybridModel final : public CausalLm {
     int64_t logits_rows = 0;
     std::unique_ptr<ops::Buffer> logits;
     std::vector<ops::GdnSeq> gdn_seqs;
+    std::vector<ops::GdnSnap> gdn_snaps;
   } s_;
 };
 

@@ -130,10 +130,25 @@ struct GdnShape {
 // state [Hv, d_k, d_v] at ssm + s * slot_stride, f32. (Addresses that stay while the
 // states do: a step names its sequences' slots by index, in its step description, so a
 // recorded step reads the slots of whichever sequences run.)
+// A snapshot inside a call: the state of sequence `seq` (an index into the call's
+// GdnSeq array) after its first `after` rows (1 .. its n_tokens - 1), conv and delta-rule
+// state both, copied into state slot `slot` (speculative verification's checkpoint after
+// each drafted row, to roll back to).
+struct GdnSnap {
+  int32_t seq = 0;
+  int32_t after = 0;
+  int32_t slot = -1;
+};
+
 struct GdnStates {
   float* conv = nullptr;
   float* ssm = nullptr;
   int64_t slot_stride = 0;  // floats from one slot's state to the next
+  // Snapshots to write while the rows run, in (seq, after) order, host memory; only for a
+  // back-end whose gdn_snapshots() is true (the others are given none: the model runs
+  // their rows in passes and copies the states between them).
+  const GdnSnap* snaps = nullptr;
+  int64_t n_snaps = 0;
 };
 
 // One sequence of a Gated DeltaNet batch: rows first_row .. first_row + n_tokens of
@@ -312,6 +327,10 @@ class Backend {
   // pos0 + t) sees its keys 0 .. pos0 + t; query head h reads kv head h / (n_head / n_head_kv).
   virtual void attention(const float* q, const KvLayer& cache, const AttentionSeq* seqs, int64_t n_seqs,
                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) = 0;
+  // Whether ssm_conv_silu and gated_delta_net take GdnStates::snaps: the states after
+  // given rows written inside the call, bit for bit those of running the rows in passes
+  // (one-token recurrent steps) with copies between them.
+  virtual bool gdn_snapshots() const { return false; }
   // Causal depthwise conv over time + SiLU, per sequence with the conv state of its slot
   // (states.conv; ssm is not read): x, out: [n_tokens total, channels]; w: F32 [channels
   // rows of kernel taps] (tap kernel-1 multiplies the current input). out must not alias

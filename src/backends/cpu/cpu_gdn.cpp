@@ -63,6 +63,15 @@ int64_t gdn_slices(int64_t prompt_heads, int64_t threads, int64_t dk, int64_t dv
   return best;
 }
 
+// This back-end runs the rows of a step with snapshots in passes (gdn_snapshots() is
+// false): snapshots given to it are a caller's mistake.
+void no_snapshots(const ops::GdnStates& states, const char* op) {
+  if (states.n_snaps != 0) {
+    fail(ErrorKind::kInternal, "cpu", std::string(op) + ": given " + std::to_string(states.n_snaps) +
+                                          " state snapshots (this back-end takes none; the model runs passes)");
+  }
+}
+
 }  // namespace
 
 // The plain builds of the kernel table's SiLU and recurrent step (the SIMD builds give
@@ -75,6 +84,7 @@ void gdn_recurrent_plain(const gdn::HeadTask& t, std::vector<float>& tmp) { gdn:
 void CpuBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w,
                                const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* out) {
   const OpScope timer(op_times_.get(), "ssm_conv_silu");
+  no_snapshots(states, "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.type != GgmlType::F32 || w.n_rows != channels || K < 1) {
     fail(ErrorKind::kInvalidInput, "cpu", "conv weight '" + w.name + "' must be F32 [" + std::to_string(channels) +
@@ -125,6 +135,7 @@ void CpuBackend::gated_delta_net(const float* qkv, const float* a, const float* 
                                  const ops::WeightView& dt_bias, const ops::GdnShape& sh,
                                  const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* o) {
   const OpScope timer(op_times_.get(), "gated_delta_net");
+  no_snapshots(states, "gated_delta_net");
   const int64_t hk = sh.n_k_heads, hv = sh.n_v_heads, dk = sh.d_k, dv = sh.d_v;
   if (hk <= 0 || hv % hk != 0) fail(ErrorKind::kInvalidInput, "cpu", "value heads must be a multiple of key heads");
   const float* A = f32_weight(ssm_a, hv, "ssm_a");

@@ -95,6 +95,7 @@ class CudaBackend final : public ops::Backend {
                 const ops::KvLayer& cache) override;
   void attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) override;
+  bool gdn_snapshots() const override { return true; }
   void ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w, const ops::GdnStates& states,
                      const ops::GdnSeq* seqs, int64_t n_seqs, float* out) override;
   void gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,

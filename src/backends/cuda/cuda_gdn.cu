@@ -4,7 +4,9 @@
 // first (one parallel kernel), then the recurrence with each head's d_k x d_v state
 // spread over blocks of 32 columns, four threads a column, kept in registers across the
 // tokens. f32 throughout. Prompts run token by token too (the chunked form is a later
-// step).
+// step). Snapshots inside a call (GdnStates::snaps, speculative verification's checkpoint
+// after each drafted row) are written by the same kernels as their rows pass: the bits of
+// running the rows in passes with copies between them, in one launch each.
 #include <algorithm>
 #include <string>
 
@@ -19,10 +21,19 @@ namespace {
 // One thread per (sequence, channel): the outputs of the sequence's rows (kOutputs; a
 // prompt's rows run by conv_rows_kernel instead), then the new conv state. A sequence's
 // conv state: conv + its slot * stride (the slot read here, from the step description).
+// The index of sequence s's first snapshot in (seq, after) order (n when it has none).
+__device__ __forceinline__ int first_snap(const ops::GdnSnap* snaps, int n, int64_t s) {
+  int j = 0;
+  while (j < n && snaps[j].seq < s) ++j;
+  return j;
+}
+
+// snaps: n_snaps snapshots in (seq, after) order; each takes the sequence's conv state
+// after its first `after` rows (the state-prefixed input's rows after .. after + hist).
 template <bool kOutputs>
 __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, const float* __restrict__ w, int64_t K,
                                      float* conv, int64_t stride, const ops::GdnSeq* __restrict__ seqs, int64_t n_seqs,
-                                     float* __restrict__ out) {
+                                     const ops::GdnSnap* __restrict__ snaps, int n_snaps, float* __restrict__ out) {
   ::hearth::cuda::pdl_wait();
   ::hearth::cuda::pdl_trigger();
   const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -41,6 +52,11 @@ __global__ void ssm_conv_silu_kernel(const float* __restrict__ x, int64_t C, con
       for (int64_t i = 0; i < K; ++i) acc += wc[i] * in(t + i);
       os[t * C + c] = silu_f(acc);
     }
+  }
+  // Snapshots (other slots) before the state moves on.
+  for (int j = first_snap(snaps, n_snaps, s); j < n_snaps && snaps[j].seq == s; ++j) {
+    float* snap = conv + int64_t{snaps[j].slot} * stride;
+    for (int64_t r = 0; r < hist; ++r) snap[r * C + c] = in(snaps[j].after + r);
   }
   // New state: the last hist rows of the state-prefixed input (row n + r >= r is read
   // before row r is written).
@@ -83,6 +99,8 @@ struct GdnArgs {
   const float* A;
   const float* dt;
   const ops::GdnSeq* seqs;
+  const ops::GdnSnap* snaps;  // (seq, after) order
+  int n_snaps;
   float* ssm;           // slot 0's delta-rule state; a sequence's: ssm + its slot * slot_stride
   int64_t slot_stride;
   float* o;
@@ -163,8 +181,10 @@ __global__ void __launch_bounds__(kCols * kParts)
   const int c = static_cast<int>(blockIdx.z) * kCols + tid / kParts, p = tid % kParts;
   const int ratio = g.hv / g.hk;
   const int kh = g.v_tiled ? h % g.hk : h / ratio;
-  float* S = g.ssm + sq.state_slot * g.slot_stride + static_cast<int64_t>(h) * g.dk * g.dv;
+  const int64_t head_off = static_cast<int64_t>(h) * g.dk * g.dv;
+  float* S = g.ssm + sq.state_slot * g.slot_stride + head_off;
   const bool owner = c < g.dv;
+  int snap = first_snap(g.snaps, g.n_snaps, blockIdx.x);  // the next snapshot of this sequence
   float col[kPer];
 #pragma unroll
   for (int m = 0; m < kPer; ++m) {
@@ -209,6 +229,17 @@ __global__ void __launch_bounds__(kCols * kParts)
     o += __shfl_xor_sync(0xffffffffu, o, 1);
     o += __shfl_xor_sync(0xffffffffu, o, 2);
     if (owner && p == 0) g.o[row * g.vd + static_cast<int64_t>(h) * g.dv + c] = o;
+    if (snap < g.n_snaps && g.snaps[snap].seq == static_cast<int>(blockIdx.x) && g.snaps[snap].after == t + 1) {
+      float* SS = g.ssm + int64_t{g.snaps[snap].slot} * g.slot_stride + head_off;
+      if (owner) {
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+          const int i = p + kParts * m;
+          if (i < g.dk) SS[static_cast<int64_t>(i) * g.dv + c] = col[m];
+        }
+      }
+      ++snap;
+    }
   }
   if (owner) {
 #pragma unroll
@@ -227,6 +258,23 @@ const float* need_f32(const ops::WeightView& w, int64_t n, const char* what) {
   return static_cast<const float*>(w.backend_data);
 }
 
+// The snapshots of a call, checked against its sequences ((seq, after) order, inside
+// each sequence's rows, slots other than the sequence's own).
+void check_snaps(const ops::GdnStates& st, const ops::GdnSeq* seqs, int64_t n_seqs, const char* op) {
+  for (int64_t j = 0; j < st.n_snaps; ++j) {
+    const ops::GdnSnap& sn = st.snaps[j];
+    const bool seq_ok = sn.seq >= 0 && sn.seq < n_seqs;
+    const bool ordered = j == 0 || st.snaps[j - 1].seq < sn.seq ||
+                         (st.snaps[j - 1].seq == sn.seq && st.snaps[j - 1].after < sn.after);
+    if (!seq_ok || !ordered || sn.after < 1 || sn.after >= seqs[sn.seq].n_tokens || sn.slot < 0 ||
+        sn.slot == seqs[sn.seq].state_slot) {
+      fail(ErrorKind::kInternal, "cuda", std::string(op) + ": state snapshot " + std::to_string(j) + " (sequence " +
+                                             std::to_string(sn.seq) + ", after " + std::to_string(sn.after) +
+                                             ", slot " + std::to_string(sn.slot) + ") is out of order or range");
+    }
+  }
+}
+
 }  // namespace
 
 void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w,
@@ -240,6 +288,9 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   const float* wt = need_f32(w, channels * K, "ssm_conv_silu: conv weight");
   if (n_seqs <= 0) return;
   const auto* d_seqs = stage_array(seqs, n_seqs, "ssm_conv_silu");
+  check_snaps(states, seqs, n_seqs, "ssm_conv_silu");
+  const auto* d_snaps = states.n_snaps > 0 ? stage_array(states.snaps, states.n_snaps, "ssm_conv_silu") : nullptr;
+  const int n_snaps = static_cast<int>(states.n_snaps);
   const int64_t total = n_seqs * channels;
   int64_t n_tokens = 0, n_rows = 0;  // n_rows: the rows up to the last sequence's end
   bool rows_in_order = true;          // sequences in row order, not overlapping (gaps allowed)
@@ -261,11 +312,11 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
     HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
     ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel<false>, static_cast<unsigned>((total + kThreads - 1) / kThreads),
                                kThreads, 0, stream_, x, channels, wt, K, states.conv, states.slot_stride, d_seqs,
-                               n_seqs, out);
+                               n_seqs, d_snaps, n_snaps, out);
   } else {
     ::hearth::cuda::launch_pdl(ssm_conv_silu_kernel<true>, static_cast<unsigned>((total + kThreads - 1) / kThreads),
                                kThreads, 0, stream_, x, channels, wt, K, states.conv, states.slot_stride, d_seqs,
-                               n_seqs, out);
+                               n_seqs, d_snaps, n_snaps, out);
   }
   HEARTH_CUDA_LAUNCHED("ssm_conv_silu");
 }
@@ -289,6 +340,9 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   g.a = a;
   g.b = b;
   g.seqs = stage_array(seqs, n_seqs, "gated_delta_net");
+  check_snaps(states, seqs, n_seqs, "gated_delta_net");
+  g.snaps = states.n_snaps > 0 ? stage_array(states.snaps, states.n_snaps, "gated_delta_net") : nullptr;
+  g.n_snaps = static_cast<int>(states.n_snaps);
   g.ssm = states.ssm;
   g.slot_stride = states.slot_stride;
   g.o = o;
