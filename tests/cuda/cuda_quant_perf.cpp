@@ -171,6 +171,30 @@ int run_perf(int64_t rows, int64_t cols, const std::string& only) {
           std::printf(" | t=%d %.0f (%.0f GB/s) vs %.0f", nt, s8 * 1e6, bytes / s8 * 1e-9, sq * 1e6);
         }
         std::printf("\n");
+        // Few tokens: q8_gemm's matrix-vector form (the deterministic decode) against its
+        // tiles and the 8-bit-activation matrix-vector kernel (the default decode).
+        if (hearth::cuda::q8_gemm_uses_q8k()) {
+          std::printf("  %-5s few tokens (us) q8_gemm_matvec / q8_gemm / q8_matvec:", type_name(type).c_str());
+          const size_t smv = std::max(hearth::cuda::q8_gemm_matvec_scratch_bytes(cols, 8),
+                                      hearth::cuda::q8_matvec_scratch_bytes(cols, 8));
+          void* d_mv = nullptr;
+          CUDA_OK(cudaMalloc(&d_mv, smv));
+          for (int nt : {1, 2, 3, 5, 8}) {
+            const double sm = time_it([&](int k) {
+              hearth::cuda::q8_gemm_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_mv, smv,
+                                           stream);
+            });
+            const double sg = time_it([&](int k) {
+              hearth::cuda::q8_gemm(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_q8, sq8, stream);
+            });
+            const double sv = time_it([&](int k) {
+              hearth::cuda::q8_matvec(DeviceWeight{type, bufs[k], rows, cols, rb}, d_xg, nt, d_yg, d_mv, smv, stream);
+            });
+            std::printf(" | t=%d %.1f / %.1f / %.1f", nt, sm * 1e6, sg * 1e6, sv * 1e6);
+          }
+          std::printf("\n");
+          CUDA_OK(cudaFree(d_mv));
+        }
         CUDA_OK(cudaFree(d_q8));
       }
       std::printf("  %-5s gemm (us, weight GB/s, TFLOP/s) quant_gemm vs dequant+cuBLAS:", type_name(type).c_str());

@@ -279,6 +279,32 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
       hearth::tune::reset(hearth::tune::kCudaMmqWide);
     }
   }
+  // Its matrix-vector form for 1-8 tokens (the deterministic mode's decode): q8_gemm's bits.
+  if (hearth::cuda::q8_gemm_uses_q8k()) {
+    const size_t mb = hearth::cuda::q8_gemm_matvec_scratch_bytes(dw.n_cols, hearth::cuda::kMaxMatvecTokens);
+    void* d_m = nullptr;
+    CUDA_OK(cudaMalloc(&d_m, mb));
+    std::vector<float> y2(y.size());
+    for (int nt = 1; nt <= hearth::cuda::kMaxMatvecTokens; ++nt) {
+      CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+      hearth::cuda::q8_gemm(dw, d_x, nt, d_y, d_s, sb, stream);
+      CUDA_OK(cudaMemsetAsync(d_y2, 0xff, sizeof(float) * kTok * rows, stream));
+      hearth::cuda::q8_gemm_matvec(dw, d_x, nt, d_y2, d_m, mb, stream);
+      check_launch(stream);
+      CUDA_OK(cudaMemcpy(y.data(), d_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(y2.data(), d_y2, sizeof(float) * y2.size(), cudaMemcpyDeviceToHost));
+      if (std::memcmp(y.data(), y2.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+        size_t i = 0;
+        while (i + 1 < static_cast<size_t>(nt * rows) && std::memcmp(&y[i], &y2[i], sizeof(float)) == 0) ++i;
+        fails.add(tag + " q8_gemm_matvec nt=" + std::to_string(nt) + ": differs from q8_gemm's bits (first at " +
+                  std::to_string(i) + ": " + std::to_string(y2[i]) + " against " + std::to_string(y[i]) + ")");
+      }
+      // Nothing written past its tokens.
+      const float sentinel = y2[static_cast<size_t>(nt * rows)];
+      if (nt < kTok && !std::isnan(sentinel)) fails.add(tag + " q8_gemm_matvec nt=" + std::to_string(nt) + ": wrote past its tokens");
+    }
+    CUDA_OK(cudaFree(d_m));
+  }
   CUDA_OK(cudaFree(d_s));
   CUDA_OK(cudaFree(d_x));
   CUDA_OK(cudaFree(d_y));

@@ -266,6 +266,16 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
   const bool gemm8 = int8_gemm_ && big && q8_gemm_supported(w.type) && w.n_cols % 256 == 0 && w.row_bytes % 16 == 0;
   const bool qgemm = !gemm8 && big && quant_gemm_supported(w.type);
   const bool q8 = !gemm8 && !qgemm && q8_matvec_ && q8_matvec_supported(w.type);
+  // Decode (1-8 tokens): q8_gemm's bits by its matrix-vector form (a 16-token tile's
+  // cost otherwise).
+  if (gemm8 && n_tokens <= kMaxMatvecTokens && q8_gemm_uses_q8k() && tune::on(tune::kCudaDetMatvec)) {
+    const size_t mv_bytes = q8_gemm_matvec_scratch_bytes(w.n_cols, n_tokens);
+    void* mv_tmp = scratch(5, mv_bytes, "matmul");
+    if (skip_launch()) return;
+    q8_gemm_matvec(dw, x, n_tokens, y, mv_tmp, mv_bytes, stream_);
+    HEARTH_CUDA_LAUNCHED("matmul");
+    return;
+  }
   const int64_t chunk = std::min(n_tokens, gemm8 ? kQ8GemmChunk : qgemm ? kMaxQ8GemmTokens : kMaxMatvecTokens);
   const size_t bytes = gemm8   ? q8_gemm_scratch_bytes(dw, chunk)
                        : qgemm ? quant_gemm_scratch_bytes(dw, chunk)

@@ -126,6 +126,13 @@ constexpr int64_t kMinQ8GemmTokensQ6K = 9;
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens);
 void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
              cudaStream_t stream);
+// q8_gemm's outputs, bit for bit, for 1 .. kMaxMatvecTokens tokens by a matrix-vector
+// kernel (quant_mmq_matvec.cuh: the same Q8_K tokens, integers per 256 columns and float
+// chain per split), at the matrix-vector kernels' cost instead of a 16-token tile's: the
+// batch-invariant mode's decode. Needs q8_gemm_uses_q8k(). scratch: 256-byte aligned.
+size_t q8_gemm_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
+void q8_gemm_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+                    size_t scratch_bytes, cudaStream_t stream);
 // q8_gemm for n weights of one column count sharing x (q / k / v, gate / up): x quantized
 // once, then each weight's products exactly as q8_gemm computes them (the same bits).
 // scratch: q8_gemm_multi_scratch_bytes, 256-byte aligned.

@@ -343,6 +343,7 @@ void launch_q8k(dim3 grid, cudaStream_t stream, const uint8_t* w, uint64_t row_b
 
 #include "backends/cuda/quant_mmq_q6k.cuh"
 #include "backends/cuda/quant_mmq_wide.cuh"
+#include "backends/cuda/quant_mmq_matvec.cuh"
 
 // Warps along the rows of the wide kernel for 33 or more tokens (a block: 32 WR rows x 64
 // tokens), or 0 for two narrow 32-token tiles (cuda.mmq_wide=0|2|4; other values: 2).
@@ -582,6 +583,38 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
   float2* xd = nullptr;
   quantize_tokens(x, n_tokens, w.n_cols, scratch, stream, &xq, &xk, &xd);
   products(w, xq, xk, xd, n_tokens, y, static_cast<uint8_t*>(scratch) + q8_scratch_bytes(w.n_cols, n_tokens), stream);
+}
+
+size_t q8_gemm_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens) { return q8_scratch_bytes(n_cols, n_tokens); }
+
+void q8_gemm_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
+                    size_t scratch_bytes, cudaStream_t stream) {
+  check_q8_gemm(w, n_tokens, "q8_gemm_matvec");
+  if (!q8_gemm_uses_q8k()) q8_gemm_bad(w, "q8_gemm_matvec", "needs q8_gemm's Q8_K tokens (cuda.mmq_q8k=1)");
+  if (n_tokens > kMaxMatvecTokens) {
+    q8_gemm_bad(w, "q8_gemm_matvec", "1 to " + std::to_string(kMaxMatvecTokens) + " tokens, not " +
+                                         std::to_string(n_tokens));
+  }
+  if (n_tokens == 0 || w.n_rows == 0) return;
+  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 ||
+      scratch_bytes < q8_gemm_matvec_scratch_bytes(w.n_cols, n_tokens)) {
+    q8_gemm_bad(w, "q8_gemm_matvec", "scratch must hold q8_gemm_matvec_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* xq = nullptr;
+  float* xk = nullptr;
+  float2* xd = nullptr;
+  quantize_tokens(x, n_tokens, w.n_cols, scratch, stream, &xq, &xk, &xd);
+  const int sps = plan_for(w, n_tokens).steps_per_split;  // (the splits depend on the weight only)
+  switch (n_tokens) {
+    case 1: return launch_mmq_matvec<1>(w, xq, xk, sps, y, stream);
+    case 2: return launch_mmq_matvec<2>(w, xq, xk, sps, y, stream);
+    case 3: return launch_mmq_matvec<3>(w, xq, xk, sps, y, stream);
+    case 4: return launch_mmq_matvec<4>(w, xq, xk, sps, y, stream);
+    case 5: return launch_mmq_matvec<5>(w, xq, xk, sps, y, stream);
+    case 6: return launch_mmq_matvec<6>(w, xq, xk, sps, y, stream);
+    case 7: return launch_mmq_matvec<7>(w, xq, xk, sps, y, stream);
+    default: return launch_mmq_matvec<8>(w, xq, xk, sps, y, stream);
+  }
 }
 
 size_t q8_gemm_multi_scratch_bytes(const DeviceWeight* ws, int n, int64_t n_tokens) {
