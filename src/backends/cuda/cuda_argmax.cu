@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(float* __re
 
 void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, const ops::RowReduce* reduce,
                              const ops::PenaltyToken* penalties, float* dst, ops::ArgmaxRow* picks) {
-  bind();
+  rt_.bind();
   if (n_rows < 0 || n_cols <= 0 || n_rows * n_cols > src.size() || n_cols > INT_MAX) {
     fail(ErrorKind::kInternal, "cuda", "fetch_rows: rows out of the buffer");
   }
@@ -154,15 +154,15 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
     }
     kinds_src = kinds.data();
   }
-  const auto* d_reduce = stage_array(kinds_src, n_rows, "fetch_rows");
-  const auto* d_pens = stage_array(penalties, static_cast<int64_t>(n_pen), "fetch_rows");
+  const auto* d_reduce = rt_.stage_array(kinds_src, n_rows, "fetch_rows");
+  const auto* d_pens = rt_.stage_array(penalties, static_cast<int64_t>(n_pen), "fetch_rows");
   // The kernel runs whichever rows are greedy, even none: a step's launches (and so its
   // recorded graph) must not depend on its sequences' sampling settings, or steps of one
   // size would alternate between two recordings.
-  auto* d_out = static_cast<int4*>(scratch(9, sizeof(int4) * static_cast<size_t>(n_rows), "fetch_rows"));
+  auto* d_out = static_cast<int4*>(rt_.scratch(9, sizeof(int4) * static_cast<size_t>(n_rows), "fetch_rows"));
   // Every row is reduced (the step's launches do not depend on which rows are greedy).
   const bool vec = n_cols % 4 == 0 && reinterpret_cast<uintptr_t>(src.data()) % 16 == 0;
-  if (!skip_launch()) {
+  if (!rt_.skip_launch()) {
     if (vec) {
       ::hearth::cuda::launch_pdl(argmax_rows_kernel<true>, static_cast<unsigned>(n_rows), kArgmaxThreads, 0, stream_,
                                  src.data(), n_cols, d_reduce, d_pens, d_out);
@@ -172,10 +172,8 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
     }
     HEARTH_CUDA_LAUNCHED("argmax_rows");
   }
-  if (mode_ != StepMode::kEager) end_step_launch();  // the end of a graph step, as in copy_to_host
-  end_step_desc();  // the step ends here (as in copy_to_host)
-  flush_capture();
-  if (wait_timing_) wait("fetch_rows");
+  rt_.end_step();  // the end of a graph step, as in copy_to_host
+  if (rt_.wait_timing()) rt_.wait("fetch_rows");
   std::vector<int4> h(static_cast<size_t>(n_rows));
   HEARTH_CUDA_CHECK("fetch_rows",
                     cudaMemcpyAsync(h.data(), d_out, sizeof(int4) * h.size(), cudaMemcpyDeviceToHost, stream_));
@@ -191,7 +189,7 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
                                                     sizeof(float) * (e - r) * n_cols, cudaMemcpyDeviceToHost, stream_));
     r = e;
   }
-  wait("fetch_rows");
+  rt_.wait("fetch_rows");
   // Draws the device left undecided (too many candidates for a top-p or min-p cut, or a
   // cut that rounding put past them): their rows now, drawn on the host.
   bool late = false;
@@ -202,7 +200,7 @@ void CudaBackend::fetch_rows(ops::Buffer& src, int64_t n_rows, int64_t n_cols, c
       late = true;
     }
   }
-  if (late) wait("fetch_rows");
+  if (late) rt_.wait("fetch_rows");
   for (int64_t r = 0; r < n_rows; ++r) {
     if (reduced(r)) {
       picks[r] = ops::ArgmaxRow{h[r].x, h[r].y, h[r].z, h[r].w};

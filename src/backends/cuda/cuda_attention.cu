@@ -421,7 +421,7 @@ void launch_prefill_t(dim3 grid, cudaStream_t st, const float* q, const void* k,
                                        static_cast<size_t>(kPrefillQ) * head_dim);
   static bool raised = false;  // per instantiation: allow more than 48 KiB of shared memory
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_kernel<T, EPL>,
+    LaunchRuntime::check(cudaFuncSetAttribute(attention_prefill_kernel<T, EPL>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
                        "attention", "cudaFuncSetAttribute");
     raised = true;
@@ -532,7 +532,7 @@ void CudaBackend::step_attention_prepare(const ops::StepDesc& d) {
 
 void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops::AttentionSeq* seqs, int64_t n_seqs,
                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, float* out) {
-  OpTimer timer(*this, "attention");
+  OpTimer timer(rt_, "attention");
   if (head_dim > 256 || head_dim <= 0) {
     fail(ErrorKind::kUnsupported, "cuda", "attention: head size " + std::to_string(head_dim) +
                                               " (the CUDA back-end takes 1 to 256)");
@@ -553,16 +553,17 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   // stage it, each block table padded to the context bucket (the longest context rounded
   // up to a power of two, at least 64 keys) so that the staged sizes change only when the
   // bucket does.
-  const bool from_step = step_ != nullptr && seqs == step_->attn_seqs() && n_seqs == step_->n_seqs() &&
-                         step_->block_size() == cache.block_size;
+  const ops::StepDesc* step = rt_.step();
+  const bool from_step = step != nullptr && seqs == step->attn_seqs() && n_seqs == step->n_seqs() &&
+                         step->block_size() == cache.block_size;
   const SeqDesc* d_desc = nullptr;
   const int32_t* d_tables = nullptr;
   int64_t max_keys = 0, n_rows = 0;
   std::vector<SeqDesc> desc;
   std::vector<int32_t> row_seq;
   if (from_step) {
-    d_desc = reinterpret_cast<const SeqDesc*>(step_dev_ + step_desc_off_ + step_->offsets().seqs);
-    d_tables = reinterpret_cast<const int32_t*>(step_dev_ + step_desc_off_ + step_->offsets().tables);
+    d_desc = reinterpret_cast<const SeqDesc*>(rt_.step_desc_arena() + step->offsets().seqs);
+    d_tables = reinterpret_cast<const int32_t*>(rt_.step_desc_arena() + step->offsets().tables);
     max_keys = step_attn_.max_keys;
     n_rows = step_attn_.n_rows;
   } else {
@@ -587,8 +588,8 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     for (int64_t s = 0; s < n_seqs; ++s) {
       for (int64_t t = 0; t < seqs[s].n_tokens; ++t) row_seq[seqs[s].first_row + t] = static_cast<int32_t>(s);
     }
-    d_desc = stage_array(desc.data(), n_seqs, "attention");
-    d_tables = stage_array(tables.data(), static_cast<int64_t>(tables.size()), "attention");
+    d_desc = rt_.stage_array(desc.data(), n_seqs, "attention");
+    d_tables = rt_.stage_array(tables.data(), static_cast<int64_t>(tables.size()), "attention");
   }
   if (n_rows == 0) return;
   const int epl = head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
@@ -617,8 +618,9 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     // The step's tiles are staged once per step and tile height (every layer reuses them
     // while the ring holds them); other calls' are staged each time.
     StepTiles& st = step_tiles_;
-    const bool cached = from_step && st.dev != nullptr && st.serial == step_->serial() && st.epoch == stage_epoch_ &&
-                        st.rows_per_tile == rows_per_tile && st.skip_single == skip_single;
+    const bool cached = from_step && st.dev != nullptr && st.serial == step->serial() &&
+                        st.epoch == rt_.stage_epoch() && st.rows_per_tile == rows_per_tile &&
+                        st.skip_single == skip_single;
     const Tile* d_tiles = cached ? static_cast<const Tile*>(st.dev) : nullptr;
     int64_t n_ptiles = cached ? st.n : 0;
     if (!cached) {
@@ -631,11 +633,11 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
         }
       }
       n_ptiles = static_cast<int64_t>(tiles.size());
-      d_tiles = stage_array(tiles.data(), n_ptiles, "attention");
-      if (from_step) st = StepTiles{step_->serial(), stage_epoch_, rows_per_tile, skip_single, d_tiles, n_ptiles};
+      d_tiles = rt_.stage_array(tiles.data(), n_ptiles, "attention");
+      if (from_step) st = StepTiles{step->serial(), rt_.stage_epoch(), rows_per_tile, skip_single, d_tiles, n_ptiles};
     }
     const dim3 pgrid(static_cast<unsigned>(n_ptiles), static_cast<unsigned>(n_head_kv));
-    if (!skip_launch()) {
+    if (!rt_.skip_launch()) {
       if (tc) {
         launch_prefill_tc(pgrid, stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head),
                           group, static_cast<int>(head_dim), kv_stride, bs_log2, scale, out);
@@ -675,11 +677,11 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int32_t* d_row_seq = nullptr;
   int64_t rows_in = 0;  // rows with a sequence
   if (from_step) {
-    d_row_seq = decode_only ? reinterpret_cast<const int32_t*>(step_dev_ + step_attn_.row_seq_decode)
-                            : reinterpret_cast<const int32_t*>(step_dev_ + step_desc_off_ + step_->offsets().row_seq);
+    d_row_seq = decode_only ? reinterpret_cast<const int32_t*>(rt_.step_arena() + step_attn_.row_seq_decode)
+                            : reinterpret_cast<const int32_t*>(rt_.step_desc_arena() + step->offsets().row_seq);
     rows_in = decode_only ? step_attn_.n_decode : step_attn_.rows_in;
   } else {
-    d_row_seq = stage_array(row_seq.data(), n_rows, "attention");
+    d_row_seq = rt_.stage_array(row_seq.data(), n_rows, "attention");
     rows_in = std::count_if(row_seq.begin(), row_seq.end(), [](int32_t r) { return r >= 0; });
   }
   int64_t decode_rows = 0;
@@ -721,10 +723,10 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     const int64_t want = std::max<int64_t>(1, wave / (n_tiles * n_head_kv));
     const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
     float* part = static_cast<float*>(
-        scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
-    const Tile* d_tiles = from_step ? reinterpret_cast<const Tile*>(step_dev_ + step_attn_.decode_tiles)
-                                    : stage_array(dt.data(), n_tiles, "attention");
-    if (skip_launch()) {
+        rt_.scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+    const Tile* d_tiles = from_step ? reinterpret_cast<const Tile*>(rt_.step_arena() + step_attn_.decode_tiles)
+                                    : rt_.stage_array(dt.data(), n_tiles, "attention");
+    if (rt_.skip_launch()) {
       return;
     }
     launch_prefill_tc(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
@@ -753,9 +755,9 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(
-        scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+        rt_.scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
   }
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   // The last key range of each (row, block of heads) merges them (fuse_; else one more kernel).

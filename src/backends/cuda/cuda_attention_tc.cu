@@ -503,7 +503,7 @@ template <int D, bool kDecode, int NSTG, class KT = __half, bool kRaw = false>
 void allow_smem() {
   static bool raised = false;
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG, KT, kRaw>,
+    LaunchRuntime::check(cudaFuncSetAttribute(attention_prefill_tc_kernel<D, kDecode, NSTG, KT, kRaw>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(tc_smem_bytes<D, kDecode, NSTG, kRaw>())),
                        "attention", "cudaFuncSetAttribute");
@@ -547,11 +547,11 @@ int64_t resident_decode_blocks() {
   static const int64_t n = [] {
     allow_smem<D, true, NSTG, KT, kRaw>();
     int per_sm = 0, dev = 0, sms = 0;
-    CudaBackend::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG, KT, kRaw>,
+    LaunchRuntime::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prefill_tc_kernel<D, true, NSTG, KT, kRaw>,
                                                                      kWarps * 32, tc_smem_bytes<D, true, NSTG, kRaw>()),
                        "attention", "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    CudaBackend::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
-    CudaBackend::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attention",
+    LaunchRuntime::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
+    LaunchRuntime::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attention",
                        "cudaDeviceGetAttribute");
     return std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sms);
   }();
@@ -612,8 +612,8 @@ int tc_decode_q8_raw_stages(int64_t head_dim, int64_t n_kv_dim, int decode) {
   if ((head_dim != 64 && head_dim != 128 && head_dim != 256) || n_kv_dim % head_dim != 0) return 0;
   static const int64_t optin = [] {
     int dev = 0, bytes = 0;
-    CudaBackend::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
-    CudaBackend::check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "attention",
+    LaunchRuntime::check(cudaGetDevice(&dev), "attention", "cudaGetDevice");
+    LaunchRuntime::check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "attention",
                        "cudaDeviceGetAttribute");
     return static_cast<int64_t>(bytes);
   }();

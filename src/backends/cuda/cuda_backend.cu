@@ -1,13 +1,9 @@
-// CudaBackend: device, stream, cuBLAS, buffers, weight upload, staging of host
-// arguments, decode steps recorded as graphs (the matrix products: cuda_matmul.cu).
-#include <cublas_v2.h>
+// CudaBackend: buffers, weight upload, steps, copies to the host (the launch runtime:
+// launch_runtime.cu; the matrix products: cuda_matmul.cu).
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backends/cuda/cuda_backend.h"
@@ -17,23 +13,19 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/tune.h"
-#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
-
-constexpr size_t kStageBytes = size_t{8} << 20;
-
 
 // Device memory handed out by alloc(): stream-ordered, so freeing a scratch buffer
 // while work that uses it is queued is safe and costs no synchronisation.
 class DeviceBuffer final : public ops::Buffer {
  public:
-  DeviceBuffer(CudaBackend& be, int64_t n, bool pooled) : be_(be), n_(n), pooled_(pooled) {
-    be.flush_capture();  // a graph holds no allocations
+  DeviceBuffer(LaunchRuntime& rt, int64_t n, bool pooled) : rt_(rt), n_(n), pooled_(pooled) {
+    rt.flush_capture();  // a graph holds no allocations
     const size_t bytes = sizeof(float) * static_cast<size_t>(std::max<int64_t>(n, 1));
     if (pooled) {
-      HEARTH_CUDA_CHECK("alloc", cudaMallocAsync(reinterpret_cast<void**>(&p_), bytes, be.stream()));
+      HEARTH_CUDA_CHECK("alloc", cudaMallocAsync(reinterpret_cast<void**>(&p_), bytes, rt.stream()));
     } else {
       const cudaError_t rc = cudaMalloc(reinterpret_cast<void**>(&p_), bytes);
       if (rc == cudaErrorMemoryAllocation) {
@@ -44,53 +36,29 @@ class DeviceBuffer final : public ops::Buffer {
       HEARTH_CUDA_CHECK("alloc_lazy", rc);
     }
     bytes_ = static_cast<int64_t>(bytes);
-    be_.note_alloc(bytes_);
+    rt_.note_alloc(bytes_);
   }
   ~DeviceBuffer() override {
-    be_.flush_capture();
-    be_.note_free();  // its address may come back for another buffer: no recorded graph may keep it
+    rt_.flush_capture();
+    rt_.note_free();  // its address may come back for another buffer: no recorded graph may keep it
     if (pooled_) {
-      cudaFreeAsync(p_, be_.stream());
+      cudaFreeAsync(p_, rt_.stream());
     } else {
       cudaFree(p_);
     }
-    be_.note_alloc(-bytes_);
+    rt_.note_alloc(-bytes_);
   }
   float* data() override { return p_; }
   int64_t size() const override { return n_; }
 
  private:
-  CudaBackend& be_;
+  LaunchRuntime& rt_;
   float* p_ = nullptr;
   int64_t n_, bytes_ = 0;
   bool pooled_;
 };
 
 }  // namespace
-
-namespace {
-bool g_pdl = false;
-}  // namespace
-
-static const char* cublas_message(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS operation not supported";
-    default: return "cuBLAS error";
-  }
-}
-
-void check_cublas(int status, const char* op, const char* what) {
-  const auto s = static_cast<cublasStatus_t>(status);
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    fail(ErrorKind::kInternal, "cuda", std::string(op) + ": " + what + ": " + cublas_message(s) + " (" +
-                                           std::to_string(static_cast<int>(s)) + ")");
-  }
-}
 
 DeviceWeight device_weight(const ops::WeightView& w, const char* op) {
   if (w.backend_data == nullptr) {
@@ -99,60 +67,9 @@ DeviceWeight device_weight(const ops::WeightView& w, const char* op) {
   return DeviceWeight{w.type, w.backend_data, w.n_rows, w.n_cols, w.row_bytes};
 }
 
-bool pdl_enabled() { return g_pdl; }
-void set_pdl_enabled(bool on) { g_pdl = on; }
-void check_launch(cudaError_t rc) { CudaBackend::check(static_cast<int>(rc), "launch", "cudaLaunchKernelEx"); }
-
-void CudaBackend::check(int rc, const char* op, const char* what) {
-  if (rc == cudaSuccess) return;
-  const auto e = static_cast<cudaError_t>(rc);
-  const ErrorKind kind = e == cudaErrorMemoryAllocation ? ErrorKind::kResource : ErrorKind::kInternal;
-  if (e == cudaErrorMemoryAllocation) cudaGetLastError();  // not sticky: clear it
-  fail(kind, "cuda", std::string(op) + ": " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-namespace {
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
-void CudaBackend::bind() const {
-  thread_local int current = -1;
-  if (current != device_) {
-    check(cudaSetDevice(device_), "bind", "cudaSetDevice");
-    current = device_;
-  }
-}
-
-CudaBackend::OpTimer::OpTimer(CudaBackend& be, const char* op) : be_(be.timing_ ? &be : nullptr), op_(op) {
-  be.bind();
-  ++be.op_seq_;
-  if (be_ != nullptr) t0_ns_ = now_ns();
-}
-
-CudaBackend::OpTimer::~OpTimer() {
-  if (be_ == nullptr) return;
-  if (!be_->host_timing_) cudaStreamSynchronize(be_->stream_);
-  const int64_t dt = now_ns() - t0_ns_;
-  for (auto& e : be_->op_times_) {
-    if (e.first == op_) {
-      e.second.first += 1;
-      e.second.second += dt;
-      return;
-    }
-  }
-  be_->op_times_.push_back({op_, {1, dt}});
-}
-
-CudaBackend::CudaBackend(int device) : device_(device) {
-  // The tuning keys (core/tune_keys.h) of this back-end's switches, read once here.
-  const int64_t timing = tune::get(tune::kCudaOpTiming);  // 0 off, 1 device, 2 host
-  timing_ = timing != 0;
-  host_timing_ = timing == 2;
-  graphs_ = tune::on(tune::kCudaGraph) && !(timing_ && !host_timing_);
-  wait_timing_ = tune::on(tune::kCudaWaitTiming);
+CudaBackend::CudaBackend(int device) : rt_(device), stream_(rt_.stream()) {
+  // The tuning keys (core/tune_keys.h) of this back-end's switches, read once here (the
+  // runtime's: LaunchRuntime's constructor).
   fuse_ = tune::on(tune::kCudaFuse);
   fuse_quant_ = fuse_ && tune::on(tune::kCudaFuseQuant);
   // Off unless cuda.fuse_swiglu=1: measured on the H200, one kernel for gate / up /
@@ -176,378 +93,44 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   moe_norm_ = tune::on(tune::kCudaMoeNorm);
   q8_matvec_ = tune::get(tune::kCudaMatvec) == 0;  // 1: f32
   qgemm_max_tokens_ = tune::get(tune::kCudaQgemmMax);
-  int n = 0;
-  HEARTH_CUDA_CHECK("init", cudaGetDeviceCount(&n));
-  if (device < 0 || device >= n) {
-    fail(ErrorKind::kInvalidInput, "cuda", "device " + std::to_string(device) + " does not exist (" +
-                                               std::to_string(n) + " visible)");
-  }
-  HEARTH_CUDA_CHECK("init", cudaSetDevice(device));
-  cudaDeviceProp prop{};
-  HEARTH_CUDA_CHECK("init", cudaGetDeviceProperties(&prop, device));
-  name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
-          std::to_string(prop.minor) + ")";
-  // Programmatic dependent launch (launch.cuh) on Hopper and later; cuda.pdl=0: off.
-  set_pdl_enabled(prop.major >= 9 && tune::on(tune::kCudaPdl));
-  HEARTH_CUDA_CHECK("init", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   q8_gemm_prepare();
-  // Keep memory freed by buffers in the pool: scratch of every step is reused, not
-  // returned to the driver and asked for again.
-  cudaMemPool_t pool = nullptr;
-  HEARTH_CUDA_CHECK("init", cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t threshold = UINT64_MAX;
-  HEARTH_CUDA_CHECK("init", cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  check_cublas(cublasCreate(&cublas_), "init", "cublasCreate");
-  check_cublas(cublasSetStream(cublas_, stream_), "init", "cublasSetStream");
-  HEARTH_CUDA_CHECK("init", cudaMallocHost(reinterpret_cast<void**>(&stage_host_), kStageBytes));
-  HEARTH_CUDA_CHECK("init", cudaMalloc(reinterpret_cast<void**>(&stage_dev_), kStageBytes));
-  stage_cap_ = kStageBytes;
-  note_alloc(static_cast<int64_t>(kStageBytes));
   HEARTH_CUDA_CHECK("init", cudaMalloc(reinterpret_cast<void**>(&attn_counters_), sizeof(unsigned) * kAttnCounters));
   HEARTH_CUDA_CHECK("init", cudaMemset(attn_counters_, 0, sizeof(unsigned) * kAttnCounters));
-  note_alloc(static_cast<int64_t>(sizeof(unsigned) * kAttnCounters));
+  rt_.note_alloc(static_cast<int64_t>(sizeof(unsigned) * kAttnCounters));
 }
 
 CudaBackend::~CudaBackend() {
-  if (capturing_) {
-    cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(stream_, &g);
-    if (g != nullptr) cudaGraphDestroy(g);
-  }
-  cudaStreamSynchronize(stream_);
-  drop_graphs();
-  if (graphs_ && (wait_timing_ || timing_)) {
-    std::fprintf(stderr, "hearth: CUDA graphs: %lld steps recorded, %lld replayed, %lld differed from their "
-                 "recording (run again op by op), %lld recordings cut short\n",
-                 static_cast<long long>(graph_stats_.recorded), static_cast<long long>(graph_stats_.replayed),
-                 static_cast<long long>(graph_stats_.retried), static_cast<long long>(graph_stats_.abandoned));
-    if (graph_timed_ > 0) {
-      std::fprintf(stderr, "hearth: CUDA graphs: %lld replays timed: %.1f us of device time and %.1f us of host "
-                   "launch time per replay\n", static_cast<long long>(graph_timed_),
-                   1e3 * graph_gpu_ms_ / static_cast<double>(graph_timed_),
-                   graph_launch_ns_ / 1e3 / static_cast<double>(graph_timed_));
-    }
-  }
-  for (void* e : graph_events_) {
-    if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-  }
-  if (wait_timing_ && waits_ > 1) {
-    const int64_t span = last_wait_ns_ - first_wait_ns_;
-    std::fprintf(stderr,
-                 "hearth: CUDA waits: the host waited %.1f ms for the device in %lld waits over %.1f ms (%.1f %%)\n",
-                 wait_ns_ / 1e6, static_cast<long long>(waits_), span / 1e6, span > 0 ? 100.0 * wait_ns_ / span : 0.0);
-  }
-  if (timing_ && !op_times_.empty()) {
-    std::sort(op_times_.begin(), op_times_.end(),
-              [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
-    int64_t total = 0;
-    for (const auto& e : op_times_) total += e.second.second;
-    std::fprintf(stderr, "hearth: CUDA op timing (%s): %.1f ms in all\n",
-                 host_timing_ ? "host time inside each op, no waiting" : "each op synchronised", total / 1e6);
-    for (const auto& e : op_times_) {
-      std::fprintf(stderr, "  %-22s %8lld calls %10.2f ms %5.1f %%  %8.1f us/call\n", e.first.c_str(),
-                   static_cast<long long>(e.second.first), e.second.second / 1e6, 100.0 * e.second.second / total,
-                   e.second.second / 1e3 / e.second.first);
-    }
-  }
+  rt_.finish();  // no queued work reads what is freed here (the runtime frees its own after)
   for (void* p : weights_) cudaFree(p);
-  for (void* p : scratch_) cudaFree(p);
-  cudaFree(stage_dev_);
-  cudaFree(step_dev_);
   cudaFree(attn_counters_);
-  cudaFreeHost(stage_host_);
-  if (step_host_ != nullptr) cudaFreeHost(step_host_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  cudaStreamDestroy(stream_);
 }
 
-std::string CudaBackend::name() const { return name_; }
+std::string CudaBackend::name() const { return rt_.device_name(); }
 
 bool CudaBackend::supports_weight(GgmlType type) const { return quant_supported(type); }
 
-void CudaBackend::note_alloc(int64_t bytes) {
-  used_ = static_cast<uint64_t>(static_cast<int64_t>(used_) + bytes);
-  peak_ = std::max(peak_, used_);
-}
-
-void CudaBackend::synchronize() {
-  bind();
-  wait("synchronize");
-}
-
-void CudaBackend::set_graphs(bool on) {
-  bind();
-  flush_capture();
-  mode_ = StepMode::kEager;
-  graphs_ = on && !(timing_ && !host_timing_);
-  no_graph_.clear();
-  retry_keys_.clear();
-  if (!graphs_) drop_graphs();
-}
-
-void CudaBackend::drop_graphs() {
-  for (StepGraph& g : recordings_) {
-    if (g.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec));
-  }
-  recordings_.clear();
-  replay_ = nullptr;
-}
-
-namespace {
-// Ends the stream capture in progress and instantiates its graph. A capture the runtime
-// invalidated (an operation it cannot record) has not run its work: that is a bug in the
-// op that did it, reported rather than losing the work.
-cudaGraphExec_t end_capture(cudaStream_t stream) {
-  cudaGraph_t g = nullptr;
-  const cudaError_t rc = cudaStreamEndCapture(stream, &g);
-  if (rc != cudaSuccess || g == nullptr) {
-    cudaGetLastError();
-    HEARTH_CUDA_CHECK("graph capture", rc == cudaSuccess ? cudaErrorStreamCaptureInvalidated : rc);
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t irc = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  HEARTH_CUDA_CHECK("graph instantiate", irc);
-  return exec;
-}
-}  // namespace
-
 void CudaBackend::begin_step(int64_t n_tokens) {
-  bind();
-  flush_capture();
-  step_ = nullptr;  // no description: every host array is staged, the step runs op by op
-  begin_step_impl(n_tokens, false);
+  (void)n_tokens;  // a step without a description runs op by op
+  q8_ready_ = {};
+  rt_.begin_step();
 }
 
 void CudaBackend::begin_step(const ops::StepDesc& d) {
-  bind();
-  flush_capture();  // (the upload below must not be part of a recording)
-  step_ = nullptr;
-  step_attention_prepare(d);
-  step_desc_off_ = (step_front_.size() + 255) & ~size_t{255};
-  const size_t total = step_desc_off_ + d.size();
-  if (total > 0) {
-    // The mirror's last upload may still be queued: it must have read the mirror first.
-    if (step_upload_pending_) wait("begin_step");
-    if (total > step_cap_) {
-      // Queued work may read the old device arena: done first. The arena moves: recorded
-      // graphs read the old one (generation).
-      wait("begin_step");
-      if (step_host_ != nullptr) cudaFreeHost(step_host_);
-      if (step_dev_ != nullptr) cudaFree(step_dev_);
-      note_alloc(-static_cast<int64_t>(step_cap_));
-      step_host_ = nullptr;
-      step_dev_ = nullptr;
-      step_cap_ = std::max({total, 2 * step_cap_, size_t{64} << 10});
-      HEARTH_CUDA_CHECK("begin_step", cudaMallocHost(reinterpret_cast<void**>(&step_host_), step_cap_));
-      HEARTH_CUDA_CHECK("begin_step", cudaMalloc(reinterpret_cast<void**>(&step_dev_), step_cap_));
-      note_alloc(static_cast<int64_t>(step_cap_));
-      ++generation_;
-    }
-    if (!step_front_.empty()) std::memcpy(step_host_, step_front_.data(), step_front_.size());
-    if (d.size() > 0) std::memcpy(step_host_ + step_desc_off_, d.data(), d.size());
-    // One copy for the whole step, ahead of its graph (recorded or replayed) on the stream.
-    HEARTH_CUDA_CHECK("begin_step", cudaMemcpyAsync(step_dev_, step_host_, total, cudaMemcpyHostToDevice, stream_));
-    step_upload_pending_ = true;
-    ++stage_stats_.step_uploads;
-  }
-  step_ = &d;
-  step_base_ = d.data();
-  step_size_ = d.size();
-  step_tiles_ = {};
-  // The step's key: its description (the model's own), what the description says its
-  // launches depend on (the pool, snapshots), its shape (rows, sequences and each one's
-  // rows, which rows are output rows, image rows or not) and the attention's context
-  // bucket (of 64 keys doubled: the launches' key ranges and table strides are the
-  // bucket's). (The output rows by value: the model reads a contiguous run of them in
-  // place, at an address that depends on the first.)
+  rt_.bind();
+  step_attention_prepare(d);  // the front part of the step's arena
+  // The attention's context bucket, part of the step's key (of 64 keys doubled: the
+  // launches' key ranges and table strides are the bucket's).
   int64_t bucket = 64;
   while (bucket < step_attn_.max_keys) bucket *= 2;
-  uint64_t key = 0xcbf29ce484222325ull;
-  auto mix = [&](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
-  mix(reinterpret_cast<uintptr_t>(&d));
-  mix(d.launch_key());
-  mix(static_cast<uint64_t>(d.n_tokens()));
-  mix(static_cast<uint64_t>(d.n_seqs()));
-  mix(static_cast<uint64_t>(d.n_out()));
-  mix(d.pos3() != nullptr);
-  mix(static_cast<uint64_t>(bucket));
-  for (int64_t s = 0; s < d.n_seqs(); ++s) mix(static_cast<uint64_t>(d.seqs()[s].n_tokens));
-  for (int64_t r = 0; r < d.n_out(); ++r) mix(static_cast<uint64_t>(d.out_rows()[r]));
-  step_key_ = key;
-  begin_step_impl(d.n_tokens(), true);
-}
-
-void CudaBackend::begin_step_impl(int64_t n_tokens, bool graph) {
-  q8_ready_ = {};
-  mode_ = StepMode::kEager;
-  replay_broken_ = false;
-  replay_ = nullptr;
-  if (!graphs_ || !graph || n_tokens <= 0 || n_tokens > kMaxMatvecTokens) return;
-  // The staging offsets of a graph step start at 0: whatever read the ring before must be done.
-  if (staged_since_wait_) wait("begin_step");
-  stage_off_ = 0;
-  ++stage_epoch_;
-  stage_i_ = 0;
-  const uint64_t key = step_key_;
-  const auto retry = std::find(retry_keys_.begin(), retry_keys_.end(), key);
-  const bool record_anew = retry != retry_keys_.end();
-  if (record_anew) retry_keys_.erase(retry);
-  for (StepGraph& g : recordings_) {
-    if (g.key == key && g.generation == generation_ && g.frees == frees_ && !record_anew) {
-      replay_ = &g;
-      mode_ = StepMode::kReplay;
-      return;
-    }
-  }
-  for (const auto& [k, gen] : no_graph_) {
-    if (k == key && gen == generation_) {
-      mode_ = StepMode::kEager;
-      return;
-    }
-  }
-  rec_ = StepGraph{};
-  rec_.key = key;
-  rec_.generation = generation_;
-  rec_.frees = frees_;
-  HEARTH_CUDA_CHECK("graph capture", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-  capturing_ = true;
-  mode_ = StepMode::kRecord;
-}
-
-bool CudaBackend::skip_launch() {
-  if (mode_ != StepMode::kReplay) return false;
-  // An allocation, free or wait since the step began: not the recorded step (before
-  // anything more of it is done on the host).
-  if (replay_broken_) retry_step();
-  return true;
-}
-
-void CudaBackend::retry_step() {
-  mode_ = StepMode::kEager;  // the caller's second attempt runs op by op
-  // (Its arena stays: begin_step uploaded it. Not the prompt tiles the replay "staged":
-  // those bytes were to go up with the graph, which never launches.)
   step_tiles_ = {};
-  retry_keys_.push_back(replay_->key);
-  ++graph_stats_.retried;
-  replay_ = nullptr;
-  throw ops::StepRetry();
-}
-
-void CudaBackend::launch_timed(void* exec) {
-  if (!wait_timing_) {
-    HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream_));
-    return;
-  }
-  if (graph_events_[0] == nullptr) {
-    for (void*& e : graph_events_) HEARTH_CUDA_CHECK("graph launch", cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&e)));
-  }
-  HEARTH_CUDA_CHECK("graph launch", cudaEventRecord(static_cast<cudaEvent_t>(graph_events_[0]), stream_));
-  const int64_t t0 = now_ns();
-  HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream_));
-  graph_launch_ns_ += now_ns() - t0;
-  HEARTH_CUDA_CHECK("graph launch", cudaEventRecord(static_cast<cudaEvent_t>(graph_events_[1]), stream_));
-  graph_event_pending_ = true;
-}
-
-void CudaBackend::upload_stages(size_t end) {
-  if (end > 0) {
-    HEARTH_CUDA_CHECK("graph launch", cudaMemcpyAsync(stage_dev_, stage_host_, end, cudaMemcpyHostToDevice, stream_));
-  }
-}
-
-void CudaBackend::end_step_launch() {
-  if (mode_ == StepMode::kReplay) {
-    const bool complete = !replay_broken_ && stage_i_ == replay_->stages.size();
-    if (!complete) retry_step();
-    upload_stages(replay_->stage_end);
-    launch_timed(replay_->exec);
-    ++graph_stats_.replayed;
-    stage_off_ = replay_->stage_end;
-    staged_since_wait_ = true;
-    replay_ = nullptr;
-    mode_ = StepMode::kEager;
-    return;
-  }
-  if (mode_ != StepMode::kRecord) return;
-  // A recording that reached the step's end: keep it for the steps of its key.
-  mode_ = StepMode::kEager;
-  capturing_ = false;
-  const cudaGraphExec_t exec = end_capture(stream_);
-  upload_stages(stage_off_);
-  HEARTH_CUDA_CHECK("graph launch", cudaGraphLaunch(exec, stream_));
-  ++graph_stats_.recorded;
-  rec_.exec = exec;
-  rec_.stage_end = stage_off_;
-  for (StepGraph& old : recordings_) {
-    if (old.key == rec_.key) {
-      if (old.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(old.exec));
-      old = std::move(rec_);
-      return;
-    }
-  }
-  recordings_.push_back(std::move(rec_));
-}
-
-void CudaBackend::flush_capture() {
-  if (mode_ == StepMode::kReplay) {
-    // An allocation, free or wait inside a replayed step: not the recorded step. No
-    // throwing here (destructors call this); the next op or the step's end does.
-    replay_broken_ = true;
-    return;
-  }
-  if (!capturing_) return;
-  // A recording cut short: launch what was captured, keep nothing, run the rest op by op
-  // (and the steps of this key too, until memory moves: the next attempt may then succeed).
-  capturing_ = false;
-  mode_ = StepMode::kEager;
-  ++graph_stats_.abandoned;
-  bool known = false;
-  for (auto& e : no_graph_) {
-    if (e.first == rec_.key) {
-      e.second = generation_;
-      known = true;
-    }
-  }
-  if (!known) no_graph_.emplace_back(rec_.key, generation_);
-  const cudaGraphExec_t exec = end_capture(stream_);
-  // (No throwing before the launch: the captured work must run.)
-  if (stage_off_ > 0) cudaMemcpyAsync(stage_dev_, stage_host_, stage_off_, cudaMemcpyHostToDevice, stream_);
-  const cudaError_t lrc = cudaGraphLaunch(exec, stream_);
-  cudaGraphExecDestroy(exec);  // released once the launch completes
-  HEARTH_CUDA_CHECK("graph launch", lrc);
-}
-
-void CudaBackend::wait(const char* op) {
-  flush_capture();
-  staged_since_wait_ = false;
-  step_upload_pending_ = false;
-  if (!wait_timing_) {
-    HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
-    return;
-  }
-  const int64_t t0 = now_ns();
-  HEARTH_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
-  const int64_t t1 = now_ns();
-  if (graph_event_pending_) {
-    float ms = 0.0f;
-    if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(graph_events_[0]),
-                             static_cast<cudaEvent_t>(graph_events_[1])) == cudaSuccess) {
-      graph_gpu_ms_ += ms;
-      ++graph_timed_;
-    }
-    graph_event_pending_ = false;
-  }
-  // Time from the first wait's end, so that loading and the first step's set-up are out.
-  if (waits_ == 0) first_wait_ns_ = t1;
-  else wait_ns_ += t1 - t0;
-  last_wait_ns_ = t1;
-  ++waits_;
+  q8_ready_ = {};
+  // Graph steps: those the matrix-vector kernels take (decode).
+  rt_.begin_step(d, step_front_, bucket, d.n_tokens() > 0 && d.n_tokens() <= kMaxMatvecTokens);
 }
 
 ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
-  bind();
-  flush_capture();
+  rt_.bind();
+  rt_.flush_capture();
   if (!supports_weight(w.type)) {
     fail(ErrorKind::kUnsupported, "cuda",
          "tensor '" + w.name + "' has type " + std::string(ggml_type_name(w.type)) +
@@ -567,7 +150,7 @@ ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
   weights_.push_back(dev);
   HEARTH_CUDA_CHECK("prepare_weight", cudaMemcpy(dev, w.data, bytes, cudaMemcpyHostToDevice));
   weight_bytes_ += bytes;
-  note_alloc(static_cast<int64_t>(bytes));
+  rt_.note_alloc(static_cast<int64_t>(bytes));
   ops::WeightView out = w;
   out.backend_data = dev;
   release_mapped_pages(w.data, bytes);  // the file's pages are read back if touched again
@@ -575,115 +158,39 @@ ops::WeightView CudaBackend::prepare_weight(const ops::WeightView& w) {
 }
 
 std::unique_ptr<ops::Buffer> CudaBackend::alloc(int64_t n_floats) {
-  bind();
-  return std::make_unique<DeviceBuffer>(*this, n_floats, true);
+  rt_.bind();
+  return std::make_unique<DeviceBuffer>(rt_, n_floats, true);
 }
 
 std::unique_ptr<ops::Buffer> CudaBackend::alloc_lazy(int64_t n_floats) {
-  bind();
-  return std::make_unique<DeviceBuffer>(*this, n_floats, false);
+  rt_.bind();
+  return std::make_unique<DeviceBuffer>(rt_, n_floats, false);
 }
 
 void CudaBackend::copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) {
-  bind();
+  rt_.bind();
   if (offset < 0 || n < 0 || offset + n > src.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_to_host: range out of the buffer");
   }
-  if (mode_ != StepMode::kEager) end_step_launch();  // the end of a graph step: the graph (recorded or replayed)
-  end_step_desc();  // the step ends here: its arena's pointers are the host's again
-  flush_capture();
+  rt_.end_step();  // the end of a graph step: the graph (recorded or replayed)
   // (A copy to pageable memory waits inside cudaMemcpyAsync; measured, wait first.)
-  if (wait_timing_) wait("copy_to_host");
+  if (rt_.wait_timing()) rt_.wait("copy_to_host");
   HEARTH_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.data() + offset, sizeof(float) * n,
                                                     cudaMemcpyDeviceToHost, stream_));
-  wait("copy_to_host");
+  rt_.wait("copy_to_host");
 }
 
 void CudaBackend::copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) {
   q8_ready_ = {};  // dst may be the x an op quantized
-  bind();
+  rt_.bind();
   if (offset < 0 || n < 0 || offset + n > dst.size()) {
     fail(ErrorKind::kInternal, "cuda", "copy_from_host: range out of the buffer");
   }
   // Synchronous with respect to the host buffer: it may be reused once this returns.
-  flush_capture();
+  rt_.flush_capture();
   HEARTH_CUDA_CHECK("copy_from_host", cudaMemcpyAsync(dst.data() + offset, src, sizeof(float) * n,
                                                       cudaMemcpyHostToDevice, stream_));
-  wait("copy_from_host");
-}
-
-const void* CudaBackend::stage(const void* host, size_t n, const char* op) {
-  // An array of the step's description: already on the device (begin_step), at an
-  // address that is the same for every step of the same counts. Nothing copied, nothing
-  // recorded: a replayed step finds it where the recording did.
-  const auto* h = static_cast<const uint8_t*>(host);
-  if (step_ != nullptr && n > 0 && h >= step_base_ && h + n <= step_base_ + step_size_) {
-    ++stage_stats_.step_reads;
-    return step_dev_ + step_desc_off_ + (h - step_base_);
-  }
-  if (n > 0) ++stage_stats_.ring;
-  const size_t bytes = (n + 255) & ~size_t{255};
-  if (mode_ == StepMode::kReplay) {
-    // The recorded offsets; the step's one upload copies them before the graph is launched.
-    if (replay_broken_ || stage_i_ >= replay_->stages.size() || replay_->stages[stage_i_].n != n) retry_step();
-    const StageRec& r = replay_->stages[stage_i_++];
-    if (n > 0) std::memcpy(stage_host_ + r.off, host, n);
-    return stage_dev_ + r.off;
-  }
-  if (bytes > stage_cap_) {
-    wait(op);
-    cudaFreeHost(stage_host_);
-    cudaFree(stage_dev_);
-    note_alloc(-static_cast<int64_t>(stage_cap_));
-    stage_cap_ = std::max(bytes, 2 * stage_cap_);
-    stage_host_ = nullptr;
-    stage_dev_ = nullptr;
-    HEARTH_CUDA_CHECK(op, cudaMallocHost(reinterpret_cast<void**>(&stage_host_), stage_cap_));
-    HEARTH_CUDA_CHECK(op, cudaMalloc(reinterpret_cast<void**>(&stage_dev_), stage_cap_));
-    note_alloc(static_cast<int64_t>(stage_cap_));
-    stage_off_ = 0;
-    ++stage_epoch_;
-    ++generation_;  // recorded graphs copy from and to the old ring
-  }
-  if (stage_off_ + bytes > stage_cap_) {
-    // Work queued earlier may still read the start of the ring: let it finish (a
-    // recording is cut short here: a wait ends it).
-    wait(op);
-    stage_off_ = 0;
-    ++stage_epoch_;
-  }
-  if (n > 0) std::memcpy(stage_host_ + stage_off_, host, n);
-  uint8_t* dev = stage_dev_ + stage_off_;
-  if (n > 0) {
-    // A recorded step's stagings go up in one copy before its graph is launched
-    // (upload_stages): copy nodes inside a graph made its launch cost ~100 us of host
-    // time on the models with many of them.
-    if (mode_ != StepMode::kRecord) {
-      HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(dev, stage_host_ + stage_off_, n, cudaMemcpyHostToDevice, stream_));
-    }
-    staged_since_wait_ = true;
-  }
-  if (mode_ == StepMode::kRecord) rec_.stages.push_back(StageRec{stage_off_, n});
-  stage_off_ += bytes;
-  return dev;
-}
-
-void* CudaBackend::scratch(int slot, size_t bytes, const char* op) {
-  if (bytes > scratch_bytes_[slot]) {
-    flush_capture();  // a graph holds no allocations
-    if (scratch_[slot] != nullptr) {
-      wait(op);
-      cudaFree(scratch_[slot]);
-      note_alloc(-static_cast<int64_t>(scratch_bytes_[slot]));
-      scratch_[slot] = nullptr;
-      scratch_bytes_[slot] = 0;
-    }
-    HEARTH_CUDA_CHECK(op, cudaMalloc(&scratch_[slot], bytes));
-    scratch_bytes_[slot] = bytes;
-    ++generation_;  // recorded graphs use the old address
-    note_alloc(static_cast<int64_t>(bytes));
-  }
-  return scratch_[slot];
+  rt_.wait("copy_from_host");
 }
 
 const float* CudaBackend::f32_values(const ops::WeightView& w, int64_t n, const char* op) {
@@ -694,15 +201,15 @@ const float* CudaBackend::f32_values(const ops::WeightView& w, int64_t n, const 
   }
   const DeviceWeight dw = device_weight(w, op);
   if (w.type == GgmlType::F32) return static_cast<const float*>(dw.data);
-  auto* out = static_cast<float*>(scratch(3, sizeof(float) * static_cast<size_t>(n), op));
-  if (skip_launch()) return out;
+  auto* out = static_cast<float*>(rt_.scratch(3, sizeof(float) * static_cast<size_t>(n), op));
+  if (rt_.skip_launch()) return out;
   dequantize_rows_f32(dw, 0, w.n_rows, out, stream_);
   HEARTH_CUDA_LAUNCHED(op);
   return out;
 }
 
 void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
-  OpTimer timer(*this, "get_rows");
+  OpTimer timer(rt_, "get_rows");
   for (int64_t i = 0; i < n_ids; ++i) {
     if (ids[i] < 0 || ids[i] >= table.n_rows) {
       fail(ErrorKind::kInvalidInput, "cuda", "token id " + std::to_string(ids[i]) + " out of range for '" +
@@ -710,8 +217,8 @@ void CudaBackend::get_rows(const ops::WeightView& table, const int32_t* ids, int
     }
   }
   if (n_ids == 0) return;
-  const int32_t* d_ids = stage_array(ids, n_ids, "get_rows");
-  if (skip_launch()) return;
+  const int32_t* d_ids = rt_.stage_array(ids, n_ids, "get_rows");
+  if (rt_.skip_launch()) return;
   get_rows_f32(device_weight(table, "get_rows"), d_ids, n_ids, out, stream_);
   HEARTH_CUDA_LAUNCHED("get_rows");
 }

@@ -4,7 +4,10 @@
 // block tables, ...) are uploaded once per step to a device arena at a fixed address,
 // where the ops read them; other host-memory arguments (expert weights, arrays of calls
 // outside a described step or of a recurrent layer's passes around a state snapshot) are
-// copied per call through a pinned staging ring on the same stream.
+// copied per call through a pinned staging ring on the same stream. That machinery (the
+// stream, staging, the step arena, graph steps, scratch, waits, op timing) is the launch
+// runtime's (launch_runtime.h), which every op calls; this class holds the ops and their
+// own state (weights, switches, op-specific caches).
 // Only copy_to_host waits for the device. Every CUDA / cuBLAS failure becomes an Error
 // naming the operation. Host-only code may include this header (no CUDA syntax).
 #pragma once
@@ -15,11 +18,10 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/launch_runtime.h"
 #include "ops/backend.h"
 #include "ops/step_desc.h"
 
-typedef struct CUstream_st* cudaStream_t;
-typedef struct cublasContext* cublasHandle_t;
 typedef struct CUevent_st* cudaEvent_t;
 
 namespace hearth::cuda {
@@ -47,14 +49,14 @@ class CudaBackend final : public ops::Backend {
   // Through a pinned bounce buffer, one wait per round of up to 64 MiB (cuda_host_copy.cu).
   void copy_ranges_to_host(const ops::HostRange* ranges, int64_t n_ranges) override;
   void copy_ranges_from_host(const ops::HostRange* ranges, int64_t n_ranges) override;
-  uint64_t device_memory_used() const override { return used_; }
-  uint64_t device_memory_peak() const override { return peak_; }
+  uint64_t device_memory_used() const override { return rt_.memory_used(); }
+  uint64_t device_memory_peak() const override { return rt_.memory_peak(); }
   // --deterministic: every product, attention row, recurrence and MoE layer through one
   // kernel family whose per-row arithmetic does not depend on the batch (docs/ARCHITECTURE.md,
   // "Deterministic mode"); slower, so off by default. Set before the first step.
   bool set_deterministic(bool on) override {
     deterministic_ = on;
-    ++generation_;  // recordings of the other kernels are not replayed
+    rt_.new_generation();  // recordings of the other kernels are not replayed
     return true;
   }
   bool deterministic() const { return deterministic_; }
@@ -127,126 +129,45 @@ class CudaBackend final : public ops::Backend {
                         float* dst) override;
 
   // Decode steps (begin_step(const StepDesc&) of at most kMaxMatvecTokens tokens) are
-  // recorded once as a CUDA graph and replayed: the host, not the GPU, limits decode
-  // otherwise (docs/BENCHMARKS.md). begin_step uploads the step's arena first (one copy,
-  // outside the graph); the ops read the step's arrays there (tokens, positions, KV
-  // slots, block tables, the recurrent layers' state slots, how each output row is
-  // returned), at addresses that are the same for every step of the same counts. So a
-  // recording serves every step of its key: the description it came from (each model
-  // fills its own: a step of another model never replays it), the step's shape (rows,
-  // sequences and each one's rows, output rows, image rows or not) and what else sets a
-  // launch (the attention's context bucket). A later step of that key launches nothing
-  // op by op: the ops return at skip_launch(), host arrays that are not the step's
-  // (prompt tiles, the passes around a state snapshot) are written to the staging
-  // offsets of the recording, and the copy_to_host that ends the step uploads those
-  // and launches the graph. Every device address a graph holds is fixed while no memory
-  // is freed or moved: freeing a buffer, growing scratch, staging or the step arena
-  // drops every recording (generation). A replayed step that allocates, frees or waits
-  // inside, or stages other sizes than its recording, throws ops::StepRetry before
-  // anything of it has run; the caller runs it again op by op and the next step of that
-  // key is recorded anew. Steps without a description run op by op.
+  // recorded once as a CUDA graph and replayed (LaunchRuntime::begin_step says how).
   // --tune cuda.graph=0 or set_graphs(false) turns it off (on by default).
-  void set_graphs(bool on);
+  void set_graphs(bool on) { rt_.set_graphs(on); }
   // Gate / up products and SwiGLU in one kernel for decode batches (off by default:
   // measured slower; cuda.fuse_swiglu=1). For tests and measuring.
   // (Recordings made with the other setting are not replayed: generation.)
   void set_fused_swiglu(bool on) {
     fuse_swiglu_ = on;
-    ++generation_;
+    rt_.new_generation();
   }
   // Q4_K products of 9-64 tokens on the int8 tensor cores (q8_gemm, the default) or as
   // f16 tiles (quant_gemm; cuda.int8_gemm=0). For tests and measuring.
   void set_int8_gemm(bool on) {
     int8_gemm_ = on;
-    ++generation_;
+    rt_.new_generation();
   }
-  struct GraphStats {
-    int64_t recorded = 0;  // steps captured (and launched) as a new graph
-    int64_t replayed = 0;  // steps launched from an earlier recording
-    int64_t retried = 0;   // steps that differed from their recording (run again op by op)
-    int64_t abandoned = 0; // recordings cut short (an allocation or a wait inside the step)
-  };
-  GraphStats graph_stats() const { return graph_stats_; }
-  // Host arrays that reached the device, counted since the back-end was made (tests: a
-  // replayed decode step of the step description's arrays copies nothing through the ring).
-  struct StageStats {
-    int64_t ring = 0;          // arrays copied through the staging ring (also a replayed step's)
-    int64_t step_reads = 0;    // arrays found in the step's uploaded arena (nothing copied)
-    int64_t step_uploads = 0;  // step arenas uploaded (one copy each, in begin_step)
-  };
-  StageStats stage_stats() const { return stage_stats_; }
+  // The runtime's counters (tests): graph steps recorded / replayed / retried, host
+  // arrays staged or read from the step's arena.
+  using GraphStats = LaunchRuntime::GraphStats;
+  GraphStats graph_stats() const { return rt_.graph_stats(); }
+  using StageStats = LaunchRuntime::StageStats;
+  StageStats stage_stats() const { return rt_.stage_stats(); }
   void begin_step(int64_t n_tokens) override;
   // A described step: its arena (with the attention's per-step arrays derived from it,
   // cuda_attention.cu) goes to the device in one copy, before the step's graph is
   // recorded or replayed; until the step ends (copy_to_host / fetch_rows) an op given a
   // pointer into step.data() reads the uploaded bytes instead of staging them.
   void begin_step(const ops::StepDesc& step) override;
-  // Internal: ends a capture in progress and launches it (before a wait, an allocation
-  // or a free); in a replayed step, marks the step as differing from its recording.
-  void flush_capture();
-  // Internal: each op calls this after staging its host arrays and before launching its
-  // kernels. True: the launches are skipped (a replayed step: the graph has them).
-  // Throws ops::StepRetry when the replayed step allocated, freed or waited since it began.
-  bool skip_launch();
-  // Internal: a device buffer is freed (its address may come back for another buffer):
-  // every recorded graph is dropped (frees_).
-  void note_free() { ++frees_; }
 
-  int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
   // Waits for all queued work (tests, timing).
-  void synchronize();
+  void synchronize() { rt_.synchronize(); }
   // Bytes of device memory held by prepared weights.
   uint64_t weight_bytes() const { return weight_bytes_; }
 
-  // Internal: with cuda.op_timing=device each operation waits for the device and its
-  // time is added to a table printed to stderr when the back-end is destroyed (a
-  // profile of where a step's time goes; off by default: it serialises host and device).
-  // cuda.op_timing=host: the host's time inside each op only, nothing waited for
-  // (with cuda.wait_timing, whether the host or the device limits a step).
-  class OpTimer {
-   public:
-    OpTimer(CudaBackend& be, const char* op);
-    ~OpTimer();
-    void rename(const char* op) { op_ = op; }
-
-   private:
-    CudaBackend* be_;
-    const char* op_;
-    int64_t t0_ns_ = 0;
-  };
-
-  // Internal: waits for the stream (op names the caller in errors). With
-  // cuda.wait_timing=1 the time the host spends waiting here is added up and
-  // printed when the back-end is destroyed, against the wall time since the first wait:
-  // a host that rarely waits is the bottleneck (launch-bound steps), one that waits most
-  // of the time feeds a busy device.
-  void wait(const char* op);
-  // Internal: makes this back-end's device the calling thread's current one (the
-  // engine thread of `serve` is not the thread that made the back-end).
-  void bind() const;
-  // Internal: device memory accounting for the buffers this back-end hands out.
-  void note_alloc(int64_t bytes);
-  // Internal: throws Error "[cuda] <op>: <what>" when rc is not cudaSuccess.
-  static void check(int rc, const char* op, const char* what);
-
  private:
-  // Device memory holding n bytes of host memory for the work queued next on the stream.
-  // Bytes inside the described step's arena (begin_step(const StepDesc&)) are already
-  // there: their device address, nothing copied. Others are copied through the ring
-  // (valid until it wraps, which first waits for the stream); in a recorded step the
-  // ring offsets start at 0 and depend only on the step's sequence of stagings; a
-  // replayed step writes the recorded offsets and one copy uploads them before its graph.
-  const void* stage(const void* host, size_t n, const char* op);
-  template <class T>
-  const T* stage_array(const T* host, int64_t n, const char* op) {
-    return static_cast<const T*>(stage(host, sizeof(T) * static_cast<size_t>(n), op));
-  }
+  using OpTimer = LaunchRuntime::OpTimer;
   // Device f32 values of a one-row (or small) weight: its own memory when F32, else a
   // dequantized copy made now in scratch (valid until the next call that uses it).
   const float* f32_values(const ops::WeightView& w, int64_t n, const char* op);
-  // Grow-only device scratch of at least `bytes` (slot 0..kScratch-1).
-  void* scratch(int slot, size_t bytes, const char* op);
   void matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   // The variants' parts (cuda_matmul.cu): takes, prefers and run of each.
   bool mm_q8gemm_takes(const ops::WeightView& w, int64_t n) const;
@@ -312,24 +233,10 @@ class CudaBackend final : public ops::Backend {
   };
   void make_upload_lanes();
 
-  int device_ = 0;
-  std::string name_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  // Staging ring: pinned host memory mirrored by device memory of the same size.
-  uint8_t* stage_host_ = nullptr;
-  uint8_t* stage_dev_ = nullptr;
-  StageStats stage_stats_;
-  // The step arena (begin_step(const StepDesc&)): [attention's derived arrays | the
-  // StepDesc's arena at step_desc_off_], a pinned host mirror and its device copy, grown
-  // rarely (growth moves it: recorded graphs are dropped as for scratch). step_ is the
-  // step being run (null outside a described step); step_base_ / step_size_ its host arena.
-  uint8_t* step_host_ = nullptr;
-  uint8_t* step_dev_ = nullptr;
-  size_t step_cap_ = 0, step_desc_off_ = 0, step_size_ = 0;
-  const ops::StepDesc* step_ = nullptr;
-  const uint8_t* step_base_ = nullptr;
-  bool step_upload_pending_ = false;  // the mirror's copy may not have run yet (wait() clears it)
+  // First: destroyed last, after every buffer this class holds (its destructor frees
+  // them once the runtime has finished the stream's work).
+  LaunchRuntime rt_;
+  cudaStream_t stream_ = nullptr;  // rt_.stream(), which every op launches on
   // What attention derives from a step once (cuda_attention.cu, step_attention_prepare):
   // offsets into the arena's front part, counts, and the key bucket.
   struct StepAttn {
@@ -346,7 +253,7 @@ class CudaBackend final : public ops::Backend {
   // Lays out step_front_ and step_attn_ for a step (the front part of its arena).
   void step_attention_prepare(const ops::StepDesc& d);
   // Prompt tiles of the step's sequences, staged once per (step, tile height) and reused
-  // by every layer while the ring holds them (stage epoch).
+  // by every layer while the ring holds them (LaunchRuntime::stage_epoch).
   struct StepTiles {
     uint64_t serial = 0, epoch = 0;
     int64_t rows_per_tile = 0;
@@ -355,72 +262,15 @@ class CudaBackend final : public ops::Backend {
     int64_t n = 0;
   };
   StepTiles step_tiles_;
-  // graph: whether the step may be recorded / replayed (a described one; key step_key_).
-  void begin_step_impl(int64_t n_tokens, bool graph);
-  void end_step_desc() { step_ = nullptr; }
   // Decode attention's per-(row, block of heads) counters of finished key ranges (zero
   // between launches: the last range resets its counter), for that many pairs.
   static constexpr int64_t kAttnCounters = 1 << 16;
   unsigned* attn_counters_ = nullptr;
-  size_t stage_cap_ = 0, stage_off_ = 0;
-  uint64_t stage_epoch_ = 0;  // +1 at each wrap or growth of the ring
-  static constexpr int kScratch = 11;  // 5: 8-bit activations; 6: MoE routing; 7: GDN; 8: MoE; 9: argmax rows;
-                                       // 10: attention_full's f16 K / V
-  void* scratch_[kScratch] = {};
-  size_t scratch_bytes_[kScratch] = {};
   std::vector<void*> weights_;  // device copies made by prepare_weight
   uint64_t weight_bytes_ = 0;
-  uint64_t used_ = 0, peak_ = 0;
-  bool timing_ = false;
-  // Step graphs (see set_graphs).
-  enum class StepMode { kEager, kRecord, kReplay };
-  struct StageRec {
-    size_t off = 0, n = 0;
-  };
-  struct StepGraph {
-    uint64_t key = 0;      // step_key_ of the step it was recorded from
-    void* exec = nullptr;  // cudaGraphExec_t
-    uint64_t generation = 0, frees = 0;  // generation_ and frees_ when recorded
-    std::vector<StageRec> stages;
-    size_t stage_end = 0;  // the staging offset after the step
-  };
-  void end_step_launch();
-  // A graph step's stagings ([0, end) of the ring, written on the host as its ops ran)
-  // to the device in one copy, before the graph that reads them is launched.
-  void upload_stages(size_t end);  // at the copy_to_host ending a recorded or replayed step
-  void launch_timed(void* exec);  // cudaGraphLaunch (timed with cuda.wait_timing)
-  [[noreturn]] void retry_step();  // a replayed step that is not its recording: StepRetry
-  void drop_graphs();
-  bool graphs_ = true, capturing_ = false;
-  StepMode mode_ = StepMode::kEager;
-  bool replay_broken_ = false;
-  std::vector<StepGraph> recordings_;
-  StepGraph rec_;                 // the step being recorded
-  StepGraph* replay_ = nullptr;   // the recording being replayed
-  size_t stage_i_ = 0;
-  uint64_t generation_ = 1;  // +1 when scratch, staging or the step arena moves, or a kernel setting changes
-  uint64_t frees_ = 0;            // +1 when a device buffer is freed
-  // The described step's key (begin_step): its description's address, its shape and its
-  // attention context bucket, hashed (see set_graphs).
-  uint64_t step_key_ = 0;
-  std::vector<uint64_t> retry_keys_;  // keys whose last replay differed: recorded anew next time
-  // Keys whose recording was cut short (a host round trip inside the step), with the
-  // generation then: not recorded again until scratch, staging or the arena moves.
-  std::vector<std::pair<uint64_t, uint64_t>> no_graph_;
-  bool staged_since_wait_ = false;
-  GraphStats graph_stats_;
-  bool host_timing_ = false;  // cuda.op_timing=host: the host's own time per op, no waits
-  bool wait_timing_ = false;
-  int64_t wait_ns_ = 0, waits_ = 0, first_wait_ns_ = 0, last_wait_ns_ = 0;
-  // With cuda.wait_timing: the host's time in cudaGraphLaunch and the device's
-  // time running the graphs (events around each launch, read at the next wait).
-  void* graph_events_[2] = {};  // cudaEvent_t
-  bool graph_event_pending_ = false;
-  int64_t graph_launch_ns_ = 0, graph_timed_ = 0;
-  double graph_gpu_ms_ = 0.0;
   // An 8-bit quantization of an op's output, written by that op (add_rms_norm) into
   // q8_matvec's scratch for the product right after it (cuda.fuse_quant=0: not).
-  // Valid for the next op only (op_seq_ counts ops), for that x and shape.
+  // Valid for the next op only (rt_.op_seq() counts ops), for that x and shape.
   struct Q8Ready {
     const float* x = nullptr;
     int64_t n_rows = 0, n_cols = 0;
@@ -428,7 +278,6 @@ class CudaBackend final : public ops::Backend {
     uint64_t seq = 0;
   };
   Q8Ready q8_ready_;
-  uint64_t op_seq_ = 0;
   bool fuse_quant_ = true;
   // The scratch an op writing out: [n_rows, n] quantizes it into (nullptr: not wanted).
   void* q8_ready_scratch(const float* out, int64_t n_rows, int64_t n);
@@ -482,8 +331,7 @@ class CudaBackend final : public ops::Backend {
   // dequantize + cuBLAS, which is faster from about 64 tokens on (docs/BENCHMARKS.md);
   // cuda.qgemm_max overrides (0: always cuBLAS).
   int64_t qgemm_max_tokens_ = 64;
-  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> op_times_;  // op -> (calls, ns)
-  PinnedBounce bounce_;  // last: freed after the stream and the buffers
+  PinnedBounce bounce_;  // freed once the runtime's destructor-time wait (rt_.finish) is done
   UploadLanes lanes_;
 };
 

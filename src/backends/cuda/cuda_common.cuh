@@ -11,9 +11,9 @@
 namespace hearth::cuda {
 
 // Throws "[cuda] op: what: <runtime message>" unless the call succeeded.
-#define HEARTH_CUDA_CHECK(op, expr) ::hearth::cuda::CudaBackend::check(static_cast<int>(expr), op, #expr)
+#define HEARTH_CUDA_CHECK(op, expr) ::hearth::cuda::LaunchRuntime::check(static_cast<int>(expr), op, #expr)
 // After a kernel launch: reports a bad configuration or an earlier asynchronous fault.
-#define HEARTH_CUDA_LAUNCHED(op) ::hearth::cuda::CudaBackend::check(static_cast<int>(cudaGetLastError()), op, "launch")
+#define HEARTH_CUDA_LAUNCHED(op) ::hearth::cuda::LaunchRuntime::check(static_cast<int>(cudaGetLastError()), op, "launch")
 
 constexpr int kThreads = 256;
 

@@ -279,7 +279,7 @@ void check_snaps(const ops::GdnStates& st, const ops::GdnSeq* seqs, int64_t n_se
 
 void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::WeightView& w,
                                 const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* out) {
-  OpTimer timer(*this, "ssm_conv_silu");
+  OpTimer timer(rt_, "ssm_conv_silu");
   const int64_t K = w.n_cols;
   if (w.n_rows != channels || K < 1) {
     fail(ErrorKind::kInvalidInput, "cuda", "conv weight '" + w.name + "' must be F32 [" + std::to_string(channels) +
@@ -287,9 +287,9 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   }
   const float* wt = need_f32(w, channels * K, "ssm_conv_silu: conv weight");
   if (n_seqs <= 0) return;
-  const auto* d_seqs = stage_array(seqs, n_seqs, "ssm_conv_silu");
+  const auto* d_seqs = rt_.stage_array(seqs, n_seqs, "ssm_conv_silu");
   check_snaps(states, seqs, n_seqs, "ssm_conv_silu");
-  const auto* d_snaps = states.n_snaps > 0 ? stage_array(states.snaps, states.n_snaps, "ssm_conv_silu") : nullptr;
+  const auto* d_snaps = states.n_snaps > 0 ? rt_.stage_array(states.snaps, states.n_snaps, "ssm_conv_silu") : nullptr;
   const int n_snaps = static_cast<int>(states.n_snaps);
   const int64_t total = n_seqs * channels;
   int64_t n_tokens = 0, n_rows = 0;  // n_rows: the rows up to the last sequence's end
@@ -302,7 +302,7 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
   // Several tokens of a sequence: a thread per (row, channel), then the states (one
   // thread per sequence and channel walking its tokens serialised prompts of 512 rows).
   const bool by_rows = n_tokens > n_seqs && rows_in_order;
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   if (by_rows) {
@@ -324,7 +324,7 @@ void CudaBackend::ssm_conv_silu(const float* x, int64_t channels, const ops::Wei
 void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float* b, const ops::WeightView& ssm_a,
                                   const ops::WeightView& dt_bias, const ops::GdnShape& sh,
                                   const ops::GdnStates& states, const ops::GdnSeq* seqs, int64_t n_seqs, float* o) {
-  OpTimer timer(*this, "gated_delta_net");
+  OpTimer timer(rt_, "gated_delta_net");
   if (sh.n_k_heads <= 0 || sh.n_v_heads % sh.n_k_heads != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "gated_delta_net: value heads must be a multiple of key heads");
   }
@@ -339,9 +339,9 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   g.qkv = qkv;
   g.a = a;
   g.b = b;
-  g.seqs = stage_array(seqs, n_seqs, "gated_delta_net");
+  g.seqs = rt_.stage_array(seqs, n_seqs, "gated_delta_net");
   check_snaps(states, seqs, n_seqs, "gated_delta_net");
-  g.snaps = states.n_snaps > 0 ? stage_array(states.snaps, states.n_snaps, "gated_delta_net") : nullptr;
+  g.snaps = states.n_snaps > 0 ? rt_.stage_array(states.snaps, states.n_snaps, "gated_delta_net") : nullptr;
   g.n_snaps = static_cast<int>(states.n_snaps);
   g.ssm = states.ssm;
   g.slot_stride = states.slot_stride;
@@ -364,12 +364,12 @@ void CudaBackend::gated_delta_net(const float* qkv, const float* a, const float*
   const int64_t nqk = n_rows * sh.n_k_heads * sh.d_k, ng = n_rows * sh.n_v_heads;
   const auto pad = [](int64_t f) { return (f + 63) / 64 * 64; };
   auto* tmp = static_cast<float*>(
-      scratch(7, sizeof(float) * static_cast<size_t>(2 * pad(nqk) + 2 * pad(ng)), "gated_delta_net"));
+      rt_.scratch(7, sizeof(float) * static_cast<size_t>(2 * pad(nqk) + 2 * pad(ng)), "gated_delta_net"));
   float* qn = tmp;
   float* kn = qn + pad(nqk);
   float* gd = kn + pad(nqk);
   float* bt = gd + pad(ng);
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   // Decode steps (a token a sequence) prepare q, k and gates inside the recurrence (its

@@ -137,12 +137,12 @@ uint8_t* CudaBackend::bounce(size_t bytes, const char* op) {
 }
 
 void CudaBackend::copy_ranges_to_host(const ops::HostRange* r, int64_t n) {
-  if (mode_ != StepMode::kEager) {  // inside a graph step: the step's end is copy_to_host's business
+  if (rt_.in_graph_step()) {  // inside a graph step: the step's end is copy_to_host's business
     ops::Backend::copy_ranges_to_host(r, n);
     return;
   }
-  bind();
-  flush_capture();
+  rt_.bind();
+  rt_.flush_capture();
   for (int64_t i = 0; i < n; ++i) check_range(r[i], "copy_ranges_to_host");
   for (int64_t i = 0; i < n;) {
     size_t bytes = 0;
@@ -155,7 +155,7 @@ void CudaBackend::copy_ranges_to_host(const ops::HostRange* r, int64_t n) {
                                         cudaMemcpyDeviceToHost, stream_));
       off += padded(r[k].n);
     }
-    wait("copy_ranges_to_host");
+    rt_.wait("copy_ranges_to_host");
     off = 0;
     for (int64_t k = i; k < j; ++k) {
       std::memcpy(r[k].host, b + off, sizeof(float) * r[k].n);
@@ -167,8 +167,8 @@ void CudaBackend::copy_ranges_to_host(const ops::HostRange* r, int64_t n) {
 
 void CudaBackend::copy_ranges_from_host(const ops::HostRange* r, int64_t n) {
   q8_ready_ = {};  // a range may be the x an op quantized
-  bind();
-  flush_capture();
+  rt_.bind();
+  rt_.flush_capture();
   for (int64_t i = 0; i < n; ++i) check_range(r[i], "copy_ranges_from_host");
   make_upload_lanes();
   // The ranges in order, the long ones cut into pieces (each fits a lane with its entry).
@@ -230,7 +230,7 @@ void CudaBackend::copy_ranges_from_host(const ops::HostRange* r, int64_t n) {
     lane ^= 1;
     i = j;
   }
-  wait("copy_ranges_from_host");  // the ranges are in place when the call returns
+  rt_.wait("copy_ranges_from_host");  // the ranges are in place when the call returns
 }
 
 }  // namespace hearth::cuda

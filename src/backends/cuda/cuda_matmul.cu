@@ -74,9 +74,9 @@ bool CudaBackend::mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const {
 }
 void CudaBackend::mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   const size_t bytes = q8_gemm_scratch_bytes(dw, n);
-  q8_gemm(dw, x, n, y, scratch(5, bytes, "matmul"), bytes, stream_);
+  q8_gemm(dw, x, n, y, rt_.scratch(5, bytes, "matmul"), bytes, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
 
@@ -89,9 +89,9 @@ bool CudaBackend::mm_matvec_q8_prefers(const ops::WeightView&, int64_t) const { 
 void CudaBackend::mm_matvec_q8_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
   const size_t bytes = q8_matvec_scratch_bytes(w.n_cols, n);
-  void* tmp = scratch(5, bytes, "matmul");
+  void* tmp = rt_.scratch(5, bytes, "matmul");
   const bool ready = take_q8_ready(x, n, w.n_cols, tmp);
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   q8_matvec_multi(&dw, 1, x, n, &y, tmp, bytes, stream_, ready);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
@@ -100,7 +100,7 @@ void CudaBackend::mm_matvec_q8_run(const ops::WeightView& w, const float* x, int
 bool CudaBackend::mm_matvec_takes(const ops::WeightView&, int64_t n) const { return n >= 1 && n <= kMaxMatvecTokens; }
 void CudaBackend::mm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   quant_matvec(dw, x, n, y, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
@@ -110,14 +110,14 @@ void CudaBackend::mm_matvec_run(const ops::WeightView& w, const float* x, int64_
 void CudaBackend::small_f32_product(const ops::WeightView& w, const float* w32, int64_t ldw, const float* x, int64_t n,
                                     float* y) {
   const size_t bytes = small_gemm_scratch_bytes(w.n_rows, w.n_cols, n);
-  small_gemm(w32, ldw, w.n_rows, w.n_cols, x, n, y, bytes ? scratch(1, bytes, "matmul") : nullptr, bytes, stream_);
+  small_gemm(w32, ldw, w.n_rows, w.n_cols, x, n, y, bytes ? rt_.scratch(1, bytes, "matmul") : nullptr, bytes, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
 
 void CudaBackend::sgemm_f32_product(const ops::WeightView& w, const float* w32, int64_t ldw, const float* x, int64_t n,
                                     float* y) {
   const float one = 1.0f, zero = 0.0f;
-  check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n),
+  check_cublas(cublasSgemm(rt_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n),
                            static_cast<int>(w.n_cols), &one, w32, static_cast<int>(ldw), x, static_cast<int>(w.n_cols),
                            &zero, y, static_cast<int>(w.n_rows)),
                "matmul", w.name.c_str());
@@ -128,7 +128,7 @@ bool CudaBackend::mm_small_f32_takes(const ops::WeightView& w, int64_t) const {
 }
 void CudaBackend::mm_small_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   small_f32_product(w, static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), x, n, y);
 }
 
@@ -137,7 +137,7 @@ bool CudaBackend::mm_sgemm_f32_takes(const ops::WeightView& w, int64_t) const {
 }
 void CudaBackend::mm_sgemm_f32_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   sgemm_f32_product(w, static_cast<const float*>(dw.data), static_cast<int64_t>(w.row_bytes / 4), x, n, y);
 }
 
@@ -152,9 +152,9 @@ bool CudaBackend::mm_qgemm_prefers(const ops::WeightView& w, int64_t n) const {
 }
 void CudaBackend::mm_qgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   const size_t bytes = quant_gemm_scratch_bytes(dw, n);
-  quant_gemm(dw, x, n, y, scratch(5, bytes, "matmul"), bytes, stream_);
+  quant_gemm(dw, x, n, y, rt_.scratch(5, bytes, "matmul"), bytes, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
 }
 
@@ -171,8 +171,8 @@ bool CudaBackend::mm_dequant_small_takes(const ops::WeightView& w, int64_t) cons
 }
 void CudaBackend::mm_dequant_small_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
-  auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
+  if (rt_.skip_launch()) return;
+  auto* w32 = static_cast<float*>(rt_.scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
   dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
   small_f32_product(w, w32, w.n_cols, x, n, y);
@@ -182,8 +182,8 @@ bool CudaBackend::mm_dequant_sgemm_takes(const ops::WeightView& w, int64_t) cons
 }
 void CudaBackend::mm_dequant_sgemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
-  if (skip_launch()) return;
-  auto* w32 = static_cast<float*>(scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
+  if (rt_.skip_launch()) return;
+  auto* w32 = static_cast<float*>(rt_.scratch(2, sizeof(float) * static_cast<size_t>(w.n_rows * w.n_cols), "matmul"));
   dequantize_rows_f32(dw, 0, w.n_rows, w32, stream_);
   HEARTH_CUDA_LAUNCHED("matmul");
   sgemm_f32_product(w, w32, w.n_cols, x, n, y);
@@ -192,7 +192,7 @@ void CudaBackend::mm_dequant_sgemm_run(const ops::WeightView& w, const float* x,
 // The rest: x to f16, the weights as stored (F16) or dequantized to f16 in tiles, cuBLAS.
 bool CudaBackend::mm_f16_gemm_takes(const ops::WeightView& w, int64_t) const { return w.type != GgmlType::F32; }
 void CudaBackend::mm_f16_gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   matmul_gemm(w, x, n, y);
 }
 
@@ -234,12 +234,12 @@ void CudaBackend::matmul_variant(const MatmulVariant& v, const ops::WeightView& 
   if (!(this->*v.takes)(w, n_tokens)) {
     fail(ErrorKind::kInvalidInput, "cuda", std::string("matmul variant '") + v.name + "' does not take '" + w.name + "'");
   }
-  OpTimer timer(*this, v.timer);
+  OpTimer timer(rt_, v.timer);
   (this->*v.run)(w, x, n_tokens, y);
 }
 
 void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  OpTimer timer(*this, "matmul");
+  OpTimer timer(rt_, "matmul");
   if (n_tokens <= 0) return;
   if (deterministic_) {
     timer.rename("matmul invariant");
@@ -281,8 +281,8 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
                        : qgemm ? quant_gemm_scratch_bytes(dw, chunk)
                        : q8    ? q8_matvec_scratch_bytes(w.n_cols, chunk)
                                : 0;
-  void* tmp = bytes > 0 ? scratch(5, bytes, "matmul") : nullptr;
-  if (skip_launch()) return;
+  void* tmp = bytes > 0 ? rt_.scratch(5, bytes, "matmul") : nullptr;
+  if (rt_.skip_launch()) return;
   if (gemm8 || qgemm) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
       const int64_t nt = std::min(chunk, n_tokens - t0);
@@ -324,10 +324,10 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
     }
     if (ng >= 2) {
       {
-        OpTimer timer(*this, "matmul q8 gemm multi");
+        OpTimer timer(rt_, "matmul q8 gemm multi");
         const size_t bytes = q8_gemm_multi_scratch_bytes(gw, ng, n_tokens);
-        void* tmp = scratch(5, bytes, "matmul");
-        if (!skip_launch()) {
+        void* tmp = rt_.scratch(5, bytes, "matmul");
+        if (!rt_.skip_launch()) {
           q8_gemm_multi(gw, ng, x, n_tokens, gy, tmp, bytes, stream_);
           HEARTH_CUDA_LAUNCHED("matmul");
         }
@@ -346,7 +346,7 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
     for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
     return;
   }
-  OpTimer timer(*this, "matmul matvec multi");
+  OpTimer timer(rt_, "matmul matvec multi");
   DeviceWeight q8w[8], fw[8];
   float *q8y[8], *fy[8];
   int nq = 0, nf = 0;
@@ -365,10 +365,10 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
     }
   }
   const size_t bytes = nq > 0 ? q8_matvec_scratch_bytes(ws[0]->n_cols, n_tokens) : 0;
-  void* q8_tmp = nq > 0 ? scratch(5, bytes, "matmul") : nullptr;
+  void* q8_tmp = nq > 0 ? rt_.scratch(5, bytes, "matmul") : nullptr;
   const bool ready = nq > 0 && take_q8_ready(x, n_tokens, ws[0]->n_cols, q8_tmp);
   if (nq + nf == 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   if (nq > 0) {
     q8_matvec_multi(q8w, nq, x, n_tokens, q8y, q8_tmp, bytes, stream_, ready);
     HEARTH_CUDA_LAUNCHED("matmul");
@@ -383,8 +383,8 @@ void* CudaBackend::q8_ready_scratch(const float* out, int64_t n_rows, int64_t n)
   q8_ready_ = {};
   if (deterministic_ || !fuse_quant_ || !q8_matvec_ || n_rows <= 0 || n_rows > kMaxMatvecTokens || n % 32 != 0) return nullptr;
   const size_t bytes = q8_matvec_scratch_bytes(n, n_rows);
-  void* s = scratch(5, bytes, "add_rms_norm");
-  q8_ready_ = {out, n_rows, n, s, op_seq_};
+  void* s = rt_.scratch(5, bytes, "add_rms_norm");
+  q8_ready_ = {out, n_rows, n, s, rt_.op_seq()};
   return s;
 }
 
@@ -392,7 +392,7 @@ bool CudaBackend::take_q8_ready(const float* x, int64_t n_tokens, int64_t n_cols
   const Q8Ready r = q8_ready_;
   q8_ready_ = {};
   return r.x != nullptr && r.x == x && r.n_rows == n_tokens && r.n_cols == n_cols && r.scratch == scratch5 &&
-         r.seq + 1 == op_seq_;
+         r.seq + 1 == rt_.op_seq();
 }
 
 void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightView& up, const float* x,
@@ -411,12 +411,12 @@ void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightVi
     swiglu_rows(g, u, n_tokens, gate.n_rows, g);
     return;
   }
-  OpTimer timer(*this, "matmul matvec swiglu");
+  OpTimer timer(rt_, "matmul matvec swiglu");
   const DeviceWeight dg = device_weight(gate, "matmul"), du = device_weight(up, "matmul");
   const size_t bytes = q8_matvec_scratch_bytes(gate.n_cols, n_tokens);
-  void* tmp = scratch(5, bytes, "matmul");
+  void* tmp = rt_.scratch(5, bytes, "matmul");
   const bool ready = take_q8_ready(x, n_tokens, gate.n_cols, tmp);
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   q8_matvec_swiglu(dg, du, x, n_tokens, g, tmp, bytes, stream_, ready);
@@ -426,13 +426,13 @@ void CudaBackend::matmul_swiglu(const ops::WeightView& gate, const ops::WeightVi
 void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
   const int64_t k = w.n_cols;
-  auto* x16 = static_cast<__half*>(scratch(0, sizeof(__half) * static_cast<size_t>(n_tokens * k), "matmul"));
+  auto* x16 = static_cast<__half*>(rt_.scratch(0, sizeof(__half) * static_cast<size_t>(n_tokens * k), "matmul"));
   ::hearth::cuda::launch_pdl(f32_to_f16_kernel, grid_for(n_tokens * k), kThreads, 0, stream_, x, x16, n_tokens * k);
   HEARTH_CUDA_LAUNCHED("matmul");
   const float one = 1.0f, zero = 0.0f;
   if (w.type == GgmlType::F16 && w.row_bytes % 2 == 0) {
     // f16 weights as stored: no dequantized copy.
-    check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
+    check_cublas(cublasGemmEx(rt_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), static_cast<int>(n_tokens),
                               static_cast<int>(k), &one, dw.data, CUDA_R_16F, static_cast<int>(w.row_bytes / 2), x16,
                               CUDA_R_16F, static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(w.n_rows),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -440,12 +440,12 @@ void CudaBackend::matmul_gemm(const ops::WeightView& w, const float* x, int64_t 
     return;
   }
   const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(w.n_rows, kGemmTileElems / k));
-  auto* w16 = static_cast<__half*>(scratch(1, sizeof(__half) * static_cast<size_t>(tile_rows * k), "matmul"));
+  auto* w16 = static_cast<__half*>(rt_.scratch(1, sizeof(__half) * static_cast<size_t>(tile_rows * k), "matmul"));
   for (int64_t r0 = 0; r0 < w.n_rows; r0 += tile_rows) {
     const int64_t nr = std::min(tile_rows, w.n_rows - r0);
     dequantize_rows_f16(dw, r0, nr, w16, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
-    check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr), static_cast<int>(n_tokens),
+    check_cublas(cublasGemmEx(rt_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr), static_cast<int>(n_tokens),
                               static_cast<int>(k), &one, w16, CUDA_R_16F, static_cast<int>(k), x16, CUDA_R_16F,
                               static_cast<int>(k), &zero, y + r0, CUDA_R_32F, static_cast<int>(w.n_rows),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),

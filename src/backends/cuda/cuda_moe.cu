@@ -210,7 +210,7 @@ void CudaBackend::moe_ffn_add_rms_norm(const ops::MoeLayer& L, const float* x, i
 }
 
 void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n, float* out, const NormAfter* after) {
-  OpTimer timer(*this, after != nullptr ? "moe_ffn + add_rms_norm" : "moe_ffn");
+  OpTimer timer(rt_, after != nullptr ? "moe_ffn + add_rms_norm" : "moe_ffn");
   const int64_t X = L.n_expert, K = L.n_used, E = L.n_embd, F = L.n_ff;
   if (X <= 0 || X > 32 * kMaxPerLane || K <= 0 || K > std::min<int64_t>(X, kMaxUsed)) {
     fail(ErrorKind::kUnsupported, "cuda", "moe_ffn: " + std::to_string(X) + " experts, " + std::to_string(K) +
@@ -256,17 +256,17 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
       q8 ? std::max({q8_scratch_bytes(E, n), q8_scratch_bytes(F, pairs),
                      mma ? std::max(q8_moe_mma_scratch_bytes(E, n), q8_moe_mma_scratch_bytes(F, pairs)) : size_t{0}})
          : 0;
-  void* q8_tmp = q8 ? scratch(5, q8_bytes, "moe_ffn") : nullptr;
+  void* q8_tmp = q8 ? rt_.scratch(5, q8_bytes, "moe_ffn") : nullptr;
   // x quantized by the op before (the norm): taken before the router's product clears it.
   const bool x_ready = q8 && n <= kMaxMatvecTokens && take_q8_ready(x, n, E, q8_tmp);
   // Router logits, then (decode) the pairs' hidden and output rows: scratch at fixed
   // addresses (a recorded step reuses them); slot 8 is this op's alone.
   const auto pad = [](int64_t f) { return (f + 63) / 64 * 64; };
   const int64_t tmp_floats = pad(n * X) + (q8 ? pad(pairs * F) + pad(pairs * E) : 0);
-  auto* logits = static_cast<float*>(scratch(8, sizeof(float) * static_cast<size_t>(tmp_floats), "moe_ffn"));
+  auto* logits = static_cast<float*>(rt_.scratch(8, sizeof(float) * static_cast<size_t>(tmp_floats), "moe_ffn"));
   matmul(*L.router, x, n, logits);
   const size_t route_bytes = (static_cast<size_t>(pairs) * 8 + 255) / 256 * 256;
-  auto* route = static_cast<uint8_t*>(scratch(
+  auto* route = static_cast<uint8_t*>(rt_.scratch(
       6, route_bytes + (group ? q8_moe_group_bytes(pairs, static_cast<int>(XS)) : 0), "moe_ffn"));
   auto* ids = reinterpret_cast<int32_t*>(route);
   auto* wts = reinterpret_cast<float*>(route + static_cast<size_t>(pairs) * 4);
@@ -282,7 +282,7 @@ void CudaBackend::moe_ffn_impl(const ops::MoeLayer& L, const float* x, int64_t n
     fail(ErrorKind::kInternal, "cuda", "moe_ffn: norm weight values not 16-byte aligned");
   }
   void* norm_q8 = after != nullptr ? q8_ready_scratch(after->out, n, E) : nullptr;
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   const SharedSlot slot{shared, x, sh_inp, E};
@@ -331,10 +331,10 @@ void CudaBackend::moe_routed_on_host(const ops::MoeLayer& L, const float* x, int
   // Many tokens: the routing to the host, then each used expert over its tokens.
   std::vector<int32_t> h_ids(static_cast<size_t>(n * K));
   std::vector<float> h_w(static_cast<size_t>(n * K));
-  flush_capture();  // pageable host memory: not in a graph
+  rt_.flush_capture();  // pageable host memory: not in a graph
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_ids.data(), ids, 4 * h_ids.size(), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK("moe_ffn", cudaMemcpyAsync(h_w.data(), wts, 4 * h_w.size(), cudaMemcpyDeviceToHost, stream_));
-  wait("moe_ffn");
+  rt_.wait("moe_ffn");
   if (!deterministic_ && grouped_moe_ok(L)) {
     timer.rename("moe_ffn grouped");
     moe_grouped(L, x, n, h_ids, h_w, out);
@@ -396,14 +396,14 @@ void CudaBackend::moe_grouped(const ops::MoeLayer& L, const float* x, int64_t n,
       tiles.push_back(ExpertTile{static_cast<int32_t>(e), start[e] + f, std::min(bn, count[e] - f)});
     }
   }
-  const ExpertTile* d_tiles = stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "moe_ffn");
-  const int32_t* d_pos = stage_array(pos.data(), P, "moe_ffn");
-  const float* d_w = stage_array(wts.data(), P, "moe_ffn");
+  const ExpertTile* d_tiles = rt_.stage_array(tiles.data(), static_cast<int64_t>(tiles.size()), "moe_ffn");
+  const int32_t* d_pos = rt_.stage_array(pos.data(), P, "moe_ffn");
+  const float* d_w = rt_.stage_array(wts.data(), P, "moe_ffn");
   auto xs = alloc(P * E), g = alloc(P * F), u = alloc(P * F), y = alloc(P * E);
   gather_rows(x, E, tok.data(), P, xs->data());
   const DeviceWeight dg = device_weight(*L.gate, "moe_ffn"), du = device_weight(*L.up, "moe_ffn"), dd = device_weight(*L.down, "moe_ffn");
   const size_t bytes = std::max(quant_gemm_grouped_scratch_bytes(dg, P), quant_gemm_grouped_scratch_bytes(dd, P));
-  void* s = scratch(5, bytes, "moe_ffn");
+  void* s = rt_.scratch(5, bytes, "moe_ffn");
   const int nt = static_cast<int>(tiles.size());
   quant_gemm_grouped(dg, F, d_tiles, nt, bn, xs->data(), P, g->data(), s, bytes, stream_);
   quant_gemm_grouped(du, F, d_tiles, nt, bn, xs->data(), P, u->data(), s, bytes, stream_);

@@ -444,21 +444,21 @@ int row_threads(int64_t n) {
 }  // namespace
 
 void CudaBackend::add_bias(float* x, const ops::WeightView& bias, int64_t n_tokens) {
-  OpTimer timer(*this, "add_bias");
+  OpTimer timer(rt_, "add_bias");
   const int64_t n = bias.n_cols;
   const float* b = f32_values(bias, n, "add_bias");
   if (n_tokens <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(add_bias_kernel, grid_for(n * n_tokens), kThreads, 0, stream_, x, b, n, n * n_tokens);
   HEARTH_CUDA_LAUNCHED("add_bias");
 }
 
 void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_t n_rows, int64_t n, float eps,
                            float* y) {
-  OpTimer timer(*this, "rms_norm");
+  OpTimer timer(rt_, "rms_norm");
   const float* w = f32_values(weight, n, "rms_norm");
   if (n_rows <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   const bool vec = n % 4 == 0 && n <= 4 * 4 * 1024 &&
                    ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) &
                     15) == 0;
@@ -485,7 +485,7 @@ void CudaBackend::rms_norm(const float* x, const ops::WeightView& weight, int64_
 
 void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView& w, int64_t n_rows, int64_t n,
                                  float eps, int64_t rows_per_token) {
-  OpTimer timer(*this, "gated_rms_norm");
+  OpTimer timer(rt_, "gated_rms_norm");
   const float* wt = f32_values(w, n, "gated_rms_norm");
   if (n_rows <= 0) return;
   // With the product after it quantizing x ([tokens, rows_per_token * n]): done here when a
@@ -494,7 +494,7 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView
   if (gated_norm_q8_ && n % 32 == 0 && row_threads(n) == n && rows_per_token > 0 && n_rows % rows_per_token == 0) {
     q8 = q8_ready_scratch(x, n_rows / rows_per_token, rows_per_token * n);
   }
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   if (q8 != nullptr) {
@@ -512,7 +512,7 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const ops::WeightView
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                        const ops::RopeParams& p) {
-  OpTimer timer(*this, "rope");
+  OpTimer timer(rt_, "rope");
   if (n_tokens <= 0 || p.n_rot <= 0) return;
   if (p.n_rot > head_dim || p.n_rot % 2 != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
@@ -521,11 +521,11 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
   check_rope_multi(p);
   const bool has_multi = p.multi != ops::RopeMulti::kNone;
   // Multi-axis positions are staged like plain ones: a replayed step uploads this step's.
-  const RopeMultiArgs multi = rope_multi_args(p, has_multi ? stage_array(p.pos3, 3 * n_tokens, "rope") : nullptr);
-  const int32_t* pos = has_multi ? nullptr : stage_array(positions, n_tokens, "rope");
+  const RopeMultiArgs multi = rope_multi_args(p, has_multi ? rt_.stage_array(p.pos3, 3 * n_tokens, "rope") : nullptr);
+  const int32_t* pos = has_multi ? nullptr : rt_.stage_array(positions, n_tokens, "rope");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const int64_t total = n_tokens * n_heads * (p.n_rot / 2);
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   ::hearth::cuda::launch_pdl(rope_kernel, grid_for(total), kThreads, 0, stream_, x, n_tokens, n_heads, head_dim, pos, p.n_rot, step,
@@ -535,15 +535,15 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
 
 void CudaBackend::store_kv(const float* k, const float* v, int64_t n_tokens, int64_t n_kv_dim, const int32_t* slots,
                            const ops::KvLayer& cache) {
-  OpTimer timer(*this, "store_kv");
+  OpTimer timer(rt_, "store_kv");
   if (n_tokens <= 0) return;
   if (cache.type == ops::KvType::Q8_0 && n_kv_dim % ops::kQ8Block != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "store_kv: a q8_0 row of " + std::to_string(n_kv_dim) +
                                                " values (a multiple of 32 is needed)");
   }
-  const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
+  const int32_t* d_slots = rt_.stage_array(slots, n_tokens, "store_kv");
   const unsigned grid = grid_for(n_tokens * n_kv_dim);
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   if (cache.type == ops::KvType::Q8_0) {
@@ -575,7 +575,7 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& 
     Backend::add_rms_norm(x, y, weight, n_rows, n, eps, out);
     return;
   }
-  OpTimer timer(*this, "add_rms_norm");
+  OpTimer timer(rt_, "add_rms_norm");
   const float* w = f32_values(weight, n, "add_rms_norm");
   if (n_rows <= 0) return;
   if ((reinterpret_cast<uintptr_t>(w) & 15) != 0) {
@@ -583,7 +583,7 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const ops::WeightView& 
   }
   // With the product after it quantizing out: done here (n4 a multiple of 8).
   void* q8 = n % 32 == 0 ? q8_ready_scratch(out, n_rows, n) : nullptr;
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   launch_add_rms_norm(x, y, w, n_rows, n, eps, out, q8, nullptr, nullptr, 0, nullptr);
@@ -638,7 +638,7 @@ void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_to
     Backend::rope_store_kv(q, k, v, n_tokens, n_head, n_head_kv, head_dim, positions, p, slots, cache);
     return;
   }
-  OpTimer timer(*this, "rope_store_kv");
+  OpTimer timer(rt_, "rope_store_kv");
   if (n_tokens <= 0) return;
   if (p.n_rot > head_dim || p.n_rot % 2 != 0) {
     fail(ErrorKind::kInvalidInput, "cuda", "rope: n_rot " + std::to_string(p.n_rot) + " for head size " +
@@ -647,11 +647,11 @@ void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_to
   check_rope_multi(p);
   const bool has_multi = p.multi != ops::RopeMulti::kNone;
   // Multi-axis positions are staged like plain ones: a replayed step uploads this step's.
-  const RopeMultiArgs multi = rope_multi_args(p, has_multi ? stage_array(p.pos3, 3 * n_tokens, "rope") : nullptr);
-  const int32_t* pos = has_multi ? nullptr : stage_array(positions, n_tokens, "rope");
-  const int32_t* d_slots = stage_array(slots, n_tokens, "store_kv");
+  const RopeMultiArgs multi = rope_multi_args(p, has_multi ? rt_.stage_array(p.pos3, 3 * n_tokens, "rope") : nullptr);
+  const int32_t* pos = has_multi ? nullptr : rt_.stage_array(positions, n_tokens, "rope");
+  const int32_t* d_slots = rt_.stage_array(slots, n_tokens, "store_kv");
   const float step = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   const unsigned grid = grid_for(n_tokens * (n_head + 2 * n_head_kv) * (head_dim / 2));
@@ -668,35 +668,35 @@ void CudaBackend::rope_store_kv(float* q, float* k, const float* v, int64_t n_to
 }
 
 void CudaBackend::sigmoid_mul(float* x, const float* gate, int64_t n) {
-  OpTimer timer(*this, "sigmoid_mul");
+  OpTimer timer(rt_, "sigmoid_mul");
   if (n <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(sigmoid_mul_kernel, grid_for(n), kThreads, 0, stream_, x, gate, n);
   HEARTH_CUDA_LAUNCHED("sigmoid_mul");
 }
 
 void CudaBackend::sigmoid_scale_rows(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
-  OpTimer timer(*this, "sigmoid_scale_rows");
+  OpTimer timer(rt_, "sigmoid_scale_rows");
   if (n_rows <= 0 || n_cols <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(sigmoid_scale_rows_kernel, grid_for(n_rows * n_cols), kThreads, 0, stream_, x, gate, n_cols, n_rows * n_cols);
   HEARTH_CUDA_LAUNCHED("sigmoid_scale_rows");
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  OpTimer timer(*this, "swiglu");
+  OpTimer timer(rt_, "swiglu");
   if (n <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(swiglu_kernel, grid_for(n), kThreads, 0, stream_, gate, up, n, out);
   HEARTH_CUDA_LAUNCHED("swiglu");
 }
 
 void CudaBackend::swiglu_rows(const float* gate, const float* up, int64_t n_rows, int64_t n_cols, float* out) {
-  OpTimer timer(*this, "swiglu");
+  OpTimer timer(rt_, "swiglu");
   if (n_rows <= 0 || n_cols <= 0) return;
   // With the product after it quantizing out: done here.
   void* q8 = n_cols % 32 == 0 ? q8_ready_scratch(out, n_rows, n_cols) : nullptr;
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   const int64_t n = n_rows * n_cols;
@@ -713,44 +713,44 @@ void CudaBackend::swiglu_rows(const float* gate, const float* up, int64_t n_rows
 }
 
 void CudaBackend::add(float* x, const float* y, int64_t n) {
-  OpTimer timer(*this, "add");
+  OpTimer timer(rt_, "add");
   if (n <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(add_kernel, grid_for(n), kThreads, 0, stream_, x, y, n);
   HEARTH_CUDA_LAUNCHED("add");
 }
 
 void CudaBackend::copy(const float* src, int64_t n, float* dst) {
-  OpTimer timer(*this, "copy");
+  OpTimer timer(rt_, "copy");
   if (n <= 0 || src == dst) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   HEARTH_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::fill(float* dst, float value, int64_t n) {
-  OpTimer timer(*this, "fill");
+  OpTimer timer(rt_, "fill");
   if (n <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(fill_kernel, grid_for(n), kThreads, 0, stream_, dst, value, n);
   HEARTH_CUDA_LAUNCHED("fill");
 }
 
 void CudaBackend::gather_rows(const float* src, int64_t n, const int32_t* ids, int64_t n_ids, float* dst) {
-  OpTimer timer(*this, "gather_rows");
+  OpTimer timer(rt_, "gather_rows");
   if (n_ids <= 0 || n <= 0) return;
-  const int32_t* d_ids = stage_array(ids, n_ids, "gather_rows");
-  if (skip_launch()) return;
+  const int32_t* d_ids = rt_.stage_array(ids, n_ids, "gather_rows");
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(gather_rows_kernel, grid_for(n_ids * n), kThreads, 0, stream_, src, n, d_ids, n_ids, dst);
   HEARTH_CUDA_LAUNCHED("gather_rows");
 }
 
 void CudaBackend::scatter_add_rows(const float* src, int64_t n, const int32_t* ids, const float* weights,
                                    int64_t n_ids, float* dst) {
-  OpTimer timer(*this, "scatter_add_rows");
+  OpTimer timer(rt_, "scatter_add_rows");
   if (n_ids <= 0 || n <= 0) return;
-  const int32_t* d_ids = stage_array(ids, n_ids, "scatter_add_rows");
-  const float* d_w = stage_array(weights, n_ids, "scatter_add_rows");
-  if (skip_launch()) {
+  const int32_t* d_ids = rt_.stage_array(ids, n_ids, "scatter_add_rows");
+  const float* d_w = rt_.stage_array(weights, n_ids, "scatter_add_rows");
+  if (rt_.skip_launch()) {
     return;
   }
   ::hearth::cuda::launch_pdl(scatter_add_rows_kernel, grid_for(n_ids * n), kThreads, 0, stream_, src, n, d_ids, d_w, n_ids, dst);

@@ -56,7 +56,7 @@ __global__ void gelu_kernel(float* x, int64_t n, bool tanh_approx) {
 
 void CudaBackend::layer_norm(const float* x, const ops::WeightView& weight, const ops::WeightView& bias,
                              int64_t n_rows, int64_t n, float eps, float* y) {
-  OpTimer timer(*this, "layer_norm");
+  OpTimer timer(rt_, "layer_norm");
   // Both must be F32 (backend.h): f32_values dequantizes other types into one scratch,
   // which the second call would overwrite.
   if (weight.type != GgmlType::F32 || bias.type != GgmlType::F32) {
@@ -66,7 +66,7 @@ void CudaBackend::layer_norm(const float* x, const ops::WeightView& weight, cons
   const float* w = f32_values(weight, n, "layer_norm");
   const float* b = f32_values(bias, n, "layer_norm");
   if (n_rows <= 0 || n <= 0) return;
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   ::hearth::cuda::launch_pdl(layer_norm_kernel, static_cast<unsigned>(n_rows), norm_threads(n), 0, stream_, x, w, b, n,
@@ -75,9 +75,9 @@ void CudaBackend::layer_norm(const float* x, const ops::WeightView& weight, cons
 }
 
 void CudaBackend::gelu(float* x, int64_t n, bool tanh_approx) {
-  OpTimer timer(*this, "gelu");
+  OpTimer timer(rt_, "gelu");
   if (n <= 0) return;
-  if (skip_launch()) return;
+  if (rt_.skip_launch()) return;
   ::hearth::cuda::launch_pdl(gelu_kernel, grid_for(n), kThreads, 0, stream_, x, n, tanh_approx);
   HEARTH_CUDA_LAUNCHED("gelu");
 }

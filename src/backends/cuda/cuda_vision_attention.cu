@@ -266,7 +266,7 @@ void launch_dp(dim3 grid, cudaStream_t st, const float* q, const __half* kh, con
                float* out) {
   static bool raised = false;
   if (!raised) {
-    CudaBackend::check(cudaFuncSetAttribute(attention_full_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    LaunchRuntime::check(cudaFuncSetAttribute(attention_full_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem_bytes<DP>())),
                        "attention_full", "cudaFuncSetAttribute");
     raised = true;
@@ -279,7 +279,7 @@ void launch_dp(dim3 grid, cudaStream_t st, const float* q, const __half* kh, con
 
 void CudaBackend::attention_full(const float* q, const float* k, const float* v, const ops::FullAttentionSeg* segs,
                                  int64_t n_segs, int64_t n_head, int64_t head_dim, float scale, float* out) {
-  OpTimer timer(*this, "attention_full");
+  OpTimer timer(rt_, "attention_full");
   if (head_dim <= 0 || head_dim > 128 || n_head <= 0 || n_head > 65535) {
     fail(ErrorKind::kUnsupported, "cuda", "attention_full: head size " + std::to_string(head_dim) + " x " +
                                               std::to_string(n_head) + " heads (at most 128 x 65535)");
@@ -303,12 +303,12 @@ void CudaBackend::attention_full(const float* q, const float* k, const float* v,
   const int dp = head_dim <= 16 ? 16 : head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 80 ? 80
                : head_dim <= 96 ? 96 : 128;
   const size_t plane = static_cast<size_t>(n_rows * n_head * dp);
-  auto* kh = static_cast<__half*>(scratch(10, sizeof(__half) * 4 * plane, "attention_full"));
+  auto* kh = static_cast<__half*>(rt_.scratch(10, sizeof(__half) * 4 * plane, "attention_full"));
   __half *kl = kh + plane, *vh = kl + plane, *vl = vh + plane;
   const auto n_tiles = static_cast<int64_t>(tiles.size());
-  const FullTile* d_tiles = stage_array(tiles.data(), n_tiles, "attention_full");
+  const FullTile* d_tiles = rt_.stage_array(tiles.data(), n_tiles, "attention_full");
   const float scale_log2 = scale * 1.4426950408889634f;
-  if (skip_launch()) {
+  if (rt_.skip_launch()) {
     return;
   }
   const int nh = static_cast<int>(n_head), hd = static_cast<int>(head_dim);
