@@ -270,8 +270,8 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
   // cost otherwise).
   if (gemm8 && n_tokens <= kMaxMatvecTokens && q8_gemm_uses_q8k() && tune::on(tune::kCudaDetMatvec)) {
     const size_t mv_bytes = q8_gemm_matvec_scratch_bytes(w.n_cols, n_tokens);
-    void* mv_tmp = scratch(5, mv_bytes, "matmul");
-    if (skip_launch()) return;
+    void* mv_tmp = rt_.scratch(5, mv_bytes, "matmul");
+    if (rt_.skip_launch()) return;
     q8_gemm_matvec(dw, x, n_tokens, y, mv_tmp, mv_bytes, stream_);
     HEARTH_CUDA_LAUNCHED("matmul");
     return;
