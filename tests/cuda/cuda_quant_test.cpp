@@ -302,6 +302,22 @@ void run_q8_gemm_case(const std::string& tag, const DeviceWeight& dw, const std:
       // Nothing written past its tokens.
       const float sentinel = y2[static_cast<size_t>(nt * rows)];
       if (nt < kTok && !std::isnan(sentinel)) fails.add(tag + " q8_gemm_matvec nt=" + std::to_string(nt) + ": wrote past its tokens");
+      // Two weights sharing x (x quantized once): each the single call's bits.
+      {
+        const DeviceWeight two[2] = {dw, dw};
+        float* outs[2] = {d_y, d_y2};
+        CUDA_OK(cudaMemsetAsync(d_y, 0xff, sizeof(float) * kTok * rows, stream));
+        CUDA_OK(cudaMemsetAsync(d_y2, 0xff, sizeof(float) * kTok * rows, stream));
+        hearth::cuda::q8_gemm_matvec_multi(two, 2, d_x, nt, outs, d_m, mb, stream);
+        check_launch(stream);
+        std::vector<float> y3(y.size());
+        for (float* o : outs) {
+          CUDA_OK(cudaMemcpy(y3.data(), o, sizeof(float) * y3.size(), cudaMemcpyDeviceToHost));
+          if (std::memcmp(y.data(), y3.data(), sizeof(float) * static_cast<size_t>(nt * rows)) != 0) {
+            fails.add(tag + " q8_gemm_matvec_multi nt=" + std::to_string(nt) + ": differs from q8_gemm's bits");
+          }
+        }
+      }
     }
     CUDA_OK(cudaFree(d_m));
   }

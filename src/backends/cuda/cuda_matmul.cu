@@ -251,6 +251,16 @@ void CudaBackend::matmul(const ops::WeightView& w, const float* x, int64_t n_tok
   (this->*v.run)(w, x, n_tokens, y);
 }
 
+bool CudaBackend::invariant_gemm8(const ops::WeightView& w) const {
+  return int8_gemm_ && w.n_rows > kF32GemmMaxRows && q8_gemm_supported(w.type) && w.n_cols % 256 == 0 &&
+         w.row_bytes % 16 == 0;
+}
+
+bool CudaBackend::det_matvec_takes(const ops::WeightView& w, int64_t n_tokens) const {
+  return invariant_gemm8(w) && n_tokens >= 1 && n_tokens <= kMaxMatvecTokens && q8_gemm_uses_q8k() &&
+         tune::on(tune::kCudaDetMatvec);
+}
+
 void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
   // The family depends on the weight only. Calls of up to 256 tokens on q8_gemm (its
@@ -263,12 +273,12 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
   // user who asks for this mode runs batches: quant_gemm for all.)
   constexpr int64_t kQ8GemmChunk = 256;
   const bool big = w.n_rows > kF32GemmMaxRows;
-  const bool gemm8 = int8_gemm_ && big && q8_gemm_supported(w.type) && w.n_cols % 256 == 0 && w.row_bytes % 16 == 0;
+  const bool gemm8 = invariant_gemm8(w);
   const bool qgemm = !gemm8 && big && quant_gemm_supported(w.type);
   const bool q8 = !gemm8 && !qgemm && q8_matvec_ && q8_matvec_supported(w.type);
   // Decode (1-8 tokens): q8_gemm's bits by its matrix-vector form (a 16-token tile's
   // cost otherwise).
-  if (gemm8 && n_tokens <= kMaxMatvecTokens && q8_gemm_uses_q8k() && tune::on(tune::kCudaDetMatvec)) {
+  if (det_matvec_takes(w, n_tokens)) {
     const size_t mv_bytes = q8_gemm_matvec_scratch_bytes(w.n_cols, n_tokens);
     void* mv_tmp = rt_.scratch(5, mv_bytes, "matmul");
     if (rt_.skip_launch()) return;
@@ -333,6 +343,37 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
         }
       }
       if (nr > 0) matmul_multi(rest, nr, x, n_tokens, rest_y);
+      return;
+    }
+  }
+  // Deterministic decode: the products on q8_gemm's matrix-vector form quantize x once
+  // between them (each product's bits as matmul_invariant gives them).
+  if (deterministic_ && n > 1 && n <= 8) {
+    DeviceWeight mw[8];
+    float* my[8];
+    const ops::WeightView* rest[8];
+    float* rest_y[8];
+    int nm = 0, nr = 0;
+    for (int i = 0; i < n; ++i) {
+      if (det_matvec_takes(*ws[i], n_tokens) && (nm == 0 || ws[i]->n_cols == mw[0].n_cols)) {
+        mw[nm] = device_weight(*ws[i], "matmul");
+        my[nm++] = ys[i];
+      } else {
+        rest[nr] = ws[i];
+        rest_y[nr++] = ys[i];
+      }
+    }
+    if (nm >= 2) {
+      {
+        OpTimer timer(rt_, "matmul invariant multi");
+        const size_t bytes = q8_gemm_matvec_scratch_bytes(mw[0].n_cols, n_tokens);
+        void* tmp = rt_.scratch(5, bytes, "matmul");
+        if (!rt_.skip_launch()) {
+          q8_gemm_matvec_multi(mw, nm, x, n_tokens, my, tmp, bytes, stream_);
+          HEARTH_CUDA_LAUNCHED("matmul");
+        }
+      }
+      for (int i = 0; i < nr; ++i) matmul(*rest[i], x, n_tokens, rest_y[i]);
       return;
     }
   }

@@ -133,6 +133,9 @@ void q8_gemm(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, 
 size_t q8_gemm_matvec_scratch_bytes(int64_t n_cols, int64_t n_tokens);
 void q8_gemm_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y, void* scratch,
                     size_t scratch_bytes, cudaStream_t stream);
+// The same for n weights of one column count sharing x (x quantized once).
+void q8_gemm_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
+                          void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // q8_gemm for n weights of one column count sharing x (q / k / v, gate / up): x quantized
 // once, then each weight's products exactly as q8_gemm computes them (the same bits).
 // scratch: q8_gemm_multi_scratch_bytes, 256-byte aligned.

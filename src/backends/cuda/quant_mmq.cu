@@ -565,6 +565,22 @@ void products(const DeviceWeight& w, const int8_t* xq, const float* xk, const fl
   }
 }
 
+// The matrix-vector form's products of tokens already quantized as Q8_K.
+void mmq_matvec_products(const DeviceWeight& w, const int8_t* xq, const float* xk, int64_t n_tokens, float* y,
+                         cudaStream_t stream) {
+  const int sps = plan_for(w, n_tokens).steps_per_split;  // (the splits depend on the weight only)
+  switch (n_tokens) {
+    case 1: return launch_mmq_matvec<1>(w, xq, xk, sps, y, stream);
+    case 2: return launch_mmq_matvec<2>(w, xq, xk, sps, y, stream);
+    case 3: return launch_mmq_matvec<3>(w, xq, xk, sps, y, stream);
+    case 4: return launch_mmq_matvec<4>(w, xq, xk, sps, y, stream);
+    case 5: return launch_mmq_matvec<5>(w, xq, xk, sps, y, stream);
+    case 6: return launch_mmq_matvec<6>(w, xq, xk, sps, y, stream);
+    case 7: return launch_mmq_matvec<7>(w, xq, xk, sps, y, stream);
+    default: return launch_mmq_matvec<8>(w, xq, xk, sps, y, stream);
+  }
+}
+
 }  // namespace
 
 size_t q8_gemm_scratch_bytes(const DeviceWeight& w, int64_t n_tokens) {
@@ -604,16 +620,28 @@ void q8_gemm_matvec(const DeviceWeight& w, const float* x, int64_t n_tokens, flo
   float* xk = nullptr;
   float2* xd = nullptr;
   quantize_tokens(x, n_tokens, w.n_cols, scratch, stream, &xq, &xk, &xd);
-  const int sps = plan_for(w, n_tokens).steps_per_split;  // (the splits depend on the weight only)
-  switch (n_tokens) {
-    case 1: return launch_mmq_matvec<1>(w, xq, xk, sps, y, stream);
-    case 2: return launch_mmq_matvec<2>(w, xq, xk, sps, y, stream);
-    case 3: return launch_mmq_matvec<3>(w, xq, xk, sps, y, stream);
-    case 4: return launch_mmq_matvec<4>(w, xq, xk, sps, y, stream);
-    case 5: return launch_mmq_matvec<5>(w, xq, xk, sps, y, stream);
-    case 6: return launch_mmq_matvec<6>(w, xq, xk, sps, y, stream);
-    case 7: return launch_mmq_matvec<7>(w, xq, xk, sps, y, stream);
-    default: return launch_mmq_matvec<8>(w, xq, xk, sps, y, stream);
+  mmq_matvec_products(w, xq, xk, n_tokens, y, stream);
+}
+
+void q8_gemm_matvec_multi(const DeviceWeight* ws, int n, const float* x, int64_t n_tokens, float* const* ys,
+                          void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  for (int i = 0; i < n; ++i) {
+    check_q8_gemm(ws[i], n_tokens, "q8_gemm_matvec_multi");
+    if (ws[i].n_cols != ws[0].n_cols) q8_gemm_bad(ws[i], "q8_gemm_matvec_multi", "the weights must share n_cols");
+  }
+  if (n <= 0 || n_tokens == 0) return;
+  if (!q8_gemm_uses_q8k()) q8_gemm_bad(ws[0], "q8_gemm_matvec_multi", "needs q8_gemm's Q8_K tokens (cuda.mmq_q8k=1)");
+  if (n_tokens > kMaxMatvecTokens) q8_gemm_bad(ws[0], "q8_gemm_matvec_multi", "1 to 8 tokens");
+  if (reinterpret_cast<uintptr_t>(scratch) % 256 != 0 ||
+      scratch_bytes < q8_gemm_matvec_scratch_bytes(ws[0].n_cols, n_tokens)) {
+    q8_gemm_bad(ws[0], "q8_gemm_matvec_multi", "scratch must hold q8_gemm_matvec_scratch_bytes and be 256-byte aligned");
+  }
+  int8_t* xq = nullptr;
+  float* xk = nullptr;
+  float2* xd = nullptr;
+  quantize_tokens(x, n_tokens, ws[0].n_cols, scratch, stream, &xq, &xk, &xd);
+  for (int i = 0; i < n; ++i) {
+    if (ws[i].n_rows > 0) mmq_matvec_products(ws[i], xq, xk, n_tokens, ys[i], stream);
   }
 }
 
