@@ -174,6 +174,9 @@ class CudaBackend final : public ops::Backend {
   bool det_matvec_takes(const ops::WeightView& w, int64_t n_tokens) const;
   void matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   // The variants' parts (cuda_matmul.cu): takes, prefers and run of each.
+  bool mm_gemm_matvec_takes(const ops::WeightView& w, int64_t n) const;
+  bool mm_gemm_matvec_prefers(const ops::WeightView& w, int64_t n) const;
+  void mm_gemm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
   bool mm_q8gemm_takes(const ops::WeightView& w, int64_t n) const;
   bool mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const;
   void mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
