@@ -274,20 +274,10 @@ struct Avx512 {
     }
   }
   HEARTH_AVX512 static void softmax(float* scores, int64_t n_keys, float max_s) { cpu::softmax(scores, n_keys, max_s); }
-  // Keys [j0, j1) for qt (1 .. kValueGroup) queries: add_values_q<qt>.
-  template <class V>
-  HEARTH_AVX512 static void add_values(int64_t qt, const V& vr, int64_t j0, int64_t j1, int64_t n_lanes, int64_t hd,
-                                       const float* pt, float* const* qa) {
-    switch (qt) {
-      case 8: add_values_q<8>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      case 7: add_values_q<7>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      case 6: add_values_q<6>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      case 5: add_values_q<5>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      case 4: add_values_q<4>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      case 3: add_values_q<3>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      case 2: add_values_q<2>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      default: add_values_q<1>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-    }
+  template <int QT, class V>
+  HEARTH_AVX512 static void add_values(const V& vr, int64_t j0, int64_t j1, int64_t n_lanes, int64_t hd, const float* pt,
+                                       float* const* qa) {
+    add_values_q<QT>(vr, j0, j1, n_lanes, hd, pt, qa);
   }
   template <class V>
   HEARTH_AVX512 static void add_value_one(const V& vr, int64_t j, int64_t n_lanes, int64_t hd, float p, float* acc) {

@@ -83,6 +83,25 @@ struct Scratch {
   int64_t sc_stride = 0, acc_stride = 0;
 };
 
+// K::add_values<qt>(...) for qt in [1, K::kValueGroup], kValueGroup <= 8: a switch (an
+// if-chain here made GCC allocate the registers of the flattened AVX2 kernel worse).
+template <class K, class V>
+HEARTH_WALK_INLINE void add_values(int64_t qt, const V& vr, int64_t j0, int64_t j1, int64_t n_lanes, int64_t hd,
+                                   const float* pt, float* const* qa) {
+  static_assert(K::kValueGroup >= 1 && K::kValueGroup <= 8);
+  constexpr int G = K::kValueGroup;
+  switch (qt) {
+    case 8: if constexpr (G >= 8) K::template add_values<8>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    case 7: if constexpr (G >= 7) K::template add_values<7>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    case 6: if constexpr (G >= 6) K::template add_values<6>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    case 5: if constexpr (G >= 5) K::template add_values<5>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    case 4: if constexpr (G >= 4) K::template add_values<4>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    case 3: if constexpr (G >= 3) K::template add_values<3>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    case 2: if constexpr (G >= 2) K::template add_values<2>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+    default: K::template add_values<1>(vr, j0, j1, n_lanes, hd, pt, qa); break;
+  }
+}
+
 // One block. kr / vr: this KV head's key / value rows (KvRowsOffF32, KvRowsOffRawF16 or
 // KvRowsOffRawQ8).
 template <class K, class KV>
@@ -138,7 +157,6 @@ HEARTH_WALK_INLINE void attend_block(const AttendArgs& a, const AttnBlock& b, co
   const int64_t chunk = nq == 1 ? nk0 : kValueChunk;
   float* pt = s.ptile.data();  // query g's probability of key j at pt[8 (j - j0) + g]
   float* qa[8];
-  static_assert(K::kValueGroup <= 8);
   for (int64_t j0 = 0; j0 < nk0; j0 += chunk) {
     const int64_t j1 = std::min(j0 + chunk, nk0);
     for (int64_t i0 = 0; i0 < nq; i0 += K::kValueGroup) {
@@ -148,7 +166,7 @@ HEARTH_WALK_INLINE void attend_block(const AttendArgs& a, const AttnBlock& b, co
         for (int64_t j = j0; j < j1; ++j) pt[8 * (j - j0) + g] = p[j];
         qa[g] = acc + (i0 + g) * accs;
       }
-      K::add_values(qt, vr, j0, j1, n_lanes, hd, pt, qa);
+      add_values<K>(qt, vr, j0, j1, n_lanes, hd, pt, qa);
     }
   }
   for (int64_t j = nk0; j < nk_last; ++j) {
