@@ -275,8 +275,8 @@ struct Avx512 {
   }
   HEARTH_AVX512 static void softmax(float* scores, int64_t n_keys, float max_s) { cpu::softmax(scores, n_keys, max_s); }
   template <int QT, class V>
-  HEARTH_AVX512 static void add_values(const V& vr, int64_t j0, int64_t j1, int64_t n_lanes, int64_t hd, const float* pt,
-                                       float* const* qa) {
+  HEARTH_AVX512 static void add_values(const V& vr, int64_t j0, int64_t j1, int64_t n_lanes, int64_t hd,
+                                       const float* pt, float* const* qa) {
     add_values_q<QT>(vr, j0, j1, n_lanes, hd, pt, qa);
   }
   template <class V>

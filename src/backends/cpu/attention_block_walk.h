@@ -170,7 +170,9 @@ HEARTH_WALK_INLINE void attend_block(const AttendArgs& a, const AttnBlock& b, co
     }
   }
   for (int64_t j = nk0; j < nk_last; ++j) {
-    for (int64_t i = (j - nk0 + 1) * nh; i < nq; ++i) K::add_value_one(vr, j, n_lanes, hd, scores[i * scs + j], acc + i * accs);
+    for (int64_t i = (j - nk0 + 1) * nh; i < nq; ++i) {
+      K::add_value_one(vr, j, n_lanes, hd, scores[i * scs + j], acc + i * accs);
+    }
   }
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t r = i / nh, g = i % nh;
