@@ -1,66 +1,34 @@
 // Blocked AVX-512 attention: several queries that read the same keys and values (the
-// query heads of one KV head, over a few consecutive rows of one sequence) run
-// together, so each key and value row is read from memory once per block instead of
-// once per query. Per query the arithmetic is exactly attend_one_avx512's
-// (cpu_backend.cpp), so results do not change by a bit:
+// query heads of one KV head, over a few consecutive rows of one sequence) run together,
+// walked by attention_block_walk.h, so each key and value row is read from memory once per
+// block instead of once per query; here its kernel policy. Per query the arithmetic is
+// exactly attend_one_avx512's (attention_x86.cpp), so results do not change by a bit:
 //   - scores: key j's dot product with each query of the block while the key row is in
 //     registers (4 x 16-lane fma accumulators per query over steps of 64, combined
-//     (0+2) + (1+3), sum16, times scale); each query's running max in ascending j;
+//     (0+2) + (1+3), sum16, times scale), 16 keys at a time as a transposed network;
 //   - softmax: per query, the same code;
-//   - value sum: key j goes to lane j % n_lanes and each lane adds its keys in
-//     ascending order. The keys are walked in chunks (a multiple of 64, so of n_lanes);
-//     each query's lane accumulators stay in its acc buffer between chunks (stored and
-//     reloaded: exact), and within a chunk each value row is loaded once for the
-//     queries of a head group;
+//   - value sum: within a chunk each value row is loaded once for up to eight queries,
+//     the fmas of attend_one_avx512 per (query, lane, dim) in the same key order;
 //   - lane sums: per query, the same vertical sum16.
-// Rows of a block see different key counts (causal): row r sees keys < nk0 + r.
 #include "backends/cpu/attention_avx512.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <vector>
+#include <cstdint>
 
+#include "backends/cpu/attention_block_walk.h"
 #include "backends/cpu/exp_avx512.h"
 #include "backends/cpu/ggml_order.h"
-#include "backends/cpu/kv_rows.h"
 
 namespace hearth::cpu {
 
 #if defined(__x86_64__)
 namespace {
 
-// Keys per value chunk: a multiple of 64 (the most lanes). 256 keys of head_dim 256
-// are 128 KiB of f16 values (256 KiB f32): they stay in L2 while every query of the
-// block adds them.
-constexpr int64_t kValueChunk = 256;
 // Heads whose accumulators fit in registers at once (4 x 4 zmm).
 constexpr int kMaxGroup = 4;
-// Keys ahead whose rows the score loop prefetches.
-constexpr int64_t kKeyAhead = 4;
-
-// Prefetches the cache lines of one K or V row of n elements.
-template <int kHint, class T>
-HEARTH_AVX512 inline void prefetch_row(const T* row, int64_t n) {
-  const char* p = reinterpret_cast<const char*>(row);
-  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, static_cast<_mm_hint>(kHint));
-}
-template <int kHint>
-HEARTH_AVX512 inline void prefetch_row(Q8Ptr row, int64_t n) {
-  const char* p = reinterpret_cast<const char*>(row.row);
-  const int64_t bytes = ops::kv_row_bytes(ops::KvType::Q8_0, n);
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, static_cast<_mm_hint>(kHint));
-}
-
-// std::fmax(m, s) for a running maximum m that is never NaN: a NaN score leaves it
-// alone (maxss returns its second operand then), without a libm call per key.
-HEARTH_AVX512 inline float max_ignoring_nan(float m, float s) {
-  return _mm_cvtss_f32(_mm_max_ss(_mm_set_ss(s), _mm_set_ss(m)));
-}
 
 // Scores of 16 consecutive keys (rows[k]: key k as head_dim floats) for one query, each
-// exactly score_key's: the key's 4 x 16-lane fma sums combined (0+2) + (1+3), then
+// exactly score_heads': the key's 4 x 16-lane fma sums combined (0+2) + (1+3), then
 // sum16 (lanes i + i+8, i + i+4, i + i+2, i + i+1), times scale. The 16 sum16 trees run
 // together as a transposed network: shuffles only move lanes, every addition pairs the
 // same two values as sum16_zmm. Writes sc[0..15]; returns running_max raised by them
@@ -167,8 +135,8 @@ HEARTH_AVX512 inline void key_tile(const Raw& kr, int64_t j0, int64_t head_dim, 
 // Scores of key row kj for NG query heads (q: NG consecutive head_dim rows); query g's
 // score goes to sc[g * sc_stride] and its max to mx[g].
 template <int NG, class KP>
-HEARTH_AVX512 inline void score_key(const float* q, KP kj, int64_t head_dim, float scale, float* sc,
-                                    int64_t sc_stride, float* mx) {
+HEARTH_AVX512 inline void score_heads(const float* q, KP kj, int64_t head_dim, float scale, float* sc,
+                                      int64_t sc_stride, float* mx) {
   __m512 c[NG][4];
   for (int g = 0; g < NG; ++g) {
     for (int a = 0; a < 4; ++a) c[g][a] = _mm512_setzero_ps();
@@ -186,7 +154,7 @@ HEARTH_AVX512 inline void score_key(const float* q, KP kj, int64_t head_dim, flo
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(c[g][0], c[g][2]), _mm512_add_ps(c[g][1], c[g][3]));
     const float s = sum16_zmm(sum) * scale;
     sc[g * sc_stride] = s;
-    mx[g] = max_ignoring_nan(mx[g], s);
+    mx[g] = block_walk::max_ignoring_nan(mx[g], s);
   }
 }
 
@@ -260,156 +228,71 @@ HEARTH_AVX512 inline void softmax(float* scores, int64_t n_keys, float max_s) {
   for (int64_t j = 0; j < n_keys; ++j) scores[j] *= inv;
 }
 
-struct Scratch {
-  std::vector<float> scores, acc, max_s, ktile, run, ptile;
-  int64_t sc_stride = 0, acc_stride = 0;
-};
+// attention_block_walk.h's kernel policy: tiles of 16 keys (converted into ktile, 16 rows),
+// eight queries per pass over a value chunk.
+struct Avx512 {
+  static constexpr int64_t kTile = 16;
+  static constexpr int kValueGroup = 8;
+  static constexpr int64_t kKeyRows = 16;
+  static constexpr int64_t kHPerQuery = 0;
 
-// One block. kr / vr: this KV head's key / value rows (KvRowsOffF32, KvRowsOffRawF16 or
-// KvRowsOffRawQ8).
-template <class KV>
-HEARTH_AVX512 void attend_block(const AttendArgs& a, const AttnBlock& b, const KV& kr, const KV& vr, Scratch& s) {
-  const ops::AttentionSeq& sq = a.seqs[b.seq];
-  const int64_t hd = a.head_dim, nh = b.n_heads, nq = static_cast<int64_t>(b.n_rows) * nh;
-  const int64_t nk0 = sq.pos0 + (b.row0 - sq.first_row) + 1;  // keys of the block's first row
-  const int64_t nk_last = nk0 + b.n_rows - 1;
-  const bool single = sq.n_tokens == 1;
-  const int64_t n_lanes = single ? 64 : 16;
-  float* scores = s.scores.data();
-  float* acc = s.acc.data();
-  float* mx = s.max_s.data();
-  const int64_t scs = s.sc_stride, accs = s.acc_stride;
-  const float* q_block = a.q + (b.row0 * a.n_head + b.head0) * hd;  // row r, head g: + (r * n_head + g) * hd
-
-  for (int64_t i = 0; i < nq; ++i) mx[i] = -INFINITY;
-  // Keys every row of the block sees (j < nk0), 16 at a time for each query; the rest
-  // (the tail, and the causal triangle of a prompt block) key by key below.
-  int64_t j_tiled = 0;
-  if (nk0 >= 16) {
-    const __m512 scale = _mm512_set1_ps(a.scale);
-    float* run = s.run.data();  // per query, the 16 lanes of its running max
-    for (int64_t i = 0; i < 16 * nq; ++i) run[i] = -INFINITY;
+  template <class KV>
+  HEARTH_AVX512 static void score_tile(const block_walk::Block& w, const KV& kr, int64_t j0) {
     const float* rows[16];
-    for (; j_tiled + 16 <= nk0; j_tiled += 16) {
-      for (int64_t k = 0; k < 16; ++k) {
-        if (j_tiled + 16 + k < nk_last) prefetch_row<_MM_HINT_T0>(kr(j_tiled + 16 + k, nullptr), hd);
-        prefetch_row<_MM_HINT_T1>(vr(j_tiled + k, nullptr), hd);
+    key_tile(kr, j0, w.hd, w.ktile, rows);
+    const __m512 scale = _mm512_set1_ps(w.scale);
+    for (int64_t i = 0; i < w.nq; ++i) {
+      const float* q = w.qp[i];
+      float* sc = w.scores + i * w.scs + j0;
+      const __m512 r = _mm512_loadu_ps(w.run + 16 * i);
+      __m512 m;
+      switch (w.hd) {
+        case 64: m = score_tile16_q<1>(q, rows, scale, sc, r); break;
+        case 128: m = score_tile16_q<2>(q, rows, scale, sc, r); break;
+        case 256: m = score_tile16_q<4>(q, rows, scale, sc, r); break;
+        default: m = score_tile16(q, rows, w.hd, scale, sc, r); break;
       }
-      key_tile(kr, j_tiled, hd, s.ktile.data(), rows);
-      for (int64_t i = 0; i < nq; ++i) {
-        const float* q = q_block + (i / nh) * a.n_head * hd + (i % nh) * hd;
-        float* sc = scores + i * scs + j_tiled;
-        const __m512 r = _mm512_loadu_ps(run + 16 * i);
-        __m512 m;
-        switch (hd) {
-          case 64: m = score_tile16_q<1>(q, rows, scale, sc, r); break;
-          case 128: m = score_tile16_q<2>(q, rows, scale, sc, r); break;
-          case 256: m = score_tile16_q<4>(q, rows, scale, sc, r); break;
-          default: m = score_tile16(q, rows, hd, scale, sc, r); break;
-        }
-        _mm512_storeu_ps(run + 16 * i, m);
-      }
-    }
-    for (int64_t i = 0; i < nq; ++i) {
-      for (int l = 0; l < 16; ++l) mx[i] = max_ignoring_nan(mx[i], run[16 * i + l]);
+      _mm512_storeu_ps(w.run + 16 * i, m);
     }
   }
-  for (int64_t j = j_tiled; j < nk_last; ++j) {
+  // Key j for the queries of rows [r0, n_rows), kMaxGroup heads at a time.
+  template <class KV>
+  HEARTH_AVX512 static void score_key(const block_walk::Block& w, const KV& kr, int64_t j, int64_t r0) {
     const auto kj = kr(j, nullptr);
-    // The rows come from a block table (a jump every block) and, decoding a batch, from
-    // L3 or memory: ask for key j + kKeyAhead now, and for value j (read after all the
-    // scores) into L2.
-    if (j + kKeyAhead < nk_last) prefetch_row<_MM_HINT_T0>(kr(j + kKeyAhead, nullptr), hd);
-    prefetch_row<_MM_HINT_T1>(vr(j, nullptr), hd);
-    for (int64_t r = std::max<int64_t>(0, j - nk0 + 1); r < b.n_rows; ++r) {  // rows with j < nk0 + r
-      const float* q = q_block + r * a.n_head * hd;
-      for (int64_t g = 0; g < nh; g += kMaxGroup) {
-        const int64_t qi = r * nh + g;
-        float* sc = scores + qi * scs + j;
-        switch (std::min<int64_t>(kMaxGroup, nh - g)) {
-          case 4: score_key<4>(q + g * hd, kj, hd, a.scale, sc, scs, mx + qi); break;
-          case 3: score_key<3>(q + g * hd, kj, hd, a.scale, sc, scs, mx + qi); break;
-          case 2: score_key<2>(q + g * hd, kj, hd, a.scale, sc, scs, mx + qi); break;
-          default: score_key<1>(q + g * hd, kj, hd, a.scale, sc, scs, mx + qi); break;
+    for (int64_t r = r0; r < w.n_rows; ++r) {
+      for (int64_t g = 0; g < w.nh; g += kMaxGroup) {
+        const int64_t qi = r * w.nh + g;
+        const float* q = w.qp[qi];
+        float* sc = w.scores + qi * w.scs + j;
+        switch (std::min<int64_t>(kMaxGroup, w.nh - g)) {
+          case 4: score_heads<4>(q, kj, w.hd, w.scale, sc, w.scs, w.mx + qi); break;
+          case 3: score_heads<3>(q, kj, w.hd, w.scale, sc, w.scs, w.mx + qi); break;
+          case 2: score_heads<2>(q, kj, w.hd, w.scale, sc, w.scs, w.mx + qi); break;
+          default: score_heads<1>(q, kj, w.hd, w.scale, sc, w.scs, w.mx + qi); break;
         }
       }
     }
   }
-  for (int64_t i = 0; i < nq; ++i) softmax(scores + i * scs, nk0 + i / nh, mx[i]);
-
-  // A lone query gains nothing from chunks: one pass, as attend_one_avx512 does it.
-  // The keys every row sees (j < nk0) go to all the block's queries together, up to 8 at
-  // a time (add_values_q); then each row's keys of the causal triangle (nk0 <= j < nk0 + r),
-  // in order after them.
-  const int64_t chunk = nq == 1 ? nk0 : kValueChunk;
-  float* pt = s.ptile.data();
-  float* qa[8];
-  for (int64_t j0 = 0; j0 < nk0; j0 += chunk) {
-    const int64_t j1 = std::min(j0 + chunk, nk0);
-    for (int64_t i0 = 0; i0 < nq; i0 += 8) {
-      const int64_t qt = std::min<int64_t>(8, nq - i0);
-      for (int64_t g = 0; g < qt; ++g) {
-        const float* p = scores + (i0 + g) * scs;
-        for (int64_t j = j0; j < j1; ++j) pt[8 * (j - j0) + g] = p[j];
-        qa[g] = acc + (i0 + g) * accs;
-      }
-      switch (qt) {
-        case 8: add_values_q<8>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        case 7: add_values_q<7>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        case 6: add_values_q<6>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        case 5: add_values_q<5>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        case 4: add_values_q<4>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        case 3: add_values_q<3>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        case 2: add_values_q<2>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-        default: add_values_q<1>(vr, j0, j1, n_lanes, hd, pt, qa); break;
-      }
-    }
+  HEARTH_AVX512 static void softmax(float* scores, int64_t n_keys, float max_s) { cpu::softmax(scores, n_keys, max_s); }
+  template <int QT, class V>
+  HEARTH_AVX512 static void add_values(const V& vr, int64_t j0, int64_t j1, int64_t n_lanes, int64_t hd,
+                                       const float* pt, float* const* qa) {
+    add_values_q<QT>(vr, j0, j1, n_lanes, hd, pt, qa);
   }
-  for (int64_t j = nk0; j < nk_last; ++j) {
-    for (int64_t i = (j - nk0 + 1) * nh; i < nq; ++i) add_value_one(vr, j, n_lanes, hd, scores[i * scs + j], acc + i * accs);
+  template <class V>
+  HEARTH_AVX512 static void add_value_one(const V& vr, int64_t j, int64_t n_lanes, int64_t hd, float p, float* acc) {
+    cpu::add_value_one(vr, j, n_lanes, hd, p, acc);
   }
-  for (int64_t i = 0; i < nq; ++i) {
-    const int64_t r = i / nh, g = i % nh;
-    sum_lanes(acc + i * accs, hd, single, a.out + ((b.row0 + r) * a.n_head + b.head0 + g) * hd);
+  HEARTH_AVX512 static void sum_lanes(const float* acc, int64_t hd, bool single, float* out) {
+    cpu::sum_lanes(acc, hd, single, out);
   }
-}
+};
 
 }  // namespace
 
 HEARTH_AVX512 __attribute__((flatten)) void attend_blocks_avx512(const AttendArgs& a, const AttnBlock* blocks,
                                                                  int64_t begin, int64_t end) {
-  Scratch s;
-  int64_t max_q = 1;
-  for (int64_t i = begin; i < end; ++i) max_q = std::max<int64_t>(max_q, int64_t{blocks[i].n_rows} * blocks[i].n_heads);
-  s.sc_stride = a.max_keys + 64;
-  s.acc_stride = 64 * a.head_dim;
-  s.scores.resize(static_cast<size_t>(max_q * s.sc_stride));
-  s.acc.resize(static_cast<size_t>(max_q * s.acc_stride));
-  s.max_s.resize(static_cast<size_t>(max_q));
-  s.ktile.resize(static_cast<size_t>(16 * a.head_dim));
-  s.run.resize(static_cast<size_t>(16 * max_q));
-  s.ptile.resize(static_cast<size_t>(8 * std::max<int64_t>(kValueChunk, a.max_keys)));
-  const ops::KvLayer& c = *a.cache;
-  const int64_t group = a.n_head / a.n_head_kv;
-  for (int64_t i = begin; i < end; ++i) {
-    const AttnBlock& b = blocks[i];
-    const int64_t kv_off = (b.head0 / group) * a.head_dim;
-    const int64_t* offs = a.key_offs + a.seq_offs[b.seq];
-    if (c.type == ops::KvType::Q8_0) {  // offsets in bytes
-      const int64_t off = ops::kv_row_bytes(c.type, kv_off);
-      const KvRowsOffRawQ8 kr{static_cast<const uint8_t*>(c.k) + off, offs};
-      const KvRowsOffRawQ8 vr{static_cast<const uint8_t*>(c.v) + off, offs};
-      attend_block(a, b, kr, vr, s);
-    } else if (c.type == ops::KvType::F16) {
-      const KvRowsOffRawF16 kr{static_cast<const uint16_t*>(c.k) + kv_off, offs};
-      const KvRowsOffRawF16 vr{static_cast<const uint16_t*>(c.v) + kv_off, offs};
-      attend_block(a, b, kr, vr, s);
-    } else {
-      const KvRowsOffF32 kr{static_cast<const float*>(c.k) + kv_off, offs};
-      const KvRowsOffF32 vr{static_cast<const float*>(c.v) + kv_off, offs};
-      attend_block(a, b, kr, vr, s);
-    }
-  }
+  block_walk::attend_blocks<Avx512>(a, blocks, begin, end);
 }
 #else
 void attend_blocks_avx512(const AttendArgs&, const AttnBlock*, int64_t, int64_t) {}
