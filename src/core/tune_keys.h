@@ -60,9 +60,7 @@
   X(kCudaGemmMulti, "cuda.gemm_multi", Bool, Kill, 1, 0, 1, "",                                                    \
     "products of one input share its 8-bit quantization in batched decode")                                       \
   X(kCudaDetMatvec, "cuda.det_matvec", Bool, Kill, 1, 0, 1, "",                                                   \
-    "--deterministic decode products of 1-8 tokens on q8_gemm's matrix-vector form (off: its tiles)")             \
-  X(kCudaGemmMatvec, "cuda.gemm_matvec", Int, Tune, 0, 0, 8, "",                                                  \
-    "Q4_K / Q6_K products of this many tokens up to 8 on q8_gemm's matrix-vector form (0: never)")               \
+    "--deterministic Q6_K decode products (1-8 tokens) on q8_gemm's matrix-vector form (off: its tiles)")             \
   X(kCudaGatedQ8, "cuda.gated_q8", Bool, Kill, 1, 0, 1, "",                                                        \
     "the gated norm quantizes its output for the out projection")                                                  \
   X(kCudaAttnTc, "cuda.attn_tc", Bool, Kill, 1, 0, 1, "",                                                          \

@@ -169,14 +169,11 @@ class CudaBackend final : public ops::Backend {
   // dequantized copy made now in scratch (valid until the next call that uses it).
   const float* f32_values(const ops::WeightView& w, int64_t n, const char* op);
   // matmul_invariant's int8 tensor-core family (Q4_K / Q6_K), and its matrix-vector form
-  // for 1-8 tokens (q8_gemm_matvec: the same bits).
+  // for 1-8 tokens of Q6_K (q8_gemm_matvec: the same bits).
   bool invariant_gemm8(const ops::WeightView& w) const;
   bool det_matvec_takes(const ops::WeightView& w, int64_t n_tokens) const;
   void matmul_gemm(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y);
   // The variants' parts (cuda_matmul.cu): takes, prefers and run of each.
-  bool mm_gemm_matvec_takes(const ops::WeightView& w, int64_t n) const;
-  bool mm_gemm_matvec_prefers(const ops::WeightView& w, int64_t n) const;
-  void mm_gemm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y);
   bool mm_q8gemm_takes(const ops::WeightView& w, int64_t n) const;
   bool mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const;
   void mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y);

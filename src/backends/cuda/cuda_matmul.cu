@@ -72,24 +72,6 @@ bool CudaBackend::mm_q8gemm_prefers(const ops::WeightView& w, int64_t n) const {
                                                 : kMinQ8GemmTokens;
   return int8_gemm_ && n >= lo && n <= qgemm_max_tokens_;
 }
-// Verification and small decode batches (2-8 tokens): q8_gemm's bits by its
-// matrix-vector form (quant_mmq_matvec.cuh), from cuda.gemm_matvec tokens on.
-bool CudaBackend::mm_gemm_matvec_takes(const ops::WeightView& w, int64_t n) const {
-  return mm_q8gemm_takes(w, n) && n <= kMaxMatvecTokens && q8_gemm_uses_q8k();
-}
-bool CudaBackend::mm_gemm_matvec_prefers(const ops::WeightView&, int64_t n) const {
-  const int64_t from = tune::get(tune::kCudaGemmMatvec);
-  return int8_gemm_ && from > 0 && n >= from;
-}
-void CudaBackend::mm_gemm_matvec_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
-  const DeviceWeight dw = device_weight(w, "matmul");
-  const size_t bytes = q8_gemm_matvec_scratch_bytes(w.n_cols, n);
-  void* tmp = rt_.scratch(5, bytes, "matmul");
-  if (rt_.skip_launch()) return;
-  q8_gemm_matvec(dw, x, n, y, tmp, bytes, stream_);
-  HEARTH_CUDA_LAUNCHED("matmul");
-}
-
 void CudaBackend::mm_q8gemm_run(const ops::WeightView& w, const float* x, int64_t n, float* y) {
   const DeviceWeight dw = device_weight(w, "matmul");
   if (rt_.skip_launch()) return;
@@ -217,8 +199,6 @@ void CudaBackend::mm_f16_gemm_run(const ops::WeightView& w, const float* x, int6
 const std::vector<CudaBackend::MatmulVariant>& CudaBackend::matmul_variants() {
   using B = CudaBackend;
   static const std::vector<MatmulVariant> kVariants = {
-      {"q8 gemm matvec", "matmul q8 gemm matvec", MatmulMath::kQ8Gemm, &B::mm_gemm_matvec_takes,
-       &B::mm_gemm_matvec_prefers, &B::mm_gemm_matvec_run},
       {"q8 gemm", "matmul q8 gemm", MatmulMath::kQ8Gemm, &B::mm_q8gemm_takes, &B::mm_q8gemm_prefers, &B::mm_q8gemm_run},
       {"matvec q8", "matmul matvec q8", MatmulMath::kQ8, &B::mm_matvec_q8_takes, &B::mm_matvec_q8_prefers,
        &B::mm_matvec_q8_run},
@@ -276,9 +256,12 @@ bool CudaBackend::invariant_gemm8(const ops::WeightView& w) const {
          w.row_bytes % 16 == 0;
 }
 
+// Q6_K only: one H100, 12288 x 4096, one token, the matrix-vector form 28.3 us against the
+// tiles' 44.2; Q4_K's tiles are as fast (22.8 us against 24.1), and from 2 tokens on the
+// form loses (Q4_K 5 tokens: 50.1 against 24.4 us; cuda_quant_test --perf, 2026-12-07).
 bool CudaBackend::det_matvec_takes(const ops::WeightView& w, int64_t n_tokens) const {
-  return invariant_gemm8(w) && n_tokens >= 1 && n_tokens <= kMaxMatvecTokens && q8_gemm_uses_q8k() &&
-         tune::on(tune::kCudaDetMatvec);
+  return w.type == GgmlType::Q6_K && invariant_gemm8(w) && n_tokens >= 1 && n_tokens <= kMaxMatvecTokens &&
+         q8_gemm_uses_q8k() && tune::on(tune::kCudaDetMatvec);
 }
 
 void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int64_t n_tokens, float* y) {
@@ -333,21 +316,16 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
 
 void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
-  // Products on q8_gemm's matrix-vector form (deterministic decode, or from
-  // cuda.gemm_matvec tokens): x quantized once between them (each product's bits as
-  // matmul gives them).
-  auto on_gemm_matvec = [&](const ops::WeightView& w) {
-    return deterministic_ ? det_matvec_takes(w, n_tokens)
-                          : mm_gemm_matvec_takes(w, n_tokens) && mm_gemm_matvec_prefers(w, n_tokens);
-  };
-  if (n > 1 && n <= 8) {
+  // Deterministic decode: the products on q8_gemm's matrix-vector form quantize x once
+  // between them (each product's bits as matmul_invariant gives them).
+  if (deterministic_ && n > 1 && n <= 8) {
     DeviceWeight mw[8];
     float* my[8];
     const ops::WeightView* rest[8];
     float* rest_y[8];
     int nm = 0, nr = 0;
     for (int i = 0; i < n; ++i) {
-      if (on_gemm_matvec(*ws[i]) && (nm == 0 || ws[i]->n_cols == mw[0].n_cols)) {
+      if (det_matvec_takes(*ws[i], n_tokens) && (nm == 0 || ws[i]->n_cols == mw[0].n_cols)) {
         mw[nm] = device_weight(*ws[i], "matmul");
         my[nm++] = ys[i];
       } else {
@@ -357,7 +335,7 @@ void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const fl
     }
     if (nm >= 2) {
       {
-        OpTimer timer(rt_, deterministic_ ? "matmul invariant multi" : "matmul q8 gemm matvec multi");
+        OpTimer timer(rt_, "matmul invariant multi");
         const size_t bytes = q8_gemm_matvec_scratch_bytes(mw[0].n_cols, n_tokens);
         void* tmp = rt_.scratch(5, bytes, "matmul");
         if (!rt_.skip_launch()) {
