@@ -314,69 +314,55 @@ void CudaBackend::matmul_invariant(const ops::WeightView& w, const float* x, int
   HEARTH_CUDA_LAUNCHED("matmul");
 }
 
+namespace {
+
+// The weights of a matmul_multi call that one shared-quantization kernel takes (`takes`,
+// and the column count of the first taken), and the rest.
+struct WeightSplit {
+  DeviceWeight taken[8];
+  float* taken_y[8];
+  const ops::WeightView* rest[8];
+  float* rest_y[8];
+  int n_taken = 0, n_rest = 0;
+};
+
+}  // namespace
+
 void CudaBackend::matmul_multi(const ops::WeightView* const* ws, int n, const float* x, int64_t n_tokens,
                                float* const* ys) {
-  // Deterministic decode: the products on q8_gemm's matrix-vector form quantize x once
-  // between them (each product's bits as matmul_invariant gives them).
-  if (deterministic_ && n > 1 && n <= 8) {
-    DeviceWeight mw[8];
-    float* my[8];
-    const ops::WeightView* rest[8];
-    float* rest_y[8];
-    int nm = 0, nr = 0;
+  // Products that quantize x once between them, then the others (each product's bits as
+  // matmul gives them): deterministic decode on q8_gemm's matrix-vector form, batched decode
+  // on the int8 tensor cores (q8_gemm; cuda.gemm_multi=0: each product quantizes x itself).
+  const bool det = deterministic_;
+  const bool shared = det || tune::on(tune::kCudaGemmMulti);
+  if (shared && n > 1 && n <= 8) {
+    WeightSplit sp;
     for (int i = 0; i < n; ++i) {
-      if (det_matvec_takes(*ws[i], n_tokens) && (nm == 0 || ws[i]->n_cols == mw[0].n_cols)) {
-        mw[nm] = device_weight(*ws[i], "matmul");
-        my[nm++] = ys[i];
+      const bool takes = det ? det_matvec_takes(*ws[i], n_tokens) : int8_gemm_takes(*ws[i], n_tokens);
+      if (takes && (sp.n_taken == 0 || ws[i]->n_cols == sp.taken[0].n_cols)) {
+        sp.taken[sp.n_taken] = device_weight(*ws[i], "matmul");
+        sp.taken_y[sp.n_taken++] = ys[i];
       } else {
-        rest[nr] = ws[i];
-        rest_y[nr++] = ys[i];
+        sp.rest[sp.n_rest] = ws[i];
+        sp.rest_y[sp.n_rest++] = ys[i];
       }
     }
-    if (nm >= 2) {
+    if (sp.n_taken >= 2) {
       {
-        OpTimer timer(rt_, "matmul invariant multi");
-        const size_t bytes = q8_gemm_matvec_scratch_bytes(mw[0].n_cols, n_tokens);
+        OpTimer timer(rt_, det ? "matmul invariant multi" : "matmul q8 gemm multi");
+        const size_t bytes = det ? q8_gemm_matvec_scratch_bytes(sp.taken[0].n_cols, n_tokens)
+                                 : q8_gemm_multi_scratch_bytes(sp.taken, sp.n_taken, n_tokens);
         void* tmp = rt_.scratch(5, bytes, "matmul");
         if (!rt_.skip_launch()) {
-          q8_gemm_matvec_multi(mw, nm, x, n_tokens, my, tmp, bytes, stream_);
+          if (det) {
+            q8_gemm_matvec_multi(sp.taken, sp.n_taken, x, n_tokens, sp.taken_y, tmp, bytes, stream_);
+          } else {
+            q8_gemm_multi(sp.taken, sp.n_taken, x, n_tokens, sp.taken_y, tmp, bytes, stream_);
+          }
           HEARTH_CUDA_LAUNCHED("matmul");
         }
       }
-      if (nr > 0) matmul_multi(rest, nr, x, n_tokens, rest_y);
-      return;
-    }
-  }
-  // Batched decode on the int8 tensor cores (q8_gemm): weights of one column count
-  // quantize x once between them (each product as matmul computes it); the others go on
-  // below.
-  const bool gemm_multi = tune::on(tune::kCudaGemmMulti);  // cuda.gemm_multi=0: each product quantizes x itself
-  if (gemm_multi && !deterministic_ && n > 1 && n <= 8) {
-    DeviceWeight gw[8];
-    float* gy[8];
-    const ops::WeightView* rest[8];
-    float* rest_y[8];
-    int ng = 0, nr = 0;
-    for (int i = 0; i < n; ++i) {
-      if (int8_gemm_takes(*ws[i], n_tokens) && (ng == 0 || ws[i]->n_cols == gw[0].n_cols)) {
-        gw[ng] = device_weight(*ws[i], "matmul");
-        gy[ng++] = ys[i];
-      } else {
-        rest[nr] = ws[i];
-        rest_y[nr++] = ys[i];
-      }
-    }
-    if (ng >= 2) {
-      {
-        OpTimer timer(rt_, "matmul q8 gemm multi");
-        const size_t bytes = q8_gemm_multi_scratch_bytes(gw, ng, n_tokens);
-        void* tmp = rt_.scratch(5, bytes, "matmul");
-        if (!rt_.skip_launch()) {
-          q8_gemm_multi(gw, ng, x, n_tokens, gy, tmp, bytes, stream_);
-          HEARTH_CUDA_LAUNCHED("matmul");
-        }
-      }
-      if (nr > 0) matmul_multi(rest, nr, x, n_tokens, rest_y);
+      if (sp.n_rest > 0) matmul_multi(sp.rest, sp.n_rest, x, n_tokens, sp.rest_y);
       return;
     }
   }
