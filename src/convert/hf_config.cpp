@@ -26,6 +26,11 @@ int64_t get_int(const HfConfig& c, const char* k) {
   return v;
 }
 int64_t opt_int(const HfConfig& c, const char* k, int64_t def) { return has(c.text, k) ? get_int(c, k) : def; }
+bool opt_bool(const HfConfig& c, const char* k, bool def) {
+  if (!has(c.text, k)) return def;
+  if (!c.text[k].is_boolean()) bad(c, k, "not true or false");
+  return c.text[k].get<bool>();
+}
 double opt_num(const HfConfig& c, const json& j, const char* k, double def) {
   if (!has(j, k)) return def;
   if (!j[k].is_number()) bad(c, k, "not a number");
@@ -87,7 +92,7 @@ HfConfig read_hf_config(const std::string& dir) {
   c.rope_theta = opt_num(c, rope, "rope_theta", opt_num(c, c.text, "rope_theta", 10000.0));
   c.partial_rotary = opt_num(c, rope, "partial_rotary_factor",
                              opt_num(c, c.text, "partial_rotary_factor", c.hybrid() ? 0.25 : 1.0));
-  if (has(c.text, "tie_word_embeddings")) c.tied = c.text["tie_word_embeddings"].get<bool>();
+  c.tied = opt_bool(c, "tie_word_embeddings", c.tied);
   if (c.family != Family::kQwen35Moe && c.family != Family::kQwen3Next && c.ff == 0)
     bad(c, "intermediate_size", "missing", ErrorKind::kNotFound);
 
@@ -130,7 +135,12 @@ HfConfig read_hf_config(const std::string& dir) {
         const json& ms = rope["mrope_section"];
         if (!ms.is_array() || ms.size() > 4) bad(c, "rope_parameters.mrope_section", "must be an array of at most 4 integers");
         c.mrope_sections.assign(4, 0);
-        for (size_t i = 0; i < ms.size(); ++i) c.mrope_sections[i] = ms[i].get<int32_t>();
+        for (size_t i = 0; i < ms.size(); ++i) {
+          if (!ms[i].is_number_integer() || ms[i].get<int64_t>() < 0 || ms[i].get<int64_t>() > 1024) {
+            bad(c, "rope_parameters.mrope_section", "entry " + std::to_string(i) + " is not an integer in 0..1024");
+          }
+          c.mrope_sections[i] = ms[i].get<int32_t>();
+        }
       }
     }
   }
@@ -140,9 +150,10 @@ HfConfig read_hf_config(const std::string& dir) {
     c.expert_ff = get_int(c, "moe_intermediate_size");
     c.shared_ff = opt_int(c, "shared_expert_intermediate_size", 0);
     if (c.family == Family::kQwen3Next) {
-      if (has(c.text, "decoder_sparse_step") && c.text["decoder_sparse_step"].get<int64_t>() != 1)
+      if (opt_int(c, "decoder_sparse_step", 1) != 1)
         bad(c, "decoder_sparse_step", "only 1 (every layer MoE) is supported", ErrorKind::kUnsupported);
-      if (has(c.text, "mlp_only_layers") && !c.text["mlp_only_layers"].empty())
+      if (has(c.text, "mlp_only_layers") &&
+          (!c.text["mlp_only_layers"].is_array() || !c.text["mlp_only_layers"].empty()))
         bad(c, "mlp_only_layers", "dense layers in a Qwen3-Next model are not supported", ErrorKind::kUnsupported);
     }
   }

@@ -318,6 +318,14 @@ TEST(ConvertQwen35, BrokenFoldersNameTheFileAndField) {
   edit_config(d, [](nlohmann::json& j) { j.erase("linear_num_key_heads"); });
   EXPECT_NE(error_of(d).find("linear_num_key_heads"), std::string::npos) << error_of(d);
 
+  // Fields of the wrong JSON type name the field (fuzz_hf found tie_word_embeddings: 1 crashing).
+  d = copy_fixture("dense", "broken");
+  edit_config(d, [](nlohmann::json& j) { j["tie_word_embeddings"] = 1; });
+  EXPECT_NE(error_of(d).find("field 'tie_word_embeddings': not true or false"), std::string::npos) << error_of(d);
+  d = copy_fixture("dense", "broken");
+  edit_config(d, [](nlohmann::json& j) { j["rope_parameters"]["mrope_section"] = {11, "x", 10}; });
+  EXPECT_NE(error_of(d).find("mrope_section"), std::string::npos) << error_of(d);
+
   // Wrong shape: config says 5 value heads.
   d = copy_fixture("dense", "broken");
   edit_config(d, [](nlohmann::json& j) { j["linear_num_value_heads"] = 6; });
