@@ -65,6 +65,12 @@
     "the gated norm quantizes its output for the out projection")                                                  \
   X(kCudaAttnTc, "cuda.attn_tc", Bool, Kill, 1, 0, 1, "",                                                          \
     "prompt attention on the tensor cores (off: the scalar kernel)")                                               \
+  X(kCudaAttnDecodeWarp, "cuda.attn_decode_warp", Bool, Kill, 1, 0, 1, "",                                        \
+    "long-context and batched decode attention on the warp kernel (off: the tensor-core decode variant)")         \
+  X(kCudaAttnDecodeWarpStages, "cuda.attn_decode_warp_stages", Int, Tune, 0, 0, 3, "",                          \
+    "copy stages a warp of the warp decode attention, 2 or 3 (0: the default of the cache type)")                 \
+  X(kCudaAttnDecodeWarpDot, "cuda.attn_decode_warp_dot", Enum, Tune, 0, 0, 1, "f32|int8",                       \
+    "scores of the warp decode attention over a q8_0 cache: f32, or int8 (queries quantized per 32, dp4a)")        \
   X(kCudaMoeNorm, "cuda.moe_norm", Bool, Kill, 1, 0, 1, "",                                                        \
     "moe_ffn_add_rms_norm as one op in decode (off: two)")                                                         \
   X(kCudaMoeSharedMma, "cuda.moe_shared_mma", Bool, Kill, 1, 0, 1, "",                                             \

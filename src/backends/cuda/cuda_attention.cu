@@ -38,7 +38,10 @@ constexpr int kDecodeHeads = 4;
 // by one thread from shared memory, then every (head, dimension) output by one thread
 // summing the ranges in order. Reads go past L1: other blocks of the same launch may
 // have written the partial results.
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = 128;
+// Key ranges of the scalar and the tensor-core decode kernels, at most (the warp decode
+// kernel takes up to kMaxSplits).
+constexpr int kSplitsTc = 64;
 __device__ void merge_splits(const float* part, int row, int h0, int ng, int n_split, int n_head, int head_dim,
                              float* __restrict__ out) {
   __shared__ float sf[kDecodeHeads][kMaxSplits], sl[kDecodeHeads][kMaxSplits], sinv[kDecodeHeads];
@@ -706,6 +709,31 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
     }
     const int64_t n_tiles = from_step ? step_attn_.n_decode : static_cast<int64_t>(dt.size());
     if (n_tiles == 0) return;  // (every row belongs to a prompt, done above)
+    const Tile* d_tiles = from_step ? reinterpret_cast<const Tile*>(rt_.step_arena() + step_attn_.decode_tiles)
+                                    : rt_.stage_array(dt.data(), n_tiles, "attention");
+    if (decode_warp_ && decode_warp_supported(head_dim, group, q8, cache.k, cache.v, cache.n_kv_dim)) {
+      // Warps that share only the query vectors (cuda_attention_decode.cu), their key
+      // ranges filling the GPU's resident blocks once (at most kMaxSplits, none shorter
+      // than tc_decode_range_keys_).
+      const int64_t wave = tc_decode_blocks_ > 0 ? tc_decode_blocks_
+                                                 : decode_warp_resident_blocks(static_cast<int>(head_dim), group, q8, decode_warp_stages_,
+                                                                               decode_warp_dot_);
+      const int64_t want = std::max<int64_t>(1, wave / (n_tiles * n_head_kv));
+      const int64_t n_split =
+          std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
+      float* part = static_cast<float*>(
+          rt_.scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
+      if (rt_.skip_launch()) return;
+      launch_decode_warp(dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_head_kv),
+                              static_cast<unsigned>(n_split)),
+                         stream_, q, cache.k, cache.v, q8, d_desc, d_tiles, d_tables, static_cast<int>(n_head), group,
+                         static_cast<int>(head_dim), cache.n_kv_dim, bs_log2, scale, part, decode_warp_stages_,
+                         decode_warp_dot_);
+      HEARTH_CUDA_LAUNCHED("attention");
+      ::hearth::cuda::launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_head)), 128, 0, stream_, part, d_row_seq, static_cast<int>(n_split), static_cast<int>(n_head), static_cast<int>(head_dim), out);
+      HEARTH_CUDA_LAUNCHED("attention");
+      return;
+    }
     // Key ranges: as many as fill the GPU's resident blocks once (one wave; measured on the
     // H200: a single 32k row of the 8B in 32 ranges 52 us against 68 in 64, 64 rows of 640
     // keys unsplit 63-72 us against 74-127 in 2 ranges), none shorter than
@@ -721,11 +749,9 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
         : mode > 0            ? tc_decode_resident_blocks(static_cast<int>(head_dim), mode, 0)
                               : 1024;
     const int64_t want = std::max<int64_t>(1, wave / (n_tiles * n_head_kv));
-    const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kMaxSplits}, bucket_keys / tc_decode_range_keys_, want}));
+    const int64_t n_split = std::max<int64_t>(1, std::min({int64_t{kSplitsTc}, bucket_keys / tc_decode_range_keys_, want}));
     float* part = static_cast<float*>(
         rt_.scratch(4, sizeof(float) * static_cast<size_t>(n_rows * n_head * n_split * (head_dim + 2)), "attention"));
-    const Tile* d_tiles = from_step ? reinterpret_cast<const Tile*>(rt_.step_arena() + step_attn_.decode_tiles)
-                                    : rt_.stage_array(dt.data(), n_tiles, "attention");
     if (rt_.skip_launch()) {
       return;
     }
@@ -751,7 +777,7 @@ void CudaBackend::attention(const float* q, const ops::KvLayer& cache, const ops
   const int64_t want = std::max<int64_t>(1, (1024 + rows_busy * head_blocks - 1) / (rows_busy * head_blocks));
   // (From the bucket, not the exact length: each row divides its own keys among them.)
   // (Deterministic: one range, the row's keys in order, whatever the batch.)
-  const int64_t n_split = deterministic_ ? 1 : std::min({int64_t{kMaxSplits}, bucket_keys / kSplitKeys, want});
+  const int64_t n_split = deterministic_ ? 1 : std::min({int64_t{kSplitsTc}, bucket_keys / kSplitKeys, want});
   float* part = nullptr;
   if (n_split > 1) {
     part = static_cast<float*>(

@@ -60,4 +60,20 @@ int tc_decode_q8_raw_stages(int64_t head_dim, int64_t n_kv_dim, int decode);
 // compare it against the reference path, and timings of the two.
 void set_tc_decode_q8_raw(bool on);
 
+// Decode attention by warps (cuda_attention_decode.cu): the step's one-row sequences
+// (tiles of one row each, grid tiles x KV heads x key ranges) over an f16 or q8_0 cache,
+// each range's [max, sum, unnormalised output] into part as launch_prefill_tc's decode
+// variant writes it, for attention_combine_kernel. Takes head sizes 64, 128 and 256, at
+// most kDecodeWarpGroup query heads a KV head, 16-byte aligned caches whose heads start at
+// multiples of the copy piece (decode_warp_supported).
+constexpr int kDecodeWarpGroup = 8;
+bool decode_warp_supported(int64_t head_dim, int64_t group, bool q8, const void* k, const void* v, int64_t n_kv_dim);
+// Blocks of it that the whole GPU holds at once (the wave the key ranges fill). stages:
+// copy stages a warp, 2 or 3 (0: the cache type's default); dot (q8_0 only): the scores
+// in int8 (the query vectors quantized per 32 dimensions, dp4a) instead of f32.
+int64_t decode_warp_resident_blocks(int head_dim, int group, bool q8, int stages, bool dot);
+void launch_decode_warp(dim3 grid, cudaStream_t stream, const float* q, const void* k, const void* v, bool q8,
+                        const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head, int group,
+                        int head_dim, int64_t n_kv_dim, int bs_log2, float scale, float* part, int stages, bool dot);
+
 }  // namespace hearth::cuda

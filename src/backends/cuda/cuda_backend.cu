@@ -79,6 +79,9 @@ CudaBackend::CudaBackend(int device) : rt_(device), stream_(rt_.stream()) {
   device_argmax_ = tune::on(tune::kCudaArgmax);
   int8_gemm_ = tune::on(tune::kCudaInt8Gemm);
   tc_attention_ = tune::on(tune::kCudaAttnTc);
+  decode_warp_ = tune::on(tune::kCudaAttnDecodeWarp);
+  decode_warp_stages_ = static_cast<int>(tune::get(tune::kCudaAttnDecodeWarpStages));
+  decode_warp_dot_ = tune::get(tune::kCudaAttnDecodeWarpDot) == 1;
   gated_norm_q8_ = tune::on(tune::kCudaGatedQ8);
   device_draw_ = tune::on(tune::kCudaDraw);
   tc_decode_mode_ = static_cast<int>(tune::get(tune::kCudaAttnTcDecode));

@@ -328,6 +328,9 @@ class CudaBackend final : public ops::Backend {
   int64_t moe_shared_max_tokens_ = 16;
   bool moe_norm_ = true;    // moe_ffn_add_rms_norm as one op in decode (cuda.moe_norm=0: two)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (cuda.attn_tc=0: the scalar kernel)
+  bool decode_warp_ = true;   // decode attention on the warp kernel where it takes the call (cuda.attn_decode_warp)
+  int decode_warp_stages_ = 0;  // its copy stages a warp (cuda.attn_decode_warp_stages; 0: per cache type)
+  bool decode_warp_dot_ = false;  // its q8_0 scores in int8 (cuda.attn_decode_warp_dot=int8)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (cuda.fuse=0: the separate ops)
   bool q8_matvec_ = true;  // decode products on 8-bit activations (cuda.matvec=f32: off)
   // Products of more tokens than the matrix-vector kernels take and at most this many go
