@@ -299,7 +299,8 @@ class Backend {
   //    copy_done(id) has returned true or copy_wait(id) has returned: the caller keeps
   //    it allocated and does not read or write it meanwhile (a download's bytes may be
   //    written there as late as inside that copy_done / copy_wait call; an upload's may
-  //    be read until then). The HostRange array itself is the caller's again on return.
+  //    be read until then). The HostRange array and the Buffer objects it names are the
+  //    caller's again on return (the buffers' memory must outlive the copy).
   //  - A download (_to_host) reads the ranges as every operation and copy started before
   //    the call leaves them. Operations and uploads started after it may write those
   //    ranges: the back-end orders such writes after the download's reads.

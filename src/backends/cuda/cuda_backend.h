@@ -12,10 +12,13 @@
 // naming the operation. Host-only code may include this header (no CUDA syntax).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -238,7 +241,7 @@ class CudaBackend final : public ops::Backend {
     cudaEvent_t down_free[2] = {nullptr, nullptr};  // on `down` after the copy that read down_dev[i]
     bool down_used[2] = {false, false};
     int down_next = 0;
-    std::vector<uint8_t*> chunks;      // pinned host chunks, each one round's [table | data]
+    std::vector<uint8_t*> chunks;      // downloads' pinned host chunks, each one round's [table | data]
     std::vector<uint8_t*> free_chunks;
     std::vector<cudaEvent_t> events;   // every event made
     std::vector<cudaEvent_t> free_events;
@@ -252,16 +255,43 @@ class CudaBackend final : public ops::Backend {
       CopyId id = 0;
       bool upload = false;
       cudaEvent_t done = nullptr;  // after its last round
+      cudaEvent_t after = nullptr;  // an upload's start, on the compute stream (the worker waits for it)
       std::vector<uint8_t*> chunks;
       std::vector<HostPart> parts;
     };
     std::deque<Copy> pending;  // started, not finished, in order
+    // Uploads: the host's part (gathering the ranges into pinned memory) runs on a worker
+    // thread, not the engine's; the worker queues the copies on the upload stream, through
+    // two pinned lanes in turn (it waits for a lane's last copy before refilling it).
+    struct UpPiece {
+      float* dev;
+      const float* host;
+      int64_t n;
+    };
+    struct UpJob {
+      CopyId id = 0;
+      std::vector<UpPiece> pieces;
+      cudaEvent_t after = nullptr, done = nullptr;  // after: on the compute stream at the call
+    };
+    uint8_t* up_host[2] = {nullptr, nullptr};
+    cudaEvent_t up_free[2] = {nullptr, nullptr};  // on `up` after the copy that read up_host[i]
+    bool up_used[2] = {false, false};
+    std::thread worker;
+    std::mutex mu;  // guards jobs, queued, error, stop
+    std::condition_variable cv_job, cv_queued;
+    std::deque<UpJob> jobs;
+    CopyId queued = 0;  // uploads up to this id are queued on the device (their `done` recorded)
+    std::string error;  // the worker's failure, reported by the next call on the engine thread
+    bool stop = false;
     ~CopyStreams();
   };
   void make_copy_streams();
   cudaEvent_t copy_event();
   uint8_t* copy_chunk();
   void finish_copy(CopyStreams::Copy& c);  // its events are done: the host's part, then recycling
+  void upload_worker();                    // the worker thread's loop
+  // Waits until the worker has queued upload `id` on the device (or throws its failure).
+  void wait_queued(CopyId id, const char* op);
 
   // First: destroyed last, after every buffer this class holds (its destructor frees
   // them once the runtime has finished the stream's work).

@@ -3,27 +3,30 @@
 // being one small range per layer (16 rows of one layer's K or V: 2-64 KiB). One
 // cudaMemcpy per range costs a stream round trip per range (a 16k-token prefix of a 9B
 // hybrid: 16,000 of them), and a host that waits for the copies stalls the decode steps
-// of every other running sequence; so a copy is cut into rounds of one pinned chunk
-// ([table of ranges | their bytes], 16 MiB) and nothing waits on the host:
-//  - Upload: the host gathers a round's ranges into a chunk; on the upload stream, after
-//    an event recorded on the compute stream at the call (steps before it may still read
-//    the blocks it overwrites), one copy takes the chunk to the device lane and one
-//    kernel scatters it into place. The copy's event is recorded after its last round.
-//    Steps see the bytes after copy_fence (the compute stream waits for that event) or
-//    once copy_done / copy_wait saw it (which also make the compute stream wait for it).
-//  - Download: on the compute stream (so after the steps that wrote the blocks, and
-//    before any later step that writes them again) the round's table goes to a device
-//    lane and one kernel gathers the ranges behind it; an event there lets the download
-//    stream copy the lane to the chunk, and the chunk's bytes go to the caller's host
-//    memory in copy_done / copy_wait. Two device lanes take turns; a download of more
-//    than two rounds makes the compute stream wait (on the device) for the copy that
-//    read the lane before it gathers into it again.
-// Pinned chunks are kept for reuse; past kMaxPinnedBytes in flight the host waits for the
-// oldest copy before it takes another chunk.
+// of every other running sequence; so a copy is cut into rounds of one pinned lane or
+// chunk ([table of ranges | their bytes], 16 MiB), and the engine's thread never waits:
+//  - Upload: the call records an event on the compute stream (steps before it may still
+//    read the blocks it overwrites) and hands the ranges to the upload worker thread,
+//    which gathers each round into one of two pinned lanes (waiting, itself, for the
+//    lane's previous copy) and queues on the upload stream, after that event, one copy of
+//    the lane to the device lane and one kernel scattering it into place; then the copy's
+//    event. Steps see the bytes after copy_fence (the compute stream waits for that event;
+//    the host waits only until the worker has queued it) or once copy_done / copy_wait saw
+//    the event (they also make the compute stream wait for it).
+//  - Download: on the compute stream (so after the steps that wrote the blocks, and before
+//    any later step that writes them again) the round's table goes to a device lane and
+//    one kernel gathers the ranges behind it; an event there lets the download stream copy
+//    the lane to a pinned chunk, and the chunk's bytes go to the caller's host memory in
+//    copy_done / copy_wait. Two device lanes take turns; a download of more than two
+//    rounds makes the compute stream wait (on the device) for the copy that read the lane
+//    before it gathers into it again. Chunks are kept for reuse; past kMaxPinnedBytes the
+//    host waits for the oldest copy before it takes another.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "backends/cuda/cuda_backend.h"
@@ -174,6 +177,14 @@ bool event_done(cudaEvent_t e, const char* op) {
 
 CudaBackend::CopyStreams::~CopyStreams() {
   if (up == nullptr) return;
+  if (worker.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv_job.notify_all();
+    worker.join();
+  }
   cudaStreamSynchronize(up);
   cudaStreamSynchronize(down);
   for (cudaEvent_t e : events) cudaEventDestroy(e);
@@ -182,6 +193,10 @@ CudaBackend::CopyStreams::~CopyStreams() {
     if (down_dev[i] != nullptr) cudaFree(down_dev[i]);
   }
   if (up_dev != nullptr) cudaFree(up_dev);
+  for (int i = 0; i < 2; ++i) {
+    if (up_free[i] != nullptr) cudaEventDestroy(up_free[i]);
+    if (up_host[i] != nullptr) cudaFreeHost(up_host[i]);
+  }
   for (uint8_t* c : chunks) cudaFreeHost(c);
   cudaStreamDestroy(up);
   cudaStreamDestroy(down);
@@ -198,7 +213,12 @@ void CudaBackend::make_copy_streams() {
     HEARTH_CUDA_CHECK(op, cudaMalloc(reinterpret_cast<void**>(&cs.down_dev[i]), kChunkBytes));
     HEARTH_CUDA_CHECK(op, cudaEventCreateWithFlags(&cs.down_free[i], cudaEventDisableTiming));
   }
+  for (int i = 0; i < 2; ++i) {
+    HEARTH_CUDA_CHECK(op, cudaMallocHost(reinterpret_cast<void**>(&cs.up_host[i]), kChunkBytes));
+    HEARTH_CUDA_CHECK(op, cudaEventCreateWithFlags(&cs.up_free[i], cudaEventDisableTiming));
+  }
   rt_.note_alloc(static_cast<int64_t>(3 * kChunkBytes));
+  cs.worker = std::thread([this] { upload_worker(); });
 }
 
 cudaEvent_t CudaBackend::copy_event() {
@@ -240,49 +260,99 @@ ops::Backend::CopyId CudaBackend::copy_ranges_from_host_async(const ops::HostRan
   for (int64_t i = 0; i < n; ++i) check_range(r[i], op);
   make_copy_streams();
   CopyStreams& cs = copies_;
-  CopyStreams::Copy copy;
-  copy.upload = true;
+  CopyStreams::UpJob job;
+  for (const Piece& p : pieces_of(r, n)) job.pieces.push_back({p.dev, p.host, p.n});
   // After the work queued so far on the compute stream (steps may still read the blocks
-  // this overwrites). The wait holds the event's state now: the event is free again.
-  cudaEvent_t after = copy_event();
-  HEARTH_CUDA_CHECK(op, cudaEventRecord(after, stream_));
-  HEARTH_CUDA_CHECK(op, cudaStreamWaitEvent(cs.up, after, 0));
-  cs.free_events.push_back(after);
-  const std::vector<Piece> pieces = pieces_of(r, n);
+  // this overwrites): the worker's stream waits for this event.
+  job.after = copy_event();
+  HEARTH_CUDA_CHECK(op, cudaEventRecord(job.after, stream_));
+  job.done = copy_event();
+  job.id = ++copies_started_;
+  CopyStreams::Copy copy;
+  copy.id = job.id;
+  copy.upload = true;
+  copy.done = job.done;
+  copy.after = job.after;
+  cs.pending.push_back(std::move(copy));
+  {
+    std::lock_guard<std::mutex> lock(cs.mu);
+    cs.jobs.push_back(std::move(job));
+  }
+  cs.cv_job.notify_one();
+  return copies_started_;
+}
+
+void CudaBackend::upload_worker() {
+  CopyStreams& cs = copies_;
+  cudaSetDevice(rt_.device());
+  const char* op = "copy_ranges_from_host";
+  std::vector<Piece> pieces;
   std::vector<RangeCopy> table;
   std::vector<CopyStreams::HostPart> gather;
-  for (size_t i = 0; i < pieces.size();) {
-    size_t data = 0;
-    const size_t j = round_of(pieces, i, table, data);
-    const size_t tb = table_bytes(table.size());
-    uint8_t* h = copy_chunk();
-    copy.chunks.push_back(h);
-    std::memcpy(h, table.data(), sizeof(RangeCopy) * table.size());
-    gather.clear();
-    for (size_t k = i; k < j; ++k) {
-      gather.push_back({h + sizeof(float) * table[k - i].lane, reinterpret_cast<const uint8_t*>(pieces[k].host),
-                        sizeof(float) * static_cast<size_t>(pieces[k].n)});
+  int lane = 0;
+  for (;;) {
+    CopyStreams::UpJob job;
+    {
+      std::unique_lock<std::mutex> lock(cs.mu);
+      cs.cv_job.wait(lock, [&] { return cs.stop || !cs.jobs.empty(); });
+      if (cs.stop) return;
+      job = std::move(cs.jobs.front());
+      cs.jobs.pop_front();
     }
-    copy_all(gather);
-    // The lane's previous round was scattered before this copy runs (one stream).
-    HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(cs.up_dev, h, tb + data, cudaMemcpyHostToDevice, cs.up));
-    if (!overlapping(table)) {
-      scatter_ranges<<<static_cast<unsigned>(table.size()), 256, 0, cs.up>>>(
-          reinterpret_cast<const RangeCopy*>(cs.up_dev), reinterpret_cast<const float*>(cs.up_dev));
-      HEARTH_CUDA_LAUNCHED(op);
-    } else {
-      for (const RangeCopy& c : table) {  // in order: later ranges win where they overlap
-        HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(c.dev, cs.up_dev + sizeof(float) * c.lane, sizeof(float) * c.n,
-                                              cudaMemcpyDeviceToDevice, cs.up));
+    std::string error;
+    try {
+      HEARTH_CUDA_CHECK(op, cudaStreamWaitEvent(cs.up, job.after, 0));
+      pieces.clear();
+      for (const CopyStreams::UpPiece& p : job.pieces) pieces.push_back({p.dev, const_cast<float*>(p.host), p.n});
+      for (size_t i = 0; i < pieces.size();) {
+        size_t data = 0;
+        const size_t j = round_of(pieces, i, table, data);
+        const size_t tb = table_bytes(table.size());
+        // The lane's previous round must have left it before it is written again.
+        if (cs.up_used[lane]) HEARTH_CUDA_CHECK(op, cudaEventSynchronize(cs.up_free[lane]));
+        uint8_t* h = cs.up_host[lane];
+        std::memcpy(h, table.data(), sizeof(RangeCopy) * table.size());
+        gather.clear();
+        for (size_t k = i; k < j; ++k) {
+          gather.push_back({h + sizeof(float) * table[k - i].lane, reinterpret_cast<const uint8_t*>(pieces[k].host),
+                            sizeof(float) * static_cast<size_t>(pieces[k].n)});
+        }
+        copy_all(gather);
+        // The device lane's previous round was scattered before this copy runs (one stream).
+        HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(cs.up_dev, h, tb + data, cudaMemcpyHostToDevice, cs.up));
+        HEARTH_CUDA_CHECK(op, cudaEventRecord(cs.up_free[lane], cs.up));
+        cs.up_used[lane] = true;
+        if (!overlapping(table)) {
+          scatter_ranges<<<static_cast<unsigned>(table.size()), 256, 0, cs.up>>>(
+              reinterpret_cast<const RangeCopy*>(cs.up_dev), reinterpret_cast<const float*>(cs.up_dev));
+          HEARTH_CUDA_LAUNCHED(op);
+        } else {
+          for (const RangeCopy& c : table) {  // in order: later ranges win where they overlap
+            HEARTH_CUDA_CHECK(op, cudaMemcpyAsync(c.dev, cs.up_dev + sizeof(float) * c.lane, sizeof(float) * c.n,
+                                                  cudaMemcpyDeviceToDevice, cs.up));
+          }
+        }
+        lane ^= 1;
+        i = j;
       }
+      HEARTH_CUDA_CHECK(op, cudaEventRecord(job.done, cs.up));
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    i = j;
+    {
+      std::lock_guard<std::mutex> lock(cs.mu);
+      cs.queued = job.id;
+      if (!error.empty() && cs.error.empty()) cs.error = error;
+    }
+    cs.cv_queued.notify_all();
   }
-  copy.done = copy_event();
-  HEARTH_CUDA_CHECK(op, cudaEventRecord(copy.done, cs.up));
-  copy.id = ++copies_started_;
-  cs.pending.push_back(std::move(copy));
-  return copies_started_;
+}
+
+void CudaBackend::wait_queued(CopyId id, const char* op) {
+  CopyStreams& cs = copies_;
+  std::unique_lock<std::mutex> lock(cs.mu);
+  cs.cv_queued.wait(lock, [&] { return cs.queued >= id || !cs.error.empty(); });
+  if (!cs.error.empty()) fail(ErrorKind::kInternal, "cuda", std::string(op) + ": the upload worker failed: " + cs.error);
 }
 
 ops::Backend::CopyId CudaBackend::copy_ranges_to_host_async(const ops::HostRange* r, int64_t n) {
@@ -349,6 +419,7 @@ void CudaBackend::finish_copy(CopyStreams::Copy& c) {
     HEARTH_CUDA_CHECK("copy_done", cudaFreeHost(h));
   }
   cs.free_events.push_back(c.done);
+  if (c.after != nullptr) cs.free_events.push_back(c.after);
   c = {};
 }
 
@@ -356,8 +427,14 @@ bool CudaBackend::copy_done(CopyId id) {
   CopyStreams& cs = copies_;
   if (!cs.pending.empty() && cs.pending.front().id <= id) rt_.bind();
   while (!cs.pending.empty() && cs.pending.front().id <= id) {
-    if (!event_done(cs.pending.front().done, "copy_done")) return false;
-    finish_copy(cs.pending.front());
+    CopyStreams::Copy& c = cs.pending.front();
+    if (c.upload) {
+      std::lock_guard<std::mutex> lock(cs.mu);
+      if (!cs.error.empty()) fail(ErrorKind::kInternal, "cuda", "copy_done: the upload worker failed: " + cs.error);
+      if (cs.queued < c.id) return false;  // the worker has not queued it yet
+    }
+    if (!event_done(c.done, "copy_done")) return false;
+    finish_copy(c);
     cs.pending.pop_front();
   }
   return id <= copies_started_;
@@ -368,6 +445,7 @@ void CudaBackend::copy_wait(CopyId id) {
   if (cs.pending.empty() || cs.pending.front().id > id) return;
   rt_.bind();
   while (!cs.pending.empty() && cs.pending.front().id <= id) {
+    if (cs.pending.front().upload) wait_queued(cs.pending.front().id, "copy_wait");
     HEARTH_CUDA_CHECK("copy_wait", cudaEventSynchronize(cs.pending.front().done));
     finish_copy(cs.pending.front());
     cs.pending.pop_front();
@@ -382,7 +460,9 @@ void CudaBackend::copy_fence(CopyId id) {
   rt_.flush_capture();
   for (const CopyStreams::Copy& c : cs.pending) {
     if (c.id > id) break;
-    if (c.upload) HEARTH_CUDA_CHECK("copy_fence", cudaStreamWaitEvent(stream_, c.done, 0));
+    if (!c.upload) continue;
+    wait_queued(c.id, "copy_fence");  // its event recorded (the worker's gather done; not its copy)
+    HEARTH_CUDA_CHECK("copy_fence", cudaStreamWaitEvent(stream_, c.done, 0));
   }
 }
 
