@@ -57,7 +57,7 @@ constexpr int64_t kOtherLast = 1700;
 constexpr int kSteps = 14;
 constexpr int kCJoins = 8;               // the step at which the copied sequence decodes too
 
-struct Run {
+struct CopyRun {
   std::vector<float> logits;                 // every step's, in order
   std::vector<uint8_t> first_download;       // sequence A's blocks 0-2 right after its prompt
   std::vector<uint8_t> big_download;         // blocks [kOtherFirst, kOtherLast) after the upload
@@ -65,7 +65,7 @@ struct Run {
   bool c_by_poll = false;                    // the copied sequence's upload was seen done by copy_done
 };
 
-Run run(model::CausalLm& m, bool async) {
+CopyRun run_copies(model::CausalLm& m, bool async) {
   ops::Backend& be = gpu();
   const model::Hparams& hp = m.hparams();
   const int64_t V = hp.n_vocab;
@@ -102,7 +102,7 @@ Run run(model::CausalLm& m, bool async) {
     return 0;
   };
 
-  Run out;
+  CopyRun out;
   // A in blocks 0-3 (a 40-token prompt: its third block part full), B in 8-11, C (later,
   // A's copy) in 20-23.
   std::vector<model::SeqKv> kv(3);
@@ -179,27 +179,27 @@ TEST(CudaParity, BlockCopiesBesideDecodeStepsMatchSynchronousCopies) {
   const tiny::Spec s = copies_spec();
   const auto built = tiny::parse(tiny::build_writer(s), s.name + ".gguf");
   const auto m = model::load_causal_lm(*built->file, gpu());
-  const Run sync = run(*m, false);
+  const CopyRun plain = run_copies(*m, false);
   const auto before = cuda->graph_stats();
-  const Run async = run(*m, true);
+  const CopyRun overlapped = run_copies(*m, true);
   const auto after = cuda->graph_stats();
-  ASSERT_EQ(async.logits.size(), sync.logits.size());
-  for (size_t k = 0; k < sync.logits.size(); ++k) {
-    ASSERT_EQ(async.logits[k], sync.logits[k]) << "logit " << k << " (row " << k / s.n_vocab << ")";
+  ASSERT_EQ(overlapped.logits.size(), plain.logits.size());
+  for (size_t k = 0; k < plain.logits.size(); ++k) {
+    ASSERT_EQ(overlapped.logits[k], plain.logits[k]) << "logit " << k << " (row " << k / s.n_vocab << ")";
   }
-  EXPECT_TRUE(async.first_download == sync.first_download) << "the download taken before the steps wrote A's block";
-  ASSERT_EQ(async.big_download.size(), sync.big_download.size());
-  EXPECT_EQ(0, std::memcmp(async.big_download.data(), sync.big_download.data(), sync.big_download.size()))
+  EXPECT_TRUE(overlapped.first_download == plain.first_download) << "the download taken before the steps wrote A's block";
+  ASSERT_EQ(overlapped.big_download.size(), plain.big_download.size());
+  EXPECT_EQ(0, std::memcmp(overlapped.big_download.data(), plain.big_download.data(), plain.big_download.size()))
       << "the download of the uploaded blocks";
-  ASSERT_EQ(async.pool.size(), sync.pool.size());
-  size_t first_diff = async.pool.size();
-  for (size_t i = 0; i < async.pool.size() && first_diff == async.pool.size(); ++i) {
-    if (async.pool[i] != sync.pool[i]) first_diff = i;
+  ASSERT_EQ(overlapped.pool.size(), plain.pool.size());
+  size_t first_diff = overlapped.pool.size();
+  for (size_t i = 0; i < overlapped.pool.size() && first_diff == overlapped.pool.size(); ++i) {
+    if (overlapped.pool[i] != plain.pool[i]) first_diff = i;
   }
-  EXPECT_EQ(first_diff, async.pool.size()) << "the pool at the end differs first at byte " << first_diff;
+  EXPECT_EQ(first_diff, overlapped.pool.size()) << "the pool at the end differs first at byte " << first_diff;
   std::cout << "block copies beside steps: " << after.replayed - before.replayed << " steps replayed, "
             << after.recorded - before.recorded << " recorded; the copied sequence's upload was "
-            << (async.c_by_poll ? "seen done by copy_done" : "fenced on the device") << " before it joined\n";
+            << (overlapped.c_by_poll ? "seen done by copy_done" : "fenced on the device") << " before it joined\n";
   EXPECT_GE(after.replayed - before.replayed, kSteps - 6) << "the decode steps should be graph replays";
 }
 
