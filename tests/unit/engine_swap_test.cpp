@@ -396,10 +396,10 @@ TEST_F(SwapLlama, DiskSwappedSequencesEqualSoloRunsWithoutRecompute) {
 }
 
 // Copies that finish after the steps that follow them, as on a GPU's copy streams
-// (--tune cpu.copy_lag: each copy is finished only after three copy_done polls, an upload's
-// bytes land at copy_fence or then, a download's reach the host then): the engine must keep
-// the host memory, fence the swapped-in sequence's step and hand the copies on only when
-// done; the answers stay those of requests run alone, with nothing recomputed.
+// (--tune cpu.copy_lag: each copy is finished only once three steps have begun since it
+// started, an upload's bytes land at copy_fence or then, a download's reach the host then):
+// the engine must keep the host memory, fence the swapped-in sequence's step and hand the
+// copies on only when done; the answers stay those of requests run alone, none recomputed.
 TEST_F(SwapLlama, CopiesFinishingAfterLaterStepsGiveTheSameAnswers) {
   const hearth::tune::Override lag(hearth::tune::kCpuCopyLag, 3);
   const uint64_t block4 = hearth::model::KvPool::bytes_per_block(loaded_->model->hparams(), ops::KvType::F32, 4);

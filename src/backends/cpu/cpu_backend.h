@@ -68,10 +68,16 @@ class CpuBackend final : public ops::Backend {
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
   // Block copies beside the steps (cpu_copies.cpp): done at once (the default), unless
-  // --tune cpu.copy_lag=N (read at each call): then each finishes only after N copy_done
-  // polls, as copies on a GPU's copy stream would; a download's bytes are taken at the call
-  // and reach the host memory when it finishes, an upload's land at copy_fence or when it
-  // finishes. For tests of the callers' side of the contract (ops/backend.h) on the CPU.
+  // --tune cpu.copy_lag=N (read at each call): then each runs beside the next N steps, as
+  // copies on a GPU's copy stream would: copy_done is false until N steps have begun since
+  // the copy started (or, with no steps, 64 N polls have passed); a download's bytes are
+  // taken at the call and reach the host memory when it finishes, an upload's land at
+  // copy_fence or when it finishes. For tests of the callers' side of the contract
+  // (ops/backend.h) on the CPU.
+  using ops::Backend::begin_step;
+  void begin_step(int64_t n_tokens) override {
+    if (n_tokens > 0) ++steps_begun_;
+  }
   CopyId copy_ranges_to_host_async(const ops::HostRange* ranges, int64_t n_ranges) override;
   CopyId copy_ranges_from_host_async(const ops::HostRange* ranges, int64_t n_ranges) override;
   bool copy_done(CopyId id) override;
@@ -212,7 +218,8 @@ class CpuBackend final : public ops::Backend {
   struct LaggedCopy {
     CopyId id = 0;
     bool upload = false, landed = false;  // landed: an upload's bytes are in the buffers
-    int polls_left = 0;
+    int64_t done_at_step = 0;  // steps_begun_ from which it is done
+    int64_t polls_left = 0;    // or after this many more polls
     struct Range {
       float* dev;  // in the buffer (resolved at the call)
       float* host;
@@ -222,6 +229,7 @@ class CpuBackend final : public ops::Backend {
     std::vector<std::vector<float>> taken;  // a download's bytes, taken at the call
   };
   std::deque<LaggedCopy> lagged_;
+  int64_t steps_begun_ = 0;  // model steps begun (begin_step with tokens)
   void finish_lagged(LaggedCopy& c);
 };
 

@@ -1,6 +1,6 @@
 // CpuBackend's block copies beside the steps (ops/backend.h, copy_ranges_*_async): host
 // memory on both sides, so each is done at once, unless --tune cpu.copy_lag=N holds them
-// back as a GPU's copy streams would (cpu_backend.h): then the callers' side of the
+// back for N steps as a GPU's copy streams would (cpu_backend.h): then the callers' side of the
 // contract (host memory left alone until done, uploads fenced before a step reads them,
 // downloads finished only when polled) is exercised on the CPU, and a caller that breaks
 // it reads stale or unwritten bytes that its tests see.
@@ -30,7 +30,8 @@ ops::Backend::CopyId CpuBackend::copy_ranges_to_host_async(const ops::HostRange*
   check_ranges(r, n, "copy_ranges_to_host");
   LaggedCopy c;
   c.id = ++copies_started_;
-  c.polls_left = static_cast<int>(lag);
+  c.done_at_step = steps_begun_ + lag;
+  c.polls_left = 64 * lag;
   for (int64_t i = 0; i < n; ++i) {  // what the steps so far left there
     float* src = r[i].buf->data() + r[i].offset;
     c.ranges.push_back({src, r[i].host, r[i].n});
@@ -47,7 +48,8 @@ ops::Backend::CopyId CpuBackend::copy_ranges_from_host_async(const ops::HostRang
   LaggedCopy c;
   c.id = ++copies_started_;
   c.upload = true;
-  c.polls_left = static_cast<int>(lag);
+  c.done_at_step = steps_begun_ + lag;
+  c.polls_left = 64 * lag;
   // The host side is read when it lands (it is the copy's until then); the buffers are
   // resolved now (the HostRange array and its Buffer objects are the caller's again).
   for (int64_t i = 0; i < n; ++i) c.ranges.push_back({r[i].buf->data() + r[i].offset, r[i].host, r[i].n});
@@ -71,7 +73,7 @@ void CpuBackend::finish_lagged(LaggedCopy& c) {
 bool CpuBackend::copy_done(CopyId id) {
   while (!lagged_.empty() && lagged_.front().id <= id) {
     LaggedCopy& c = lagged_.front();
-    if (c.polls_left > 0) {
+    if (steps_begun_ < c.done_at_step && c.polls_left > 0) {
       --c.polls_left;
       return false;
     }
