@@ -40,6 +40,8 @@
     "software prefetch distance of streamed weights in KiB, whole blocks (0: none)")                               \
   X(kCpuOpTiming, "cpu.op_timing", Bool, Debug, 0, 0, 1, "",                                                       \
     "time every CPU back-end op; the table is printed to stderr")                                                  \
+  X(kCpuCopyLag, "cpu.copy_lag", Int, Debug, 0, 0, 64, "",                                                         \
+    "tests: block copies beside the steps finish only after this many steps, as on a GPU (0: at once)")             \
   /* The CUDA back-end: switches. */                                                                               \
   X(kCudaGraph, "cuda.graph", Bool, Kill, 1, 0, 1, "",                                                             \
     "replay decode steps as CUDA graphs (off as well with cuda.op_timing=device)")                                 \

@@ -74,6 +74,11 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
 
 ServeEngine::~ServeEngine() {
   stop();
+  try {
+    copies_poll(true);  // no block copy may still write into what goes below
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hearth: block copies failed at shutdown: %s\n", e.what());
+  }
   // The disk tier's reader calls back into this engine (mu_, cv_): its threads end first.
   disk_.reset();
 }
@@ -182,7 +187,7 @@ void ServeEngine::loop() {
         if (stop_) break;
         // Idle: nothing running, and nothing waiting but requests whose disk reads are out.
         const auto& w = scheduler_.waiting();
-        if (incoming_.empty() && !disk_ready_ && encoding_.empty() && scheduler_.running().empty() &&
+        if (incoming_.empty() && !disk_ready_ && encoding_.empty() && copies_.empty() && scheduler_.running().empty() &&
             std::all_of(w.begin(), w.end(), [](const auto& s) { return s->gated; })) {
           cv_.wait_for(lock, std::chrono::milliseconds(100));
           if (stop_) break;
@@ -191,6 +196,7 @@ void ServeEngine::loop() {
       take_incoming();
       encode_slice();
       disk_install();
+      copies_poll(scheduler_.running().empty());  // block copies done (waited for when nothing runs)
       swap_poll();
       drop_cancelled();
       const auto t_step = Clock::now();
@@ -423,6 +429,7 @@ void ServeEngine::step() {
   swap_out(plan);   // preempted sequences' blocks and states, before anything writes over them
   spill_pending();  // blocks and snapshots the plan evicted, likewise
   swap_in(plan);    // re-admitted swapped sequences, into blocks the two above have read
+  copies_fence(plan);  // blocks of disk hits still uploading: this step waits for them on the device
   const auto t0 = Clock::now();
   const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   // A sequence's first scheduling sets up its per-step buffers; a failure there ends

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -251,6 +253,43 @@ class ServeEngine {
   void read_state(int32_t slot, std::vector<uint8_t>& out);
   void write_state(int32_t slot, std::span<const uint8_t> in);
 
+  // Block copies beside the steps (serve_engine_copies.cpp). The disk tier's and the
+  // swap's block copies are started between steps (Backend::copy_ranges_*_async) and
+  // recorded here with the host memory they use and what follows once the back-end says
+  // they are done: copies_poll finishes them in order, each turn of the loop (waiting for
+  // them only when no sequence runs). Until a copy is finished its host memory is left
+  // alone and an upload's blocks stay held (never evicted, so never spilled or reused).
+  // A disk hit's blocks are registered for prefix reuse at once (its next piece chains to
+  // them; its own sequence stays gated until they are in): a step whose sequences hold
+  // one of them (another request with that prefix) waits for the upload on the device
+  // (copies_fence), never the host. A swapped-in sequence's step does likewise.
+  struct PendingCopy {
+    enum class Kind { kSpill, kInstall, kSwapOut, kSwapIn } kind = Kind::kSpill;
+    ops::Backend::CopyId id = 0;         // 0: none (finished at the next poll)
+    std::vector<kvdisk::WriteJob> jobs;  // kSpill: the payloads the download fills, offered when done
+    std::vector<BlockId> blocks;         // kInstall: the blocks the upload writes
+    std::vector<BlockId> held;           // kInstall: the chain held until done (released last first)
+    kvdisk::ReadResult read;             // kInstall: the piece (its payloads are the upload's source)
+    std::chrono::steady_clock::time_point t0;  // kInstall: when the piece was taken
+    uint64_t seq = 0;                    // kSwapOut / kSwapIn: the sequence
+    std::vector<uint8_t> kv;             // kSwapOut: the download's buffer; kSwapIn: the upload's source
+    bool to_disk = false;                // kSwapOut: then handed to the tier's writer
+    int64_t n_past = 0;                  // kSwapOut
+  };
+  std::deque<PendingCopy> copies_;
+  // Starts copies of blocks ids[i] to / from block_bytes_ bytes at host[i] (their host
+  // memory is the copy's until it is finished: keep it in the PendingCopy).
+  ops::Backend::CopyId read_blocks_async(const BlockId* ids, int64_t n_ids, uint8_t* const* host);
+  ops::Backend::CopyId write_blocks_async(const BlockId* ids, int64_t n_ids, uint8_t* const* host);
+  void copies_poll(bool wait);               // finishes the copies done (wait: every one)
+  void copies_wait(ops::Backend::CopyId id);  // waits for copy id, finishing those up to it
+  void copy_finished(PendingCopy& c);
+  void install_finished(PendingCopy& c);     // serve_engine_disk.cpp
+  void swap_out_finished(PendingCopy& c);    // serve_engine_swap.cpp
+  // The step hook (step(), before the forward pass): a step whose sequences hold blocks
+  // of an upload in flight waits for it on the device (Backend::copy_fence).
+  void copies_fence(const StepPlan& plan);
+
   // Speculative decoding (serve_engine_spec.cpp), on the engine thread. spec_draft sets
   // the drafts of the sequences that decode next step (before plan()); spec_verify
   // accepts, after a sequence's first row was finished as usual (finish_row: `first`),
@@ -314,6 +353,7 @@ class ServeEngine {
     bool disk = false;
     bool resume = false;
     int64_t n_past = 0;
+    ops::Backend::CopyId pending = 0;  // kRam: the download still filling kv (its PendingCopy holds kv)
   };
   std::unordered_map<uint64_t, SwapEntry> swap_;
   SwapStats swap_stats_;

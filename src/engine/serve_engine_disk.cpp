@@ -171,9 +171,16 @@ void ServeEngine::spill_pending() {
       queued += kv_bytes;
     }
   }
-  for (kvdisk::WriteJob& job : kv_jobs) kv_dst.push_back(job.payload.data());
-  read_blocks_to(kv_ids.data(), static_cast<int64_t>(kv_ids.size()), kv_dst.data());
-  for (kvdisk::WriteJob& job : kv_jobs) disk_->offer(std::move(job));  // counts its own drops
+  if (!kv_jobs.empty()) {
+    // Downloaded beside the next steps; offered to the writer, in order, once done
+    // (copy_finished). Moving the jobs keeps their payloads where the copy writes.
+    for (kvdisk::WriteJob& job : kv_jobs) kv_dst.push_back(job.payload.data());
+    PendingCopy c;
+    c.kind = PendingCopy::Kind::kSpill;
+    c.id = read_blocks_async(kv_ids.data(), static_cast<int64_t>(kv_ids.size()), kv_dst.data());
+    c.jobs = std::move(kv_jobs);
+    copies_.push_back(std::move(c));
+  }
   for (size_t i = 0; i < spills.size(); ++i) {
     Spill& s = spills[i];
     if (taken[i]) {
@@ -194,6 +201,7 @@ void ServeEngine::spill_pending() {
       disk_->note_dropped();
     }
   }
+  copies_poll(false);  // a back-end whose copies complete at once: offered now
 }
 
 void ServeEngine::disk_prefetch(SeqSlot& seq) {
@@ -294,42 +302,61 @@ void ServeEngine::disk_install() {
         write_state(slot, r.payload(i));
       }
     }
-    write_blocks_from(pending_ids.data(), static_cast<int64_t>(pending_ids.size()), pending_src.data());
-    // Released last first, like a finished sequence: the head stays cached longest.
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) blocks_.release(*it);
-    const double install_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_install).count();
-    disk_->release(std::move(r.memory));  // the copies above are done with it
-    DiskHit& hit = disk_hits_[r.seq_id];
-    hit.blocks += pending_ids.size();
-    hit.bytes += r.bytes;
-    hit.install_s += install_s;
-    ++hit.pieces;
-    if (!r.last) continue;
-    if (observer_ != nullptr) observer_->on_disk_read(r.seconds);
-    // Where a disk hit's time goes: the read by the tier's threads, the copies into the
-    // pool on the engine thread (overlapped with the read but for the last piece's), and
-    // before the read, the request's wait for it; the prompt's remaining tokens are then
-    // computed as usual.
-    double before_ms = -1;  // from the request's arrival to the read's start
-    if (auto it = live_.find(r.seq_id); it != live_.end()) {
-      before_ms = std::chrono::duration<double, std::milli>(t_install - it->second->channel->created).count() -
-                  r.seconds * 1e3;
+    // Uploaded beside the next steps; the blocks stay held (the chain with them) and the
+    // sequence gated until the copy is done (install_finished). The piece's memory is
+    // the copy's source until then.
+    PendingCopy c;
+    c.kind = PendingCopy::Kind::kInstall;
+    c.t0 = t_install;
+    if (!pending_ids.empty()) {
+      c.id = write_blocks_async(pending_ids.data(), static_cast<int64_t>(pending_ids.size()), pending_src.data());
     }
-    std::fprintf(stderr,
-                 "hearth: kv-disk: %zu blocks (%.1f MiB) read in %.3f s, put into the pool in %.3f s (%d pieces; "
-                 "the last %.3f s after the read), %.1f ms after the request arrived; %zu threads spent %.3f s "
-                 "opening, %.3f s %s, %.3f s checking\n",
-                 hit.blocks, static_cast<double>(hit.bytes) / (1 << 20), r.seconds, hit.install_s, hit.pieces, install_s,
-                 before_ms, r.threads, r.open_s, r.read_s, r.mapped ? "mapping" : "reading", r.check_s);
-    disk_hits_.erase(r.seq_id);
-    if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
+    c.blocks = std::move(pending_ids);
+    c.held = std::move(chain);
+    c.read = std::move(r);
+    copies_.push_back(std::move(c));
   }
+  copies_poll(false);  // a back-end whose copies complete at once: installed now
+}
+
+void ServeEngine::install_finished(PendingCopy& c) {
+  kvdisk::ReadResult& r = c.read;
+  // Released last first, like a finished sequence: the head stays cached longest.
+  for (auto it = c.held.rbegin(); it != c.held.rend(); ++it) blocks_.release(*it);
+  const auto now = std::chrono::steady_clock::now();
+  const double install_s = std::chrono::duration<double>(now - c.t0).count();
+  disk_->release(std::move(r.memory));  // the copies are done with it
+  DiskHit& hit = disk_hits_[r.seq_id];
+  hit.blocks += c.blocks.size();
+  hit.bytes += r.bytes;
+  hit.install_s += install_s;
+  ++hit.pieces;
+  if (!r.last) return;
+  if (observer_ != nullptr) observer_->on_disk_read(r.seconds);
+  // Where a disk hit's time goes: the read by the tier's threads, the copies into the
+  // pool (beside the steps, overlapped with the read but for the last piece's), and
+  // before the read, the request's wait for it; the prompt's remaining tokens are then
+  // computed as usual.
+  double before_ms = -1;  // from the request's arrival to the read's start
+  if (auto it = live_.find(r.seq_id); it != live_.end()) {
+    before_ms = std::chrono::duration<double, std::milli>(c.t0 - it->second->channel->created).count() -
+                r.seconds * 1e3;
+  }
+  std::fprintf(stderr,
+               "hearth: kv-disk: %zu blocks (%.1f MiB) read in %.3f s, put into the pool in %.3f s (%d pieces; "
+               "the last %.3f s after the read), %.1f ms after the request arrived; %zu threads spent %.3f s "
+               "opening, %.3f s %s, %.3f s checking\n",
+               hit.blocks, static_cast<double>(hit.bytes) / (1 << 20), r.seconds, hit.install_s, hit.pieces, install_s,
+               before_ms, r.threads, r.open_s, r.read_s, r.mapped ? "mapping" : "reading", r.check_s);
+  disk_hits_.erase(r.seq_id);
+  if (SeqSlot* seq = scheduler_.find(r.seq_id)) seq->gated = false;
 }
 
 void ServeEngine::disk_flush() {
   if (!disk_ || !disk_->enabled()) return;
   const auto t0 = std::chrono::steady_clock::now();
   spill_pending();
+  copies_poll(true);  // every copy in flight finished (spills offered, hits installed)
   uint64_t n_kv = 0, n_state = 0;
   // KV blocks are copied out in batches of up to 256 (one wait each on a GPU).
   std::vector<kvdisk::WriteJob> batch;

@@ -169,24 +169,43 @@ void ServeEngine::swap_out(const StepPlan& plan) {
     // To disk: one buffer, the blocks then the state, handed to the writer as it is.
     std::vector<uint8_t> state;
     if (c.state_slot >= 0) read_state(c.state_slot, state);
-    e.kv.resize(c.blocks.size() * block_bytes_ + (to_disk ? state.size() : 0));
+    const size_t kv_bytes = c.blocks.size() * block_bytes_;
+    PendingCopy copy;
+    copy.kind = PendingCopy::Kind::kSwapOut;
+    copy.seq = c.seq;
+    copy.to_disk = to_disk;
+    copy.n_past = c.n_past;
+    copy.kv.resize(kv_bytes + (to_disk ? state.size() : 0));
+    if (to_disk) std::copy(state.begin(), state.end(), copy.kv.begin() + static_cast<std::ptrdiff_t>(kv_bytes));
     std::vector<uint8_t*> at;
-    for (size_t i = 0; i < c.blocks.size(); ++i) at.push_back(e.kv.data() + i * block_bytes_);
-    read_blocks_to(c.blocks.data(), static_cast<int64_t>(c.blocks.size()), at.data());  // one batch of copies
-    const uint64_t moved = c.blocks.size() * block_bytes_ + state.size();
-    const double s = seconds_since(t0);
+    for (size_t i = 0; i < c.blocks.size(); ++i) at.push_back(copy.kv.data() + i * block_bytes_);
+    // Downloaded beside the next steps (one batch of copies) into the PendingCopy's buffer;
+    // swap_out_finished hands it to the entry or the disk writer once done.
+    copy.id = read_blocks_async(c.blocks.data(), static_cast<int64_t>(c.blocks.size()), at.data());
+    e.pending = copy.id;
+    copies_.push_back(std::move(copy));
+    const uint64_t moved = kv_bytes + state.size();
+    const double s = seconds_since(t0);  // (the engine thread's part: all of it where copies complete at once)
     note_copy(moved, s);
     swap_stats_.seconds += s;
-    if (to_disk) {
-      std::copy(state.begin(), state.end(), e.kv.begin() + static_cast<std::ptrdiff_t>(c.blocks.size() * block_bytes_));
-      swap_disk_out(c.seq, std::move(e.kv), c.n_past);
-      e.kv = {};
-      continue;
-    }
+    if (to_disk) continue;  // counted when the writer takes it (swap_disk_out)
     e.state = std::move(state);
     swap_stats_.bytes_out += moved;
     ++swap_stats_.swapped_out;
     swap_[c.seq] = std::move(fresh);
+  }
+  copies_poll(false);  // a back-end whose copies complete at once: in place now
+}
+
+void ServeEngine::swap_out_finished(PendingCopy& c) {
+  auto it = swap_.find(c.seq);
+  if (it == swap_.end() || it->second.pending != c.id) return;  // the sequence ended meanwhile
+  SwapEntry& e = it->second;
+  e.pending = 0;
+  if (c.to_disk) {
+    swap_disk_out(c.seq, std::move(c.kv), c.n_past);
+  } else {
+    e.kv = std::move(c.kv);
   }
 }
 
@@ -196,16 +215,23 @@ void ServeEngine::swap_in(const StepPlan& plan) {
     if (it == swap_.end() || it->second.stage != SwapEntry::Stage::kRam) {
       fail(ErrorKind::kInternal, "kv-swap", "sequence " + std::to_string(c.seq) + " has nothing in the swap space");
     }
+    copies_wait(it->second.pending);  // its copy out is still running (rare: out and back in at once)
     const auto t0 = Clock::now();
-    const SwapEntry& e = it->second;
+    SwapEntry& e = it->second;
     uint64_t moved = 0;
+    PendingCopy copy;
+    copy.kind = PendingCopy::Kind::kSwapIn;
+    copy.seq = c.seq;
+    copy.kv = std::move(e.kv);  // the upload's source until it is done
     std::vector<uint8_t*> at;
     for (size_t i = 0; i < c.blocks.size(); ++i) {
-      // (Only read: the ranges' host side is the source.)
-      at.push_back(const_cast<uint8_t*>(e.kv.data()) + (static_cast<size_t>(c.first) + i) * block_bytes_);
+      at.push_back(copy.kv.data() + (static_cast<size_t>(c.first) + i) * block_bytes_);
       moved += block_bytes_;
     }
-    write_blocks_from(c.blocks.data(), static_cast<int64_t>(c.blocks.size()), at.data());
+    copy.id = write_blocks_async(c.blocks.data(), static_cast<int64_t>(c.blocks.size()), at.data());
+    // This very step runs the sequence: it waits for the upload on the device.
+    model_.backend().copy_fence(copy.id);
+    copies_.push_back(std::move(copy));
     if (c.state_slot >= 0) {
       write_state(c.state_slot, e.state);
       moved += e.state.size();
@@ -218,6 +244,7 @@ void ServeEngine::swap_in(const StepPlan& plan) {
     (e.disk ? swap_stats_.disk_bytes_held : swap_stats_.bytes_held) -= e.bytes;
     swap_.erase(it);
   }
+  copies_poll(false);
 }
 
 void ServeEngine::swap_drop(uint64_t id) {
@@ -228,7 +255,8 @@ void ServeEngine::swap_drop(uint64_t id) {
     swap_stats_.disk_bytes_held -= e.bytes;
     // A file written, being written or read (the reader removes what it read; the
     // writer what is left); a write still queued is taken back.
-    if (e.stage != SwapEntry::Stage::kRam && disk_) disk_->swap_remove(id);
+    // (Not while its copy out runs: nothing was handed to the writer yet.)
+    if (e.stage != SwapEntry::Stage::kRam && e.pending == 0 && disk_) disk_->swap_remove(id);
   } else {
     swap_stats_.bytes_held -= e.bytes;
   }

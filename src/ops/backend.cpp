@@ -27,11 +27,21 @@ void Backend::attention_full(const float*, const float*, const float*, const Ful
 }
 
 void Backend::copy_ranges_to_host(const HostRange* ranges, int64_t n_ranges) {
-  for (int64_t i = 0; i < n_ranges; ++i) copy_to_host(*ranges[i].buf, ranges[i].offset, ranges[i].n, ranges[i].host);
+  copy_wait(copy_ranges_to_host_async(ranges, n_ranges));
 }
 
 void Backend::copy_ranges_from_host(const HostRange* ranges, int64_t n_ranges) {
+  copy_wait(copy_ranges_from_host_async(ranges, n_ranges));
+}
+
+Backend::CopyId Backend::copy_ranges_to_host_async(const HostRange* ranges, int64_t n_ranges) {
+  for (int64_t i = 0; i < n_ranges; ++i) copy_to_host(*ranges[i].buf, ranges[i].offset, ranges[i].n, ranges[i].host);
+  return ++copies_started_;
+}
+
+Backend::CopyId Backend::copy_ranges_from_host_async(const HostRange* ranges, int64_t n_ranges) {
   for (int64_t i = 0; i < n_ranges; ++i) copy_from_host(ranges[i].host, ranges[i].n, *ranges[i].buf, ranges[i].offset);
+  return ++copies_started_;
 }
 
 void Backend::fetch_rows(Buffer& src, int64_t n_rows, int64_t n_cols, const RowReduce* reduce,

@@ -285,12 +285,44 @@ class Backend {
   // Writes n floats from host memory into dst at offset (tests, state restore).
   virtual void copy_from_host(const float* src, int64_t n, Buffer& dst, int64_t offset) = 0;
   // Many copies between back-end buffers and host memory at once, between steps (the KV
-  // disk tier's and the swap's block I/O: a block is one small range per layer): a
-  // back-end whose copies wait for the device waits once for the lot (CUDA: through a
-  // pinned bounce buffer). Same contract as one copy_to_host / copy_from_host per range,
-  // in order; on return the host memory holds the results / may be reused.
+  // disk tier's and the swap's block I/O: a block is one small range per layer). Same
+  // contract as one copy_to_host / copy_from_host per range, in order; on return the
+  // host memory holds the results / may be reused. The default starts the copy below
+  // (copy_ranges_*_async) and waits for it (copy_wait).
   virtual void copy_ranges_to_host(const HostRange* ranges, int64_t n_ranges);
   virtual void copy_ranges_from_host(const HostRange* ranges, int64_t n_ranges);
+
+  // The same copies, started between steps and run beside them (CUDA: on copy streams of
+  // their own, ordered against the steps by events on the device, never by the host
+  // waiting). Each call returns the copy's id (> 0, increasing with each call). Rules:
+  //  - Host memory. The ranges' host side belongs to the copy from the call until
+  //    copy_done(id) has returned true or copy_wait(id) has returned: the caller keeps
+  //    it allocated and does not read or write it meanwhile (a download's bytes may be
+  //    written there as late as inside that copy_done / copy_wait call; an upload's may
+  //    be read until then). The HostRange array and the Buffer objects it names are the
+  //    caller's again on return (the buffers' memory must outlive the copy).
+  //  - A download (_to_host) reads the ranges as every operation and copy started before
+  //    the call leaves them. Operations and uploads started after it may write those
+  //    ranges: the back-end orders such writes after the download's reads.
+  //  - An upload (_from_host) writes the ranges. Operations and copies started after
+  //    copy_done(id) returned true, copy_wait(id) returned or copy_fence(id) was called
+  //    see its bytes; nothing else may read or write its ranges before one of those
+  //    (their contents are undefined until then; the caller keeps them out of every step).
+  //  - Copies are finished in order: copy_done(id) is true when copy id and every copy
+  //    started before it are done; it never waits. copy_wait(id) waits for that.
+  //  - copy_fence(id): operations started after it are ordered after uploads <= id
+  //    without the host waiting (CUDA: the compute stream waits for their events); for
+  //    a step that must read an upload's blocks now. Their host memory is still the
+  //    copy's until copy_done / copy_wait.
+  //  - Not inside a step (between the operations of one forward pass): a back-end that
+  //    records steps then runs the copy at once, synchronously.
+  // The default runs each copy at once, synchronously: it is done when the call returns.
+  using CopyId = uint64_t;
+  virtual CopyId copy_ranges_to_host_async(const HostRange* ranges, int64_t n_ranges);
+  virtual CopyId copy_ranges_from_host_async(const HostRange* ranges, int64_t n_ranges);
+  virtual bool copy_done(CopyId id) { return id <= copies_started_; }
+  virtual void copy_wait(CopyId id) { (void)id; }
+  virtual void copy_fence(CopyId id) { (void)id; }
   // Device memory this back-end holds now / at most so far, in bytes (0 for host back-ends).
   virtual uint64_t device_memory_used() const { return 0; }
   virtual uint64_t device_memory_peak() const { return 0; }
@@ -438,6 +470,9 @@ class Backend {
   // of n_tokens tokens; otherwise models run the shared expert as separate ops and that
   // moe_ffn call never sees it.
   virtual bool moe_takes_shared(const MoeLayer& /*layer*/, int64_t /*n_tokens*/) const { return false; }
+
+ protected:
+  CopyId copies_started_ = 0;  // the last id copy_ranges_*_async returned
 };
 
 }  // namespace hearth::ops

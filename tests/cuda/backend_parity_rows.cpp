@@ -271,9 +271,10 @@ TEST(CudaParity, FetchRowsPenalized) {
   EXPECT_GE(changed, 6);
 }
 
-// copy_ranges_to_host / copy_ranges_from_host (the KV disk tier's block I/O through a
-// pinned bounce buffer): many small ranges of two buffers, and one range larger than a
-// 64 MiB round, land where one copy_to_host / copy_from_host per range puts them.
+// copy_ranges_to_host / copy_ranges_from_host (the KV disk tier's block I/O: the copies
+// beside the steps of cuda_host_copy.cu, waited for): many small ranges of two buffers, and
+// one range longer than several 16 MiB rounds, land where one copy_to_host /
+// copy_from_host per range puts them.
 TEST(CudaParity, CopyRangesMatchSingleCopies) {
   NEED_GPU();
   const int64_t big = (int64_t{80} << 20) / 4;  // 80 MiB: a round of its own, larger than the bounce cap
@@ -318,7 +319,8 @@ TEST(CudaParity, CopyRangesMatchSingleCopies) {
 
 // A disk hit's shape: thousands of disjoint block ranges (2-64 KiB, some not a whole
 // number of float4s, some at odd offsets) over several upload rounds, so the rounds go
-// through the scatter kernel and both lanes take turns; compared with one copy per range.
+// through the scatter kernel and the upload worker's two pinned lanes take turns;
+// compared with one copy per range.
 TEST(CudaParity, CopyRangesScatterManyBlocks) {
   NEED_GPU();
   const int64_t layer = int64_t{24} << 20 >> 2;  // 24 MiB of floats per "layer"

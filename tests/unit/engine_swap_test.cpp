@@ -25,6 +25,7 @@
 #include "convert/hf_import.h"
 #include "engine/generator.h"
 #include "engine/request.h"
+#include "core/tune.h"
 #include "engine/serve_engine.h"
 #include "model/causal_lm.h"
 #include "model/kv_cache.h"
@@ -391,6 +392,34 @@ TEST_F(SwapLlama, DiskSwappedSequencesEqualSoloRunsWithoutRecompute) {
     EXPECT_FALSE(r.stats.kv_disk_stats.disabled) << what;
     EXPECT_EQ(dir.count(".swap"), 0u) << what;
     EXPECT_TRUE(dir.swap_folders().empty()) << what;
+  }
+}
+
+// Copies that finish after the steps that follow them, as on a GPU's copy streams
+// (--tune cpu.copy_lag: each copy is finished only once three steps have begun since it
+// started, an upload's bytes land at copy_fence or then, a download's reach the host then):
+// the engine must keep the host memory, fence the swapped-in sequence's step and hand the
+// copies on only when done; the answers stay those of requests run alone, none recomputed.
+TEST_F(SwapLlama, CopiesFinishingAfterLaterStepsGiveTheSameAnswers) {
+  const hearth::tune::Override lag(hearth::tune::kCpuCopyLag, 3);
+  const uint64_t block4 = hearth::model::KvPool::bytes_per_block(loaded_->model->hparams(), ops::KvType::F32, 4);
+  for (uint64_t ram : {uint64_t{64} << 20, uint64_t{1}, 5 * block4}) {
+    const std::string what = "lagged copies, host swap room " + std::to_string(ram);
+    TempDir dir;
+    const auto ps = prompts();
+    const EngineConfig c = ram == (uint64_t{64} << 20) ? tiny_pool(ops::KvType::F32, ram)
+                                                        : with_disk(tiny_pool(ops::KvType::F32, 0), dir, ram);
+    const EngineRun r = run(*loaded_, c, ps, kTokens);
+    expect_alone(*loaded_, r, ps, kTokens, ops::KvType::F32, what);
+    const auto& sw = r.stats.kv_swap;
+    EXPECT_GT(r.stats.preemptions, 0u) << what;
+    EXPECT_EQ(sw.swapped_out, r.stats.preemptions) << what;
+    EXPECT_EQ(sw.swapped_in, sw.swapped_out) << what;
+    EXPECT_EQ(sw.recomputed, 0u) << what;
+    EXPECT_EQ(sw.bytes_held, 0u) << what;
+    EXPECT_EQ(sw.disk_bytes_held, 0u) << what;
+    EXPECT_EQ(r.forward_tokens, r.fed_tokens) << what << ": nothing ran twice";
+    if (ram == 1) EXPECT_EQ(sw.disk_out, sw.swapped_out) << what;
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -66,6 +67,22 @@ class CpuBackend final : public ops::Backend {
   std::unique_ptr<ops::Buffer> alloc_lazy(int64_t n_floats) override;
   void copy_to_host(ops::Buffer& src, int64_t offset, int64_t n, float* dst) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
+  // Block copies beside the steps (cpu_copies.cpp): done at once (the default), unless
+  // --tune cpu.copy_lag=N (read at each call): then each runs beside the next N steps, as
+  // copies on a GPU's copy stream would: copy_done is false until N steps have begun since
+  // the copy started (or, with no steps, 64 N polls have passed); a download's bytes are
+  // taken at the call and reach the host memory when it finishes, an upload's land at
+  // copy_fence or when it finishes. For tests of the callers' side of the contract
+  // (ops/backend.h) on the CPU.
+  using ops::Backend::begin_step;
+  void begin_step(int64_t n_tokens) override {
+    if (n_tokens > 0) ++steps_begun_;
+  }
+  CopyId copy_ranges_to_host_async(const ops::HostRange* ranges, int64_t n_ranges) override;
+  CopyId copy_ranges_from_host_async(const ops::HostRange* ranges, int64_t n_ranges) override;
+  bool copy_done(CopyId id) override;
+  void copy_wait(CopyId id) override;
+  void copy_fence(CopyId id) override;
   // Always batch-invariant: every kernel computes a row the same way for any batch
   // (the tests compare each against its reference for 1 to many rows), so on or off
   // changes nothing.
@@ -197,6 +214,23 @@ class CpuBackend final : public ops::Backend {
   std::vector<float> act_d_, act_s_;  // packed matmul: per (token, block) activation scales
   std::vector<int32_t> act_corr_;
   std::unique_ptr<OpTimes> op_times_;  // null: timing off
+  // Copies held back by cpu.copy_lag (cpu_copies.cpp), in order.
+  struct LaggedCopy {
+    CopyId id = 0;
+    bool upload = false, landed = false;  // landed: an upload's bytes are in the buffers
+    int64_t done_at_step = 0;  // steps_begun_ from which it is done
+    int64_t polls_left = 0;    // or after this many more polls
+    struct Range {
+      float* dev;  // in the buffer (resolved at the call)
+      float* host;
+      int64_t n;
+    };
+    std::vector<Range> ranges;
+    std::vector<std::vector<float>> taken;  // a download's bytes, taken at the call
+  };
+  std::deque<LaggedCopy> lagged_;
+  int64_t steps_begun_ = 0;  // model steps begun (begin_step with tokens)
+  void finish_lagged(LaggedCopy& c);
 };
 
 }  // namespace hearth::cpu
