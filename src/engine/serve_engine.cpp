@@ -39,8 +39,24 @@ std::string request_fault(const std::string& where, const std::exception& e) {
   return "internal error in " + where + ": " + e.what();
 }
 
-// Index of the first non-finite value (NaN or +-infinity), or -1.
 }  // namespace
+
+void StepTimes::add(const StepTimes& o) {
+  steps += o.steps;
+  rows += o.rows;
+  tokens += o.tokens;
+  forward += o.forward;
+  between += o.between;
+  plan += o.plan;
+  prepare += o.prepare;
+  sample += o.sample;
+  stream += o.stream;
+  finish += o.finish;
+  decode_steps += o.decode_steps;
+  decode_rows += o.decode_rows;
+  decode_forward += o.decode_forward;
+  decode_host += o.decode_host;
+}
 
 struct ServeEngine::Encoding {
   std::unique_ptr<SeqSlot> seq;
@@ -68,8 +84,8 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   swap_init();
   spec_init();
   const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
-  timing_.on = timing >= 1;
-  timing_.each = timing == 2;
+  timing_on_ = timing >= 1;
+  timing_each_ = timing == 2;
 }
 
 ServeEngine::~ServeEngine() {
@@ -119,15 +135,21 @@ void ServeEngine::stop() {
       std::fprintf(stderr, "hearth: kv-disk: the shutdown flush failed: %s\n", e.what());
     }
   }
-  if (timing_.on && timing_.steps > 0) {
-    const double n = static_cast<double>(timing_.steps);
+  if (timing_on_ && times_.steps > 0) {
+    const StepTimes& t = times_;
+    const double k = 1000.0 / static_cast<double>(t.steps);  // ms per step
     std::fprintf(stderr,
-                 "hearth: engine steps: %lld (%lld tokens, %lld sampled rows); per step: plan %.2f ms, forward "
-                 "%.2f ms, sampling %.2f ms\n",
-                 static_cast<long long>(timing_.steps), static_cast<long long>(timing_.tokens),
-                 static_cast<long long>(timing_.rows), timing_.plan_ms / n, timing_.forward_ms / n,
-                 timing_.sample_ms / n);
-    timing_.steps = 0;
+                 "hearth: engine steps: %llu (%llu tokens, %llu sampled rows); per step: forward %.3f ms, host %.3f ms "
+                 "(between %.3f, plan %.3f, prepare %.3f, sample %.3f, stream %.3f, finish %.3f); decode steps: %llu, "
+                 "%.1f rows, forward %.3f ms, host %.3f ms\n",
+                 static_cast<unsigned long long>(t.steps), static_cast<unsigned long long>(t.tokens),
+                 static_cast<unsigned long long>(t.rows), t.forward * k, t.host() * k, t.between * k, t.plan * k,
+                 t.prepare * k, t.sample * k, t.stream * k, t.finish * k,
+                 static_cast<unsigned long long>(t.decode_steps),
+                 t.decode_steps ? static_cast<double>(t.decode_rows) / static_cast<double>(t.decode_steps) : 0.0,
+                 t.decode_steps ? t.decode_forward * 1000.0 / static_cast<double>(t.decode_steps) : 0.0,
+                 t.decode_steps ? t.decode_host * 1000.0 / static_cast<double>(t.decode_steps) : 0.0);
+    times_.steps = 0;
   }
   // No engine thread now (never started, or it has ended): end what is still queued,
   // so that no channel waits forever for its Final. (stop() runs in the destructor:
@@ -188,6 +210,7 @@ void ServeEngine::loop() {
           if (stop_) break;
         }
       }
+      turn_start_ = Clock::now();
       take_incoming();
       encode_slice();
       disk_install();
@@ -418,6 +441,7 @@ void ServeEngine::fail_all(const std::string& error, const std::string& reason) 
 }
 
 void ServeEngine::step() {
+  const auto t_plan = Clock::now();
   spec_draft();
   StepPlan plan = scheduler_.plan();
   swap_out(plan);   // preempted sequences' blocks and states, before anything writes over them
@@ -576,6 +600,7 @@ void ServeEngine::step() {
       for (size_t r = 0; r < rows.size(); ++r) pick(static_cast<int64_t>(r));
     }
     const size_t row = rows.size();
+    const auto t_picked = Clock::now();
     std::vector<uint64_t> done_stop, done_length;
     std::vector<std::pair<uint64_t, std::string>> done_error;
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -596,31 +621,51 @@ void ServeEngine::step() {
       if (e == RowEnd::kLength) done_length.push_back(seq.id);
       if (e == RowEnd::kError) done_error.emplace_back(seq.id, std::move(error));
     }
+    const auto t_streamed = Clock::now();
     for (uint64_t id : done_stop) end(id, "stop");
     for (uint64_t id : done_length) end(id, "length");
     for (const auto& [id, why] : done_error) end(id, "error", why);
-    if (timing_.on) {
-      ++timing_.steps;
-      timing_.rows += static_cast<int64_t>(row);
-      timing_.tokens += plan.n_tokens();
-      timing_.plan_ms += ms_between(t0, t_forward);
-      timing_.forward_ms += ms_between(t_forward, t_forward_end);
-      timing_.sample_ms += ms_between(t_forward_end, Clock::now());
-      if (timing_.each && plan.n_tokens() > 8) {
-        std::fprintf(stderr, "hearth: step of %zu sequences, %d tokens: plan %.2f ms, forward %.2f ms, sampling %.2f ms\n",
-                     plan.items.size(), plan.n_tokens(), ms_between(t0, t_forward), ms_between(t_forward, t_forward_end),
-                     ms_between(t_forward_end, Clock::now()));
-      }
-    }
     if (observer_ != nullptr) {
       observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
                          ms_between(t0, Clock::now()) / 1000.0);
     }
+    StepTimes& t = times_;
+    const double host_before = t.host();
+    ++t.steps;
+    t.rows += row;
+    t.tokens += static_cast<uint64_t>(plan.n_tokens());
+    t.between += ms_between(turn_start_, t_plan) / 1000.0;
+    t.plan += ms_between(t_plan, t0) / 1000.0;
+    t.prepare += ms_between(t0, t_forward) / 1000.0;
+    t.forward += ms_between(t_forward, t_forward_end) / 1000.0;
+    t.sample += ms_between(t_forward_end, t_picked) / 1000.0;  // the grammar masks' wait too
+    t.stream += ms_between(t_picked, t_streamed) / 1000.0;
+    if (timing_each_ && plan.n_tokens() > 8) {
+      std::fprintf(stderr,
+                   "hearth: step of %zu sequences, %d tokens: between %.3f ms, plan %.3f ms, prepare %.3f ms, forward "
+                   "%.3f ms, sample %.3f ms, stream %.3f ms\n",
+                   plan.items.size(), plan.n_tokens(), ms_between(turn_start_, t_plan), ms_between(t_plan, t0),
+                   ms_between(t0, t_forward), ms_between(t_forward, t_forward_end), ms_between(t_forward_end, t_picked),
+                   ms_between(t_picked, t_streamed));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.preemptions += plan.preempted.size();
+    publish_counts();
+    ++stats_.steps;
+    // The finish phase runs to here: ended requests, observers, this lock and the counts.
+    t.finish += ms_between(t_streamed, Clock::now()) / 1000.0;
+    if (static_cast<size_t>(plan.n_tokens()) == n_out) {  // a decode step: one token per sampled row
+      ++t.decode_steps;
+      t.decode_rows += n_out;
+      t.decode_forward += ms_between(t_forward, t_forward_end) / 1000.0;
+      t.decode_host += t.host() - host_before;
+    }
+    stats_.step_times = t;
+    return;
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.preemptions += plan.preempted.size();
   publish_counts();
-  if (!plan.empty()) ++stats_.steps;
 }
 
 void ServeEngine::publish_counts() {
@@ -710,7 +755,7 @@ ServeEngine::RowEnd ServeEngine::finish_row(SeqSlot& seq, Live& live, int32_t ne
   if (live.fault_due(FaultKind::kStop)) fail(ErrorKind::kInternal, "stop", "injected stop-matcher fault");
   if (live.n_generated == 0) {
     live.t_first = now;
-    if (timing_.each) {
+    if (timing_each_) {
       std::fprintf(stderr, "hearth: request %llu: first token %.2f ms after it arrived\n",
                    static_cast<unsigned long long>(seq.id), ms_between(live.channel->created, now));
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <list>
@@ -119,6 +120,28 @@ bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, 
 bool disk_swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double read_bytes_per_s,
                           double prefill_tokens_per_s);
 
+// Where the engine thread's steps spend their time: running totals over every step that
+// ran a forward pass, in seconds. `forward` is the model's step (forward_batch: what
+// bench_step times, its launches and the wait for its picks on a GPU); everything else is
+// host work of the engine thread that serializes with it (the device idles meanwhile).
+// Cheap: a few clock reads per step. /metrics: hearth_engine_step_seconds_total{phase}.
+struct StepTimes {
+  uint64_t steps = 0, rows = 0, tokens = 0;  // steps, sampled rows, tokens through the model
+  double forward = 0;  // forward_batch
+  double between = 0;  // the loop's turn before the step: new requests, images, disk, swaps, cancellations
+  double plan = 0;     // drafts, the scheduler's plan, swap and spill copies
+  double prepare = 0;  // first admissions, the step's batch (rows, draws, penalties), masks, state copies
+  double sample = 0;   // grammar masks' wait, commit (block hashes), the rows' picks (logits scans, samplers)
+  double stream = 0;   // tokens accepted, detokenized, stop strings, deltas pushed to the requests
+  double finish = 0;   // ended requests (their Final), the counts /metrics reads, observers
+  // Of those, the decode steps (every row a sampled token's, no prompt chunk): the steps
+  // bench_step's figure compares with (rows per step = its --batch).
+  uint64_t decode_steps = 0, decode_rows = 0;
+  double decode_forward = 0, decode_host = 0;
+  double host() const { return between + plan + prepare + sample + stream + finish; }
+  void add(const StepTimes& o);
+};
+
 struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;
@@ -137,6 +160,7 @@ struct EngineStats {
   bool kv_disk = false;           // the KV disk tier is configured (kv_disk_stats holds its numbers)
   kvdisk::DiskStats kv_disk_stats;
   SwapStats kv_swap;
+  StepTimes step_times;
   std::string failure;            // why the engine stopped on its own (an engine fault), else empty
 };
 
@@ -346,15 +370,13 @@ class ServeEngine {
   std::list<Encoding> encoding_;  // requests whose images are being encoded
   double step_ms_ = 0;            // the last step's time (the encoder's slice)
   std::vector<float> logits_;
-  // --tune engine.timing=steps: where the engine thread's steps spend their time (planning
-  // and state copies, the forward pass with the logits' copy to the host, sampling and
-  // streaming), printed to stderr when the engine stops. engine.timing=each also
-  // prints every step of more than 8 tokens and each request's time to its first token.
-  struct StepTiming {
-    bool on = false, each = false;
-    int64_t steps = 0, rows = 0, tokens = 0;
-    double plan_ms = 0, forward_ms = 0, sample_ms = 0;
-  } timing_;
+  // Where the steps spend their time (StepTimes, always counted; published in stats_).
+  // --tune engine.timing=steps prints the totals per step to stderr when the engine stops;
+  // engine.timing=each also prints every step of more than 8 tokens and each request's
+  // time to its first token.
+  bool timing_on_ = false, timing_each_ = false;
+  StepTimes times_;
+  std::chrono::steady_clock::time_point turn_start_{};  // this loop turn's start (after any idle wait)
   std::vector<model::BatchSeq> batch_;
   // Threads for the rows of a step that samples many (a 64-stream step of a 248k-token
   // vocabulary scans 64 MB of logits); made on first use.
