@@ -588,16 +588,34 @@ void ServeEngine::step() {
                std::span<float>(logits_.data() + row_at[i] * n_vocab, n_vocab),
                reduced ? &device_picks[row_at[i]] : nullptr, draw_u, picks_[r]);
     };
+    // A row without a verified draft or an output constraint is finished (its token
+    // accepted, decoded, matched against the stop strings and pushed to its channel) in
+    // the same pass as its pick: it touches that sequence's state alone, so the rows of a
+    // step do that work on several threads too instead of one after another on the
+    // engine thread (64 streams: 64 detokenizations, stop matchers and wake-ups a step).
+    auto pick_finish = [&](int64_t r) {
+      pick(r);
+      RowPick& p = picks_[static_cast<size_t>(r)];
+      Live& live = *rows[static_cast<size_t>(r)].second;
+      if (row_draft[static_cast<size_t>(r)] > 0 || live.matcher || !p.error.empty()) return;
+      p.finished = true;
+      try {
+        p.end = finish_row(*rows[static_cast<size_t>(r)].first, live, p.token, p.error);
+      } catch (const std::exception& ex) {
+        p.error = request_fault("sampling", ex);
+        p.end = RowEnd::kError;
+      }
+    };
     constexpr size_t kParallelRows = 8;
     if (rows.size() >= kParallelRows && !sample_pool_) {
       sample_pool_ = std::make_unique<ThreadPool>(std::min(8, physical_core_count()));
     }
     if (rows.size() >= kParallelRows && sample_pool_->n_threads() > 1) {
       sample_pool_->parallel_for(static_cast<int64_t>(rows.size()), 1, [&](int64_t b, int64_t e, int) {
-        for (int64_t r = b; r < e; ++r) pick(r);
+        for (int64_t r = b; r < e; ++r) pick_finish(r);
       });
     } else {
-      for (size_t r = 0; r < rows.size(); ++r) pick(static_cast<int64_t>(r));
+      for (size_t r = 0; r < rows.size(); ++r) pick_finish(static_cast<int64_t>(r));
     }
     const size_t row = rows.size();
     const auto t_picked = Clock::now();
@@ -607,8 +625,8 @@ void ServeEngine::step() {
       SeqSlot& seq = *rows[r].first;
       Live& live = *rows[r].second;
       std::string error = std::move(picks_[r].error);
-      RowEnd e = RowEnd::kError;
-      if (error.empty()) {
+      RowEnd e = picks_[r].finished ? picks_[r].end : RowEnd::kError;
+      if (error.empty() && !picks_[r].finished) {
         try {
           e = finish_row(seq, live, picks_[r].token, error);
           if (row_draft[r] > 0) e = spec_verify(seq, live, row_draft[r], row_at[r], picks_[r].token, e, error);

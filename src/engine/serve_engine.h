@@ -70,11 +70,13 @@ struct EngineConfig {
   SpecOptions spec;
 };
 
-// Hooks for metrics, called on the engine thread.
+// Hooks for metrics, called on the engine thread (the token hooks also on its sampling threads).
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
   virtual void on_step(int32_t n_seqs, int32_t n_tokens, double seconds) = 0;
+  // These two may be called from several sampling threads at once (a step's rows are
+  // finished in parallel).
   virtual void on_first_token(double ttft_seconds) = 0;
   virtual void on_token_interval(double seconds) = 0;
   virtual void on_finish(const Final& f) = 0;
@@ -223,11 +225,16 @@ class ServeEngine {
   // (non-finite logits, a throwing sampler or stop matcher) ends only that sequence.
   // pick_row checks, masks and samples the row (touching only that sequence's state, so
   // the rows of a step run on several threads); it sets `token`, or `error`, and never
-  // throws. finish_row accepts the token, streams it and says whether the sequence ends
-  // (in row order, on the engine thread); it throws or returns kError with `error` set.
+  // throws. finish_row accepts the token, streams it and says whether the sequence ends;
+  // it throws or returns kError with `error` set. It too touches only that sequence's
+  // state (and the observer's token hooks), so rows without a verified draft or a
+  // constraint run it in their pick's pass; the others run it on the engine thread, in
+  // row order, and the sequences that end are ended in row order there.
   struct RowPick {
     int32_t token = -1;
     std::string error;
+    bool finished = false;  // finish_row ran in the pick's pass (then `end`, or `error` with kError)
+    RowEnd end = RowEnd::kNone;
   };
   // am: the row reduced on the device (the sequence is greedy, or draw_u >= 0: a
   // temperature draw over the whole row with that uniform number, and nothing else reads

@@ -199,7 +199,7 @@ std::vector<double> ttft_buckets_seconds() {
 std::vector<double> inter_token_buckets_seconds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1};
 }
-std::vector<double> batch_size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256}; }
+std::vector<double> batch_size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}; }  // --max-seqs <= 1024
 std::vector<double> batch_tokens_buckets() {
   return {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
 }
