@@ -51,12 +51,14 @@ std::optional<StepAccount> step_account(const EngineSteps& before, const EngineS
       a.host_ms += ms;
     }
   }
+  a.steps_s = (a.forward_ms + a.host_ms) * steps / 1000.0;
   const double d = after.decode_steps - before.decode_steps;
   if (d >= 1) {
     a.decode_steps = static_cast<int64_t>(d);
     a.decode_rows = (after.decode_rows - before.decode_rows) / d;
     a.decode_forward_ms = (after.decode_forward - before.decode_forward) * 1000.0 / d;
     a.decode_host_ms = (after.decode_host - before.decode_host) * 1000.0 / d;
+    a.decode_s = (a.decode_forward_ms + a.decode_host_ms) * d / 1000.0;
   }
   return a;
 }

@@ -33,6 +33,10 @@ struct StepAccount {
   // and ms per step.
   int64_t decode_steps = 0;
   double decode_rows = 0, decode_forward_ms = 0, decode_host_ms = 0;
+  // Seconds of all steps (forward + host) and of the decode steps alone: against the
+  // group's wall time, what the prompt steps (prefill, admissions) and the time the engine
+  // did not step at all (requests arriving, the last ones ending) took.
+  double steps_s = 0, decode_s = 0;
   // Tokens per second of the decode steps (rows / (forward + host)): the serving side's
   // step rate, against bench_step's B / step.
   double decode_tps() const {

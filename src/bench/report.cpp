@@ -94,7 +94,9 @@ const std::vector<ScenarioView>& views() {
         {"aggregate_tps", "aggregate tok/s"}, {"itl_p99_ms", "ITL p99 ms"}, {"draft_accept_pct", "drafts accepted %"},
         {"step_forward_ms", "engine forward ms/step"}, {"step_host_ms", "engine host ms/step"},
         {"decode_rows", "decode step rows"}, {"decode_forward_ms", "decode step forward ms"},
-        {"decode_host_ms", "decode step host ms"}, {"engine_decode_tps", "decode steps tok/s"}}},
+        {"decode_host_ms", "decode step host ms"}, {"engine_decode_tps", "decode steps tok/s"},
+        {"group_wall_s", "wall s"}, {"group_decode_s", "of which decode steps s"},
+        {"group_prompt_s", "prompt steps s"}, {"group_idle_s", "no step s"}}},
       {"agent", "Agent conversation: TTFT per turn", "turn", "ttft_ms",
        {{"prompt_tokens", "prompt tok"}, {"cached_tokens", "cached tok"}, {"ttft_ms", "TTFT ms"},
         {"decode_tps", "decode tok/s"}}},
@@ -156,6 +158,10 @@ json results_json(const BenchResults& res, const std::string& command_line) {
       if (g.decode_steps > 0) {
         e["decode"] = {{"steps", g.decode_steps}, {"rows", g.decode_rows}, {"forward_ms", g.decode_forward_ms},
                        {"host_ms", g.decode_host_ms}, {"tps", g.decode_tps}};
+      }
+      if (g.wall_s > 0) {
+        e["wall_s"] = {{"total", g.wall_s}, {"decode_steps", g.decode_s}, {"prompt_steps", g.prompt_s},
+                       {"no_step", g.idle_s}};
       }
     }
   }
@@ -226,7 +232,7 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
     for (const auto& c : v.columns) {
       const std::string key = c.first;
       const bool optional = key == "draft_accept_pct" || key.rfind("step_", 0) == 0 || key.rfind("decode_", 0) == 0 ||
-                            key == "engine_decode_tps";
+                            key == "engine_decode_tps" || key.rfind("group_", 0) == 0;
       if (!optional || std::any_of(sr.begin(), sr.end(), [&](const SummaryRow* r) { return median_of(r, c.first) >= 0; }))
         columns.push_back(c);
     }
@@ -391,6 +397,13 @@ std::string summary_table(const BenchResults& res) {
         std::snprintf(buf, sizeof buf, "; decode steps of %s rows: forward %s ms + host %s ms = %s tok/s", fmt(rows_d).c_str(),
                       fmt(median_of(r, "decode_forward_ms")).c_str(), fmt(median_of(r, "decode_host_ms")).c_str(),
                       fmt(median_of(r, "engine_decode_tps")).c_str());
+        out += buf;
+      }
+      const double wall = median_of(r, "group_wall_s");
+      if (wall > 0) {
+        std::snprintf(buf, sizeof buf, "; wall %s s = decode steps %s + prompt steps %s + no step %s",
+                      fmt(wall).c_str(), fmt(median_of(r, "group_decode_s")).c_str(),
+                      fmt(median_of(r, "group_prompt_s")).c_str(), fmt(median_of(r, "group_idle_s")).c_str());
         out += buf;
       }
       out += "\n";

@@ -178,6 +178,19 @@ void Runner::run_step(const Step& s, Target& t) {
         g.step_forward_ms = a->forward_ms;
         g.step_host_ms = a->host_ms;
         g.host_phase_ms = a->phase_ms;
+        const std::vector<Sample>& all = res_.samples;
+        double first = -1, last = -1;
+        for (size_t k = all.size() - static_cast<size_t>(g.n); k < all.size(); ++k) {
+          if (!all[k].r.ok) continue;
+          first = first < 0 ? all[k].r.t_start : std::min(first, all[k].r.t_start);
+          last = std::max(last, all[k].r.t_end);
+        }
+        if (first >= 0 && last > first) {
+          g.wall_s = last - first;
+          g.decode_s = a->decode_s;
+          g.prompt_s = a->steps_s - a->decode_s;
+          g.idle_s = g.wall_s - a->steps_s;
+        }
         if (a->decode_steps > 0) {
           g.decode_steps = a->decode_steps;
           g.decode_rows = a->decode_rows;

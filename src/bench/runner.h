@@ -91,6 +91,10 @@ struct GroupResult {
   // compares with); decode_steps 0: none.
   int64_t decode_steps = 0;
   double decode_rows = -1, decode_forward_ms = -1, decode_host_ms = -1, decode_tps = -1;
+  // The group's wall time (first start to last end, the aggregate's denominator) split by
+  // the engine's account: decode steps, prompt steps (the other steps), and the rest (no
+  // step running: requests arriving and being parsed, the last streams' ends); seconds.
+  double wall_s = -1, decode_s = -1, prompt_s = -1, idle_s = -1;
 };
 
 struct BenchResults {

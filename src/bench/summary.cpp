@@ -79,6 +79,12 @@ std::vector<SummaryRow> summarize_rows(const BenchResults& res) {
             v["decode_host_ms"].push_back(g.decode_host_ms);
             v["engine_decode_tps"].push_back(g.decode_tps);
           }
+          if (g.wall_s > 0 && g.n_failed == 0) {
+            v["group_wall_s"].push_back(g.wall_s);
+            v["group_decode_s"].push_back(g.decode_s);
+            v["group_prompt_s"].push_back(g.prompt_s);
+            v["group_idle_s"].push_back(g.idle_s);
+          }
         }
         row.trusted = row.flags.empty();
         for (auto& [k, vals] : v) row.metrics[k] = summarize(vals);

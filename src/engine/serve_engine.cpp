@@ -86,6 +86,7 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
   timing_on_ = timing >= 1;
   timing_each_ = timing == 2;
+  parallel_finish_ = tune::on(tune::kEngineParallelFinish);
 }
 
 ServeEngine::~ServeEngine() {
@@ -597,7 +598,7 @@ void ServeEngine::step() {
       pick(r);
       RowPick& p = picks_[static_cast<size_t>(r)];
       Live& live = *rows[static_cast<size_t>(r)].second;
-      if (row_draft[static_cast<size_t>(r)] > 0 || live.matcher || !p.error.empty()) return;
+      if (!parallel_finish_ || row_draft[static_cast<size_t>(r)] > 0 || live.matcher || !p.error.empty()) return;
       p.finished = true;
       try {
         p.end = finish_row(*rows[static_cast<size_t>(r)].first, live, p.token, p.error);
@@ -640,24 +641,27 @@ void ServeEngine::step() {
       if (e == RowEnd::kError) done_error.emplace_back(seq.id, std::move(error));
     }
     const auto t_streamed = Clock::now();
-    for (uint64_t id : done_stop) end(id, "stop");
-    for (uint64_t id : done_length) end(id, "length");
-    for (const auto& [id, why] : done_error) end(id, "error", why);
-    if (observer_ != nullptr) {
-      observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
-                         ms_between(t0, Clock::now()) / 1000.0);
-    }
+    // The step is counted before its requests end (end() publishes times_ with the counts):
+    // a client that reads /metrics after its last Final sees this step. Its finish phase
+    // (below) is published with the next counts.
     StepTimes& t = times_;
-    const double host_before = t.host();
+    const bool decode_step = static_cast<size_t>(plan.n_tokens()) == n_out;  // one token per sampled row
     ++t.steps;
     t.rows += row;
     t.tokens += static_cast<uint64_t>(plan.n_tokens());
+    const double host_s = (ms_between(turn_start_, t_forward) + ms_between(t_forward_end, t_streamed)) / 1000.0;
     t.between += ms_between(turn_start_, t_plan) / 1000.0;
     t.plan += ms_between(t_plan, t0) / 1000.0;
     t.prepare += ms_between(t0, t_forward) / 1000.0;
     t.forward += ms_between(t_forward, t_forward_end) / 1000.0;
     t.sample += ms_between(t_forward_end, t_picked) / 1000.0;  // the grammar masks' wait too
     t.stream += ms_between(t_picked, t_streamed) / 1000.0;
+    if (decode_step) {
+      ++t.decode_steps;
+      t.decode_rows += n_out;
+      t.decode_forward += ms_between(t_forward, t_forward_end) / 1000.0;
+      t.decode_host += host_s;
+    }
     if (timing_each_ && plan.n_tokens() > 8) {
       std::fprintf(stderr,
                    "hearth: step of %zu sequences, %d tokens: between %.3f ms, plan %.3f ms, prepare %.3f ms, forward "
@@ -666,19 +670,21 @@ void ServeEngine::step() {
                    ms_between(t0, t_forward), ms_between(t_forward, t_forward_end), ms_between(t_forward_end, t_picked),
                    ms_between(t_picked, t_streamed));
     }
+    for (uint64_t id : done_stop) end(id, "stop");
+    for (uint64_t id : done_length) end(id, "length");
+    for (const auto& [id, why] : done_error) end(id, "error", why);
+    if (observer_ != nullptr) {
+      observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
+                         ms_between(t0, Clock::now()) / 1000.0);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     stats_.preemptions += plan.preempted.size();
-    publish_counts();
     ++stats_.steps;
-    // The finish phase runs to here: ended requests, observers, this lock and the counts.
-    t.finish += ms_between(t_streamed, Clock::now()) / 1000.0;
-    if (static_cast<size_t>(plan.n_tokens()) == n_out) {  // a decode step: one token per sampled row
-      ++t.decode_steps;
-      t.decode_rows += n_out;
-      t.decode_forward += ms_between(t_forward, t_forward_end) / 1000.0;
-      t.decode_host += t.host() - host_before;
-    }
-    stats_.step_times = t;
+    // The finish phase runs to here: ended requests, observers, this lock.
+    const double finish_s = ms_between(t_streamed, Clock::now()) / 1000.0;
+    t.finish += finish_s;
+    if (decode_step) t.decode_host += finish_s;
+    publish_counts();
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -695,6 +701,7 @@ void ServeEngine::publish_counts() {
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
   stats_.kv_swap = swap_stats_;
+  stats_.step_times = times_;
   stats_.spec_drafted = spec_drafted_;
   stats_.spec_accepted = spec_accepted_;
   stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out + swap_stats_.disk_fallbacks;

@@ -389,6 +389,7 @@ class ServeEngine {
   // vocabulary scans 64 MB of logits); made on first use.
   std::unique_ptr<ThreadPool> sample_pool_;
   std::vector<RowPick> picks_;
+  bool parallel_finish_ = true;  // --tune engine.parallel_finish (see pick_row / finish_row)
 
   std::once_flag grammar_once_;
   std::unique_ptr<grammar::ConstraintCompiler> grammar_;  // made on first use (vocabulary scan)

@@ -41,6 +41,8 @@ TEST(BenchEngineSteps, PerStepMillisecondsBetweenTwoReadings) {
   EXPECT_NEAR(acc->decode_forward_ms, 100.0, 1e-9);
   EXPECT_NEAR(acc->decode_host_ms, 3.666666666666, 1e-6);
   EXPECT_NEAR(acc->decode_tps(), 64.0 * 1000.0 / 103.666666666666, 1e-6);
+  EXPECT_NEAR(acc->steps_s, 10.4, 1e-9);   // forward 10 s + host 0.4 s
+  EXPECT_NEAR(acc->decode_s, 9.33, 1e-9);  // decode forward 9 s + host 0.33 s
 }
 
 TEST(BenchEngineSteps, NoStepsNoAccount) {
