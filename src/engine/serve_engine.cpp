@@ -86,7 +86,12 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
   timing_on_ = timing >= 1;
   timing_each_ = timing == 2;
-  parallel_finish_ = tune::on(tune::kEngineParallelFinish);
+  // Rows finished on the sampling threads: where the device runs the step (it reduces rows
+  // to their picks), the engine thread's serial finishing is what the device waits for; on
+  // the CPU back-end the cores are the forward pass's, and on the 2-core VM spreading the
+  // finishing measured neutral to slightly worse (docs/bench/serve-host.md): auto = there only.
+  const int64_t pf = tune::get(tune::kEngineParallelFinish);  // 0 auto, 1 off, 2 on
+  parallel_finish_ = pf == 2 || (pf == 0 && model.backend().device_argmax());
 }
 
 ServeEngine::~ServeEngine() {
