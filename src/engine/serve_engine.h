@@ -133,7 +133,7 @@ struct StepTimes {
   double between = 0;  // the loop's turn before the step: new requests, images, disk, swaps, cancellations
   double plan = 0;     // drafts, the scheduler's plan, swap and spill copies
   double prepare = 0;  // first admissions, the step's batch (rows, draws, penalties), masks, state copies
-  double sample = 0;   // grammar masks' wait, commit (block hashes), the rows' picks (logits scans, samplers)
+  double sample = 0;   // masks' wait, commit (block hashes), the rows' picks (and finishing: parallel_finish)
   double stream = 0;   // tokens accepted, detokenized, stop strings, deltas pushed to the requests
   double finish = 0;   // ended requests (their Final), the counts /metrics reads, observers
   // Of those, the decode steps (every row a sampled token's, no prompt chunk): the steps
@@ -227,7 +227,8 @@ class ServeEngine {
   // the rows of a step run on several threads); it sets `token`, or `error`, and never
   // throws. finish_row accepts the token, streams it and says whether the sequence ends;
   // it throws or returns kError with `error` set. It too touches only that sequence's
-  // state (and the observer's token hooks), so rows without a verified draft or a
+  // state (and the observer's token hooks), so with engine.parallel_finish on (the default
+  // where the back-end reduces rows on a device) rows without a verified draft or a
   // constraint run it in their pick's pass; the others run it on the engine thread, in
   // row order, and the sequences that end are ended in row order there.
   struct RowPick {
