@@ -9,7 +9,9 @@
 # Usage: scripts/serve_host_check.sh BUILD_DIR MODEL [cpu|cuda] [REPS]
 #   e.g. scripts/serve_host_check.sh build-cuda /models/9b.gguf cuda 3
 # Environment: THREADS (--threads of both), CONCURRENCY (64,128), MAX_SEQS (128), MAX_TOKENS (128),
-# LENGTH (100: prompt tokens), PORT (18470), OUT (serve-host-HHMMSS), SERVE_ARGS (more serve options).
+# LENGTH (100: prompt tokens), BENCH_PROMPT (200: bench_step's context, about the streams' mean one:
+# a chat prompt of LENGTH tokens is ~140 with the template, plus half of MAX_TOKENS), PORT (18470),
+# OUT (serve-host-HHMMSS), SERVE_ARGS (more serve options).
 set -euo pipefail
 build=${1:?usage: serve_host_check.sh BUILD_DIR MODEL [cpu|cuda] [REPS]}
 model=${2:?usage: serve_host_check.sh BUILD_DIR MODEL [cpu|cuda] [REPS]}
@@ -27,8 +29,9 @@ build=$(cd "$build" && pwd)
 mkdir -p "$out"
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 for r in $(seq 1 "$reps"); do
-  echo "== rep $r: bench_step --batch $conc (load $(load))"
-  "$build/bench_step" "$model" --device "$device" --batch "$conc" --reps 3 "${threads[@]}" 2>&1 | grep -E '^ *batch|^backend'
+  echo "== rep $r: bench_step --batch $conc --prompt ${BENCH_PROMPT:-200} (load $(load))"
+  "$build/bench_step" "$model" --device "$device" --batch "$conc" --reps 3 --prompt "${BENCH_PROMPT:-200}" \
+    "${threads[@]}" 2>&1 | grep -E '^ *batch|^backend'
   for v in off on; do
     tune="--tune engine.parallel_finish=$v"
     echo "== rep $r: serve, engine.parallel_finish=$v (load $(load))"
