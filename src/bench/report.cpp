@@ -91,7 +91,12 @@ const std::vector<ScenarioView>& views() {
         {"aggregate_tps", "aggregate tok/s"}, {"speedup", "speedup"}}},
       {"concurrency", "Concurrent streams", "streams", "aggregate_tps",
        {{"ttft_ms", "TTFT ms"}, {"decode_tps", "decode tok/s (each)"}, {"wall_tps", "wall tok/s (each)"},
-        {"aggregate_tps", "aggregate tok/s"}, {"itl_p99_ms", "ITL p99 ms"}, {"draft_accept_pct", "drafts accepted %"}}},
+        {"aggregate_tps", "aggregate tok/s"}, {"itl_p99_ms", "ITL p99 ms"}, {"draft_accept_pct", "drafts accepted %"},
+        {"step_forward_ms", "engine forward ms/step"}, {"step_host_ms", "engine host ms/step"},
+        {"decode_rows", "decode step rows"}, {"decode_forward_ms", "decode step forward ms"},
+        {"decode_host_ms", "decode step host ms"}, {"engine_decode_tps", "decode steps tok/s"},
+        {"group_wall_s", "wall s"}, {"group_decode_s", "of which decode steps s"},
+        {"group_prompt_s", "prompt steps s"}, {"group_idle_s", "no step s"}}},
       {"agent", "Agent conversation: TTFT per turn", "turn", "ttft_ms",
        {{"prompt_tokens", "prompt tok"}, {"cached_tokens", "cached tok"}, {"ttft_ms", "TTFT ms"},
         {"decode_tps", "decode tok/s"}}},
@@ -146,6 +151,19 @@ json results_json(const BenchResults& res, const std::string& command_line) {
                            {"group", g.group}, {"requests", g.n}, {"failed", g.n_failed},
                            {"aggregate_tps", g.aggregate_tps > 0 ? json(g.aggregate_tps) : json(nullptr)},
                            {"speedup", g.speedup > 0 ? json(g.speedup) : json(nullptr)}});
+    if (g.engine_steps > 0) {
+      json& e = j["groups"].back()["engine_steps"];
+      e = {{"steps", g.engine_steps}, {"forward_ms", g.step_forward_ms}, {"host_ms", g.step_host_ms}};
+      for (const auto& [phase, ms] : g.host_phase_ms) e["host_phase_ms"][phase] = ms;
+      if (g.decode_steps > 0) {
+        e["decode"] = {{"steps", g.decode_steps}, {"rows", g.decode_rows}, {"forward_ms", g.decode_forward_ms},
+                       {"host_ms", g.decode_host_ms}, {"tps", g.decode_tps}};
+      }
+      if (g.wall_s > 0) {
+        e["wall_s"] = {{"total", g.wall_s}, {"decode_steps", g.decode_s}, {"prompt_steps", g.prompt_s},
+                       {"no_step", g.idle_s}};
+      }
+    }
   }
   j["samples"] = json::array();
   for (const Sample& s : res.samples) j["samples"].push_back(sample_json(s));
@@ -208,10 +226,13 @@ std::string report_markdown(const BenchResults& res, const std::string& command_
       if (r.scenario == v.name) sr.push_back(&r);
     if (sr.empty()) continue;
     md += std::string("\n## ") + v.title + " (`" + v.name + "`)\n\n| " + v.x_name + " | target |";
-    // The drafts column only where some server reported speculative decoding.
+    // The drafts column only where some server reported speculative decoding, the engine
+    // step columns only where some server reported its steps (Hearth's /metrics).
     std::vector<std::pair<const char*, const char*>> columns;
     for (const auto& c : v.columns) {
-      const bool optional = std::string(c.first) == "draft_accept_pct";
+      const std::string key = c.first;
+      const bool optional = key == "draft_accept_pct" || key.rfind("step_", 0) == 0 || key.rfind("decode_", 0) == 0 ||
+                            key == "engine_decode_tps" || key.rfind("group_", 0) == 0;
       if (!optional || std::any_of(sr.begin(), sr.end(), [&](const SummaryRow* r) { return median_of(r, c.first) >= 0; }))
         columns.push_back(c);
     }
@@ -359,6 +380,34 @@ std::string summary_table(const BenchResults& res) {
                   (std::to_string(ts[i].failed) + "/" + std::to_string(ts[i].requests)).c_str(),
                   ts[i].trusted ? "ok" : "UNTRUSTED (see report.md)");
     out += buf;
+  }
+  // A Hearth server's engine steps under the concurrency scenario: the model's forward
+  // pass against the host work that serializes with it (medians over the repetitions).
+  for (const Target& t : res.targets) {
+    for (const int c : o.concurrency) {
+      const SummaryRow* r = find_row(rows, "concurrency", t.name, c);
+      const double fwd = median_of(r, "step_forward_ms"), host = median_of(r, "step_host_ms");
+      if (fwd < 0 || host < 0 || !t.error.empty()) continue;
+      std::snprintf(buf, sizeof buf, "%-14s engine step @%d streams: forward %s ms + host %s ms (host %.1f%% of the step)",
+                    t.name.c_str(), c, fmt(fwd).c_str(), fmt(host).c_str(),
+                    fwd + host > 0 ? 100.0 * host / (fwd + host) : 0.0);
+      out += buf;
+      const double rows_d = median_of(r, "decode_rows");
+      if (rows_d > 0) {
+        std::snprintf(buf, sizeof buf, "; decode steps of %s rows: forward %s ms + host %s ms = %s tok/s", fmt(rows_d).c_str(),
+                      fmt(median_of(r, "decode_forward_ms")).c_str(), fmt(median_of(r, "decode_host_ms")).c_str(),
+                      fmt(median_of(r, "engine_decode_tps")).c_str());
+        out += buf;
+      }
+      const double wall = median_of(r, "group_wall_s");
+      if (wall > 0) {
+        std::snprintf(buf, sizeof buf, "; wall %s s = decode steps %s + prompt steps %s + no step %s",
+                      fmt(wall).c_str(), fmt(median_of(r, "group_decode_s")).c_str(),
+                      fmt(median_of(r, "group_prompt_s")).c_str(), fmt(median_of(r, "group_idle_s")).c_str());
+        out += buf;
+      }
+      out += "\n";
+    }
   }
   for (const Target& t : res.targets) {
     const double x = o.image_file.empty() ? o.image_size : 0;

@@ -10,6 +10,7 @@
 #include <latch>
 #include <thread>
 
+#include "bench/engine_steps.h"
 #include "bench/image_payload.h"
 #include "core/error.h"
 
@@ -47,6 +48,12 @@ class Runner {
     if (o_.frequency_penalty != 0.0) b["frequency_penalty"] = o_.frequency_penalty;
     if (o_.presence_penalty != 0.0) b["presence_penalty"] = o_.presence_penalty;
     return b;
+  }
+  // The target's engine-step counters (GET /metrics); nullopt when it has none.
+  std::optional<EngineSteps> engine_steps(const Target& t) const {
+    std::string text, error;
+    if (client(t).get("/metrics", text, error) != 200) return std::nullopt;
+    return parse_engine_steps(text);
   }
   // Runs `bodies` at once (released by a latch) and records them as one group.
   GroupResult run_group(const Step& s, const Target& t, const std::vector<json>& bodies,
@@ -161,7 +168,39 @@ void Runner::run_step(const Step& s, Target& t) {
       bodies.push_back(body(t, m, o_.max_tokens));
       words.push_back(w);
     }
-    res_.groups.push_back(run_group(s, t, bodies, words, ""));
+    // A Hearth server's account of its engine steps over the group (others have none).
+    const std::optional<EngineSteps> before = engine_steps(t);
+    GroupResult g = run_group(s, t, bodies, words, "");
+    if (before) {
+      const std::optional<EngineSteps> after = engine_steps(t);
+      if (const auto a = after ? step_account(*before, *after) : std::nullopt) {
+        g.engine_steps = a->steps;
+        g.step_forward_ms = a->forward_ms;
+        g.step_host_ms = a->host_ms;
+        g.host_phase_ms = a->phase_ms;
+        const std::vector<Sample>& all = res_.samples;
+        double first = -1, last = -1;
+        for (size_t k = all.size() - static_cast<size_t>(g.n); k < all.size(); ++k) {
+          if (!all[k].r.ok) continue;
+          first = first < 0 ? all[k].r.t_start : std::min(first, all[k].r.t_start);
+          last = std::max(last, all[k].r.t_end);
+        }
+        if (first >= 0 && last > first) {
+          g.wall_s = last - first;
+          g.decode_s = a->decode_s;
+          g.prompt_s = a->steps_s - a->decode_s;
+          g.idle_s = g.wall_s - a->steps_s;
+        }
+        if (a->decode_steps > 0) {
+          g.decode_steps = a->decode_steps;
+          g.decode_rows = a->decode_rows;
+          g.decode_forward_ms = a->decode_forward_ms;
+          g.decode_host_ms = a->decode_host_ms;
+          g.decode_tps = a->decode_tps();
+        }
+      }
+    }
+    res_.groups.push_back(std::move(g));
   } else if (s.scenario == "double") {
     const int64_t len = o_.lengths.front();
     auto [m0, w0] = plain(len, 0);

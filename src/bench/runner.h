@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,21 @@ struct GroupResult {
   int n = 0, n_failed = 0;
   double aggregate_tps = -1;  // -1: not measurable
   double speedup = -1;        // `double` only: pair aggregate / alone wall tok/s
+  // `concurrency` on a Hearth server: its engine steps during the group (/metrics read
+  // before and after), in ms per step: the forward pass and the engine thread's host work
+  // around it (phase by phase in host_phase_ms); steps 0: not reported.
+  int64_t engine_steps = 0;
+  double step_forward_ms = -1, step_host_ms = -1;
+  std::map<std::string, double> host_phase_ms;
+  // Its decode steps alone (no prompt chunk): how many, rows per step, ms per step, and
+  // their rate rows / (forward + host) in tokens/s (the figure bench_step --batch ROWS
+  // compares with); decode_steps 0: none.
+  int64_t decode_steps = 0;
+  double decode_rows = -1, decode_forward_ms = -1, decode_host_ms = -1, decode_tps = -1;
+  // The group's wall time (first start to last end, the aggregate's denominator) split by
+  // the engine's account: decode steps, prompt steps (the other steps), and the rest (no
+  // step running: requests arriving and being parsed, the last streams' ends); seconds.
+  double wall_s = -1, decode_s = -1, prompt_s = -1, idle_s = -1;
 };
 
 struct BenchResults {

@@ -69,6 +69,22 @@ std::vector<SummaryRow> summarize_rows(const BenchResults& res) {
           if (g.aggregate_tps > 0 && g.n_failed == 0 && !(sc == "double" && g.n == 1))
             v["aggregate_tps"].push_back(g.aggregate_tps);
           if (g.speedup > 0) v["speedup"].push_back(g.speedup);
+          if (g.engine_steps > 0 && g.n_failed == 0) {
+            v["step_forward_ms"].push_back(g.step_forward_ms);
+            v["step_host_ms"].push_back(g.step_host_ms);
+          }
+          if (g.decode_steps > 0 && g.n_failed == 0) {
+            v["decode_rows"].push_back(g.decode_rows);
+            v["decode_forward_ms"].push_back(g.decode_forward_ms);
+            v["decode_host_ms"].push_back(g.decode_host_ms);
+            v["engine_decode_tps"].push_back(g.decode_tps);
+          }
+          if (g.wall_s > 0 && g.n_failed == 0) {
+            v["group_wall_s"].push_back(g.wall_s);
+            v["group_decode_s"].push_back(g.decode_s);
+            v["group_prompt_s"].push_back(g.prompt_s);
+            v["group_idle_s"].push_back(g.idle_s);
+          }
         }
         row.trusted = row.flags.empty();
         for (auto& [k, vals] : v) row.metrics[k] = summarize(vals);

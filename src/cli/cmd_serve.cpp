@@ -118,7 +118,7 @@ void serve(ServeOptions o) {
   models.start();
 
   ho.strict_model_names = o.strict_model_names;
-  ho.max_connections = o.max_connections;
+  ho.max_connections = o.max_connections > 0 ? o.max_connections : std::max(256, o.max_seqs + o.max_queue + 64);
   ho.max_body_bytes = o.max_body_bytes;
   ho.max_header_bytes = o.max_header_bytes;
   ho.request_timeout_s = o.request_timeout;
@@ -284,8 +284,8 @@ void add_serve_command(CLI::App& app) {
       ->default_val(8);
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting beyond --max-seqs before 429")->default_val(64);
   cmd->add_option("--max-connections", o->max_connections,
-                  "HTTP connections served at once (one thread each); more are answered 503")
-      ->default_val(256)
+                  "HTTP connections served at once (one thread each); more are answered 503 (default: 256, or "
+                  "--max-seqs + --max-queue + 64 when that is more)")
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 above)")
       ->default_val(16u << 20)

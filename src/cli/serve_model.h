@@ -53,7 +53,9 @@ struct ServeOptions {
   bool strict_model_names = false;
   std::vector<std::string> aliases;
   std::string device = "auto";
-  int max_connections = 256;
+  // 0: 256, or --max-seqs + --max-queue + 64 when that is more (every running and waiting
+  // request streams on a connection of its own, and /metrics, /health want theirs).
+  int max_connections = 0;
   size_t max_body_bytes = 16u << 20;
   size_t max_header_bytes = 64u << 10;
   double request_timeout = 30;

@@ -19,6 +19,8 @@
     "microseconds a waiting pool thread spins before it sleeps (0: sleep at once)")                                \
   X(kEngineTiming, "engine.timing", Enum, Debug, 0, 0, 2, "off|steps|each",                                        \
     "serve: where the engine's steps spend their time (steps: totals at stop; each: also per step and request)")   \
+  X(kEngineParallelFinish, "engine.parallel_finish", Enum, Tune, 0, 0, 2, "auto|off|on",                            \
+    "serve: a step's plain rows (no draft, no constraint) finished on the sampling threads (auto: on a GPU back-end)") \
   X(kKvDiskThreads, "kvdisk.read_threads", Int, Tune, 0, 0, 64, "",                                                \
     "threads that read and check one prefix hit's files (0: half the cores, 1 to 8)")                              \
   X(kSpecAdaptive, "spec.adaptive", Bool, Kill, 1, 0, 1, "",                                                         \

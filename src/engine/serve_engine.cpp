@@ -3,17 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <new>
 #include <optional>
 
 #include "core/error.h"
 #include "core/tune.h"
 #include "engine/generator.h"
-#include "engine/logit_scan.h"
 #include "engine/row_reduce.h"
 #include "engine/serve_engine_live.h"
 #include "engine/stop_matcher.h"
@@ -21,26 +18,18 @@
 namespace hearth::engine {
 namespace {
 
-// The error that ends a request whose logits row is not finite (one message for the row
-// scanned here and for the row reduced on the device).
-std::string non_finite_error(int64_t token, bool is_nan, int32_t n_generated) {
-  return "the model's output for this request is not finite (logit of token " + std::to_string(token) + " is " +
-         (is_nan ? "NaN" : "infinite") + ") at generated token " + std::to_string(n_generated);
-}
 
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// The message of a fault that ends one request (never the engine).
+}  // namespace
+
 std::string request_fault(const std::string& where, const std::exception& e) {
   if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return "out of memory in " + where;
   return "internal error in " + where + ": " + e.what();
 }
-
-// Index of the first non-finite value (NaN or +-infinity), or -1.
-}  // namespace
 
 struct ServeEngine::Encoding {
   std::unique_ptr<SeqSlot> seq;
@@ -68,8 +57,14 @@ ServeEngine::ServeEngine(model::CausalLm& model, const tokenizer::Tokenizer& tok
   swap_init();
   spec_init();
   const int64_t timing = tune::get(tune::kEngineTiming);  // 0 off, 1 steps, 2 each
-  timing_.on = timing >= 1;
-  timing_.each = timing == 2;
+  timing_on_ = timing >= 1;
+  timing_each_ = timing == 2;
+  // Rows finished on the sampling threads: where the device runs the step (it reduces rows
+  // to their picks), the engine thread's serial finishing is what the device waits for; on
+  // the CPU back-end the cores are the forward pass's, and on the 2-core VM spreading the
+  // finishing measured neutral to slightly worse (docs/bench/serve-host.md): auto = there only.
+  const int64_t pf = tune::get(tune::kEngineParallelFinish);  // 0 auto, 1 off, 2 on
+  parallel_finish_ = pf == 2 || (pf == 0 && model.backend().device_argmax());
 }
 
 ServeEngine::~ServeEngine() {
@@ -124,15 +119,21 @@ void ServeEngine::stop() {
       std::fprintf(stderr, "hearth: kv-disk: the shutdown flush failed: %s\n", e.what());
     }
   }
-  if (timing_.on && timing_.steps > 0) {
-    const double n = static_cast<double>(timing_.steps);
+  if (timing_on_ && times_.steps > 0) {
+    const StepTimes& t = times_;
+    const double k = 1000.0 / static_cast<double>(t.steps);  // ms per step
     std::fprintf(stderr,
-                 "hearth: engine steps: %lld (%lld tokens, %lld sampled rows); per step: plan %.2f ms, forward "
-                 "%.2f ms, sampling %.2f ms\n",
-                 static_cast<long long>(timing_.steps), static_cast<long long>(timing_.tokens),
-                 static_cast<long long>(timing_.rows), timing_.plan_ms / n, timing_.forward_ms / n,
-                 timing_.sample_ms / n);
-    timing_.steps = 0;
+                 "hearth: engine steps: %llu (%llu tokens, %llu sampled rows); per step: forward %.3f ms, host %.3f ms "
+                 "(between %.3f, plan %.3f, prepare %.3f, sample %.3f, stream %.3f, finish %.3f); decode steps: %llu, "
+                 "%.1f rows, forward %.3f ms, host %.3f ms\n",
+                 static_cast<unsigned long long>(t.steps), static_cast<unsigned long long>(t.tokens),
+                 static_cast<unsigned long long>(t.rows), t.forward * k, t.host() * k, t.between * k, t.plan * k,
+                 t.prepare * k, t.sample * k, t.stream * k, t.finish * k,
+                 static_cast<unsigned long long>(t.decode_steps),
+                 t.decode_steps ? static_cast<double>(t.decode_rows) / static_cast<double>(t.decode_steps) : 0.0,
+                 t.decode_steps ? t.decode_forward * 1000.0 / static_cast<double>(t.decode_steps) : 0.0,
+                 t.decode_steps ? t.decode_host * 1000.0 / static_cast<double>(t.decode_steps) : 0.0);
+    times_.steps = 0;
   }
   // No engine thread now (never started, or it has ended): end what is still queued,
   // so that no channel waits forever for its Final. (stop() runs in the destructor:
@@ -193,6 +194,7 @@ void ServeEngine::loop() {
           if (stop_) break;
         }
       }
+      turn_start_ = Clock::now();
       take_incoming();
       encode_slice();
       disk_install();
@@ -424,6 +426,7 @@ void ServeEngine::fail_all(const std::string& error, const std::string& reason) 
 }
 
 void ServeEngine::step() {
+  const auto t_plan = Clock::now();
   spec_draft();
   StepPlan plan = scheduler_.plan();
   swap_out(plan);   // preempted sequences' blocks and states, before anything writes over them
@@ -571,26 +574,45 @@ void ServeEngine::step() {
                std::span<float>(logits_.data() + row_at[i] * n_vocab, n_vocab),
                reduced ? &device_picks[row_at[i]] : nullptr, draw_u, picks_[r]);
     };
+    // A row without a verified draft or an output constraint is finished (its token
+    // accepted, decoded, matched against the stop strings and pushed to its channel) in
+    // the same pass as its pick: it touches that sequence's state alone, so the rows of a
+    // step do that work on several threads too instead of one after another on the
+    // engine thread (64 streams: 64 detokenizations, stop matchers and wake-ups a step).
+    auto pick_finish = [&](int64_t r) {
+      pick(r);
+      RowPick& p = picks_[static_cast<size_t>(r)];
+      Live& live = *rows[static_cast<size_t>(r)].second;
+      if (!parallel_finish_ || row_draft[static_cast<size_t>(r)] > 0 || live.matcher || !p.error.empty()) return;
+      p.finished = true;
+      try {
+        p.end = finish_row(*rows[static_cast<size_t>(r)].first, live, p.token, p.error);
+      } catch (const std::exception& ex) {
+        p.error = request_fault("sampling", ex);
+        p.end = RowEnd::kError;
+      }
+    };
     constexpr size_t kParallelRows = 8;
     if (rows.size() >= kParallelRows && !sample_pool_) {
       sample_pool_ = std::make_unique<ThreadPool>(std::min(8, physical_core_count()));
     }
     if (rows.size() >= kParallelRows && sample_pool_->n_threads() > 1) {
       sample_pool_->parallel_for(static_cast<int64_t>(rows.size()), 1, [&](int64_t b, int64_t e, int) {
-        for (int64_t r = b; r < e; ++r) pick(r);
+        for (int64_t r = b; r < e; ++r) pick_finish(r);
       });
     } else {
-      for (size_t r = 0; r < rows.size(); ++r) pick(static_cast<int64_t>(r));
+      for (size_t r = 0; r < rows.size(); ++r) pick_finish(static_cast<int64_t>(r));
     }
     const size_t row = rows.size();
+    const auto t_picked = Clock::now();
     std::vector<uint64_t> done_stop, done_length;
     std::vector<std::pair<uint64_t, std::string>> done_error;
     for (size_t r = 0; r < rows.size(); ++r) {
       SeqSlot& seq = *rows[r].first;
       Live& live = *rows[r].second;
       std::string error = std::move(picks_[r].error);
-      RowEnd e = RowEnd::kError;
-      if (error.empty()) {
+      RowEnd e = picks_[r].finished ? picks_[r].end : RowEnd::kError;
+      if (error.empty() && !picks_[r].finished) {
         try {
           e = finish_row(seq, live, picks_[r].token, error);
           if (row_draft[r] > 0) e = spec_verify(seq, live, row_draft[r], row_at[r], picks_[r].token, e, error);
@@ -603,31 +625,56 @@ void ServeEngine::step() {
       if (e == RowEnd::kLength) done_length.push_back(seq.id);
       if (e == RowEnd::kError) done_error.emplace_back(seq.id, std::move(error));
     }
+    const auto t_streamed = Clock::now();
+    // The step is counted before its requests end (end() publishes times_ with the counts):
+    // a client that reads /metrics after its last Final sees this step. Its finish phase
+    // (below) is published with the next counts.
+    StepTimes& t = times_;
+    const bool decode_step = static_cast<size_t>(plan.n_tokens()) == n_out;  // one token per sampled row
+    ++t.steps;
+    t.rows += row;
+    t.tokens += static_cast<uint64_t>(plan.n_tokens());
+    const double host_s = (ms_between(turn_start_, t_forward) + ms_between(t_forward_end, t_streamed)) / 1000.0;
+    t.between += ms_between(turn_start_, t_plan) / 1000.0;
+    t.plan += ms_between(t_plan, t0) / 1000.0;
+    t.prepare += ms_between(t0, t_forward) / 1000.0;
+    t.forward += ms_between(t_forward, t_forward_end) / 1000.0;
+    t.sample += ms_between(t_forward_end, t_picked) / 1000.0;  // the grammar masks' wait too
+    t.stream += ms_between(t_picked, t_streamed) / 1000.0;
+    if (decode_step) {
+      ++t.decode_steps;
+      t.decode_rows += n_out;
+      t.decode_forward += ms_between(t_forward, t_forward_end) / 1000.0;
+      t.decode_host += host_s;
+    }
+    if (timing_each_ && plan.n_tokens() > 8) {
+      std::fprintf(stderr,
+                   "hearth: step of %zu sequences, %d tokens: between %.3f ms, plan %.3f ms, prepare %.3f ms, forward "
+                   "%.3f ms, sample %.3f ms, stream %.3f ms\n",
+                   plan.items.size(), plan.n_tokens(), ms_between(turn_start_, t_plan), ms_between(t_plan, t0),
+                   ms_between(t0, t_forward), ms_between(t_forward, t_forward_end), ms_between(t_forward_end, t_picked),
+                   ms_between(t_picked, t_streamed));
+    }
     for (uint64_t id : done_stop) end(id, "stop");
     for (uint64_t id : done_length) end(id, "length");
     for (const auto& [id, why] : done_error) end(id, "error", why);
-    if (timing_.on) {
-      ++timing_.steps;
-      timing_.rows += static_cast<int64_t>(row);
-      timing_.tokens += plan.n_tokens();
-      timing_.plan_ms += ms_between(t0, t_forward);
-      timing_.forward_ms += ms_between(t_forward, t_forward_end);
-      timing_.sample_ms += ms_between(t_forward_end, Clock::now());
-      if (timing_.each && plan.n_tokens() > 8) {
-        std::fprintf(stderr, "hearth: step of %zu sequences, %d tokens: plan %.2f ms, forward %.2f ms, sampling %.2f ms\n",
-                     plan.items.size(), plan.n_tokens(), ms_between(t0, t_forward), ms_between(t_forward, t_forward_end),
-                     ms_between(t_forward_end, Clock::now()));
-      }
-    }
     if (observer_ != nullptr) {
       observer_->on_step(static_cast<int32_t>(plan.items.size()), plan.n_tokens(),
                          ms_between(t0, Clock::now()) / 1000.0);
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.preemptions += plan.preempted.size();
+    ++stats_.steps;
+    // The finish phase runs to here: ended requests, observers, this lock.
+    const double finish_s = ms_between(t_streamed, Clock::now()) / 1000.0;
+    t.finish += finish_s;
+    if (decode_step) t.decode_host += finish_s;
+    publish_counts();
+    return;
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.preemptions += plan.preempted.size();
   publish_counts();
-  if (!plan.empty()) ++stats_.steps;
 }
 
 void ServeEngine::publish_counts() {
@@ -639,113 +686,10 @@ void ServeEngine::publish_counts() {
   stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
   stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
   stats_.kv_swap = swap_stats_;
+  stats_.step_times = times_;
   stats_.spec_drafted = spec_drafted_;
   stats_.spec_accepted = spec_accepted_;
   stats_.kv_swap.recomputed = stats_.preemptions - swap_stats_.swapped_out + swap_stats_.disk_fallbacks;
-}
-
-void ServeEngine::pick_row(SeqSlot& seq, Live& live, std::span<float> lg, const ops::ArgmaxRow* am, double draw_u,
-                           RowPick& pick) {
-  try {
-    if (!live.mask_error.empty()) {
-      pick.error = std::move(live.mask_error);
-      return;
-    }
-    // Reduced by the back-end: greedy (the argmax is the sample), or a draw it made (a row
-    // it left undone, argmax -1, is the host's below, with the same uniform number).
-    if (am != nullptr && (am->bad >= 0 || am->argmax >= 0)) {
-      if (am->bad >= 0) {
-        pick.error = non_finite_error(am->bad, am->bad_nan != 0, live.n_generated);
-        return;
-      }
-      const std::optional<int32_t> forced = draw_u < 0.0 ? live.reasoning.forced() : std::nullopt;
-      pick.token = forced ? *forced : am->argmax;
-      return;
-    }
-    if (live.fault_due(FaultKind::kNan)) std::fill(lg.begin(), lg.end(), std::numeric_limits<float>::quiet_NaN());
-    // A non-finite output (a numerical fault of this sequence) would make the sampler's
-    // choice meaningless: the request ends instead of emitting garbage.
-    if (const int64_t bad = first_non_finite(lg); bad >= 0) {
-      pick.error = non_finite_error(bad, std::isnan(lg[static_cast<size_t>(bad)]), live.n_generated);
-      return;
-    }
-    if (live.request.top_logprobs >= 0) live.raw.assign(lg.begin(), lg.end());
-    if (live.matcher) grammar::apply_mask(lg, live.mask);
-    // A spent reasoning budget writes the closing tag instead of the sampler (not under a
-    // grammar: the constraint decides every token of a constrained answer).
-    const std::optional<int32_t> forced = live.matcher ? std::nullopt : live.reasoning.forced();
-    if (!forced && live.fault_due(FaultKind::kSampler)) {
-      fail(ErrorKind::kInternal, "sampler", "injected sampler fault");
-    }
-    if (forced) {
-      pick.token = *forced;
-    } else {
-      const bool penalized = am != nullptr && am->penalized != 0;  // the copy has its penalties
-      if (draw_u >= 0.0 || penalized) {
-        pick.token = live.sampler.sample(lg, seq.tokens, draw_u >= 0.0 ? draw_u : 0.0, penalized);
-      } else {
-        pick.token = live.sampler.sample(lg, seq.tokens);
-      }
-    }
-  } catch (const std::exception& ex) {
-    pick.error = request_fault("sampling", ex);
-  }
-}
-
-ServeEngine::RowEnd ServeEngine::finish_row(SeqSlot& seq, Live& live, int32_t next, std::string& error) {
-  const auto now = Clock::now();
-  bool grammar_done = false;
-  if (live.matcher) {
-    if (!live.matcher->accept(next)) {
-      // Only when the grammar allowed no token at all (a grammar that cannot go on).
-      error = "the output constraint allows no next token after " + std::to_string(live.n_generated) + " tokens";
-      return RowEnd::kError;
-    }
-    // Complete with nothing but a stop token to follow: the output is finished now,
-    // without a forward pass just to sample end-of-generation.
-    grammar_done = live.matcher->terminated();
-    if (!grammar_done && live.matcher->completed()) {
-      live.matcher->fill_mask(live.mask);
-      grammar_done = grammar::only_stop_allowed(live.mask, eog_, live.matcher->n_vocab());
-    }
-  }
-  const bool eog = (!live.request.ignore_eos || live.matcher) && std::binary_search(eog_.begin(), eog_.end(), next);
-  if (eog) {
-    if (live.n_generated == 0) live.t_first = live.t_last = now;
-    return RowEnd::kStop;
-  }
-  if (live.fault_due(FaultKind::kStop)) fail(ErrorKind::kInternal, "stop", "injected stop-matcher fault");
-  if (live.n_generated == 0) {
-    live.t_first = now;
-    if (timing_.each) {
-      std::fprintf(stderr, "hearth: request %llu: first token %.2f ms after it arrived\n",
-                   static_cast<unsigned long long>(seq.id), ms_between(live.channel->created, now));
-    }
-    if (observer_ != nullptr) observer_->on_first_token(ms_between(live.channel->created, now) / 1000.0);
-  } else if (observer_ != nullptr) {
-    observer_->on_token_interval(ms_between(live.t_last, now) / 1000.0);
-  }
-  live.t_last = now;
-  ++live.n_generated;
-  seq.tokens.push_back(next);
-  Delta d;
-  TokenOut out;
-  out.token = next;
-  if (live.request.top_logprobs >= 0) {
-    out.logprob = token_logprob(live.raw, next);
-    if (live.request.top_logprobs > 0) out.top = top_logprobs(live.raw, live.request.top_logprobs);
-  }
-  d.tokens.push_back(std::move(out));
-  const std::string piece = live.decoder.push(next);
-  live.reasoning.accept(piece);
-  d.text = live.stop.push(piece);
-  const bool stopped = live.stop.stopped();
-  live.channel->push(std::move(d));
-  if (stopped || grammar_done) return RowEnd::kStop;
-  if (live.n_generated >= live.request.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_seq_tokens_) {
-    return RowEnd::kLength;
-  }
-  return RowEnd::kNone;
 }
 
 }  // namespace hearth::engine

@@ -71,11 +71,13 @@ struct EngineConfig {
   SpecOptions spec;
 };
 
-// Hooks for metrics, called on the engine thread.
+// Hooks for metrics, called on the engine thread (the token hooks also on its sampling threads).
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
   virtual void on_step(int32_t n_seqs, int32_t n_tokens, double seconds) = 0;
+  // These two may be called from several sampling threads at once (a step's rows are
+  // finished in parallel).
   virtual void on_first_token(double ttft_seconds) = 0;
   virtual void on_token_interval(double seconds) = 0;
   virtual void on_finish(const Final& f) = 0;
@@ -121,6 +123,28 @@ bool swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, 
 bool disk_swap_is_cheaper(uint64_t bytes, int64_t n_tokens, double copy_bytes_per_s, double read_bytes_per_s,
                           double prefill_tokens_per_s);
 
+// Where the engine thread's steps spend their time: running totals over every step that
+// ran a forward pass, in seconds. `forward` is the model's step (forward_batch: what
+// bench_step times, its launches and the wait for its picks on a GPU); everything else is
+// host work of the engine thread that serializes with it (the device idles meanwhile).
+// Cheap: a few clock reads per step. /metrics: hearth_engine_step_seconds_total{phase}.
+struct StepTimes {
+  uint64_t steps = 0, rows = 0, tokens = 0;  // steps, sampled rows, tokens through the model
+  double forward = 0;  // forward_batch
+  double between = 0;  // the loop's turn before the step: new requests, images, disk, swaps, cancellations
+  double plan = 0;     // drafts, the scheduler's plan, swap and spill copies
+  double prepare = 0;  // first admissions, the step's batch (rows, draws, penalties), masks, state copies
+  double sample = 0;   // masks' wait, commit (block hashes), the rows' picks (and finishing: parallel_finish)
+  double stream = 0;   // tokens accepted, detokenized, stop strings, deltas pushed to the requests
+  double finish = 0;   // ended requests (their Final), the counts /metrics reads, observers
+  // Of those, the decode steps (every row a sampled token's, no prompt chunk): the steps
+  // bench_step's figure compares with (rows per step = its --batch).
+  uint64_t decode_steps = 0, decode_rows = 0;
+  double decode_forward = 0, decode_host = 0;
+  double host() const { return between + plan + prepare + sample + stream + finish; }
+  void add(const StepTimes& o);
+};
+
 struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;
@@ -139,6 +163,7 @@ struct EngineStats {
   bool kv_disk = false;           // the KV disk tier is configured (kv_disk_stats holds its numbers)
   kvdisk::DiskStats kv_disk_stats;
   SwapStats kv_swap;
+  StepTimes step_times;
   std::string failure;            // why the engine stopped on its own (an engine fault), else empty
 };
 
@@ -201,11 +226,17 @@ class ServeEngine {
   // (non-finite logits, a throwing sampler or stop matcher) ends only that sequence.
   // pick_row checks, masks and samples the row (touching only that sequence's state, so
   // the rows of a step run on several threads); it sets `token`, or `error`, and never
-  // throws. finish_row accepts the token, streams it and says whether the sequence ends
-  // (in row order, on the engine thread); it throws or returns kError with `error` set.
+  // throws. finish_row accepts the token, streams it and says whether the sequence ends;
+  // it throws or returns kError with `error` set. It too touches only that sequence's
+  // state (and the observer's token hooks), so with engine.parallel_finish on (the default
+  // where the back-end reduces rows on a device) rows without a verified draft or a
+  // constraint run it in their pick's pass; the others run it on the engine thread, in
+  // row order, and the sequences that end are ended in row order there.
   struct RowPick {
     int32_t token = -1;
     std::string error;
+    bool finished = false;  // finish_row ran in the pick's pass (then `end`, or `error` with kError)
+    RowEnd end = RowEnd::kNone;
   };
   // am: the row reduced on the device (the sequence is greedy, or draw_u >= 0: a
   // temperature draw over the whole row with that uniform number, and nothing else reads
@@ -386,20 +417,19 @@ class ServeEngine {
   std::list<Encoding> encoding_;  // requests whose images are being encoded
   double step_ms_ = 0;            // the last step's time (the encoder's slice)
   std::vector<float> logits_;
-  // --tune engine.timing=steps: where the engine thread's steps spend their time (planning
-  // and state copies, the forward pass with the logits' copy to the host, sampling and
-  // streaming), printed to stderr when the engine stops. engine.timing=each also
-  // prints every step of more than 8 tokens and each request's time to its first token.
-  struct StepTiming {
-    bool on = false, each = false;
-    int64_t steps = 0, rows = 0, tokens = 0;
-    double plan_ms = 0, forward_ms = 0, sample_ms = 0;
-  } timing_;
+  // Where the steps spend their time (StepTimes, always counted; published in stats_).
+  // --tune engine.timing=steps prints the totals per step to stderr when the engine stops;
+  // engine.timing=each also prints every step of more than 8 tokens and each request's
+  // time to its first token.
+  bool timing_on_ = false, timing_each_ = false;
+  StepTimes times_;
+  std::chrono::steady_clock::time_point turn_start_{};  // this loop turn's start (after any idle wait)
   std::vector<model::BatchSeq> batch_;
   // Threads for the rows of a step that samples many (a 64-stream step of a 248k-token
   // vocabulary scans 64 MB of logits); made on first use.
   std::unique_ptr<ThreadPool> sample_pool_;
   std::vector<RowPick> picks_;
+  bool parallel_finish_ = true;  // --tune engine.parallel_finish (see pick_row / finish_row)
 
   std::once_flag grammar_once_;
   std::unique_ptr<grammar::ConstraintCompiler> grammar_;  // made on first use (vocabulary scan)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,10 @@
 #include "engine/stop_matcher.h"
 
 namespace hearth::engine {
+
+// The message of a fault that ends one request (never the engine): "out of memory in
+// WHERE" or "internal error in WHERE: what".
+std::string request_fault(const std::string& where, const std::exception& e);
 
 struct ServeEngine::Live {
   GenRequest request;

@@ -59,6 +59,25 @@ void EngineMetricsSync::apply(ServerMetrics& metrics, const engine::EngineStats&
   metrics.kv_swap_disk_bytes.set(static_cast<double>(w.disk_bytes_held));
   metrics.kv_swap_disk_capacity.set(static_cast<double>(w.disk_capacity));
   metrics.kv_swap_disk_read_speed.set(w.disk_read_bytes_per_s);
+  const engine::StepTimes& st = s.step_times;
+  advance(metrics.engine_steps, st.steps, seen_steps_.steps);
+  auto advance_s = [](Counter& c, double now, double& seen) {
+    if (now > seen) {
+      c.inc(now - seen);
+      seen = now;
+    }
+  };
+  advance_s(metrics.step_forward, st.forward, seen_steps_.forward);
+  advance_s(metrics.step_between, st.between, seen_steps_.between);
+  advance_s(metrics.step_plan, st.plan, seen_steps_.plan);
+  advance_s(metrics.step_prepare, st.prepare, seen_steps_.prepare);
+  advance_s(metrics.step_sample, st.sample, seen_steps_.sample);
+  advance_s(metrics.step_stream, st.stream, seen_steps_.stream);
+  advance_s(metrics.step_finish, st.finish, seen_steps_.finish);
+  advance(metrics.decode_steps, st.decode_steps, seen_steps_.decode_steps);
+  advance(metrics.decode_rows, st.decode_rows, seen_steps_.decode_rows);
+  advance_s(metrics.decode_forward, st.decode_forward, seen_steps_.decode_forward);
+  advance_s(metrics.decode_host, st.decode_host, seen_steps_.decode_host);
 }
 
 }  // namespace hearth::server

@@ -24,6 +24,7 @@ class EngineMetricsSync {
   uint64_t seen_disk_hits_ = 0, seen_disk_read_ = 0, seen_disk_written_ = 0, seen_disk_writes_ = 0,
            seen_disk_dropped_ = 0, seen_disk_rejected_ = 0;
   engine::SwapStats seen_swap_;
+  engine::StepTimes seen_steps_;
 };
 
 }  // namespace hearth::server

@@ -152,16 +152,24 @@ class GuardedStream final : public httplib::Stream {
     pollfd p{sock_, POLLIN, 0};
     return poll(&p, 1, static_cast<int>(lim_.io_timeout_s * 1000)) > 0;
   }
+  // Asked before every chunk of a stream (64 streams: 64 a step): one poll for both
+  // questions when the socket can take bytes now (the common case), the wait for room
+  // only when it cannot.
   bool is_writable() const override {
     if (failed_) return false;
-    pollfd p{sock_, POLLOUT, 0};
-    if (poll(&p, 1, static_cast<int>(lim_.io_timeout_s * 1000)) <= 0) return false;
-    pollfd r{sock_, POLLIN, 0};
-    if (poll(&r, 1, 0) > 0) {  // readable: data (alive) or end of stream (gone)
-      char c;
-      return recv(sock_, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+    pollfd p{sock_, POLLOUT | POLLIN, 0};
+    const int now = poll(&p, 1, 0);
+    if (now <= 0 || (p.revents & POLLOUT) == 0) {
+      pollfd w{sock_, POLLOUT, 0};
+      if (poll(&w, 1, static_cast<int>(lim_.io_timeout_s * 1000)) <= 0) return false;
+      p = pollfd{sock_, POLLIN, 0};
+      if (poll(&p, 1, 0) <= 0) return true;
+    } else if ((p.revents & ~POLLOUT) == 0) {
+      return true;
     }
-    return true;
+    // Readable (or an error / hang-up to read): data (alive) or end of stream (gone).
+    char c;
+    return recv(sock_, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
   }
 
   ssize_t read(char* ptr, size_t size) override {
@@ -184,17 +192,27 @@ class GuardedStream final : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
 
+  // Writes all `size` bytes, as a send on the blocking socket did (some of httplib's callers
+  // do not write the rest of a short write): sends what the socket takes now (a streamed
+  // chunk: all of it, one system call) and waits up to the I/O timeout for room only when
+  // it takes nothing.
   ssize_t write(const char* ptr, size_t size) override {
     if (failed_) return -1;
-    for (;;) {
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = send(sock_, ptr + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
       pollfd p{sock_, POLLOUT, 0};
       const int r = poll(&p, 1, static_cast<int>(lim_.io_timeout_s * 1000));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return -1;
-      const ssize_t n = send(sock_, ptr, size, MSG_NOSIGNAL);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      return n;
     }
+    return static_cast<ssize_t>(size);
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {

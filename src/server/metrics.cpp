@@ -199,13 +199,26 @@ std::vector<double> ttft_buckets_seconds() {
 std::vector<double> inter_token_buckets_seconds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1};
 }
-std::vector<double> batch_size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256}; }
+std::vector<double> batch_size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}; }  // --max-seqs <= 1024
 std::vector<double> batch_tokens_buckets() {
   return {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
 }
 
 namespace {
 const char kRequestsHelp[] = "Requests finished, by outcome";
+}  // namespace
+
+namespace {
+Counter& step_phase(Registry& r, const char* phase) {
+  return r.counter("hearth_engine_step_seconds_total",
+                   "Engine thread time in steps, by phase: forward (the model's step) and the host work around it",
+                   {{"phase", phase}});
+}
+Counter& decode_part(Registry& r, const char* part) {
+  return r.counter("hearth_engine_decode_step_seconds_total",
+                   "Engine thread time in decode steps: forward (the model's step) and host (the rest)",
+                   {{"part", part}});
+}
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -308,7 +321,20 @@ ServerMetrics::ServerMetrics()
       batch_tokens(registry.histogram("hearth_batch_tokens", "Tokens per engine step",
                                       batch_tokens_buckets())),
       sampled_tokens(registry.counter("hearth_sampled_tokens_total",
-                                      "Tokens generated, counted as each is sampled")) {}
+                                      "Tokens generated, counted as each is sampled")),
+      engine_steps(registry.counter("hearth_engine_steps_total", "Engine steps that ran a forward pass")),
+      step_forward(step_phase(registry, "forward")),
+      step_between(step_phase(registry, "between")),
+      step_plan(step_phase(registry, "plan")),
+      step_prepare(step_phase(registry, "prepare")),
+      step_sample(step_phase(registry, "sample")),
+      step_stream(step_phase(registry, "stream")),
+      step_finish(step_phase(registry, "finish")),
+      decode_steps(registry.counter("hearth_engine_decode_steps_total",
+                                    "Engine steps that only decoded (one token per sampled row, no prompt chunk)")),
+      decode_rows(registry.counter("hearth_engine_decode_rows_total", "Sampled rows of those decode steps")),
+      decode_forward(decode_part(registry, "forward")),
+      decode_host(decode_part(registry, "host")) {}
 
 void ServerMetrics::request_finished(std::string_view finish_reason) {
   if (finish_reason == "stop") {

@@ -173,6 +173,26 @@ struct ServerMetrics {
   // generation total above counts a request's tokens when it ends); the live view's
   // output rate.
   Counter& sampled_tokens;
+  // Where the engine steps spend their time (engine::StepTimes): hearth_engine_steps_total
+  // (steps that ran a forward pass) and hearth_engine_step_seconds_total{phase}: "forward"
+  // (the model's step) and the engine thread's host work around it, "between", "plan",
+  // "prepare", "sample", "stream", "finish". Host seconds over steps: what each step adds
+  // to the model's own step time.
+  Counter& engine_steps;
+  Counter& step_forward;
+  Counter& step_between;
+  Counter& step_plan;
+  Counter& step_prepare;
+  Counter& step_sample;
+  Counter& step_stream;
+  Counter& step_finish;
+  // The decode steps among them (no prompt chunk: one token per sampled row), what
+  // bench_step --batch ROWS compares with: hearth_engine_decode_steps_total,
+  // hearth_engine_decode_rows_total, hearth_engine_decode_step_seconds_total{part="forward"|"host"}.
+  Counter& decode_steps;
+  Counter& decode_rows;
+  Counter& decode_forward;
+  Counter& decode_host;
 
   // Counts a finished request by engine::Final::finish_reason ("stop", "length",
   // "cancelled"; anything else counts as "error").

@@ -384,6 +384,7 @@ void ModelRegistry::unload_locked(std::unique_lock<std::mutex>& lk, size_t index
     e.retired.spec_drafted += s.spec_drafted;
     e.retired.spec_accepted += s.spec_accepted;
     e.retired.kv_swap.add(s.kv_swap);
+    e.retired.step_times.add(s.step_times);
     // Gauges and estimates go with the engine; its counters stay in the totals.
     e.retired.kv_swap.bytes_held = e.retired.kv_swap.capacity = 0;
     e.retired.kv_swap.copy_bytes_per_s = e.retired.kv_swap.prefill_tokens_per_s = 0;
@@ -508,6 +509,7 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.spec_drafted += e.retired.spec_drafted;
     t.spec_accepted += e.retired.spec_accepted;
     t.kv_swap.add(e.retired.kv_swap);
+    t.step_times.add(e.retired.step_times);
     t.prefix_query_tokens += e.retired.prefix_query_tokens;
     t.prefix_hit_tokens += e.retired.prefix_hit_tokens;
     if (!e.loaded || !e.loaded->served().engine) continue;
@@ -526,6 +528,7 @@ engine::EngineStats ModelRegistry::total_stats() const {
     t.prefix_query_tokens += s.prefix_query_tokens;
     t.prefix_hit_tokens += s.prefix_hit_tokens;
     t.kv_swap.add(s.kv_swap);
+    t.step_times.add(s.step_times);
     if (s.kv_disk) {
       // Each model has its own fingerprint folder: the numbers add up.
       engine::kvdisk::DiskStats& a = t.kv_disk_stats;

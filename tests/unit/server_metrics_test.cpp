@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "server/engine_metrics_sync.h"
 #include "server/metrics.h"
 
 using namespace hearth::server;
@@ -222,8 +223,47 @@ TEST(ServerMetrics, ServerMetricSet) {
       EXPECT_EQ(std::count(l.begin(), l.end(), ' '), 1) << l;
     }
   }
-  EXPECT_EQ(help, 51);
-  EXPECT_EQ(type, 51);
+  EXPECT_EQ(help, 56);
+  EXPECT_EQ(type, 56);
+}
+
+// The engines' step account (engine::StepTimes) reaches /metrics as counters that advance
+// by what is new since the last scrape.
+TEST(ServerMetrics, EngineStepAccount) {
+  ServerMetrics m;
+  EngineMetricsSync sync;
+  hearth::engine::EngineStats s;
+  s.step_times.steps = 10;
+  s.step_times.forward = 0.5;
+  s.step_times.sample = 0.01;
+  s.step_times.stream = 0.02;
+  s.step_times.decode_steps = 8;
+  s.step_times.decode_rows = 512;
+  s.step_times.decode_forward = 0.4;
+  s.step_times.decode_host = 0.025;
+  sync.apply(m, s);
+  s.step_times.steps = 30;
+  s.step_times.forward = 1.5;
+  s.step_times.decode_steps = 28;
+  s.step_times.decode_rows = 1792;
+  sync.apply(m, s);
+  sync.apply(m, s);  // nothing new: nothing added
+  const std::string text = m.render();
+  for (const char* line : {
+           "# TYPE hearth_engine_steps_total counter",
+           "hearth_engine_steps_total 30",
+           "# TYPE hearth_engine_step_seconds_total counter",
+           "hearth_engine_step_seconds_total{phase=\"forward\"} 1.5",
+           "hearth_engine_step_seconds_total{phase=\"sample\"} 0.01",
+           "hearth_engine_step_seconds_total{phase=\"stream\"} 0.02",
+           "hearth_engine_step_seconds_total{phase=\"plan\"} 0",
+           "hearth_engine_decode_steps_total 28",
+           "hearth_engine_decode_rows_total 1792",
+           "hearth_engine_decode_step_seconds_total{part=\"forward\"} 0.4",
+           "hearth_engine_decode_step_seconds_total{part=\"host\"} 0.025",
+       }) {
+    EXPECT_TRUE(has_line(text, line)) << "missing: " << line << "\n" << text;
+  }
 }
 
 }  // namespace
