@@ -19,7 +19,7 @@
     "microseconds a waiting pool thread spins before it sleeps (0: sleep at once)")                                \
   X(kEngineTiming, "engine.timing", Enum, Debug, 0, 0, 2, "off|steps|each",                                        \
     "serve: where the engine's steps spend their time (steps: totals at stop; each: also per step and request)")   \
-  X(kEngineParallelFinish, "engine.parallel_finish", Enum, Tune, 0, 0, 2, "auto|off|on",                            \
+  X(kEngineParallelFinish, "engine.parallel_finish", Enum, Tune, 1, 0, 2, "auto|off|on",                            \
     "serve: a step's plain rows (no draft, no constraint) finished on the sampling threads (auto: on a GPU back-end)") \
   X(kKvDiskThreads, "kvdisk.read_threads", Int, Tune, 0, 0, 64, "",                                                \
     "threads that read and check one prefix hit's files (0: half the cores, 1 to 8)")                              \
@@ -69,8 +69,8 @@
     "the gated norm quantizes its output for the out projection")                                                  \
   X(kCudaAttnTc, "cuda.attn_tc", Bool, Kill, 1, 0, 1, "",                                                          \
     "prompt attention on the tensor cores (off: the scalar kernel)")                                               \
-  X(kCudaAttnDecodeWarp, "cuda.attn_decode_warp", Bool, Kill, 1, 0, 1, "",                                        \
-    "long-context and batched decode attention on the warp kernel (off: the tensor-core decode variant)")         \
+  X(kCudaAttnDecodeWarp, "cuda.attn_decode_warp", Bool, Tune, 0, 0, 1, "",                                        \
+    "long-context and batched decode attention on the warp kernel (not yet timed on a GPU: off by default)")     \
   X(kCudaAttnDecodeWarpStages, "cuda.attn_decode_warp_stages", Int, Tune, 0, 0, 3, "",                          \
     "copy stages a warp of the warp decode attention, 2 or 3 (0: the default of the cache type)")                 \
   X(kCudaAttnDecodeWarpDot, "cuda.attn_decode_warp_dot", Enum, Tune, 0, 0, 1, "f32|int8",                       \

@@ -100,11 +100,22 @@ ops::Backend& tc_gpu() {
   return *be;
 }
 
+// A back-end whose decode attention is the warp kernel (whatever the default).
+ops::Backend& warp_gpu() {
+  static std::unique_ptr<ops::Backend> be = [] {
+    static_cast<hearth::cuda::CudaBackend&>(gpu()).synchronize();
+    hearth::tune::Override o(hearth::tune::kCudaAttnDecodeWarp, 1);
+    return hearth::backends::make_cuda_backend(0);
+  }();
+  return *be;
+}
+
 // A back-end whose warp decode kernel scores q8_0 caches in int8 (cuda.attn_decode_warp_dot).
 ops::Backend& dot_gpu() {
   static std::unique_ptr<ops::Backend> be = [] {
     static_cast<hearth::cuda::CudaBackend&>(gpu()).synchronize();
     hearth::tune::Override o(hearth::tune::kCudaAttnDecodeWarpDot, 1);
+    hearth::tune::Override w(hearth::tune::kCudaAttnDecodeWarp, 1);
     return hearth::backends::make_cuda_backend(0);
   }();
   return *be;
@@ -205,7 +216,7 @@ TEST(CudaParity, AttentionDecodeQ8RawModes) {
   }
 }
 
-// The warp decode kernel (the parity back-end's default) on both cache types against the
+// The warp decode kernel on both cache types against the
 // CPU and the tensor-core variant: batches across the q8_0 blocks, the pool's 16 keys, the
 // warps' 8-key chunks and the ranges, one 32k-key row, and scaled values.
 void check_warp(const Q8Case& c, ops::KvType type, const std::vector<int64_t>& keys, const std::vector<float>& scales,
@@ -213,7 +224,7 @@ void check_warp(const Q8Case& c, ops::KvType type, const std::vector<int64_t>& k
   auto L = make_layer(c, type, keys, scales);
   const auto rows = static_cast<int64_t>(keys.size());
   Both q(randn(static_cast<size_t>(rows * c.n_head * c.head_dim), 99, 2.0f)), out(rows * c.n_head * c.head_dim);
-  const auto warp = gpu_attention(gpu(), c, *L, q, out, true);
+  const auto warp = gpu_attention(warp_gpu(), c, *L, q, out, true);
   const auto tc = gpu_attention(tc_gpu(), c, *L, q, out, true);
   std::vector<float> dot;
   if (type == ops::KvType::Q8_0) dot = gpu_attention(dot_gpu(), c, *L, q, out, true);
@@ -262,6 +273,7 @@ TEST(CudaParity, AttentionDecodeWarpStages) {
   static_cast<hearth::cuda::CudaBackend&>(gpu()).synchronize();
   for (int stages : {2, 3}) {
     hearth::tune::Override o(hearth::tune::kCudaAttnDecodeWarpStages, stages);
+    hearth::tune::Override w(hearth::tune::kCudaAttnDecodeWarp, 1);
     auto be = hearth::backends::make_cuda_backend(0);
     for (const Q8Case& c : {kCases[0], kCases[1], kCases[2], kCases[3]}) {
       for (ops::KvType type : {ops::KvType::F16, ops::KvType::Q8_0}) {
@@ -314,10 +326,12 @@ TEST(CudaPerf, DecodeAttentionQ8VsF16) {
   std::unique_ptr<ops::Backend> w2, w3;
   {
     hearth::tune::Override o(hearth::tune::kCudaAttnDecodeWarpStages, 2);
+    hearth::tune::Override w(hearth::tune::kCudaAttnDecodeWarp, 1);
     w2 = hearth::backends::make_cuda_backend(0);
   }
   {
     hearth::tune::Override o(hearth::tune::kCudaAttnDecodeWarpStages, 3);
+    hearth::tune::Override w(hearth::tune::kCudaAttnDecodeWarp, 1);
     w3 = hearth::backends::make_cuda_backend(0);
   }
   for (const Q8Case& c : {kCases[0], kCases[1], kCases[2]}) {

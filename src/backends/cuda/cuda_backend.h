@@ -50,13 +50,10 @@ class CudaBackend final : public ops::Backend {
                   const ops::PenaltyToken* penalties, float* dst,
                   ops::ArgmaxRow* picks) override;
   void copy_from_host(const float* src, int64_t n, ops::Buffer& dst, int64_t offset) override;
-  // Block copies beside the steps (cuda_host_copy.cu; the contract: ops/backend.h). An
-  // upload goes through pinned host chunks to the device on a copy stream of its own and
-  // is scattered into place there; a download is gathered on the compute stream into a
-  // device lane, then copied to pinned chunks on another copy stream. Events order them
-  // against the steps on the device; the host waits only in copy_wait (and when the
-  // pinned chunks in flight reach their cap). copy_ranges_to_host / _from_host (the
-  // synchronous forms) are these and copy_wait.
+  // Block copies (cuda_host_copy.cu; the contract: ops/backend.h), done when started:
+  // through a pinned bounce buffer, one wait per round of up to 64 MiB (to the host), and
+  // two pinned upload lanes with a scatter kernel (from the host). (Copies on streams of
+  // their own, beside the steps: branch copystream, not yet run on a GPU.)
   CopyId copy_ranges_to_host_async(const ops::HostRange* ranges, int64_t n_ranges) override;
   CopyId copy_ranges_from_host_async(const ops::HostRange* ranges, int64_t n_ranges) override;
   bool copy_done(CopyId id) override;
@@ -231,67 +228,27 @@ class CudaBackend final : public ops::Backend {
   void moe_routed_on_host(const ops::MoeLayer& L, const float* x, int64_t n, const int32_t* ids, const float* wts,
                           float* out, OpTimer& timer);
 
-  // The copies beside the steps (cuda_host_copy.cu). Made on first use; the destructor
-  // waits for both copy streams before freeing anything (the compute stream: rt_.finish
-  // in ~CudaBackend, which runs first).
-  struct CopyStreams {
-    cudaStream_t up = nullptr, down = nullptr;  // uploads; downloads' device-to-host copies
-    uint8_t* up_dev = nullptr;                  // an upload round's [table | data] on the device
-    uint8_t* down_dev[2] = {nullptr, nullptr};  // download rounds' [table | data], in turn
-    cudaEvent_t down_free[2] = {nullptr, nullptr};  // on `down` after the copy that read down_dev[i]
-    bool down_used[2] = {false, false};
-    int down_next = 0;
-    std::vector<uint8_t*> chunks;      // downloads' pinned host chunks, each one round's [table | data]
-    std::vector<uint8_t*> free_chunks;
-    std::vector<cudaEvent_t> events;   // every event made
-    std::vector<cudaEvent_t> free_events;
-    // Where a download's bytes go on the host once its copies are done.
-    struct HostPart {
-      void* dst;
-      const uint8_t* src;
-      size_t bytes;
-    };
-    struct Copy {
-      CopyId id = 0;
-      bool upload = false;
-      cudaEvent_t done = nullptr;  // after its last round
-      cudaEvent_t after = nullptr;  // an upload's start, on the compute stream (the worker waits for it)
-      std::vector<uint8_t*> chunks;
-      std::vector<HostPart> parts;
-    };
-    std::deque<Copy> pending;  // started, not finished, in order
-    // Uploads: the host's part (gathering the ranges into pinned memory) runs on a worker
-    // thread, not the engine's; the worker queues the copies on the upload stream, through
-    // two pinned lanes in turn (it waits for a lane's last copy before refilling it).
-    struct UpPiece {
-      float* dev;
-      const float* host;
-      int64_t n;
-    };
-    struct UpJob {
-      CopyId id = 0;
-      std::vector<UpPiece> pieces;
-      cudaEvent_t after = nullptr, done = nullptr;  // after: on the compute stream at the call
-    };
-    uint8_t* up_host[2] = {nullptr, nullptr};
-    cudaEvent_t up_free[2] = {nullptr, nullptr};  // on `up` after the copy that read up_host[i]
-    bool up_used[2] = {false, false};
-    std::thread worker;
-    std::mutex mu;  // guards jobs, queued, error, stop
-    std::condition_variable cv_job, cv_queued;
-    std::deque<UpJob> jobs;
-    CopyId queued = 0;  // uploads up to this id are queued on the device (their `done` recorded)
-    std::string error;  // the worker's failure, reported by the next call on the engine thread
-    bool stop = false;
-    ~CopyStreams();
+  void sync_ranges_to_host(const ops::HostRange* ranges, int64_t n_ranges);
+  void sync_ranges_from_host(const ops::HostRange* ranges, int64_t n_ranges);
+  CopyId copies_done_ = 0;
+  // Pinned host memory for sync_ranges_to_host: grow-only, freed with the back-end.
+  struct PinnedBounce {
+    void* p = nullptr;
+    size_t n = 0;
+    ~PinnedBounce();
   };
-  void make_copy_streams();
-  cudaEvent_t copy_event();
-  uint8_t* copy_chunk();
-  void finish_copy(CopyStreams::Copy& c);  // its events are done: the host's part, then recycling
-  void upload_worker();                    // the worker thread's loop
-  // Waits until the worker has queued upload `id` on the device (or throws its failure).
-  void wait_queued(CopyId id, const char* op);
+  uint8_t* bounce(size_t bytes, const char* op);
+  // sync_ranges_from_host's two lanes (cuda_host_copy.cu): while one lane's pinned half
+  // goes to the device in one copy and is scattered into place by one kernel, the host
+  // gathers the next round into the other. Made on first use, freed with the back-end.
+  struct UploadLanes {
+    uint8_t* host[2] = {nullptr, nullptr};
+    uint8_t* dev[2] = {nullptr, nullptr};
+    cudaEvent_t done[2] = {nullptr, nullptr};
+    bool busy[2] = {false, false};
+    ~UploadLanes();
+  };
+  void make_upload_lanes();
 
   // First: destroyed last, after every buffer this class holds (its destructor frees
   // them once the runtime has finished the stream's work).
@@ -384,7 +341,7 @@ class CudaBackend final : public ops::Backend {
   int64_t moe_shared_max_tokens_ = 16;
   bool moe_norm_ = true;    // moe_ffn_add_rms_norm as one op in decode (cuda.moe_norm=0: two)
   bool tc_attention_ = true;  // prompt attention on the tensor cores (cuda.attn_tc=0: the scalar kernel)
-  bool decode_warp_ = true;   // decode attention on the warp kernel where it takes the call (cuda.attn_decode_warp)
+  bool decode_warp_ = false;  // decode attention on the warp kernel where it takes the call (cuda.attn_decode_warp=1)
   int decode_warp_stages_ = 0;  // its copy stages a warp (cuda.attn_decode_warp_stages; 0: per cache type)
   bool decode_warp_dot_ = false;  // its q8_0 scores in int8 (cuda.attn_decode_warp_dot=int8)
   bool fuse_ = true;  // add_rms_norm / rope_store_kv as one kernel each (cuda.fuse=0: the separate ops)
@@ -394,7 +351,8 @@ class CudaBackend final : public ops::Backend {
   // dequantize + cuBLAS, which is faster from about 64 tokens on (docs/BENCHMARKS.md);
   // cuda.qgemm_max overrides (0: always cuBLAS).
   int64_t qgemm_max_tokens_ = 64;
-  CopyStreams copies_;  // freed once the runtime's destructor-time wait (rt_.finish) is done
+  PinnedBounce bounce_;  // freed once the runtime's destructor-time wait (rt_.finish) is done
+  UploadLanes lanes_;
 };
 
 }  // namespace hearth::cuda
