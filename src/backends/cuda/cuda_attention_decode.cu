@@ -80,6 +80,17 @@ __device__ __forceinline__ void q8_pair(uint32_t x, float& f0, float& f1) {
   f1 = __int_as_float(static_cast<int>(__byte_perm(x, 0x4B000000u, 0x7441))) - 8388736.0f;
 }
 
+// The q8_0 block of a row holding dimension dim0: its scale, and its int8 values from dim0
+// on (as 16-bit pairs: a block's values start 2 bytes in, so 4-byte loads would straddle).
+struct Q8Piece {
+  float d;
+  const uint16_t* qb;
+};
+__device__ __forceinline__ Q8Piece q8_piece(const unsigned char* row, int dim0) {
+  const unsigned char* blk = row + 34 * (dim0 >> 5);
+  return {__half2float(*reinterpret_cast<const __half*>(blk)), reinterpret_cast<const uint16_t*>(blk + 2 + (dim0 & 31))};
+}
+
 // Shared query vectors: [4 quarters][D / 4 dimensions][G vectors], each quarter padded by
 // 4 floats (the four quarters' lanes read different banks).
 template <int D, int G>
@@ -98,10 +109,9 @@ __device__ __forceinline__ void dw_scores(const unsigned char* row, int s, const
     constexpr int PD = QD < 32 ? QD : 32;
 #pragma unroll
     for (int c = 0; c < QD; c += PD) {
-      const int dim0 = s * QD + c;
-      const unsigned char* blk = row + 34 * (dim0 >> 5);
-      const float d = __half2float(*reinterpret_cast<const __half*>(blk));
-      const auto* qb = reinterpret_cast<const uint16_t*>(blk + 2 + (dim0 & 31));
+      const Q8Piece pc = q8_piece(row, s * QD + c);
+      const float d = pc.d;
+      const uint16_t* qb = pc.qb;
       float part[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) part[g] = 0.0f;
@@ -155,9 +165,9 @@ __device__ __forceinline__ void dw_scores_dot(const unsigned char* row, int s, c
 #pragma unroll
   for (int c = 0; c < QD; c += PD) {
     const int dim0 = s * QD + c;
-    const unsigned char* blk = row + 34 * (dim0 >> 5);
-    const float d = __half2float(*reinterpret_cast<const __half*>(blk));
-    const auto* qb = reinterpret_cast<const uint16_t*>(blk + 2 + (dim0 & 31));
+    const Q8Piece pc = q8_piece(row, dim0);
+    const float d = pc.d;
+    const uint16_t* qb = pc.qb;
     int a[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) a[g] = 0;
@@ -182,9 +192,9 @@ __device__ __forceinline__ void dw_values(const unsigned char* row, int lane, co
   float v[E];
   float pw[G];
   if constexpr (std::is_same_v<T, KvQ8Block>) {
-    const unsigned char* blk = row + 34 * (dim0 >> 5);
-    const float d = __half2float(*reinterpret_cast<const __half*>(blk));
-    const auto* qb = reinterpret_cast<const uint16_t*>(blk + 2 + (dim0 & 31));
+    const Q8Piece pc = q8_piece(row, dim0);
+    const float d = pc.d;
+    const uint16_t* qb = pc.qb;
 #pragma unroll
     for (int t = 0; t < E / 2; ++t) q8_pair(qb[t], v[2 * t], v[2 * t + 1]);
 #pragma unroll
