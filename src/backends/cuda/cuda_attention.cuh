@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ops/backend.h"
 #include "ops/step_desc.h"
 
 namespace hearth::cuda {
@@ -20,6 +21,14 @@ using SeqDesc = ops::StepSeq;
 struct Tile {
   int32_t seq, row0, n_rows;
 };
+
+// Query vectors per block of the scalar prompt kernel (cuda_attention_prefill.cu), and
+// the kernel: tiles of at most kPrefillQ / group rows, grid tiles x KV heads, kv_stride in
+// the cache's elements (q8_0: blocks), epl = head_dim / 32 rounded up to 2, 4 or 8.
+constexpr int kPrefillQ = 16;
+void launch_prefill_scalar(ops::KvType type, int epl, dim3 grid, cudaStream_t st, const float* q, const void* k,
+                           const void* v, const SeqDesc* seqs, const Tile* tiles, const int32_t* tables, int n_head,
+                           int group, int head_dim, int64_t kv_stride, int bs_log2, float scale, float* out);
 
 // Query vectors (rows x the query heads of one KV head) per block of the tensor-core
 // prompt kernel.
